@@ -1,0 +1,1 @@
+"""nimbus.algos.ppo"""

@@ -1,0 +1,1 @@
+"""Controllers: small objects deciding, once per round, actors, aggregation, sharing and pre-warm."""

@@ -1,0 +1,47 @@
+"""The exceptions nimbus raises on purpose. Each names what went wrong and where."""
+
+from __future__ import annotations
+
+
+class NimbusError(Exception):
+    """Base class of every error nimbus raises on purpose."""
+
+
+class ConfigError(NimbusError):
+    """A malformed config; the message names the key path (e.g. ``algo.lr``)."""
+
+
+class CodecError(NimbusError):
+    """Bytes that are not a valid nimbus frame (wrong magic, truncated, bad header)."""
+
+
+class EnvContractError(NimbusError):
+    """An environment broke its contract: NaN/Inf output, wrong shape or dtype, old gym API.
+
+    Not retried: the same env and seed would fail the same way.
+    """
+
+    nimbus_retryable = False  # the runtime does not retry exceptions that set this to False
+
+
+class FunctionFailed(NimbusError):
+    """A function invocation failed on every attempt; carries the original traceback text."""
+
+    def __init__(self, *, function: str, invocation_id: str, attempts: int, error_type: str, traceback_text: str) -> None:
+        self.function = function
+        self.invocation_id = invocation_id
+        self.attempts = attempts
+        self.error_type = error_type
+        self.traceback_text = traceback_text
+        super().__init__(
+            f"function {function!r} invocation {invocation_id} failed after {attempts} attempt(s): "
+            f"{error_type}\n--- original traceback ---\n{traceback_text}"
+        )
+
+
+class CheckpointError(NimbusError):
+    """A checkpoint that cannot be loaded: missing, corrupt, or of an incompatible format version."""
+
+
+class LivenessError(NimbusError):
+    """A component stayed silent past its heartbeat deadline."""

@@ -1,0 +1,1 @@
+"""Compute plane: run functions on warm workers (DESIGN.md §2 Runtime)."""

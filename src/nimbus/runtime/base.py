@@ -1,0 +1,79 @@
+"""The Runtime contract: invoke functions on warm workers; every attempt becomes a ledger record.
+
+A *function* is a plain Python callable named by an entrypoint ``"package.module:callable"`` with the
+signature ``fn(*, context: FunctionContext, request: Message) -> Message``. It runs in a worker
+process that keeps ``context.cache`` between invocations of the same function (env instances,
+models: that is what makes a warm start warm). Requests and results are codec ``Message``s; nothing
+is pickled.
+
+Example::
+
+    spec = FunctionSpec(name="echo", entrypoint="nimbus.runtime.builtin:echo",
+                        resources=Resources(cpus=1), timeout_s=5, max_retries=2)
+    runtime = LocalRuntime(config=RuntimeConfig(), ledger=Ledger())
+    result = runtime.invoke(spec=spec, request=Message(header={"x": 1})).result()
+    runtime.shutdown()
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from nimbus.data.codec import Message
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one invocation occupies (and what the pricing model bills)."""
+
+    cpus: float = 1.0
+    gpus: float = 0.0
+    memory_mb: int = 1024
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """A deployable function: its name (the warm-pool key), entrypoint, resources and limits."""
+
+    name: str
+    entrypoint: str
+    resources: Resources = Resources()
+    timeout_s: float = 60.0
+    max_retries: int = 3
+    kind: str = "actor"  # actor | learner | parameter | probe | system: selects the pricing line
+
+
+@dataclass
+class FunctionContext:
+    """What a running function sees besides its request. ``cache`` survives warm invocations."""
+
+    worker_id: str
+    function: str
+    invocation_id: str
+    attempt: int
+    cache: dict[str, Any] = field(default_factory=dict)
+
+
+FunctionCallable = Callable[..., Message]
+
+
+class Runtime(Protocol):
+    """Runs functions. Implementations: ``LocalRuntime`` (embedded), ``RayRuntime`` (clusters)."""
+
+    def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
+        """Start one invocation; the future holds the result or raises ``FunctionFailed``."""
+        ...
+
+    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
+        """Start one invocation per request."""
+        ...
+
+    def prewarm(self, *, spec: FunctionSpec, count: int) -> None:
+        """Start ``count`` warm workers for ``spec`` ahead of need (their cold starts are billed)."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop every worker and remove every shared-memory segment of the run."""
+        ...
