@@ -1,0 +1,91 @@
+"""PPO's losses as pure functions over tensors (CleanRL ppo.py, lines "Policy loss" / "Value loss").
+
+    ratio      = exp(log π_new(a|s) − log π_old(a|s))
+    L_policy   = mean(max(−A · ratio, −A · clip(ratio, 1 − ε, 1 + ε)))
+    L_value    = ½ · mean((V_new − R)²), or with vf_clip c:
+                 ½ · mean(max((V_new − R)², (V_old + clip(V_new − V_old, −c, c) − R)²))
+    L          = L_policy − ent_coef · mean(entropy) + vf_coef · L_value
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nimbus.algos.base import LossOutput
+
+_ADV_EPSILON = 1e-8
+
+
+def policy_loss(
+    *, new_log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, clip_coef: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(clipped surrogate loss, approx_kl, clip_fraction); the last two are detached diagnostics.
+
+    approx_kl is the low-variance estimator mean((ratio − 1) − log ratio) (Schulman's k3).
+    """
+    logratio = new_log_prob - old_log_prob
+    ratio = logratio.exp()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1.0) - logratio).mean()
+        clip_fraction = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
+    return torch.max(pg_loss1, pg_loss2).mean(), approx_kl, clip_fraction
+
+
+def value_loss(
+    *, new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, vf_clip: float | None
+) -> torch.Tensor:
+    """½ · squared error to the returns; with vf_clip, the pessimum of clipped and unclipped (PPO2)."""
+    unclipped = (new_values - returns) ** 2
+    if vf_clip is None:
+        return 0.5 * unclipped.mean()
+    clipped_values = old_values + torch.clamp(new_values - old_values, -vf_clip, vf_clip)
+    clipped = (clipped_values - returns) ** 2
+    return 0.5 * torch.max(unclipped, clipped).mean()
+
+
+def ppo_loss(
+    *,
+    new_log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    entropy: torch.Tensor,
+    new_values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    clip_coef: float,
+    vf_clip: float | None,
+    ent_coef: float,
+    vf_coef: float,
+) -> LossOutput:
+    """The total PPO loss and its parts (stats: policy_loss, value_loss, entropy, approx_kl, clip_fraction)."""
+    pg_loss, approx_kl, clip_fraction = policy_loss(
+        new_log_prob=new_log_prob, old_log_prob=old_log_prob, advantages=advantages, clip_coef=clip_coef
+    )
+    v_loss = value_loss(new_values=new_values, old_values=old_values, returns=returns, vf_clip=vf_clip)
+    entropy_loss = entropy.mean()
+    loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
+    stats = {
+        "policy_loss": pg_loss.item(),
+        "value_loss": v_loss.item(),
+        "entropy": entropy_loss.item(),
+        "approx_kl": approx_kl.item(),
+        "clip_fraction": clip_fraction.item(),
+    }
+    return LossOutput(loss=loss, stats=stats)
+
+
+def normalize_advantages(advantages: torch.Tensor) -> torch.Tensor:
+    """(A − mean) / (std + 1e-8); a single advantage is only centred (its std is undefined)."""
+    if advantages.numel() < 2:
+        return advantages - advantages.mean()
+    return (advantages - advantages.mean()) / (advantages.std() + _ADV_EPSILON)
+
+
+def explained_variance(*, values: torch.Tensor, returns: torch.Tensor) -> float:
+    """1 − Var(R − V) / Var(R); NaN when the returns do not vary (CleanRL's definition)."""
+    var_returns = returns.var(unbiased=False)
+    if var_returns.item() == 0.0:
+        return float("nan")
+    return (1.0 - (returns - values).var(unbiased=False) / var_returns).item()

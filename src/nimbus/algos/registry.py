@@ -1,0 +1,36 @@
+"""Algorithm lookup by config name.
+
+`ALGO_CONFIGS` maps each algorithm's name to its config class, so the top-level config can build a
+discriminated union on ``name``; `make_algorithm` builds the algorithm for a validated config.
+Adding an algorithm = one entry in each table.
+
+Example::
+
+    algo = make_algorithm(config=PPOConfig(lr=2.5e-4))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+
+from nimbus.algos.base import Algorithm
+from nimbus.algos.ppo.algorithm import PPO
+from nimbus.algos.ppo.config import PPOConfig
+
+ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ppo": PPOConfig}
+
+_BUILDERS: dict[str, Callable[[Any], Algorithm]] = {"ppo": lambda config: PPO(config=config)}
+
+
+def make_algorithm(*, config: BaseModel) -> Algorithm:
+    """The algorithm named by ``config.name``, built from its config."""
+    name = getattr(config, "name", None)
+    if name not in _BUILDERS:
+        raise ValueError(f"unknown algorithm {name!r}; known: {sorted(_BUILDERS)}")
+    expected = ALGO_CONFIGS[name]
+    if not isinstance(config, expected):
+        raise TypeError(f"algorithm {name!r} needs a {expected.__name__}, got {type(config).__name__}")
+    return _BUILDERS[name](config)

@@ -1,0 +1,104 @@
+"""``nimbus`` command line: train, report, envs, eval.
+
+Exit codes: 0 success (also after SIGINT with a final checkpoint), 1 run failure, 2 bad config/usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from nimbus.errors import ConfigError, NimbusError
+
+console = Console(stderr=True)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from nimbus.config import load_config
+    from nimbus.report.render import print_summary
+    from nimbus.train.trainer import train
+
+    config = load_config(path=Path(args.config), overrides=args.set or [])
+    result = train(config=config, run_dir=Path(args.run_dir) if args.run_dir else None)
+    print_summary(run_dir=result.run_dir, console=Console())
+    Console().print(f"run directory: {result.run_dir}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from nimbus.report.render import print_summary, render_report
+
+    path = render_report(run_dir=Path(args.run_dir))
+    if (Path(args.run_dir) / "summary.json").exists():
+        print_summary(run_dir=Path(args.run_dir), console=Console())
+    Console().print(f"report: {path}")
+    return 0
+
+
+def _cmd_envs(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from nimbus.envs.registry import list_envs
+
+    table = Table(title="environments nimbus can train")
+    for column in ("id", "family", "actions", "extra", "available here"):
+        table.add_column(column)
+    for info in list_envs():
+        table.add_row(info.id, info.family, info.action_kind, info.extra or "-", "yes" if info.available else "no")
+    Console().print(table)
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from nimbus.train.evaluate import evaluate_checkpoint
+
+    result = evaluate_checkpoint(path=Path(args.path), episodes=args.episodes, seed=args.seed,
+                                 explore=not args.deterministic)
+    Console().print(f"policy_version {result.policy_version}: mean return {result.mean_return:.2f} "
+                    f"± {result.std_return:.2f} over {len(result.returns)} episodes")
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nimbus", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train from a YAML config")
+    p.add_argument("config")
+    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value")
+    p.add_argument("--run-dir", help="write the run here instead of runs/<name>-<timestamp>")
+    p.set_defaults(func=_cmd_train)
+    p = sub.add_parser("report", help="re-render report.png and the summary from a run directory")
+    p.add_argument("run_dir")
+    p.set_defaults(func=_cmd_report)
+    p = sub.add_parser("envs", help="list the environments and the extra each needs")
+    p.set_defaults(func=_cmd_envs)
+    p = sub.add_parser("eval", help="evaluate the newest checkpoint of a run")
+    p.add_argument("path")
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--deterministic", action="store_true", help="greedy/mean actions")
+    p.set_defaults(func=_cmd_eval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        console.print(f"[bold red]config error[/]: {exc}", highlight=False)
+        return 2
+    except NimbusError as exc:
+        console.print(f"[bold red]run failed[/]: {exc}", highlight=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

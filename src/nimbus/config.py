@@ -1,0 +1,210 @@
+"""Run configuration: YAML → frozen, validated models; errors name the key path.
+
+Every section is a frozen pydantic model with ``extra="forbid"``, so an unknown or misspelled key is
+rejected before anything starts. Each component receives only its own section; the resolved config
+is saved with the run as ``config.yaml``.
+
+Example::
+
+    config = load_config(path=Path("configs/ppo-cartpole.yaml"), overrides=["train.total_env_steps=20000"])
+    config.algo.lr, config.actors.scaling.kind
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from nimbus.algos.registry import AlgoConfig
+from nimbus.control.config import ScalingConfig
+from nimbus.errors import ConfigError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EnvConfig(Section):
+    id: str = "CartPole-v1"
+    num_envs_per_actor: int = Field(default=4, ge=1)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class FunctionConfig(Section):
+    """Resources and limits of one function kind (billed by the pricing model)."""
+
+    cpus: float = Field(default=1.0, gt=0)
+    gpus: float = Field(default=0.0, ge=0)
+    memory_mb: int = Field(default=1024, ge=128)
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+
+
+class ActorsConfig(Section):
+    scaling: ScalingConfig = Field(default_factory=lambda: _default_scaling())
+    fragment_steps: int = Field(default=128, ge=1, description="env steps per env per actor invocation")
+    function: FunctionConfig = Field(default_factory=FunctionConfig)
+
+
+class LearnerConfig(Section):
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    torch_threads: int = Field(default=1, ge=1)
+    function: FunctionConfig = Field(
+        default_factory=lambda: FunctionConfig(cpus=1.0, gpus=0.25, memory_mb=4096, timeout_s=600.0))
+
+
+class RuntimeConfig(Section):
+    backend: Literal["local"] = "local"
+    capacity_cpus: float | None = Field(default=None, gt=0)
+    max_workers: int | None = Field(default=None, ge=1)
+    keep_alive_s: float = Field(default=600.0, gt=0)
+    prewarm: bool = True
+
+
+class StoreConfig(Section):
+    backend: Literal["shm"] = "shm"
+    keep_versions: int = Field(default=2, ge=1)
+
+
+class ChannelConfig(Section):
+    inline_max_bytes: int = Field(default=64 * 1024, ge=0)
+    compress_min_bytes: int | None = Field(default=1 << 20, ge=0)
+
+
+class TrainConfig(Section):
+    workflow: Literal["sync"] = "sync"
+    total_env_steps: int = Field(default=100_000, ge=1)
+    max_rounds: int | None = Field(default=None, ge=1)
+    target_return: float | None = None
+    return_window: int = Field(default=100, ge=1, description="episodes in the moving mean return")
+    checkpoint_every_rounds: int = Field(default=25, ge=1)
+    keep_checkpoints: int = Field(default=3, ge=1)
+    eval_episodes: int = Field(default=10, ge=0)
+    max_nonfinite_losses: int = Field(default=5, ge=1)
+
+
+class CostConfig(Section):
+    pricing_path: str | None = None
+
+
+class OutputConfig(Section):
+    root_dir: str = "runs"
+    tensorboard: bool = True
+    report: bool = True
+    status_line: bool = True
+
+
+class NimbusConfig(Section):
+    name: str = Field(default="run", pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int = Field(default=0, ge=0)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    algo: AlgoConfig
+    actors: ActorsConfig = Field(default_factory=ActorsConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    channel: ChannelConfig = Field(default_factory=ChannelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    cost: CostConfig = Field(default_factory=CostConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+
+    @model_validator(mode="after")
+    def _check_batch(self) -> "NimbusConfig":
+        minibatch = getattr(self.algo, "minibatch_size", None)
+        rows = self.env.num_envs_per_actor * self.actors.fragment_steps
+        if minibatch is not None and minibatch > rows * _min_actors(self.actors.scaling):
+            raise ValueError(f"algo.minibatch_size ({minibatch}) exceeds the rows of one round "
+                             f"({rows} per actor × {_min_actors(self.actors.scaling)} actors)")
+        return self
+
+
+def _default_scaling() -> ScalingConfig:
+    from nimbus.control.config import FixedScalingConfig
+    return FixedScalingConfig(kind="fixed", num_actors=2)
+
+
+def _min_actors(scaling: Any) -> int:
+    for name in ("num_actors", "min_actors", "initial_actors", "max_actors"):
+        if hasattr(scaling, name):
+            return int(getattr(scaling, name))
+    return 1
+
+
+def _union_tags() -> set[str]:
+    """Discriminator values pydantic inserts into error locations of tagged unions (dropped for users)."""
+    tags: set[str] = set()
+    for union in (AlgoConfig, ScalingConfig):
+        inner = union.__args__[0] if hasattr(union, "__metadata__") else union
+        for member in getattr(inner, "__args__", (inner,)):
+            for field_name in ("name", "kind"):
+                field = getattr(member, "model_fields", {}).get(field_name)
+                if field is not None and field.default is not None:
+                    tags.add(str(field.default))
+    return tags
+
+
+def format_validation_error(error: ValidationError) -> str:
+    """One line per problem: ``key.path: message``."""
+    tags = _union_tags()
+    lines = []
+    for item in error.errors():
+        loc = [str(part) for i, part in enumerate(item["loc"])
+               if not (i > 0 and isinstance(part, str) and part in tags)]
+        path = ".".join(loc) or "<root>"
+        message = item["msg"].replace("Extra inputs are not permitted", "unknown key")
+        lines.append(f"{path}: {message}")
+    return "\n".join(lines)
+
+
+def apply_overrides(*, data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides (values parsed as YAML) to a nested dict, returning a copy."""
+    result = yaml.safe_load(yaml.safe_dump(data)) or {}
+    for override in overrides:
+        if "=" not in override:
+            raise ConfigError(f"override {override!r}: expected key.path=value")
+        path, raw = override.split("=", 1)
+        keys = path.strip().split(".")
+        node = result
+        for key in keys[:-1]:
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{path}: {key!r} is not a section")
+            node = child
+        try:
+            node[keys[-1]] = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: value {raw!r} is not valid YAML ({exc})") from exc
+    return result
+
+
+def parse_config(*, data: dict[str, Any]) -> NimbusConfig:
+    try:
+        return NimbusConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError("invalid config:\n" + format_validation_error(exc)) from None
+
+
+def load_config(*, path: Path, overrides: list[str] | None = None) -> NimbusConfig:
+    """Read, override and validate a YAML config. Raises ConfigError naming the key path."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return parse_config(data=apply_overrides(data=data, overrides=overrides or []))
+
+
+def dump_config(*, config: NimbusConfig) -> str:
+    """The resolved config as YAML (every default spelled out), as saved with a run."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+__all__ = ["NimbusConfig", "load_config", "parse_config", "dump_config", "apply_overrides",
+           "EnvConfig", "FunctionConfig", "ActorsConfig", "LearnerConfig", "RuntimeConfig",
+           "StoreConfig", "ChannelConfig", "TrainConfig", "CostConfig", "OutputConfig", "Union", "Annotated"]

@@ -1,0 +1,83 @@
+"""Build one contract-checked, seeded gymnasium env.
+
+The wrapper stack is ``_SeedOnFirstReset(TimeLimit(ContractChecked(raw env)))``: the contract is
+checked on exactly what the env returns (so an old-API env is caught before the time limit tries to
+unpack its 4-tuple), the time limit of the env's spec still applies, and the first ``reset()``
+without an explicit seed uses `make_env`'s seed. gymnasium's own OrderEnforcing and
+PassiveEnvChecker wrappers are dropped: `ContractChecked` raises where they would only warn.
+
+Example::
+
+    env = make_env(env_id="CartPole-v1", seed=7, actor_rank=2)
+    obs, info = env.reset()            # seeded with 7
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.error import DependencyNotInstalled
+from gymnasium.wrappers import TimeLimit
+
+from nimbus.envs.checks import ContractChecked
+from nimbus.envs.registry import list_envs, required_extra
+from nimbus.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+def make_env(*, env_id: str, seed: int, kwargs: dict[str, Any] | None = None, actor_rank: int = 0) -> gym.Env:
+    """A gymnasium env for `env_id`, contract-checked, seeded with `seed` on its first reset.
+
+    Raises ConfigError for an unknown id (listing close matches) or a missing pip extra (naming it).
+    """
+    _check_known(env_id=env_id)
+    try:
+        made = gym.make(env_id, disable_env_checker=True, **(kwargs or {}))
+    except (DependencyNotInstalled, ImportError) as err:
+        raise _missing_dependency(env_id=env_id, err=err) from err
+    max_episode_steps = made.spec.max_episode_steps if made.spec is not None else None
+    env: gym.Env = ContractChecked(made.unwrapped, env_id=env_id, seed=seed, actor_rank=actor_rank)
+    if max_episode_steps is not None:
+        env = TimeLimit(env, max_episode_steps=max_episode_steps)
+    env = _SeedOnFirstReset(env, seed=seed)
+    env.action_space.seed(seed)
+    env.observation_space.seed(seed)
+    logger.debug("made env %s (seed %d, actor rank %d, max_episode_steps %s)", env_id, seed, actor_rank, max_episode_steps)
+    return env
+
+
+class _SeedOnFirstReset(gym.Wrapper):
+    """Uses `seed` for the first reset() that does not pass one; later resets continue the env's RNG."""
+
+    def __init__(self, env: gym.Env, *, seed: int) -> None:
+        super().__init__(env)
+        self._pending_seed: int | None = seed
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        if seed is None:
+            seed = self._pending_seed
+        self._pending_seed = None
+        return self.env.reset(seed=seed, options=options)
+
+
+def _check_known(*, env_id: str) -> None:
+    if env_id in gym.registry:
+        return
+    candidates = sorted(set(gym.registry) | {info.env_id for info in list_envs()})
+    matches = difflib.get_close_matches(env_id, candidates, n=5, cutoff=0.6)
+    hint = f"close matches: {', '.join(matches)}" if matches else "run `nimbus envs` for the catalogue"
+    raise ConfigError(f"unknown env id {env_id!r}; {hint}")
+
+
+def _missing_dependency(*, env_id: str, err: Exception) -> ConfigError:
+    extra = required_extra(env_id=env_id)
+    if extra is None:
+        return ConfigError(f"env {env_id!r} cannot be built, a dependency is missing: {err}")
+    return ConfigError(
+        f"env {env_id!r} needs the {extra!r} extra, which is not installed here: "
+        f"pip install nimbus-rl[{extra}]  (original error: {err})"
+    )

@@ -1,0 +1,93 @@
+"""The catalogue of environments nimbus is tested on (what `nimbus envs` lists).
+
+Any gymnasium id works with `make_env`; this catalogue lists the ones known to work with the
+built-in algorithms, the pip extra each needs, and whether that extra is installed here.
+
+Example::
+
+    for info in list_envs():
+        print(info.env_id, info.action_kind, "ok" if info.available else f"pip install nimbus-rl[{info.extra}]")
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+logger = logging.getLogger(__name__)
+
+ActionKind = Literal["discrete", "continuous"]
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    env_id: str
+    family: str  # "classic_control", "mujoco"
+    action_kind: ActionKind
+    extra: str | None  # the nimbus-rl extra it needs, None for core gymnasium
+    available: bool  # the extra's modules import on this machine
+
+
+@dataclass(frozen=True)
+class _Entry:
+    env_id: str
+    family: str
+    action_kind: ActionKind
+    extra: str | None
+
+
+_CATALOGUE: tuple[_Entry, ...] = (
+    _Entry(env_id="CartPole-v1", family="classic_control", action_kind="discrete", extra=None),
+    _Entry(env_id="Acrobot-v1", family="classic_control", action_kind="discrete", extra=None),
+    _Entry(env_id="Pendulum-v1", family="classic_control", action_kind="continuous", extra=None),
+    _Entry(env_id="Hopper-v5", family="mujoco", action_kind="continuous", extra="mujoco"),
+    _Entry(env_id="HalfCheetah-v5", family="mujoco", action_kind="continuous", extra="mujoco"),
+)
+
+# The modules an extra must make importable for its envs to be built.
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {"mujoco": ("mujoco",)}
+
+
+@functools.cache
+def extra_available(extra: str | None) -> bool:
+    """Whether the modules of a nimbus-rl extra import here (cached; core envs are always available)."""
+    if extra is None:
+        return True
+    for module in EXTRA_MODULES.get(extra, ()):
+        try:
+            importlib.import_module(module)
+        except ImportError as err:  # a missing package or a broken native library
+            logger.debug("extra %r unavailable: cannot import %s (%s)", extra, module, err)
+            return False
+    return True
+
+
+def list_envs() -> list[EnvInfo]:
+    """Every catalogued env with its family, action kind, extra and availability here."""
+    return [
+        EnvInfo(
+            env_id=entry.env_id,
+            family=entry.family,
+            action_kind=entry.action_kind,
+            extra=entry.extra,
+            available=extra_available(entry.extra),
+        )
+        for entry in _CATALOGUE
+    ]
+
+
+def required_extra(*, env_id: str) -> str | None:
+    """The extra a catalogued env needs; for other ids, guessed from gymnasium's entry point."""
+    for entry in _CATALOGUE:
+        if entry.env_id == env_id:
+            return entry.extra
+    try:
+        import gymnasium as gym
+
+        entry_point = str(gym.spec(env_id).entry_point)
+    except Exception:  # unknown id: nothing to guess from
+        return None
+    return "mujoco" if "mujoco" in entry_point else None

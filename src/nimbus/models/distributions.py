@@ -1,0 +1,48 @@
+"""Action distributions: Categorical for Discrete spaces, diagonal Gaussian for Box spaces.
+
+A diagonal Gaussian is a `Normal` over each action dimension; its log-prob and entropy are summed
+over the action dimensions (as CleanRL's ``probs.log_prob(action).sum(1)``), so both kinds return
+one number per batch row.
+
+Continuous policies output unbounded actions; the actor clips them to the action space just before
+``env.step`` (`clip_action`), and the log-prob stored for the learner is of the unclipped action.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch.distributions import Categorical, Distribution, Normal
+
+
+def log_prob(*, dist: Distribution, actions: torch.Tensor) -> torch.Tensor:
+    """log π(a|s) per batch row, summed over action dimensions for a diagonal Gaussian."""
+    if isinstance(dist, Normal):
+        return dist.log_prob(actions).sum(dim=-1)
+    if isinstance(dist, Categorical):
+        return dist.log_prob(actions.long())
+    raise TypeError(f"unsupported distribution {type(dist).__name__}")
+
+
+def entropy(*, dist: Distribution) -> torch.Tensor:
+    """Entropy per batch row, summed over action dimensions for a diagonal Gaussian."""
+    if isinstance(dist, Normal):
+        return dist.entropy().sum(dim=-1)
+    return dist.entropy()
+
+
+def mode(*, dist: Distribution) -> torch.Tensor:
+    """The most likely action: the mean of a Gaussian, the arg-max of a Categorical."""
+    if isinstance(dist, Normal):
+        return dist.mean
+    if isinstance(dist, Categorical):
+        return dist.probs.argmax(dim=-1)
+    raise TypeError(f"unsupported distribution {type(dist).__name__}")
+
+
+def clip_action(*, action: np.ndarray, space: gym.Space) -> np.ndarray:
+    """Clip a Box action to the space's bounds, cast to its dtype; other spaces' actions pass through."""
+    if isinstance(space, gym.spaces.Box):
+        return np.clip(action, space.low, space.high).astype(space.dtype, copy=False)
+    return action

@@ -1,0 +1,99 @@
+"""``report.png`` and the summary table of a run, rebuilt from its files alone.
+
+Inputs: ``metrics.jsonl`` (rows per round), ``ledger.jsonl`` (one row per attempt), ``config.yaml``
+(for the pricing file) and ``summary.json``. ``nimbus report RUN_DIR`` calls ``render_report``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import yaml  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from nimbus.cost.ledger import read_ledger  # noqa: E402
+from nimbus.cost.pricing import load_pricing  # noqa: E402
+from nimbus.train.metrics import read_metrics  # noqa: E402
+
+
+def cost_by_kind(*, run_dir: Path) -> dict[str, float]:
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    pricing_path = (config.get("cost") or {}).get("pricing_path")
+    pricing = load_pricing(path=Path(pricing_path) if pricing_path else None)
+    records = read_ledger(path=run_dir / "ledger.jsonl")
+    return pricing.cost_breakdown(records=records)
+
+
+def _plot_returns(ax: Any, rows: list[dict[str, Any]], x_key: str, label: str) -> None:
+    points = [(r[x_key], r["return_mean"]) for r in rows if r["return_mean"] is not None]
+    if points:
+        xs, ys = zip(*points)
+        ax.plot(xs, ys, lw=1, alpha=0.5, label="round mean")
+    smooth = [(r[x_key], r["extras"].get("recent_return_mean")) for r in rows]
+    smooth = [(x, y) for x, y in smooth if y is not None and y == y]
+    if smooth:
+        xs, ys = zip(*smooth)
+        ax.plot(xs, ys, lw=2, label="moving mean")
+    ax.set_xlabel(label)
+    ax.set_ylabel("episodic return")
+    ax.legend(loc="lower right", fontsize=8)
+
+
+def render_report(*, run_dir: Path) -> Path:
+    """Write ``report.png`` into the run directory and return its path."""
+    run_dir = Path(run_dir)
+    rows = read_metrics(path=run_dir / "metrics.jsonl")
+    costs = cost_by_kind(run_dir=run_dir)
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    _plot_returns(axes[0, 0], rows, "env_steps", "env steps")
+    _plot_returns(axes[0, 1], rows, "wall_s", "wall time (s)")
+    rounds = [r["round"] for r in rows]
+    axes[1, 0].step(rounds, [r["num_actors"] for r in rows], where="post", label="actors")
+    axes[1, 0].step(rounds, [r["num_learners"] for r in rows], where="post", label="learners")
+    axes[1, 0].set_xlabel("round")
+    axes[1, 0].set_ylabel("functions")
+    axes[1, 0].legend(fontsize=8)
+    kinds = sorted(costs)
+    axes[1, 1].bar(kinds, [costs[k] for k in kinds], color="tab:green")
+    axes[1, 1].set_ylabel("cost (USD, serverless)")
+    axes[1, 1].set_title("cost by function kind", fontsize=10)
+    fig.suptitle(run_dir.name)
+    fig.tight_layout()
+    path = run_dir / "report.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def summary_table(*, run_dir: Path) -> Table:
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    table = Table(title=f"nimbus run {Path(run_dir).name}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+
+    def fmt(value: Any) -> str:
+        if value is None:
+            return "n/a"
+        if isinstance(value, float):
+            return f"{value:,.6f}" if abs(value) < 1 else f"{value:,.2f}"
+        return f"{value:,}" if isinstance(value, int) else str(value)
+
+    labels = {"final_return": "final return (moving mean)", "eval_return": "evaluation return",
+              "env_steps": "env steps", "episodes": "episodes", "rounds": "rounds", "wall_s": "wall time (s)",
+              "invocations": "invocations", "attempts": "attempts", "cold_starts": "cold starts",
+              "retries": "retries", "serverless_cost_usd": "serverless cost (USD)",
+              "serverful_cost_usd": "serverful cost, same run (USD)", "stopped_by": "stopped by"}
+    for key, label in labels.items():
+        table.add_row(label, fmt(summary.get(key)))
+    return table
+
+
+def print_summary(*, run_dir: Path, console: Console | None = None) -> None:
+    (console or Console()).print(summary_table(run_dir=run_dir))

@@ -1,0 +1,150 @@
+"""Crash-consistent checkpoints: safetensors files + manifest.json, temp dir, fsync, rename, keep N.
+
+Layout of ``<run>/checkpoints/``::
+
+    ckpt-000025/ weights.safetensors  optimizer.safetensors  manifest.json
+    ckpt-000050/ ...
+
+A checkpoint directory is written under a temporary name, every file fsynced, then renamed into place
+and the parent directory fsynced, so a crash (or SIGKILL) at any point leaves either the previous
+checkpoints or a complete new one — never a half-written one under a final name. The manifest holds
+the format version, a SHA-256 of each file, and the counters needed to resume. Loading verifies the
+hashes; a corrupt or truncated checkpoint is skipped with a warning in favour of the previous one.
+
+Example::
+
+    ckpt = Checkpointer(directory=run_dir / "checkpoints", keep=3)
+    ckpt.save(state=CheckpointState(...))
+    state = ckpt.load_latest()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nimbus.data.codec import Message, decode, encode
+from nimbus.errors import CheckpointError
+
+FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    weights: Message
+    optimizer: Message | None
+    policy_version: int
+    round: int
+    env_steps: int
+    episodes: int
+    config: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _write_file(*, path: Path, data: bytes) -> str:
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Checkpointer:
+    def __init__(self, *, directory: Path, keep: int = 3) -> None:
+        self.directory = Path(directory)
+        self.keep = keep
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def save(self, *, state: CheckpointState) -> Path:
+        """Write atomically; returns the final directory. On failure nothing new is left behind."""
+        final = self.directory / f"ckpt-{state.round:06d}"
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-ckpt-", dir=self.directory))
+        try:
+            files = {"weights.safetensors": _write_file(path=tmp / "weights.safetensors",
+                                                        data=encode(state.weights, compress_min_bytes=None))}
+            if state.optimizer is not None:
+                files["optimizer.safetensors"] = _write_file(
+                    path=tmp / "optimizer.safetensors", data=encode(state.optimizer, compress_min_bytes=None))
+            manifest = {"format_version": FORMAT_VERSION, "files": files,
+                        **{k: v for k, v in asdict(state).items() if k not in ("weights", "optimizer")}}
+            _write_file(path=tmp / "manifest.json", data=json.dumps(manifest, indent=1).encode())
+            _fsync_dir(tmp)
+            if final.exists():
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+            _fsync_dir(self.directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._prune()
+        return final
+
+    def _prune(self) -> None:
+        for stale in self.list()[:-self.keep]:
+            shutil.rmtree(stale, ignore_errors=True)
+        for tmp in self.directory.glob(".tmp-ckpt-*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def list(self) -> list[Path]:
+        """Complete checkpoint directories, oldest first."""
+        return sorted(p for p in self.directory.glob("ckpt-*") if p.is_dir())
+
+    def load_latest(self) -> CheckpointState:
+        """The newest checkpoint that verifies; earlier ones are tried if the newest is corrupt."""
+        candidates = self.list()
+        if not candidates:
+            raise CheckpointError(f"no checkpoint in {self.directory}")
+        for path in reversed(candidates):
+            try:
+                return load_checkpoint(path=path)
+            except CheckpointError as exc:
+                if "format version" in str(exc):
+                    raise
+                log.warning("checkpoint %s is unusable (%s); trying the previous one", path, exc)
+        raise CheckpointError(f"no checkpoint in {self.directory} verifies")
+
+
+def load_checkpoint(*, path: Path) -> CheckpointState:
+    """Load and verify one checkpoint directory (or a ``checkpoints/`` dir: its latest)."""
+    path = Path(path)
+    if (path / "checkpoints").is_dir():
+        path = path / "checkpoints"
+    if not (path / "manifest.json").exists() and any(path.glob("ckpt-*")):
+        return Checkpointer(directory=path).load_latest()
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: manifest.json unreadable: {exc}") from exc
+    found = manifest.get("format_version")
+    if found != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {found} is not supported by this nimbus "
+                              f"(it reads format version {FORMAT_VERSION})")
+    messages: dict[str, Message] = {}
+    for name, digest in manifest["files"].items():
+        try:
+            data = (path / name).read_bytes()
+        except OSError as exc:
+            raise CheckpointError(f"{path / name}: {exc}") from exc
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise CheckpointError(f"{path / name}: SHA-256 mismatch (corrupt or truncated)")
+        messages[name] = decode(data, copy=True)
+    return CheckpointState(weights=messages["weights.safetensors"], optimizer=messages.get("optimizer.safetensors"),
+                           policy_version=manifest["policy_version"], round=manifest["round"],
+                           env_steps=manifest["env_steps"], episodes=manifest["episodes"],
+                           config=manifest["config"], extra=manifest.get("extra", {}))

@@ -1,0 +1,153 @@
+"""The learner function: read a batch from the shared buffer, update the policy, publish v+1.
+
+It runs inside a runtime worker. The authoritative learner state lives in the Store
+(``weights/<policy>/<v>`` and ``optim/<policy>/<v>``), so any worker can run any update; a warm worker
+whose cached model already holds version v skips the reload (that is the warm start). The batch is
+read zero-copy from the ARTOS buffer by the row indices the driver's replay strategy chose.
+
+A non-finite loss or gradient skips the step and keeps the weights (the version still advances, so
+the round completes); the driver stops the run after ``max_nonfinite_losses`` in a row.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from nimbus.algos.base import EnvSpaces
+from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
+from nimbus.data.buffer import Buffer
+from nimbus.data.codec import Message
+from nimbus.data.store import ShmStore
+from nimbus.envs.make import make_env
+from nimbus.runtime.base import FunctionContext
+from nimbus.train.actor import derive_seed
+from nimbus.train.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
+                                  weights_key)
+
+
+@dataclass(frozen=True)
+class LearnerRequest:
+    env_id: str
+    env_kwargs: dict[str, Any]
+    algo: dict[str, Any]
+    policy: str
+    policy_version: int        # the version the update reads; it publishes policy_version + 1
+    has_optimizer_state: bool
+    buffer: dict[str, Any]     # Buffer.descriptor()
+    progress: float            # 0..1 through the run, for linear schedules
+    seed: int
+    device: str
+    torch_threads: int
+
+    def to_message(self, *, indices: np.ndarray) -> Message:
+        return Message(header={"learner": asdict(self), "_affinity": f"learner-{self.policy}"},
+                       arrays={"indices": indices.astype(np.int64)})
+
+    @classmethod
+    def from_message(cls, message: Message) -> "LearnerRequest":
+        return cls(**message.header["learner"])
+
+
+def resolve_device(*, requested: str) -> torch.device:
+    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def learner_function(*, context: FunctionContext, request: Message) -> Message:
+    req = LearnerRequest.from_message(request)
+    started = time.perf_counter()
+    state = _learner_state(context=context, req=req)
+    batch = _read_batch(context=context, req=req, indices=request.arrays["indices"], device=state["device"])
+    transfer_s = time.perf_counter() - started
+    algo, model, optimizer = state["algo"], state["model"], state["optimizer"]
+    generator = torch.Generator().manual_seed(derive_seed(req.seed, req.policy_version, 2))
+    snapshot = [p.detach().clone() for p in model.parameters()]
+    batch = algo.postprocess(batch=batch)
+    stats = algo.update(model=model, optimizer=optimizer, batch=batch, progress=req.progress, generator=generator)
+    stats_dict = {k: float(v) for k, v in asdict(stats).items()}
+    nonfinite = not all(np.isfinite(v) for v in stats_dict.values()) or \
+        not all(torch.isfinite(p).all() for p in model.parameters())
+    if nonfinite:
+        _restore(model=model, optimizer=optimizer, snapshot=snapshot, context=context, req=req)
+    new_version = req.policy_version + 1
+    store: ShmStore = state["store"]
+    store.put(key=weights_key(policy=req.policy, version=new_version),
+              message=model_to_message(model=_cpu(model), version=new_version))
+    store.put(key=optim_key(policy=req.policy, version=new_version),
+              message=optimizer_to_message(optimizer=optimizer, version=new_version))
+    state["version"] = new_version
+    header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite,
+              "transfer_s": transfer_s, "learning_s": time.perf_counter() - started - transfer_s,
+              "rows": int(len(request.arrays["indices"]))}
+    return Message(header=header)
+
+
+def _learner_state(*, context: FunctionContext, req: LearnerRequest) -> dict[str, Any]:
+    cache = context.cache
+    if cache.get("algo_config") != req.algo or cache.get("env_id") != req.env_id:
+        torch.set_num_threads(req.torch_threads)
+        config = ALGO_CONFIGS[req.algo["name"]].model_validate(req.algo)
+        probe = make_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs)
+        spaces = EnvSpaces(observation=probe.observation_space, action=probe.action_space)
+        probe.close()
+        algo = make_algorithm(config=config)
+        device = resolve_device(requested=req.device)
+        model = algo.make_model(spaces=spaces).to(device)
+        cache.clear()
+        cache.update(algo_config=req.algo, env_id=req.env_id, algo=algo, model=model, device=device,
+                     optimizer=algo.make_optimizer(model=model), version=None, store=ShmStore(), buffers={})
+    if cache["version"] != req.policy_version:
+        store: ShmStore = cache["store"]
+        load_model(model=cache["model"], message=store.get(key=weights_key(policy=req.policy,
+                                                                            version=req.policy_version)))
+        cache["optimizer"] = cache["algo"].make_optimizer(model=cache["model"])
+        if req.has_optimizer_state:
+            load_optimizer(optimizer=cache["optimizer"],
+                           message=store.get(key=optim_key(policy=req.policy, version=req.policy_version)))
+        cache["version"] = req.policy_version
+    return cache
+
+
+def _read_batch(*, context: FunctionContext, req: LearnerRequest, indices: np.ndarray,
+                device: torch.device) -> dict[str, torch.Tensor]:
+    buffers: dict[str, Buffer] = context.cache["buffers"]
+    name = req.buffer["name"]
+    if name not in buffers:
+        buffers[name] = Buffer.attach(descriptor=req.buffer)
+    rows = buffers[name].read(indices=indices)
+    return {key: torch.as_tensor(np.ascontiguousarray(value), device=device) for key, value in rows.items()}
+
+
+def _restore(*, model: torch.nn.Module, optimizer: torch.optim.Optimizer, snapshot: list[torch.Tensor],
+             context: FunctionContext, req: LearnerRequest) -> None:
+    """Undo a step that produced non-finite values: weights and optimizer state back to version v."""
+    with torch.no_grad():
+        for param, saved in zip(model.parameters(), snapshot):
+            param.copy_(saved)
+    if req.has_optimizer_state:
+        store: ShmStore = context.cache["store"]
+        load_optimizer(optimizer=optimizer,
+                       message=store.get(key=optim_key(policy=req.policy, version=req.policy_version)))
+    else:
+        optimizer.state.clear()
+
+
+def _cpu(model: torch.nn.Module) -> torch.nn.Module:
+    return model if next(model.parameters()).device.type == "cpu" else _CpuView(model)
+
+
+class _CpuView(torch.nn.Module):
+    """state_dict() of a CUDA model, moved to CPU for serialisation."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self._model = model
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        return {k: v.detach().cpu() for k, v in self._model.state_dict().items()}

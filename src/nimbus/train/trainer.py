@@ -1,0 +1,173 @@
+"""``train(config)``: build the system, publish version 0, run the workflow, checkpoint, summarise.
+
+Example::
+
+    result = train(config=load_config(path=Path("configs/ppo-cartpole.yaml")))
+    result.run_dir, result.summary.final_return
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from nimbus.config import NimbusConfig
+from nimbus.control.base import RoundMetrics
+from nimbus.train.build import System, build, make_run_dir
+from nimbus.train.checkpoint import CheckpointState
+from nimbus.train.evaluate import evaluate_policy
+from nimbus.train.weights import model_to_message, optim_key, weights_key
+from nimbus.train.workflows import POLICY, Progress, SyncWorkflow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The end-of-run table (also written as summary.json)."""
+
+    final_return: float | None          # mean over the last ``return_window`` training episodes
+    eval_return: float | None           # mean over ``eval_episodes`` evaluation episodes of the final policy
+    env_steps: int
+    episodes: int
+    rounds: int
+    policy_version: int
+    wall_s: float
+    invocations: int
+    attempts: int
+    cold_starts: int
+    retries: int
+    serverless_cost_usd: float
+    serverful_cost_usd: float
+    stopped_by: str
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_dir: Path
+    summary: RunSummary
+    rows: list[RoundMetrics]
+
+
+class _Interrupt:
+    """SIGINT/SIGTERM → stop at once, checkpoint the newest complete version, exit 0."""
+
+    def __init__(self, *, workflow: SyncWorkflow) -> None:
+        self.workflow = workflow
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_Interrupt":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = signal.Signals(signum).name
+        self.workflow.stop_requested = True
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _publish_initial(*, system: System) -> None:
+    torch.manual_seed(system.config.seed)
+    model = system.algo.make_model(spaces=system.spaces)
+    system.store.put(key=weights_key(policy=POLICY, version=0), message=model_to_message(model=model, version=0))
+
+
+def _should_stop(*, config: NimbusConfig, progress: Progress) -> str | None:
+    if progress.env_steps >= config.train.total_env_steps:
+        return "total_env_steps"
+    if config.train.max_rounds is not None and progress.rounds >= config.train.max_rounds:
+        return "max_rounds"
+    target = config.train.target_return
+    if target is not None and len(progress.recent_returns) >= config.train.return_window \
+            and float(np.mean(progress.recent_returns)) >= target:
+        return "target_return"
+    return None
+
+
+def save_checkpoint(*, system: System, progress: Progress) -> Path:
+    version = progress.policy_version
+    weights = system.store.get(key=weights_key(policy=POLICY, version=version))
+    optimizer = system.store.get(key=optim_key(policy=POLICY, version=version)) if version > 0 else None
+    state = CheckpointState(weights=weights, optimizer=optimizer, policy_version=version, round=progress.rounds,
+                            env_steps=progress.env_steps, episodes=progress.episodes,
+                            config=system.config.model_dump(mode="json"),
+                            extra={"recent_return_mean": float(np.mean(progress.recent_returns))
+                                   if progress.recent_returns else None})
+    return system.checkpointer.save(state=state)
+
+
+def train(*, config: NimbusConfig, run_dir: Path | None = None) -> TrainResult:
+    run_dir = run_dir or make_run_dir(config=config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    system = build(config=config, run_dir=run_dir)
+    rows: list[RoundMetrics] = []
+    progress = Progress()
+    started = time.perf_counter()
+    try:
+        _publish_initial(system=system)
+        if config.runtime.prewarm:
+            system.runtime.prewarm(spec=system.actor_spec, count=system.scaler.initial().num_actors)
+            system.runtime.prewarm(spec=system.learner_spec, count=1)
+
+        def on_round(row: RoundMetrics) -> None:
+            rows.append(row)
+            system.metrics.write(row=row, runtime=_runtime_scalars(system=system))
+            if row.round % config.train.checkpoint_every_rounds == config.train.checkpoint_every_rounds - 1:
+                save_checkpoint(system=system, progress=progress)
+
+        workflow = SyncWorkflow(system=system, progress=progress, on_round=on_round)
+        stopped_by = "interrupted"
+        with _Interrupt(workflow=workflow) as interrupt:
+            workflow.run(should_stop=lambda p: _should_stop(config=config, progress=p) is not None)
+            stopped_by = interrupt.received or _should_stop(config=config, progress=progress) or "interrupted"
+        save_checkpoint(system=system, progress=progress)
+        summary = _summarise(system=system, progress=progress, wall_s=time.perf_counter() - started,
+                             stopped_by=stopped_by, cost_usd=workflow.cost_usd(),
+                             peak_actors=max([r.num_actors for r in rows] + [1]))
+    finally:
+        system.close()
+    (run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
+    if config.output.report:
+        from nimbus.report.render import render_report
+        render_report(run_dir=run_dir)
+    return TrainResult(run_dir=run_dir, summary=summary, rows=rows)
+
+
+def _runtime_scalars(*, system: System) -> dict[str, float]:
+    stats = system.runtime.stats()
+    return {k: float(v) for k, v in asdict(stats).items() if isinstance(v, (int, float))}
+
+
+def _summarise(*, system: System, progress: Progress, wall_s: float, stopped_by: str, cost_usd: float,
+               peak_actors: int) -> RunSummary:
+    config = system.config
+    totals = system.ledger.totals()
+    eval_return = None
+    if config.train.eval_episodes > 0 and stopped_by not in ("SIGINT", "SIGTERM"):
+        weights = system.store.get(key=weights_key(policy=POLICY, version=progress.policy_version))
+        eval_return = evaluate_policy(config=config, weights=weights, episodes=config.train.eval_episodes,
+                                      seed=config.seed + 10_000).mean_return
+    serverful = system.pricing.serverful_cost_usd(
+        wall_s=wall_s, peak_actor_cpus=peak_actors * config.actors.function.cpus,
+        peak_learner_gpus=config.learner.function.gpus)
+    return RunSummary(
+        final_return=float(np.mean(progress.recent_returns)) if progress.recent_returns else None,
+        eval_return=eval_return, env_steps=progress.env_steps, episodes=progress.episodes, rounds=progress.rounds,
+        policy_version=progress.policy_version, wall_s=wall_s, invocations=totals.invocations,
+        attempts=totals.attempts, cold_starts=totals.cold_starts, retries=totals.retries,
+        serverless_cost_usd=cost_usd, serverful_cost_usd=serverful, stopped_by=stopped_by)

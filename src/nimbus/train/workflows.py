@@ -1,0 +1,209 @@
+"""The ``sync`` on-policy workflow as ARTOS trigger → action bindings (ARTOS Table 3).
+
+    ObjectKeyTrigger(weights/<policy>/*)      → invoke N actor functions with the new policy_version
+    DataKeyTrigger(n=N actors, size=N·E·T)    → invoke the learner function on the FullBatch rows
+    learner result (weights v+1 in the Store) → end of round: metrics, controllers, checkpoint
+
+The driver's event loop only moves events: a finished actor's rollout is ingested into the Buffer
+(idempotent per invocation id), a finished learner's new version is announced on StoreEvents, and
+the trigger table is polled. No algorithm-specific control code lives here.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from nimbus.control.base import RoundMetrics, ScalingDecision
+from nimbus.data.codec import Message
+from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TriggerTable
+from nimbus.errors import NimbusError
+from nimbus.train.actor import ActorRequest
+from nimbus.train.build import System
+from nimbus.train.learner import LearnerRequest
+from nimbus.train.weights import optim_key, weights_key
+
+log = logging.getLogger(__name__)
+POLICY = "main"
+
+
+@dataclass
+class RoundState:
+    """What the driver accumulates during one round."""
+
+    index: int
+    policy_version: int
+    decision: ScalingDecision
+    started_s: float
+    actors_done_s: float | None = None
+    episode_returns: list[float] = field(default_factory=list)
+    env_steps: int = 0
+    sampling_s: float = 0.0
+    ingest_s: float = 0.0
+
+
+@dataclass
+class Progress:
+    rounds: int = 0
+    env_steps: int = 0
+    episodes: int = 0
+    policy_version: int = 0
+    recent_returns: list[float] = field(default_factory=list)
+    nonfinite_in_a_row: int = 0
+    last_row: RoundMetrics | None = None
+
+
+class SyncWorkflow:
+    """Runs rounds until ``should_stop`` says so. ``on_round`` receives each finished round's row."""
+
+    def __init__(self, *, system: System, progress: Progress, on_round: Callable[[RoundMetrics], None]) -> None:
+        self.system = system
+        self.progress = progress
+        self.on_round = on_round
+        self.events: queue.Queue[tuple[str, Future, Any]] = queue.Queue()
+        self.started_s = time.perf_counter()
+        self.decision = system.scaler.initial()
+        self.round: RoundState | None = None
+        self.slot_seq: dict[int, int] = {}
+        self.stop_requested = False
+        self._cost_seen = 0
+        self._cost_usd = 0.0
+        self.table = TriggerTable()
+        self.data_trigger = DataKeyTrigger(buffer=system.buffer, n_actors=self.decision.num_actors,
+                                           size_rows=self._rows(self.decision.num_actors))
+        self.table.bind(name="invoke_actors",
+                        trigger=ObjectKeyTrigger(store_events=system.store_events, key_prefix=f"weights/{POLICY}/"),
+                        action=self._invoke_actors)
+        self.table.bind(name="invoke_learner", trigger=self.data_trigger, action=self._invoke_learner)
+
+    # ----------------------------------------------------------------------------------- actions
+    def _rows(self, num_actors: int) -> int:
+        cfg = self.system.config
+        return num_actors * cfg.env.num_envs_per_actor * cfg.actors.fragment_steps
+
+    def _invoke_actors(self) -> None:
+        cfg, version = self.system.config, self.progress.policy_version
+        self.round = RoundState(index=self.progress.rounds, policy_version=version, decision=self.decision,
+                                started_s=time.perf_counter())
+        self.data_trigger.n_actors = self.decision.num_actors
+        self.data_trigger.size_rows = self._rows(self.decision.num_actors)
+        self.data_trigger.reset()
+        for rank in range(self.decision.num_actors):
+            request = ActorRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
+                                   num_envs=cfg.env.num_envs_per_actor, fragment_steps=cfg.actors.fragment_steps,
+                                   seed=cfg.seed, actor_rank=rank, slot_seq=self.slot_seq.get(rank, 0),
+                                   policy_version=version, weights_key=weights_key(policy=POLICY, version=version),
+                                   algo=cfg.algo.model_dump(mode="json"))
+            future = self.system.runtime.invoke(spec=self.system.actor_spec, request=request.to_message())
+            self._watch(kind="actor", future=future, meta=rank)
+
+    def _invoke_learner(self) -> None:
+        cfg, version = self.system.config, self.progress.policy_version
+        indices = self.system.replay.select(buffer=self.system.buffer)
+        assert indices is not None, "DataKeyTrigger fired but the replay strategy has no batch"
+        self.system.replay.consumed(indices=indices)
+        self.round.actors_done_s = time.perf_counter()
+        progress = min(1.0, self.progress.env_steps / cfg.train.total_env_steps)
+        request = LearnerRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
+                                 algo=cfg.algo.model_dump(mode="json"), policy=POLICY, policy_version=version,
+                                 has_optimizer_state=version > 0, buffer=self.system.buffer.descriptor(),
+                                 progress=progress, seed=cfg.seed, device=cfg.learner.device,
+                                 torch_threads=cfg.learner.torch_threads)
+        future = self.system.runtime.invoke(spec=self.system.learner_spec, request=request.to_message(indices=indices))
+        self._watch(kind="learner", future=future, meta=version)
+
+    def _watch(self, *, kind: str, future: Future, meta: Any) -> None:
+        future.add_done_callback(lambda f: self.events.put((kind, f, meta)))
+
+    # ------------------------------------------------------------------------------------ events
+    def _on_actor(self, *, future: Future, rank: int) -> None:
+        result: Message = future.result()  # raises FunctionFailed when retries are spent
+        started = time.perf_counter()
+        header = result.header
+        accepted = self.system.buffer.ingest(invocation_id=header.get("_invocation_id", f"{self.round.index}-{rank}"),
+                                             actor_rank=rank, policy_version=header["policy_version"],
+                                             arrays=result.arrays)
+        if accepted:
+            self.slot_seq[rank] = self.slot_seq.get(rank, 0) + 1
+            self.round.episode_returns.extend(header["episode_returns"])
+            self.round.env_steps += header["env_steps"]
+            self.round.sampling_s = max(self.round.sampling_s, header["sampling_s"])
+        self.round.ingest_s += time.perf_counter() - started
+
+    def _on_learner(self, *, future: Future, version: int) -> None:
+        result: Message = future.result()
+        header = result.header
+        new_version = header["policy_version"]
+        self.progress.nonfinite_in_a_row = self.progress.nonfinite_in_a_row + 1 if header["nonfinite"] else 0
+        limit = self.system.config.train.max_nonfinite_losses
+        if self.progress.nonfinite_in_a_row >= limit:
+            raise NimbusError(f"{limit} learner updates in a row produced a non-finite loss or gradient; stopping")
+        self._finish_round(header=header)
+        self._forget_old_versions(current=new_version)
+        self.progress.policy_version = new_version
+        self.system.store_events.notify(key=weights_key(policy=POLICY, version=new_version))
+
+    def _finish_round(self, *, header: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        state, progress = self.round, self.progress
+        progress.rounds += 1
+        progress.env_steps += state.env_steps
+        progress.episodes += len(state.episode_returns)
+        window = self.system.config.train.return_window
+        progress.recent_returns = (progress.recent_returns + state.episode_returns)[-window:]
+        returns = state.episode_returns
+        row = RoundMetrics(
+            round=state.index, env_steps=progress.env_steps, episodes=progress.episodes,
+            return_mean=float(np.mean(returns)) if returns else None,
+            return_min=float(np.min(returns)) if returns else None,
+            return_max=float(np.max(returns)) if returns else None,
+            num_actors=state.decision.num_actors, num_learners=1, policy_version=header["policy_version"],
+            sampling_s=state.sampling_s, transfer_s=state.ingest_s + header["transfer_s"],
+            learning_s=header["learning_s"], round_s=now - state.started_s, wall_s=now - self.started_s,
+            cost_usd=self.cost_usd(), losses=header["stats"],
+            extras={"recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns
+                    else float("nan"), **state.decision.signals})
+        progress.last_row = row
+        self.decision = self.system.scaler.decide(metrics=row)
+        self.on_round(row)
+
+    def cost_usd(self) -> float:
+        records = self.system.ledger.records()
+        for record in records[self._cost_seen:]:
+            self._cost_usd += self.system.pricing.cost_usd(record=record)
+        self._cost_seen = len(records)
+        return self._cost_usd
+
+    def _forget_old_versions(self, *, current: int) -> None:
+        keep = self.system.config.store.keep_versions
+        stale = current - keep
+        if stale >= 0:
+            for key in (weights_key(policy=POLICY, version=stale), optim_key(policy=POLICY, version=stale)):
+                try:
+                    self.system.store.delete(key=key)
+                except KeyError:
+                    pass
+
+    # -------------------------------------------------------------------------------------- loop
+    def run(self, *, should_stop: Callable[[Progress], bool]) -> None:
+        """Drive rounds until ``should_stop(progress)`` at a round boundary or ``stop_requested``."""
+        self.system.store_events.notify(key=weights_key(policy=POLICY, version=self.progress.policy_version))
+        self.table.poll(now_s=time.monotonic())
+        while not self.stop_requested:
+            try:
+                kind, future, meta = self.events.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if kind == "actor":
+                self._on_actor(future=future, rank=meta)
+            else:
+                self._on_learner(future=future, version=meta)
+                if should_stop(self.progress):
+                    return
+            self.table.poll(now_s=time.monotonic())
