@@ -12,7 +12,8 @@ unless it wraps, in which case the ``IngestEvent`` carries two ``slices``, ``(w,
 ``(0, rest)``. When the buffer is full the oldest rows are overwritten; rows overwritten before
 anyone called ``mark_read`` on them are counted (``overwritten_unread_rows``).
 
-One writer: the process that created the buffer ingests (idempotently per invocation id, P2).
+One writer: the process that created the buffer ingests, from one thread at a time (idempotently
+per invocation id, P2; the last ``dedup_window`` ids are remembered).
 Other processes ``attach`` by descriptor and read rows zero-copy. Readers in other processes see a
 row once the header's counters include it (the header is updated last); a reader that holds
 positions while the writer wraps over them sees newer rows (check ``ingest_seq``).
@@ -164,7 +165,11 @@ class Buffer:
             for segment in segments:
                 segment.close()
             raise
-        return cls(descriptor=descriptor, segments=segments, owner=False)
+        buffer = cls(descriptor=descriptor, segments=segments, owner=False)
+        if int(buffer._header["capacity_rows"]) != buffer.capacity_rows:
+            buffer.close(unlink=False)
+            raise ValueError(f"buffer header {descriptor['header']!r} does not match its descriptor")
+        return buffer
 
     def descriptor(self) -> dict[str, Any]:
         """JSON-able description (segment names, shapes, dtypes, capacity) for ``Buffer.attach``."""
@@ -197,6 +202,7 @@ class Buffer:
             self._header["duplicate_ingests"] += 1
             logger.debug("duplicate ingest of invocation %s dropped", invocation_id)
             return False
+        arrays = {key: np.asarray(value) for key, value in arrays.items()}
         rows = self._validate(actor_rank=actor_rank, arrays=arrays)
         first_seq = int(self._header["total_rows"])
         slices = self._write(rows=rows, actor_rank=actor_rank, policy_version=policy_version, arrays=arrays)

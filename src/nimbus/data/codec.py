@@ -58,9 +58,10 @@ def _plan(message: Message) -> tuple[bytes, list[tuple[np.ndarray, int]], int]:
     offset = 0
     for name in sorted(message.arrays):
         array = np.asarray(message.arrays[name])
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
         if array.dtype not in _DTYPE_TO_ST:
             raise CodecError(f"array {name!r}: dtype {array.dtype} is not supported by the codec")
-        array = array if array.dtype.byteorder in ("=", "|", "<") else array.astype(array.dtype.newbyteorder("<"))
         entries[name] = {"dtype": _DTYPE_TO_ST[array.dtype], "shape": list(array.shape),
                          "data_offsets": [offset, offset + array.nbytes]}
         layout.append((array, offset))
@@ -120,7 +121,10 @@ def decode(frame: bytes | bytearray | memoryview, *, copy: bool = False) -> Mess
         raise CodecError(f"frame version {version} is not supported (this nimbus reads version {VERSION})")
     body = view[PREFIX.size:]
     if flags & FLAG_LZ4:
-        body = memoryview(lz4.frame.decompress(body))
+        try:
+            body = memoryview(lz4.frame.decompress(body))
+        except RuntimeError as exc:
+            raise CodecError(f"compressed frame is corrupt or truncated: {exc}") from exc
         copy = False  # already a private buffer
     (header_len,) = struct.unpack_from("<Q", body, 0)
     if 8 + header_len > len(body):

@@ -52,8 +52,10 @@ class Segment:
     def __init__(self, *, name: str, fd: int, size_bytes: int) -> None:
         self.name = name
         self.size_bytes = size_bytes
-        self._mmap = mmap.mmap(fd, max(size_bytes, 1))
-        os.close(fd)
+        try:
+            self._mmap = mmap.mmap(fd, max(size_bytes, 1))
+        finally:
+            os.close(fd)
         self.buffer = memoryview(self._mmap)[:size_bytes]
 
     @classmethod

@@ -117,7 +117,7 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
 
     return System(config=config, run_dir=run_dir, spaces=spaces, algo=algo, runtime=runtime, ledger=ledger,
                   pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None),
-                  store=ShmStore(), store_events=StoreEvents(), buffer=buffer, replay=FullBatch(),
+                  store=ShmStore(owner=True), store_events=StoreEvents(), buffer=buffer, replay=FullBatch(),
                   scaler=scaler, actor_spec=actor_spec, learner_spec=learner_spec,
                   checkpointer=Checkpointer(directory=run_dir / "checkpoints", keep=config.train.keep_checkpoints),
                   metrics=MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
