@@ -10,6 +10,8 @@ class NimbusError(Exception):
 class ConfigError(NimbusError):
     """A malformed config; the message names the key path (e.g. ``algo.lr``)."""
 
+    nimbus_retryable = False
+
 
 class CodecError(NimbusError):
     """Bytes that are not a valid nimbus frame (wrong magic, truncated, bad header)."""

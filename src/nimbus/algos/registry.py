@@ -1,8 +1,9 @@
 """Algorithm lookup by config name.
 
-`ALGO_CONFIGS` maps each algorithm's name to its config class, so the top-level config can build a
-discriminated union on ``name``; `make_algorithm` builds the algorithm for a validated config.
-Adding an algorithm = one entry in each table.
+`AlgoConfig` is the discriminated union (on ``name``) of every algorithm's config, for the top-level
+config's ``algo:`` section; `ALGO_CONFIGS` maps each name to its config class (to validate an ``algo``
+dict on its own); `make_algorithm` builds the algorithm for a validated config. Adding an algorithm =
+one member of the union and one entry in each table.
 
 Example::
 
@@ -12,13 +13,15 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, Union
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from nimbus.algos.base import Algorithm
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
+
+AlgoConfig = Annotated[Union[PPOConfig], Field(discriminator="name")]  # noqa: UP007 (a union of one, for now)
 
 ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ppo": PPOConfig}
 

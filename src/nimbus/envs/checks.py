@@ -36,11 +36,12 @@ OLD_RESET_API_HINT = (
 )
 
 
-class ContractChecked(gym.Wrapper):
+class ContractChecked(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Checks the gymnasium API, observation shape/dtype and finiteness on every reset and step."""
 
     def __init__(self, env: gym.Env, *, env_id: str, seed: int | None, actor_rank: int) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, env_id=env_id, seed=seed, actor_rank=actor_rank)
+        gym.Wrapper.__init__(self, env)
         self._env_id = env_id
         self._seed = seed
         self._actor_rank = actor_rank

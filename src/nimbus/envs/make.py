@@ -50,11 +50,12 @@ def make_env(*, env_id: str, seed: int, kwargs: dict[str, Any] | None = None, ac
     return env
 
 
-class _SeedOnFirstReset(gym.Wrapper):
+class _SeedOnFirstReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Uses `seed` for the first reset() that does not pass one; later resets continue the env's RNG."""
 
     def __init__(self, env: gym.Env, *, seed: int) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, seed=seed)
+        gym.Wrapper.__init__(self, env)
         self._pending_seed: int | None = seed
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
@@ -65,6 +66,8 @@ class _SeedOnFirstReset(gym.Wrapper):
 
 
 def _check_known(*, env_id: str) -> None:
+    if env_id.startswith("nimbus/"):
+        import nimbus.envs.faults  # noqa: F401  (registers the fault-injection envs)
     if env_id in gym.registry:
         return
     candidates = sorted(set(gym.registry) | {info.env_id for info in list_envs()})

@@ -5,9 +5,10 @@ Example (one on-policy round, single process)::
     algo = PPO(config=PPOConfig())
     model = algo.make_model(spaces=EnvSpaces(observation=env.observation_space, action=env.action_space))
     step = algo.act(model=model, obs=torch.as_tensor(obs), explore=True)
+    opt = algo.make_optimizer(model=model)
     ...                                             # fill the columns of algo.buffer_spec(spaces=...)
     batch = algo.postprocess(batch=rows)            # + advantages, returns
-    stats = ppo_update(model=model, optimizer=opt, batch=batch, config=algo.config, progress=p, generator=g)
+    stats = algo.update(model=model, optimizer=opt, batch=batch, progress=p, generator=g)  # ppo_update
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from nimbus.algos.base import ActOutput, EnvSpaces, KeySpec, LossOutput
 from nimbus.algos.gae import compute_gae
 from nimbus.algos.ppo.config import PPOConfig
-from nimbus.algos.ppo.learner import minibatch_loss
+from nimbus.algos.ppo.learner import UpdateStats, minibatch_loss, ppo_update
 from nimbus.models.mlp import ActorCritic
 
 
@@ -85,3 +86,16 @@ class PPO:
     def loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
         """The PPO loss over the whole (post-processed) batch at the configured clip_coef."""
         return minibatch_loss(model=model, batch=batch, config=self.config, clip_coef=self.config.clip_coef)
+
+    def update(
+        self,
+        *,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        batch: dict[str, torch.Tensor],
+        progress: float,
+        generator: torch.Generator,
+    ) -> UpdateStats:
+        """PPO's own minibatch epochs on a post-processed batch (`ppo_update` with this config)."""
+        return ppo_update(model=model, optimizer=optimizer, batch=batch, config=self.config, progress=progress,
+                          generator=generator)

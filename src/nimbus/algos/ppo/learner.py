@@ -3,7 +3,8 @@
 The batch already holds ``advantages`` and ``returns`` (`PPO.postprocess`); this module only
 optimises. Each epoch draws a permutation from the caller's `generator`, so the same generator state
 gives the same update. A minibatch whose loss or gradient is not finite is skipped (weights kept)
-and counted in `UpdateStats.num_skipped_steps`; the caller decides when too many in a row stop the run.
+and counted in `UpdateStats.num_skipped_steps`; when every minibatch was skipped the loss statistics
+are NaN. The caller decides when too many in a row stop the run.
 
 Example::
 
@@ -117,7 +118,8 @@ def ppo_update(
         if config.target_kl is not None and last_kl > config.target_kl:
             logger.debug("target_kl %.4f reached (approx_kl %.4f) after %d epoch(s)", config.target_kl, last_kl, epochs_done)
             break
-    means = {key: total / max(steps, 1) for key, total in totals.items()}
+    # no finite step at all: NaN losses, so a caller that checks the stats sees the failure
+    means = {key: total / steps if steps else float("nan") for key, total in totals.items()}
     return UpdateStats(
         **means,
         explained_variance=explained_variance(values=batch["values"], returns=batch["returns"]),

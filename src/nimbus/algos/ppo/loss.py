@@ -84,8 +84,11 @@ def normalize_advantages(advantages: torch.Tensor) -> torch.Tensor:
 
 
 def explained_variance(*, values: torch.Tensor, returns: torch.Tensor) -> float:
-    """1 − Var(R − V) / Var(R); NaN when the returns do not vary (CleanRL's definition)."""
+    """1 − Var(R − V) / Var(R) (CleanRL's definition); 0.0, not NaN, when the returns do not vary.
+
+    (A NaN statistic is an alarm downstream — the learner function treats it as a failed update.)
+    """
     var_returns = returns.var(unbiased=False)
     if var_returns.item() == 0.0:
-        return float("nan")
+        return 0.0
     return (1.0 - (returns - values).var(unbiased=False) / var_returns).item()
