@@ -21,6 +21,7 @@ ratio is the reciprocal, 1/R: the ordering of rounds is reversed. This module do
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -28,7 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh
+
+try:  # ships with scikit-learn, a nimbus dependency
+    from threadpoolctl import ThreadpoolController
+except ImportError:  # pragma: no cover
+    ThreadpoolController = None
 
 #: Keys of :meth:`HessianProbe.to_extras`, read by ``nimbus.control.nitro`` from ``RoundMetrics.extras``.
 HESSIAN_RATIO_KEY = "hessian_ratio"
@@ -42,10 +48,12 @@ _DENSE_BELOW = 3  # eigsh(k=2) needs at least 3 dimensions; smaller problems are
 class HessianProbe:
     """Result of one probe.
 
-    ``ratio`` is −λmax/λmin, or NaN where it is not defined (λmin ≥ 0: a locally convex objective, the
-    ratio would change sign or divide by zero; or a non-finite eigenvalue). ``converged`` is False when
+    ``ratio`` is −λmax/λmin, or NaN where it is not defined (λmin ≥ 0, up to the round-off of the
+    params' dtype: a locally convex objective, the ratio would change sign or divide by zero; or a
+    non-finite eigenvalue); see :func:`convexity_ratio`. ``converged`` is False when
     Lanczos did not reach ``tolerance`` within the iteration budget: the eigenvalues are then the best
-    Ritz estimates from every Krylov vector computed (still usable, but flagged).
+    Ritz estimates from every Krylov vector computed (usable, but flagged). ``num_hvps`` counts the
+    Hessian-vector products, the probe's unit of cost.
     """
 
     lambda_max: float
@@ -72,9 +80,17 @@ class HessianProbe:
         }
 
 
-def convexity_ratio(*, lambda_max: float, lambda_min: float) -> float:
-    """Nitro's R = −λmax/λmin (Eq. 2); NaN when λmin ≥ 0 or an eigenvalue is not finite."""
-    if not (math.isfinite(lambda_max) and math.isfinite(lambda_min)) or lambda_min >= 0.0:
+def convexity_ratio(*, lambda_max: float, lambda_min: float, zero_tolerance: float = 0.0) -> float:
+    """Nitro's R = −λmax/λmin (Eq. 2); NaN where it is not defined.
+
+    Not defined: an eigenvalue not finite, or λmin ≥ 0 (a locally convex objective: dividing by a
+    positive or zero λmin flips or breaks the ordering). λmin counts as zero when
+    |λmin| <= zero_tolerance · max(|λmax|, |λmin|): a round-off-sized negative λmin would give an
+    astronomically large R that swamps the scaler's min-max window for n rounds.
+    """
+    if not (math.isfinite(lambda_max) and math.isfinite(lambda_min)):
+        return math.nan
+    if lambda_min >= -zero_tolerance * max(abs(lambda_max), abs(lambda_min)):
         return math.nan
     return -lambda_max / lambda_min
 
@@ -145,12 +161,18 @@ def extreme_eigenvalues(
 ) -> HessianProbe:
     """Largest and smallest Hessian eigenvalues of ``loss_fn()`` w.r.t. ``params``, by Lanczos.
 
-    One unrestarted Lanczos run of ``max_iterations`` steps (``eigsh(which="BE", k=2,
+    One unrestarted Lanczos pass of ``max_iterations`` steps (``eigsh(which="BE", k=2,
     ncv=max_iterations, maxiter=1)``) from a seeded Gaussian start vector (§6.2): both ends of the
-    spectrum come from the same Krylov space, so the probe costs ``max_iterations`` + 1 HVPs at most
-    (fewer when the network has fewer parameters, in which case the result is exact). ``tolerance`` is
-    ARPACK's relative accuracy; if it is not met, the eigenvalues are the Ritz values over all Krylov
-    vectors computed and ``converged`` is False. The default of ~100 steps is the Nitro authors' setting.
+    spectrum come from the same Krylov space, and the probe costs at most ``max_iterations`` + 1 HVPs
+    (``num_params`` + 1 for a smaller network, where the result is exact). ``tolerance`` is ARPACK's
+    relative accuracy. If it is not met after that pass, ARPACK is stopped before it restarts, the
+    eigenvalues are the Ritz values over every Krylov vector computed (no extra HVP), and ``converged``
+    says whether their residuals meet ``tolerance``. ~100 steps on a subset of the batch is the Nitro
+    authors' setting (DESIGN §3).
+
+    Cost: the objective is evaluated once and its gradient graph kept; each HVP is one backward pass
+    through it. Memory: that graph plus 2 · (max_iterations + 1) vectors of ``num_params`` (the Krylov
+    vectors and their products, kept for the Ritz fallback).
     """
     if max_iterations < 3:
         raise ValueError(f"max_iterations must be >= 3, got {max_iterations}")
@@ -161,15 +183,21 @@ def extreme_eigenvalues(
             lam_min, lam_max, converged = _dense_extremes(operator)
         else:
             lam_min, lam_max, converged = _lanczos_extremes(operator, max_iterations, tolerance, seed)
+    ratio = convexity_ratio(lambda_max=lam_max, lambda_min=lam_min, zero_tolerance=_zero_tolerance(operator.dtype))
     return HessianProbe(
         lambda_max=lam_max,
         lambda_min=lam_min,
-        ratio=convexity_ratio(lambda_max=lam_max, lambda_min=lam_min),
+        ratio=ratio,
         converged=converged,
         num_hvps=operator.num_hvps,
         num_params=operator.num_params,
         seconds=time.perf_counter() - start,
     )
+
+
+def _zero_tolerance(dtype: torch.dtype) -> float:
+    """Relative size below which λmin is round-off of the HVP's dtype (≈1e-5 float32, ≈2e-14 float64)."""
+    return 100.0 * torch.finfo(dtype).eps
 
 
 def _dense_extremes(operator: _HessianOperator) -> tuple[float, float, bool]:
@@ -179,14 +207,37 @@ def _dense_extremes(operator: _HessianOperator) -> tuple[float, float, bool]:
     return float(eigenvalues[0]), float(eigenvalues[-1]), True
 
 
+_THREADPOOLS = None
+
+
+def _single_threaded_blas() -> contextlib.AbstractContextManager:
+    """One BLAS thread while ARPACK runs: its BLAS calls interleave with torch's HVPs, and a threaded
+    OpenBLAS spinning beside torch's OpenMP threads slowed a 100-step probe from ~80 ms to 300-450 ms on a
+    2-core machine (measured with OPENBLAS_NUM_THREADS=1 vs unset). ARPACK's own BLAS work is small."""
+    global _THREADPOOLS
+    if ThreadpoolController is None:  # pragma: no cover
+        return contextlib.nullcontext()
+    if _THREADPOOLS is None:          # scanning the loaded libraries costs ~3 ms: do it once
+        _THREADPOOLS = ThreadpoolController()
+    return _THREADPOOLS.limit(limits=1, user_api="blas")
+
+
+class _BudgetSpent(Exception):
+    """Raised from inside the matvec to stop ARPACK once the HVP budget is used."""
+
+
 def _lanczos_extremes(
     operator: _HessianOperator, max_iterations: int, tolerance: float, seed: int
 ) -> tuple[float, float, bool]:
     n = operator.num_params
+    ncv = min(n, max_iterations)
+    budget = ncv + 1                  # ARPACK's first Lanczos pass of ncv steps uses ncv + 1 products
     inputs: list[torch.Tensor] = []   # every vector ARPACK multiplied, and its product: the Ritz fallback
     outputs: list[torch.Tensor] = []
 
     def matvec(v: np.ndarray) -> np.ndarray:
+        if len(inputs) >= budget:     # ARPACK wants to restart: stop and use what we have
+            raise _BudgetSpent
         vec = torch.tensor(np.asarray(v, dtype=np.float64).reshape(-1))   # a copy: ARPACK reuses its buffer
         hv = operator(vec).detach()
         inputs.append(vec.to(operator.dtype))
@@ -196,18 +247,26 @@ def _lanczos_extremes(
     linear_operator = LinearOperator((n, n), matvec=matvec, dtype=np.float64)
     v0 = np.random.default_rng(seed).standard_normal(n)
     try:
-        eigenvalues = eigsh(
-            linear_operator, k=2, which="BE", ncv=min(n, max_iterations), maxiter=1,
-            tol=tolerance, v0=v0 / np.linalg.norm(v0), return_eigenvectors=False,
-        )
+        with _single_threaded_blas():
+            eigenvalues = eigsh(
+                linear_operator, k=2, which="BE", ncv=ncv, maxiter=1,
+                tol=tolerance, v0=v0 / np.linalg.norm(v0), return_eigenvectors=False,
+            )
         return float(np.min(eigenvalues)), float(np.max(eigenvalues)), True
-    except ArpackNoConvergence:
-        lam_min, lam_max = _ritz_extremes(torch.stack(inputs), torch.stack(outputs))
-        return lam_min, lam_max, False
+    except (ArpackNoConvergence, ArpackError, _BudgetSpent):
+        # Not converged within the budget, or an ARPACK breakdown (e.g. H·v0 = 0, an invariant subspace):
+        # the Krylov vectors computed so far still give the best available estimates.
+        if not inputs:
+            return math.nan, math.nan, False
+        return _ritz_extremes(torch.stack(inputs), torch.stack(outputs), tolerance)
 
 
-def _ritz_extremes(inputs: torch.Tensor, outputs: torch.Tensor) -> tuple[float, float]:
-    """Rayleigh–Ritz over span(inputs), given outputs = H·inputs row by row; costs no extra HVP."""
+def _ritz_extremes(inputs: torch.Tensor, outputs: torch.Tensor, tolerance: float) -> tuple[float, float, bool]:
+    """Rayleigh–Ritz over span(inputs), given outputs = H·inputs row by row; costs no extra HVP.
+
+    Returns (θ_min, θ_max, converged), converged meaning both Ritz pairs have ARPACK's residual
+    ‖H y − θ y‖ <= tolerance · |θ| (true, for example, when the vectors span an invariant subspace).
+    """
     v = inputs.double().T                                   # n × m
     w = outputs.double().T                                  # n × m, = H v
     basis, singular, right = torch.linalg.svd(v, full_matrices=False)
@@ -215,8 +274,13 @@ def _ritz_extremes(inputs: torch.Tensor, outputs: torch.Tensor) -> tuple[float, 
     basis, singular, right = basis[:, keep], singular[keep], right[keep]
     h_basis = w @ right.T / singular                        # H · basis
     projected = basis.T @ h_basis
-    ritz = torch.linalg.eigvalsh((projected + projected.T) / 2.0)
-    return float(ritz[0]), float(ritz[-1])
+    ritz, coefficients = torch.linalg.eigh((projected + projected.T) / 2.0)
+    converged = True
+    for index in (0, -1):
+        theta, y = ritz[index], coefficients[:, index]
+        residual = torch.linalg.vector_norm(h_basis @ y - theta * (basis @ y))
+        converged = converged and bool(residual <= tolerance * max(abs(float(theta)), 1e-12))
+    return float(ritz[0]), float(ritz[-1]), converged
 
 
 @dataclass(frozen=True)
@@ -224,6 +288,7 @@ class ProbeOverhead:
     """Cost of one probe, and of one plain forward+backward of the same objective for scale."""
 
     probe_s: float            # median over repeats
+    probe_min_s: float        # fastest repeat (least disturbed by other load on the machine)
     num_hvps: int
     hvp_s: float              # probe_s / num_hvps
     backward_s: float         # median forward + backward of loss_fn
@@ -255,9 +320,10 @@ def measure_probe_overhead(
         with torch.enable_grad():
             torch.autograd.grad(loss_fn(), params, allow_unused=True)
         backward.append(time.perf_counter() - start)
-    probe_s = float(np.median([p.seconds for p in probes]))
+    seconds = [p.seconds for p in probes]
+    probe_s = float(np.median(seconds))
     num_hvps = probes[-1].num_hvps
     return ProbeOverhead(
-        probe_s=probe_s, num_hvps=num_hvps, hvp_s=probe_s / max(num_hvps, 1),
+        probe_s=probe_s, probe_min_s=min(seconds), num_hvps=num_hvps, hvp_s=probe_s / max(num_hvps, 1),
         backward_s=float(np.median(backward)), num_params=probes[-1].num_params,
     )

@@ -1,0 +1,107 @@
+"""Actor-scaling configs (frozen, unknown keys rejected) and ``make_scaler``, the one place they become objects.
+
+The section is a discriminated union on ``kind``; one config line switches the scaler::
+
+    scaling: {kind: nitro, min_actors: 8, max_actors: 64, budget_usd: 5.0}
+    scaling: {kind: hydrozoa, initial_actors: 8, max_actors: 64, double_every_rounds: 10}
+
+    config = TypeAdapter(ScalingConfig).validate_python(section)
+    scaler = make_scaler(config=config)
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from nimbus.control.base import ActorScaler
+from nimbus.control.nitro import NitroScaler
+from nimbus.control.scaling import FixedScaler, HydrozoaScaler, MaxScaler
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _not_below(value: int, info: ValidationInfo, *, lower_field: str) -> int:
+    """Validator body: ``value`` (the field being checked) must be >= the already-validated ``lower_field``."""
+    lower = info.data.get(lower_field)
+    if lower is not None and value < lower:
+        raise ValueError(f"{info.field_name} ({value}) must be >= {lower_field} ({lower})")
+    return value
+
+
+class FixedScalingConfig(_Frozen):
+    kind: Literal["fixed"] = "fixed"
+    num_actors: int = Field(ge=1)
+
+
+class HessianProbeConfig(_Frozen):
+    """How the trainer probes the Hessian each round (``nimbus.analysis.hessian.extreme_eigenvalues``)."""
+
+    subset_size: int = Field(default=256, ge=1)       # rows of the round's batch the objective is evaluated on
+    max_iterations: int = Field(default=100, ge=3)    # Lanczos steps (HVPs); ~100 is the authors' setting
+    tolerance: float = Field(default=1e-3, gt=0.0)    # ARPACK relative accuracy
+
+
+class NitroScalingConfig(_Frozen):
+    """Nitro (paper 002, §5.3). ``variant="authors_code"`` reproduces the public code (DESIGN §3)."""
+
+    kind: Literal["nitro"] = "nitro"
+    min_actors: int = Field(default=8, ge=1)
+    max_actors: int = Field(default=64, ge=1)
+    window: int = Field(default=6, ge=2)              # a window of one value has no min-max spread
+    decay: float = Field(default=0.96, gt=0.0, le=1.0)   # d = 1 turns the decay off (an ablation)
+    budget_usd: float | None = Field(default=None, gt=0.0)
+    variant: Literal["paper", "authors_code"] = "paper"
+    hessian: HessianProbeConfig = HessianProbeConfig()
+
+    @field_validator("max_actors")
+    @classmethod
+    def _max_not_below_min(cls, value: int, info: ValidationInfo) -> int:
+        return _not_below(value, info, lower_field="min_actors")
+
+
+class HydrozoaScalingConfig(_Frozen):
+    """Hydrozoa baseline: double the actors every ``double_every_rounds`` rounds, up to ``max_actors``."""
+
+    kind: Literal["hydrozoa"] = "hydrozoa"
+    initial_actors: int = Field(ge=1)
+    max_actors: int = Field(ge=1)
+    double_every_rounds: int = Field(ge=1)
+
+    @field_validator("max_actors")
+    @classmethod
+    def _max_not_below_initial(cls, value: int, info: ValidationInfo) -> int:
+        return _not_below(value, info, lower_field="initial_actors")
+
+
+class MaxScalingConfig(_Frozen):
+    kind: Literal["max"] = "max"
+    max_actors: int = Field(ge=1)
+
+
+ScalingConfig = Annotated[
+    Union[FixedScalingConfig, NitroScalingConfig, HydrozoaScalingConfig, MaxScalingConfig],
+    Field(discriminator="kind"),
+]
+
+
+def make_scaler(*, config: ScalingConfig) -> ActorScaler:
+    """The actor scaler a validated config describes."""
+    if isinstance(config, FixedScalingConfig):
+        return FixedScaler(num_actors=config.num_actors)
+    if isinstance(config, NitroScalingConfig):
+        return NitroScaler(
+            min_actors=config.min_actors, max_actors=config.max_actors, window=config.window,
+            decay=config.decay, budget_usd=config.budget_usd, variant=config.variant,
+        )
+    if isinstance(config, HydrozoaScalingConfig):
+        return HydrozoaScaler(
+            initial_actors=config.initial_actors, max_actors=config.max_actors,
+            double_every_rounds=config.double_every_rounds,
+        )
+    if isinstance(config, MaxScalingConfig):
+        return MaxScaler(max_actors=config.max_actors)
+    raise TypeError(f"not a scaling config: {type(config).__name__}")
