@@ -1,5 +1,6 @@
 """Networks for the off-policy family: Q-networks (MLP or Atari CNN torso), SAC's squashed Gaussian
-actor and twin Q critics.
+actor and twin Q critics, and a CNN actor-critic with the interface of ``models.mlp.ActorCritic``
+(for IMPALA / IMPACT, or PPO, on image observations).
 
 Observations arrive as the env gives them: float vectors, or uint8 image stacks (84x84x4 as
 ``AtariPreprocessing`` + ``FrameStackObservation`` produce, channels first or last); ``make_torso``
@@ -21,6 +22,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+from torch.distributions import Categorical, Distribution, Normal
+
+from nimbus.errors import ConfigError
+from nimbus.models import distributions
+from nimbus.models.mlp import ActorCritic, Activation, layer_init
 
 LOG_STD_MIN = -20.0  # SB3's bounds for SAC's log-std
 LOG_STD_MAX = 2.0
@@ -75,24 +81,79 @@ class NatureCNN(nn.Module):
 class FlattenMLP(nn.Module):
     """Flattens vector observations (any shape) and applies an MLP torso."""
 
-    def __init__(self, *, obs_shape: tuple[int, ...], hidden_sizes: Sequence[int]) -> None:
+    def __init__(self, *, obs_shape: tuple[int, ...], hidden_sizes: Sequence[int],
+                 activation: type[nn.Module] = nn.ReLU) -> None:
         super().__init__()
-        self.net = mlp(in_dim=int(np.prod(obs_shape)), hidden_sizes=hidden_sizes, out_dim=None)
+        self.net = mlp(in_dim=int(np.prod(obs_shape)), hidden_sizes=hidden_sizes, out_dim=None,
+                       activation=activation)
         self.features_dim = hidden_sizes[-1] if hidden_sizes else int(np.prod(obs_shape))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs.float().flatten(start_dim=1))
 
 
-def make_torso(*, observation_space: gym.Space, hidden_sizes: Sequence[int]) -> tuple[nn.Module, int]:
+def make_torso(*, observation_space: gym.Space, hidden_sizes: Sequence[int],
+               activation: type[nn.Module] = nn.ReLU) -> tuple[nn.Module, int]:
     """NatureCNN for uint8 image stacks, else a flattening MLP. Returns (torso, features_dim)."""
     if not isinstance(observation_space, gym.spaces.Box):
         raise TypeError(f"only Box observation spaces are supported, got {observation_space}")
     if is_image_space(observation_space):
         torso: nn.Module = NatureCNN(obs_shape=observation_space.shape)  # type: ignore[arg-type]
     else:
-        torso = FlattenMLP(obs_shape=observation_space.shape, hidden_sizes=hidden_sizes)
+        torso = FlattenMLP(obs_shape=observation_space.shape, hidden_sizes=hidden_sizes, activation=activation)
     return torso, torso.features_dim  # type: ignore[return-value]
+
+
+class CNNActorCritic(nn.Module):
+    """π(a|s) and V(s) over uint8 frame stacks: one shared NatureCNN torso, two linear heads.
+
+    Same methods as ``ActorCritic`` (value, distribution, act, evaluate) and the same CleanRL
+    initialisation of the heads (orthogonal, gain 0.01 for the policy, 1.0 for the value).
+    """
+
+    def __init__(self, *, observation_space: gym.Space, action_space: gym.Space) -> None:
+        super().__init__()
+        if not is_image_space(observation_space):
+            raise ConfigError(f"CNNActorCritic needs a uint8 image observation space, got {observation_space}")
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            out_dim = int(action_space.n)
+        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+            out_dim = int(action_space.shape[0])
+        else:
+            raise ConfigError(f"CNNActorCritic needs a Discrete or 1-D Box action space, got {action_space}")
+        self.torso = NatureCNN(obs_shape=observation_space.shape)  # type: ignore[arg-type]
+        self.actor = layer_init(nn.Linear(self.torso.features_dim, out_dim), std=0.01)
+        self.critic = layer_init(nn.Linear(self.torso.features_dim, 1), std=1.0)
+        if not self.discrete:
+            self.actor_logstd = nn.Parameter(torch.zeros(1, out_dim))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.torso(obs)).squeeze(-1)
+
+    def distribution(self, obs: torch.Tensor) -> Distribution:
+        out = self.actor(self.torso(obs))
+        if self.discrete:
+            return Categorical(logits=out)
+        return Normal(out, self.actor_logstd.expand_as(out).exp())
+
+    def act(self, obs: torch.Tensor, *, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dist = self.distribution(obs)
+        action = dist.sample() if explore else distributions.mode(dist=dist)
+        return action, distributions.log_prob(dist=dist, actions=action), self.value(obs)
+
+    def evaluate(self, obs: torch.Tensor, *, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dist = self.distribution(obs)
+        return distributions.log_prob(dist=dist, actions=actions), distributions.entropy(dist=dist), self.value(obs)
+
+
+def make_actor_critic(*, observation_space: gym.Space, action_space: gym.Space, hidden_sizes: tuple[int, ...],
+                      activation: Activation) -> nn.Module:
+    """CNNActorCritic for uint8 image stacks, else the MLP ``ActorCritic`` (hidden sizes apply to it)."""
+    if is_image_space(observation_space):
+        return CNNActorCritic(observation_space=observation_space, action_space=action_space)
+    return ActorCritic(observation_space=observation_space, action_space=action_space, hidden_sizes=hidden_sizes,
+                       activation=activation)
 
 
 class QNetwork(nn.Module):

@@ -1,0 +1,59 @@
+"""IMPALA / IMPACT learner: one gradient step on a time-major batch; IMPACT refreshes its target.
+
+Example::
+
+    optimizer = algo.make_optimizer(model=model)
+    stats = impala_update(model=model, optimizer=optimizer, batch=algo.postprocess(batch=rows), config=cfg)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from nimbus.algos.impala.config import ImpalaConfig
+from nimbus.algos.impala.loss import batch_loss
+from nimbus.models.qnet import polyak_update
+
+if TYPE_CHECKING:
+    from nimbus.algos.impala.algorithm import ImpalaModel
+
+
+@dataclass(frozen=True)
+class ImpalaUpdateStats:
+    """Scalars only (the learner function logs ``asdict(stats)`` as floats)."""
+
+    policy_loss: float
+    value_loss: float
+    entropy: float
+    kl: float                    # KL(π_target ‖ π); 0 for IMPALA or kl_coeff = 0
+    clip_fraction: float         # IMPACT: share of ratios outside [1 − clip, 1 + clip]
+    vtrace_rho_mean: float       # mean unclipped π/μ (off-policyness of the batch)
+    grad_norm: float             # before clipping
+    num_gradient_steps: int      # in this update (1)
+    total_gradient_steps: int    # since the model was made (model.num_grad_steps)
+    target_updated: bool
+
+
+def impala_update(*, model: ImpalaModel, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
+                  config: ImpalaConfig) -> ImpalaUpdateStats:
+    out = batch_loss(model=model, batch=batch, config=config)
+    optimizer.zero_grad(set_to_none=True)
+    out.loss.backward()
+    max_norm = config.max_grad_norm if config.max_grad_norm is not None else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.net.parameters(), max_norm)
+    optimizer.step()
+    model.num_grad_steps += 1
+    total = int(model.num_grad_steps)
+    target_updated = model.target_net is not None and total % config.target_update_interval == 0
+    if target_updated:
+        polyak_update(source=model.net, target=model.target_net, tau=config.target_tau)
+    s = out.stats
+    return ImpalaUpdateStats(
+        policy_loss=s["losses/policy_loss"], value_loss=s["losses/value_loss"], entropy=s["losses/entropy"],
+        kl=s.get("losses/kl", 0.0), clip_fraction=s.get("losses/clip_fraction", 0.0),
+        vtrace_rho_mean=s["losses/vtrace_rho_mean"], grad_norm=float(grad_norm), num_gradient_steps=1,
+        total_gradient_steps=total, target_updated=target_updated,
+    )

@@ -1,0 +1,125 @@
+"""IMPALA and IMPACT losses over time-major [T, B] batches.
+
+IMPALA (Espeholt et al. 2018): policy gradient with V-trace advantages, value regression to v_s,
+entropy bonus; V-trace's target policy is the current policy.
+
+IMPACT (Luo et al. 2020), as RLlib's APPO implements it (the code Stellaris ran): V-trace's target
+policy is a *target network* π_tgt refreshed every few updates; the policy loss is PPO's clipped
+surrogate over the ratio r = clip(μ/π_tgt, 0, 2) · π/μ (≈ π/π_tgt with a bounded IS correction).
+
+Batch keys: obs, actions, rewards, next_obs, terminated, truncated, behaviour_log_prob, each
+[T, B, ...], with row t+1 continuing row t unless the episode ended at t.
+
+Example::
+
+    out = batch_loss(model=model, batch=batch, config=cfg)
+    out.loss.backward()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch.distributions import Distribution, Normal
+
+from nimbus.algos.impala.vtrace import vtrace
+from nimbus.models import distributions
+
+if TYPE_CHECKING:
+    from nimbus.algos.impala.algorithm import ImpalaModel
+    from nimbus.algos.impala.config import ImpalaConfig
+
+
+@dataclass(frozen=True)
+class ImpalaLoss:
+    loss: torch.Tensor
+    stats: dict[str, float]
+
+
+def pg_loss(*, log_prob: torch.Tensor, pg_advantages: torch.Tensor) -> torch.Tensor:
+    """IMPALA's policy loss: −E[A^pg · log π(a|s)] (advantages are constants)."""
+    return -(log_prob * pg_advantages.detach()).mean()
+
+
+def impact_surrogate_loss(*, log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor,
+                          target_log_prob: torch.Tensor, pg_advantages: torch.Tensor, clip_param: float,
+                          is_ratio_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """IMPACT's clipped surrogate; returns (loss, ratio). r = clip(μ/π_tgt, 0, c) · π/μ."""
+    is_ratio = torch.exp(behaviour_log_prob - target_log_prob).clamp(0.0, is_ratio_clip).detach()
+    ratio = is_ratio * torch.exp(log_prob - behaviour_log_prob)
+    adv = pg_advantages.detach()
+    surrogate = torch.min(adv * ratio, adv * ratio.clamp(1.0 - clip_param, 1.0 + clip_param))
+    return -surrogate.mean(), ratio.detach()
+
+
+def value_loss(*, values: torch.Tensor, vs: torch.Tensor) -> torch.Tensor:
+    """0.5 · E[(V(x_t) − v_t)²] with v_t a constant."""
+    return 0.5 * ((values - vs.detach()) ** 2).mean()
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def next_state_values(*, model: ImpalaModel, values: torch.Tensor,
+                      batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bootstrap_value [B], next_values [T, B]): V(next_obs) at the last row and at truncated steps."""
+    with torch.no_grad():
+        bootstrap_value = model.net.value(batch["next_obs"][-1])
+        next_values = torch.zeros_like(values)
+        cut = batch["truncated"].bool()
+        if cut.any():
+            next_values[cut] = model.net.value(batch["next_obs"][cut]).to(values.dtype)
+    return bootstrap_value, next_values
+
+
+def policy_kl(*, old: Distribution, new: Distribution) -> torch.Tensor:
+    """KL(old ‖ new) per row, summed over the action dimensions of a diagonal Gaussian."""
+    kl = torch.distributions.kl_divergence(old, new)
+    return kl.sum(dim=-1) if isinstance(new, Normal) else kl
+
+
+def batch_loss(*, model: ImpalaModel, batch: dict[str, torch.Tensor], config: ImpalaConfig) -> ImpalaLoss:
+    T, B = batch["rewards"].shape
+    obs, actions = _flat(batch["obs"]), _flat(batch["actions"])
+    dist = model.net.distribution(obs)
+    log_prob = distributions.log_prob(dist=dist, actions=actions).view(T, B)
+    entropy = distributions.entropy(dist=dist).mean()
+    values = model.net.value(obs).view(T, B)
+    bootstrap_value, next_values = next_state_values(model=model, values=values, batch=batch)
+    behaviour_log_prob = batch["behaviour_log_prob"].float()
+    impact = config.variant == "impact"
+    if impact:
+        with torch.no_grad():
+            target_dist = model.target_net.distribution(obs)
+            target_log_prob = distributions.log_prob(dist=target_dist, actions=actions).view(T, B)
+    else:
+        target_log_prob = log_prob.detach()
+    vt = vtrace(behaviour_log_prob=behaviour_log_prob, target_log_prob=target_log_prob,
+                rewards=batch["rewards"].float(), values=values.detach(), bootstrap_value=bootstrap_value,
+                discounts=config.gamma * (1.0 - batch["terminated"].float()), rho_bar=config.rho_bar,
+                c_bar=config.c_bar, truncated=batch["truncated"], next_values=next_values)
+    stats: dict[str, float] = {}
+    if impact:
+        policy_loss, ratio = impact_surrogate_loss(
+            log_prob=log_prob, behaviour_log_prob=behaviour_log_prob, target_log_prob=target_log_prob,
+            pg_advantages=vt.pg_advantages, clip_param=config.clip_param, is_ratio_clip=config.is_ratio_clip)
+        stats["losses/clip_fraction"] = float(((ratio - 1.0).abs() > config.clip_param).float().mean())
+    else:
+        policy_loss = pg_loss(log_prob=log_prob, pg_advantages=vt.pg_advantages)
+    v_loss = value_loss(values=values, vs=vt.vs)
+    loss = policy_loss + config.vf_coef * v_loss - config.ent_coef * entropy
+    if impact and config.kl_coeff > 0:
+        kl = policy_kl(old=target_dist, new=dist).mean()
+        loss = loss + config.kl_coeff * kl
+        stats["losses/kl"] = float(kl.detach())
+    stats.update({
+        "losses/policy_loss": float(policy_loss.detach()),
+        "losses/value_loss": float(v_loss.detach()),
+        "losses/entropy": float(entropy.detach()),
+        "losses/vtrace_rho_mean": float(vt.rhos.mean()),
+        "losses/pg_advantage_mean": float(vt.pg_advantages.mean()),
+    })
+    return ImpalaLoss(loss=loss, stats=stats)

@@ -1,0 +1,96 @@
+"""SAC as an ``Algorithm``: squashed Gaussian actor, twin critics with Polyak targets, learned log α.
+
+The actor works in [-1, 1]; ``act`` rescales to the Box bounds (a_env = a · scale + bias) and the
+buffer keeps env-scale actions, which the loss maps back to [-1, 1] for the critics. Log-probs (and
+the target entropy −|A|) are those of the [-1, 1] action, as in Stable-Baselines3, so α does not
+depend on the bounds.
+
+Example::
+
+    algo = SAC(config=SACConfig())
+    model = algo.make_model(spaces=spaces)                       # bounded Box actions only
+    out = algo.act(model=model, obs=torch.as_tensor(obs), explore=True)
+    env.step(out.actions)                                        # within the action bounds
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from nimbus.algos.base import ActOutput, EnvSpaces, KeySpec, LossOutput
+from nimbus.algos.dqn.algorithm import transition_spec
+from nimbus.algos.sac.config import SACConfig
+from nimbus.algos.sac.learner import SACUpdateStats, make_optimizer, sac_update
+from nimbus.algos.sac.loss import batch_losses
+from nimbus.models.qnet import SquashedGaussianActor, TwinQ
+
+
+class SACModel(nn.Module):
+    def __init__(self, *, spaces: EnvSpaces, config: SACConfig) -> None:
+        super().__init__()
+        action = spaces.action
+        if not (isinstance(action, gym.spaces.Box) and len(action.shape) == 1 and action.is_bounded()):
+            raise TypeError(f"SAC needs a bounded 1-D Box action space, got {action}")
+        obs_dim = int(np.prod(spaces.observation.shape))
+        action_dim = action.shape[0]
+        self.actor = SquashedGaussianActor(obs_dim=obs_dim, action_dim=action_dim, hidden_sizes=config.hidden_sizes)
+        self.critic = TwinQ(obs_dim=obs_dim, action_dim=action_dim, hidden_sizes=config.hidden_sizes)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_alpha)),
+                                      requires_grad=config.autotune_alpha)
+        low, high = (torch.as_tensor(b, dtype=torch.float32) for b in (action.low, action.high))
+        self.register_buffer("action_scale", (high - low) / 2.0)
+        self.register_buffer("action_bias", (high + low) / 2.0)
+        self.target_entropy = float(-action_dim if config.target_entropy is None else config.target_entropy)
+        self.register_buffer("num_grad_steps", torch.zeros((), dtype=torch.int64))
+
+    def to_env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """[-1, 1] → the Box bounds."""
+        return actions * self.action_scale + self.action_bias
+
+    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """The Box bounds → [-1, 1]."""
+        return (actions.float() - self.action_bias) / self.action_scale
+
+
+class SAC:
+    name = "sac"
+
+    def __init__(self, *, config: SACConfig) -> None:
+        self.config = config
+
+    def make_model(self, *, spaces: EnvSpaces) -> SACModel:
+        return SACModel(spaces=spaces, config=self.config)
+
+    def make_optimizer(self, *, model: torch.nn.Module) -> torch.optim.Optimizer:
+        """One Adam, parameter groups critic / actor / alpha (see ``learner.make_optimizer``)."""
+        return make_optimizer(model=model, config=self.config)  # type: ignore[arg-type]
+
+    def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool) -> ActOutput:
+        """a ~ π(·|s) (``explore``) or tanh(μ(s)), rescaled to the action bounds."""
+        with torch.no_grad():
+            actions, _ = model.actor.sample(obs, deterministic=not explore)
+            env_actions = model.to_env_actions(actions)
+        return ActOutput(actions=env_actions.numpy().astype(np.float32))
+
+    def buffer_spec(self, *, spaces: EnvSpaces) -> dict[str, KeySpec]:
+        return transition_spec(spaces=spaces, action=KeySpec(shape=tuple(spaces.action.shape), dtype="float32"))
+
+    def postprocess(self, *, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return batch
+
+    def loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
+        """Critic + actor + α losses as one scalar (their gradients touch disjoint parameters)."""
+        out = batch_losses(model=model, batch=batch, config=self.config)  # type: ignore[arg-type]
+        return LossOutput(loss=out.total, stats=out.stats)
+
+    def update(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
+               progress: float, generator: torch.Generator) -> SACUpdateStats:
+        """``sac_update``: one gradient step per ``batch_size`` rows; progress/generator unused."""
+        return sac_update(model=model, optimizer=optimizer, batch=batch, config=self.config)  # type: ignore[arg-type]

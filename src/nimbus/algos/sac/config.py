@@ -1,0 +1,45 @@
+"""SAC config (frozen, validated).
+
+Defaults: rl-baselines3-zoo ``hyperparams/sac.yml`` Pendulum-v1 sets only lr 1e-3 (20k steps); the
+rest are Stable-Baselines3 SAC defaults it inherits: buffer 1M, learning_starts 100, batch 256,
+τ 0.005, γ 0.99, train_freq 1, gradient_steps 1, target update every step, ent_coef "auto" starting
+at α = 1 with target entropy −|A|, net [256, 256], one learning rate for actor, critic and α.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class SACConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Literal["sac"] = "sac"
+    lr: float = Field(1e-3, gt=0)                  # actor, critic and α (SB3 shares one)
+    gamma: float = Field(0.99, ge=0, le=1)
+    buffer_capacity: int = Field(1_000_000, ge=1)  # transitions
+    batch_size: int = Field(256, ge=1)
+    learning_starts: int = Field(100, ge=0)        # env steps of uniform random actions first
+    train_freq: int = Field(1, ge=1)               # env steps between training phases
+    gradient_steps: int = Field(1, ge=1)           # gradient steps per training phase
+    tau: float = Field(0.005, gt=0, le=1)          # Polyak factor of the target critics
+    target_update_interval: int = Field(1, ge=1)   # gradient steps
+    autotune_alpha: bool = True                    # learn log α towards target_entropy
+    init_alpha: float = Field(1.0, gt=0)           # α at the start (fixed α when not autotuned)
+    target_entropy: float | None = None            # None: −|A| (Haarnoja et al. 2018b)
+    hidden_sizes: tuple[int, ...] = (256, 256)
+
+    @field_validator("hidden_sizes")
+    @classmethod
+    def _positive_widths(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value or any(width <= 0 for width in value):
+            raise ValueError(f"hidden_sizes needs at least one layer, every width > 0; got {list(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> SACConfig:
+        if self.batch_size > self.buffer_capacity:
+            raise ValueError(f"batch_size ({self.batch_size}) exceeds buffer_capacity ({self.buffer_capacity})")
+        return self

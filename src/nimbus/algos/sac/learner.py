@@ -1,0 +1,77 @@
+"""SAC learner: per ``batch_size`` rows, one backward pass over the summed losses and one step of the
+optimizer, whose three parameter groups (critic, actor, α) are SAC's three optimizers; then the
+Polyak update of the target critics when due.
+
+One Adam with three groups is step-for-step identical to three Adams (Adam's state is per
+parameter and the three gradients touch disjoint parameters), and it is the single optimizer object
+the generic learner function checkpoints. Each group can take its own lr.
+
+The actor loss reads the critics as they were before this step's critic update (SB3 reads the
+updated critics); the three gradients come from one forward pass, as in the original softlearning.
+
+Example::
+
+    optimizer = algo.make_optimizer(model=model)
+    stats = sac_update(model=model, optimizer=optimizer, batch=rows, config=cfg)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from nimbus.algos.sac.config import SACConfig
+from nimbus.algos.sac.loss import batch_losses
+from nimbus.models.qnet import polyak_update
+
+if TYPE_CHECKING:
+    from nimbus.algos.sac.algorithm import SACModel
+
+
+@dataclass(frozen=True)
+class SACUpdateStats:
+    """Scalars only (the learner function logs ``asdict(stats)`` as floats); means over the steps."""
+
+    qf_loss: float
+    actor_loss: float
+    alpha_loss: float
+    alpha: float                # α used by the losses (before this update's α step)
+    entropy: float              # −mean log π(a|s) of the sampled actions
+    qf1_values: float
+    num_gradient_steps: int     # in this update
+    total_gradient_steps: int   # since the model was made (model.num_grad_steps)
+
+
+def make_optimizer(*, model: SACModel, config: SACConfig) -> torch.optim.Optimizer:
+    """Adam with parameter groups "critic", "actor" and (when α is learned) "alpha"."""
+    groups = [{"params": list(model.critic.parameters()), "name": "critic"},
+              {"params": list(model.actor.parameters()), "name": "actor"}]
+    if config.autotune_alpha:
+        groups.append({"params": [model.log_alpha], "name": "alpha"})
+    return torch.optim.Adam(groups, lr=config.lr)
+
+
+_STATS = ("qf_loss", "actor_loss", "alpha_loss", "alpha", "entropy", "qf1_values")
+
+
+def sac_update(*, model: SACModel, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
+               config: SACConfig) -> SACUpdateStats:
+    n = batch["obs"].shape[0]
+    totals = dict.fromkeys(_STATS, 0.0)
+    steps = 0
+    for start in range(0, n, config.batch_size):
+        minibatch = {k: v[start:start + config.batch_size] for k, v in batch.items()}
+        out = batch_losses(model=model, batch=minibatch, config=config)
+        optimizer.zero_grad(set_to_none=True)
+        out.total.backward()
+        optimizer.step()
+        model.num_grad_steps += 1
+        if int(model.num_grad_steps) % config.target_update_interval == 0:
+            polyak_update(source=model.critic, target=model.critic_target, tau=config.tau)
+        steps += 1
+        for key in _STATS:
+            totals[key] += out.stats[f"losses/{key}"]
+    means = {k: v / max(steps, 1) for k, v in totals.items()}
+    return SACUpdateStats(**means, num_gradient_steps=steps, total_gradient_steps=int(model.num_grad_steps))
