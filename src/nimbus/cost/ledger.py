@@ -1,0 +1,201 @@
+"""The Ledger: one record per attempt, exactly once (P14). The only source of cost figures.
+
+Billing rule (what ``billed_s`` means, applied by ``billed_seconds``):
+
+* ``duration_s`` = ``end_at - start_at`` of the attempt: from the moment the function started
+  running (the worker's clock) to its return; for a killed attempt, from dispatch to the kill (or to
+  the moment its worker's death was seen).
+* ``billed_s`` = ``duration_s`` + ``init_s`` when the attempt was a cold start (its worker was
+  spawned for it: process start -> entrypoint imported). A prewarmed worker's init is billed once, on
+  its ``"prewarm"`` record (``duration_s`` 0, ``billed_s`` = ``init_s``); its first invocation is warm.
+* A timed-out attempt bills at least ``timeout_s`` (Lambda bills a timed-out function its full
+  timeout, P6).
+
+Outcomes: ``ok`` | ``error`` (the function raised) | ``timeout`` | ``worker_died`` | ``prewarm`` |
+``cancelled`` (in flight when the runtime shut down). Prices live in ``cost/pricing.py``.
+
+Example::
+
+    ledger = Ledger(path=Path("runs/x/ledger.jsonl"))
+    runtime = LocalRuntime(ledger=ledger)
+    ...
+    totals = ledger.totals()           # LedgerTotals(invocations=..., billed_s_by_kind={"actor": ...})
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from nimbus.runtime.base import FunctionSpec
+
+OUTCOMES = ("ok", "error", "timeout", "worker_died", "prewarm", "cancelled")
+FAILED_OUTCOMES = frozenset({"error", "timeout", "worker_died"})
+
+
+@dataclass(frozen=True)
+class LedgerRecord:
+    """One attempt of one invocation (or one prewarmed worker). Times are ``time.time()`` seconds."""
+
+    invocation_id: str
+    attempt: int
+    function: str
+    kind: str
+    worker_id: str
+    cold: bool
+    init_s: float
+    queued_at: float
+    start_at: float
+    end_at: float
+    duration_s: float
+    billed_s: float
+    cpus: float
+    gpus: float
+    memory_mb: int
+    outcome: str
+    error_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"ledger outcome {self.outcome!r} is not one of {OUTCOMES}")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, line: str) -> "LedgerRecord":
+        data = json.loads(line)
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def billed_seconds(*, duration_s: float, init_s: float, cold: bool, timed_out: bool, timeout_s: float) -> float:
+    """The billing rule of this module's docstring."""
+    billed = max(0.0, duration_s) + (init_s if cold else 0.0)
+    return max(billed, timeout_s) if timed_out else billed
+
+
+@dataclass(frozen=True)
+class LedgerTotals:
+    """Aggregates over ledger records. ``failures`` counts failed *attempts* (error, timeout, worker_died)."""
+
+    invocations: int
+    attempts: int
+    cold_starts: int
+    warm_starts: int
+    prewarms: int
+    retries: int
+    failures: int
+    timeouts: int
+    billed_s: float
+    billed_s_by_kind: dict[str, float]
+
+
+class Tally:
+    """Running totals, one record at a time (``totals_of`` for a stream; the runtime's counters)."""
+
+    def __init__(self) -> None:
+        self._invocations: set[str] = set()
+        self._counts = dict.fromkeys(("attempts", "cold_starts", "warm_starts", "prewarms", "retries", "failures",
+                                      "timeouts"), 0)
+        self._billed_s_by_kind: dict[str, float] = {}
+
+    def add(self, *, record: LedgerRecord) -> None:
+        c = self._counts
+        self._billed_s_by_kind[record.kind] = self._billed_s_by_kind.get(record.kind, 0.0) + record.billed_s
+        c["cold_starts"] += record.cold
+        if record.outcome == "prewarm":  # a cold start, not an attempt
+            c["prewarms"] += 1
+            return
+        self._invocations.add(record.invocation_id)
+        c["attempts"] += 1
+        c["warm_starts"] += not record.cold
+        c["retries"] += record.attempt > 1
+        c["failures"] += record.outcome in FAILED_OUTCOMES
+        c["timeouts"] += record.outcome == "timeout"
+
+    def totals(self) -> LedgerTotals:
+        return LedgerTotals(invocations=len(self._invocations), **self._counts,
+                            billed_s=sum(self._billed_s_by_kind.values()), billed_s_by_kind=dict(self._billed_s_by_kind))
+
+
+def totals_of(*, records: Iterable[LedgerRecord]) -> LedgerTotals:
+    """Recompute totals from records (prewarm records are cold starts but not attempts)."""
+    tally = Tally()
+    for record in records:
+        tally.add(record=record)
+    return tally.totals()
+
+
+def attempt_record(*, spec: FunctionSpec, invocation_id: str, attempt: int, worker_id: str, cold: bool,
+                   init_s: float, queued_at: float, start_at: float, end_at: float, outcome: str,
+                   error_type: str | None) -> LedgerRecord:
+    """The record of one attempt of ``spec``, billed by the rule of this module's docstring."""
+    duration = max(0.0, end_at - start_at)
+    init_s = init_s if cold else 0.0
+    billed = billed_seconds(duration_s=duration, init_s=init_s, cold=cold, timed_out=outcome == "timeout",
+                            timeout_s=spec.timeout_s)
+    return LedgerRecord(invocation_id=invocation_id, attempt=attempt, function=spec.name, kind=spec.kind,
+                        worker_id=worker_id, cold=cold, init_s=init_s, queued_at=queued_at, start_at=start_at,
+                        end_at=end_at, duration_s=duration, billed_s=billed, cpus=spec.resources.cpus,
+                        gpus=spec.resources.gpus, memory_mb=spec.resources.memory_mb, outcome=outcome,
+                        error_type=error_type)
+
+
+class Ledger:
+    """Append-only, thread-safe list of LedgerRecords, mirrored to a JSON-lines file if ``path`` is set.
+
+    Each row is flushed as it is written, so a killed driver leaves a complete ledger up to its
+    last finished attempt.
+
+    Example::
+
+        ledger = Ledger(path=tmp / "ledger.jsonl")
+        ledger.append(record=record)
+        assert Ledger.load(path=tmp / "ledger.jsonl") == ledger.records()
+    """
+
+    def __init__(self, *, path: Path | None = None) -> None:
+        self._path = path
+        self._records: list[LedgerRecord] = []
+        self._lock = threading.Lock()
+        self._file = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    def append(self, *, record: LedgerRecord) -> None:
+        """Add one record (and write it through to the file)."""
+        with self._lock:
+            self._records.append(record)
+            if self._file is not None:
+                self._file.write(record.to_json() + "\n")
+                self._file.flush()
+
+    def records(self) -> list[LedgerRecord]:
+        """A snapshot of every record so far, in the order they were written."""
+        with self._lock:
+            return list(self._records)
+
+    def totals(self) -> LedgerTotals:
+        return totals_of(records=self.records())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    @staticmethod
+    def load(*, path: Path) -> list[LedgerRecord]:
+        """Read a ledger file back (e.g. for a report)."""
+        with open(path, encoding="utf-8") as f:
+            return [LedgerRecord.from_json(line) for line in f if line.strip()]

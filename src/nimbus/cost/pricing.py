@@ -1,0 +1,126 @@
+"""Pricing: turn ledger records into dollars, and price the serverful equivalent of a run.
+
+The prices live in ``pricing.yaml`` (package data; pass ``path`` to use another file). A file is
+validated when loaded: unknown keys, missing keys, non-positive prices and references to undefined
+instances raise ``ConfigError`` naming the key path.
+
+* A CPU function (``gpus == 0``) costs ``memory_mb / 1024 x billed_s x cpu_usd_per_gb_s`` (Lambda
+  bills memory; its CPU share follows memory, so ``cpus`` is not priced separately).
+* A GPU function costs ``gpus x gpu_instance.usd_per_hour x billed_s / 3600`` (gpus 0.25 = a quarter
+  of a V100, Stellaris's 4 learners per GPU); its memory is part of the instance.
+* Serverful baseline: instances reserved for the whole wall time of the run:
+  ``ceil(peak_learner_gpus / learner_instance.gpus)`` learner instances (none without GPUs) plus
+  ``ceil(peak_actor_cpus / actor_instance.vcpus)`` actor instances.
+
+Example::
+
+    pricing = load_pricing()
+    usd = sum(pricing.cost_usd(record=r) for r in ledger.records())
+    by_kind = pricing.cost_breakdown(records=ledger.records())   # {"actor": 0.0012, "learner": 0.04}
+"""
+
+from __future__ import annotations
+
+import math
+from importlib import resources
+from pathlib import Path
+from typing import Iterable
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nimbus.cost.ledger import LedgerRecord
+from nimbus.errors import ConfigError
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class InstancePrice(BaseModel):
+    model_config = _STRICT
+    usd_per_hour: float = Field(gt=0)
+    vcpus: int = Field(gt=0)
+    gpus: int = Field(ge=0)
+
+
+class ServerlessPrices(BaseModel):
+    model_config = _STRICT
+    cpu_usd_per_gb_s: float = Field(gt=0)
+    gpu_instance: str
+
+
+class ServerfulChoice(BaseModel):
+    model_config = _STRICT
+    learner_instance: str
+    actor_instance: str
+
+
+class PricingModel(BaseModel):
+    """A validated pricing file. See the module docstring for the rules."""
+
+    model_config = _STRICT
+    version: int = Field(ge=1)
+    sources: dict[str, str]
+    serverless: ServerlessPrices
+    instances: dict[str, InstancePrice]
+    serverful: ServerfulChoice
+
+    def cost_usd(self, *, record: LedgerRecord) -> float:
+        """What one ledger record costs."""
+        if record.gpus > 0:
+            gpu = self.instances[self.serverless.gpu_instance]
+            return record.gpus / gpu.gpus * gpu.usd_per_hour * record.billed_s / 3600.0
+        return record.memory_mb / 1024.0 * record.billed_s * self.serverless.cpu_usd_per_gb_s
+
+    def cost_breakdown(self, *, records: Iterable[LedgerRecord]) -> dict[str, float]:
+        """Dollars per function kind (actor, learner, parameter, ...)."""
+        out: dict[str, float] = {}
+        for record in records:
+            out[record.kind] = out.get(record.kind, 0.0) + self.cost_usd(record=record)
+        return out
+
+    def total_cost_usd(self, *, records: Iterable[LedgerRecord]) -> float:
+        return sum(self.cost_breakdown(records=records).values())
+
+    def serverful_cost_usd(self, *, wall_s: float, peak_actor_cpus: float, peak_learner_gpus: float) -> float:
+        """Reserved instances for the whole run, sized for its peaks (module docstring)."""
+        learner = self.instances[self.serverful.learner_instance]
+        actor = self.instances[self.serverful.actor_instance]
+        n_learner = math.ceil(peak_learner_gpus / learner.gpus) if peak_learner_gpus > 0 else 0
+        n_actor = math.ceil(peak_actor_cpus / actor.vcpus) if peak_actor_cpus > 0 else 0
+        hourly = n_learner * learner.usd_per_hour + n_actor * actor.usd_per_hour
+        return hourly * wall_s / 3600.0
+
+
+def _check_references(*, model: PricingModel, where: str) -> None:
+    refs = {
+        "serverless.gpu_instance": (model.serverless.gpu_instance, True),
+        "serverful.learner_instance": (model.serverful.learner_instance, True),
+        "serverful.actor_instance": (model.serverful.actor_instance, False),
+    }
+    for key, (name, needs_gpu) in refs.items():
+        if name not in model.instances:
+            raise ConfigError(f"{where}: {key}: instance {name!r} is not defined under 'instances'")
+        if needs_gpu and model.instances[name].gpus < 1:
+            raise ConfigError(f"{where}: {key}: instance {name!r} has no GPU")
+
+
+def load_pricing(*, path: Path | None = None) -> PricingModel:
+    """Load and validate a pricing file (default: the packaged ``pricing.yaml``)."""
+    if path is None:
+        text = resources.files("nimbus.cost").joinpath("pricing.yaml").read_text(encoding="utf-8")
+        where = "pricing.yaml (packaged)"
+    else:
+        text = Path(path).read_text(encoding="utf-8")
+        where = str(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML: {exc}") from exc
+    try:
+        model = PricingModel.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "<root>"
+        raise ConfigError(f"{where}: {key}: {first['msg']}") from exc
+    _check_references(model=model, where=where)
+    return model

@@ -1,0 +1,142 @@
+"""Small functions for tests and benchmarks, addressable as ``"nimbus.runtime.builtin:<name>"``.
+
+Every function has the runtime's signature ``fn(*, context, request) -> Message``. Those that tests
+inspect answer with ``pid``, ``worker_id`` and ``attempt`` in the result header.
+
+Example::
+
+    spec = FunctionSpec(name="sleep", entrypoint="nimbus.runtime.builtin:sleep", timeout_s=2.0)
+    runtime.invoke(spec=spec, request=Message(header={"seconds": 0.1})).result()
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nimbus.data.codec import Message
+from nimbus.errors import EnvContractError
+from nimbus.runtime.base import FunctionContext
+
+_ERRORS: dict[str, type[Exception]] = {
+    "RuntimeError": RuntimeError, "ValueError": ValueError, "EnvContractError": EnvContractError,
+}
+
+
+def _who(context: FunctionContext, **extra: Any) -> dict[str, Any]:
+    return {"pid": os.getpid(), "worker_id": context.worker_id, "attempt": context.attempt, **extra}
+
+
+def empty(*, context: FunctionContext, request: Message) -> Message:
+    """Nothing in, nothing out: the runtime's own overhead."""
+    return Message()
+
+
+def echo(*, context: FunctionContext, request: Message) -> Message:
+    """Return the request unchanged."""
+    return request
+
+
+def counter(*, context: FunctionContext, request: Message) -> Message:
+    """Count this worker's calls in ``context.cache`` (warm state survives between invocations)."""
+    context.cache["calls"] = context.cache.get("calls", 0) + 1
+    return Message(header=_who(context, calls=context.cache["calls"]))
+
+
+def introspect(*, context: FunctionContext, request: Message) -> Message:
+    """Report the worker's environment: thread limit, segment prefix, and whether torch got imported."""
+    return Message(header=_who(context, torch_loaded="torch" in sys.modules,
+                               omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+                               shm_prefix=os.environ.get("NIMBUS_SHM_PREFIX")))
+
+
+def sleep(*, context: FunctionContext, request: Message) -> Message:
+    """Sleep ``header["seconds"]`` (or ``header["attempt_seconds"][attempt - 1]`` when given).
+
+    With ``header["pid_path"]`` the worker's pid is written there first (so a test can kill it).
+    """
+    header = request.header
+    seconds = float(header.get("seconds", 0.0))
+    per_attempt = header.get("attempt_seconds")
+    if per_attempt and context.attempt <= len(per_attempt):
+        seconds = float(per_attempt[context.attempt - 1])
+    if "pid_path" in header:
+        Path(header["pid_path"]).write_text(str(os.getpid()))
+    time.sleep(seconds)
+    return Message(header=_who(context, slept_s=seconds))
+
+
+def _bump(path: Path) -> int:
+    """Increment the counter file at ``path`` (atomically across processes); returns the new value."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        raw = os.read(fd, 64)
+        value = int(raw) + 1 if raw.strip() else 1
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(value).encode())
+        os.fsync(fd)
+        return value
+    finally:
+        os.close(fd)
+
+
+def fail_first_attempts(*, context: FunctionContext, request: Message) -> Message:
+    """Raise while the counter file ``header["counter_path"]`` shows at most ``header["failures"]``
+    calls (the counter survives worker restarts), then return ``header["rows"]`` float32 rows."""
+    header = request.header
+    calls = _bump(Path(header["counter_path"]))
+    if calls <= int(header["failures"]):
+        raise RuntimeError(f"fail_first_attempts: planned failure {calls} of {header['failures']}")
+    rows = int(header.get("rows", 1))
+    data = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
+    return Message(header=_who(context, calls=calls), arrays={"rows": data})
+
+
+def raise_error(*, context: FunctionContext, request: Message) -> Message:
+    """Raise ``header["error"]`` (RuntimeError, ValueError or EnvContractError) every time."""
+    name = request.header.get("error", "RuntimeError")
+    raise _ERRORS[name](f"raise_error: {name} on attempt {context.attempt}")
+
+
+def crash(*, context: FunctionContext, request: Message) -> Message:
+    """Die on the attempts in ``header["attempts"]``: ``mode`` "sigkill" (default) or "exit" (os._exit)."""
+    if context.attempt in request.header.get("attempts", [1]):
+        if request.header.get("mode", "sigkill") == "exit":
+            os._exit(3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return Message(header=_who(context))
+
+
+def big(*, context: FunctionContext, request: Message) -> Message:
+    """Return ``header["nbytes"]`` bytes: zeros (compressible) or, with ``header["random"]``, noise."""
+    nbytes = int(request.header["nbytes"])
+    if request.header.get("random"):
+        data = np.random.default_rng(context.attempt).integers(0, 256, nbytes, dtype=np.uint8)
+    else:
+        data = np.zeros(nbytes, dtype=np.uint8)
+    return Message(header=_who(context, nbytes=nbytes), arrays={"data": data})
+
+
+def scripted(*, context: FunctionContext, request: Message) -> Message:
+    """Follow ``header["script"][attempt - 1]``: "ok", "error", "fatal" (not retryable), "crash"
+    (SIGKILL itself) or "hang" (sleep past any test timeout). Attempts past the script succeed."""
+    script = request.header.get("script", [])
+    action = script[context.attempt - 1] if context.attempt <= len(script) else "ok"
+    if action == "error":
+        raise RuntimeError(f"scripted error on attempt {context.attempt}")
+    if action == "fatal":
+        raise EnvContractError(f"scripted fatal error on attempt {context.attempt}")
+    if action == "crash":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "hang":
+        time.sleep(3600)
+    return Message(header=_who(context))

@@ -1,0 +1,386 @@
+"""LocalRuntime: warm worker processes on this machine, Lambda-like semantics, every attempt billed.
+
+Decisions (where DESIGN.md is silent):
+
+* **Workers** are ``python -m nimbus.runtime.worker`` subprocesses bound at spawn to one function
+  (pool key: name, entrypoint, resources); runtime/worker.py's ``WorkerPool`` keeps their states.
+  A request body too big to inline is written once into a driver-owned segment that every retry
+  reuses and that is unlinked when the invocation ends. Results come back through the Channel
+  (data/channel.py): one Inbox thread for all workers.
+* **Scheduling** (one lock): strict FIFO; the head waits until ``busy cpus + its cpus <= capacity``
+  (a function bigger than the machine runs alone rather than never). Placement prefers the most
+  recently used idle worker of the same function that this invocation has not tried yet; otherwise a
+  cold start, evicting the longest-idle worker of another function at ``max_workers``; otherwise an
+  already-tried idle worker; otherwise it waits. Idle workers do not count against capacity.
+  Retries go to the front of the queue.
+* **Clocks**: an attempt's timeout runs from its dispatch to a ready worker; a cold start's import
+  has its own limit (``init_timeout_s``). Missing either gets the worker SIGKILLed (outcome "timeout").
+* **Exactly once**: a result is accepted only if it names the attempt its worker is running now;
+  anything else (late, duplicate, superseded) is dropped and counted in ``stats().dropped_results``
+  (its segment was already unlinked by the Inbox on arrival).
+* ``shutdown()`` cancels pending futures, bills in-flight attempts as "cancelled", kills every worker
+  and removes every channel segment the runtime and its workers made; segments of other parts
+  (Store, Buffer) under the run prefix are theirs. If the driver dies without ``shutdown()``, the
+  janitor (runtime/janitor.py) kills the workers and sweeps the whole run prefix (P15).
+
+Example::
+
+    runtime = LocalRuntime(ledger=Ledger(), capacity_cpus=4)
+    spec = FunctionSpec(name="echo", entrypoint="nimbus.runtime.builtin:echo", timeout_s=5.0)
+    runtime.prewarm(spec=spec, count=2, wait_s=10.0)
+    assert runtime.invoke(spec=spec, request=Message(header={"x": 1})).result().header == {"x": 1}
+    runtime.shutdown()
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from nimbus.cost.ledger import Ledger, Tally, attempt_record
+from nimbus.data.channel import DEFAULT_INLINE_MAX_BYTES, Body, Envelope, Inbox, discard_body, header_frame, prepare_body
+from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
+from nimbus.data.shm import run_prefix
+from nimbus.errors import FunctionFailed
+from nimbus.runtime.base import FunctionSpec
+from nimbus.runtime.transport import send_frame
+from nimbus.runtime.worker import WorkerHandle, WorkerPool, WorkerSlot
+
+log = logging.getLogger(__name__)
+Action = Callable[[], None]  # work to do after the lock is released (resolving futures)
+
+
+@dataclass(frozen=True)
+class RuntimeStats:
+    """Counters of one runtime. ``failures`` counts failed attempts; ``failed_invocations`` the futures
+    that raised FunctionFailed."""
+
+    workers_alive: int
+    workers_idle: int
+    busy_cpus: float
+    queued: int
+    cold_starts: int
+    warm_starts: int
+    retries: int
+    failures: int
+    timeouts: int
+    failed_invocations: int
+    dropped_results: int
+
+
+@dataclass(eq=False)
+class _Invocation:
+    invocation_id: str
+    spec: FunctionSpec
+    body: Body
+    future: Future
+    queued_at: float
+    attempts: int = 0
+    tried: set[str] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class _Attempt:
+    invocation: _Invocation
+    number: int
+    cold: bool
+    dispatched_at: float | None = None
+
+
+def _resolve(future: Future, *, value: Message | None = None, error: BaseException | None = None) -> None:
+    try:
+        future.set_exception(error) if error is not None else future.set_result(value)
+    except InvalidStateError:
+        pass  # cancelled by its owner meanwhile
+
+
+class LocalRuntime:
+    """The embedded backend of the Runtime protocol (see the module docstring for its rules)."""
+
+    def __init__(self, *, ledger: Ledger, capacity_cpus: float | None = None, max_workers: int | None = None,
+                 keep_alive_s: float = 600.0, inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES,
+                 compress_min_bytes: int | None = DEFAULT_COMPRESS_MIN_BYTES, init_timeout_s: float = 120.0) -> None:
+        self._ledger = ledger
+        self._capacity = float(capacity_cpus if capacity_cpus is not None else (os.cpu_count() or 1))
+        self._inline_max_bytes = inline_max_bytes
+        self._compress_min_bytes = compress_min_bytes
+        self._init_timeout_s = init_timeout_s
+        self._prefix = run_prefix()
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._queue: deque[_Invocation] = deque()
+        self._tally = Tally()  # this runtime's records (the ledger may be shared)
+        self._counts = {"failed": 0, "dropped": 0}
+        self._closed = False
+        self._inbox = Inbox(on_message=self._on_envelope, on_close=self._on_source_closed)
+        self._pool = WorkerPool(
+            inbox=self._inbox, changed=self._changed, prefix=self._prefix,
+            max_workers=max_workers if max_workers is not None else max(1, math.ceil(2 * self._capacity)),
+            keep_alive_s=keep_alive_s, init_timeout_s=init_timeout_s, inline_max_bytes=inline_max_bytes,
+            compress_min_bytes=compress_min_bytes, on_spawned=self._on_spawned)
+        self._monitor = threading.Thread(target=self._monitor_loop, name="nimbus-monitor", daemon=True)
+        self._monitor.start()
+
+    # ---- public API -------------------------------------------------------------------------------
+
+    def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
+        """Queue one invocation; the future holds the accepted result or raises FunctionFailed."""
+        body = prepare_body(message=request, prefix=self._prefix, inline_max_bytes=self._inline_max_bytes,
+                            compress_min_bytes=self._compress_min_bytes)
+        invocation = _Invocation(invocation_id=uuid.uuid4().hex, spec=spec, body=body, future=Future(),
+                                 queued_at=time.time())
+        with self._lock:
+            if self._closed:
+                discard_body(body=body)
+                raise RuntimeError("LocalRuntime.invoke after shutdown()")
+            self._queue.append(invocation)
+            actions = self._schedule()
+        self._run(actions)
+        return invocation.future
+
+    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
+        """One invocation per request, queued in order."""
+        return [self.invoke(spec=spec, request=request) for request in requests]
+
+    def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
+        """Spawn ``count`` workers for ``spec`` (billed as cold starts, outcome "prewarm").
+
+        Stops early (with a warning) if ``max_workers`` leaves no room. With ``wait_s``, blocks until
+        the new workers are ready or ``wait_s`` passed.
+        """
+        with self._lock:
+            created = []
+            for _ in range(count):
+                if self._closed or not self._pool.make_room(spec=spec):
+                    log.warning("prewarm %s: no room (max_workers=%d)", spec.name, self._pool.max_workers)
+                    break
+                created.append(self._pool.start(spec=spec, prewarm=True))
+            if wait_s is not None:
+                self._changed.wait_for(lambda: all(w.state != "starting" for w in created), timeout=wait_s)
+
+    def stats(self) -> RuntimeStats:
+        with self._lock:
+            totals, slots = self._tally.totals(), self._pool.slots.values()
+            return RuntimeStats(
+                workers_alive=len(slots), workers_idle=sum(w.state == "idle" for w in slots),
+                busy_cpus=self._pool.busy_cpus(), queued=len(self._queue), cold_starts=totals.cold_starts,
+                warm_starts=totals.warm_starts, retries=totals.retries, failures=totals.failures,
+                timeouts=totals.timeouts, failed_invocations=self._counts["failed"],
+                dropped_results=self._counts["dropped"])
+
+    def shutdown(self) -> None:
+        """Cancel pending work, kill every worker, remove every channel segment of this runtime."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            actions = [lambda inv=inv: inv.future.cancel() for inv in self._queue]
+            for invocation in self._queue:
+                discard_body(body=invocation.body)
+            self._queue.clear()
+            for worker in list(self._pool.slots.values()):
+                actions += self._cancel_attempt(worker)
+                self._pool.retire(worker)
+        if threading.current_thread() is not self._monitor:  # shutdown() may come from a future's callback
+            self._monitor.join(timeout=10.0)
+        self._run(actions)
+        self._pool.close()
+        self._inbox.close()
+
+    # ---- scheduling (lock held) -------------------------------------------------------------------
+
+    def _schedule(self) -> list[Action]:
+        actions: list[Action] = []
+        while self._queue and not self._closed:
+            invocation = self._queue[0]
+            if invocation.future.cancelled():
+                self._queue.popleft()
+                discard_body(body=invocation.body)
+                continue
+            worker = self._place(invocation)
+            if worker is None:
+                break
+            self._queue.popleft()
+            invocation.attempts += 1
+            worker.attempt = _Attempt(invocation=invocation, number=invocation.attempts,
+                                      cold=worker.state == "starting")
+            if worker.state == "idle":
+                actions += self._dispatch(worker)
+        return actions
+
+    def _place(self, invocation: _Invocation) -> WorkerSlot | None:
+        spec = invocation.spec
+        busy = self._pool.busy_cpus()
+        if busy > 0 and busy + spec.resources.cpus > self._capacity + 1e-9:
+            return None
+        idle = self._pool.idle(spec=spec)
+        fresh = [w for w in idle if w.worker_id not in invocation.tried]
+        if fresh:
+            return fresh[0]
+        if self._pool.make_room(spec=spec):
+            return self._pool.start(spec=spec, prewarm=False)
+        return idle[0] if idle else None
+
+    def _dispatch(self, worker: WorkerSlot) -> list[Action]:
+        attempt: _Attempt = worker.attempt
+        invocation = attempt.invocation
+        attempt.dispatched_at = time.time()
+        self._pool.set_busy(worker, timeout_s=invocation.spec.timeout_s)
+        tag = {"op": "invoke", "invocation_id": invocation.invocation_id, "attempt": attempt.number}
+        try:
+            send_frame(sock=worker.handle.sock, frame=header_frame(tag=tag, body=invocation.body))
+        except OSError as exc:
+            return self._kill_attempt(worker, error_type="WorkerDied", detail=f"cannot reach {worker.worker_id}: {exc}")
+        return []
+
+    # ---- attempt endings (lock held) --------------------------------------------------------------
+
+    def _record(self, worker: WorkerSlot, *, attempt: _Attempt | None, outcome: str, start_at: float,
+                end_at: float, error_type: str | None) -> None:
+        """Bill one attempt (or, with ``attempt`` None, a prewarm) to the ledger."""
+        record = attempt_record(
+            spec=worker.spec, invocation_id=attempt.invocation.invocation_id if attempt else uuid.uuid4().hex,
+            attempt=attempt.number if attempt else 0, worker_id=worker.worker_id,
+            cold=attempt.cold if attempt else True, init_s=worker.init_s,
+            queued_at=attempt.invocation.queued_at if attempt else worker.requested_at,
+            start_at=start_at, end_at=end_at, outcome=outcome, error_type=error_type)
+        self._ledger.append(record=record)
+        self._tally.add(record=record)
+
+    def _end_attempt(self, worker: WorkerSlot, *, outcome: str, start_at: float, end_at: float, retire: bool,
+                     error: dict[str, Any] | None = None, message: Message | None = None) -> list[Action]:
+        """Bill the worker's attempt, free (or retire) the worker, then accept, retry or fail the invocation."""
+        attempt: _Attempt | None = worker.attempt
+        self._pool.retire(worker) if retire else self._pool.set_idle(worker)
+        if attempt is None:
+            return []
+        self._record(worker, attempt=attempt, outcome=outcome, start_at=start_at, end_at=end_at,
+                     error_type=error["type"] if error else None)
+        invocation = attempt.invocation
+        if outcome != "ok":
+            invocation.tried.add(worker.worker_id)
+            if error["retryable"] and invocation.attempts <= invocation.spec.max_retries and not self._closed:
+                invocation.queued_at = time.time()
+                self._queue.appendleft(invocation)  # retries go first: they were admitted earlier
+                return []
+            message = None
+            self._counts["failed"] += 1
+        discard_body(body=invocation.body)
+        failure = None if message is not None else FunctionFailed(
+            function=invocation.spec.name, invocation_id=invocation.invocation_id, attempts=invocation.attempts,
+            error_type=error["type"], traceback_text=error["traceback"])
+        return [lambda: _resolve(invocation.future, value=message, error=failure)]
+
+    def _kill_attempt(self, worker: WorkerSlot, *, error_type: str, detail: str) -> list[Action]:
+        """The driver ends the worker's attempt (timeout or death): the worker is killed, the attempt retried."""
+        now, attempt = time.time(), worker.attempt
+        start_at = attempt.dispatched_at if attempt and attempt.dispatched_at else (
+            worker.handle.spawned_at if worker.handle else now)
+        outcome = "worker_died" if error_type == "WorkerDied" else "timeout"
+        return self._end_attempt(worker, outcome=outcome, start_at=start_at, end_at=now, retire=True,
+                                 error={"type": error_type, "traceback": detail, "retryable": True})
+
+    def _cancel_attempt(self, worker: WorkerSlot) -> list[Action]:
+        attempt: _Attempt | None = worker.attempt
+        if attempt is None:
+            return []
+        now = time.time()
+        self._record(worker, attempt=attempt, outcome="cancelled", start_at=attempt.dispatched_at or now, end_at=now,
+                     error_type=None)
+        discard_body(body=attempt.invocation.body)
+        return [attempt.invocation.future.cancel]
+
+    # ---- events: worker messages (Inbox thread), spawns (spawner thread) ----------------------------
+
+    def _on_envelope(self, envelope: Envelope) -> None:
+        with self._lock:
+            worker, tag = self._pool.slots.get(envelope.source), envelope.tag
+            attempt: _Attempt | None = worker.attempt if worker else None
+            if worker is not None and tag.get("op") == "ready" and worker.state == "starting":
+                actions = self._on_ready(worker, tag)
+            elif (attempt is not None and worker.state == "busy" and tag.get("op") == "result"
+                  and tag.get("attempt") == attempt.number
+                  and tag.get("invocation_id") == attempt.invocation.invocation_id):
+                actions = self._end_attempt(worker, outcome=tag["outcome"], start_at=float(tag["start_at"]),
+                                            end_at=float(tag["end_at"]), retire=False, error=tag.get("error"),
+                                            message=envelope.message)
+            else:  # late, duplicate or superseded: its body was already unlinked by the Inbox
+                self._counts["dropped"] += 1
+                log.debug("dropped a stale message %s from %s", tag, envelope.source)
+                actions = []
+            actions += self._schedule()
+        self._run(actions)
+
+    def _on_ready(self, worker: WorkerSlot, tag: dict[str, Any]) -> list[Action]:
+        worker.init_s = float(tag.get("init_s", 0.0))
+        error, now = tag.get("error"), time.time()
+        if worker.prewarm:
+            self._record(worker, attempt=None, outcome="prewarm", start_at=now, end_at=now,
+                         error_type=error["type"] if error else None)
+        if error is not None:  # the entrypoint failed to import: bill the init, retry elsewhere
+            return self._end_attempt(worker, outcome="error", start_at=now, end_at=now, retire=True, error=error)
+        if worker.attempt is not None:
+            return self._dispatch(worker)  # the cold attempt this worker was started for
+        self._pool.set_idle(worker)
+        return []
+
+    def _on_source_closed(self, source: str, error: BaseException | None) -> None:
+        with self._lock:
+            worker = self._pool.slots.get(source)
+            if worker is None:
+                return
+            detail = f"worker {source} died" + (f" after a bad frame: {error}" if error else "")
+            actions = self._kill_attempt(worker, error_type="WorkerDied", detail=detail) + self._schedule()
+        self._run(actions)
+
+    def _on_spawned(self, worker_id: str, handle: WorkerHandle | None, error: BaseException | None) -> None:
+        if handle is None:
+            self._on_source_closed(worker_id, error)
+            return
+        with self._lock:
+            self._pool.attach(worker_id=worker_id, handle=handle)
+
+    @staticmethod
+    def _run(actions: list[Action]) -> None:
+        for action in actions:
+            action()
+
+    # ---- monitor thread ---------------------------------------------------------------------------
+
+    def _monitor_loop(self) -> None:
+        with self._lock:
+            while not self._closed:
+                actions = self._check(time.monotonic()) + self._schedule()
+                if actions:
+                    self._lock.release()
+                    try:
+                        self._run(actions)
+                    finally:
+                        self._lock.acquire()
+                    continue
+                self._changed.wait(timeout=self._pool.next_check_s(now=time.monotonic()))
+
+    def _check(self, now: float) -> list[Action]:
+        """Deadlines (timeouts, init limits, keep-alives) and workers that exited without EOF."""
+        actions: list[Action] = []
+        for worker in list(self._pool.slots.values()):
+            if now >= worker.deadline and worker.state == "idle":
+                self._pool.retire(worker)  # keep-alive over: reclaim
+            elif now >= worker.deadline and worker.state == "starting":
+                actions += self._kill_attempt(worker, error_type="InitTimeout", detail=(
+                    f"worker {worker.worker_id} was not ready within init_timeout_s={self._init_timeout_s}"))
+            elif now >= worker.deadline:
+                actions += self._kill_attempt(worker, error_type="FunctionTimeout", detail=(
+                    f"{worker.spec.name} attempt {worker.attempt.number} exceeded timeout_s={worker.spec.timeout_s} "
+                    f"on worker {worker.worker_id}; killed"))
+            elif self._pool.exited_silently(worker, now=now):
+                actions += self._kill_attempt(worker, error_type="WorkerDied", detail=f"{worker.worker_id} exited")
+        return actions

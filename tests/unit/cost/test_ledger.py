@@ -1,0 +1,63 @@
+"""The ledger: the billing rule, one row per append, the JSON-lines file, totals."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from nimbus.cost.ledger import Ledger, LedgerRecord, billed_seconds, totals_of
+
+
+def record(**overrides) -> LedgerRecord:
+    base = dict(invocation_id="a", attempt=1, function="f", kind="actor", worker_id="f-1", cold=False, init_s=0.0,
+                queued_at=0.0, start_at=1.0, end_at=3.0, duration_s=2.0, billed_s=2.0, cpus=1.0, gpus=0.0,
+                memory_mb=1024, outcome="ok", error_type=None)
+    return LedgerRecord(**{**base, **overrides})
+
+
+def test_billing_rule() -> None:
+    assert billed_seconds(duration_s=2.0, init_s=0.5, cold=False, timed_out=False, timeout_s=10) == 2.0
+    assert billed_seconds(duration_s=2.0, init_s=0.5, cold=True, timed_out=False, timeout_s=10) == 2.5
+    assert billed_seconds(duration_s=0.9, init_s=0.0, cold=False, timed_out=True, timeout_s=1.0) == 1.0
+    assert billed_seconds(duration_s=1.2, init_s=0.3, cold=True, timed_out=True, timeout_s=1.0) == pytest.approx(1.5)
+
+
+def test_unknown_outcome_is_refused() -> None:
+    with pytest.raises(ValueError, match="outcome"):
+        record(outcome="maybe")
+
+
+def test_file_mirrors_records_and_totals_recompute(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "ledger.jsonl"
+    ledger = Ledger(path=path)
+    rows = [record(), record(attempt=2, outcome="error", error_type="RuntimeError", cold=True, init_s=0.4,
+                             billed_s=2.4), record(invocation_id="b", kind="learner", gpus=0.25, billed_s=5.0),
+            record(invocation_id="p", attempt=0, outcome="prewarm", cold=True, init_s=0.3, billed_s=0.3,
+                   duration_s=0.0), record(invocation_id="c", outcome="timeout", billed_s=3.0)]
+    for row in rows:
+        ledger.append(record=row)
+    assert Ledger.load(path=path) == ledger.records() == rows
+    totals = ledger.totals()
+    assert (totals.invocations, totals.attempts, totals.prewarms) == (3, 4, 1)
+    assert (totals.cold_starts, totals.warm_starts, totals.retries) == (2, 3, 1)
+    assert (totals.failures, totals.timeouts) == (2, 1)
+    assert totals.billed_s_by_kind == pytest.approx({"actor": 7.7, "learner": 5.0})
+    assert totals_of(records=Ledger.load(path=path)) == totals
+
+
+def test_concurrent_appends_are_all_kept(tmp_path: Path) -> None:
+    ledger = Ledger(path=tmp_path / "l.jsonl")
+
+    def write(thread: int) -> None:
+        for i in range(200):
+            ledger.append(record=replace(record(), invocation_id=f"{thread}-{i}"))
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(Ledger.load(path=tmp_path / "l.jsonl")) == len(ledger.records()) == 800
