@@ -18,7 +18,7 @@ import yaml  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from nimbus.cost.ledger import read_ledger  # noqa: E402
+from nimbus.cost.ledger import Ledger  # noqa: E402
 from nimbus.cost.pricing import load_pricing  # noqa: E402
 from nimbus.train.metrics import read_metrics  # noqa: E402
 
@@ -27,7 +27,7 @@ def cost_by_kind(*, run_dir: Path) -> dict[str, float]:
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     pricing_path = (config.get("cost") or {}).get("pricing_path")
     pricing = load_pricing(path=Path(pricing_path) if pricing_path else None)
-    records = read_ledger(path=run_dir / "ledger.jsonl")
+    records = Ledger.load(path=run_dir / "ledger.jsonl")
     return pricing.cost_breakdown(records=records)
 
 

@@ -6,11 +6,15 @@ process that keeps ``context.cache`` between invocations of the same function (e
 models: that is what makes a warm start warm). Requests and results are codec ``Message``s; nothing
 is pickled.
 
+Header conventions: a request may carry ``"_affinity": key`` (route to the idle worker that last served
+that key, so per-key warm state such as an actor rank's envs stays useful); an accepted result carries
+``"_invocation_id"`` and ``"_attempt"``, by which consumers make ingestion idempotent (P2).
+
 Example::
 
     spec = FunctionSpec(name="echo", entrypoint="nimbus.runtime.builtin:echo",
                         resources=Resources(cpus=1), timeout_s=5, max_retries=2)
-    runtime = LocalRuntime(config=RuntimeConfig(), ledger=Ledger())
+    runtime = LocalRuntime(ledger=Ledger(), capacity_cpus=2)
     result = runtime.invoke(spec=spec, request=Message(header={"x": 1})).result()
     runtime.shutdown()
 """

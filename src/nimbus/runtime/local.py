@@ -52,9 +52,12 @@ from nimbus.data.shm import run_prefix
 from nimbus.errors import FunctionFailed
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.transport import send_frame
-from nimbus.runtime.worker import WorkerHandle, WorkerPool, WorkerSlot
+from nimbus.runtime.worker import same_pool, WorkerHandle, WorkerPool, WorkerSlot
 
 log = logging.getLogger(__name__)
+AFFINITY_KEY = "_affinity"  # request header key: route to the idle worker that last served this key
+INVOCATION_ID_KEY = "_invocation_id"  # result header keys naming the accepted attempt
+ATTEMPT_KEY = "_attempt"
 Action = Callable[[], None]  # work to do after the lock is released (resolving futures)
 
 
@@ -83,6 +86,7 @@ class _Invocation:
     body: Body
     future: Future
     queued_at: float
+    affinity: str | None = None
     attempts: int = 0
     tried: set[str] = field(default_factory=set)
 
@@ -93,6 +97,22 @@ class _Attempt:
     number: int
     cold: bool
     dispatched_at: float | None = None
+
+
+def _by_affinity(idle: list[WorkerSlot], *, affinity: str | None) -> WorkerSlot:
+    """Sticky routing: the worker that last served ``affinity``, else one bound to nothing, else the first.
+
+    A warm worker keeps per-key state (an actor rank's envs mid-episode); routing the same key back to
+    it keeps that state useful, as a long-lived actor would. It is a preference, never a wait.
+    """
+    if affinity is not None:
+        for worker in idle:
+            if worker.affinity == affinity:
+                return worker
+        for worker in idle:
+            if worker.affinity is None:
+                return worker
+    return idle[0]
 
 
 def _resolve(future: Future, *, value: Message | None = None, error: BaseException | None = None) -> None:
@@ -136,7 +156,7 @@ class LocalRuntime:
         body = prepare_body(message=request, prefix=self._prefix, inline_max_bytes=self._inline_max_bytes,
                             compress_min_bytes=self._compress_min_bytes)
         invocation = _Invocation(invocation_id=uuid.uuid4().hex, spec=spec, body=body, future=Future(),
-                                 queued_at=time.time())
+                                 queued_at=time.time(), affinity=request.header.get(AFFINITY_KEY))
         with self._lock:
             if self._closed:
                 discard_body(body=body)
@@ -154,7 +174,7 @@ class LocalRuntime:
         """Spawn ``count`` workers for ``spec`` (billed as cold starts, outcome "prewarm").
 
         Stops early (with a warning) if ``max_workers`` leaves no room. With ``wait_s``, blocks until
-        the new workers are ready or ``wait_s`` passed.
+        every starting worker of this function (these and earlier ones) is ready, or ``wait_s`` passed.
         """
         with self._lock:
             created = []
@@ -164,7 +184,8 @@ class LocalRuntime:
                     break
                 created.append(self._pool.start(spec=spec, prewarm=True))
             if wait_s is not None:
-                self._changed.wait_for(lambda: all(w.state != "starting" for w in created), timeout=wait_s)
+                self._changed.wait_for(lambda: not any(w.state == "starting" and same_pool(w.spec, spec)
+                                                       for w in self._pool.slots.values()), timeout=wait_s)
 
     def stats(self) -> RuntimeStats:
         with self._lock:
@@ -212,6 +233,7 @@ class LocalRuntime:
             invocation.attempts += 1
             worker.attempt = _Attempt(invocation=invocation, number=invocation.attempts,
                                       cold=worker.state == "starting")
+            worker.affinity = invocation.affinity
             if worker.state == "idle":
                 actions += self._dispatch(worker)
         return actions
@@ -224,7 +246,7 @@ class LocalRuntime:
         idle = self._pool.idle(spec=spec)
         fresh = [w for w in idle if w.worker_id not in invocation.tried]
         if fresh:
-            return fresh[0]
+            return _by_affinity(fresh, affinity=invocation.affinity)
         if self._pool.make_room(spec=spec):
             return self._pool.start(spec=spec, prewarm=False)
         return idle[0] if idle else None
@@ -274,6 +296,8 @@ class LocalRuntime:
             message = None
             self._counts["failed"] += 1
         discard_body(body=invocation.body)
+        if message is not None:  # the accepted attempt: consumers deduplicate by invocation id (P2)
+            message.header.update({INVOCATION_ID_KEY: invocation.invocation_id, ATTEMPT_KEY: attempt.number})
         failure = None if message is not None else FunctionFailed(
             function=invocation.spec.name, invocation_id=invocation.invocation_id, attempts=invocation.attempts,
             error_type=error["type"], traceback_text=error["traceback"])

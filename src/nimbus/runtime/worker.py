@@ -147,6 +147,7 @@ class WorkerSlot:
     handle: WorkerHandle | None = None
     init_s: float = 0.0
     exit_seen_at: float | None = None
+    affinity: str | None = None  # the request affinity key this worker served last (sticky routing)
 
 
 def same_pool(a: FunctionSpec, b: FunctionSpec) -> bool:

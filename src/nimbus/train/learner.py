@@ -117,7 +117,7 @@ def _learner_state(*, context: FunctionContext, req: LearnerRequest) -> dict[str
 def _read_batch(*, context: FunctionContext, req: LearnerRequest, indices: np.ndarray,
                 device: torch.device) -> dict[str, torch.Tensor]:
     buffers: dict[str, Buffer] = context.cache["buffers"]
-    name = req.buffer["name"]
+    name = req.buffer["header"]  # the header segment name identifies the buffer
     if name not in buffers:
         buffers[name] = Buffer.attach(descriptor=req.buffer)
     rows = buffers[name].read(indices=indices)

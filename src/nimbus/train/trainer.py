@@ -29,6 +29,7 @@ from nimbus.train.weights import model_to_message, optim_key, weights_key
 from nimbus.train.workflows import POLICY, Progress, SyncWorkflow
 
 log = logging.getLogger(__name__)
+PREWARM_WAIT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,11 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None) -> TrainResult:
     started = time.perf_counter()
     try:
         _publish_initial(system=system)
-        if config.runtime.prewarm:
-            system.runtime.prewarm(spec=system.actor_spec, count=system.scaler.initial().num_actors)
+        if config.runtime.prewarm:  # ready before round 0, so round 0 needs no extra cold starts
             system.runtime.prewarm(spec=system.learner_spec, count=1)
+            system.runtime.prewarm(spec=system.actor_spec, count=system.scaler.initial().num_actors,
+                                   wait_s=PREWARM_WAIT_S)
+            system.runtime.prewarm(spec=system.learner_spec, count=0, wait_s=PREWARM_WAIT_S)
 
         def on_round(row: RoundMetrics) -> None:
             rows.append(row)

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cartpole_config(*, tmp_path: Path, overrides: list[str] | None = None, **sections: Any) -> NimbusConfig:
+    """The shipped PPO CartPole config, quiet, writing under tmp_path."""
+    base = load_config(path=REPO / "configs" / "ppo-cartpole.yaml").model_dump(mode="json")
+    base["output"] = {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}
+    base["train"]["eval_episodes"] = 0
+    for key, value in sections.items():
+        base[key] = {**base.get(key, {}), **value}
+    return parse_config(data=apply_overrides(data=base, overrides=overrides or []))
+
+
+@pytest.fixture
+def make_config(tmp_path: Path):
+    def factory(overrides: list[str] | None = None, **sections: Any) -> NimbusConfig:
+        return cartpole_config(tmp_path=tmp_path, overrides=overrides, **sections)
+    return factory

@@ -1,0 +1,81 @@
+from pathlib import Path
+
+import pytest
+
+from nimbus.config import apply_overrides, dump_config, load_config, parse_config
+from nimbus.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def minimal() -> dict:
+    return {"name": "t", "algo": {"name": "ppo", "minibatch_size": 64}}
+
+
+def test_shipped_configs_validate() -> None:
+    for path in sorted((REPO / "configs").glob("*.yaml")):
+        config = load_config(path=path)
+        assert config.name
+
+
+def test_defaults_fill_every_section() -> None:
+    config = parse_config(data=minimal())
+    assert config.runtime.keep_alive_s == 600.0
+    assert config.actors.scaling.kind == "fixed"
+    assert config.channel.compress_min_bytes == 1 << 20
+
+
+def test_unknown_key_names_the_path() -> None:
+    data = minimal()
+    data["algo"]["learning_rate"] = 0.1
+    with pytest.raises(ConfigError, match=r"algo\.learning_rate: unknown key"):
+        parse_config(data=data)
+
+
+def test_wrong_type_names_the_path() -> None:
+    with pytest.raises(ConfigError, match=r"env\.num_envs_per_actor"):
+        parse_config(data=minimal() | {"env": {"num_envs_per_actor": "many"}})
+
+
+def test_negative_count_rejected() -> None:
+    with pytest.raises(ConfigError, match=r"actors\.fragment_steps"):
+        parse_config(data=minimal() | {"actors": {"fragment_steps": -3}})
+
+
+def test_unknown_algorithm_rejected() -> None:
+    with pytest.raises(ConfigError, match="algo"):
+        parse_config(data={"algo": {"name": "a3c"}})
+
+
+def test_overrides_parse_yaml_values() -> None:
+    data = apply_overrides(data=minimal(), overrides=["train.total_env_steps=5000", "algo.lr=0.01",
+                                                       "env.kwargs={max_episode_steps: 50}"])
+    config = parse_config(data=data)
+    assert config.train.total_env_steps == 5000
+    assert config.algo.lr == 0.01
+    assert config.env.kwargs == {"max_episode_steps": 50}
+
+
+def test_override_of_unknown_key_is_rejected() -> None:
+    with pytest.raises(ConfigError, match=r"train\.total_steps"):
+        parse_config(data=apply_overrides(data=minimal(), overrides=["train.total_steps=5"]))
+
+
+def test_yaml_error_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algo: {name: ppo\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path=bad)
+
+
+def test_config_is_frozen() -> None:
+    config = parse_config(data=minimal())
+    with pytest.raises(Exception):
+        config.seed = 3  # type: ignore[misc]
+
+
+def test_resolved_config_round_trips(tmp_path: Path) -> None:
+    config = parse_config(data=minimal())
+    path = tmp_path / "config.yaml"
+    path.write_text(dump_config(config=config))
+    assert load_config(path=path) == config
