@@ -80,7 +80,7 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
     slot.seq += 1
     header = {"actor_rank": req.actor_rank, "policy_version": req.policy_version,
               "env_steps": req.num_envs * req.fragment_steps, "episode_returns": episodes[0],
-              "episode_lengths": episodes[1], "sampling_s": time.perf_counter() - started}
+              "episode_lengths": episodes[1], "sampling_s": time.perf_counter() - started, **episodes[2]}
     return Message(header=header, arrays=arrays)
 
 
@@ -121,19 +121,24 @@ def _env_slot(*, context: FunctionContext, req: ActorRequest) -> EnvSlot:
 
 
 def _rollout(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot,
-             req: ActorRequest) -> tuple[dict[str, np.ndarray], tuple[list[float], list[int]]]:
+             req: ActorRequest) -> tuple[dict[str, np.ndarray], tuple[list[float], list[int], dict[str, float]]]:
     """Step every env ``fragment_steps`` times; returns env-major rows and finished episodes."""
     num_envs, steps = req.num_envs, req.fragment_steps
     spaces: EnvSpaces = _spaces_of(slot)
     columns: dict[str, list[np.ndarray]] = {}
+    timers = {"env_s": 0.0, "inference_s": 0.0}
     truncated_final: dict[tuple[int, int], np.ndarray] = {}
     finished_returns: list[float] = []
     finished_lengths: list[int] = []
     for t in range(steps):
+        tick = time.perf_counter()
         with torch.no_grad():
             out = algo.act(model=model, obs=torch.as_tensor(slot.obs, dtype=torch.float32), explore=True)
         env_actions = clip_action(action=out.actions, space=spaces.action)
+        tock = time.perf_counter()
         step = _step_all(slot=slot, actions=env_actions)
+        timers["inference_s"] += tock - tick
+        timers["env_s"] += time.perf_counter() - tock
         for i in np.flatnonzero(step["done"]):
             finished_returns.append(float(slot.episode_returns[i]))
             finished_lengths.append(int(slot.episode_lengths[i]))
@@ -147,13 +152,15 @@ def _rollout(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot,
             columns.setdefault(key, []).append(np.asarray(value))
         slot.obs = step["next_obs"]
     arrays = {key: np.stack(values, axis=1) for key, values in columns.items()}  # [envs, steps, ...]
+    tick = time.perf_counter()
     arrays["next_values"] = _next_values(algo=algo, model=model, arrays=arrays, last_obs=slot.obs,
                                          truncated_final=truncated_final)
+    timers["inference_s"] += time.perf_counter() - tick
     cut = arrays["terminated"] | arrays["truncated"]
     cut[:, -1] = True
     arrays["cut"] = cut
     flat = {key: value.reshape(num_envs * steps, *value.shape[2:]) for key, value in arrays.items()}
-    return flat, (finished_returns, finished_lengths)
+    return flat, (finished_returns, finished_lengths, timers)
 
 
 def _spaces_of(slot: EnvSlot) -> EnvSpaces:

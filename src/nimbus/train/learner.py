@@ -68,8 +68,10 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
     algo, model, optimizer = state["algo"], state["model"], state["optimizer"]
     generator = torch.Generator().manual_seed(derive_seed(req.seed, req.policy_version, 2))
     snapshot = [p.detach().clone() for p in model.parameters()]
+    compute_started = time.perf_counter()
     batch = algo.postprocess(batch=batch)
     stats = algo.update(model=model, optimizer=optimizer, batch=batch, progress=req.progress, generator=generator)
+    compute_s = time.perf_counter() - compute_started
     stats_dict = {k: float(v) for k, v in asdict(stats).items()}
     nonfinite = not all(np.isfinite(v) for v in stats_dict.values()) or \
         not all(torch.isfinite(p).all() for p in model.parameters())
@@ -84,6 +86,7 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
     state["version"] = new_version
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite,
               "transfer_s": transfer_s, "learning_s": time.perf_counter() - started - transfer_s,
+              "compute_s": compute_s,
               "rows": int(len(request.arrays["indices"]))}
     return Message(header=header)
 

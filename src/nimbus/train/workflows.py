@@ -46,6 +46,7 @@ class RoundState:
     env_steps: int = 0
     sampling_s: float = 0.0
     ingest_s: float = 0.0
+    work_s: float = 0.0  # slowest actor's env stepping + policy inference: the round's critical path
 
 
 @dataclass
@@ -57,6 +58,13 @@ class Progress:
     recent_returns: list[float] = field(default_factory=list)
     nonfinite_in_a_row: int = 0
     last_row: RoundMetrics | None = None
+
+
+def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[str, float]:
+    """Framework overhead: the round minus env stepping + inference (slowest actor) and gradient compute."""
+    overhead_s = max(0.0, round_s - actor_work_s - compute_s)
+    return {"overhead_s": overhead_s, "overhead_share": overhead_s / max(round_s, 1e-9),
+            "actor_work_s": actor_work_s, "compute_s": compute_s}
 
 
 class SyncWorkflow:
@@ -134,6 +142,7 @@ class SyncWorkflow:
             self.round.episode_returns.extend(header["episode_returns"])
             self.round.env_steps += header["env_steps"]
             self.round.sampling_s = max(self.round.sampling_s, header["sampling_s"])
+            self.round.work_s = max(self.round.work_s, header["env_s"] + header["inference_s"])
         self.round.ingest_s += time.perf_counter() - started
 
     def _on_learner(self, *, future: Future, version: int) -> None:
@@ -168,7 +177,8 @@ class SyncWorkflow:
             learning_s=header["learning_s"], round_s=now - state.started_s, wall_s=now - self.started_s,
             cost_usd=self.cost_usd(), losses=header["stats"],
             extras={"recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns
-                    else float("nan"), **state.decision.signals})
+                    else float("nan"), **_overhead(round_s=now - state.started_s, actor_work_s=state.work_s,
+                                                   compute_s=header["compute_s"]), **state.decision.signals})
         progress.last_row = row
         self.decision = self.system.scaler.decide(metrics=row)
         self.on_round(row)
