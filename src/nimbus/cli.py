@@ -48,7 +48,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
     for column in ("id", "family", "actions", "extra", "available here"):
         table.add_column(column)
     for info in list_envs():
-        table.add_row(info.id, info.family, info.action_kind, info.extra or "-", "yes" if info.available else "no")
+        table.add_row(info.env_id, info.family, info.action_kind, info.extra or "-", "yes" if info.available else "no")
     Console().print(table)
     return 0
 

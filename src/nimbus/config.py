@@ -24,82 +24,117 @@ from nimbus.errors import ConfigError
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class EnvConfig(Section):
     id: str = "CartPole-v1"
+    """gymnasium id (``nimbus envs`` lists them); ``nimbus/*`` ids are fault-injection envs for tests."""
     num_envs_per_actor: int = Field(default=4, ge=1)
+    """envs stepped in lock-step by one actor function (batched policy inference)"""
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    """keyword arguments for ``gymnasium.make``"""
 
 
 class FunctionConfig(Section):
     """Resources and limits of one function kind (billed by the pricing model)."""
 
     cpus: float = Field(default=1.0, gt=0)
+    """CPUs one invocation occupies (scheduling and torch threads)"""
     gpus: float = Field(default=0.0, ge=0)
+    """GPU share; > 0 is billed as that share of a p3.2xlarge"""
     memory_mb: int = Field(default=1024, ge=128)
+    """memory size; CPU functions are billed per GB-second like AWS Lambda"""
     timeout_s: float = Field(default=120.0, gt=0)
+    """hard limit per attempt; the worker is killed and the attempt billed in full"""
     max_retries: int = Field(default=3, ge=0)
+    """retries of a failed, crashed or timed-out attempt (on another worker)"""
 
 
 class ActorsConfig(Section):
     scaling: ScalingConfig = Field(default_factory=lambda: _default_scaling())
+    """actor-scaling controller: fixed, nitro, hydrozoa or max"""
     fragment_steps: int = Field(default=128, ge=1, description="env steps per env per actor invocation")
     function: FunctionConfig = Field(default_factory=FunctionConfig)
 
 
 class LearnerConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    """learner device; auto = cuda when present"""
     torch_threads: int = Field(default=1, ge=1)
+    """torch intra-op threads in the learner function"""
     function: FunctionConfig = Field(
         default_factory=lambda: FunctionConfig(cpus=1.0, gpus=0.25, memory_mb=4096, timeout_s=600.0))
 
 
 class RuntimeConfig(Section):
     backend: Literal["local"] = "local"
+    """where functions run: local worker processes (ray: see docs/cluster.md)"""
     capacity_cpus: float | None = Field(default=None, gt=0)
+    """CPUs busy at once (default: all cores); idle warm workers do not count"""
     max_workers: int | None = Field(default=None, ge=1)
+    """worker processes kept, busy or warm (default 2 x capacity)"""
     keep_alive_s: float = Field(default=600.0, gt=0)
+    """idle warm workers are reclaimed after this (OpenWhisk default)"""
     prewarm: bool = True
+    """start actor and learner workers before round 0"""
 
 
 class StoreConfig(Section):
     backend: Literal["shm"] = "shm"
+    """where weights and gradients live"""
     keep_versions: int = Field(default=2, ge=1)
+    """policy versions kept in the store"""
 
 
 class ChannelConfig(Section):
     inline_max_bytes: int = Field(default=64 * 1024, ge=0)
+    """bodies up to this size travel inside the header frame instead of shared memory"""
     compress_min_bytes: int | None = Field(default=1 << 20, ge=0)
+    """LZ4-compress bodies of at least this size (null: never)"""
 
 
 class TrainConfig(Section):
     workflow: Literal["sync"] = "sync"
+    """sync: on-policy rounds (actors, then learner)"""
     total_env_steps: int = Field(default=100_000, ge=1)
+    """stop after this many env steps"""
     max_rounds: int | None = Field(default=None, ge=1)
+    """stop after this many rounds"""
     target_return: float | None = None
+    """stop when the moving mean return reaches this"""
     return_window: int = Field(default=100, ge=1, description="episodes in the moving mean return")
     checkpoint_every_rounds: int = Field(default=25, ge=1)
+    """checkpoint period (a final checkpoint is always written)"""
     keep_checkpoints: int = Field(default=3, ge=1)
+    """checkpoints kept on disk"""
     eval_episodes: int = Field(default=10, ge=0)
+    """episodes of the final policy evaluated at the end (0: skip)"""
     max_nonfinite_losses: int = Field(default=5, ge=1)
+    """stop after this many non-finite updates in a row (each is skipped)"""
 
 
 class CostConfig(Section):
     pricing_path: str | None = None
+    """YAML pricing model overriding the shipped nimbus/cost/pricing.yaml"""
 
 
 class OutputConfig(Section):
     root_dir: str = "runs"
+    """runs are written to <root_dir>/<name>-<timestamp>/"""
     tensorboard: bool = True
+    """write TensorBoard event files"""
     report: bool = True
+    """render report.png at the end"""
     status_line: bool = True
+    """live status line on stderr"""
 
 
 class NimbusConfig(Section):
     name: str = Field(default="run", pattern=r"^[A-Za-z0-9_.-]+$")
+    """run name, the prefix of the run directory"""
     seed: int = Field(default=0, ge=0)
+    """seeds envs, policy sampling and minibatch order (same seed: same run, on CPU in sync mode)"""
     env: EnvConfig = Field(default_factory=EnvConfig)
     algo: AlgoConfig
     actors: ActorsConfig = Field(default_factory=ActorsConfig)
