@@ -28,6 +28,7 @@ from nimbus.data.store import ShmStore
 from nimbus.envs.make import make_env
 from nimbus.models.distributions import clip_action
 from nimbus.runtime.base import FunctionContext
+from nimbus.train.obsnorm import fragment_moments, normalize, rms_from_extras
 from nimbus.train.weights import load_model
 
 
@@ -73,7 +74,7 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
     slot = _env_slot(context=context, req=req)
     torch.manual_seed(derive_seed(req.seed, req.actor_rank, req.slot_seq, 1))
     try:
-        arrays, episodes = _rollout(algo=algo, model=model, slot=slot, req=req)
+        arrays, episodes = _rollout(algo=algo, model=model, slot=slot, req=req, rms=context.cache["obs_rms"])
     except BaseException:
         context.cache.get("slots", {}).pop(req.actor_rank, None)  # env state is now unknown
         raise
@@ -97,7 +98,9 @@ def _policy(*, context: FunctionContext, req: ActorRequest) -> tuple[Algorithm, 
         torch.set_num_threads(1)
     if cache["weights_version"] != req.policy_version:
         store = cache.setdefault("store", ShmStore())
-        load_model(model=cache["model"], message=store.get(key=req.weights_key))
+        extras = load_model(model=cache["model"], message=store.get(key=req.weights_key))
+        cache["obs_rms"] = rms_from_extras(extras=extras, shape=cache["spaces"].observation.shape) \
+            if req.algo.get("normalize_obs") else None
         cache["weights_version"] = req.policy_version
     return cache["algo"], cache["model"]
 
@@ -120,8 +123,8 @@ def _env_slot(*, context: FunctionContext, req: ActorRequest) -> EnvSlot:
     return slot
 
 
-def _rollout(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot,
-             req: ActorRequest) -> tuple[dict[str, np.ndarray], tuple[list[float], list[int], dict[str, float]]]:
+def _rollout(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot, req: ActorRequest,
+             rms: Any = None) -> tuple[dict[str, np.ndarray], tuple[list[float], list[int], dict[str, float]]]:
     """Step every env ``fragment_steps`` times; returns env-major rows and finished episodes."""
     num_envs, steps = req.num_envs, req.fragment_steps
     spaces: EnvSpaces = _spaces_of(slot)
@@ -133,7 +136,8 @@ def _rollout(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot,
     for t in range(steps):
         tick = time.perf_counter()
         with torch.no_grad():
-            out = algo.act(model=model, obs=torch.as_tensor(slot.obs, dtype=torch.float32), explore=True)
+            policy_obs = normalize(rms=rms, obs=slot.obs)  # what the policy sees is what the learner trains on
+            out = algo.act(model=model, obs=torch.as_tensor(policy_obs, dtype=torch.float32), explore=True)
         env_actions = clip_action(action=out.actions, space=spaces.action)
         tock = time.perf_counter()
         step = _step_all(slot=slot, actions=env_actions)
@@ -145,21 +149,25 @@ def _rollout(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot,
             slot.episode_returns[i] = 0.0
             slot.episode_lengths[i] = 0
             if step["truncated"][i] and not step["terminated"][i]:
-                truncated_final[(t, int(i))] = step["final_obs"][i]
-        row = {"obs": slot.obs, "actions": out.actions, "rewards": step["rewards"],
+                truncated_final[(t, int(i))] = normalize(rms=rms, obs=step["final_obs"][i])
+        row = {"obs": policy_obs, "raw_obs": slot.obs, "actions": out.actions, "rewards": step["rewards"],
                "terminated": step["terminated"], "truncated": step["truncated"], **out.extras}
         for key, value in row.items():
             columns.setdefault(key, []).append(np.asarray(value))
         slot.obs = step["next_obs"]
     arrays = {key: np.stack(values, axis=1) for key, values in columns.items()}  # [envs, steps, ...]
     tick = time.perf_counter()
-    arrays["next_values"] = _next_values(algo=algo, model=model, arrays=arrays, last_obs=slot.obs,
+    raw_obs = arrays.pop("raw_obs")
+    last_obs = normalize(rms=rms, obs=slot.obs)
+    arrays["next_values"] = _next_values(algo=algo, model=model, arrays=arrays, last_obs=last_obs,
                                          truncated_final=truncated_final)
     timers["inference_s"] += time.perf_counter() - tick
     cut = arrays["terminated"] | arrays["truncated"]
     cut[:, -1] = True
     arrays["cut"] = cut
     flat = {key: value.reshape(num_envs * steps, *value.shape[2:]) for key, value in arrays.items()}
+    if rms is not None:
+        flat.update(fragment_moments(raw_obs=raw_obs.reshape(num_envs * steps, *raw_obs.shape[2:])))
     return flat, (finished_returns, finished_lengths, timers)
 
 

@@ -21,6 +21,7 @@ from nimbus.data.codec import Message
 from nimbus.envs.make import make_env
 from nimbus.models.distributions import clip_action
 from nimbus.train.checkpoint import load_checkpoint
+from nimbus.train.obsnorm import normalize, rms_from_extras
 from nimbus.train.weights import load_model
 
 
@@ -39,7 +40,8 @@ def evaluate_policy(*, config: NimbusConfig, weights: Message, episodes: int, se
     spaces = EnvSpaces(observation=env.observation_space, action=env.action_space)
     algo = make_algorithm(config=config.algo)
     model = algo.make_model(spaces=spaces)
-    load_model(model=model, message=weights)
+    extras = load_model(model=model, message=weights)
+    rms = rms_from_extras(extras=extras) if getattr(config.algo, "normalize_obs", False) else None
     torch.manual_seed(seed)
     returns = []
     for episode in range(episodes):
@@ -47,7 +49,7 @@ def evaluate_policy(*, config: NimbusConfig, weights: Message, episodes: int, se
         total, done = 0.0, False
         while not done:
             with torch.no_grad():
-                out = algo.act(model=model, obs=torch.as_tensor(obs[None], dtype=torch.float32), explore=explore)
+                out = algo.act(model=model, obs=torch.as_tensor(normalize(rms=rms, obs=obs[None]), dtype=torch.float32), explore=explore)
             action = clip_action(action=out.actions, space=spaces.action)[0]
             obs, reward, terminated, truncated, _ = env.step(action.item() if action.ndim == 0 else action)
             total += float(reward)

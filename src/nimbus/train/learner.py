@@ -5,6 +5,10 @@ It runs inside a runtime worker. The authoritative learner state lives in the St
 whose cached model already holds version v skips the reload (that is the warm start). The batch is
 read zero-copy from the ARTOS buffer by the row indices the driver's replay strategy chose.
 
+With a ``probe`` block in the request (Nitro), the updated policy's Hessian is probed after the
+update (train/probe.py) and the result header carries ``extras``: ``hessian_ratio``,
+``hessian_lambda_max``, ``hessian_lambda_min``, ``probe_s``... (``{}`` without a probe).
+
 A non-finite loss or gradient skips the step and keeps the weights (the version still advances, so
 the round completes); the driver stops the run after ``max_nonfinite_losses`` in a row.
 """
@@ -26,6 +30,8 @@ from nimbus.data.store import ShmStore
 from nimbus.envs.make import make_env
 from nimbus.runtime.base import FunctionContext
 from nimbus.train.actor import derive_seed
+from nimbus.train.probe import ProbeRequest, probe_policy
+from nimbus.train.obsnorm import merge, pop_moments, rms_from_extras, rms_to_extras
 from nimbus.train.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
                                   weights_key)
 
@@ -43,10 +49,12 @@ class LearnerRequest:
     seed: int
     device: str
     torch_threads: int
+    probe: dict[str, Any] | None = None  # train/probe.py ProbeRequest: Hessian probe after the update (Nitro)
 
-    def to_message(self, *, indices: np.ndarray) -> Message:
+    def to_message(self, *, indices: np.ndarray, obs_moments: dict[str, np.ndarray] | None = None) -> Message:
+        """``obs_moments``: the round's raw-observation moments (``algo.normalize_obs``), see train/obsnorm.py."""
         return Message(header={"learner": asdict(self), "_affinity": f"learner-{self.policy}"},
-                       arrays={"indices": indices.astype(np.int64)})
+                       arrays={"indices": indices.astype(np.int64), **(obs_moments or {})})
 
     @classmethod
     def from_message(cls, message: Message) -> "LearnerRequest":
@@ -79,16 +87,30 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
         _restore(model=model, optimizer=optimizer, snapshot=snapshot, context=context, req=req)
     new_version = req.policy_version + 1
     store: ShmStore = state["store"]
+    if state.get("obs_rms") is not None:  # fold this round's raw-observation moments into the statistics
+        state["obs_rms"] = merge(into=state["obs_rms"], other=pop_moments(arrays=dict(request.arrays)))
     store.put(key=weights_key(policy=req.policy, version=new_version),
-              message=model_to_message(model=_cpu(model), version=new_version))
+              message=model_to_message(model=_cpu(model), version=new_version,
+                                       extra=rms_to_extras(rms=state.get("obs_rms"))))
     store.put(key=optim_key(policy=req.policy, version=new_version),
               message=optimizer_to_message(optimizer=optimizer, version=new_version))
     state["version"] = new_version
-    header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite,
+    extras = _probe(algo=algo, model=model, batch=batch, req=req)
+    header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
               "transfer_s": transfer_s, "learning_s": time.perf_counter() - started - transfer_s,
               "compute_s": compute_s,
               "rows": int(len(request.arrays["indices"]))}
     return Message(header=header)
+
+
+def _probe(*, algo: Any, model: torch.nn.Module, batch: dict[str, torch.Tensor],
+           req: LearnerRequest) -> dict[str, float]:
+    """Nitro's Hessian probe of the updated policy (train/probe.py), or {} when the request has none."""
+    request = ProbeRequest.from_header(req.probe)
+    if request is None:
+        return {}
+    return probe_policy(algo=algo, model=model, batch=batch, request=request,
+                        seed=derive_seed(req.seed, req.policy_version, 3))
 
 
 def _learner_state(*, context: FunctionContext, req: LearnerRequest) -> dict[str, Any]:
@@ -103,12 +125,14 @@ def _learner_state(*, context: FunctionContext, req: LearnerRequest) -> dict[str
         device = resolve_device(requested=req.device)
         model = algo.make_model(spaces=spaces).to(device)
         cache.clear()
-        cache.update(algo_config=req.algo, env_id=req.env_id, algo=algo, model=model, device=device,
+        cache.update(algo_config=req.algo, env_id=req.env_id, algo=algo, model=model, device=device, spaces=spaces,
                      optimizer=algo.make_optimizer(model=model), version=None, store=ShmStore(), buffers={})
     if cache["version"] != req.policy_version:
         store: ShmStore = cache["store"]
-        load_model(model=cache["model"], message=store.get(key=weights_key(policy=req.policy,
-                                                                            version=req.policy_version)))
+        extras = load_model(model=cache["model"], message=store.get(key=weights_key(policy=req.policy,
+                                                                                     version=req.policy_version)))
+        cache["obs_rms"] = rms_from_extras(extras=extras, shape=cache["spaces"].observation.shape) \
+            if req.algo.get("normalize_obs") else None
         cache["optimizer"] = cache["algo"].make_optimizer(model=cache["model"])
         if req.has_optimizer_state:
             load_optimizer(optimizer=cache["optimizer"],

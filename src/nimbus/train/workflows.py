@@ -27,6 +27,8 @@ from nimbus.errors import NimbusError
 from nimbus.train.actor import ActorRequest
 from nimbus.train.build import System
 from nimbus.train.learner import LearnerRequest
+from nimbus.train.obsnorm import merge, moments_arrays, pop_moments
+from nimbus.train.probe import round_probe_extras, with_decision
 from nimbus.train.weights import optim_key, weights_key
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,7 @@ class RoundState:
     sampling_s: float = 0.0
     ingest_s: float = 0.0
     work_s: float = 0.0  # slowest actor's env stepping + policy inference: the round's critical path
+    obs_moments: Any = None  # merged raw-observation moments of the accepted fragments (algo.normalize_obs)
 
 
 @dataclass
@@ -122,8 +125,9 @@ class SyncWorkflow:
                                  algo=cfg.algo.model_dump(mode="json"), policy=POLICY, policy_version=version,
                                  has_optimizer_state=version > 0, buffer=self.system.buffer.descriptor(),
                                  progress=progress, seed=cfg.seed, device=cfg.learner.device,
-                                 torch_threads=cfg.learner.torch_threads)
-        future = self.system.runtime.invoke(spec=self.system.learner_spec, request=request.to_message(indices=indices))
+                                 torch_threads=cfg.learner.torch_threads,
+                                 probe=self.system.probe.to_header() if self.system.probe else None)
+        future = self.system.runtime.invoke(spec=self.system.learner_spec, request=request.to_message(indices=indices, obs_moments=moments_arrays(rms=self.round.obs_moments)))
         self._watch(kind="learner", future=future, meta=version)
 
     def _watch(self, *, kind: str, future: Future, meta: Any) -> None:
@@ -134,11 +138,13 @@ class SyncWorkflow:
         result: Message = future.result()  # raises FunctionFailed when retries are spent
         started = time.perf_counter()
         header = result.header
+        moments = pop_moments(arrays=result.arrays)  # not a buffer column
         accepted = self.system.buffer.ingest(invocation_id=header.get("_invocation_id", f"{self.round.index}-{rank}"),
                                              actor_rank=rank, policy_version=header["policy_version"],
                                              arrays=result.arrays)
         if accepted:
             self.slot_seq[rank] = self.slot_seq.get(rank, 0) + 1
+            self.round.obs_moments = merge(into=self.round.obs_moments, other=moments)
             self.round.episode_returns.extend(header["episode_returns"])
             self.round.env_steps += header["env_steps"]
             self.round.sampling_s = max(self.round.sampling_s, header["sampling_s"])
@@ -178,9 +184,11 @@ class SyncWorkflow:
             cost_usd=self.cost_usd(), losses=header["stats"],
             extras={"recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns
                     else float("nan"), **_overhead(round_s=now - state.started_s, actor_work_s=state.work_s,
-                                                   compute_s=header["compute_s"]), **state.decision.signals})
+                                                   compute_s=header["compute_s"]),
+                    **round_probe_extras(extras=header.get("extras", {}), round_s=now - state.started_s)})
+        self.decision = self.system.scaler.decide(metrics=row)   # reads this round's probe (Nitro)
+        row = with_decision(row=row, decision=self.decision)     # + its signals and next_num_actors
         progress.last_row = row
-        self.decision = self.system.scaler.decide(metrics=row)
         self.on_round(row)
 
     def cost_usd(self) -> float:
