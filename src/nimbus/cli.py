@@ -1,4 +1,4 @@
-"""``nimbus`` command line: train, report, envs, eval.
+"""``nimbus`` command line: train, report, envs, eval, compare.
 
 Exit codes: 0 success (also after SIGINT with a final checkpoint), 1 run failure, 2 bad config/usage.
 """
@@ -53,6 +53,15 @@ def _cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from nimbus.report.compare import compare_runs, comparison_table
+
+    rows = compare_runs(run_dirs=[Path(d) for d in args.run_dirs], output=Path(args.output))
+    Console().print(comparison_table(rows=rows))
+    Console().print(f"figure: {args.output}")
+    return 0
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from nimbus.train.evaluate import evaluate_checkpoint
 
@@ -83,6 +92,13 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--deterministic", action="store_true", help="greedy/mean actions")
     p.set_defaults(func=_cmd_eval)
+    p = sub.add_parser("compare", help="return vs env steps, wall time and cost for several runs, and a table")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--output", default="compare.png", help="figure path (default: ./compare.png)")
+    p.set_defaults(func=_cmd_compare)
+    from nimbus.bench.commands import add_bench_commands
+
+    add_bench_commands(sub)  # nimbus bench transfer | sample
     return parser
 
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from nimbus.algos.registry import AlgoConfig
 from nimbus.control.config import ScalingConfig
 from nimbus.errors import ConfigError
+from nimbus.train.async_config import AsyncWorkflowConfig
 
 
 class Section(BaseModel):
@@ -68,8 +69,12 @@ class LearnerConfig(Section):
 
 
 class RuntimeConfig(Section):
-    backend: Literal["local"] = "local"
-    """where functions run: local worker processes (ray: see docs/cluster.md)"""
+    backend: Literal["local", "ray"] = "local"
+    """where functions run: local worker processes, or Ray actors (ray: see docs/cluster.md)"""
+    address: str = "local"
+    """ray only: local (a private, loopback-only Ray), auto (the cluster `ray start` made here), or host:port"""
+    init_timeout_s: float = Field(default=120.0, gt=0)
+    """a new worker must have imported its function within this (else it is killed and retried)"""
     capacity_cpus: float | None = Field(default=None, gt=0)
     """CPUs busy at once (default: all cores); idle warm workers do not count"""
     max_workers: int | None = Field(default=None, ge=1)
@@ -81,10 +86,30 @@ class RuntimeConfig(Section):
 
 
 class StoreConfig(Section):
-    backend: Literal["shm"] = "shm"
-    """where weights and gradients live"""
+    backend: Literal["shm", "redis", "ray"] = "shm"
+    """where weights and gradients live: shm (this machine), redis (a Redis server), ray (Ray's object store)"""
     keep_versions: int = Field(default=2, ge=1)
     """policy versions kept in the store"""
+    url: str = "redis://127.0.0.1:6379/0"
+    """redis only: redis://[user@]host:port/db (rediss:// for TLS); put the password in store.password(_env)"""
+    username: str | None = None
+    """redis only: ACL user (default: the default user)"""
+    password: SecretStr | None = None
+    """redis only: the ACL password (never logged, saved as ****); prefer password_env"""
+    password_env: str | None = None
+    """redis only: name of an environment variable holding the password"""
+    fallback: Literal["none", "shm"] = "none"
+    """redis only: if Redis is unreachable at start, use shm (one machine) instead of failing"""
+    max_retries: int = Field(default=3, ge=0)
+    """redis only: retries of a failed connection or command, with exponential back-off and jitter"""
+    backoff_base_s: float = Field(default=0.05, gt=0)
+    """redis only: first back-off delay"""
+    backoff_cap_s: float = Field(default=1.0, gt=0)
+    """redis only: longest back-off delay"""
+    timeout_s: float = Field(default=5.0, gt=0)
+    """redis only: socket connect and command timeout"""
+    full_wait_s: float = Field(default=10.0, ge=0)
+    """redis only: how long a write waits for room when Redis is full (noeviction) before the run stops"""
 
 
 class ChannelConfig(Section):
@@ -94,9 +119,20 @@ class ChannelConfig(Section):
     """LZ4-compress bodies of at least this size (null: never)"""
 
 
+class PipelineConfig(Section):
+    """ARTOS's on-policy pipelines and Stellaris's loader (train/pipeline.py, docs/dataplane.md); PPO, sync."""
+
+    minibatch: bool = False
+    """mini-batch pipeline: the learner starts at the first actor's rows; epoch 1 steps as blocks arrive"""
+    dual_stage: bool = False
+    """dual-stage pipeline: GAE keys (rewards, values, V(s'), flags) first, GAE while obs/actions follow"""
+    loader: bool = False
+    """device data loader: a background thread stages the next minibatch while the current one trains"""
+
+
 class TrainConfig(Section):
-    workflow: Literal["sync"] = "sync"
-    """sync: on-policy rounds (actors, then learner)"""
+    workflow: Literal["sync", "async"] = "sync"
+    """sync: on-policy rounds (actors, then learner); async: off-policy DQN/SAC/IMPALA, see async_workflow"""
     total_env_steps: int = Field(default=100_000, ge=1)
     """stop after this many env steps"""
     max_rounds: int | None = Field(default=None, ge=1)
@@ -145,6 +181,28 @@ class NimbusConfig(Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     cost: CostConfig = Field(default_factory=CostConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    async_workflow: AsyncWorkflowConfig = Field(default_factory=AsyncWorkflowConfig)
+    """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+    """ARTOS pipelines for sync PPO (off by default)"""
+
+    @model_validator(mode="after")
+    def _check_pipeline(self) -> "NimbusConfig":
+        from nimbus.train.pipeline_workflow import check_pipeline  # the pipelines' rules live beside them
+        check_pipeline(config=self)
+        return self
+
+    @model_validator(mode="after")
+    def _check_workflow(self) -> "NimbusConfig":
+        from nimbus.train.offpolicy_plan import check_workflow  # the async workflow's rules live beside it
+        check_workflow(config=self)
+        return self
+
+    @model_validator(mode="after")
+    def _check_cluster(self) -> "NimbusConfig":
+        from nimbus.runtime.factory import check_cluster  # the ray / redis rules live beside the factory
+        check_cluster(runtime=self.runtime, store=self.store)
+        return self
 
     @model_validator(mode="after")
     def _check_batch(self) -> "NimbusConfig":
@@ -242,4 +300,4 @@ def dump_config(*, config: NimbusConfig) -> str:
 
 __all__ = ["NimbusConfig", "load_config", "parse_config", "dump_config", "apply_overrides",
            "EnvConfig", "FunctionConfig", "ActorsConfig", "LearnerConfig", "RuntimeConfig",
-           "StoreConfig", "ChannelConfig", "TrainConfig", "CostConfig", "OutputConfig", "Union", "Annotated"]
+           "StoreConfig", "ChannelConfig", "PipelineConfig", "TrainConfig", "CostConfig", "OutputConfig", "Union", "Annotated"]

@@ -47,3 +47,28 @@ class CheckpointError(NimbusError):
 
 class LivenessError(NimbusError):
     """A component stayed silent past its heartbeat deadline."""
+
+
+class StoreUnavailable(NimbusError):
+    """The Store's server cannot be reached (or lost the run's keys) after bounded retries (P12).
+
+    Not retried by the runtime: the store client already retried with back-off; the trainer stops
+    cleanly with a final checkpoint from the driver's mirror.
+    """
+
+    nimbus_retryable = False
+
+
+class StoreAuthError(StoreUnavailable):
+    """The Store's server refused the credentials (wrong password, unknown user, missing ACL rights)."""
+
+
+class StoreFull(StoreUnavailable):
+    """The Store's server refused a write for lack of memory (``maxmemory`` + ``noeviction``) for longer
+    than the back-pressure wait."""
+
+
+class ClusterError(NimbusError):
+    """Ray could not be started or joined, or the cluster cannot place a function."""
+
+    nimbus_retryable = False

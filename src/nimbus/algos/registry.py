@@ -18,14 +18,27 @@ from typing import Annotated, Any, Union
 from pydantic import BaseModel, Field
 
 from nimbus.algos.base import Algorithm
+from nimbus.algos.dqn.algorithm import DQN
+from nimbus.algos.dqn.config import DQNConfig
+from nimbus.algos.impala.algorithm import Impala
+from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
+from nimbus.algos.sac.algorithm import SAC
+from nimbus.algos.sac.config import SACConfig
 
-AlgoConfig = Annotated[Union[PPOConfig], Field(discriminator="name")]  # noqa: UP007 (a union of one, for now)
+AlgoConfig = Annotated[Union[PPOConfig, DQNConfig, ImpalaConfig, SACConfig],  # noqa: UP007
+                       Field(discriminator="name")]
 
-ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ppo": PPOConfig}
+ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ppo": PPOConfig, "dqn": DQNConfig, "impala": ImpalaConfig,
+                                            "sac": SACConfig}
 
-_BUILDERS: dict[str, Callable[[Any], Algorithm]] = {"ppo": lambda config: PPO(config=config)}
+_BUILDERS: dict[str, Callable[[Any], Algorithm]] = {
+    "ppo": lambda config: PPO(config=config),
+    "dqn": lambda config: DQN(config=config),        # off-policy ones run on train.workflow: async
+    "impala": lambda config: Impala(config=config),
+    "sac": lambda config: SAC(config=config),
+}
 
 
 def make_algorithm(*, config: BaseModel) -> Algorithm:

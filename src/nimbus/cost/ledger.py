@@ -64,7 +64,8 @@ class LedgerRecord:
             raise ValueError(f"ledger outcome {self.outcome!r} is not one of {OUTCOMES}")
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        return json.dumps(dict(vars(self)), separators=(",", ":"))  # flat fields: no need for asdict's deep copy
+
 
     @classmethod
     def from_json(cls, line: str) -> "LedgerRecord":
@@ -180,10 +181,11 @@ class Ledger:
                 self._file.write(record.to_json() + "\n")
                 self._file.flush()
 
-    def records(self) -> list[LedgerRecord]:
-        """A snapshot of every record so far, in the order they were written."""
+    def records(self, *, start: int = 0) -> list[LedgerRecord]:
+        """A snapshot of the records so far from the ``start``-th on (default: all), in the order they were written."""
         with self._lock:
-            return list(self._records)
+            return self._records[start:]
+
 
     def totals(self) -> LedgerTotals:
         return totals_of(records=self.records())

@@ -49,17 +49,19 @@ def segment_name(*, kind: str) -> str:
 class Segment:
     """One mapped shared-memory segment. ``buffer`` is a writable memoryview of ``size_bytes``."""
 
-    def __init__(self, *, name: str, fd: int, size_bytes: int) -> None:
+    def __init__(self, *, name: str, fd: int, size_bytes: int, populate: bool = False) -> None:
         self.name = name
         self.size_bytes = size_bytes
+        flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
         try:
-            self._mmap = mmap.mmap(fd, max(size_bytes, 1))
+            self._mmap = mmap.mmap(fd, max(size_bytes, 1), flags=flags)
         finally:
             os.close(fd)
         self.buffer = memoryview(self._mmap)[:size_bytes]
 
     @classmethod
-    def create(cls, *, name: str, size_bytes: int, pretouch: bool = True) -> "Segment":
+    def create(cls, *, name: str, size_bytes: int, pretouch: bool = True, populate: bool = False) -> "Segment":
+        """A new segment. ``populate``: map with MAP_POPULATE (allocate and map every page now)."""
         fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
         try:
             os.ftruncate(fd, max(size_bytes, 1))
@@ -67,17 +69,18 @@ class Segment:
             os.close(fd)
             _posixshmem.shm_unlink("/" + name)
             raise
-        segment = cls(name=name, fd=fd, size_bytes=size_bytes)
+        segment = cls(name=name, fd=fd, size_bytes=size_bytes, populate=populate)
         if pretouch and size_bytes:
             # First touch of tmpfs pages is several times slower than a warm memcpy; pay it up front.
             segment._mmap.madvise(mmap.MADV_WILLNEED) if hasattr(mmap, "MADV_WILLNEED") else None
         return segment
 
     @classmethod
-    def attach(cls, *, name: str) -> "Segment":
+    def attach(cls, *, name: str, populate: bool = False) -> "Segment":
+        """Map an existing segment; ``populate`` fills the page tables now instead of on first access."""
         fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         size_bytes = os.fstat(fd).st_size
-        return cls(name=name, fd=fd, size_bytes=size_bytes)
+        return cls(name=name, fd=fd, size_bytes=size_bytes, populate=populate)
 
     def close(self) -> None:
         """Unmap. Views into ``buffer`` must be gone; if some are still alive the mapping is left to GC."""

@@ -25,7 +25,8 @@ import re
 import struct
 from typing import Protocol
 
-from nimbus.data.codec import Message, decode, encode_into, encoded_size
+from nimbus.data.codec import Message, decode, encode_into, encoded_size, frame_plan
+
 from nimbus.data.shm import SHM_DIR, Segment, list_segments, run_prefix, sweep, unlink
 
 logger = logging.getLogger(__name__)
@@ -129,10 +130,12 @@ class ShmStore:
     def put(self, *, key: str, message: Message) -> None:
         """Write ``message`` under ``key`` (one copy of each array). Raises KeyExists if it is taken."""
         name = self.segment_of(key=key)
-        frame_bytes = encoded_size(message)
+        plan = frame_plan(message)  # laid out once for both the size and the write
+        frame_bytes = encoded_size(message, plan=plan)
         segment = self._create(name=name, key=key, size_bytes=_FRAME_OFFSET + frame_bytes)
         try:
-            encode_into(message, segment.buffer[_FRAME_OFFSET:])
+            encode_into(message, segment.buffer[_FRAME_OFFSET:], plan=plan)
+
             _COMMIT.pack_into(segment.buffer, 0, frame_bytes)  # the commit point: written last
         except BaseException:
             unlink(name=name)

@@ -269,3 +269,58 @@ class TriggerTable:
         """Re-arm every trigger without firing."""
         for binding in self._bindings:
             binding.trigger.reset()
+
+
+class TransferTrigger:
+    """ARTOS's transfer trigger (Table 3, "Data Transfer", keys = pipeline keys): moves one producer's
+    cached rows to the consumer in stages, key group by key group, in order.
+
+    Bound to a producer-side cache (ARTOS: the scalable cache buffer on the actor's worker). ``offer``
+    adds columns to the cache; ``check`` fires when every key of the next stage is cached; ``take``
+    then hands over that stage's columns (and forgets them). Keys in no stage are never sent. The
+    dual-stage pipeline is ``TransferTrigger(keys_in_order=(GAE keys, the rest))`` (train/pipeline.py);
+    one stage with every key is the unpipelined transfer.
+
+    Example::
+
+        trigger = TransferTrigger(keys_in_order=(("rewards", "values"), ("obs", "actions")))
+        trigger.offer(arrays=rollout)                 # all four keys cached
+        while trigger.check(now_s=0.0):
+            outbox.send(message=Message(arrays=trigger.take()), tag={"stage": trigger.stage - 1})
+    """
+
+    def __init__(self, *, keys_in_order: tuple[tuple[str, ...], ...]) -> None:
+        flat = [key for stage in keys_in_order for key in stage]
+        if not keys_in_order or any(not stage for stage in keys_in_order) or len(flat) != len(set(flat)):
+            raise ValueError(f"TransferTrigger needs non-empty stages with each key once, got {keys_in_order}")
+        self.keys_in_order = tuple(tuple(stage) for stage in keys_in_order)
+        self.stage = 0  # the next stage to send
+        self._cache: dict[str, np.ndarray] = {}
+        self._ready = False
+
+    def offer(self, *, arrays: dict[str, np.ndarray]) -> None:
+        """Cache columns produced so far (later offers add or replace keys)."""
+        self._cache.update(arrays)
+
+    def check(self, *, now_s: float) -> bool:
+        self._ready = self.stage < len(self.keys_in_order) and all(
+            key in self._cache for key in self.keys_in_order[self.stage])
+        return self._ready
+
+    def take(self) -> dict[str, np.ndarray]:
+        """The next stage's columns (after ``check`` fired); advances to the following stage."""
+        if not self._ready:
+            raise RuntimeError("TransferTrigger.take() without a check() that fired")
+        stage = {key: self._cache.pop(key) for key in self.keys_in_order[self.stage]}
+        self.stage += 1
+        self._ready = False
+        return stage
+
+    @property
+    def done(self) -> bool:
+        return self.stage == len(self.keys_in_order)
+
+    def reset(self) -> None:
+        """Start a new transfer: empty cache, first stage next."""
+        self._cache.clear()
+        self.stage, self._ready = 0, False

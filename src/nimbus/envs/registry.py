@@ -45,10 +45,11 @@ _CATALOGUE: tuple[_Entry, ...] = (
     _Entry(env_id="Pendulum-v1", family="classic_control", action_kind="continuous", extra=None),
     _Entry(env_id="Hopper-v5", family="mujoco", action_kind="continuous", extra="mujoco"),
     _Entry(env_id="HalfCheetah-v5", family="mujoco", action_kind="continuous", extra="mujoco"),
+    _Entry(env_id="nimbus/AtariPong-v5", family="atari", action_kind="discrete", extra="atari"),
 )
 
 # The modules an extra must make importable for its envs to be built.
-EXTRA_MODULES: dict[str, tuple[str, ...]] = {"mujoco": ("mujoco",)}
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {"mujoco": ("mujoco",), "atari": ("ale_py", "cv2")}
 
 
 @functools.cache
@@ -90,4 +91,6 @@ def required_extra(*, env_id: str) -> str | None:
         entry_point = str(gym.spec(env_id).entry_point)
     except Exception:  # unknown id: nothing to guess from
         return None
+    if "nimbus.envs.atari" in entry_point or env_id.startswith("ALE/"):
+        return "atari"
     return "mujoco" if "mujoco" in entry_point else None

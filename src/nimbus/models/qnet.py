@@ -231,7 +231,12 @@ class TwinQ(nn.Module):
 @torch.no_grad()
 def polyak_update(*, source: nn.Module, target: nn.Module, tau: float) -> None:
     """target ← τ·source + (1 − τ)·target over parameters and buffers; τ = 1 is a hard copy."""
-    for s, t in zip(source.parameters(), target.parameters(), strict=True):
-        t.lerp_(s, tau) if tau < 1.0 else t.copy_(s)
+    sources, targets = list(source.parameters()), list(target.parameters())
+    if len(sources) != len(targets):
+        raise ValueError(f"polyak_update: {len(sources)} source and {len(targets)} target parameters")
+    if tau < 1.0:
+        torch._foreach_lerp_(targets, sources, tau)  # one multi-tensor op: small nets are overhead-bound
+    else:
+        torch._foreach_copy_(targets, sources)
     for s, t in zip(source.buffers(), target.buffers(), strict=True):
         t.copy_(s)

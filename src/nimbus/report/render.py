@@ -20,6 +20,7 @@ from rich.table import Table  # noqa: E402
 
 from nimbus.cost.ledger import Ledger  # noqa: E402
 from nimbus.cost.pricing import load_pricing  # noqa: E402
+from nimbus.report.panels import plot_cost_per_round, plot_ratio_and_score, scaling_budget  # noqa: E402
 from nimbus.train.metrics import read_metrics  # noqa: E402
 
 
@@ -51,7 +52,7 @@ def render_report(*, run_dir: Path) -> Path:
     run_dir = Path(run_dir)
     rows = read_metrics(path=run_dir / "metrics.jsonl")
     costs = cost_by_kind(run_dir=run_dir)
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    fig, axes = plt.subplots(3, 2, figsize=(12, 12))
     _plot_returns(axes[0, 0], rows, "env_steps", "env steps")
     _plot_returns(axes[0, 1], rows, "wall_s", "wall time (s)")
     rounds = [r["round"] for r in rows]
@@ -64,6 +65,9 @@ def render_report(*, run_dir: Path) -> Path:
     axes[1, 1].bar(kinds, [costs[k] for k in kinds], color="tab:green")
     axes[1, 1].set_ylabel("cost (USD, serverless)")
     axes[1, 1].set_title("cost by function kind", fontsize=10)
+    plot_ratio_and_score(axes[2, 0], rows)
+    budget = scaling_budget(config=yaml.safe_load((run_dir / "config.yaml").read_text()) or {})
+    plot_cost_per_round(axes[2, 1], rows, budget_usd=budget)
     fig.suptitle(run_dir.name)
     fig.tight_layout()
     path = run_dir / "report.png"

@@ -55,6 +55,26 @@ def send_frame(*, sock: socket.socket, frame: bytes | bytearray | memoryview,
         sock.sendall(frame)
 
 
+def peer_closed(*, sock: socket.socket) -> bool:
+    """True when the peer of ``sock`` has closed it (EOF or an error), without consuming any byte."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
+def send_frames(*, sock: socket.socket, frames: list[bytes], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    """Send several small frames with one ``sendall`` (each checked as ``send_frame`` does)."""
+    parts = []
+    for frame in frames:
+        _check_length(length=len(frame), max_frame_bytes=max_frame_bytes)
+        check_prefix(data=frame)
+        parts += (LENGTH.pack(len(frame)), frame)
+    sock.sendall(b"".join(parts))
+
+
 def _recv_exact(*, sock: socket.socket, size: int) -> bytearray | None:
     """Exactly ``size`` bytes, or None on EOF before the first byte; EOF later is a truncated frame."""
     out = bytearray(size)

@@ -7,8 +7,10 @@ the janitor module's ``Reaper``. Worker side (``main``), the process:
 
 1. sets ``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with the driver thread that spawned it, and exits
    at once if the driver is already gone; it ignores SIGINT (Ctrl-C is the driver's to handle);
-2. imports its entrypoint once and reports ``ready`` with ``init_s`` (spawn -> imported) or the
-   import error;
+2. imports its entrypoint once, runs the module's ``init_worker()`` if it defines one (Lambda's init
+   phase: imports and set-up every first invocation would otherwise pay), and reports ``ready`` with
+   ``init_s`` (spawn -> imported and initialised) or the error;
+
 3. serves invocations one at a time: ``fn(context=FunctionContext(...), request=Message)`` with one
    ``context.cache`` kept across invocations (warm state), and reports each attempt's outcome, start
    and end wall times, and on error the exception type, ``nimbus_retryable`` and traceback;
@@ -53,6 +55,8 @@ from nimbus.runtime.transport import recv_frame
 
 log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
+INIT_HOOK = "init_worker"  # optional function of an entrypoint's module, run once when a worker starts
+
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,9 @@ class WorkerPool:
         self._inbox, self._changed, self._prefix = inbox, changed, prefix
         self._keep_alive_s, self._init_timeout_s = keep_alive_s, init_timeout_s
         self._next_id = 0
+        self._next_check_at = 0.0  # monotonic time the monitor wakes up next (next_check_s)
         self._reaper = Reaper(prefix=prefix)
+
         self._spawner = Spawner(prefix=prefix, inline_max_bytes=inline_max_bytes,
                                 compress_min_bytes=compress_min_bytes, on_spawned=on_spawned)
 
@@ -225,15 +231,25 @@ class WorkerPool:
         return True
 
     def set_busy(self, slot: WorkerSlot, *, timeout_s: float) -> None:
+        was = slot.state
         slot.state = "busy"
         slot.deadline = time.monotonic() + timeout_s
-        self._changed.notify_all()
+        self._notify(was=was, deadline=slot.deadline)
 
     def set_idle(self, slot: WorkerSlot) -> None:
+        was = slot.state
         slot.attempt = None
         slot.state = "idle"
         slot.deadline = time.monotonic() + self._keep_alive_s
-        self._changed.notify_all()
+        self._notify(was=was, deadline=slot.deadline)
+
+    def _notify(self, *, was: str, deadline: float) -> None:
+        """Wake the owner's waiters only when it matters: a worker left "starting" (prewarm waits on that) or a
+        deadline falls before the monitor's next check. Waking the monitor on every dispatch and result made it
+        take the GIL from the dispatching thread several times a round."""
+        if was == "starting" or deadline < self._next_check_at:
+            self._changed.notify_all()
+
 
     def retire(self, slot: WorkerSlot) -> None:
         """Take a worker out of service and SIGKILL it; ``reap`` collects it and sweeps its segments."""
@@ -258,7 +274,10 @@ class WorkerPool:
     def next_check_s(self, *, now: float) -> float:
         self._reaper.reap()
         times = [1.0, *(w.deadline - now for w in self.slots.values())] + [0.05] * self._reaper.pending
-        return max(0.001, min(times))
+        wait_s = max(0.001, min(times))
+        self._next_check_at = now + wait_s
+        return wait_s
+
 
     def close(self) -> None:
         """After every slot was retired: stop the spawner, collect the processes, release the janitor."""
@@ -280,10 +299,15 @@ def _set_pdeathsig() -> None:
 
 def _load(entrypoint: str) -> Callable[..., Message]:
     module_name, _, attr = entrypoint.partition(":")
-    fn = getattr(importlib.import_module(module_name), attr or "main")
+    module = importlib.import_module(module_name)
+    fn = getattr(module, attr or "main")
     if not callable(fn):
         raise TypeError(f"entrypoint {entrypoint!r} is not callable")
+    init = getattr(module, INIT_HOOK, None)
+    if callable(init):  # Lambda's init phase: set-up the first invocation would pay, done (and billed) at start
+        init()
     return fn
+
 
 
 _torch_threads_set = False

@@ -3,13 +3,15 @@
     config ─▶ Runtime (warm workers, ledger) ─▶ actor / learner FunctionSpecs
            ─▶ Store (weights, optimizer state) + StoreEvents
            ─▶ Buffer (algorithm's buffer spec) + replay strategy
-           ─▶ actor-scaling controller
+           ─▶ actor-scaling controller (+ the Hessian probe it needs from the learner, train/probe.py)
            ─▶ Checkpointer, MetricsSink
     and the workflow binds triggers to actions over these parts (train/workflows.py).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,16 +29,21 @@ from nimbus.cost.pricing import PricingModel, load_pricing
 from nimbus.data.buffer import Buffer
 from nimbus.data.replay import FullBatch, ReplayStrategy
 from nimbus.data.shm import run_prefix
-from nimbus.data.store import ShmStore, Store
+from nimbus.data.store import Store
+from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.data.triggers import StoreEvents
 from nimbus.envs.make import make_env
 from nimbus.runtime.base import FunctionSpec, Resources, Runtime
-from nimbus.runtime.local import LocalRuntime
+from nimbus.runtime.factory import StampedRuntime, make_runtime
 from nimbus.train.checkpoint import Checkpointer
 from nimbus.train.metrics import MetricsSink
+from nimbus.train.offpolicy_plan import make_replay, plan_for
+from nimbus.train.probe import ProbeRequest, probe_request
 
 ACTOR_ENTRYPOINT = "nimbus.train.actor:actor_function"
 LEARNER_ENTRYPOINT = "nimbus.train.learner:learner_function"
+OFFPOLICY_ACTOR_ENTRYPOINT = "nimbus.train.offpolicy_actor:offpolicy_actor_function"      # train.workflow: async
+OFFPOLICY_LEARNER_ENTRYPOINT = "nimbus.train.offpolicy_learner:offpolicy_learner_function"
 
 
 @dataclass
@@ -59,6 +66,8 @@ class System:
     learner_spec: FunctionSpec
     checkpointer: Checkpointer
     metrics: MetricsSink
+    probe: ProbeRequest | None = None   # the Hessian probe each learner request carries (Nitro), else None
+    ship_batches: bool = False  # learner batches travel through the Store (ray: the buffer may be on another node)
 
     def close(self) -> None:
         """Stop workers, flush logs, remove every shared-memory segment of the run."""
@@ -101,27 +110,49 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
     torch.manual_seed(config.seed)
 
     ledger = Ledger(path=run_dir / "ledger.jsonl")
-    runtime = LocalRuntime(ledger=ledger, capacity_cpus=config.runtime.capacity_cpus,
-                           max_workers=config.runtime.max_workers, keep_alive_s=config.runtime.keep_alive_s,
-                           inline_max_bytes=config.channel.inline_max_bytes,
-                           compress_min_bytes=config.channel.compress_min_bytes)
-    actor_spec = function_spec(name="actor", entrypoint=ACTOR_ENTRYPOINT, kind="actor",
-                               function=config.actors.function)
-    learner_spec = function_spec(name="learner", entrypoint=LEARNER_ENTRYPOINT, kind="learner",
-                                 function=config.learner.function)
+    backend = make_runtime(config=config, ledger=ledger, worker_env=store_worker_env(config=config.store))
+    try:  # the store after the runtime: the ray store lives in the Ray instance the runtime joined
+        store = driver_store(config=config.store, namespace=_run_namespace(run_dir=run_dir))
+    except BaseException:
+        backend.shutdown()
+        raise
+    runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})  # functions open it
+    offpolicy = config.train.workflow == "async"  # off-policy functions, replay and buffer size (offpolicy_plan.py)
+    actor_spec = function_spec(name="actor", entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if offpolicy else ACTOR_ENTRYPOINT,
+                               kind="actor", function=config.actors.function)
+    learner_spec = function_spec(name="learner", kind="learner", function=config.learner.function,
+                                 entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT if offpolicy else LEARNER_ENTRYPOINT)
 
     scaler = make_scaler(config=config.actors.scaling)
+    probe = probe_request(scaling=config.actors.scaling)   # what the scaler reads from each learner result
     rows_per_actor = config.env.num_envs_per_actor * config.actors.fragment_steps
     max_actors = max(scaler.initial().num_actors, _max_actors(config=config))
-    buffer = Buffer.create(spec=algo.buffer_spec(spaces=spaces), capacity_rows=2 * rows_per_actor * max_actors)
+    capacity_rows, replay = 2 * rows_per_actor * max_actors, FullBatch()
+    if offpolicy:  # replay capacity, and Uniform / Prioritized / NStep / FIFO per the algorithm's config
+        plan = plan_for(config=config)
+        capacity_rows = plan.capacity_rows
+        replay = make_replay(plan=plan, seed=config.seed, guard_rows=rows_per_actor * (max_actors + 1))
+    buffer = Buffer.create(spec=algo.buffer_spec(spaces=spaces), capacity_rows=capacity_rows)
 
     return System(config=config, run_dir=run_dir, spaces=spaces, algo=algo, runtime=runtime, ledger=ledger,
                   pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None),
-                  store=ShmStore(owner=True), store_events=StoreEvents(), buffer=buffer, replay=FullBatch(),
+                  store=store, store_events=StoreEvents(), buffer=buffer, replay=replay,
                   scaler=scaler, actor_spec=actor_spec, learner_spec=learner_spec,
                   checkpointer=Checkpointer(directory=run_dir / "checkpoints", keep=config.train.keep_checkpoints),
                   metrics=MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
-                                      status_line=config.output.status_line))
+                                      status_line=config.output.status_line),
+                  probe=probe, ship_batches=config.runtime.backend == "ray")
+
+
+def peak_actors(*, config: NimbusConfig) -> int:
+    """The most actor functions the configured scaler may launch in one round (pre-warmed before round 0:
+    Nitro §8.1 provisions I_max so that a boosted round meets no cold start)."""
+    return max(make_scaler(config=config.actors.scaling).initial().num_actors, _max_actors(config=config))
+
+
+def _run_namespace(*, run_dir: Path) -> str:
+    """This run's name in a shared store (Redis keys, the Ray store directory): run dir + driver pid."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{run_dir.name}-{os.getpid()}")
 
 
 def _max_actors(*, config: NimbusConfig) -> int:

@@ -3,7 +3,9 @@
 It runs inside a runtime worker. The authoritative learner state lives in the Store
 (``weights/<policy>/<v>`` and ``optim/<policy>/<v>``), so any worker can run any update; a warm worker
 whose cached model already holds version v skips the reload (that is the warm start). The batch is
-read zero-copy from the ARTOS buffer by the row indices the driver's replay strategy chose.
+read zero-copy from the ARTOS buffer by the row indices the driver's replay strategy chose — or, on the
+``ray`` runtime, from the Store key ``batch_key`` the driver wrote (the buffer may be on another node).
+The Store itself is opened from the request's ``_store`` descriptor (data/stores.py).
 
 With a ``probe`` block in the request (Nitro), the updated policy's Hessian is probed after the
 update (train/probe.py) and the result header carries ``extras``: ``hessian_ratio``,
@@ -26,7 +28,8 @@ from nimbus.algos.base import EnvSpaces
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
-from nimbus.data.store import ShmStore
+from nimbus.data.store import Store
+from nimbus.data.stores import function_store, put_all
 from nimbus.envs.make import make_env
 from nimbus.runtime.base import FunctionContext
 from nimbus.train.actor import derive_seed
@@ -50,10 +53,13 @@ class LearnerRequest:
     device: str
     torch_threads: int
     probe: dict[str, Any] | None = None  # train/probe.py ProbeRequest: Hessian probe after the update (Nitro)
+    batch_key: str | None = None  # the batch is this Store key (ray: the buffer may be on another node), not rows
 
     def to_message(self, *, indices: np.ndarray, obs_moments: dict[str, np.ndarray] | None = None) -> Message:
         """``obs_moments``: the round's raw-observation moments (``algo.normalize_obs``), see train/obsnorm.py."""
-        return Message(header={"learner": asdict(self), "_affinity": f"learner-{self.policy}"},
+        # a shallow dict (not asdict's deep copy, ~0.1 ms): the header is serialised before it leaves the process
+        return Message(header={"learner": dict(vars(self)), "_affinity": f"learner-{self.policy}"},
+
                        arrays={"indices": indices.astype(np.int64), **(obs_moments or {})})
 
     @classmethod
@@ -61,16 +67,26 @@ class LearnerRequest:
         return cls(**message.header["learner"])
 
 
+def init_worker() -> None:
+    """Run once when a learner worker starts (runtime/worker.py): the first use of a torch.optim optimizer
+    imports torch._dynamo (~1 s), which would otherwise sit on round 0's critical path."""
+    import torch._dynamo  # noqa: F401
+
+
 def resolve_device(*, requested: str) -> torch.device:
+
     if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
         return torch.device("cuda")
     return torch.device("cpu")
 
 
 def learner_function(*, context: FunctionContext, request: Message) -> Message:
+    if "pipeline" in request.header:  # ARTOS pipelines: rows are streamed as actors land (train/pipeline_learner.py)
+        from nimbus.train.pipeline_learner import pipelined_learner_function
+        return pipelined_learner_function(context=context, request=request)
     req = LearnerRequest.from_message(request)
     started = time.perf_counter()
-    state = _learner_state(context=context, req=req)
+    state = _learner_state(context=context, req=req, store=function_store(header=request.header))
     batch = _read_batch(context=context, req=req, indices=request.arrays["indices"], device=state["device"])
     transfer_s = time.perf_counter() - started
     algo, model, optimizer = state["algo"], state["model"], state["optimizer"]
@@ -82,18 +98,19 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
     compute_s = time.perf_counter() - compute_started
     stats_dict = {k: float(v) for k, v in asdict(stats).items()}
     nonfinite = not all(np.isfinite(v) for v in stats_dict.values()) or \
-        not all(torch.isfinite(p).all() for p in model.parameters())
+        not bool(torch.isfinite(torch.cat([p.detach().reshape(-1) for p in model.parameters()])).all())  # one op
+
     if nonfinite:
         _restore(model=model, optimizer=optimizer, snapshot=snapshot, context=context, req=req)
     new_version = req.policy_version + 1
-    store: ShmStore = state["store"]
+    store: Store = state["store"]
     if state.get("obs_rms") is not None:  # fold this round's raw-observation moments into the statistics
         state["obs_rms"] = merge(into=state["obs_rms"], other=pop_moments(arrays=dict(request.arrays)))
-    store.put(key=weights_key(policy=req.policy, version=new_version),
-              message=model_to_message(model=_cpu(model), version=new_version,
-                                       extra=rms_to_extras(rms=state.get("obs_rms"))))
-    store.put(key=optim_key(policy=req.policy, version=new_version),
-              message=optimizer_to_message(optimizer=optimizer, version=new_version))
+    put_all(store=store, items={  # one round trip where the backend batches (redis: one pipeline)
+        weights_key(policy=req.policy, version=new_version): model_to_message(
+            model=_cpu(model), version=new_version, extra=rms_to_extras(rms=state.get("obs_rms"))),
+        optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
+                                                                                version=new_version)})
     state["version"] = new_version
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
@@ -113,7 +130,7 @@ def _probe(*, algo: Any, model: torch.nn.Module, batch: dict[str, torch.Tensor],
                         seed=derive_seed(req.seed, req.policy_version, 3))
 
 
-def _learner_state(*, context: FunctionContext, req: LearnerRequest) -> dict[str, Any]:
+def _learner_state(*, context: FunctionContext, req: LearnerRequest, store: Store) -> dict[str, Any]:
     cache = context.cache
     if cache.get("algo_config") != req.algo or cache.get("env_id") != req.env_id:
         torch.set_num_threads(req.torch_threads)
@@ -126,9 +143,9 @@ def _learner_state(*, context: FunctionContext, req: LearnerRequest) -> dict[str
         model = algo.make_model(spaces=spaces).to(device)
         cache.clear()
         cache.update(algo_config=req.algo, env_id=req.env_id, algo=algo, model=model, device=device, spaces=spaces,
-                     optimizer=algo.make_optimizer(model=model), version=None, store=ShmStore(), buffers={})
+                     optimizer=algo.make_optimizer(model=model), version=None, store=store, buffers={})
     if cache["version"] != req.policy_version:
-        store: ShmStore = cache["store"]
+        store: Store = cache["store"]
         extras = load_model(model=cache["model"], message=store.get(key=weights_key(policy=req.policy,
                                                                                      version=req.policy_version)))
         cache["obs_rms"] = rms_from_extras(extras=extras, shape=cache["spaces"].observation.shape) \
@@ -143,6 +160,9 @@ def _learner_state(*, context: FunctionContext, req: LearnerRequest) -> dict[str
 
 def _read_batch(*, context: FunctionContext, req: LearnerRequest, indices: np.ndarray,
                 device: torch.device) -> dict[str, torch.Tensor]:
+    if req.batch_key is not None:  # shipped through the Store by the driver
+        rows = context.cache["store"].get(key=req.batch_key).arrays
+        return {key: torch.as_tensor(np.array(value), device=device) for key, value in rows.items()}
     buffers: dict[str, Buffer] = context.cache["buffers"]
     name = req.buffer["header"]  # the header segment name identifies the buffer
     if name not in buffers:
@@ -158,7 +178,7 @@ def _restore(*, model: torch.nn.Module, optimizer: torch.optim.Optimizer, snapsh
         for param, saved in zip(model.parameters(), snapshot):
             param.copy_(saved)
     if req.has_optimizer_state:
-        store: ShmStore = context.cache["store"]
+        store: Store = context.cache["store"]
         load_optimizer(optimizer=optimizer,
                        message=store.get(key=optim_key(policy=req.policy, version=req.policy_version)))
     else:

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from tensorboard.compat.proto.summary_pb2 import Summary
+
 
 from nimbus.control.base import RoundMetrics
 
@@ -35,9 +37,10 @@ class MetricsSink:
     def __init__(self, *, run_dir: Path, tensorboard: bool, status_line: bool) -> None:
         self._file = open(Path(run_dir) / "metrics.jsonl", "a", buffering=1)
         self._writer = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-            self._writer = SummaryWriter(log_dir=str(run_dir))
+        if tensorboard:  # FileWriter + one Summary per round: one event, not one per scalar (~2.5 ms a round)
+            from torch.utils.tensorboard.writer import FileWriter
+            self._writer = FileWriter(log_dir=str(run_dir))
+
         self._console = Console(stderr=True) if status_line else None
         self._interactive = status_line and sys.stderr.isatty()
 
@@ -61,8 +64,9 @@ class MetricsSink:
         scalars.update({f"losses/{k}": v for k, v in row.losses.items()})
         scalars.update({f"control/{k}": v for k, v in row.extras.items()})
         scalars.update({f"runtime/{k}": v for k, v in runtime.items()})
-        for name, value in scalars.items():
-            self._writer.add_scalar(name, value, global_step=step)
+        self._writer.add_summary(Summary(value=[Summary.Value(tag=name, simple_value=float(value))
+                                                for name, value in scalars.items()]), global_step=step)
+
 
     def _status(self, *, row: RoundMetrics) -> None:
         ret = "   n/a" if row.return_mean is None else f"{row.return_mean:7.1f}"

@@ -22,10 +22,13 @@ import torch
 
 from nimbus.config import NimbusConfig
 from nimbus.control.base import RoundMetrics
-from nimbus.train.build import System, build, make_run_dir
+from nimbus.train.build import System, build, make_run_dir, peak_actors
+from nimbus.errors import StoreUnavailable
 from nimbus.train.checkpoint import CheckpointState
+from nimbus.train.remote import run_unless_store_lost
 from nimbus.train.evaluate import evaluate_policy
 from nimbus.train.weights import model_to_message, optim_key, weights_key
+from nimbus.train.async_workflow import AsyncWorkflow
 from nimbus.train.workflows import POLICY, Progress, SyncWorkflow
 
 log = logging.getLogger(__name__)
@@ -123,7 +126,7 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None) -> TrainResult:
         _publish_initial(system=system)
         if config.runtime.prewarm:  # ready before round 0, so round 0 needs no extra cold starts
             system.runtime.prewarm(spec=system.learner_spec, count=1)
-            system.runtime.prewarm(spec=system.actor_spec, count=system.scaler.initial().num_actors,
+            system.runtime.prewarm(spec=system.actor_spec, count=peak_actors(config=config),
                                    wait_s=PREWARM_WAIT_S)
             system.runtime.prewarm(spec=system.learner_spec, count=0, wait_s=PREWARM_WAIT_S)
 
@@ -133,11 +136,17 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None) -> TrainResult:
             if row.round % config.train.checkpoint_every_rounds == config.train.checkpoint_every_rounds - 1:
                 save_checkpoint(system=system, progress=progress)
 
-        workflow = SyncWorkflow(system=system, progress=progress, on_round=on_round)
+        workflow_type = AsyncWorkflow if config.train.workflow == "async" else SyncWorkflow
+        if config.pipeline.minibatch or config.pipeline.dual_stage:  # ARTOS pipelines: train/pipeline_workflow.py
+            from nimbus.train.pipeline_workflow import PipelinedSyncWorkflow
+            workflow_type = PipelinedSyncWorkflow
+        workflow = workflow_type(system=system, progress=progress, on_round=on_round)
         stopped_by = "interrupted"
         with _Interrupt(workflow=workflow) as interrupt:
-            workflow.run(should_stop=lambda p: _should_stop(config=config, progress=p) is not None)
-            stopped_by = interrupt.received or _should_stop(config=config, progress=progress) or "interrupted"
+            lost_store = run_unless_store_lost(  # P12: a lost store stops cleanly, with a final checkpoint
+                run=lambda: workflow.run(should_stop=lambda p: _should_stop(config=config, progress=p) is not None))
+            stopped_by = ("store_unavailable" if lost_store else None) or interrupt.received or \
+                _should_stop(config=config, progress=progress) or "interrupted"
         save_checkpoint(system=system, progress=progress)
         summary = _summarise(system=system, progress=progress, wall_s=time.perf_counter() - started,
                              stopped_by=stopped_by, cost_usd=workflow.cost_usd(),
@@ -148,6 +157,9 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None) -> TrainResult:
     if config.output.report:
         from nimbus.report.render import render_report
         render_report(run_dir=run_dir)
+    if lost_store is not None:
+        raise StoreUnavailable(f"{lost_store}; stopped cleanly after round {progress.rounds} with a final "
+                               f"checkpoint in {run_dir / 'checkpoints'}")
     return TrainResult(run_dir=run_dir, summary=summary, rows=rows)
 
 

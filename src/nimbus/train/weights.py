@@ -32,10 +32,34 @@ def model_to_message(*, model: torch.nn.Module, version: int, extra: dict[str, n
 
 def load_model(*, model: torch.nn.Module, message: Message) -> dict[str, np.ndarray]:
     """Copy weights into ``model``; returns the message's extra arrays (e.g. obs-normaliser state)."""
-    state = {name[len("param."):]: torch.from_numpy(np.array(a)) for name, a in message.arrays.items()
-             if name.startswith("param.")}
-    model.load_state_dict(state, strict=True)
+    params = {name[len("param."):]: a for name, a in message.arrays.items() if name.startswith("param.")}
+    if not _copy_into(model=model, params=params):
+        model.load_state_dict({name: torch.from_numpy(np.array(a)) for name, a in params.items()}, strict=True)
     return {name[len("extra."):]: a for name, a in message.arrays.items() if name.startswith("extra.")}
+
+
+def _copy_into(*, model: torch.nn.Module, params: dict[str, np.ndarray]) -> bool:
+    """The actors' per-round fast path (~3x cheaper than load_state_dict): copy straight into a CPU model's
+    tensors when names, shapes and dtypes all match. Otherwise False, the model untouched, and
+    load_state_dict does the work (and raises its usual errors)."""
+    targets = model.state_dict()
+    if targets.keys() != params.keys():
+        return False
+    pairs = []
+    for name, tensor in targets.items():
+        array = params[name]
+        if tensor.device.type != "cpu" or tensor.requires_grad or tuple(tensor.shape) != array.shape \
+                or tensor.dtype not in _NUMPY_DTYPES or np.dtype(_NUMPY_DTYPES[tensor.dtype]) != array.dtype:
+            return False
+        pairs.append((tensor.numpy(), array))
+    for target, array in pairs:
+        np.copyto(target, array)
+    return True
+
+
+_NUMPY_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.int64: "int64",
+                 torch.int32: "int32", torch.uint8: "uint8", torch.bool: "bool"}
+
 
 
 def optimizer_to_message(*, optimizer: torch.optim.Optimizer, version: int) -> Message:

@@ -27,6 +27,7 @@ from nimbus.errors import NimbusError
 from nimbus.train.actor import ActorRequest
 from nimbus.train.build import System
 from nimbus.train.learner import LearnerRequest
+from nimbus.train.remote import finish_learner_round, ship_batch
 from nimbus.train.obsnorm import merge, moments_arrays, pop_moments
 from nimbus.train.probe import round_probe_extras, with_decision
 from nimbus.train.weights import optim_key, weights_key
@@ -121,12 +122,14 @@ class SyncWorkflow:
         self.system.replay.consumed(indices=indices)
         self.round.actors_done_s = time.perf_counter()
         progress = min(1.0, self.progress.env_steps / cfg.train.total_env_steps)
+        shipped = ship_batch(system=self.system, policy=POLICY, version=version, indices=indices)  # ray: via Store
         request = LearnerRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
                                  algo=cfg.algo.model_dump(mode="json"), policy=POLICY, policy_version=version,
                                  has_optimizer_state=version > 0, buffer=self.system.buffer.descriptor(),
                                  progress=progress, seed=cfg.seed, device=cfg.learner.device,
                                  torch_threads=cfg.learner.torch_threads,
-                                 probe=self.system.probe.to_header() if self.system.probe else None)
+                                 probe=self.system.probe.to_header() if self.system.probe else None,
+                                 batch_key=shipped)
         future = self.system.runtime.invoke(spec=self.system.learner_spec, request=request.to_message(indices=indices, obs_moments=moments_arrays(rms=self.round.obs_moments)))
         self._watch(kind="learner", future=future, meta=version)
 
@@ -159,6 +162,7 @@ class SyncWorkflow:
         limit = self.system.config.train.max_nonfinite_losses
         if self.progress.nonfinite_in_a_row >= limit:
             raise NimbusError(f"{limit} learner updates in a row produced a non-finite loss or gradient; stopping")
+        finish_learner_round(system=self.system, policy=POLICY, version=version, new_version=new_version)
         self._finish_round(header=header)
         self._forget_old_versions(current=new_version)
         self.progress.policy_version = new_version
@@ -192,11 +196,12 @@ class SyncWorkflow:
         self.on_round(row)
 
     def cost_usd(self) -> float:
-        records = self.system.ledger.records()
-        for record in records[self._cost_seen:]:
+        records = self.system.ledger.records(start=self._cost_seen)  # only the new ones: O(1) a round, not O(run)
+        for record in records:
             self._cost_usd += self.system.pricing.cost_usd(record=record)
-        self._cost_seen = len(records)
+        self._cost_seen += len(records)
         return self._cost_usd
+
 
     def _forget_old_versions(self, *, current: int) -> None:
         keep = self.system.config.store.keep_versions

@@ -21,7 +21,7 @@ FLAG = KeySpec(shape=(), dtype="bool")
 def test_registry_dispatches_on_name() -> None:
     algo = make_algorithm(config=PPOConfig())
     assert isinstance(algo, PPO) and algo.name == "ppo"
-    assert ALGO_CONFIGS == {"ppo": PPOConfig}
+    assert ALGO_CONFIGS["ppo"] is PPOConfig
     algorithm: Algorithm = algo  # structural check for type checkers
     assert algorithm is algo
 

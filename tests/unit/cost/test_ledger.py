@@ -61,3 +61,12 @@ def test_concurrent_appends_are_all_kept(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert len(Ledger.load(path=tmp_path / "l.jsonl")) == len(ledger.records()) == 800
+
+
+def test_records_from_an_offset_are_the_tail() -> None:
+    ledger = Ledger()
+    rows = [record(invocation_id=str(i)) for i in range(5)]
+    for row in rows:
+        ledger.append(record=row)
+    assert ledger.records() == rows and ledger.records(start=3) == rows[3:] and ledger.records(start=5) == []
+    assert LedgerRecord.from_json(rows[0].to_json()) == rows[0]

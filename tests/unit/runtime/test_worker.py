@@ -51,3 +51,15 @@ def test_worker_env_limits_threads() -> None:
     env = worker_env(spec=FunctionSpec(name="f", entrypoint="m:f", resources=Resources(cpus=2.5)), prefix="p_")
     assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"], env["NIMBUS_SHM_PREFIX"]) == ("2", "2", "p_")
     assert env["PATH"] == os.environ["PATH"]
+
+
+def test_entrypoint_module_init_worker_runs_once_at_load(tmp_path: Path, monkeypatch) -> None:
+    """A function module's optional ``init_worker()`` runs when the worker loads it (Lambda's init phase)."""
+    from nimbus.runtime.worker import _load
+
+    (tmp_path / "nimbus_init_probe.py").write_text(
+        "CALLS = []\n\ndef init_worker():\n    CALLS.append(1)\n\ndef fn(*, context, request):\n    return request\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn = _load("nimbus_init_probe:fn")
+    import nimbus_init_probe
+    assert callable(fn) and nimbus_init_probe.CALLS == [1]

@@ -25,7 +25,7 @@ from torch import nn
 
 from nimbus.algos.base import ActOutput, EnvSpaces, KeySpec, LossOutput
 from nimbus.algos.dqn.config import DQNConfig
-from nimbus.algos.dqn.learner import DQNUpdateStats, dqn_update
+from nimbus.algos.dqn.learner import DQNUpdate, DQNUpdateStats, dqn_update
 from nimbus.algos.dqn.loss import batch_td_loss, linear_schedule, one_step_targets
 from nimbus.models.qnet import QNetwork
 
@@ -72,7 +72,7 @@ class DQN:
         return DQNModel(q=q, epsilon=self.config.exploration_initial_eps)
 
     def make_optimizer(self, *, model: torch.nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.Adam(model.q.parameters(), lr=self.config.lr)
+        return torch.optim.Adam(model.q.parameters(), lr=self.config.lr, foreach=True)
 
     def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool) -> ActOutput:
         """Greedy actions; with ``explore``, each replaced by a uniform one with probability ε."""
@@ -113,9 +113,16 @@ class DQN:
         The per-row TD errors for PER come from ``dqn_update`` directly. ``generator`` is unused: the
         replay already sampled the rows at random.
         """
+        return self.update_with_td_errors(model=model, optimizer=optimizer, batch=batch, progress=progress,
+                                          generator=generator).stats
+
+    def update_with_td_errors(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                              batch: dict[str, torch.Tensor], progress: float,
+                              generator: torch.Generator) -> DQNUpdate:
+        """``update`` that also returns the per-row TD errors (batch order), for PER priorities."""
         result = dqn_update(model=model, optimizer=optimizer, batch=batch, config=self.config)  # type: ignore[arg-type]
         self.set_exploration(model=model, progress=progress)  # type: ignore[arg-type]
-        return result.stats
+        return result
 
     # --- schedules over the run's progress ∈ [0, 1] ---
 

@@ -62,7 +62,7 @@ class Impala:
         return ImpalaModel(net=net, with_target=self.config.variant == "impact")
 
     def make_optimizer(self, *, model: torch.nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.Adam(model.net.parameters(), lr=self.config.lr)
+        return torch.optim.Adam(model.net.parameters(), lr=self.config.lr, foreach=True)
 
     def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool) -> ActOutput:
         """Samples a ~ π(·|s) (``explore``) or takes the mode; extras: log π(a|s) as ``behaviour_log_prob``."""

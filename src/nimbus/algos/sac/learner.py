@@ -50,7 +50,7 @@ def make_optimizer(*, model: SACModel, config: SACConfig) -> torch.optim.Optimiz
               {"params": list(model.actor.parameters()), "name": "actor"}]
     if config.autotune_alpha:
         groups.append({"params": [model.log_alpha], "name": "alpha"})
-    return torch.optim.Adam(groups, lr=config.lr)
+    return torch.optim.Adam(groups, lr=config.lr, foreach=True)  # multi-tensor: small nets are overhead-bound
 
 
 _STATS = ("qf_loss", "actor_loss", "alpha_loss", "alpha", "entropy", "qf1_values")

@@ -1,0 +1,124 @@
+"""What the Ray backend costs before any work: start-up time and resident memory of a local Ray instance.
+
+Each repeat runs in a fresh subprocess: ``import ray`` time, then ``connect_ray(address="local",
+num_cpus=2)`` (nimbus's loopback-only start), then, once idle for ``--settle-s``, the memory of every
+process Ray started (GCS, raylet, dashboard agent, runtime-env agent, log monitor, prestarted idle
+workers...), summed from /proc: RSS (counts shared pages once per process: an upper bound) and PSS
+(shared pages split between their users: the fair share). Then ``ray.shutdown()`` time. The first
+cold start of a RayRuntime actor (a new worker process importing nothing heavy) is timed too.
+
+Run:  python benchmarks/ray_startup.py [--repeats 3]   (writes benchmarks/results/ray_startup.json)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _descendants(root: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        children = [c for c, p in parents.items() if p == pid]
+        found += children
+        frontier += children
+    return found
+
+
+def _memory_kib(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of ``pid`` in KiB (0, 0 if it is gone)."""
+    try:
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+    except OSError:
+        return 0, 0
+    fields = {line.split(":")[0]: int(line.split()[1]) for line in rollup[1:] if line.split()[-1] == "kB"}
+    return fields.get("Rss", 0), fields.get("Pss", 0)
+
+
+def child(*, settle_s: float) -> dict:
+    started = time.perf_counter()
+    import ray  # noqa: F401
+
+    import_s = time.perf_counter() - started
+    from nimbus.cost.ledger import Ledger
+    from nimbus.data.codec import Message
+    from nimbus.runtime.base import FunctionSpec, Resources
+    from nimbus.runtime.ray_backend import RayRuntime
+    from nimbus.runtime.ray_cluster import connect_ray
+
+    start = connect_ray(address="local", num_cpus=2)
+    time.sleep(settle_s)
+    pids = _descendants(os.getpid())
+    rss, pss = map(sum, zip(*(_memory_kib(pid) for pid in pids))) if pids else (0, 0)
+    runtime = RayRuntime(ledger=Ledger(), address="local")
+    spec = FunctionSpec(name="empty", entrypoint="nimbus.runtime.builtin:empty", resources=Resources(cpus=0.5))
+    cold = time.perf_counter()
+    runtime.invoke(spec=spec, request=Message()).result(timeout=120)
+    cold_s = time.perf_counter() - cold
+    warm = []
+    for _ in range(20):
+        tick = time.perf_counter()
+        runtime.invoke(spec=spec, request=Message()).result(timeout=30)
+        warm.append(time.perf_counter() - tick)
+    runtime.shutdown()
+    stop = time.perf_counter()
+    ray.shutdown()
+    return {"import_s": import_s, "init_s": start.seconds, "processes": len(pids), "rss_mib": rss / 1024,
+            "pss_mib": pss / 1024, "first_cold_invoke_s": cold_s, "warm_invoke_ms_median": 1e3 * statistics.median(warm),
+            "shutdown_s": time.perf_counter() - stop}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--settle-s", type=float, default=3.0)
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "ray_startup.json")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print("RUN " + json.dumps(child(settle_s=args.settle_s)), flush=True)
+        return 0
+    runs = []
+    for repeat in range(args.repeats):
+        load = os.getloadavg()[0]
+        proc = subprocess.run([sys.executable, __file__, "--child", "--settle-s", str(args.settle_s)],
+                              capture_output=True, text=True, timeout=300, cwd=REPO)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("RUN ")]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"repeat {repeat} failed:\n{proc.stderr[-3000:]}")
+        run = {**json.loads(lines[-1][4:]), "load_1m": load}
+        runs.append(run)
+        print(f"repeat {repeat}: import {run['import_s']:.2f} s, init {run['init_s']:.2f} s, {run['processes']} "
+              f"processes, RSS {run['rss_mib']:.0f} MiB, PSS {run['pss_mib']:.0f} MiB, first cold invoke "
+              f"{run['first_cold_invoke_s']:.2f} s, warm {run['warm_invoke_ms_median']:.2f} ms, shutdown "
+              f"{run['shutdown_s']:.2f} s; load {load:.1f}", flush=True)
+    keys = [k for k in runs[0] if isinstance(runs[0][k], (int, float))]
+    summary = {k: {"min": min(r[k] for r in runs), "median": statistics.median(r[k] for r in runs),
+                   "max": max(r[k] for r in runs)} for k in keys}
+    result = {"benchmark": "ray_startup", "command": " ".join(["python"] + sys.argv),
+              "machine": {"platform": platform.platform(), "cpus": os.cpu_count()}, "runs": runs,
+              "summary": summary, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``nimbus bench``: data-plane transfer (XingTian's dummy algorithm) and sampling."""

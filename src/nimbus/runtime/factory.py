@@ -1,0 +1,102 @@
+"""Choosing the Runtime backend from ``config.runtime`` — and the rules that tie runtime and store together.
+
+``make_runtime`` returns a ``LocalRuntime`` (default) or a ``RayRuntime``; ``StampedRuntime`` wraps
+either so that every request carries the headers every function needs (``_store``: the descriptor
+from which a function opens the run's Store, data/stores.py), whichever workflow sends it.
+
+Rules checked at config load (``check_cluster``; errors name the keys):
+
+* ``store.backend: ray`` needs ``runtime.backend: ray`` (only Ray workers reach the object store);
+* ``store.backend: shm`` lives on one machine: with ``runtime.backend: ray`` it needs
+  ``runtime.address: local`` (every actor on this machine) — use redis or ray across machines;
+* ``store.fallback: shm`` is refused where shm would not reach the functions, for the same reason;
+* ``store.password`` and ``store.password_env`` are exclusive; ``store.url`` is redis://, rediss:// or unix://.
+
+Example::
+
+    runtime = StampedRuntime(inner=make_runtime(config=config, ledger=ledger, worker_env={}),
+                             headers={"_store": store_descriptor})
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from nimbus.cost.ledger import Ledger
+from nimbus.data.codec import Message
+from nimbus.errors import ClusterError
+from nimbus.runtime.base import FunctionSpec, Runtime
+
+if TYPE_CHECKING:
+    from nimbus.config import NimbusConfig, RuntimeConfig, StoreConfig
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def check_cluster(*, runtime: "RuntimeConfig", store: "StoreConfig") -> None:
+    """Raise ValueError (naming the keys) for runtime/store combinations that cannot work."""
+    on_one_machine = runtime.backend == "local" or runtime.address == "local"
+    if store.backend == "ray" and runtime.backend != "ray":
+        raise ValueError("store.backend: ray needs runtime.backend: ray (only Ray workers reach the object store)")
+    if store.backend == "shm" and not on_one_machine:
+        raise ValueError(f"store.backend: shm is per machine, but runtime.address is {runtime.address!r}: "
+                         "use store.backend: redis or ray on a cluster")
+    if store.backend == "redis" and store.fallback == "shm" and not on_one_machine:
+        raise ValueError("store.fallback: shm only works when every function runs on this machine "
+                         f"(runtime.address is {runtime.address!r})")
+    if store.password is not None and store.password_env is not None:
+        raise ValueError("store.password and store.password_env are exclusive: set one")
+    if store.backend == "redis" and not store.url.startswith(_REDIS_SCHEMES):
+        raise ValueError(f"store.url {store.url!r} must start with one of {_REDIS_SCHEMES}")
+
+
+def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str, str]) -> Runtime:
+    """The configured backend. ``worker_env``: variables every worker needs (Ray workers do not inherit
+    the driver's environment; local workers do, so it is already there)."""
+    rc = config.runtime
+    if rc.backend == "ray":
+        try:
+            from nimbus.runtime.ray_backend import RayRuntime  # ray is an optional extra
+        except ImportError as exc:
+            raise ClusterError(f"runtime.backend: ray needs the [ray] extra (pip install -e '.[ray]'): {exc}") from None
+
+        return RayRuntime(ledger=ledger, address=rc.address, capacity_cpus=rc.capacity_cpus,
+                          max_workers=rc.max_workers, keep_alive_s=rc.keep_alive_s, init_timeout_s=rc.init_timeout_s,
+                          compress_min_bytes=config.channel.compress_min_bytes, worker_env=worker_env)
+    from nimbus.runtime.local import LocalRuntime
+
+    return LocalRuntime(ledger=ledger, capacity_cpus=rc.capacity_cpus, max_workers=rc.max_workers,
+                        keep_alive_s=rc.keep_alive_s, inline_max_bytes=config.channel.inline_max_bytes,
+                        compress_min_bytes=config.channel.compress_min_bytes, init_timeout_s=rc.init_timeout_s)
+
+
+class StampedRuntime:
+    """A Runtime that adds fixed ``headers`` to every request (a request's own keys win), then delegates.
+
+    Example::
+
+        runtime = StampedRuntime(inner=LocalRuntime(ledger=ledger), headers={"_store": {"backend": "shm"}})
+    """
+
+    def __init__(self, *, inner: Runtime, headers: dict[str, Any]) -> None:
+        self.inner = inner
+        self.headers = dict(headers)
+
+    def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
+        return self.inner.invoke(spec=spec, request=self._stamp(request))
+
+    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
+        return self.inner.map(spec=spec, requests=[self._stamp(r) for r in requests])
+
+    def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
+        self.inner.prewarm(spec=spec, count=count, wait_s=wait_s)
+
+    def stats(self) -> Any:
+        return self.inner.stats()
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def _stamp(self, request: Message) -> Message:
+        return Message(header={**self.headers, **request.header}, arrays=request.arrays)

@@ -1,0 +1,337 @@
+"""RayRuntime: the Runtime protocol on Ray — warm workers are Ray actors, placed by Ray by resources.
+
+The same semantics as the local backend (runtime/local.py), so the same config runs on either:
+
+* **Workers**: one Ray actor (runtime/ray_worker.py ``FunctionWorker``) per warm worker, bound at
+  creation to one function (pool key: name, entrypoint, resources); creating one is a *cold start*
+  (billed ``init_s``: request -> entrypoint imported). An actor holds its Ray resources for its
+  whole life — ``num_cpus`` = cpus, ``num_gpus`` = gpus (0 on a cluster without GPUs, with one
+  warning), ``memory`` = memory_mb — as a warm container holds its memory. Before a cold start the
+  runtime checks the cluster's totals against what its live actors hold; when the new actor does
+  not fit it evicts the longest-idle worker of another function (as local does at ``max_workers``),
+  else the invocation waits. An idle actor is killed after ``keep_alive_s`` (reclaim).
+* **Scheduling**: FIFO, retries first, sticky by the request's ``_affinity``, never a tried worker
+  while another would do — local.py's rules; Ray places each actor on a node with room.
+* **Bodies**: a request is encoded once and ``ray.put`` at ``invoke`` (the transfer starts as soon as
+  the data is ready; every retry reuses the same object); a result is pulled to the driver by Ray's
+  completion callback as soon as it exists, before anyone asks (push, as the Channel). Both are
+  codec frames; Ray serialises only the byte array.
+* **Clocks and failures**: an attempt's timeout runs from dispatch; past it the actor is killed
+  (outcome ``timeout``, billed at least ``timeout_s``). A dead actor (its process killed, its node
+  lost) ends the attempt as ``worker_died``. Both are retried on another worker up to
+  ``max_retries``; errors raised by the function are retried unless marked not retryable.
+* **Exactly once**: a result is accepted only if it is the ObjectRef of the attempt its worker runs
+  now; late or superseded results are dropped and counted (``stats().dropped_results``). The
+  accepted result carries ``_invocation_id`` and ``_attempt``.
+* **Ledger**: one ``attempt_record`` per attempt and per prewarm — the local backend's format.
+* ``shutdown()`` cancels what is pending, bills in-flight attempts as ``cancelled``, kills every
+  actor, and shuts Ray down if this runtime started it (non-detached actors also die with the driver).
+
+Ray callbacks only post events; one monitor thread owns all state changes.
+
+Example::
+
+    runtime = RayRuntime(ledger=Ledger(), address="local", capacity_cpus=2)
+    spec = FunctionSpec(name="echo", entrypoint="nimbus.runtime.builtin:echo", timeout_s=5.0)
+    assert runtime.invoke(spec=spec, request=Message(header={"x": 1})).result().header["x"] == 1
+    runtime.shutdown()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from nimbus.cost.ledger import Ledger, Tally, attempt_record
+from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
+from nimbus.errors import FunctionFailed
+from nimbus.runtime.base import FunctionSpec
+from nimbus.runtime.local import (AFFINITY_KEY, ATTEMPT_KEY, INVOCATION_ID_KEY, RuntimeStats, _Attempt, _by_affinity,
+                                  _Invocation, _resolve)
+from nimbus.runtime.ray_cluster import connect_ray
+from nimbus.runtime.ray_pool import RayPool, RaySlot
+from nimbus.runtime.ray_worker import read_frame, split_result, to_frame
+
+log = logging.getLogger(__name__)
+Action = Callable[[], None]
+
+
+class RayRuntime:
+    """The ``ray`` backend of the Runtime protocol (see the module docstring for its rules)."""
+
+    def __init__(self, *, ledger: Ledger, address: str = "local", capacity_cpus: float | None = None,
+                 max_workers: int | None = None, keep_alive_s: float = 600.0, init_timeout_s: float = 120.0,
+                 compress_min_bytes: int | None = DEFAULT_COMPRESS_MIN_BYTES,
+                 worker_env: dict[str, str] | None = None) -> None:
+        import ray
+
+        self._ray = ray
+        self.start = connect_ray(address=address, num_cpus=capacity_cpus)
+        self._ledger, self._compress_min_bytes = ledger, compress_min_bytes
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._queue: deque[_Invocation] = deque()
+        self._events: deque[Action] = deque()  # posted by Ray callbacks, run by the monitor under the lock
+        self._tally, self._counts, self._closed = Tally(), {"failed": 0, "dropped": 0}, False
+        self._pool = RayPool(changed=self._changed, max_workers=max_workers, keep_alive_s=keep_alive_s,
+                             init_timeout_s=init_timeout_s, worker_env=dict(worker_env or {}),
+                             compress_min_bytes=compress_min_bytes, on_ready=self._post_ready)
+        if self.start.started:
+            self._pool.track_ray_processes()
+        self._monitor = threading.Thread(target=self._monitor_loop, name="nimbus-ray-monitor", daemon=True)
+        self._monitor.start()
+
+    # ---- public API -------------------------------------------------------------------------------
+
+    def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
+        """Queue one invocation; the future holds the accepted result or raises FunctionFailed."""
+        body = self._ray.put(to_frame(request, compress_min_bytes=self._compress_min_bytes))
+        invocation = _Invocation(invocation_id=uuid.uuid4().hex, spec=spec, body=body, future=Future(),
+                                 queued_at=time.time(), affinity=request.header.get(AFFINITY_KEY))
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("RayRuntime.invoke after shutdown()")
+            self._queue.append(invocation)
+            self._changed.notify_all()
+        return invocation.future
+
+    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
+        return [self.invoke(spec=spec, request=request) for request in requests]
+
+    def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
+        """Start ``count`` actors for ``spec`` (billed as cold starts, outcome "prewarm"); with ``wait_s``,
+        wait until every starting actor of this function is ready (or ``wait_s`` passed)."""
+        with self._lock:
+            for _ in range(count):
+                if self._closed or not self._pool.make_room(spec=spec):
+                    log.warning("prewarm %s: no room on the cluster or at max_workers", spec.name)
+                    break
+                self._pool.start(spec=spec, prewarm=True)
+            if wait_s is not None:
+                self._changed.wait_for(lambda: not self._pool.starting(spec=spec), timeout=wait_s)
+
+    def stats(self) -> RuntimeStats:
+        with self._lock:
+            totals, slots = self._tally.totals(), list(self._pool.slots.values())
+            return RuntimeStats(
+                workers_alive=len(slots), workers_idle=sum(w.state == "idle" for w in slots),
+                busy_cpus=sum(w.spec.resources.cpus for w in slots if w.attempt is not None),
+                queued=len(self._queue), cold_starts=totals.cold_starts, warm_starts=totals.warm_starts,
+                retries=totals.retries, failures=totals.failures, timeouts=totals.timeouts,
+                failed_invocations=self._counts["failed"], dropped_results=self._counts["dropped"])
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        """Live workers: id -> {function, state, node_id, pid} (where Ray placed them)."""
+        with self._lock:
+            return {w.worker_id: {"function": w.spec.name, "state": w.state, "node_id": w.node_id, "pid": w.pid}
+                    for w in self._pool.slots.values()}
+
+    def shutdown(self) -> None:
+        """Cancel pending work, kill every actor, shut Ray down if this runtime started it."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            actions: list[Action] = [lambda inv=inv: inv.future.cancel() for inv in self._queue]
+            self._queue.clear()
+            for worker in list(self._pool.slots.values()):
+                actions += self._cancel_attempt(worker)
+                self._pool.retire(worker)
+            self._changed.notify_all()
+        if threading.current_thread() is not self._monitor:
+            self._monitor.join(timeout=10.0)
+        self._run(actions)
+        self._pool.close()
+        if self.start.started and self._ray.is_initialized():
+            self._ray.shutdown()
+
+    # ---- scheduling (lock held) -------------------------------------------------------------------
+
+    def _schedule(self) -> list[Action]:
+        actions: list[Action] = []
+        while self._queue and not self._closed:
+            invocation = self._queue[0]
+            if invocation.future.cancelled():
+                self._queue.popleft()
+                continue
+            worker = self._place(invocation)
+            if worker is None:
+                break
+            self._queue.popleft()
+            invocation.attempts += 1
+            worker.attempt = _Attempt(invocation=invocation, number=invocation.attempts,
+                                      cold=worker.state == "starting")
+            worker.affinity = invocation.affinity
+            if worker.state == "idle":
+                self._dispatch(worker)
+        return actions
+
+    def _place(self, invocation: _Invocation) -> RaySlot | None:
+        spec = invocation.spec
+        idle = self._pool.idle(spec=spec)
+        fresh = [w for w in idle if w.worker_id not in invocation.tried]
+        if fresh:
+            return _by_affinity(fresh, affinity=invocation.affinity)
+        if self._pool.make_room(spec=spec):
+            return self._pool.start(spec=spec, prewarm=False)
+        return idle[0] if idle else None
+
+    def _dispatch(self, worker: RaySlot) -> None:
+        attempt: _Attempt = worker.attempt
+        invocation = attempt.invocation
+        attempt.dispatched_at = time.time()
+        self._pool.set_busy(worker, timeout_s=invocation.spec.timeout_s)
+        ref = worker.handle.invoke.remote(invocation.body, invocation.invocation_id, attempt.number)
+        worker.ref = ref
+        ref.future().add_done_callback(lambda future, w=worker, r=ref: self._post(lambda: self._on_result(w, r, future)))
+
+    # ---- attempt endings (lock held) --------------------------------------------------------------
+
+    def _record(self, worker: RaySlot, *, attempt: _Attempt | None, outcome: str, start_at: float, end_at: float,
+                error_type: str | None) -> None:
+        record = attempt_record(
+            spec=worker.spec, invocation_id=attempt.invocation.invocation_id if attempt else uuid.uuid4().hex,
+            attempt=attempt.number if attempt else 0, worker_id=worker.worker_id,
+            cold=attempt.cold if attempt else True, init_s=worker.init_s,
+            queued_at=attempt.invocation.queued_at if attempt else worker.requested_at,
+            start_at=start_at, end_at=end_at, outcome=outcome, error_type=error_type)
+        self._ledger.append(record=record)
+        self._tally.add(record=record)
+
+    def _end_attempt(self, worker: RaySlot, *, outcome: str, start_at: float, end_at: float, retire: bool,
+                     error: dict[str, Any] | None = None, message: Message | None = None) -> list[Action]:
+        """Bill the attempt, free (or retire) the worker, then accept, retry or fail the invocation."""
+        attempt: _Attempt | None = worker.attempt
+        self._pool.retire(worker) if retire else self._pool.set_idle(worker)
+        if attempt is None:
+            return []
+        self._record(worker, attempt=attempt, outcome=outcome, start_at=start_at, end_at=end_at,
+                     error_type=error["type"] if error else None)
+        invocation = attempt.invocation
+        if outcome != "ok":
+            invocation.tried.add(worker.worker_id)
+            if error["retryable"] and invocation.attempts <= invocation.spec.max_retries and not self._closed:
+                invocation.queued_at = time.time()
+                self._queue.appendleft(invocation)  # retries go first: they were admitted earlier
+                return []
+            message = None
+            self._counts["failed"] += 1
+        if message is not None:  # the accepted attempt: consumers deduplicate by invocation id (P2)
+            message.header.update({INVOCATION_ID_KEY: invocation.invocation_id, ATTEMPT_KEY: attempt.number})
+        failure = None if message is not None else FunctionFailed(
+            function=invocation.spec.name, invocation_id=invocation.invocation_id, attempts=invocation.attempts,
+            error_type=error["type"], traceback_text=error["traceback"])
+        return [lambda: _resolve(invocation.future, value=message, error=failure)]
+
+    def _kill_attempt(self, worker: RaySlot, *, error_type: str, detail: str) -> list[Action]:
+        """The driver ends the worker's attempt (timeout, death, init limit): actor killed, attempt retried."""
+        now, attempt = time.time(), worker.attempt
+        start_at = attempt.dispatched_at if attempt and attempt.dispatched_at else worker.requested_at
+        outcome = "worker_died" if error_type == "WorkerDied" else "timeout"
+        return self._end_attempt(worker, outcome=outcome, start_at=start_at, end_at=now, retire=True,
+                                 error={"type": error_type, "traceback": detail, "retryable": True})
+
+    def _cancel_attempt(self, worker: RaySlot) -> list[Action]:
+        attempt: _Attempt | None = worker.attempt
+        if attempt is None:
+            return []
+        now = time.time()
+        self._record(worker, attempt=attempt, outcome="cancelled", start_at=attempt.dispatched_at or now,
+                     end_at=now, error_type=None)
+        return [attempt.invocation.future.cancel]
+
+    # ---- events (posted by Ray's callback thread, run by the monitor) -------------------------------
+
+    def _post(self, event: Action) -> None:
+        with self._lock:
+            self._events.append(event)
+            self._changed.notify_all()
+
+    def _post_ready(self, worker: RaySlot, future: Future) -> None:
+        self._post(lambda: self._on_ready(worker, future))
+
+    def _on_result(self, worker: RaySlot, ref: Any, future: Future) -> list[Action]:
+        if worker.ref is not ref or worker.state != "busy" or worker.attempt is None:
+            self._counts["dropped"] += 1  # late, duplicate or superseded
+            return []
+        worker.ref = None
+        try:
+            report, message = split_result(read_frame(future.result()))
+        except self._ray.exceptions.RayActorError as exc:
+            return self._kill_attempt(worker, error_type="WorkerDied",
+                                      detail=f"worker {worker.worker_id} (pid {worker.pid}) died: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a task error outside the function (e.g. a bad frame)
+            return self._end_attempt(worker, outcome="error", start_at=worker.attempt.dispatched_at or time.time(),
+                                     end_at=time.time(), retire=True,
+                                     error={"type": type(exc).__name__, "traceback": str(exc), "retryable": True})
+        return self._end_attempt(worker, outcome=report["outcome"], start_at=float(report["start_at"]),
+                                 end_at=float(report["end_at"]), retire=False, error=report.get("error"),
+                                 message=message if report["outcome"] == "ok" else None)
+
+    def _on_ready(self, worker: RaySlot, future: Future) -> list[Action]:
+        if worker.state != "starting":
+            return []  # retired meanwhile (init timeout, shutdown)
+        try:
+            report = read_frame(future.result()).header
+        except Exception as exc:  # noqa: BLE001 - the actor died while starting
+            return self._kill_attempt(worker, error_type="WorkerDied", detail=f"{worker.worker_id} died starting: {exc}")
+        worker.init_s, worker.pid, worker.node_id = float(report["init_s"]), report["pid"], report["node_id"]
+        self._pool.watch(worker)
+        error, now = report.get("error"), time.time()
+        if worker.prewarm:
+            self._record(worker, attempt=None, outcome="prewarm", start_at=now, end_at=now,
+                         error_type=error["type"] if error else None)
+        if error is not None:
+            return self._end_attempt(worker, outcome="error", start_at=now, end_at=now, retire=True, error=error)
+        if worker.attempt is not None:
+            self._dispatch(worker)
+            return []
+        self._pool.set_idle(worker)
+        return []
+
+    @staticmethod
+    def _run(actions: list[Action]) -> None:
+        for action in actions:
+            action()
+
+    # ---- monitor thread ---------------------------------------------------------------------------
+
+    def _monitor_loop(self) -> None:
+        with self._lock:
+            while not self._closed:
+                actions: list[Action] = []
+                while self._events:
+                    actions += self._events.popleft()() or []
+                actions += self._check(time.monotonic()) + self._schedule()
+                if actions:
+                    self._lock.release()
+                    try:
+                        self._run(actions)
+                    finally:
+                        self._lock.acquire()
+                    continue
+                if not self._events:
+                    self._changed.wait(timeout=self._pool.next_check_s(now=time.monotonic()))
+
+    def _check(self, now: float) -> list[Action]:
+        """Deadlines: keep-alive reclaim, init limits, function timeouts."""
+        actions: list[Action] = []
+        for worker in list(self._pool.slots.values()):
+            if now < worker.deadline:
+                continue
+            if worker.state == "idle":
+                self._pool.retire(worker)
+            elif worker.state == "starting":
+                actions += self._kill_attempt(worker, error_type="InitTimeout", detail=(
+                    f"{worker.worker_id} was not ready within init_timeout_s={self._pool.init_timeout_s}; the cluster "
+                    f"may have no node with {self._pool.ray_resources(worker.spec)} free"))
+            elif worker.state == "busy":
+                actions += self._kill_attempt(worker, error_type="FunctionTimeout", detail=(
+                    f"{worker.spec.name} attempt {worker.attempt.number} exceeded timeout_s={worker.spec.timeout_s} "
+                    f"on worker {worker.worker_id}; killed"))
+        return actions

@@ -1,0 +1,90 @@
+"""The worker side of the ``ray`` runtime: one Ray actor is one warm worker bound to one function.
+
+``FunctionWorker`` is the same container as runtime/worker.py's process, as a Ray actor: its
+constructor applies the run's environment (segment prefix, thread limits, store credentials),
+imports the entrypoint once and times it (``init_s``, from the driver's request to imported); every
+``invoke`` runs ``fn(context=FunctionContext(...), request=Message)`` with one ``context.cache`` kept
+across invocations (warm state) and answers with one codec frame::
+
+    header = {"_nimbus_report": {outcome, start_at, end_at, error, ...}, "body": <result header>}
+    arrays = <result arrays>
+
+Requests and results travel as codec frames in uint8 arrays (Ray stores them in its object store and
+hands out zero-copy read-only views); Ray pickles nothing of nimbus's but that byte array, and
+nimbus never unpickles anything.
+
+Example (what the driver does)::
+
+    actor = ray.remote(FunctionWorker).options(num_cpus=1).remote(worker_id="actor-1", ...)
+    report = read_frame(ray.get(actor.ready.remote()))
+    result = read_frame(ray.get(actor.invoke.remote(frame_ref, "inv-id", 1)))
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from nimbus.data.codec import Message, decode, encode
+from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.worker import _invoke, _limit_torch_threads, _load, error_report
+
+log = logging.getLogger(__name__)
+REPORT_KEY = "_nimbus_report"
+
+
+def to_frame(message: Message, *, compress_min_bytes: int | None) -> np.ndarray:
+    """A codec frame as a uint8 array (what the object store holds)."""
+    return np.frombuffer(encode(message, compress_min_bytes=compress_min_bytes), dtype=np.uint8)
+
+
+def read_frame(frame: Any) -> Message:
+    """Decode a frame that came back from Ray (a uint8 array view); CodecError if it is not one."""
+    return decode(memoryview(np.ascontiguousarray(frame)))
+
+
+class FunctionWorker:
+    """A Ray actor serving one function (see the module docstring)."""
+
+    def __init__(self, worker_id: str, function: str, entrypoint: str, requested_at: float,
+                 env: dict[str, str], compress_min_bytes: int | None) -> None:
+        os.environ.update(env)  # before the import: torch reads OMP_NUM_THREADS when it loads
+        self._worker_id, self._function = worker_id, function
+        self._compress_min_bytes = compress_min_bytes
+        self._cache: dict[str, Any] = {}
+        try:
+            self._fn, self._error = _load(entrypoint), None
+        except Exception as exc:  # noqa: BLE001 - reported by ready(); the driver bills and retries
+            self._fn, self._error = None, error_report(exc)
+        self._init_s = max(0.0, time.time() - requested_at)
+        _limit_torch_threads()
+
+    def ready(self) -> np.ndarray:
+        """The cold start's report: init time, pid, node, and the import error if any."""
+        import ray
+
+        header = {"init_s": self._init_s, "pid": os.getpid(), "error": self._error,
+                  "node_id": ray.get_runtime_context().get_node_id()}
+        return to_frame(Message(header=header), compress_min_bytes=None)
+
+    def invoke(self, request: Any, invocation_id: str, attempt: int) -> np.ndarray:
+        """Run one attempt; the outcome (and any error) is in the answer's report, never raised."""
+        context = FunctionContext(worker_id=self._worker_id, function=self._function,
+                                  invocation_id=invocation_id, attempt=attempt, cache=self._cache)
+        if self._fn is None:
+            result, report = Message(), {"outcome": "error", "error": self._error,
+                                         "start_at": time.time(), "end_at": time.time()}
+        else:
+            result, report = _invoke(fn=self._fn, context=context, request=read_frame(request))
+            _limit_torch_threads()
+        header = {REPORT_KEY: report, "body": result.header}
+        return to_frame(Message(header=header, arrays=result.arrays), compress_min_bytes=self._compress_min_bytes)
+
+
+def split_result(message: Message) -> tuple[dict[str, Any], Message]:
+    """(report, the function's own result) of an ``invoke`` answer."""
+    return message.header[REPORT_KEY], Message(header=message.header.get("body", {}), arrays=message.arrays)

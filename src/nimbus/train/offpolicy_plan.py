@@ -1,0 +1,174 @@
+"""What the ``async`` workflow needs to know about an off-policy algorithm, read from its config once.
+
+``plan_for(config)`` turns the algorithm's own hyperparameters (SB3-style ``train_freq`` /
+``gradient_steps`` / ``batch_size`` / ``learning_starts`` for DQN and SAC, ``rollout_length`` for
+IMPALA) and the ``async_workflow`` section into a frozen ``ReplayPlan``; ``make_replay(plan=...)``
+builds the matching replay strategy (Uniform, Prioritized, NStep over either, or FIFO). This is the
+one place that dispatches on the algorithm's config type, so the workflow itself has no
+algorithm-specific code. ``check_workflow`` holds the config rules of the two workflows.
+
+Example::
+
+    plan = plan_for(config=config)
+    replay = make_replay(plan=plan, seed=config.seed)
+    batch = replay.sample(buffer=buffer, rows=plan.batch_size * 32)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from nimbus.algos.dqn.config import DQNConfig
+from nimbus.algos.impala.config import ImpalaConfig
+from nimbus.algos.sac.config import SACConfig
+from nimbus.data.replay import FIFO, NStep, Prioritized, Uniform
+from nimbus.errors import ConfigError
+
+if TYPE_CHECKING:
+    from nimbus.config import NimbusConfig
+
+OFF_POLICY = ("dqn", "sac", "impala")
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """How the async workflow feeds one off-policy learner."""
+
+    kind: Literal["replay", "fifo"]
+    capacity_rows: int           # buffer rows
+    fragment_rows: int           # rows one actor invocation ingests (envs × fragment_steps)
+    fragment_steps: int          # rows per env inside a fragment (n-step segments, IMPALA's T)
+    batch_size: int              # rows per gradient step (replay) / per batch (FIFO)
+    updates_per_row: float       # gradient steps owed per ingested row (replay: gradient_steps / train_freq)
+    fixed_gradient_steps: int    # gradient steps per call when the learner fires on a TimeTrigger
+    train_rows: int              # DataKeyTrigger size
+    learning_starts: int         # rows held before the first update
+    random_warmup: bool          # uniform random actions until learning_starts rows (SAC)
+    prioritized: bool = False
+    per_alpha: float = 0.6
+    per_beta0: float = 0.4
+    per_eps: float = 1e-6
+    n_step: int = 1
+    gamma: float = 0.99
+    beta_anneal_rows: int = 1
+    fragments_per_batch: int = 1
+    row_group: int = 1           # the learner drops stale rows in whole groups (IMPALA: one env's T steps)
+
+
+def plan_for(*, config: NimbusConfig) -> ReplayPlan:
+    """The ReplayPlan of the configured off-policy algorithm (ConfigError for any other)."""
+    algo, wf = config.algo, config.async_workflow
+    steps = config.actors.fragment_steps
+    fragment_rows = config.env.num_envs_per_actor * steps
+    if isinstance(algo, (DQNConfig, SACConfig)):
+        extra = {}
+        if isinstance(algo, DQNConfig):
+            extra = dict(prioritized=algo.prioritized, per_alpha=algo.per_alpha, per_beta0=algo.per_beta0,
+                         per_eps=algo.per_eps, n_step=algo.n_step)
+        return ReplayPlan(kind="replay", capacity_rows=algo.buffer_capacity, fragment_rows=fragment_rows,
+                          fragment_steps=steps, batch_size=algo.batch_size,
+                          updates_per_row=algo.gradient_steps / algo.train_freq,
+                          fixed_gradient_steps=algo.gradient_steps, train_rows=wf.train_rows or algo.train_freq,
+                          learning_starts=max(algo.learning_starts, algo.batch_size),
+                          random_warmup=isinstance(algo, SACConfig), gamma=algo.gamma,
+                          beta_anneal_rows=config.train.total_env_steps, **extra)
+    if isinstance(algo, ImpalaConfig):
+        batch_rows = wf.fragments_per_batch * fragment_rows
+        actors = _max_actors(config=config)
+        return ReplayPlan(kind="fifo", capacity_rows=max(4 * actors, 2 * wf.fragments_per_batch + 2) * fragment_rows,
+                          fragment_rows=fragment_rows, fragment_steps=steps, batch_size=batch_rows,
+                          updates_per_row=0.0, fixed_gradient_steps=1, train_rows=wf.train_rows or batch_rows,
+                          learning_starts=batch_rows, random_warmup=False, gamma=algo.gamma,
+                          fragments_per_batch=wf.fragments_per_batch, row_group=algo.rollout_length)
+    raise ConfigError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; got algo.name: {algo.name}")
+
+
+def make_replay(*, plan: ReplayPlan, seed: int, guard_rows: int = 0) -> Uniform | NStep | FIFO:
+    """The replay strategy of a plan: FIFO; or Uniform / Prioritized, wrapped in NStep when n > 1.
+
+    ``guard_rows``: rows actors may ingest while a learner reads (Uniform does not draw the oldest rows
+    they would overwrite; the learner drops any row overwritten anyway).
+    """
+    if plan.kind == "fifo":
+        return FIFO(fragment_rows=plan.fragment_rows, fragments_per_batch=plan.fragments_per_batch)
+    batch_rows = plan.batch_size * plan.fixed_gradient_steps
+    if plan.prioritized:
+        sampler: Uniform = Prioritized(capacity_rows=plan.capacity_rows, batch_rows=batch_rows, alpha=plan.per_alpha,
+                                       beta0=plan.per_beta0, beta_anneal_rows=plan.beta_anneal_rows,
+                                       eps=plan.per_eps, min_rows=plan.learning_starts, seed=seed)
+    else:
+        sampler = Uniform(batch_rows=batch_rows, min_rows=plan.learning_starts, seed=seed, guard_rows=guard_rows)
+    if plan.n_step > 1:
+        return NStep(inner=sampler, n=plan.n_step, gamma=plan.gamma, segment_rows=plan.fragment_steps)
+    return sampler
+
+
+def check_workflow(*, config: NimbusConfig) -> None:
+    """Config rules of the workflows (raised as ValueError, so pydantic reports them at load time)."""
+    name, workflow = config.algo.name, config.train.workflow
+    if workflow == "sync" and name in OFF_POLICY:
+        raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: async")
+    if workflow != "async":
+        return
+    if name not in OFF_POLICY:
+        raise ValueError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; algo.name {name} needs sync")
+    if config.runtime.backend != "local" or config.store.backend != "shm":
+        raise ValueError("train.workflow: async runs on runtime.backend: local with store.backend: shm for now "
+                         "(its learner reads the shared-memory buffer in place); got "
+                         f"{config.runtime.backend} / {config.store.backend}")
+    if isinstance(config.algo, ImpalaConfig) and config.actors.fragment_steps != config.algo.rollout_length:
+        raise ValueError(f"actors.fragment_steps ({config.actors.fragment_steps}) must equal "
+                         f"algo.rollout_length ({config.algo.rollout_length}): IMPALA learns on whole fragments")
+    rows = config.env.num_envs_per_actor * config.actors.fragment_steps
+    if isinstance(config.algo, (DQNConfig, SACConfig)) and \
+            (capacity := config.algo.buffer_capacity) < 2 * rows * _max_actors(config=config):
+        raise ValueError(f"algo.buffer_capacity ({capacity}) must hold at least two fragments per actor "
+                         f"({2 * rows * _max_actors(config=config)} rows)")
+
+
+def _max_actors(*, config: NimbusConfig) -> int:
+    scaling = config.actors.scaling
+    return int(max(getattr(scaling, name, 1) for name in ("num_actors", "max_actors", "initial_actors")))
+
+
+class Pacer:
+    """The async workflow's bookkeeping in rows: what the learner owes and how far actors may run ahead.
+
+    Replay (DQN, SAC): gradient steps owed = (rows ingested − learning_starts) × updates_per_row − steps
+    already started, as SB3's ``train_freq`` / ``gradient_steps`` would do them; a call takes at most
+    ``max_steps_per_call`` of them. The learner has *consumed* learning_starts + started / updates_per_row
+    rows (FIFO: the rows it took). Back-pressure lets actors hold at most ``max_steps_ahead`` rows more
+    than that (collected + in flight); ``None`` never holds them back.
+
+    Example::
+
+        pacer = Pacer(plan=plan, max_steps_ahead=2048, max_steps_per_call=256)
+        pacer.rows_ingested += 512
+        pacer.owed_steps()                     # gradient steps the next call may take
+        pacer.may_collect(rows=256)            # may one more actor fragment start?
+    """
+
+    def __init__(self, *, plan: ReplayPlan, max_steps_ahead: int | None, max_steps_per_call: int) -> None:
+        self.plan = plan
+        self.max_steps_ahead = max_steps_ahead
+        self.max_steps_per_call = max_steps_per_call
+        self.rows_ingested = 0
+        self.rows_in_flight = 0
+        self.steps_started = 0
+        self.rows_taken = 0
+
+    def owed_steps(self) -> int:
+        """Whole gradient steps the next replay call may take (0: nothing owed yet)."""
+        owed = (self.rows_ingested - self.plan.learning_starts) * self.plan.updates_per_row - self.steps_started
+        return int(min(self.max_steps_per_call, max(0.0, owed)))
+
+    def consumed_rows(self) -> float:
+        if self.plan.kind == "fifo":
+            return float(self.rows_taken)
+        return self.plan.learning_starts + self.steps_started / max(self.plan.updates_per_row, 1e-12)
+
+    def may_collect(self, *, rows: int) -> bool:
+        if self.max_steps_ahead is None:
+            return True
+        return self.rows_ingested + self.rows_in_flight + rows <= self.consumed_rows() + self.max_steps_ahead

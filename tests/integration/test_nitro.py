@@ -1,0 +1,66 @@
+"""Nitro end to end on the local backend: the learner probes, the scaler scales, the rows say why."""
+
+from __future__ import annotations
+
+import math
+
+from nimbus.config import parse_config
+from nimbus.train.metrics import read_metrics
+from nimbus.train.trainer import train
+
+NITRO = ("actors.scaling={kind: nitro, min_actors: 1, max_actors: 4, "
+         "hessian: {subset_size: 256, max_iterations: 30}}")
+SMALL_ROUNDS = ["algo.minibatch_size=64", "train.max_rounds=8"]   # 1 actor = 4 envs × 32 steps = 128 rows
+
+
+def test_ppo_cartpole_nitro_varies_actors_within_bounds(make_config) -> None:
+    result = train(config=make_config(overrides=[*SMALL_ROUNDS, NITRO]))
+    rows = result.rows
+    actors = [row.num_actors for row in rows]
+    assert len(rows) == 8 and all(1 <= n <= 4 for n in actors)
+    assert len(set(actors)) > 1, actors                        # the probe's R moved the actor count
+    assert actors[0] == 1                                       # paper variant: I_min before any probe
+    for row, following in zip(rows, rows[1:]):
+        assert following.num_actors == row.extras["next_num_actors"]   # row r's decision ran round r+1
+    for row in rows:
+        extras = row.extras
+        assert {"hessian_lambda_max", "hessian_lambda_min", "probe_s", "probe_share", "score"} <= set(extras)
+        assert extras["probe_s"] > 0 and 0 <= extras["score"] <= 1
+        if math.isfinite(extras["hessian_ratio"]):
+            assert extras["hessian_ratio"] == -extras["hessian_lambda_max"] / extras["hessian_lambda_min"]
+    written = read_metrics(path=result.run_dir / "metrics.jsonl")
+    assert [r["extras"]["score"] for r in written] == [r.extras["score"] for r in rows]
+
+
+def test_ppo_cartpole_nitro_budget_spent_keeps_min_actors(make_config) -> None:
+    budget = ("actors.scaling={kind: nitro, min_actors: 1, max_actors: 2, budget_usd: 0.000001, "
+              "hessian: {subset_size: 128, max_iterations: 20}}")
+    result = train(config=make_config(overrides=["algo.minibatch_size=64", "train.max_rounds=4", budget]))
+    assert [row.num_actors for row in result.rows] == [1, 1, 1, 1]
+    assert all(row.extras["budget_spent"] == 1.0 and row.extras["budget_left_usd"] == 0.0 for row in result.rows)
+
+
+def test_fixed_scaler_runs_without_probe(make_config) -> None:
+    result = train(config=make_config(overrides=["train.max_rounds=2"]))
+    assert all("hessian_ratio" not in row.extras and row.extras["next_num_actors"] == 2 for row in result.rows)
+
+
+def test_impala_cartpole_nitro_off_policy_boosting(tmp_path) -> None:
+    """Off-policy mode: actors keep sampling while the learner updates and probes; each update's decision
+    sets how many actors run concurrently until the next one."""
+    data = {"name": "impala-nitro", "seed": 0, "env": {"id": "CartPole-v1", "num_envs_per_actor": 2},
+            "algo": {"name": "impala", "rollout_length": 16, "hidden_sizes": [32, 32]},
+            "actors": {"fragment_steps": 16, "scaling": {"kind": "nitro", "min_actors": 1, "max_actors": 3,
+                                                         "hessian": {"subset_size": 64, "max_iterations": 20}}},
+            # back-pressure keeps each update's FIFO fragments from being overwritten before it reads them
+            "async_workflow": {"max_steps_ahead": 128},
+            "train": {"workflow": "async", "max_rounds": 12, "total_env_steps": 100_000, "eval_episodes": 0},
+            "output": {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}}
+    result = train(config=parse_config(data=data))
+    rows = result.rows
+    actors = [row.num_actors for row in rows]
+    assert len(rows) == 12 and all(1 <= n <= 3 for n in actors)
+    assert len(set(actors)) > 1, actors
+    for row, following in zip(rows, rows[1:]):
+        assert following.num_actors == row.extras["next_num_actors"]
+    assert all(row.extras["probe_s"] > 0 and "score" in row.extras for row in rows)

@@ -1,0 +1,68 @@
+"""PPO CartPole with ``runtime.backend: ray`` on one shared local Ray instance (num_cpus=2): it learns,
+it computes exactly what the local backend computes, and it runs with every store backend."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from cluster_fixtures import ray_local, redis_server  # noqa: F401  (fixtures)
+from nimbus.data.shm import list_segments, run_prefix
+from nimbus.train.trainer import train
+
+pytestmark = pytest.mark.ray
+# 2 actors × 0.5 CPU + a 1-CPU learner keep all three warm within Ray's 2 logical CPUs.
+RAY = ["runtime.backend=ray", "actors.function.cpus=0.5", "learner.function.cpus=1"]
+
+
+def test_ppo_cartpole_reaches_195_on_ray(ray_local, make_config) -> None:
+    result = train(config=make_config(overrides=RAY + ["train.total_env_steps=60000", "train.target_return=195",
+                                                       "train.return_window=20"]))
+    assert result.summary.stopped_by == "target_return" and result.summary.final_return >= 195, result.summary
+    assert result.summary.cold_starts == 3 and result.summary.retries == 0  # prewarmed once, warm ever after
+    assert list_segments(prefix=run_prefix()) == []
+
+
+def test_same_seed_gives_the_same_rounds_on_local_and_ray(ray_local, make_config) -> None:
+    """The backends differ in where functions run, not in what they compute (P16 across backends)."""
+    common = ["train.max_rounds=5", "actors.function.cpus=0.5", "learner.function.cpus=1"]
+    local, on_ray = (train(config=make_config(overrides=common + extra))
+                     for extra in ([], ["runtime.backend=ray"]))
+    assert [(r.return_mean, r.losses["policy_loss"]) for r in local.rows] == \
+        [(r.return_mean, r.losses["policy_loss"]) for r in on_ray.rows]
+    assert on_ray.rows[-1].extras["overhead_s"] >= 0 and "overhead_share" in on_ray.rows[-1].extras
+
+
+def test_ray_store_carries_weights_and_batches(ray_local, make_config) -> None:
+    result = train(config=make_config(overrides=RAY + ["store.backend=ray", "train.max_rounds=4"]))
+    assert result.summary.rounds == 4 and result.summary.policy_version == 4
+
+
+@pytest.mark.redis
+def test_redis_store_on_ray_deletes_each_batch_once_consumed(ray_local, redis_server, make_config) -> None:
+    import redis
+
+    server = redis_server()
+    client = redis.Redis.from_url(server.url)
+    seen: set[str] = set()
+    peak = {"batches": 0}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            batches = [k.decode() for k in client.scan_iter("nimbus:*:v:batch/*")]
+            seen.update(batches)
+            peak["batches"] = max(peak["batches"], len(batches))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    result = train(config=make_config(overrides=RAY + ["store.backend=redis", f"store.url={server.url}",
+                                                       "train.max_rounds=6"]))
+    done.set()
+    watcher.join()
+    assert result.summary.rounds == 6
+    assert peak["batches"] <= 1 and seen  # one round's batch at a time, each deleted once the learner used it
+    assert client.keys("*") == []

@@ -1,0 +1,166 @@
+"""RedisStore against a real redis-server on loopback: key scheme, pipelines, and every P11/P12 outcome."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+
+from cluster_fixtures import redis_server  # noqa: F401  (fixture)
+from nimbus.config import StoreConfig
+from nimbus.data.codec import Message
+from nimbus.data.redis_store import RedisSettings, RedisStore
+from nimbus.data.store import KeyExists, KeyNotFound, ShmStore
+from nimbus.data.stores import PASSWORD_ENV, driver_store, function_store, store_descriptor
+from nimbus.errors import CodecError, StoreAuthError, StoreFull, StoreUnavailable
+
+pytestmark = pytest.mark.redis
+
+
+def settings(url: str, **kwargs) -> RedisSettings:
+    return RedisSettings(url=url, namespace=kwargs.pop("namespace", "t"), backoff_base_s=0.01, backoff_cap_s=0.1,
+                         timeout_s=1.0, **kwargs)
+
+
+def weights(n: int = 3) -> Message:
+    return Message(header={"policy_version": 1}, arrays={"w": np.arange(n, dtype=np.float32)})
+
+
+def test_key_scheme_pipelines_and_purge(redis_server) -> None:
+    server = redis_server()
+    store = RedisStore(settings=settings(server.url), owner=True)
+    other = RedisStore(settings=settings(server.url, namespace="other"), owner=True)
+    other.put(key="weights/main/0", message=weights())
+    store.put_many(items={f"weights/main/{v}": weights() for v in (1, 2, 10)} | {"weights/main2/99": weights()})
+    store.put(key="optim/main/2", message=Message(header={"x": 1}))
+    assert store.keys(prefix="weights/main") == ["weights/main/1", "weights/main/10", "weights/main/2"]
+    assert store.latest(prefix="weights/main") == "weights/main/10"
+    assert np.array_equal(store.get(key="weights/main/2").arrays["w"], [0, 1, 2])
+    with pytest.raises(KeyExists):
+        store.put(key="weights/main/2", message=weights())
+    store.delete(key="weights/main/10")
+    assert store.latest(prefix="weights/main") == "weights/main/2"
+    with pytest.raises(KeyNotFound):
+        store.get(key="weights/main/10")
+    raw = redis.Redis.from_url(server.url)
+    assert raw.get("nimbus:t:v:optim/main/2").startswith(b"NMBF")  # a codec frame under the documented key
+    store.close()
+    assert sorted(k.decode() for k in raw.keys("*")) == sorted(
+        ["nimbus:other:run", "nimbus:other:index", "nimbus:other:v:weights/main/0"])  # only the other run's
+    other.close()
+
+
+def test_unreachable_at_start_names_the_url_or_falls_back(tmp_path: Path) -> None:
+    url = "redis://127.0.0.1:1/0"
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="127.0.0.1:1"):
+        RedisStore(settings=settings(url, max_retries=2), owner=True)
+    assert time.monotonic() - started < 5.0
+    config = StoreConfig(backend="redis", url=url, fallback="shm", max_retries=1, backoff_base_s=0.01)
+    store = driver_store(config=config, namespace="t")
+    assert isinstance(store, ShmStore)
+    store.close()
+    with pytest.raises(StoreUnavailable, match="store.fallback"):
+        driver_store(config=StoreConfig(backend="redis", url=url, max_retries=1, backoff_base_s=0.01), namespace="t")
+
+
+def test_wrong_password_is_a_clear_error_without_the_password(redis_server) -> None:
+    server = redis_server(password="right-one")
+    for password in ("wrong-one", None):
+        started = time.monotonic()
+        with pytest.raises(StoreAuthError) as info:
+            RedisStore(settings=settings(server.url, password=password), owner=True)
+        assert server.url in str(info.value) and "store.password" in str(info.value)
+        assert "wrong-one" not in str(info.value)
+        assert time.monotonic() - started < 2.0  # refused credentials are not retried
+    config = StoreConfig(backend="redis", url=server.url, password="wrong-one", fallback="shm")
+    with pytest.raises(StoreAuthError):  # never falls back on a credentials error
+        driver_store(config=config, namespace="t")
+
+
+def test_function_opens_the_store_from_a_descriptor_and_the_password_env(redis_server, monkeypatch) -> None:
+    server = redis_server(password="s3cret")
+    owner = RedisStore(settings=settings(server.url, password="s3cret"), owner=True)
+    owner.put(key="weights/main/0", message=weights())
+    descriptor = store_descriptor(owner)
+    assert "s3cret" not in repr(descriptor) and "password" not in descriptor
+    monkeypatch.setenv(PASSWORD_ENV, "s3cret")
+    opened = function_store(header={"_store": descriptor})
+    assert opened is function_store(header={"_store": descriptor})  # one connection per worker process
+    assert opened.get(key="weights/main/0").header == {"policy_version": 1}
+    owner.close()
+
+
+def test_planted_pickle_is_refused_and_never_executed(redis_server, tmp_path: Path) -> None:
+    """P11: a pickle planted under a nimbus key is not a codec frame: rejected, no side effect."""
+    server = redis_server()
+    store = RedisStore(settings=settings(server.url), owner=True)
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    redis.Redis.from_url(server.url).set("nimbus:t:v:weights/main/7", pickle.dumps(Evil()))
+    with pytest.raises(CodecError, match="not a nimbus frame"):
+        store.get(key="weights/main/7")
+    assert not marker.exists()
+    store.close()
+
+
+def test_killed_mid_run_bounded_retries_then_unavailable(redis_server) -> None:
+    server = redis_server()
+    store = RedisStore(settings=settings(server.url, max_retries=3), owner=True)
+    store.put(key="weights/main/0", message=weights())
+    server.kill()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="after 3 retries"):
+        store.get(key="weights/main/0")
+    assert time.monotonic() - started < 5.0
+    server.start()  # back, but empty: the run's keys are gone, and the store says so
+    with pytest.raises(StoreUnavailable, match="no longer holds run"):
+        store.get(key="weights/main/0")
+    store.close()
+
+
+def test_full_redis_applies_back_pressure_then_stops_clearly(redis_server) -> None:
+    """maxmemory + noeviction: a write waits for room (a consumer deletes), and stops with StoreFull if none comes."""
+    server = redis_server(maxmemory="3mb")
+    store = RedisStore(settings=settings(server.url, full_wait_s=1.0), owner=True)
+    big = Message(arrays={"x": np.random.default_rng(0).integers(0, 255, 512 * 1024, dtype=np.uint8)})
+    written = []
+    with pytest.raises(StoreFull, match="maxmemory"):
+        for i in range(64):
+            store.put(key=f"batch/main/{i}", message=big)
+            written.append(i)
+    assert 0 < len(written) < 64
+    freer = threading.Timer(0.3, lambda: store.delete_many(keys=[f"batch/main/{i}" for i in written]))
+    freer.start()
+    started = time.monotonic()
+    store.put(key="batch/main/999", message=big)  # waits for the consumer, then succeeds
+    assert 0.2 < time.monotonic() - started < 1.0
+    freer.join()
+    store.close()
+
+
+def test_an_acl_user_limited_to_nimbus_keys_is_enough(redis_server) -> None:
+    """The ACL of docs/cluster.md: nimbus's keys and commands only; a user without them gets a clear error."""
+    server = redis_server()
+    admin = redis.Redis.from_url(server.url)
+    admin.acl_setuser("nimbus", enabled=True, passwords=["+pw"], keys=["nimbus:*"], commands=[
+        "+get", "+mget", "+set", "+del", "+exists", "+zadd", "+zrem", "+zrange", "+zrangebylex", "+multi", "+exec",
+        "+ping", "+auth", "+config|get"])
+    admin.acl_setuser("reader", enabled=True, passwords=["+pw"], keys=["nimbus:*"], commands=["+ping", "+auth"])
+    store = RedisStore(settings=settings(server.url, username="nimbus", password="pw"), owner=True)
+    store.put_many(items={"weights/main/1": weights(), "optim/main/1": weights()})
+    assert store.latest(prefix="weights/main") == "weights/main/1" and store.get(key="optim/main/1").arrays
+    store.close()
+    assert admin.keys("*") == []
+    with pytest.raises(StoreAuthError, match="reader.*no permissions"):
+        RedisStore(settings=settings(server.url, username="reader", password="pw"), owner=True)

@@ -1,0 +1,69 @@
+"""``nimbus compare`` and the Nitro panels of report.png, from hand-made run directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nimbus.cli import main
+from nimbus.errors import NimbusError
+from nimbus.report.compare import compare_runs, comparison_table
+from nimbus.report.panels import scaling_budget
+from nimbus.report.render import render_report
+
+
+def _fake_run(root: Path, *, name: str, label: str, final: float, cost: float, nitro: bool) -> Path:
+    run_dir = root / label
+    run_dir.mkdir(parents=True)
+    scaling = {"kind": "nitro", "budget_usd": 0.5} if nitro else {"kind": "fixed", "num_actors": 2}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"name": name, "actors": {"scaling": scaling}}))
+    rows = []
+    for k in range(4):
+        extras = {"recent_return_mean": final * (k + 1) / 4}
+        if nitro:
+            extras.update(hessian_ratio=[1.0, float("nan"), 0.5, 2.0][k], score=[0.0, 0.0, 0.9, 0.1][k])
+        rows.append({"round": k, "env_steps": 100 * (k + 1), "wall_s": 1.5 * (k + 1), "cost_usd": cost * (k + 1) / 4,
+                     "return_mean": final, "num_actors": 2, "num_learners": 1, "extras": extras})
+    (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (run_dir / "summary.json").write_text(json.dumps({"final_return": final, "serverless_cost_usd": cost,
+                                                      "rounds": 4, "env_steps": 400, "wall_s": 6.0}))
+    (run_dir / "ledger.jsonl").write_text("")
+    return run_dir
+
+
+def test_compare_runs_table_and_figure(tmp_path: Path) -> None:
+    a = _fake_run(tmp_path, name="nitro", label="nitro-s0", final=200.0, cost=0.004, nitro=True)
+    b = _fake_run(tmp_path, name="fixed", label="fixed-s0", final=100.0, cost=0.001, nitro=False)
+    rows = compare_runs(run_dirs=[a, b], output=tmp_path / "out" / "compare.png")
+    assert (tmp_path / "out" / "compare.png").stat().st_size > 0
+    assert [(r.label, r.name) for r in rows] == [("nitro-s0", "nitro"), ("fixed-s0", "fixed")]
+    assert rows[0].return_per_usd == pytest.approx(50_000) and rows[1].return_per_usd == pytest.approx(100_000)
+    assert comparison_table(rows=rows).row_count == 2
+
+
+def test_compare_rejects_an_unfinished_run(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NimbusError, match="not a finished run"):
+        compare_runs(run_dirs=[tmp_path / "empty"], output=tmp_path / "x.png")
+
+
+def test_cli_compare(tmp_path: Path) -> None:
+    a = _fake_run(tmp_path, name="nitro", label="a", final=10.0, cost=0.01, nitro=True)
+    assert main(["compare", str(a), "--output", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").exists()
+    assert main(["compare", str(tmp_path / "missing")]) == 1
+
+
+@pytest.mark.parametrize("nitro", [True, False])
+def test_report_has_nitro_panels_with_or_without_a_probe(tmp_path: Path, nitro: bool) -> None:
+    run_dir = _fake_run(tmp_path, name="r", label="r", final=5.0, cost=0.002, nitro=nitro)
+    assert render_report(run_dir=run_dir).stat().st_size > 0
+
+
+def test_scaling_budget_from_saved_config() -> None:
+    assert scaling_budget(config={"actors": {"scaling": {"kind": "nitro", "budget_usd": 2}}}) == 2.0
+    assert scaling_budget(config={"actors": {"scaling": {"kind": "fixed", "num_actors": 2}}}) is None
+    assert scaling_budget(config={}) is None
