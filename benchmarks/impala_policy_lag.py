@@ -51,7 +51,8 @@ def run_once(*, actors: int, steps: int, ahead: str, seed: int, out_dir: Path) -
     return {"actors": actors, "ahead": ahead, "seed": seed, "env_steps": result.summary.env_steps,
             "updates": result.summary.rounds, "final_return": result.summary.final_return,
             "lag_histogram_rows": hist, "lag_mean": float(lags.mean()),
-            "lag_percentiles": {f"p{p}": float(np.percentile(lags, p)) for p in (50, 90, 99)}, "lag_max": int(lags.max()),
+            "lag_percentiles": {f"p{p}": float(np.percentile(lags, p)) for p in (50, 90, 99)},
+            "lag_max": int(lags.max()),
             "batch_lag_mean_percentiles": {f"p{p}": float(np.percentile(batch_means, p)) for p in (50, 90, 99)},
             "lost_fragments": lag_file["lost_fragments"], "wall_s": result.summary.wall_s}
 
@@ -92,8 +93,8 @@ def main() -> int:
         total = sum(counts.values())
         hist = ", ".join(f"{k}: {v / total:.2f}" for k, v in sorted(counts.items()) if v / total >= 0.01)
         p = run["lag_percentiles"]
-        print(f"{run['actors']:6d} {run['updates']:7d} {run['lag_mean']:6.2f} {p['p50']:5.0f} {p['p90']:5.0f} {p['p99']:5.0f} "
-              f"{run['lag_max']:5d}  {hist}")
+        print(f"{run['actors']:6d} {run['updates']:7d} {run['lag_mean']:6.2f} {p['p50']:5.0f} {p['p90']:5.0f} "
+              f"{p['p99']:5.0f} {run['lag_max']:5d}  {hist}")
     result = {"benchmark": "impala_policy_lag", "command": " ".join(["python"] + sys.argv),
               "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
               "versions": {"python": platform.python_version()}, "runs": runs,

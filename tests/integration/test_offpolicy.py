@@ -118,7 +118,8 @@ def test_impact_sends_new_weights_to_the_actors_it_heard_from(tmp_path: Path) ->
 
 def test_back_pressure_holds_actors_within_max_steps_ahead(tmp_path: Path) -> None:
     config = offpolicy_config(name="sac-pendulum", tmp_path=tmp_path,
-                              overrides=["train.max_rounds=6", "algo.hidden_sizes=[32]", "async_workflow.max_steps_ahead=64",
+                              overrides=["train.max_rounds=6", "algo.hidden_sizes=[32]",
+                                         "async_workflow.max_steps_ahead=64",
                                          "async_workflow.max_gradient_steps_per_call=32"])
     result = train(config=config)
     for row in result.rows:  # collected ≤ learning_starts + gradient steps started + ahead (+ one call's worth)
