@@ -66,7 +66,6 @@ class LedgerRecord:
     def to_json(self) -> str:
         return json.dumps(dict(vars(self)), separators=(",", ":"))  # flat fields: no need for asdict's deep copy
 
-
     @classmethod
     def from_json(cls, line: str) -> "LedgerRecord":
         data = json.loads(line)
@@ -182,10 +181,9 @@ class Ledger:
                 self._file.flush()
 
     def records(self, *, start: int = 0) -> list[LedgerRecord]:
-        """A snapshot of the records so far from the ``start``-th on (default: all), in the order they were written."""
+        """A snapshot of the records from the ``start``-th on (default: all), in the order they were written."""
         with self._lock:
             return self._records[start:]
-
 
     def totals(self) -> LedgerTotals:
         return totals_of(records=self.records())

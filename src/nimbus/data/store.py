@@ -26,7 +26,6 @@ import struct
 from typing import Protocol
 
 from nimbus.data.codec import Message, decode, encode_into, encoded_size, frame_plan
-
 from nimbus.data.shm import SHM_DIR, Segment, list_segments, run_prefix, sweep, unlink
 
 logger = logging.getLogger(__name__)
@@ -135,7 +134,6 @@ class ShmStore:
         segment = self._create(name=name, key=key, size_bytes=_FRAME_OFFSET + frame_bytes)
         try:
             encode_into(message, segment.buffer[_FRAME_OFFSET:], plan=plan)
-
             _COMMIT.pack_into(segment.buffer, 0, frame_bytes)  # the commit point: written last
         except BaseException:
             unlink(name=name)

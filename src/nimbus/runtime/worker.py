@@ -8,11 +8,9 @@ the janitor module's ``Reaper``. Worker side (``main``), the process:
 1. sets ``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with the driver thread that spawned it, and exits
    at once if the driver is already gone; it ignores SIGINT (Ctrl-C is the driver's to handle); on
    Linux it runs under SCHED_BATCH (``_batch_scheduling``: woken workers do not preempt the driver);
-
 2. imports its entrypoint once, runs the module's ``init_worker()`` if it defines one (Lambda's init
    phase: imports and set-up every first invocation would otherwise pay), and reports ``ready`` with
    ``init_s`` (spawn -> imported and initialised) or the error;
-
 3. serves invocations one at a time: ``fn(context=FunctionContext(...), request=Message)`` with one
    ``context.cache`` kept across invocations (warm state), and reports each attempt's outcome, start
    and end wall times, and on error the exception type, ``nimbus_retryable`` and traceback;
@@ -58,7 +56,6 @@ from nimbus.runtime.transport import recv_frame
 log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 INIT_HOOK = "init_worker"  # optional function of an entrypoint's module, run once when a worker starts
-
 
 
 @dataclass(frozen=True)
@@ -184,7 +181,6 @@ class WorkerPool:
         self._next_id = 0
         self._next_check_at = 0.0  # monotonic time the monitor wakes up next (next_check_s)
         self._reaper = Reaper(prefix=prefix)
-
         self._spawner = Spawner(prefix=prefix, inline_max_bytes=inline_max_bytes,
                                 compress_min_bytes=compress_min_bytes, on_spawned=on_spawned)
 
@@ -252,7 +248,6 @@ class WorkerPool:
         if was == "starting" or deadline < self._next_check_at:
             self._changed.notify_all()
 
-
     def retire(self, slot: WorkerSlot) -> None:
         """Take a worker out of service and SIGKILL it; ``reap`` collects it and sweeps its segments."""
         if slot.state == "dead":
@@ -280,7 +275,6 @@ class WorkerPool:
         self._next_check_at = now + wait_s
         return wait_s
 
-
     def close(self) -> None:
         """After every slot was retired: stop the spawner, collect the processes, release the janitor."""
         self._spawner.close()
@@ -306,7 +300,6 @@ def _batch_scheduling() -> None:
 
 
 def _set_pdeathsig() -> None:
-
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -322,7 +315,6 @@ def _load(entrypoint: str) -> Callable[..., Message]:
     if callable(init):  # Lambda's init phase: set-up the first invocation would pay, done (and billed) at start
         init()
     return fn
-
 
 
 _torch_threads_set = False
@@ -391,7 +383,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     _set_pdeathsig()
     _batch_scheduling()
-
     if os.getppid() != args.parent_pid:
         return 0  # the driver died before we could ask to die with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-
 from typing import Any
 
 import numpy as np
@@ -49,7 +48,6 @@ class ActorRequest:
     def to_message(self) -> Message:
         return Message(header={"actor": dict(vars(self)), "_affinity": f"actor-{self.actor_rank}"})  # shallow
 
-
     @classmethod
     def from_message(cls, message: Message) -> "ActorRequest":
         return cls(**message.header["actor"])
@@ -78,7 +76,6 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
     # the actor's model is on the CPU: seed the CPU generator only (torch.manual_seed also queues CUDA/MPS/XPU
     # seeding, ~0.1 ms a call); the samples are the same
     torch.default_generator.manual_seed(derive_seed(req.seed, req.actor_rank, req.slot_seq, 1))
-
     try:
         arrays, episodes = _rollout(algo=algo, model=model, slot=slot, req=req, rms=context.cache["obs_rms"])
     except BaseException:

@@ -59,7 +59,6 @@ class LearnerRequest:
         """``obs_moments``: the round's raw-observation moments (``algo.normalize_obs``), see train/obsnorm.py."""
         # a shallow dict (not asdict's deep copy, ~0.1 ms): the header is serialised before it leaves the process
         return Message(header={"learner": dict(vars(self)), "_affinity": f"learner-{self.policy}"},
-
                        arrays={"indices": indices.astype(np.int64), **(obs_moments or {})})
 
     @classmethod
@@ -74,7 +73,6 @@ def init_worker() -> None:
 
 
 def resolve_device(*, requested: str) -> torch.device:
-
     if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
         return torch.device("cuda")
     return torch.device("cpu")
@@ -99,7 +97,6 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
     stats_dict = {k: float(v) for k, v in asdict(stats).items()}
     nonfinite = not all(np.isfinite(v) for v in stats_dict.values()) or \
         not bool(torch.isfinite(torch.cat([p.detach().reshape(-1) for p in model.parameters()])).all())  # one op
-
     if nonfinite:
         _restore(model=model, optimizer=optimizer, snapshot=snapshot, context=context, req=req)
     new_version = req.policy_version + 1

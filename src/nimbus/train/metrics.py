@@ -40,7 +40,6 @@ class MetricsSink:
         if tensorboard:  # FileWriter + one Summary per round: one event, not one per scalar (~2.5 ms a round)
             from torch.utils.tensorboard.writer import FileWriter
             self._writer = FileWriter(log_dir=str(run_dir))
-
         self._console = Console(stderr=True) if status_line else None
         self._interactive = status_line and sys.stderr.isatty()
 
@@ -66,7 +65,6 @@ class MetricsSink:
         scalars.update({f"runtime/{k}": v for k, v in runtime.items()})
         self._writer.add_summary(Summary(value=[Summary.Value(tag=name, simple_value=float(value))
                                                 for name, value in scalars.items()]), global_step=step)
-
 
     def _status(self, *, row: RoundMetrics) -> None:
         ret = "   n/a" if row.return_mean is None else f"{row.return_mean:7.1f}"

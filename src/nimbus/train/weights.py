@@ -39,7 +39,7 @@ def load_model(*, model: torch.nn.Module, message: Message) -> dict[str, np.ndar
 
 
 def _copy_into(*, model: torch.nn.Module, params: dict[str, np.ndarray]) -> bool:
-    """The actors' per-round fast path (~3x cheaper than load_state_dict): copy straight into a CPU model's
+    """The actors' per-round fast path (about half the cost of load_state_dict): copy straight into a CPU model's
     tensors when names, shapes and dtypes all match. Otherwise False, the model untouched, and
     load_state_dict does the work (and raises its usual errors)."""
     targets = model.state_dict()
@@ -59,7 +59,6 @@ def _copy_into(*, model: torch.nn.Module, params: dict[str, np.ndarray]) -> bool
 
 _NUMPY_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.int64: "int64",
                  torch.int32: "int32", torch.uint8: "uint8", torch.bool: "bool"}
-
 
 
 def optimizer_to_message(*, optimizer: torch.optim.Optimizer, version: int) -> Message:

@@ -202,7 +202,6 @@ class SyncWorkflow:
         self._cost_seen += len(records)
         return self._cost_usd
 
-
     def _forget_old_versions(self, *, current: int) -> None:
         keep = self.system.config.store.keep_versions
         stale = current - keep
