@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -113,3 +114,31 @@ def list_segments(*, prefix: str = "nimbus_") -> list[str]:
 def sweep(*, prefix: str) -> int:
     """Unlink every segment with this prefix; returns how many were removed."""
     return sum(unlink(name=name) for name in list_segments(prefix=prefix))
+
+
+_OWNER_PID = re.compile(r"^nimbus_[a-z]*(\d+)_")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans() -> int:
+    """Unlink segments whose driver process is gone (its janitor died with it, e.g. a process-group kill).
+
+    Segment names carry the driver's pid (``nimbus_<pid>_``); a name whose pid is alive is kept, even
+    if that pid was reused, so this never touches a live run. Returns how many segments were removed.
+    """
+    removed = 0
+    for name in list_segments(prefix="nimbus_"):
+        match = _OWNER_PID.match(name)
+        if match and int(match.group(1)) != os.getpid() and not _pid_alive(int(match.group(1))):
+            removed += unlink(name=name)
+    return removed
+

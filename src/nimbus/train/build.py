@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import PricingModel, load_pricing
 from nimbus.data.buffer import Buffer
 from nimbus.data.replay import FullBatch, ReplayStrategy
-from nimbus.data.shm import run_prefix
+from nimbus.data.shm import run_prefix, sweep_orphans
 from nimbus.data.store import Store
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.data.triggers import StoreEvents
@@ -40,6 +41,7 @@ from nimbus.train.metrics import MetricsSink
 from nimbus.train.offpolicy_plan import make_replay, plan_for
 from nimbus.train.probe import ProbeRequest, probe_request
 
+log = logging.getLogger(__name__)
 ACTOR_ENTRYPOINT = "nimbus.train.actor:actor_function"
 LEARNER_ENTRYPOINT = "nimbus.train.learner:learner_function"
 OFFPOLICY_ACTOR_ENTRYPOINT = "nimbus.train.offpolicy_actor:offpolicy_actor_function"      # train.workflow: async
@@ -104,6 +106,9 @@ def probe_spaces(*, config: NimbusConfig) -> EnvSpaces:
 
 def build(*, config: NimbusConfig, run_dir: Path) -> System:
     run_prefix()  # fix the run's shared-memory prefix before any worker starts
+    swept = sweep_orphans()  # segments of drivers that died together with their janitor
+    if swept:
+        log.warning("removed %d shared-memory segments left by dead nimbus runs", swept)
     (run_dir / "config.yaml").write_text(dump_config(config=config))
     spaces = probe_spaces(config=config)
     algo = make_algorithm(config=config.algo)

@@ -101,3 +101,24 @@ def test_sweep_removes_only_the_prefix(prefix: str) -> None:
         for seg in [*mine, other]:
             seg.close()
         sweep(prefix=other_prefix)
+
+
+def test_sweep_orphans_removes_segments_of_dead_drivers_only() -> None:
+    import subprocess
+    import sys
+
+    from nimbus.data.shm import Segment, list_segments, sweep_orphans
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    orphan = Segment.create(name=f"nimbus_{dead}_orphan_test", size_bytes=64)
+    mine = Segment.create(name=f"nimbus_{os.getpid()}_mine_test", size_bytes=64)
+    orphan.close()
+    mine.close()
+    try:
+        sweep_orphans()
+        names = list_segments(prefix="nimbus_")
+        assert orphan.name not in names and mine.name in names
+    finally:
+        mine.unlink()
+        orphan.unlink()
