@@ -41,24 +41,20 @@ import threading
 import time
 import uuid
 from collections import deque
-from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
 
-from nimbus.cost.ledger import Ledger, Tally, attempt_record
-from nimbus.data.channel import DEFAULT_INLINE_MAX_BYTES, Body, Envelope, Inbox, discard_body, header_frame, prepare_body
+from nimbus.cost.ledger import Ledger, Tally
+from nimbus.data.channel import DEFAULT_INLINE_MAX_BYTES, Envelope, Inbox, discard_body, header_frame, prepare_body
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.data.shm import run_prefix
-from nimbus.errors import FunctionFailed
+from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, Invocation, bill, by_affinity, settle
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.transport import send_frame
 from nimbus.runtime.worker import same_pool, WorkerHandle, WorkerPool, WorkerSlot
 
 log = logging.getLogger(__name__)
-AFFINITY_KEY = "_affinity"  # request header key: route to the idle worker that last served this key
-INVOCATION_ID_KEY = "_invocation_id"  # result header keys naming the accepted attempt
-ATTEMPT_KEY = "_attempt"
-Action = Callable[[], None]  # work to do after the lock is released (resolving futures)
 
 
 @dataclass(frozen=True)
@@ -79,49 +75,6 @@ class RuntimeStats:
     dropped_results: int
 
 
-@dataclass(eq=False)
-class _Invocation:
-    invocation_id: str
-    spec: FunctionSpec
-    body: Body
-    future: Future
-    queued_at: float
-    affinity: str | None = None
-    attempts: int = 0
-    tried: set[str] = field(default_factory=set)
-
-
-@dataclass(eq=False)
-class _Attempt:
-    invocation: _Invocation
-    number: int
-    cold: bool
-    dispatched_at: float | None = None
-
-
-def _by_affinity(idle: list[WorkerSlot], *, affinity: str | None) -> WorkerSlot:
-    """Sticky routing: the worker that last served ``affinity``, else one bound to nothing, else the first.
-
-    A warm worker keeps per-key state (an actor rank's envs mid-episode); routing the same key back to
-    it keeps that state useful, as a long-lived actor would. It is a preference, never a wait.
-    """
-    if affinity is not None:
-        for worker in idle:
-            if worker.affinity == affinity:
-                return worker
-        for worker in idle:
-            if worker.affinity is None:
-                return worker
-    return idle[0]
-
-
-def _resolve(future: Future, *, value: Message | None = None, error: BaseException | None = None) -> None:
-    try:
-        future.set_exception(error) if error is not None else future.set_result(value)
-    except InvalidStateError:
-        pass  # cancelled by its owner meanwhile
-
-
 class LocalRuntime:
     """The embedded backend of the Runtime protocol (see the module docstring for its rules)."""
 
@@ -136,7 +89,7 @@ class LocalRuntime:
         self._prefix = run_prefix()
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._queue: deque[_Invocation] = deque()
+        self._queue: deque[Invocation] = deque()
         self._tally = Tally()  # this runtime's records (the ledger may be shared)
         self._counts = {"failed": 0, "dropped": 0}
         self._closed = False
@@ -155,7 +108,7 @@ class LocalRuntime:
         """Queue one invocation; the future holds the accepted result or raises FunctionFailed."""
         body = prepare_body(message=request, prefix=self._prefix, inline_max_bytes=self._inline_max_bytes,
                             compress_min_bytes=self._compress_min_bytes)
-        invocation = _Invocation(invocation_id=uuid.uuid4().hex, spec=spec, body=body, future=Future(),
+        invocation = Invocation(invocation_id=uuid.uuid4().hex, spec=spec, body=body, future=Future(),
                                  queued_at=time.time(), affinity=request.header.get(AFFINITY_KEY))
         with self._lock:
             if self._closed:
@@ -231,14 +184,14 @@ class LocalRuntime:
                 break
             self._queue.popleft()
             invocation.attempts += 1
-            worker.attempt = _Attempt(invocation=invocation, number=invocation.attempts,
+            worker.attempt = Attempt(invocation=invocation, number=invocation.attempts,
                                       cold=worker.state == "starting")
             worker.affinity = invocation.affinity
             if worker.state == "idle":
                 actions += self._dispatch(worker)
         return actions
 
-    def _place(self, invocation: _Invocation) -> WorkerSlot | None:
+    def _place(self, invocation: Invocation) -> WorkerSlot | None:
         spec = invocation.spec
         busy = self._pool.busy_cpus()
         if busy > 0 and busy + spec.resources.cpus > self._capacity + 1e-9:
@@ -246,13 +199,13 @@ class LocalRuntime:
         idle = self._pool.idle(spec=spec)
         fresh = [w for w in idle if w.worker_id not in invocation.tried]
         if fresh:
-            return _by_affinity(fresh, affinity=invocation.affinity)
+            return by_affinity(fresh, affinity=invocation.affinity)
         if self._pool.make_room(spec=spec):
             return self._pool.start(spec=spec, prewarm=False)
         return idle[0] if idle else None
 
     def _dispatch(self, worker: WorkerSlot) -> list[Action]:
-        attempt: _Attempt = worker.attempt
+        attempt: Attempt = worker.attempt
         invocation = attempt.invocation
         attempt.dispatched_at = time.time()
         self._pool.set_busy(worker, timeout_s=invocation.spec.timeout_s)
@@ -265,43 +218,26 @@ class LocalRuntime:
 
     # ---- attempt endings (lock held) --------------------------------------------------------------
 
-    def _record(self, worker: WorkerSlot, *, attempt: _Attempt | None, outcome: str, start_at: float,
+    def _record(self, worker: WorkerSlot, *, attempt: Attempt | None, outcome: str, start_at: float,
                 end_at: float, error_type: str | None) -> None:
-        """Bill one attempt (or, with ``attempt`` None, a prewarm) to the ledger."""
-        record = attempt_record(
-            spec=worker.spec, invocation_id=attempt.invocation.invocation_id if attempt else uuid.uuid4().hex,
-            attempt=attempt.number if attempt else 0, worker_id=worker.worker_id,
-            cold=attempt.cold if attempt else True, init_s=worker.init_s,
-            queued_at=attempt.invocation.queued_at if attempt else worker.requested_at,
-            start_at=start_at, end_at=end_at, outcome=outcome, error_type=error_type)
-        self._ledger.append(record=record)
-        self._tally.add(record=record)
+        bill(ledger=self._ledger, tally=self._tally, worker=worker, attempt=attempt, outcome=outcome,
+             start_at=start_at, end_at=end_at, error_type=error_type)
 
     def _end_attempt(self, worker: WorkerSlot, *, outcome: str, start_at: float, end_at: float, retire: bool,
                      error: dict[str, Any] | None = None, message: Message | None = None) -> list[Action]:
         """Bill the worker's attempt, free (or retire) the worker, then accept, retry or fail the invocation."""
-        attempt: _Attempt | None = worker.attempt
+        attempt: Attempt | None = worker.attempt
         self._pool.retire(worker) if retire else self._pool.set_idle(worker)
         if attempt is None:
             return []
         self._record(worker, attempt=attempt, outcome=outcome, start_at=start_at, end_at=end_at,
                      error_type=error["type"] if error else None)
-        invocation = attempt.invocation
-        if outcome != "ok":
-            invocation.tried.add(worker.worker_id)
-            if error["retryable"] and invocation.attempts <= invocation.spec.max_retries and not self._closed:
-                invocation.queued_at = time.time()
-                self._queue.appendleft(invocation)  # retries go first: they were admitted earlier
-                return []
-            message = None
-            self._counts["failed"] += 1
-        discard_body(body=invocation.body)
-        if message is not None:  # the accepted attempt: consumers deduplicate by invocation id (P2)
-            message.header.update({INVOCATION_ID_KEY: invocation.invocation_id, ATTEMPT_KEY: attempt.number})
-        failure = None if message is not None else FunctionFailed(
-            function=invocation.spec.name, invocation_id=invocation.invocation_id, attempts=invocation.attempts,
-            error_type=error["type"], traceback_text=error["traceback"])
-        return [lambda: _resolve(invocation.future, value=message, error=failure)]
+        action = settle(attempt=attempt, worker_id=worker.worker_id, outcome=outcome, error=error, message=message,
+                        closed=self._closed, queue=self._queue, counts=self._counts)
+        if action is None:
+            return []
+        discard_body(body=attempt.invocation.body)
+        return [action]
 
     def _kill_attempt(self, worker: WorkerSlot, *, error_type: str, detail: str) -> list[Action]:
         """The driver ends the worker's attempt (timeout or death): the worker is killed, the attempt retried."""
@@ -313,7 +249,7 @@ class LocalRuntime:
                                  error={"type": error_type, "traceback": detail, "retryable": True})
 
     def _cancel_attempt(self, worker: WorkerSlot) -> list[Action]:
-        attempt: _Attempt | None = worker.attempt
+        attempt: Attempt | None = worker.attempt
         if attempt is None:
             return []
         now = time.time()
@@ -327,7 +263,7 @@ class LocalRuntime:
     def _on_envelope(self, envelope: Envelope) -> None:
         with self._lock:
             worker, tag = self._pool.slots.get(envelope.source), envelope.tag
-            attempt: _Attempt | None = worker.attempt if worker else None
+            attempt: Attempt | None = worker.attempt if worker else None
             if worker is not None and tag.get("op") == "ready" and worker.state == "starting":
                 actions = self._on_ready(worker, tag)
             elif (attempt is not None and worker.state == "busy" and tag.get("op") == "result"

@@ -45,20 +45,18 @@ import time
 import uuid
 from collections import deque
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
-from nimbus.cost.ledger import Ledger, Tally, attempt_record
+from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
-from nimbus.errors import FunctionFailed
+from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, Invocation, bill, by_affinity, settle
 from nimbus.runtime.base import FunctionSpec
-from nimbus.runtime.local import (AFFINITY_KEY, ATTEMPT_KEY, INVOCATION_ID_KEY, RuntimeStats, _Attempt, _by_affinity,
-                                  _Invocation, _resolve)
+from nimbus.runtime.local import RuntimeStats
 from nimbus.runtime.ray_cluster import connect_ray
 from nimbus.runtime.ray_pool import RayPool, RaySlot
 from nimbus.runtime.ray_worker import read_frame, split_result, to_frame
 
 log = logging.getLogger(__name__)
-Action = Callable[[], None]
 
 
 class RayRuntime:
@@ -75,7 +73,7 @@ class RayRuntime:
         self._ledger, self._compress_min_bytes = ledger, compress_min_bytes
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._queue: deque[_Invocation] = deque()
+        self._queue: deque[Invocation] = deque()
         self._events: deque[Action] = deque()  # posted by Ray callbacks, run by the monitor under the lock
         self._tally, self._counts, self._closed = Tally(), {"failed": 0, "dropped": 0}, False
         self._pool = RayPool(changed=self._changed, max_workers=max_workers, keep_alive_s=keep_alive_s,
@@ -91,7 +89,7 @@ class RayRuntime:
     def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
         """Queue one invocation; the future holds the accepted result or raises FunctionFailed."""
         body = self._ray.put(to_frame(request, compress_min_bytes=self._compress_min_bytes))
-        invocation = _Invocation(invocation_id=uuid.uuid4().hex, spec=spec, body=body, future=Future(),
+        invocation = Invocation(invocation_id=uuid.uuid4().hex, spec=spec, body=body, future=Future(),
                                  queued_at=time.time(), affinity=request.header.get(AFFINITY_KEY))
         with self._lock:
             if self._closed:
@@ -164,25 +162,25 @@ class RayRuntime:
                 break
             self._queue.popleft()
             invocation.attempts += 1
-            worker.attempt = _Attempt(invocation=invocation, number=invocation.attempts,
+            worker.attempt = Attempt(invocation=invocation, number=invocation.attempts,
                                       cold=worker.state == "starting")
             worker.affinity = invocation.affinity
             if worker.state == "idle":
                 self._dispatch(worker)
         return actions
 
-    def _place(self, invocation: _Invocation) -> RaySlot | None:
+    def _place(self, invocation: Invocation) -> RaySlot | None:
         spec = invocation.spec
         idle = self._pool.idle(spec=spec)
         fresh = [w for w in idle if w.worker_id not in invocation.tried]
         if fresh:
-            return _by_affinity(fresh, affinity=invocation.affinity)
+            return by_affinity(fresh, affinity=invocation.affinity)
         if self._pool.make_room(spec=spec):
             return self._pool.start(spec=spec, prewarm=False)
         return idle[0] if idle else None
 
     def _dispatch(self, worker: RaySlot) -> None:
-        attempt: _Attempt = worker.attempt
+        attempt: Attempt = worker.attempt
         invocation = attempt.invocation
         attempt.dispatched_at = time.time()
         self._pool.set_busy(worker, timeout_s=invocation.spec.timeout_s)
@@ -192,41 +190,25 @@ class RayRuntime:
 
     # ---- attempt endings (lock held) --------------------------------------------------------------
 
-    def _record(self, worker: RaySlot, *, attempt: _Attempt | None, outcome: str, start_at: float, end_at: float,
-                error_type: str | None) -> None:
-        record = attempt_record(
-            spec=worker.spec, invocation_id=attempt.invocation.invocation_id if attempt else uuid.uuid4().hex,
-            attempt=attempt.number if attempt else 0, worker_id=worker.worker_id,
-            cold=attempt.cold if attempt else True, init_s=worker.init_s,
-            queued_at=attempt.invocation.queued_at if attempt else worker.requested_at,
-            start_at=start_at, end_at=end_at, outcome=outcome, error_type=error_type)
-        self._ledger.append(record=record)
-        self._tally.add(record=record)
+    def _record(self, worker: RaySlot, *, attempt: Attempt | None, outcome: str, start_at: float,
+                end_at: float, error_type: str | None) -> None:
+        bill(ledger=self._ledger, tally=self._tally, worker=worker, attempt=attempt, outcome=outcome,
+             start_at=start_at, end_at=end_at, error_type=error_type)
 
     def _end_attempt(self, worker: RaySlot, *, outcome: str, start_at: float, end_at: float, retire: bool,
                      error: dict[str, Any] | None = None, message: Message | None = None) -> list[Action]:
         """Bill the attempt, free (or retire) the worker, then accept, retry or fail the invocation."""
-        attempt: _Attempt | None = worker.attempt
+        attempt: Attempt | None = worker.attempt
         self._pool.retire(worker) if retire else self._pool.set_idle(worker)
         if attempt is None:
             return []
         self._record(worker, attempt=attempt, outcome=outcome, start_at=start_at, end_at=end_at,
                      error_type=error["type"] if error else None)
-        invocation = attempt.invocation
-        if outcome != "ok":
-            invocation.tried.add(worker.worker_id)
-            if error["retryable"] and invocation.attempts <= invocation.spec.max_retries and not self._closed:
-                invocation.queued_at = time.time()
-                self._queue.appendleft(invocation)  # retries go first: they were admitted earlier
-                return []
-            message = None
-            self._counts["failed"] += 1
-        if message is not None:  # the accepted attempt: consumers deduplicate by invocation id (P2)
-            message.header.update({INVOCATION_ID_KEY: invocation.invocation_id, ATTEMPT_KEY: attempt.number})
-        failure = None if message is not None else FunctionFailed(
-            function=invocation.spec.name, invocation_id=invocation.invocation_id, attempts=invocation.attempts,
-            error_type=error["type"], traceback_text=error["traceback"])
-        return [lambda: _resolve(invocation.future, value=message, error=failure)]
+        action = settle(attempt=attempt, worker_id=worker.worker_id, outcome=outcome, error=error, message=message,
+                        closed=self._closed, queue=self._queue, counts=self._counts)
+        if action is None:
+            return []
+        return [action]
 
     def _kill_attempt(self, worker: RaySlot, *, error_type: str, detail: str) -> list[Action]:
         """The driver ends the worker's attempt (timeout, death, init limit): actor killed, attempt retried."""
@@ -237,7 +219,7 @@ class RayRuntime:
                                  error={"type": error_type, "traceback": detail, "retryable": True})
 
     def _cancel_attempt(self, worker: RaySlot) -> list[Action]:
-        attempt: _Attempt | None = worker.attempt
+        attempt: Attempt | None = worker.attempt
         if attempt is None:
             return []
         now = time.time()

@@ -1,0 +1,106 @@
+"""Invocations and attempts, shared by every runtime backend: one exactly-once settlement.
+
+An invocation is tried up to ``1 + spec.max_retries`` times. Each attempt that ends is billed once
+(P14), then settled: accepted (the first successful attempt; its result header names the invocation
+and attempt so consumers can deduplicate, P2), retried (front of the queue: it was admitted earlier),
+or failed with the original error type and traceback (P3). Backends differ only in how they run an
+attempt; this module is how an attempt ends, so the promises hold identically on every backend.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from nimbus.cost.ledger import Ledger, Tally, attempt_record
+from nimbus.data.codec import Message
+from nimbus.errors import FunctionFailed
+from nimbus.runtime.base import FunctionSpec
+
+AFFINITY_KEY = "_affinity"  # request header key: route to the idle worker that last served this key
+INVOCATION_ID_KEY = "_invocation_id"  # result header keys naming the accepted attempt
+ATTEMPT_KEY = "_attempt"
+Action = Callable[[], None]  # work to do after the runtime's lock is released (resolving futures)
+
+
+@dataclass(eq=False)
+class Invocation:
+    invocation_id: str
+    spec: FunctionSpec
+    body: Any  # the request as the backend ships it (a channel Body locally, frame bytes on Ray)
+    future: Future
+    queued_at: float
+    affinity: str | None = None
+    attempts: int = 0
+    tried: set[str] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class Attempt:
+    invocation: Invocation
+    number: int
+    cold: bool
+    dispatched_at: float | None = None
+
+
+def by_affinity(idle: list[Any], *, affinity: str | None) -> Any:
+    """Sticky routing: the worker that last served ``affinity``, else one bound to nothing, else the first.
+
+    A warm worker keeps per-key state (an actor rank's envs mid-episode); routing the same key back to
+    it keeps that state useful, as a long-lived actor would. It is a preference, never a wait.
+    """
+    if affinity is not None:
+        for worker in idle:
+            if worker.affinity == affinity:
+                return worker
+        for worker in idle:
+            if worker.affinity is None:
+                return worker
+    return idle[0]
+
+
+def resolve(future: Future, *, value: Message | None = None, error: BaseException | None = None) -> None:
+    try:
+        future.set_exception(error) if error is not None else future.set_result(value)
+    except InvalidStateError:
+        pass  # cancelled by its owner meanwhile
+
+
+def bill(*, ledger: Ledger, tally: Tally, worker: Any, attempt: Attempt | None, outcome: str, start_at: float,
+         end_at: float, error_type: str | None) -> None:
+    """One ledger row for an attempt (or, with ``attempt`` None, a worker's pre-warm)."""
+    record = attempt_record(
+        spec=worker.spec, invocation_id=attempt.invocation.invocation_id if attempt else uuid.uuid4().hex,
+        attempt=attempt.number if attempt else 0, worker_id=worker.worker_id,
+        cold=attempt.cold if attempt else True, init_s=worker.init_s,
+        queued_at=attempt.invocation.queued_at if attempt else worker.requested_at,
+        start_at=start_at, end_at=end_at, outcome=outcome, error_type=error_type)
+    ledger.append(record=record)
+    tally.add(record=record)
+
+
+def settle(*, attempt: Attempt, worker_id: str, outcome: str, error: dict[str, Any] | None, message: Message | None,
+           closed: bool, queue: deque[Invocation], counts: dict[str, int]) -> Action | None:
+    """Accept, retry or fail the invocation of an ended (already billed) attempt.
+
+    Returns None when the invocation was queued again, else the action that resolves its future.
+    """
+    invocation = attempt.invocation
+    if outcome != "ok":
+        invocation.tried.add(worker_id)
+        if error["retryable"] and invocation.attempts <= invocation.spec.max_retries and not closed:
+            invocation.queued_at = time.time()
+            queue.appendleft(invocation)  # retries go first: they were admitted earlier
+            return None
+        message = None
+        counts["failed"] += 1
+    if message is not None:  # the accepted attempt: consumers deduplicate by invocation id (P2)
+        message.header.update({INVOCATION_ID_KEY: invocation.invocation_id, ATTEMPT_KEY: attempt.number})
+    failure = None if message is not None else FunctionFailed(
+        function=invocation.spec.name, invocation_id=invocation.invocation_id, attempts=invocation.attempts,
+        error_type=error["type"], traceback_text=error["traceback"])
+    return lambda: resolve(invocation.future, value=message, error=failure)
