@@ -25,22 +25,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _descendants(root: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    found, frontier = [], [root]
-    while frontier:
-        pid = frontier.pop()
-        children = [c for c, p in parents.items() if p == pid]
-        found += children
-        frontier += children
-    return found
-
-
 def _memory_kib(pid: int) -> tuple[int, int]:
     """(RSS, PSS) of ``pid`` in KiB (0, 0 if it is gone)."""
     try:
@@ -60,11 +44,11 @@ def child(*, settle_s: float) -> dict:
     from nimbus.data.codec import Message
     from nimbus.runtime.base import FunctionSpec, Resources
     from nimbus.runtime.ray_backend import RayRuntime
-    from nimbus.runtime.ray_cluster import connect_ray
+    from nimbus.runtime.ray_cluster import connect_ray, descendants
 
     start = connect_ray(address="local", num_cpus=2)
     time.sleep(settle_s)
-    pids = _descendants(os.getpid())
+    pids = descendants(os.getpid())
     rss, pss = map(sum, zip(*(_memory_kib(pid) for pid in pids))) if pids else (0, 0)
     runtime = RayRuntime(ledger=Ledger(), address="local")
     spec = FunctionSpec(name="empty", entrypoint="nimbus.runtime.builtin:empty", resources=Resources(cpus=0.5))
