@@ -53,6 +53,7 @@ from nimbus.runtime.transport import DEFAULT_MAX_FRAME_BYTES, peer_closed, send_
 
 log = logging.getLogger(__name__)
 _BATCH_BYTES = 1 << 20  # post the headers of queued bodies together until this many body bytes wait
+DEFAULT_DIRECT_MAX_BYTES = 1 << 20  # an idle Outbox posts bodies up to this size on the caller's thread
 __all__ = ["Body", "ChannelLimits", "DEFAULT_INLINE_MAX_BYTES", "Envelope", "Inbox", "InboxStats", "MessageTooLarge",
            "Outbox", "OutboxStats", "body_segment_prefix", "discard_body", "header_frame", "new_segment_name",
            "open_frame", "prepare_body"]
@@ -102,14 +103,17 @@ class Outbox:
                  compress_min_bytes: int | None = DEFAULT_COMPRESS_MIN_BYTES,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  on_error: Callable[[dict[str, Any], BaseException], None] | None = None,
-                 pool: SlotPool | None = None, reader: int = 0, limits: ChannelLimits = ChannelLimits()) -> None:
+                 pool: SlotPool | None = None, reader: int = 0, limits: ChannelLimits = ChannelLimits(),
+                 direct_max_bytes: int = DEFAULT_DIRECT_MAX_BYTES) -> None:
         if inline_max_bytes > max_frame_bytes // 2:
             raise ValueError(f"inline_max_bytes={inline_max_bytes} must be at most half of max_frame_bytes")
         self._sock, self._prefix = sock, prefix if prefix is not None else run_prefix()
         self._inline_max_bytes, self._compress_min_bytes = inline_max_bytes, compress_min_bytes
         self._max_frame_bytes, self._on_error = max_frame_bytes, on_error
         self._pool, self._reader, self._limits = pool, reader, limits
-        self._queue: deque[tuple[Message, dict[str, Any]] | None] = deque()
+        self._direct_max_bytes = direct_max_bytes
+        self._posting = False  # a post is under way (sender thread or a direct send): posts never overlap
+        self._queue: deque[tuple[Message, dict[str, Any], Any] | None] = deque()  # (message, tag, plan or None)
         self._cond = threading.Condition()
         self._unfinished, self._broken = 0, False
         self._counts = {"sent": 0, "via_slot": 0, "failed": 0, "dropped_full": 0, "blocked": 0}
@@ -122,8 +126,11 @@ class Outbox:
     def send(self, *, message: Message, tag: dict[str, Any]) -> bool:
         """Queue ``message``; returns at once (or, with a full queue and on_full="block", once there is room).
 
-        False when it was dropped (full queue); raises MessageTooLarge, queuing nothing, when it is over
-        the limit.
+        When nothing is queued or being posted, a slot is free and the arrays total at most
+        ``direct_max_bytes``, the body is placed and its header posted on the caller's thread instead
+        (one copy of at most 1 MiB by default: cheaper than waking the sender thread, and the receiver
+        hears of it sooner); it never waits there. False when it was dropped (full queue, or a broken
+        channel); raises MessageTooLarge, queuing nothing, when it is over the limit.
         """
         size = payload_bytes(message)
         if size > self._limits.max_message_bytes:
@@ -133,10 +140,38 @@ class Outbox:
         with self._cond:
             if not self._room():
                 return False
-            self._queue.append((message, tag))
             self._unfinished += 1
-            self._cond.notify_all()
-        return True
+            direct = self._direct_candidate(size=size)
+            if direct:
+                self._posting = True
+            else:
+                self._queue.append((message, tag, None))
+                self._cond.notify_all()
+        if not direct:
+            return True
+        queued = False
+        try:  # only the poster takes slots, so a slot free now stays free until _post takes it
+            plan = frame_plan(message)
+            if self._pool.has_free_slot() and self._fits_slot(message=message, plan=plan):
+                return self._post(message=message, tag=tag, more=False, plan=plan)
+            with self._cond:  # no free slot (or not a slot body): the sender thread waits for one instead
+                self._queue.append((message, tag, plan))
+                queued = True
+            return True
+        finally:
+            with self._cond:
+                self._posting = False
+                self._unfinished -= 0 if queued else 1
+                self._cond.notify_all()
+
+    def _direct_candidate(self, *, size: int) -> bool:
+        """Post on the caller's thread? Only small slot bodies of an idle Outbox: their ~100-byte headers
+        never fill the socket (at most one per slot is outstanding), so the caller cannot block on it."""
+        return (self._pool is not None and size <= min(self._direct_max_bytes, self._pool.slot_bytes)
+                and not self._queue and not self._posting)
+
+    def _fits_slot(self, *, message: Message, plan: Any) -> bool:
+        return self._inline_max_bytes <= encoded_size(message, plan=plan) <= self._pool.slot_bytes
 
     def _room(self) -> bool:
         """Wait (lock held) for room in a bounded queue per on_full; False (counted) when dropped."""
@@ -183,27 +218,30 @@ class Outbox:
         ``sendall`` (fewer syscalls and receiver wake-ups), up to ``_BATCH_BYTES`` of bodies per batch."""
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._queue))
+                self._cond.wait_for(lambda: bool(self._queue) and not self._posting)
                 item = self._queue.popleft()
                 more = bool(self._queue) and self._queue[0] is not None
+                self._posting = item is not None
                 self._cond.notify_all()  # room for a blocked send
             if item is None:
                 self._flush_batch()
                 return
             try:
-                self._post(message=item[0], tag=item[1], more=more)
+                self._post(message=item[0], tag=item[1], more=more, plan=item[2])
             finally:
                 with self._cond:
+                    self._posting = False
                     self._unfinished -= 1
                     self._cond.notify_all()
 
-    def _post(self, *, message: Message, tag: dict[str, Any], more: bool) -> None:
+    def _post(self, *, message: Message, tag: dict[str, Any], more: bool, plan: Any = None) -> bool:
+        """Place one body and batch its header (posted now unless ``more`` follow); False when it failed."""
         if self._broken:
-            return
+            return False
         body: Body | None = None
         slot: int | None = None
         try:
-            plan = frame_plan(message)
+            plan = plan if plan is not None else frame_plan(message)
             size = encoded_size(message, plan=plan)
             if self._pool is not None and self._inline_max_bytes <= size <= self._pool.slot_bytes:
                 slot, frame = self._place_in_slot(message=message, tag=tag, plan=plan)
@@ -213,25 +251,27 @@ class Outbox:
                 frame = header_frame(tag=tag, body=body)
         except Exception as exc:  # noqa: BLE001 - reported through on_error, never lost silently
             self._fail(tag=tag, exc=exc, body=body, slot=slot)
-            return
+            return False
         self._batch.append((frame, tag, body, slot))
         self._batch_bytes += size
         if not more or self._batch_bytes >= _BATCH_BYTES or len(self._batch) >= 64:
-            self._flush_batch()
+            return self._flush_batch()
+        return True
 
-    def _flush_batch(self) -> None:
+    def _flush_batch(self) -> bool:
         batch, self._batch, self._batch_bytes = self._batch, [], 0
         if not batch:
-            return
+            return True
         try:
             send_frames(sock=self._sock, frames=[entry[0] for entry in batch], max_frame_bytes=self._max_frame_bytes)
         except Exception as exc:  # noqa: BLE001 - every message of the batch is reported
             for _, tag, body, slot in batch:
                 self._fail(tag=tag, exc=exc, body=body, slot=slot)
-            return
+            return False
         with self._cond:
             self._counts["sent"] += len(batch)
             self._counts["via_slot"] += sum(entry[3] is not None for entry in batch)
+        return True
 
     def _place_in_slot(self, *, message: Message, tag: dict[str, Any], plan: Any) -> tuple[int, bytes]:
         limits = self._limits

@@ -51,24 +51,54 @@ class Message:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+_CACHE_ENTRIES = 256  # layouts remembered per process: a run sends the same few shapes over and over
+_plans: dict[tuple[str, tuple[tuple[str, str, tuple[int, ...]], ...]], tuple[bytes, list[int], int]] = {}
+_layouts: dict[str, list[tuple[str, np.dtype, list[int], int, int]]] = {}
+
+
+def _remember(cache: dict, key: Any, value: Any) -> Any:
+    """Store ``value`` in a bounded cache (cleared when full: a run's few layouts come back at once)."""
+    if len(cache) >= _CACHE_ENTRIES:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def _plan(message: Message) -> tuple[bytes, list[tuple[np.ndarray, int]], int]:
-    """Safetensors header bytes, each array with its data offset, and the body size."""
-    entries: dict[str, Any] = {"__metadata__": {"nimbus": json.dumps(message.header, separators=(",", ":"))}}
-    layout: list[tuple[np.ndarray, int]] = []
-    offset = 0
+    """Safetensors header bytes, each array with its data offset, and the body size.
+
+    The header bytes and offsets of a (header, names, dtypes, shapes) combination are computed once
+    per process; the per-message cost is then one small ``json.dumps`` of the header."""
+    arrays: list[np.ndarray] = []
+    signature: list[tuple[str, str, tuple[int, ...]]] = []
     for name in sorted(message.arrays):
         array = np.asarray(message.arrays[name])
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
         if array.dtype not in _DTYPE_TO_ST:
             raise CodecError(f"array {name!r}: dtype {array.dtype} is not supported by the codec")
-        entries[name] = {"dtype": _DTYPE_TO_ST[array.dtype], "shape": list(array.shape),
-                         "data_offsets": [offset, offset + array.nbytes]}
-        layout.append((array, offset))
+        arrays.append(array)
+        signature.append((name, _DTYPE_TO_ST[array.dtype], array.shape))
+    key = (json.dumps(message.header, separators=(",", ":")), tuple(signature))
+    cached = _plans.get(key)
+    if cached is None:
+        cached = _remember(_plans, key, _build_plan(meta=key[0], signature=signature, arrays=arrays))
+    header, offsets, body_size = cached
+    return header, list(zip(arrays, offsets)), body_size
+
+
+def _build_plan(*, meta: str, signature: list[tuple[str, str, tuple[int, ...]]],
+                arrays: list[np.ndarray]) -> tuple[bytes, list[int], int]:
+    entries: dict[str, Any] = {"__metadata__": {"nimbus": meta}}
+    offsets: list[int] = []
+    offset = 0
+    for (name, dtype, shape), array in zip(signature, arrays):
+        entries[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + array.nbytes]}
+        offsets.append(offset)
         offset += array.nbytes
     header = json.dumps(entries, separators=(",", ":")).encode()
     header += b" " * (-len(header) % 8)  # safetensors aligns the data section to 8 bytes
-    return header, layout, 8 + len(header) + offset
+    return header, offsets, 8 + len(header) + offset
 
 
 FramePlan = tuple  # (safetensors header bytes, [(array, data offset)], body size): from ``frame_plan``
@@ -152,6 +182,8 @@ def decode(frame: bytes | bytearray | memoryview | np.ndarray, *, copy: bool = F
         raise CodecError(f"not a nimbus frame (magic {bytes(magic)!r})")
     if version != VERSION:
         raise CodecError(f"frame version {version} is not supported (this nimbus reads version {VERSION})")
+    if flags & ~FLAG_LZ4:
+        raise CodecError(f"frame has flags {flags:#x} this decoder does not know (a channel slot header?)")
     body = view[PREFIX.size:]
     if flags & FLAG_LZ4:
         body = _decompress(body, max_bytes=max_decompressed_bytes)
@@ -159,28 +191,75 @@ def decode(frame: bytes | bytearray | memoryview | np.ndarray, *, copy: bool = F
     (header_len,) = struct.unpack_from("<Q", body, 0)
     if 8 + header_len > len(body):
         raise CodecError("frame truncated inside its header")
+    meta, entries = _layout(bytes(body[8:8 + header_len]))
     try:
-        entries = json.loads(bytes(body[8:8 + header_len]))
-        header = json.loads(entries.pop("__metadata__", {}).get("nimbus", "{}"))
-    except (ValueError, AttributeError) as exc:
+        header = json.loads(meta)
+    except ValueError as exc:
         raise CodecError(f"frame header is not valid JSON: {exc}") from exc
     data_start = 8 + header_len
     data = body[data_start:]
     arrays: dict[str, np.ndarray] = {}
-    for name, entry in entries.items():
-        begin, end = entry["data_offsets"]
-        if end > len(data) or entry["dtype"] not in _ST_TO_DTYPE:
-            raise CodecError(f"array {name!r} is truncated or of unknown dtype {entry['dtype']!r}")
-        dtype = _ST_TO_DTYPE[entry["dtype"]]
+    for name, dtype, shape, begin, end in entries:
+        if end > len(data):
+            raise CodecError(f"array {name!r} is truncated ({end} bytes needed, {len(data)} present)")
         if end <= begin:
-            array = np.zeros(entry["shape"], dtype=dtype)
+            array = np.zeros(shape, dtype=dtype)
         elif root is not None:
             start = PREFIX.size + data_start
-            array = root[start + begin:start + end].view(dtype).reshape(entry["shape"])
+            array = root[start + begin:start + end].view(dtype).reshape(shape)
         else:
-            array = np.frombuffer(data[begin:end], dtype=dtype).reshape(entry["shape"])
+            array = np.frombuffer(data[begin:end], dtype=dtype).reshape(shape)
         arrays[name] = array.copy() if copy else array
     return Message(header=header, arrays=arrays)
+
+
+_META_START = b'{"__metadata__":{"nimbus":'
+_DECODER = json.JSONDecoder()
+
+
+def _layout(raw: bytes) -> tuple[str, list[tuple[str, np.dtype, list[int], int, int]]]:
+    """The safetensors header ``raw`` parsed and checked: (nimbus metadata JSON, [(name, dtype, shape,
+    begin, end)]). Bounds against the frame are checked by the caller on every frame.
+
+    nimbus writes the metadata first; the rest of the header (the arrays' layout) repeats from message
+    to message while the metadata changes, so the layout is parsed once per distinct rest, and only the
+    metadata string is read per frame. Headers written otherwise are parsed whole every time."""
+    rest = None
+    if raw.startswith(_META_START):
+        try:
+            text = raw.decode()
+            meta, end = _DECODER.raw_decode(text, len(_META_START))
+        except ValueError as exc:
+            raise CodecError(f"frame header is not valid JSON: {exc}") from exc
+        rest = text[end:]
+        cached = _layouts.get(rest)
+        if cached is not None and isinstance(meta, str):
+            return meta, cached
+    full_meta, layout = _parse_layout(raw)
+    if rest is not None and full_meta == meta:  # the rest does not override the metadata: safe to reuse
+        _remember(_layouts, rest, layout)
+    return full_meta, layout
+
+
+def _parse_layout(raw: bytes) -> tuple[str, list[tuple[str, np.dtype, list[int], int, int]]]:
+    try:
+        entries = json.loads(raw)
+        meta = entries.pop("__metadata__", {}).get("nimbus", "{}")
+        layout = []
+        for name, entry in entries.items():
+            begin, end = (int(v) for v in entry["data_offsets"])
+            shape = [int(v) for v in entry["shape"]]
+            if entry["dtype"] not in _ST_TO_DTYPE:
+                raise CodecError(f"array {name!r} has unknown dtype {entry['dtype']!r}")
+            dtype = _ST_TO_DTYPE[entry["dtype"]]
+            if begin < 0 or min(shape, default=0) < 0 or (end > begin and end - begin != dtype.itemsize * int(np.prod(shape))):
+                raise CodecError(f"array {name!r}: shape {shape} does not match its {end - begin} bytes")
+            layout.append((name, dtype, shape, begin, end))
+    except (ValueError, AttributeError, KeyError, TypeError) as exc:
+        raise CodecError(f"frame header is not valid JSON: {exc}") from exc
+    if not isinstance(meta, str):
+        raise CodecError("frame header's nimbus metadata is not a JSON string")
+    return meta, layout
 
 
 def _decompress(body: memoryview, *, max_bytes: int | None) -> memoryview:

@@ -194,6 +194,12 @@ class SlotPool:
                     return slot
             return None
 
+    def has_free_slot(self) -> bool:
+        """Is a slot free right now? (It stays free until this side acquires it: readers only free slots.)"""
+        pool = self._pool
+        width, raw = pool.max_readers, pool.raw_flags
+        return any(raw[slot * width:(slot + 1) * width] == pool.free_row for slot in range(pool.num_slots))
+
     def release(self, *, slot: int, reader: int) -> None:
         """Clear one flag (a header that could not be posted, or a reader that will never read it)."""
         self._pool.flags[slot, reader] = 0

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from nimbus.data.channel import Body, Inbox, Outbox, body_segment_prefix, header_frame, open_frame, prepare_body
-from nimbus.data.codec import Message
+from nimbus.data.codec import Message, decode
+from nimbus.data.frames import new_segment_name, slot_header_frame
 from nimbus.data.shm import Segment, list_segments, run_prefix
+from nimbus.data.slots import SlotPool, write_message
 from nimbus.errors import CodecError
 from nimbus.runtime.transport import LENGTH
 
@@ -132,3 +134,27 @@ def test_a_header_cannot_name_a_segment_outside_its_prefix() -> None:
                           allowed_prefix=own_prefix)
     assert envelope.message.arrays["x"].nbytes == 1 << 17
     assert body.segment not in list_segments(prefix=run_prefix())
+
+
+def test_slot_headers_round_trip_and_malformed_ones_are_refused() -> None:
+    own_prefix = body_segment_prefix(prefix=run_prefix(), pid=os.getpid())
+    pool = SlotPool.create(name=new_segment_name(prefix=run_prefix()), num_slots=1, slot_bytes=1 << 16)
+    try:
+        nbytes, _ = write_message(pool=pool, slot=0, message=Message(arrays={"x": np.arange(8.0)}))
+        frame = slot_header_frame(tag={"round": 7, "who": "ä"}, pool=pool.name, slot=0, reader=0, nbytes=nbytes,
+                                  compressed=False)
+        envelope = open_frame(frame=frame, source="p", unlink_segment=True, allowed_prefix=own_prefix, pools={})
+        assert envelope.tag == {"round": 7, "who": "ä"} and envelope.slot == 0
+        np.testing.assert_array_equal(envelope.message.arrays["x"], np.arange(8.0))
+        with pytest.raises(CodecError, match="slot header"):
+            decode(frame)  # not a message frame: refused, not misread
+        for bad in (frame[:-3], frame[:12], frame[:-len(b'{"round":7,"who":"\\u00e4"}')] + b"[1]"):
+            with pytest.raises(CodecError, match="malformed slot header"):
+                open_frame(frame=bad, source="p", unlink_segment=True, allowed_prefix=own_prefix, pools={})
+        forged = slot_header_frame(tag={}, pool=f"{run_prefix()}store_victim", slot=0, reader=0, nbytes=8,
+                                   compressed=False)
+        with pytest.raises(CodecError, match="outside its prefix"):
+            open_frame(frame=forged, source="p", unlink_segment=True, allowed_prefix=own_prefix, pools={})
+    finally:
+        del envelope
+        pool.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 import safetensors.numpy
@@ -9,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from nimbus.data.codec import PREFIX, Message, decode, encode, encode_into, encoded_size
+from nimbus.data.codec import MAGIC, PREFIX, VERSION, Message, decode, encode, encode_into, encoded_size
 from nimbus.errors import CodecError
 
 DTYPES = [np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8,
@@ -119,3 +121,30 @@ def test_output_buffer_too_small_raises() -> None:
     message = Message(arrays={"x": np.ones(8)})
     with pytest.raises(CodecError, match="smaller"):
         encode_into(message, memoryview(bytearray(encoded_size(message) - 1)))
+
+
+def test_layouts_are_reused_across_headers_and_never_mixed_up() -> None:
+    """The layout cache is keyed on the arrays' part of the header: a new header reuses it, different
+    shapes or dtypes never do, and the header itself is always read from the frame at hand."""
+    first = decode(encode(Message(header={"round": 1}, arrays={"x": np.arange(6, dtype=np.float32)})))
+    second = decode(encode(Message(header={"round": 2, "id": "a"}, arrays={"x": np.arange(6, dtype=np.float32)})))
+    other = decode(encode(Message(header={"round": 2, "id": "a"}, arrays={"x": np.arange(6, dtype=np.int64).reshape(2, 3)})))
+    assert first.header == {"round": 1} and second.header == {"round": 2, "id": "a"}
+    assert other.arrays["x"].dtype == np.int64 and other.arrays["x"].shape == (2, 3)
+    second.header["round"] = 99  # a caller's edits never leak into the next decode
+    assert decode(encode(Message(header={"round": 2, "id": "a"}, arrays={"x": np.ones(6, np.float32)}))).header["round"] == 2
+
+
+def test_a_header_whose_rest_overrides_the_metadata_is_read_as_json_says() -> None:
+    """A hand-made header with a second ``__metadata__`` key: JSON's last key wins, cached or not."""
+    raw = b'{"__metadata__":{"nimbus":"{\\"a\\":1}"},"__metadata__":{"nimbus":"{\\"a\\":2}"}}'
+    raw += b" " * (-len(raw) % 8)
+    frame = PREFIX.pack(MAGIC, VERSION, 0, 0) + struct.pack("<Q", len(raw)) + raw
+    assert decode(frame).header == {"a": 2} and decode(frame).header == {"a": 2}
+
+
+def test_shape_that_does_not_match_its_bytes_raises_codec_error() -> None:
+    frame = bytearray(encode(Message(arrays={"x": np.zeros(4, np.float32)})))
+    patched = bytes(frame).replace(b'"shape":[4]', b'"shape":[5]')
+    with pytest.raises(CodecError, match="does not match"):
+        decode(patched)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import socket
 import threading
 import time
@@ -235,3 +236,33 @@ def test_pool_stats_count_threads_contending() -> None:
     stats = pool.stats()
     assert (stats.acquired, stats.blocked, stats.dropped) == (2, 2, 1)
     pool.close()
+
+
+def test_an_idle_outbox_posts_small_slot_bodies_on_the_callers_thread_and_never_blocks_there() -> None:
+    with pooled_pair(num_slots=1, limits=ChannelLimits(on_full="block")) as (outbox, inbox, pool):
+        payload = np.ones(MiB // 4, np.uint8)
+        assert outbox.send(message=Message(arrays={"x": payload}), tag={"i": 0})
+        assert outbox.stats().sent == 1 and outbox.stats().via_slot == 1  # posted before send returned
+        held = inbox.get(timeout_s=10)  # pins the only slot
+        started = time.perf_counter()
+        assert outbox.send(message=Message(arrays={"x": payload}), tag={"i": 1})
+        assert time.perf_counter() - started < 0.5 and outbox.stats().sent == 1  # queued for the sender thread
+        with pytest.raises(queue.Empty):
+            inbox.get(timeout_s=0.2)
+        del held
+        assert inbox.get(timeout_s=10).tag == {"i": 1}
+        assert outbox.flush(timeout_s=5) and outbox.stats().sent == 2
+
+
+def test_messages_keep_their_order_across_direct_and_threaded_posts() -> None:
+    with pooled_pair(num_slots=4, slot_bytes=2 * MiB) as (outbox, inbox, pool):
+        sizes = [MiB // 2, 2 * MiB - 4096, 16, MiB // 2, 3 * MiB, MiB // 2] * 3  # slot, thread, inline, segment
+        for i, size in enumerate(sizes):
+            outbox.send(message=Message(arrays={"x": np.full(size, i % 251, np.uint8)}), tag={"i": i})
+        got = []
+        for _ in sizes:
+            envelope = inbox.get(timeout_s=10)
+            got.append(envelope.tag["i"])
+            assert envelope.message.arrays["x"].size == sizes[envelope.tag["i"]]
+            del envelope
+        assert got == list(range(len(sizes)))
