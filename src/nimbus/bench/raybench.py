@@ -8,6 +8,7 @@ arrives, getting a zero-copy read-only view of the object store. One receiving t
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 
 from nimbus.bench.payloads import make_payload
 from nimbus.bench.transports import CellSpec, Sample, Transport
+from nimbus.data.shm import streaming_copy_env
 
 
 class _RaySender:
@@ -42,7 +44,8 @@ class RayTransport(Transport):
         if not ray.is_initialized():
             ray.init(num_cpus=max(2, n), include_dashboard=False, logging_level="ERROR", log_to_driver=False,
                      configure_logging=False)
-        actor = ray.remote(num_cpus=0)(_RaySender)
+        tunables = streaming_copy_env(dict(os.environ))["GLIBC_TUNABLES"]  # as every other transport's senders
+        actor = ray.remote(num_cpus=0)(_RaySender).options(runtime_env={"env_vars": {"GLIBC_TUNABLES": tunables}})
         self.senders = [actor.remote(index) for index in range(n)]
 
     def run(self, *, cell: CellSpec) -> tuple[float, list[Sample]]:

@@ -41,7 +41,7 @@ from nimbus.bench.payloads import make_payload
 from nimbus.data.channel import ChannelLimits, Envelope, Inbox, Outbox
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.data.frames import body_segment_prefix, new_segment_name
-from nimbus.data.shm import run_prefix
+from nimbus.data.shm import run_prefix, streaming_copy_env
 from nimbus.data.slots import SlotPool
 
 log = logging.getLogger(__name__)
@@ -150,18 +150,25 @@ def sender_main(kind: str, index: int, conn: Connection, setup: dict[str, Any]) 
 
 
 class SenderGroup:
-    """``n`` persistent sender processes of one transport (spawned once, reused by every cell)."""
+    """``n`` persistent sender processes of one transport (spawned once, reused by every cell), started
+    with the environment nimbus gives its workers (``shm.streaming_copy_env``), whatever the transport."""
 
     def __init__(self, *, kind: str, n: int, setup: dict[str, Any]) -> None:
         context = mp.get_context("spawn")
         self.conns: list[Connection] = []
         self.procs: list[mp.Process] = []
-        for index in range(n):
-            parent, child = context.Pipe()
-            proc = context.Process(target=sender_main, args=(kind, index, child, setup), daemon=True)
-            proc.start()
-            self.conns.append(parent)
-            self.procs.append(proc)
+        saved = dict(os.environ)
+        os.environ.update(streaming_copy_env(saved))  # spawn hands this process's environment to the children
+        try:
+            for index in range(n):
+                parent, child = context.Pipe()
+                proc = context.Process(target=sender_main, args=(kind, index, child, setup), daemon=True)
+                proc.start()
+                self.conns.append(parent)
+                self.procs.append(proc)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
 
     def start(self, *, cell: CellSpec) -> float:
         """Prepare every sender for ``cell``, then release them together; returns the start time."""

@@ -47,7 +47,7 @@ from typing import Any, Callable
 
 from nimbus.data.channel import Inbox, Outbox, body_segment_prefix, open_frame
 from nimbus.data.codec import Message, encoded_size
-from nimbus.data.shm import PREFIX_ENV
+from nimbus.data.shm import PREFIX_ENV, streaming_copy_env
 from nimbus.errors import CodecError
 from nimbus.runtime.base import FunctionContext, FunctionSpec
 from nimbus.runtime.janitor import Reaper
@@ -73,8 +73,9 @@ class WorkerHandle:
 
 
 def worker_env(*, spec: FunctionSpec, prefix: str) -> dict[str, str]:
-    """The driver's environment plus the run's segment prefix and thread limits from ``spec``."""
-    env = dict(os.environ)
+    """The driver's environment plus the run's segment prefix, thread limits from ``spec`` and streaming
+    copies of large bodies (``shm.streaming_copy_env``)."""
+    env = streaming_copy_env(dict(os.environ))
     threads = str(max(1, int(spec.resources.cpus)))
     env.update({PREFIX_ENV: prefix, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
     return env

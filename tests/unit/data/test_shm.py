@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from nimbus.data.shm import PREFIX_ENV, Segment, list_segments, run_prefix, segment_name, sweep, unlink
+from nimbus.data.shm import (PREFIX_ENV, Segment, list_segments, run_prefix, segment_name, streaming_copy_env,
+                             sweep, unlink)
 
 
 @pytest.fixture(autouse=True)
@@ -122,3 +123,13 @@ def test_sweep_orphans_removes_segments_of_dead_drivers_only() -> None:
     finally:
         mine.unlink()
         orphan.unlink()
+
+
+def test_streaming_copy_env_sets_the_glibc_threshold_unless_the_user_did() -> None:
+    env = streaming_copy_env({"PATH": "/bin"})
+    assert env["PATH"] == "/bin" and env["GLIBC_TUNABLES"] == f"glibc.cpu.x86_non_temporal_threshold={4 << 20:#x}"
+    assert streaming_copy_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})["GLIBC_TUNABLES"] == \
+        "glibc.malloc.arena_max=2"
+    started = subprocess.run([sys.executable, "-c", "import numpy; print('ok')"], env={**os.environ, **env},
+                             capture_output=True, text=True, timeout=60)
+    assert started.stdout.strip() == "ok", started.stderr  # a process started with it runs normally

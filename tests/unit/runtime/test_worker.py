@@ -51,6 +51,7 @@ def test_worker_env_limits_threads() -> None:
     env = worker_env(spec=FunctionSpec(name="f", entrypoint="m:f", resources=Resources(cpus=2.5)), prefix="p_")
     assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"], env["NIMBUS_SHM_PREFIX"]) == ("2", "2", "p_")
     assert env["PATH"] == os.environ["PATH"]
+    assert "x86_non_temporal_threshold" in env["GLIBC_TUNABLES"] or "GLIBC_TUNABLES" in os.environ
 
 
 def test_entrypoint_module_init_worker_runs_once_at_load(tmp_path: Path, monkeypatch) -> None:
