@@ -16,6 +16,19 @@ import torch
 from torch.distributions import Categorical, Distribution, Normal
 
 
+def policy(*, out: torch.Tensor, log_std: torch.Tensor | None) -> Distribution:
+    """π(·|s) from the actor head's output: Categorical(logits=out) when ``log_std`` is None, else
+    Normal(out, exp(log_std)) per action dimension.
+
+    torch's argument validation is off: it checked every parameter tensor on every call (a quarter of
+    an actor's forward pass on CartPole), and what it guards against cannot reach here — observations
+    are checked at the env boundary (envs/checks.py) and the learner never publishes a non-finite
+    update (train.max_nonfinite_losses)."""
+    if log_std is None:
+        return Categorical(logits=out, validate_args=False)
+    return Normal(out, log_std.expand_as(out).exp(), validate_args=False)
+
+
 def log_prob(*, dist: Distribution, actions: torch.Tensor) -> torch.Tensor:
     """log π(a|s) per batch row, summed over action dimensions for a diagonal Gaussian."""
     if isinstance(dist, Normal):

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-from torch.distributions import Categorical, Distribution, Normal
+from torch.distributions import Distribution
 
 from nimbus.errors import ConfigError
 from nimbus.models import distributions
@@ -82,9 +82,7 @@ class ActorCritic(nn.Module):
     def distribution(self, obs: torch.Tensor) -> Distribution:
         """π(·|s): Categorical(logits) or Normal(mean, exp(log_std)) per action dimension."""
         out = self.actor(_flatten(obs))
-        if self.discrete:
-            return Categorical(logits=out)
-        return Normal(out, self.actor_logstd.expand_as(out).exp())
+        return distributions.policy(out=out, log_std=None if self.discrete else self.actor_logstd)
 
     def act(self, obs: torch.Tensor, *, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(action, log π(action|s), V(s)); a sample when exploring, the mode otherwise."""

@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-from torch.distributions import Categorical, Distribution, Normal
+from torch.distributions import Distribution
 
 from nimbus.errors import ConfigError
 from nimbus.models import distributions
@@ -133,9 +133,7 @@ class CNNActorCritic(nn.Module):
 
     def distribution(self, obs: torch.Tensor) -> Distribution:
         out = self.actor(self.torso(obs))
-        if self.discrete:
-            return Categorical(logits=out)
-        return Normal(out, self.actor_logstd.expand_as(out).exp())
+        return distributions.policy(out=out, log_std=None if self.discrete else self.actor_logstd)
 
     def act(self, obs: torch.Tensor, *, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         dist = self.distribution(obs)
