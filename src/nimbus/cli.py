@@ -22,8 +22,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from nimbus.report.render import print_summary
     from nimbus.train.trainer import train
 
-    config = load_config(path=Path(args.config), overrides=args.set or [])
-    result = train(config=config, run_dir=Path(args.run_dir) if args.run_dir else None)
+    resume = Path(args.resume) if args.resume else None
+    if args.config is None and resume is None:
+        raise ConfigError("nimbus train needs a config file, or --resume RUN_DIR (which reuses RUN_DIR/config.yaml)")
+    config_path = Path(args.config) if args.config else resume / "config.yaml"
+    if not config_path.exists():
+        raise ConfigError(f"{config_path}: no such config file")
+    config = load_config(path=config_path, overrides=args.set or [])
+    result = train(config=config, run_dir=Path(args.run_dir) if args.run_dir else None, resume_from=resume)
     print_summary(run_dir=result.run_dir, console=Console())
     Console().print(f"run directory: {result.run_dir}")
     return 0
@@ -76,8 +82,10 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nimbus", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", help="train from a YAML config")
-    p.add_argument("config")
+    p = sub.add_parser("train", help="train from a YAML config, or resume a run")
+    p.add_argument("config", nargs="?", help="the YAML config (default with --resume: RUN_DIR/config.yaml)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint: weights, "
+                   "optimizer, counters; raise train.total_env_steps with --set to train longer")
     p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value")
     p.add_argument("--run-dir", help="write the run here instead of runs/<name>-<timestamp>")
     p.set_defaults(func=_cmd_train)

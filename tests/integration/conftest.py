@@ -21,6 +21,17 @@ def cartpole_config(*, tmp_path: Path, overrides: list[str] | None = None, **sec
 
 
 @pytest.fixture
+def make_shipped_config(tmp_path: Path):
+    """Any shipped config by name (configs/<name>.yaml), quiet, writing under tmp_path."""
+    def factory(name: str, overrides: list[str] | None = None) -> NimbusConfig:
+        base = load_config(path=REPO / "configs" / f"{name}.yaml").model_dump(mode="json")
+        base["output"] = {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}
+        base["train"]["eval_episodes"] = 0
+        return parse_config(data=apply_overrides(data=base, overrides=overrides or []))
+    return factory
+
+
+@pytest.fixture
 def make_config(tmp_path: Path):
     def factory(overrides: list[str] | None = None, **sections: Any) -> NimbusConfig:
         return cartpole_config(tmp_path=tmp_path, overrides=overrides, **sections)

@@ -85,16 +85,17 @@ class AsyncWorkflow:
         self.running: dict[int, tuple[Future, int]] = {}     # actor rank → (future, policy_version)
         self.idle_since: dict[int, float] = {}               # actor ranks held back, since when
         self.slot_seq: dict[int, int] = {}
-        self.synced_version = 0                               # sync_to=all
+        self.start_version = progress.policy_version          # 0, or the checkpoint's version when resumed
+        self.synced_version = progress.policy_version        # sync_to=all
         self.actor_version: dict[int, int] = {}               # sync_to=heard_from
-        self.published: set[int] = {0}
+        self.published: set[int] = {progress.policy_version}
         self.learner: LearnerCall | None = None
         self.learner_due = False
         self.last_heard_from: tuple[int, ...] = ()
         self.last_result_s: float | None = None
         self.lag_counts: Counter[int] = Counter()
         self.window = Window(started_s=time.perf_counter())
-        self._cost_seen, self._cost_usd = 0, 0.0
+        self._cost_seen, self._cost_usd = 0, progress.cost_usd_before
         self.table = self._bind()
 
     def _bind(self) -> TriggerTable:
@@ -125,7 +126,7 @@ class AsyncWorkflow:
             self.actor_version[rank] = self.progress.policy_version
 
     def _version_for(self, rank: int) -> int:
-        return self.synced_version if self.wf.sync_to == "all" else self.actor_version.get(rank, 0)
+        return self.synced_version if self.wf.sync_to == "all" else self.actor_version.get(rank, self.start_version)
 
     def _may_start_actor(self) -> bool:
         cfg = self.system.config
@@ -144,7 +145,7 @@ class AsyncWorkflow:
         request = OffPolicyActorRequest(
             env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), num_envs=cfg.env.num_envs_per_actor,
             fragment_steps=cfg.actors.fragment_steps, seed=cfg.seed, actor_rank=rank,
-            slot_seq=self.slot_seq.get(rank, 0), policy_version=version,
+            slot_seq=self.slot_seq.get(rank, self.progress.slot_seq_base), policy_version=version,
             weights_key=weights_key(policy=POLICY, version=version), algo=cfg.algo.model_dump(mode="json"),
             random_actions=warmup)
         future = self.system.runtime.invoke(spec=self.system.actor_spec, request=request.to_message())
@@ -216,7 +217,7 @@ class AsyncWorkflow:
         accepted = self.system.buffer.ingest(invocation_id=header["_invocation_id"], actor_rank=rank,
                                              policy_version=header["policy_version"], arrays=result.arrays)
         if accepted:
-            self.slot_seq[rank] = self.slot_seq.get(rank, 0) + 1
+            self.slot_seq[rank] = self.slot_seq.get(rank, self.progress.slot_seq_base) + 1
             self.pacer.rows_ingested += self.plan.fragment_rows
             progress, window = self.progress, self.window
             progress.env_steps += header["env_steps"]
@@ -270,7 +271,7 @@ class AsyncWorkflow:
             return_max=float(np.max(returns)) if returns else None,
             num_actors=self.decision.num_actors, num_learners=1, policy_version=header["policy_version"],
             sampling_s=window.sampling_s, transfer_s=window.ingest_s + header["transfer_s"],
-            learning_s=header["learning_s"], round_s=round_s, wall_s=now - self.started_s,
+            learning_s=header["learning_s"], round_s=round_s, wall_s=now - self.started_s + progress.wall_s_before,
             cost_usd=self.cost_usd(), losses=header["stats"], extras=extras)
         progress.rounds += 1
         self.window = Window(started_s=now)

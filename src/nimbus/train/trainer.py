@@ -26,6 +26,8 @@ from nimbus.train.build import System, build, make_run_dir, peak_actors
 from nimbus.errors import StoreUnavailable
 from nimbus.train.checkpoint import CheckpointState
 from nimbus.train.remote import run_unless_store_lost
+from nimbus.train.resume import (check_compatible, load_resume_state, progress_extra, progress_from,
+                                 publish_checkpoint)
 from nimbus.train.evaluate import evaluate_policy
 from nimbus.train.weights import model_to_message, optim_key, weights_key
 from nimbus.train.async_workflow import AsyncWorkflow
@@ -109,21 +111,29 @@ def save_checkpoint(*, system: System, progress: Progress) -> Path:
     optimizer = system.store.get(key=optim_key(policy=POLICY, version=version)) if version > 0 else None
     state = CheckpointState(weights=weights, optimizer=optimizer, policy_version=version, round=progress.rounds,
                             env_steps=progress.env_steps, episodes=progress.episodes,
-                            config=system.config.model_dump(mode="json"),
-                            extra={"recent_return_mean": float(np.mean(progress.recent_returns))
-                                   if progress.recent_returns else None})
+                            config=system.config.model_dump(mode="json"), extra=progress_extra(progress=progress))
     return system.checkpointer.save(state=state)
 
 
-def train(*, config: NimbusConfig, run_dir: Path | None = None) -> TrainResult:
-    run_dir = run_dir or make_run_dir(config=config)
+def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Path | None = None) -> TrainResult:
+    """Train per ``config``; with ``resume_from`` (a run directory or checkpoint), continue from its newest
+    checkpoint instead of version 0 (train/resume.py says what comes back)."""
+    resumed = load_resume_state(path=resume_from) if resume_from is not None else None
+    run_dir = run_dir or (Path(resume_from) if resumed is not None and (Path(resume_from) / "checkpoints").is_dir()
+                          else make_run_dir(config=config))
     run_dir.mkdir(parents=True, exist_ok=True)
     system = build(config=config, run_dir=run_dir)
     rows: list[RoundMetrics] = []
-    progress = Progress()
+    progress = Progress() if resumed is None else progress_from(state=resumed)
     started = time.perf_counter()
     try:
-        _publish_initial(system=system)
+        if resumed is None:
+            _publish_initial(system=system)
+        else:
+            check_compatible(state=resumed, system=system)
+            publish_checkpoint(state=resumed, system=system)
+            log.warning("resuming from round %d (policy version %d, %d env steps)", resumed.round,
+                        resumed.policy_version, resumed.env_steps)
         if config.runtime.prewarm:  # ready before round 0, so round 0 needs no extra cold starts
             system.runtime.prewarm(spec=system.learner_spec, count=1)
             system.runtime.prewarm(spec=system.actor_spec, count=peak_actors(config=config),
@@ -148,7 +158,8 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None) -> TrainResult:
             stopped_by = ("store_unavailable" if lost_store else None) or interrupt.received or \
                 _should_stop(config=config, progress=progress) or "interrupted"
         save_checkpoint(system=system, progress=progress)
-        summary = _summarise(system=system, progress=progress, wall_s=time.perf_counter() - started,
+        summary = _summarise(system=system, progress=progress,
+                             wall_s=time.perf_counter() - started + progress.wall_s_before,
                              stopped_by=stopped_by, cost_usd=workflow.cost_usd(),
                              peak_actors=max([r.num_actors for r in rows] + [1]))
     finally:

@@ -62,6 +62,9 @@ class Progress:
     recent_returns: list[float] = field(default_factory=list)
     nonfinite_in_a_row: int = 0
     last_row: RoundMetrics | None = None
+    wall_s_before: float = 0.0     # a resumed run: wall time and cost of the sessions before this one
+    cost_usd_before: float = 0.0
+    slot_seq_base: int = 0         # a resumed run: env slots start here, so its envs reset with fresh seeds
 
 
 def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[str, float]:
@@ -85,7 +88,7 @@ class SyncWorkflow:
         self.slot_seq: dict[int, int] = {}
         self.stop_requested = False
         self._cost_seen = 0
-        self._cost_usd = 0.0
+        self._cost_usd = progress.cost_usd_before
         self.table = TriggerTable()
         self.data_trigger = DataKeyTrigger(buffer=system.buffer, n_actors=self.decision.num_actors,
                                            size_rows=self._rows(self.decision.num_actors))
@@ -109,7 +112,8 @@ class SyncWorkflow:
         for rank in range(self.decision.num_actors):
             request = ActorRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
                                    num_envs=cfg.env.num_envs_per_actor, fragment_steps=cfg.actors.fragment_steps,
-                                   seed=cfg.seed, actor_rank=rank, slot_seq=self.slot_seq.get(rank, 0),
+                                   seed=cfg.seed, actor_rank=rank,
+                                   slot_seq=self.slot_seq.get(rank, self.progress.slot_seq_base),
                                    policy_version=version, weights_key=weights_key(policy=POLICY, version=version),
                                    algo=cfg.algo.model_dump(mode="json"))
             future = self.system.runtime.invoke(spec=self.system.actor_spec, request=request.to_message())
@@ -146,7 +150,7 @@ class SyncWorkflow:
                                              actor_rank=rank, policy_version=header["policy_version"],
                                              arrays=result.arrays)
         if accepted:
-            self.slot_seq[rank] = self.slot_seq.get(rank, 0) + 1
+            self.slot_seq[rank] = self.slot_seq.get(rank, self.progress.slot_seq_base) + 1
             self.round.obs_moments = merge(into=self.round.obs_moments, other=moments)
             self.round.episode_returns.extend(header["episode_returns"])
             self.round.env_steps += header["env_steps"]
@@ -184,7 +188,8 @@ class SyncWorkflow:
             return_max=float(np.max(returns)) if returns else None,
             num_actors=state.decision.num_actors, num_learners=1, policy_version=header["policy_version"],
             sampling_s=state.sampling_s, transfer_s=state.ingest_s + header["transfer_s"],
-            learning_s=header["learning_s"], round_s=now - state.started_s, wall_s=now - self.started_s,
+            learning_s=header["learning_s"], round_s=now - state.started_s,
+            wall_s=now - self.started_s + progress.wall_s_before,
             cost_usd=self.cost_usd(), losses=header["stats"],
             extras={"recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns
                     else float("nan"), **_overhead(round_s=now - state.started_s, actor_work_s=state.work_s,

@@ -1,0 +1,85 @@
+"""Resume a run from its newest checkpoint (``nimbus train --resume RUN_DIR``).
+
+What comes back: the policy's weights (with the observation normaliser's statistics, which travel with
+them), the optimizer's state, the counters (rounds, env steps, episodes, policy version), the window
+of recent returns that ``train.target_return`` reads, and the wall time and cost so far, so metrics,
+TensorBoard steps, learning-rate schedules and the stopping rule continue where they stopped.
+
+What does not: episodes that were in flight (the actors' envs start fresh episodes, from seeds derived
+from the resumed round, so two resumes of one checkpoint are identical), an off-policy replay buffer
+(refilled from ``learning_starts``), and a Nitro/Hydrozoa scaler's history (it starts from its initial
+decision). RELIABILITY.md's P9 asks for more — 2N steps = N + save/kill/load + N bitwise — which
+would need every env's state in the checkpoint; docs/architecture.md says why nimbus does not pickle
+envs into checkpoints.
+
+Example::
+
+    state = load_resume_state(path=Path("runs/ppo-cartpole-20261122-041500"))
+    check_compatible(state=state, system=system)           # a different network is refused up front
+    publish_checkpoint(state=state, system=system)         # weights and optimizer as version v
+    progress = progress_from(state=state)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from nimbus.errors import CheckpointError
+from nimbus.train.build import System
+from nimbus.train.checkpoint import CheckpointState, load_checkpoint
+from nimbus.train.weights import load_model, optim_key, weights_key
+from nimbus.train.workflows import POLICY, Progress
+
+
+def load_resume_state(*, path: Path) -> CheckpointState:
+    """The newest checkpoint that verifies under ``path`` (a run directory, its ``checkpoints/``, or one
+    ``ckpt-*`` directory)."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"cannot resume from {path}: no such directory")
+    return load_checkpoint(path=path)
+
+
+def check_compatible(*, state: CheckpointState, system: System) -> None:
+    """Refuse a checkpoint of another algorithm or network before any worker sees it."""
+    saved_algo = state.config.get("algo", {}).get("name")
+    if saved_algo != system.config.algo.name:
+        raise CheckpointError(f"the checkpoint was trained with algo.name={saved_algo!r}; this config has "
+                              f"algo.name={system.config.algo.name!r}")
+    if state.policy_version > 0 and state.optimizer is None:
+        raise CheckpointError(f"the checkpoint of policy version {state.policy_version} has no optimizer state")
+    model = system.algo.make_model(spaces=system.spaces)
+    try:
+        load_model(model=model, message=state.weights)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"the checkpoint's weights do not fit the network this config builds "
+                              f"(env {system.config.env.id}, algo {system.config.algo.name}): {exc}") from exc
+
+
+def publish_checkpoint(*, state: CheckpointState, system: System) -> None:
+    """Put the checkpoint's weights and optimizer state in the Store as its policy version."""
+    system.store.put(key=weights_key(policy=POLICY, version=state.policy_version), message=state.weights)
+    if state.optimizer is not None:
+        system.store.put(key=optim_key(policy=POLICY, version=state.policy_version), message=state.optimizer)
+
+
+def progress_from(*, state: CheckpointState) -> Progress:
+    extra = state.extra
+    return Progress(rounds=state.round, env_steps=state.env_steps, episodes=state.episodes,
+                    policy_version=state.policy_version,
+                    recent_returns=[float(r) for r in extra.get("recent_returns", [])],
+                    nonfinite_in_a_row=int(extra.get("nonfinite_in_a_row", 0)),
+                    wall_s_before=float(extra.get("wall_s", 0.0)), cost_usd_before=float(extra.get("cost_usd", 0.0)),
+                    slot_seq_base=state.round)
+
+
+def progress_extra(*, progress: Progress) -> dict:
+    """What ``progress_from`` needs besides the counters (the checkpoint manifest's ``extra``)."""
+    last = progress.last_row
+    return {"recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns else None,
+            "recent_returns": [float(r) for r in progress.recent_returns],
+            "nonfinite_in_a_row": progress.nonfinite_in_a_row,
+            "wall_s": last.wall_s if last is not None else progress.wall_s_before,
+            "cost_usd": last.cost_usd if last is not None else progress.cost_usd_before}
