@@ -47,7 +47,48 @@ def mlp(*, in_features: int, hidden_sizes: tuple[int, ...], out_features: int, a
     return nn.Sequential(*layers)
 
 
-class ActorCritic(nn.Module):
+class PolicyValueModel(nn.Module):
+    """What every on-policy model offers the actor and the learner: ``act`` and ``evaluate``, built on the
+    subclass's ``distribution`` (π(·|s)) and ``value`` (V(s)). ``discrete`` and, for continuous actions,
+    the state-independent ``actor_logstd`` are set by ``_init_policy_head``."""
+
+    discrete: bool
+
+    def _policy_head_width(self, *, action_space: gym.Space) -> int:
+        """Read the action space (Discrete or 1-D Box): sets ``discrete``; returns the policy head's width."""
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            return int(action_space.n)
+        if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+            return int(action_space.shape[0])
+        raise ConfigError(f"{type(self).__name__} needs a Discrete or 1-D Box action space, got {action_space}")
+
+    def _add_log_std(self, *, width: int) -> None:
+        """Continuous actions: the state-independent log σ, registered after the heads (parameter order is
+        the optimizer state's order in checkpoints)."""
+        if not self.discrete:
+            self.actor_logstd = nn.Parameter(torch.zeros(1, width))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def distribution(self, obs: torch.Tensor) -> Distribution:
+        raise NotImplementedError
+
+    def act(self, obs: torch.Tensor, *, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action, log π(action|s), V(s)); a sample when exploring, the mode otherwise."""
+        dist = self.distribution(obs)
+        action = dist.sample() if explore else distributions.mode(dist=dist)
+        return action, distributions.log_prob(dist=dist, actions=action), self.value(obs)
+
+    def evaluate(self, obs: torch.Tensor, *, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log π(actions|s), entropy of π(·|s), V(s)), each of shape (B,), with gradients."""
+        dist = self.distribution(obs)
+        log_prob = distributions.log_prob(dist=dist, actions=actions)
+        return log_prob, distributions.entropy(dist=dist), self.value(obs)
+
+
+class ActorCritic(PolicyValueModel):
     """π(a|s) and V(s) over flattened Box observations; inputs are batch-first."""
 
     def __init__(
@@ -62,18 +103,11 @@ class ActorCritic(nn.Module):
         if not isinstance(observation_space, gym.spaces.Box):
             raise ConfigError(f"ActorCritic needs a Box observation space, got {observation_space}")
         obs_dim = int(np.prod(observation_space.shape))
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        if self.discrete:
-            out_dim = int(action_space.n)
-        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
-            out_dim = int(action_space.shape[0])
-        else:
-            raise ConfigError(f"ActorCritic needs a Discrete or 1-D Box action space, got {action_space}")
         common = {"in_features": obs_dim, "hidden_sizes": tuple(hidden_sizes), "activation": activation}
+        width = self._policy_head_width(action_space=action_space)
         self.critic = mlp(**common, out_features=1, head_std=1.0)
-        self.actor = mlp(**common, out_features=out_dim, head_std=0.01)
-        if not self.discrete:
-            self.actor_logstd = nn.Parameter(torch.zeros(1, out_dim))
+        self.actor = mlp(**common, out_features=width, head_std=0.01)
+        self._add_log_std(width=width)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(s), shape (B,)."""
@@ -83,18 +117,6 @@ class ActorCritic(nn.Module):
         """π(·|s): Categorical(logits) or Normal(mean, exp(log_std)) per action dimension."""
         out = self.actor(_flatten(obs))
         return distributions.policy(out=out, log_std=None if self.discrete else self.actor_logstd)
-
-    def act(self, obs: torch.Tensor, *, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(action, log π(action|s), V(s)); a sample when exploring, the mode otherwise."""
-        dist = self.distribution(obs)
-        action = dist.sample() if explore else distributions.mode(dist=dist)
-        return action, distributions.log_prob(dist=dist, actions=action), self.value(obs)
-
-    def evaluate(self, obs: torch.Tensor, *, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log π(actions|s), entropy of π(·|s), V(s)), each of shape (B,), with gradients."""
-        dist = self.distribution(obs)
-        log_prob = distributions.log_prob(dist=dist, actions=actions)
-        return log_prob, distributions.entropy(dist=dist), self.value(obs)
 
 
 def _flatten(obs: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ from torch.distributions import Distribution
 
 from nimbus.errors import ConfigError
 from nimbus.models import distributions
-from nimbus.models.mlp import ActorCritic, Activation, layer_init
+from nimbus.models.mlp import ActorCritic, Activation, PolicyValueModel, layer_init
 
 LOG_STD_MIN = -20.0  # SB3's bounds for SAC's log-std
 LOG_STD_MAX = 2.0
@@ -104,7 +104,7 @@ def make_torso(*, observation_space: gym.Space, hidden_sizes: Sequence[int],
     return torso, torso.features_dim  # type: ignore[return-value]
 
 
-class CNNActorCritic(nn.Module):
+class CNNActorCritic(PolicyValueModel):
     """π(a|s) and V(s) over uint8 frame stacks: one shared NatureCNN torso, two linear heads.
 
     Same methods as ``ActorCritic`` (value, distribution, act, evaluate) and the same CleanRL
@@ -115,18 +115,11 @@ class CNNActorCritic(nn.Module):
         super().__init__()
         if not is_image_space(observation_space):
             raise ConfigError(f"CNNActorCritic needs a uint8 image observation space, got {observation_space}")
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        if self.discrete:
-            out_dim = int(action_space.n)
-        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
-            out_dim = int(action_space.shape[0])
-        else:
-            raise ConfigError(f"CNNActorCritic needs a Discrete or 1-D Box action space, got {action_space}")
         self.torso = NatureCNN(obs_shape=observation_space.shape)  # type: ignore[arg-type]
-        self.actor = layer_init(nn.Linear(self.torso.features_dim, out_dim), std=0.01)
+        width = self._policy_head_width(action_space=action_space)
+        self.actor = layer_init(nn.Linear(self.torso.features_dim, width), std=0.01)
         self.critic = layer_init(nn.Linear(self.torso.features_dim, 1), std=1.0)
-        if not self.discrete:
-            self.actor_logstd = nn.Parameter(torch.zeros(1, out_dim))
+        self._add_log_std(width=width)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(self.torso(obs)).squeeze(-1)
@@ -134,15 +127,6 @@ class CNNActorCritic(nn.Module):
     def distribution(self, obs: torch.Tensor) -> Distribution:
         out = self.actor(self.torso(obs))
         return distributions.policy(out=out, log_std=None if self.discrete else self.actor_logstd)
-
-    def act(self, obs: torch.Tensor, *, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dist = self.distribution(obs)
-        action = dist.sample() if explore else distributions.mode(dist=dist)
-        return action, distributions.log_prob(dist=dist, actions=action), self.value(obs)
-
-    def evaluate(self, obs: torch.Tensor, *, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dist = self.distribution(obs)
-        return distributions.log_prob(dist=dist, actions=actions), distributions.entropy(dist=dist), self.value(obs)
 
 
 def make_actor_critic(*, observation_space: gym.Space, action_space: gym.Space, hidden_sizes: tuple[int, ...],
