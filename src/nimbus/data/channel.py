@@ -104,14 +104,14 @@ class Outbox:
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  on_error: Callable[[dict[str, Any], BaseException], None] | None = None,
                  pool: SlotPool | None = None, reader: int = 0, limits: ChannelLimits = ChannelLimits(),
-                 direct_max_bytes: int = DEFAULT_DIRECT_MAX_BYTES) -> None:
+                 direct_max_bytes: int = DEFAULT_DIRECT_MAX_BYTES, direct_any: bool = False) -> None:
         if inline_max_bytes > max_frame_bytes // 2:
             raise ValueError(f"inline_max_bytes={inline_max_bytes} must be at most half of max_frame_bytes")
         self._sock, self._prefix = sock, prefix if prefix is not None else run_prefix()
         self._inline_max_bytes, self._compress_min_bytes = inline_max_bytes, compress_min_bytes
         self._max_frame_bytes, self._on_error = max_frame_bytes, on_error
         self._pool, self._reader, self._limits = pool, reader, limits
-        self._direct_max_bytes = direct_max_bytes
+        self._direct_max_bytes, self._direct_any = direct_max_bytes, direct_any
         self._posting = False  # a post is under way (sender thread or a direct send): posts never overlap
         self._queue: deque[tuple[Message, dict[str, Any], Any] | None] = deque()  # (message, tag, plan or None)
         self._cond = threading.Condition()
@@ -152,7 +152,7 @@ class Outbox:
         queued = False
         try:  # only the poster takes slots, so a slot free now stays free until _post takes it
             plan = frame_plan(message)
-            if self._pool.has_free_slot() and self._fits_slot(message=message, plan=plan):
+            if self._direct_any or (self._pool.has_free_slot() and self._fits_slot(message=message, plan=plan)):
                 return self._post(message=message, tag=tag, more=False, plan=plan)
             with self._cond:  # no free slot (or not a slot body): the sender thread waits for one instead
                 self._queue.append((message, tag, plan))
@@ -166,9 +166,14 @@ class Outbox:
 
     def _direct_candidate(self, *, size: int) -> bool:
         """Post on the caller's thread? Only small slot bodies of an idle Outbox: their ~100-byte headers
-        never fill the socket (at most one per slot is outstanding), so the caller cannot block on it."""
-        return (self._pool is not None and size <= min(self._direct_max_bytes, self._pool.slot_bytes)
-                and not self._queue and not self._posting)
+        never fill the socket (at most one per slot is outstanding), so the caller cannot block on it.
+        With ``direct_any`` every body of an idle Outbox (a worker's results: its serving thread has
+        nothing else to do until the result is out, and the driver always reads)."""
+        if self._queue or self._posting:
+            return False
+        if self._direct_any:
+            return True
+        return self._pool is not None and size <= min(self._direct_max_bytes, self._pool.slot_bytes)
 
     def _fits_slot(self, *, message: Message, plan: Any) -> bool:
         return self._inline_max_bytes <= encoded_size(message, plan=plan) <= self._pool.slot_bytes

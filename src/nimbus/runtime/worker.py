@@ -391,8 +391,10 @@ def main(argv: list[str] | None = None) -> int:
     sock = socket.socket(fileno=args.fd)
     sock.set_inheritable(False)  # a subprocess of the function must not keep the driver's EOF from us
     prefix = os.environ[PREFIX_ENV]
+    # results leave from the serving thread itself (direct_any): it has nothing else to do until they are out
     outbox = Outbox(sock=sock, prefix=prefix, inline_max_bytes=args.inline_max_bytes,
-                    compress_min_bytes=None if args.compress_min_bytes < 0 else args.compress_min_bytes)
+                    compress_min_bytes=None if args.compress_min_bytes < 0 else args.compress_min_bytes,
+                    direct_any=True)
     try:
         fn, error = _load(args.entrypoint), None
     except Exception as exc:  # noqa: BLE001 - the driver bills and retries it

@@ -266,3 +266,22 @@ def test_messages_keep_their_order_across_direct_and_threaded_posts() -> None:
             assert envelope.message.arrays["x"].size == sizes[envelope.tag["i"]]
             del envelope
         assert got == list(range(len(sizes)))
+
+
+def test_direct_any_posts_every_body_of_an_idle_outbox_on_the_callers_thread() -> None:
+    """A worker's Outbox: inline and segment bodies alike leave before ``send`` returns."""
+    a, b = socket.socketpair()
+    inbox = Inbox()
+    inbox.add_source(source="peer", sock=b, segment_prefix=body_segment_prefix(prefix=run_prefix(), pid=os.getpid()))
+    outbox = Outbox(sock=a, inline_max_bytes=1 << 10, direct_any=True)
+    try:
+        for i, size in enumerate((16, 4 * MiB)):  # inline, then a fresh segment
+            assert outbox.send(message=Message(arrays={"x": np.full(size, i, np.uint8)}), tag={"i": i})
+            assert outbox.stats().sent == i + 1
+            envelope = inbox.get(timeout_s=10)
+            assert envelope.tag == {"i": i} and envelope.message.arrays["x"].size == size
+            del envelope
+    finally:
+        outbox.close(timeout_s=1.0)
+        inbox.close()
+        a.close()
