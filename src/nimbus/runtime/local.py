@@ -3,7 +3,7 @@
 Decisions (where DESIGN.md is silent):
 
 * **Workers** are ``python -m nimbus.runtime.worker`` subprocesses bound at spawn to one function
-  (pool key: name, entrypoint, resources); runtime/worker.py's ``WorkerPool`` keeps their states.
+  (pool key: name, entrypoint, resources); runtime/pool.py's ``WorkerPool`` keeps their states.
   A request body too big to inline is written once into a driver-owned segment that every retry
   reuses and that is unlinked when the invocation ends. Results come back through the Channel
   (data/channel.py): one Inbox thread for all workers.
@@ -52,7 +52,7 @@ from nimbus.data.shm import run_prefix
 from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, Invocation, bill, by_affinity, settle
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.transport import send_frame
-from nimbus.runtime.worker import same_pool, WorkerHandle, WorkerPool, WorkerSlot
+from nimbus.runtime.pool import same_pool, WorkerHandle, WorkerPool, WorkerSlot
 
 log = logging.getLogger(__name__)
 

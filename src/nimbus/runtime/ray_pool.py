@@ -30,7 +30,7 @@ from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.janitor import JanitorClient
 from nimbus.runtime.ray_cluster import descendants
 from nimbus.runtime.ray_worker import FunctionWorker
-from nimbus.runtime.worker import same_pool
+from nimbus.runtime.pool import same_pool
 
 log = logging.getLogger(__name__)
 _RESOURCE_REFRESH_S = 5.0

@@ -10,7 +10,7 @@ from nimbus.data.channel import open_frame
 from nimbus.data.shm import run_prefix
 from nimbus.runtime.base import FunctionSpec, Resources
 from nimbus.runtime.transport import LENGTH, recv_frame
-from nimbus.runtime.worker import spawn_worker, worker_env
+from nimbus.runtime.pool import spawn_worker, worker_env
 from runtime_helpers import evil_pickle
 
 
