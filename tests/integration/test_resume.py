@@ -97,3 +97,26 @@ def test_the_async_workflow_resumes_its_policy_version_and_counters(make_shipped
     assert [row.round for row in resumed.rows] == [3, 4]
     assert resumed.rows[0].policy_version > saved.policy_version and resumed.rows[0].env_steps > saved.env_steps
     assert resumed.summary.rounds == 5
+
+
+def _row_key(row) -> tuple:
+    return (row.round, row.env_steps, row.episodes, row.return_mean, row.policy_version, sorted(row.losses.items()))
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Hopper-v5"])
+def test_exact_resume_is_bitwise_2n_steps_equal_n_plus_save_load_plus_n(make_config, tmp_path: Path, env: str) -> None:
+    """P9: with train.exact_resume, N rounds + checkpoint + a new process's --resume + N rounds give the very
+    rounds and weights of 2N rounds straight through (CPU, sync workflow)."""
+    over = ["train.exact_resume=true", "train.checkpoint_every_rounds=3", f"env.id={env}"]
+    if env == "Hopper-v5":
+        over += ["actors.fragment_steps=64", "algo.minibatch_size=64"]
+    straight = train(config=make_config(overrides=over + ["train.max_rounds=6"]), run_dir=tmp_path / "straight")
+    half = train(config=make_config(overrides=over + ["train.max_rounds=3"]), run_dir=tmp_path / "half")
+    assert load_checkpoint(path=half.run_dir).actors is not None
+    resumed = train(config=make_config(overrides=over + ["train.max_rounds=6"]), resume_from=half.run_dir)
+    assert [_row_key(r) for r in resumed.rows] == [_row_key(r) for r in straight.rows[3:]]
+    a, b = load_checkpoint(path=straight.run_dir), load_checkpoint(path=resumed.run_dir)
+    for name, array in a.weights.arrays.items():
+        np.testing.assert_array_equal(array, b.weights.arrays[name], err_msg=name)
+    for name, array in a.optimizer.arrays.items():
+        np.testing.assert_array_equal(array, b.optimizer.arrays[name], err_msg=name)

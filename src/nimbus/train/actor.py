@@ -29,6 +29,7 @@ from nimbus.envs.make import make_env
 from nimbus.models.distributions import clip_action
 from nimbus.runtime.base import FunctionContext
 from nimbus.train.obsnorm import fragment_moments, normalize, rms_from_extras
+from nimbus.train.slot_state import SLOT_META, SlotState, capture_slot, restore_slot, slot_state_from
 from nimbus.train.weights import load_model
 
 
@@ -44,9 +45,14 @@ class ActorRequest:
     policy_version: int
     weights_key: str
     algo: dict[str, Any]
+    snapshot: bool = False   # return the env slot's state with the rows (train.exact_resume)
 
-    def to_message(self) -> Message:
-        return Message(header={"actor": dict(vars(self)), "_affinity": f"actor-{self.actor_rank}"})  # shallow
+    def to_message(self, *, restore: SlotState | None = None) -> Message:
+        """The request; ``restore``: the env slot to rebuild (a resumed run's first fragment of this rank)."""
+        header = {"actor": dict(vars(self)), "_affinity": f"actor-{self.actor_rank}"}  # shallow
+        if restore is None:
+            return Message(header=header)
+        return Message(header={**header, SLOT_META: restore.meta}, arrays=restore.arrays)
 
     @classmethod
     def from_message(cls, message: Message) -> "ActorRequest":
@@ -72,7 +78,7 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
     started = time.perf_counter()
     context.cache["store"] = function_store(header=request.header)  # the run's Store, named by the request
     algo, model = _policy(context=context, req=req)
-    slot = _env_slot(context=context, req=req)
+    slot = _env_slot(context=context, req=req, restore=slot_state_from(message=request))
     # the actor's model is on the CPU: seed the CPU generator only (torch.manual_seed also queues CUDA/MPS/XPU
     # seeding, ~0.1 ms a call); the samples are the same
     torch.default_generator.manual_seed(derive_seed(req.seed, req.actor_rank, req.slot_seq, 1))
@@ -85,6 +91,9 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
     header = {"actor_rank": req.actor_rank, "policy_version": req.policy_version,
               "env_steps": req.num_envs * req.fragment_steps, "episode_returns": episodes[0],
               "episode_lengths": episodes[1], "sampling_s": time.perf_counter() - started, **episodes[2]}
+    if req.snapshot:  # the slot as the next fragment will find it (exact resume, train/slot_state.py)
+        state = capture_slot(slot=slot)
+        header[SLOT_META], arrays = state.meta, {**arrays, **state.arrays}
     return Message(header=header, arrays=arrays)
 
 
@@ -108,7 +117,7 @@ def _policy(*, context: FunctionContext, req: ActorRequest) -> tuple[Algorithm, 
     return cache["algo"], cache["model"]
 
 
-def _env_slot(*, context: FunctionContext, req: ActorRequest) -> EnvSlot:
+def _env_slot(*, context: FunctionContext, req: ActorRequest, restore: SlotState | None = None) -> EnvSlot:
     slots: dict[int, EnvSlot] = context.cache["slots"]
     slot = slots.get(req.actor_rank)
     if slot is not None and slot.seq == req.slot_seq and len(slot.envs) == req.num_envs:
@@ -122,6 +131,8 @@ def _env_slot(*, context: FunctionContext, req: ActorRequest) -> EnvSlot:
     obs = np.stack([env.reset(seed=(base + i) % (2**31))[0] for i, env in enumerate(envs)])
     slot = EnvSlot(envs=envs, obs=obs, seq=req.slot_seq, episode_returns=np.zeros(req.num_envs),
                    episode_lengths=np.zeros(req.num_envs, dtype=np.int64))
+    if restore is not None:  # a resumed run: the envs continue exactly where the checkpointed ones were
+        restore_slot(slot=slot, state=restore)
     slots[req.actor_rank] = slot
     return slot
 

@@ -2,7 +2,7 @@
 
 Layout of ``<run>/checkpoints/``::
 
-    ckpt-000025/ weights.safetensors  optimizer.safetensors  manifest.json
+    ckpt-000025/ weights.safetensors  optimizer.safetensors  [actors.safetensors]  manifest.json
     ckpt-000050/ ...
 
 A checkpoint directory is written under a temporary name, every file fsynced, then renamed into place
@@ -47,6 +47,7 @@ class CheckpointState:
     episodes: int
     config: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
+    actors: Message | None = None   # train.exact_resume: every actor rank's env slot (train/slot_state.py)
 
 
 def _write_file(*, path: Path, data: bytes) -> str:
@@ -78,11 +79,12 @@ class Checkpointer:
         try:
             files = {"weights.safetensors": _write_file(path=tmp / "weights.safetensors",
                                                         data=encode(state.weights, compress_min_bytes=None))}
-            if state.optimizer is not None:
-                files["optimizer.safetensors"] = _write_file(
-                    path=tmp / "optimizer.safetensors", data=encode(state.optimizer, compress_min_bytes=None))
+            for name, message in (("optimizer", state.optimizer), ("actors", state.actors)):
+                if message is not None:
+                    files[f"{name}.safetensors"] = _write_file(path=tmp / f"{name}.safetensors",
+                                                               data=encode(message, compress_min_bytes=None))
             manifest = {"format_version": FORMAT_VERSION, "files": files,
-                        **{k: v for k, v in asdict(state).items() if k not in ("weights", "optimizer")}}
+                        **{k: v for k, v in asdict(state).items() if k not in ("weights", "optimizer", "actors")}}
             _write_file(path=tmp / "manifest.json", data=json.dumps(manifest, indent=1).encode())
             _fsync_dir(tmp)
             if final.exists():
@@ -147,4 +149,5 @@ def load_checkpoint(*, path: Path) -> CheckpointState:
     return CheckpointState(weights=messages["weights.safetensors"], optimizer=messages.get("optimizer.safetensors"),
                            policy_version=manifest["policy_version"], round=manifest["round"],
                            env_steps=manifest["env_steps"], episodes=manifest["episodes"],
-                           config=manifest["config"], extra=manifest.get("extra", {}))
+                           config=manifest["config"], extra=manifest.get("extra", {}),
+                           actors=messages.get("actors.safetensors"))

@@ -111,6 +111,9 @@ def check_workflow(*, config: NimbusConfig) -> None:
         raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: async")
     if workflow != "async":
         return
+    if config.train.exact_resume:
+        raise ValueError("train.exact_resume: only the sync workflow can resume bitwise (the async workflow's "
+                         "replay buffer is not checkpointed); drop it, --resume still continues the run")
     if name not in OFF_POLICY:
         raise ValueError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; algo.name {name} needs sync")
     if config.runtime.backend != "local" or config.store.backend != "shm":

@@ -5,12 +5,15 @@ them), the optimizer's state, the counters (rounds, env steps, episodes, policy 
 of recent returns that ``train.target_return`` reads, and the wall time and cost so far, so metrics,
 TensorBoard steps, learning-rate schedules and the stopping rule continue where they stopped.
 
-What does not: episodes that were in flight (the actors' envs start fresh episodes, from seeds derived
-from the resumed round, so two resumes of one checkpoint are identical), an off-policy replay buffer
-(refilled from ``learning_starts``), and a Nitro/Hydrozoa scaler's history (it starts from its initial
-decision). RELIABILITY.md's P9 asks for more — 2N steps = N + save/kill/load + N bitwise — which
-would need every env's state in the checkpoint; docs/architecture.md says why nimbus does not pickle
-envs into checkpoints.
+What else comes back depends on ``train.exact_resume``:
+* on (sync workflow, MuJoCo and classic-control envs): every actor rank's env slot — its envs mid-episode,
+  wrapper counters, random generators, running episode returns (train/slot_state.py) — and its slot
+  sequence, so the resumed rounds are bitwise the rounds the run would have made without stopping
+  (RELIABILITY.md P9; tests/integration/test_resume.py);
+* off: episodes that were in flight restart as fresh episodes, from seeds derived from the resumed round,
+  so two resumes of one checkpoint are identical.
+Never: an off-policy replay buffer (refilled from ``learning_starts``) or a Nitro/Hydrozoa scaler's
+history (it starts from its initial decision).
 
 Example::
 
@@ -29,6 +32,7 @@ import numpy as np
 from nimbus.errors import CheckpointError
 from nimbus.train.build import System
 from nimbus.train.checkpoint import CheckpointState, load_checkpoint
+from nimbus.train.slot_state import slots_from_message
 from nimbus.train.weights import load_model, optim_key, weights_key
 from nimbus.train.workflows import POLICY, Progress
 
@@ -66,13 +70,16 @@ def publish_checkpoint(*, state: CheckpointState, system: System) -> None:
 
 
 def progress_from(*, state: CheckpointState) -> Progress:
+    """The counters to continue from; with the actors' env slots (``train.exact_resume``) each rank's first
+    request rebuilds its envs exactly, otherwise envs start fresh episodes from seeds of the resumed round."""
     extra = state.extra
+    slots, slot_seq = slots_from_message(message=state.actors) if state.actors is not None else ({}, {})
     return Progress(rounds=state.round, env_steps=state.env_steps, episodes=state.episodes,
                     policy_version=state.policy_version,
                     recent_returns=[float(r) for r in extra.get("recent_returns", [])],
                     nonfinite_in_a_row=int(extra.get("nonfinite_in_a_row", 0)),
                     wall_s_before=float(extra.get("wall_s", 0.0)), cost_usd_before=float(extra.get("cost_usd", 0.0)),
-                    slot_seq_base=state.round)
+                    slot_seq_base=state.round, slot_seq=slot_seq, slot_states=dict(slots), restore_slots=slots)
 
 
 def progress_extra(*, progress: Progress) -> dict:

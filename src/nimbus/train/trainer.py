@@ -26,6 +26,7 @@ from nimbus.train.build import System, build, make_run_dir, peak_actors
 from nimbus.errors import StoreUnavailable
 from nimbus.train.checkpoint import CheckpointState
 from nimbus.train.remote import run_unless_store_lost
+from nimbus.train.slot_state import slots_to_message
 from nimbus.train.resume import (check_compatible, load_resume_state, progress_extra, progress_from,
                                  publish_checkpoint)
 from nimbus.train.evaluate import evaluate_policy
@@ -111,7 +112,9 @@ def save_checkpoint(*, system: System, progress: Progress) -> Path:
     optimizer = system.store.get(key=optim_key(policy=POLICY, version=version)) if version > 0 else None
     state = CheckpointState(weights=weights, optimizer=optimizer, policy_version=version, round=progress.rounds,
                             env_steps=progress.env_steps, episodes=progress.episodes,
-                            config=system.config.model_dump(mode="json"), extra=progress_extra(progress=progress))
+                            config=system.config.model_dump(mode="json"), extra=progress_extra(progress=progress),
+                            actors=slots_to_message(states=progress.slot_states, slot_seq=progress.slot_seq)
+                            if system.config.train.exact_resume and progress.slot_states else None)
     return system.checkpointer.save(state=state)
 
 

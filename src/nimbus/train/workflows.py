@@ -29,6 +29,7 @@ from nimbus.train.build import System
 from nimbus.train.learner import LearnerRequest
 from nimbus.train.remote import finish_learner_round, ship_batch
 from nimbus.train.obsnorm import merge, moments_arrays, pop_moments
+from nimbus.train.slot_state import SlotState, pop_slot_state
 from nimbus.train.probe import round_probe_extras, with_decision
 from nimbus.train.weights import optim_key, weights_key
 
@@ -65,6 +66,9 @@ class Progress:
     wall_s_before: float = 0.0     # a resumed run: wall time and cost of the sessions before this one
     cost_usd_before: float = 0.0
     slot_seq_base: int = 0         # a resumed run: env slots start here, so its envs reset with fresh seeds
+    slot_seq: dict[int, int] = field(default_factory=dict)      # per actor rank, as of the last finished round
+    slot_states: dict[int, Any] = field(default_factory=dict)   # train.exact_resume: SlotState per rank, ditto
+    restore_slots: dict[int, Any] = field(default_factory=dict)  # exact resume: each rank's first request rebuilds
 
 
 def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[str, float]:
@@ -85,7 +89,9 @@ class SyncWorkflow:
         self.started_s = time.perf_counter()
         self.decision = system.scaler.initial()
         self.round: RoundState | None = None
-        self.slot_seq: dict[int, int] = {}
+        self.slot_seq: dict[int, int] = dict(progress.slot_seq)
+        self.slot_states: dict[int, SlotState] = dict(progress.slot_states)
+        self.restore_slots: dict[int, SlotState] = dict(progress.restore_slots)
         self.stop_requested = False
         self._cost_seen = 0
         self._cost_usd = progress.cost_usd_before
@@ -115,8 +121,9 @@ class SyncWorkflow:
                                    seed=cfg.seed, actor_rank=rank,
                                    slot_seq=self.slot_seq.get(rank, self.progress.slot_seq_base),
                                    policy_version=version, weights_key=weights_key(policy=POLICY, version=version),
-                                   algo=cfg.algo.model_dump(mode="json"))
-            future = self.system.runtime.invoke(spec=self.system.actor_spec, request=request.to_message())
+                                   algo=cfg.algo.model_dump(mode="json"), snapshot=cfg.train.exact_resume)
+            message = request.to_message(restore=self.restore_slots.pop(rank, None))
+            future = self.system.runtime.invoke(spec=self.system.actor_spec, request=message)
             self._watch(kind="actor", future=future, meta=rank)
 
     def _invoke_learner(self) -> None:
@@ -146,11 +153,14 @@ class SyncWorkflow:
         started = time.perf_counter()
         header = result.header
         moments = pop_moments(arrays=result.arrays)  # not a buffer column
+        slot_state = pop_slot_state(header=header, arrays=result.arrays)  # nor is the env slot (exact resume)
         accepted = self.system.buffer.ingest(invocation_id=header.get("_invocation_id", f"{self.round.index}-{rank}"),
                                              actor_rank=rank, policy_version=header["policy_version"],
                                              arrays=result.arrays)
         if accepted:
             self.slot_seq[rank] = self.slot_seq.get(rank, self.progress.slot_seq_base) + 1
+            if slot_state is not None:
+                self.slot_states[rank] = slot_state
             self.round.obs_moments = merge(into=self.round.obs_moments, other=moments)
             self.round.episode_returns.extend(header["episode_returns"])
             self.round.env_steps += header["env_steps"]
@@ -176,6 +186,7 @@ class SyncWorkflow:
         now = time.perf_counter()
         state, progress = self.round, self.progress
         progress.rounds += 1
+        progress.slot_seq, progress.slot_states = dict(self.slot_seq), dict(self.slot_states)  # what a checkpoint saves
         progress.env_steps += state.env_steps
         progress.episodes += len(state.episode_returns)
         window = self.system.config.train.return_window

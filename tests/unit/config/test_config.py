@@ -79,3 +79,9 @@ def test_resolved_config_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(dump_config(config=config))
     assert load_config(path=path) == config
+
+
+def test_exact_resume_is_refused_for_the_async_workflow() -> None:
+    data = load_config(path=REPO / "configs" / "dqn-cartpole.yaml").model_dump(mode="json")
+    with pytest.raises(ConfigError, match="train.exact_resume: only the sync workflow"):
+        parse_config(data=apply_overrides(data=data, overrides=["train.exact_resume=true"]))
