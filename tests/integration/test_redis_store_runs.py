@@ -113,7 +113,8 @@ def test_full_redis_stops_the_run_clearly_instead_of_hanging(make_config, redis_
     store.full_wait_s, then the run stops with a final checkpoint and a clear error."""
     server = redis_server()
     client = redis.Redis.from_url(server.url)
-    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 500_000)
+    # room for a few dozen versions: connection and query buffers of the run's clients take a few hundred KB too
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 2_000_000)
     client.config_set("maxmemory-policy", "noeviction")
     started = time.monotonic()
     with pytest.raises(StoreUnavailable, match="is full .*maxmemory") as info:
