@@ -52,6 +52,12 @@ def check_compatible(*, state: CheckpointState, system: System) -> None:
     if saved_algo != system.config.algo.name:
         raise CheckpointError(f"the checkpoint was trained with algo.name={saved_algo!r}; this config has "
                               f"algo.name={system.config.algo.name!r}")
+    saved_env = state.config.get("env", {})
+    if state.actors is not None and (saved_env.get("id"), saved_env.get("num_envs_per_actor")) != \
+            (system.config.env.id, system.config.env.num_envs_per_actor):
+        raise CheckpointError(f"the checkpoint's env slots are {saved_env.get('num_envs_per_actor')} × "
+                              f"{saved_env.get('id')} per actor; this config runs {system.config.env.num_envs_per_actor}"
+                              f" × {system.config.env.id} (an exact resume needs the same envs)")
     if state.policy_version > 0 and state.optimizer is None:
         raise CheckpointError(f"the checkpoint of policy version {state.policy_version} has no optimizer state")
     model = system.algo.make_model(spaces=system.spaces)
