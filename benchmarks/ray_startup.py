@@ -25,16 +25,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _memory_kib(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) of ``pid`` in KiB (0, 0 if it is gone)."""
-    try:
-        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
-    except OSError:
-        return 0, 0
-    fields = {line.split(":")[0]: int(line.split()[1]) for line in rollup[1:] if line.split()[-1] == "kB"}
-    return fields.get("Rss", 0), fields.get("Pss", 0)
-
-
 def child(*, settle_s: float) -> dict:
     started = time.perf_counter()
     import ray  # noqa: F401
@@ -44,12 +34,13 @@ def child(*, settle_s: float) -> dict:
     from nimbus.data.codec import Message
     from nimbus.runtime.base import FunctionSpec, Resources
     from nimbus.runtime.ray_backend import RayRuntime
-    from nimbus.runtime.ray_cluster import connect_ray, descendants
+    from nimbus.bench.procfs import descendants, memory_kib
+    from nimbus.runtime.ray_cluster import connect_ray
 
     start = connect_ray(address="local", num_cpus=2)
     time.sleep(settle_s)
     pids = descendants(os.getpid())
-    rss, pss = map(sum, zip(*(_memory_kib(pid) for pid in pids))) if pids else (0, 0)
+    rss, pss = map(sum, zip(*(memory_kib(pid) for pid in pids))) if pids else (0, 0)
     runtime = RayRuntime(ledger=Ledger(), address="local")
     spec = FunctionSpec(name="empty", entrypoint="nimbus.runtime.builtin:empty", resources=Resources(cpus=0.5))
     cold = time.perf_counter()
