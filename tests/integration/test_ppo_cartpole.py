@@ -62,3 +62,18 @@ def test_observation_normalisation_travels_with_the_weights(make_config) -> None
     mean = state.weights.arrays["extra.obs_rms.mean"]
     assert mean.shape == (4,) and np.all(np.isfinite(mean))
     assert evaluate_checkpoint(path=result.run_dir, episodes=2).mean_return > 0
+
+
+def test_a_long_run_keeps_only_the_newest_rows_in_memory(make_config, monkeypatch) -> None:
+    """P13: TrainResult.rows and the driver's ledger are bounded; metrics.jsonl, ledger.jsonl and the
+    totals keep everything."""
+    from nimbus.train import build, trainer
+
+    monkeypatch.setattr(trainer, "ROWS_IN_MEMORY", 3)
+    monkeypatch.setattr(build, "LEDGER_RECORDS_IN_MEMORY", 4)
+    result = train(config=make_config(overrides=["train.max_rounds=7"]))
+    assert [row.round for row in result.rows] == [4, 5, 6] and result.summary.rounds == 7
+    assert len(read_metrics(path=result.run_dir / "metrics.jsonl")) == 7
+    ledger = [json.loads(line) for line in (result.run_dir / "ledger.jsonl").read_text().splitlines()]
+    assert result.summary.attempts == sum(row["outcome"] != "prewarm" for row in ledger) == 7 * 3
+    assert result.summary.serverless_cost_usd == pytest.approx(result.rows[-1].cost_usd)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -99,9 +99,8 @@ class Tally:
     """Running totals, one record at a time (``totals_of`` for a stream; the runtime's counters)."""
 
     def __init__(self) -> None:
-        self._invocations: set[str] = set()
-        self._counts = dict.fromkeys(("attempts", "cold_starts", "warm_starts", "prewarms", "retries", "failures",
-                                      "timeouts"), 0)
+        self._counts = dict.fromkeys(("invocations", "attempts", "cold_starts", "warm_starts", "prewarms", "retries",
+                                      "failures", "timeouts"), 0)
         self._billed_s_by_kind: dict[str, float] = {}
 
     def add(self, *, record: LedgerRecord) -> None:
@@ -111,7 +110,7 @@ class Tally:
         if record.outcome == "prewarm":  # a cold start, not an attempt
             c["prewarms"] += 1
             return
-        self._invocations.add(record.invocation_id)
+        c["invocations"] += record.attempt == 1  # every invocation bills its first attempt exactly once (P14)
         c["attempts"] += 1
         c["warm_starts"] += not record.cold
         c["retries"] += record.attempt > 1
@@ -119,8 +118,8 @@ class Tally:
         c["timeouts"] += record.outcome == "timeout"
 
     def totals(self) -> LedgerTotals:
-        return LedgerTotals(invocations=len(self._invocations), **self._counts,
-                            billed_s=sum(self._billed_s_by_kind.values()), billed_s_by_kind=dict(self._billed_s_by_kind))
+        return LedgerTotals(**self._counts, billed_s=sum(self._billed_s_by_kind.values()),
+                            billed_s_by_kind=dict(self._billed_s_by_kind))
 
 
 def totals_of(*, records: Iterable[LedgerRecord]) -> LedgerTotals:
@@ -159,9 +158,13 @@ class Ledger:
         assert Ledger.load(path=tmp / "ledger.jsonl") == ledger.records()
     """
 
-    def __init__(self, *, path: Path | None = None) -> None:
-        self._path = path
+    def __init__(self, *, path: Path | None = None, keep_in_memory: int | None = None) -> None:
+        """``keep_in_memory``: hold only the newest this-many records in memory (the file has them all;
+        totals are kept running), so a long run's driver does not grow with its ledger (P13)."""
+        self._path, self._keep = path, keep_in_memory
         self._records: list[LedgerRecord] = []
+        self._dropped = 0  # records no longer in memory (still in the file)
+        self._tally = Tally()
         self._lock = threading.Lock()
         self._file = None
         if path is not None:
@@ -176,17 +179,28 @@ class Ledger:
         """Add one record (and write it through to the file)."""
         with self._lock:
             self._records.append(record)
+            self._tally.add(record=record)
             if self._file is not None:
                 self._file.write(record.to_json() + "\n")
                 self._file.flush()
+            if self._keep is not None and len(self._records) >= 2 * self._keep:  # trim in batches: O(1) amortised
+                drop = len(self._records) - self._keep
+                del self._records[:drop]
+                self._dropped += drop
 
     def records(self, *, start: int = 0) -> list[LedgerRecord]:
-        """A snapshot of the records from the ``start``-th on (default: all), in the order they were written."""
+        """A snapshot of the records from the ``start``-th on (default: all), in the order they were written.
+
+        Raises LookupError when some of them are only in the file any more (``keep_in_memory``)."""
         with self._lock:
-            return self._records[start:]
+            if start < self._dropped:
+                raise LookupError(f"ledger records {start}..{self._dropped - 1} are no longer in memory; "
+                                  f"read them from {self._path} (Ledger.load)")
+            return self._records[start - self._dropped:]
 
     def totals(self) -> LedgerTotals:
-        return totals_of(records=self.records())
+        with self._lock:
+            return self._tally.totals()
 
     def close(self) -> None:
         with self._lock:

@@ -281,10 +281,10 @@ class AsyncWorkflow:
         self.on_round(row)
 
     def cost_usd(self) -> float:
-        records = self.system.ledger.records()
-        for record in records[self._cost_seen:]:
+        records = self.system.ledger.records(start=self._cost_seen)  # only the new ones: O(1) a round
+        for record in records:
             self._cost_usd += self.system.pricing.cost_usd(record=record)
-        self._cost_seen = len(records)
+        self._cost_seen += len(records)
         return self._cost_usd
 
     def _forget_old_versions(self) -> None:

@@ -42,6 +42,7 @@ from nimbus.train.offpolicy_plan import make_replay, plan_for
 from nimbus.train.probe import ProbeRequest, probe_request
 
 log = logging.getLogger(__name__)
+LEDGER_RECORDS_IN_MEMORY = 10_000  # a long run's driver stays flat (P13); costs are summed as records arrive
 ACTOR_ENTRYPOINT = "nimbus.train.actor:actor_function"
 LEARNER_ENTRYPOINT = "nimbus.train.learner:learner_function"
 OFFPOLICY_ACTOR_ENTRYPOINT = "nimbus.train.offpolicy_actor:offpolicy_actor_function"      # train.workflow: async
@@ -114,7 +115,7 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
     algo = make_algorithm(config=config.algo)
     torch.manual_seed(config.seed)
 
-    ledger = Ledger(path=run_dir / "ledger.jsonl")
+    ledger = Ledger(path=run_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)  # the file has all
     backend = make_runtime(config=config, ledger=ledger, worker_env=store_worker_env(config=config.store))
     try:  # the store after the runtime: the ray store lives in the Ray instance the runtime joined
         store = driver_store(config=config.store, namespace=_run_namespace(run_dir=run_dir))

@@ -13,6 +13,7 @@ import logging
 import signal
 import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from nimbus.train.workflows import POLICY, Progress, SyncWorkflow
 
 log = logging.getLogger(__name__)
 PREWARM_WAIT_S = 120.0
+ROWS_IN_MEMORY = 10_000  # rounds kept in TrainResult.rows (metrics.jsonl has them all)
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class RunSummary:
 class TrainResult:
     run_dir: Path
     summary: RunSummary
-    rows: list[RoundMetrics]
+    rows: list[RoundMetrics]    # the newest ROWS_IN_MEMORY rounds of this call; metrics.jsonl has every round
 
 
 class _Interrupt:
@@ -126,7 +128,8 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
                           else make_run_dir(config=config))
     run_dir.mkdir(parents=True, exist_ok=True)
     system = build(config=config, run_dir=run_dir)
-    rows: list[RoundMetrics] = []
+    rows: deque[RoundMetrics] = deque(maxlen=ROWS_IN_MEMORY)  # bounded: a long run's driver stays flat (P13)
+    peak = [1]  # the most actors any round used (the serverful baseline reserves them for the whole run)
     progress = Progress() if resumed is None else progress_from(state=resumed)
     started = time.perf_counter()
     try:
@@ -145,6 +148,7 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
 
         def on_round(row: RoundMetrics) -> None:
             rows.append(row)
+            peak[0] = max(peak[0], row.num_actors)
             system.metrics.write(row=row, runtime=_runtime_scalars(system=system))
             if row.round % config.train.checkpoint_every_rounds == config.train.checkpoint_every_rounds - 1:
                 save_checkpoint(system=system, progress=progress)
@@ -164,7 +168,7 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
         summary = _summarise(system=system, progress=progress,
                              wall_s=time.perf_counter() - started + progress.wall_s_before,
                              stopped_by=stopped_by, cost_usd=workflow.cost_usd(),
-                             peak_actors=max([r.num_actors for r in rows] + [1]))
+                             peak_actors=peak[0])
     finally:
         system.close()
     (run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
@@ -174,7 +178,7 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
     if lost_store is not None:
         raise StoreUnavailable(f"{lost_store}; stopped cleanly after round {progress.rounds} with a final "
                                f"checkpoint in {run_dir / 'checkpoints'}")
-    return TrainResult(run_dir=run_dir, summary=summary, rows=rows)
+    return TrainResult(run_dir=run_dir, summary=summary, rows=list(rows))
 
 
 def _runtime_scalars(*, system: System) -> dict[str, float]:

@@ -70,3 +70,20 @@ def test_records_from_an_offset_are_the_tail() -> None:
         ledger.append(record=row)
     assert ledger.records() == rows and ledger.records(start=3) == rows[3:] and ledger.records(start=5) == []
     assert LedgerRecord.from_json(rows[0].to_json()) == rows[0]
+
+
+def test_a_bounded_ledger_keeps_totals_and_the_file_whole(tmp_path) -> None:
+    """keep_in_memory (a long run's driver, P13): old records leave memory, never the totals or the file."""
+    ledger = Ledger(path=tmp_path / "ledger.jsonl", keep_in_memory=10)
+    full = Ledger()
+    for i in range(57):
+        row = record(invocation_id=f"inv-{i // 2}", attempt=1 + i % 2, outcome="ok")
+        ledger.append(record=row)
+        full.append(record=row)
+    assert ledger.totals() == full.totals() == totals_of(records=full.records())
+    assert ledger.totals().invocations == 29 and ledger.totals().attempts == 57
+    assert len(ledger.records(start=50)) == 7 and ledger.records(start=50) == full.records()[50:]
+    with pytest.raises(LookupError, match="no longer in memory"):
+        ledger.records()
+    ledger.close()
+    assert Ledger.load(path=tmp_path / "ledger.jsonl") == full.records()
