@@ -183,22 +183,24 @@ class SlotPool:
 
     def _scan(self, *, readers: tuple[int, ...]) -> int | None:
         pool = self._pool
-        width, raw = pool.max_readers, pool.raw_flags
         with self._lock:
             for i in range(pool.num_slots):  # round robin from the slot after the last one handed out
                 slot = (self._next + i) % pool.num_slots
-                if raw[slot * width:(slot + 1) * width] == pool.free_row:
+                if self._is_free(slot):
                     for reader in readers:
-                        raw[slot * width + reader] = 1
+                        pool.raw_flags[slot * pool.max_readers + reader] = 1
                     self._next = (slot + 1) % pool.num_slots
                     return slot
             return None
 
     def has_free_slot(self) -> bool:
         """Is a slot free right now? (It stays free until this side acquires it: readers only free slots.)"""
-        pool = self._pool
-        width, raw = pool.max_readers, pool.raw_flags
-        return any(raw[slot * width:(slot + 1) * width] == pool.free_row for slot in range(pool.num_slots))
+        return any(self._is_free(slot) for slot in range(self._pool.num_slots))
+
+    def _is_free(self, slot: int) -> bool:
+        """No reader holds ``slot`` (its row of flags is all zero)."""
+        pool, width = self._pool, self._pool.max_readers
+        return pool.raw_flags[slot * width:(slot + 1) * width] == pool.free_row
 
     def release(self, *, slot: int, reader: int) -> None:
         """Clear one flag (a header that could not be posted, or a reader that will never read it)."""

@@ -104,3 +104,46 @@ def settle(*, attempt: Attempt, worker_id: str, outcome: str, error: dict[str, A
         function=invocation.spec.name, invocation_id=invocation.invocation_id, attempts=invocation.attempts,
         error_type=error["type"], traceback_text=error["traceback"])
     return lambda: resolve(invocation.future, value=message, error=failure)
+
+
+class AttemptEndings:
+    """How an attempt ends, the same on every backend (called with the backend's lock held): bill it,
+    free or retire its worker, then accept, retry or fail its invocation.
+
+    A backend mixes this in and provides ``_ledger``, ``_tally``, ``_pool`` (``retire`` / ``set_idle``),
+    ``_closed``, ``_queue`` and ``_counts``; ``_release_body`` frees what a request left behind once
+    its invocation is settled (the local backend unlinks the request's segment)."""
+
+    def _release_body(self, attempt: Attempt) -> None:
+        pass
+
+    def _record(self, worker: Any, *, attempt: Attempt | None, outcome: str, start_at: float, end_at: float,
+                error_type: str | None) -> None:
+        bill(ledger=self._ledger, tally=self._tally, worker=worker, attempt=attempt, outcome=outcome,
+             start_at=start_at, end_at=end_at, error_type=error_type)
+
+    def _end_attempt(self, worker: Any, *, outcome: str, start_at: float, end_at: float, retire: bool,
+                     error: dict[str, Any] | None = None, message: Message | None = None) -> list[Action]:
+        """Bill the worker's attempt, free (or retire) the worker, then accept, retry or fail the invocation."""
+        attempt: Attempt | None = worker.attempt
+        self._pool.retire(worker) if retire else self._pool.set_idle(worker)
+        if attempt is None:
+            return []
+        self._record(worker, attempt=attempt, outcome=outcome, start_at=start_at, end_at=end_at,
+                     error_type=error["type"] if error else None)
+        action = settle(attempt=attempt, worker_id=worker.worker_id, outcome=outcome, error=error, message=message,
+                        closed=self._closed, queue=self._queue, counts=self._counts)
+        if action is None:
+            return []
+        self._release_body(attempt)
+        return [action]
+
+    def _cancel_attempt(self, worker: Any) -> list[Action]:
+        attempt: Attempt | None = worker.attempt
+        if attempt is None:
+            return []
+        now = time.time()
+        self._record(worker, attempt=attempt, outcome="cancelled", start_at=attempt.dispatched_at or now, end_at=now,
+                     error_type=None)
+        self._release_body(attempt)
+        return [attempt.invocation.future.cancel]

@@ -49,7 +49,7 @@ from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.channel import DEFAULT_INLINE_MAX_BYTES, Envelope, Inbox, discard_body, header_frame, prepare_body
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.data.shm import run_prefix
-from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, Invocation, bill, by_affinity, settle
+from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.transport import send_frame
 from nimbus.runtime.pool import same_pool, WorkerHandle, WorkerPool, WorkerSlot
@@ -75,7 +75,7 @@ class RuntimeStats:
     dropped_results: int
 
 
-class LocalRuntime:
+class LocalRuntime(AttemptEndings):
     """The embedded backend of the Runtime protocol (see the module docstring for its rules)."""
 
     def __init__(self, *, ledger: Ledger, capacity_cpus: float | None = None, max_workers: int | None = None,
@@ -218,26 +218,8 @@ class LocalRuntime:
 
     # ---- attempt endings (lock held) --------------------------------------------------------------
 
-    def _record(self, worker: WorkerSlot, *, attempt: Attempt | None, outcome: str, start_at: float,
-                end_at: float, error_type: str | None) -> None:
-        bill(ledger=self._ledger, tally=self._tally, worker=worker, attempt=attempt, outcome=outcome,
-             start_at=start_at, end_at=end_at, error_type=error_type)
-
-    def _end_attempt(self, worker: WorkerSlot, *, outcome: str, start_at: float, end_at: float, retire: bool,
-                     error: dict[str, Any] | None = None, message: Message | None = None) -> list[Action]:
-        """Bill the worker's attempt, free (or retire) the worker, then accept, retry or fail the invocation."""
-        attempt: Attempt | None = worker.attempt
-        self._pool.retire(worker) if retire else self._pool.set_idle(worker)
-        if attempt is None:
-            return []
-        self._record(worker, attempt=attempt, outcome=outcome, start_at=start_at, end_at=end_at,
-                     error_type=error["type"] if error else None)
-        action = settle(attempt=attempt, worker_id=worker.worker_id, outcome=outcome, error=error, message=message,
-                        closed=self._closed, queue=self._queue, counts=self._counts)
-        if action is None:
-            return []
-        discard_body(body=attempt.invocation.body)
-        return [action]
+    def _release_body(self, attempt: Attempt) -> None:
+        discard_body(body=attempt.invocation.body)  # the request's segment, if it had one
 
     def _kill_attempt(self, worker: WorkerSlot, *, error_type: str, detail: str) -> list[Action]:
         """The driver ends the worker's attempt (timeout or death): the worker is killed, the attempt retried."""
@@ -247,16 +229,6 @@ class LocalRuntime:
         outcome = "worker_died" if error_type == "WorkerDied" else "timeout"
         return self._end_attempt(worker, outcome=outcome, start_at=start_at, end_at=now, retire=True,
                                  error={"type": error_type, "traceback": detail, "retryable": True})
-
-    def _cancel_attempt(self, worker: WorkerSlot) -> list[Action]:
-        attempt: Attempt | None = worker.attempt
-        if attempt is None:
-            return []
-        now = time.time()
-        self._record(worker, attempt=attempt, outcome="cancelled", start_at=attempt.dispatched_at or now, end_at=now,
-                     error_type=None)
-        discard_body(body=attempt.invocation.body)
-        return [attempt.invocation.future.cancel]
 
     # ---- events: worker messages (Inbox thread), spawns (spawner thread) ----------------------------
 

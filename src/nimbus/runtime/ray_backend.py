@@ -49,7 +49,7 @@ from typing import Any
 
 from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
-from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, Invocation, bill, by_affinity, settle
+from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.local import RuntimeStats
 from nimbus.runtime.ray_cluster import connect_ray
@@ -59,7 +59,7 @@ from nimbus.runtime.ray_worker import read_frame, split_result, to_frame
 log = logging.getLogger(__name__)
 
 
-class RayRuntime:
+class RayRuntime(AttemptEndings):
     """The ``ray`` backend of the Runtime protocol (see the module docstring for its rules)."""
 
     def __init__(self, *, ledger: Ledger, address: str = "local", capacity_cpus: float | None = None,
@@ -190,26 +190,6 @@ class RayRuntime:
 
     # ---- attempt endings (lock held) --------------------------------------------------------------
 
-    def _record(self, worker: RaySlot, *, attempt: Attempt | None, outcome: str, start_at: float,
-                end_at: float, error_type: str | None) -> None:
-        bill(ledger=self._ledger, tally=self._tally, worker=worker, attempt=attempt, outcome=outcome,
-             start_at=start_at, end_at=end_at, error_type=error_type)
-
-    def _end_attempt(self, worker: RaySlot, *, outcome: str, start_at: float, end_at: float, retire: bool,
-                     error: dict[str, Any] | None = None, message: Message | None = None) -> list[Action]:
-        """Bill the attempt, free (or retire) the worker, then accept, retry or fail the invocation."""
-        attempt: Attempt | None = worker.attempt
-        self._pool.retire(worker) if retire else self._pool.set_idle(worker)
-        if attempt is None:
-            return []
-        self._record(worker, attempt=attempt, outcome=outcome, start_at=start_at, end_at=end_at,
-                     error_type=error["type"] if error else None)
-        action = settle(attempt=attempt, worker_id=worker.worker_id, outcome=outcome, error=error, message=message,
-                        closed=self._closed, queue=self._queue, counts=self._counts)
-        if action is None:
-            return []
-        return [action]
-
     def _kill_attempt(self, worker: RaySlot, *, error_type: str, detail: str) -> list[Action]:
         """The driver ends the worker's attempt (timeout, death, init limit): actor killed, attempt retried."""
         now, attempt = time.time(), worker.attempt
@@ -217,15 +197,6 @@ class RayRuntime:
         outcome = "worker_died" if error_type == "WorkerDied" else "timeout"
         return self._end_attempt(worker, outcome=outcome, start_at=start_at, end_at=now, retire=True,
                                  error={"type": error_type, "traceback": detail, "retryable": True})
-
-    def _cancel_attempt(self, worker: RaySlot) -> list[Action]:
-        attempt: Attempt | None = worker.attempt
-        if attempt is None:
-            return []
-        now = time.time()
-        self._record(worker, attempt=attempt, outcome="cancelled", start_at=attempt.dispatched_at or now,
-                     end_at=now, error_type=None)
-        return [attempt.invocation.future.cancel]
 
     # ---- events (posted by Ray's callback thread, run by the monitor) -------------------------------
 

@@ -129,7 +129,7 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
     run_dir.mkdir(parents=True, exist_ok=True)
     system = build(config=config, run_dir=run_dir)
     rows: deque[RoundMetrics] = deque(maxlen=ROWS_IN_MEMORY)  # bounded: a long run's driver stays flat (P13)
-    peak = [1]  # the most actors any round used (the serverful baseline reserves them for the whole run)
+    most_actors = 1  # the most actors any round used (the serverful baseline reserves them for the whole run)
     progress = Progress() if resumed is None else progress_from(state=resumed)
     started = time.perf_counter()
     try:
@@ -147,8 +147,9 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
             system.runtime.prewarm(spec=system.learner_spec, count=0, wait_s=PREWARM_WAIT_S)
 
         def on_round(row: RoundMetrics) -> None:
+            nonlocal most_actors
             rows.append(row)
-            peak[0] = max(peak[0], row.num_actors)
+            most_actors = max(most_actors, row.num_actors)
             system.metrics.write(row=row, runtime=_runtime_scalars(system=system))
             if row.round % config.train.checkpoint_every_rounds == config.train.checkpoint_every_rounds - 1:
                 save_checkpoint(system=system, progress=progress)
@@ -168,7 +169,7 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
         summary = _summarise(system=system, progress=progress,
                              wall_s=time.perf_counter() - started + progress.wall_s_before,
                              stopped_by=stopped_by, cost_usd=workflow.cost_usd(),
-                             peak_actors=peak[0])
+                             peak_actors=most_actors)
     finally:
         system.close()
     (run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
