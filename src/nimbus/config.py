@@ -112,6 +112,8 @@ class StoreConfig(Section):
     """redis only: socket connect and command timeout"""
     full_wait_s: float = Field(default=10.0, ge=0)
     """redis only: how long a write waits for room when Redis is full (noeviction) before the run stops"""
+    lease_s: float = Field(default=60.0, gt=0)
+    """redis only: the run's keys expire this long after the driver last renewed them (a killed driver's too)"""
     allow_insecure: bool = False
     """redis only: accept a non-loopback redis:// URL with neither a password nor TLS (docs/cluster.md)"""
 
