@@ -7,7 +7,8 @@ Nothing that crosses a process boundary is pickled. A frame is::
 where body is a safetensors file (its ``__metadata__`` carries the JSON header under ``"nimbus"``),
 LZ4-frame-compressed when the FLAG_LZ4 bit is set. Bodies are written by this module directly into a
 caller's buffer (``encode_into``) so a sender copies each array exactly once, and decoded as numpy
-views over the caller's buffer (``decode``), so a receiver copies nothing.
+views over the caller's buffer (``decode``), so a receiver of an uncompressed frame copies nothing
+(a compressed one is decompressed into private memory once).
 
 Example::
 
