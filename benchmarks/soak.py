@@ -35,10 +35,10 @@ REPO = Path(__file__).resolve().parents[1]
 SHM = Path("/dev/shm")
 
 
-def sample(*, pid: int, run_dir: Path, started: float) -> dict:
+def sample(*, pid: int, run_dir: Path, started: float, shm_base: str) -> dict:
     pids = [pid, *descendants(pid)]
     rss, pss = map(sum, zip(*(memory_kib(p) for p in pids)))
-    shm = sum(f.stat().st_size for f in SHM.glob(f"nimbus_{pid}_*") if f.is_file())
+    shm = sum(f.stat().st_size for f in SHM.glob(f"{shm_base}*") if f.is_file())
     metrics = run_dir / "metrics.jsonl"
     rounds = sum(1 for _ in metrics.open()) if metrics.exists() else 0
     return {"t_s": time.monotonic() - started, "processes": len(pids), "rss_mib": rss / 1024, "pss_mib": pss / 1024,
@@ -74,11 +74,13 @@ def main() -> int:
                    "--set", "train.total_env_steps=1000000000000", "--set", "train.eval_episodes=0",
                    "--set", "output.tensorboard=true", "--set", "output.report=false",
                    "--set", "output.status_line=false", "--set", "train.checkpoint_every_rounds=200"]
-        proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        shm_base = f"nimbus_soak{os.getpid()}_"  # the driver claims its own prefix under this base
+        proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "NIMBUS_SHM_PREFIX": shm_base})
         started, samples = time.monotonic(), []
         while time.monotonic() - started < 60 * args.minutes and proc.poll() is None:
             time.sleep(args.sample_s)
-            samples.append(sample(pid=proc.pid, run_dir=run_dir, started=started))
+            samples.append(sample(pid=proc.pid, run_dir=run_dir, started=started, shm_base=shm_base))
             last = samples[-1]
             print(f"{last['t_s']:7.0f} s  rounds {last['rounds']:6d}  PSS {last['pss_mib']:7.1f} MiB  "
                   f"RSS {last['rss_mib']:7.1f} MiB  shm {last['shm_mib']:6.1f} MiB  fds {last['driver_fds']:4d}  "
@@ -87,7 +89,7 @@ def main() -> int:
             raise RuntimeError(f"the run ended on its own (exit {proc.returncode}):\n{proc.stderr.read()[-3000:]}")
         os.kill(proc.pid, signal.SIGINT)
         code = proc.wait(timeout=120)
-        leftovers = {"processes": descendants(proc.pid), "segments": [f.name for f in SHM.glob(f"nimbus_{proc.pid}_*")]}
+        leftovers = {"processes": descendants(proc.pid), "segments": [f.name for f in SHM.glob(f"{shm_base}*")]}
         summary = summarise(samples)
     out = {"summary": summary, "exit_code": code, "leftovers": leftovers, "samples": samples,
            "minutes": args.minutes, "config": args.config, "environment": environment()}

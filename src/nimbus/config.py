@@ -83,6 +83,8 @@ class RuntimeConfig(Section):
     """idle warm workers are reclaimed after this (OpenWhisk default)"""
     prewarm: bool = True
     """start actor and learner workers before round 0"""
+    allow_insecure: bool = False
+    """ray only: accept a non-loopback runtime.address while RAY_AUTH_MODE is not token (docs/cluster.md)"""
 
 
 class StoreConfig(Section):
@@ -110,6 +112,10 @@ class StoreConfig(Section):
     """redis only: socket connect and command timeout"""
     full_wait_s: float = Field(default=10.0, ge=0)
     """redis only: how long a write waits for room when Redis is full (noeviction) before the run stops"""
+    lease_s: float = Field(default=60.0, gt=0)
+    """redis only: the run's keys expire this long after the driver last renewed them (a killed driver's too)"""
+    allow_insecure: bool = False
+    """redis only: accept a non-loopback redis:// URL with neither a password nor TLS (docs/cluster.md)"""
 
 
 class ChannelConfig(Section):

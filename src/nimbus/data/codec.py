@@ -7,7 +7,8 @@ Nothing that crosses a process boundary is pickled. A frame is::
 where body is a safetensors file (its ``__metadata__`` carries the JSON header under ``"nimbus"``),
 LZ4-frame-compressed when the FLAG_LZ4 bit is set. Bodies are written by this module directly into a
 caller's buffer (``encode_into``) so a sender copies each array exactly once, and decoded as numpy
-views over the caller's buffer (``decode``), so a receiver copies nothing.
+views over the caller's buffer (``decode``), so a receiver of an uncompressed frame copies nothing
+(a compressed one is decompressed into private memory once).
 
 Example::
 
@@ -19,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +35,8 @@ VERSION = 1
 FLAG_LZ4 = 1
 PREFIX = struct.Struct("<4sBBH")
 DEFAULT_COMPRESS_MIN_BYTES = 1 << 20
+LZ4_MAX_RATIO = 256  # LZ4's format cannot expand more than ~255:1 (all zeros: 242:1 measured)
+MAX_DIMS = 32  # a frame's arrays have at most this many dimensions (numpy's own limit is 64)
 
 _DTYPE_TO_ST = {
     np.dtype(np.float64): "F64", np.dtype(np.float32): "F32", np.dtype(np.float16): "F16",
@@ -202,7 +206,7 @@ def decode(frame: bytes | bytearray | memoryview | np.ndarray, *, copy: bool = F
     for name, dtype, shape, begin, end in entries:
         if end > len(data):
             raise CodecError(f"array {name!r} is truncated ({end} bytes needed, {len(data)} present)")
-        if end <= begin:
+        if end == begin:  # an empty array: the layout check made prod(shape) == 0
             array = np.zeros(shape, dtype=dtype)
         elif root is not None:
             start = PREFIX.size + data_start
@@ -247,28 +251,38 @@ def _parse_layout(raw: bytes) -> tuple[str, list[tuple[str, np.dtype, list[int],
         meta = entries.pop("__metadata__", {}).get("nimbus", "{}")
         layout = []
         for name, entry in entries.items():
-            begin, end = (int(v) for v in entry["data_offsets"])
-            shape = [int(v) for v in entry["shape"]]
             if entry["dtype"] not in _ST_TO_DTYPE:
                 raise CodecError(f"array {name!r} has unknown dtype {entry['dtype']!r}")
             dtype = _ST_TO_DTYPE[entry["dtype"]]
-            if begin < 0 or min(shape, default=0) < 0 or (end > begin and end - begin != dtype.itemsize * int(np.prod(shape))):
+            begin, end = _counts(name=name, what="data_offsets", values=entry["data_offsets"], length=2)
+            shape = _counts(name=name, what="shape", values=entry["shape"], length=None)
+            if begin > end or end - begin != dtype.itemsize * math.prod(shape):  # exact: no int64 wrap-around
                 raise CodecError(f"array {name!r}: shape {shape} does not match its {end - begin} bytes")
             layout.append((name, dtype, shape, begin, end))
-    except (ValueError, AttributeError, KeyError, TypeError) as exc:
+    except (ValueError, AttributeError, KeyError, TypeError, RecursionError) as exc:
         raise CodecError(f"frame header is not valid JSON: {exc}") from exc
     if not isinstance(meta, str):
         raise CodecError("frame header's nimbus metadata is not a JSON string")
     return meta, layout
 
 
+def _counts(*, name: str, what: str, values: Any, length: int | None) -> list[int]:
+    """Non-negative JSON integers (not floats, strings or booleans), at most ``MAX_DIMS`` of them."""
+    if (not isinstance(values, list) or len(values) > MAX_DIMS or (length is not None and len(values) != length)
+            or not all(type(v) is int and v >= 0 for v in values)):
+        raise CodecError(f"array {name!r}: {what} {values!r} is not a list of non-negative integers")
+    return values
+
+
 def _decompress(body: memoryview, *, max_bytes: int | None) -> memoryview:
+    """LZ4 expands at most ~255:1, so a frame that claims more than ``LZ4_MAX_RATIO`` times its own size
+    is refused before anything is allocated, with or without ``max_bytes``."""
     try:
-        if max_bytes is not None:
-            claimed = lz4.frame.get_frame_info(body).get("content_size") or 0
-            if not 0 < claimed <= max_bytes:  # nimbus always stores the size; no size, no bound: refuse
-                raise CodecError(f"compressed frame claims {claimed or 'an unknown number of'} bytes; "
-                                 f"the limit is {max_bytes}")
+        claimed = lz4.frame.get_frame_info(body).get("content_size") or 0
+        limit = LZ4_MAX_RATIO * len(body) if max_bytes is None else min(LZ4_MAX_RATIO * len(body), max_bytes)
+        if claimed > limit or (max_bytes is not None and claimed == 0):  # nimbus always stores the size
+            raise CodecError(f"compressed frame of {len(body)} bytes claims {claimed or 'an unknown number of'} "
+                             f"bytes; the limit is {limit}")
         return memoryview(lz4.frame.decompress(body))
-    except RuntimeError as exc:
+    except (RuntimeError, MemoryError) as exc:
         raise CodecError(f"compressed frame is corrupt or truncated: {exc}") from exc

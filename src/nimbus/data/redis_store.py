@@ -9,6 +9,10 @@ run-scoped keys, Nitro keys trajectories by invocation id)::
                                     ``latest`` are ZRANGEBYLEX range queries, never KEYS/SCAN
     nimbus:<namespace>:v:<key>      one value: a codec frame, written with SET NX (values are immutable)
 
+Every key is leased: written with a TTL of ``lease_s`` that the driver's lease thread renews every
+``lease_s / 3``, so the keys of a driver that was SIGKILLed (no ``close()`` ran) are gone from Redis
+within ``lease_s``. ``close()`` deletes them at once.
+
 ``<key>`` is a Store key such as ``weights/main/12``, ``optim/main/12`` or ``batch/main/12`` (the
 round's learner batch). The driver deletes per-round keys once consumed (a batch when its learner
 result is accepted, weights and optimizer state ``store.keep_versions`` versions later), so the key
@@ -41,6 +45,7 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
@@ -92,6 +97,7 @@ class RedisSettings:
     timeout_s: float = 5.0
     full_wait_s: float = 10.0
     compress_min_bytes: int | None = 1 << 20
+    lease_s: float = 60.0  # every key of the run expires this long after the driver last renewed it
 
 
 def redact_url(url: str) -> str:
@@ -123,6 +129,8 @@ class RedisStore:
         self._index = self._prefix + "index"
         self._sentinel = self._prefix + "run"
         self._closed = False
+        self._lease_stop = threading.Event()
+        self._lease_thread: threading.Thread | None = None
         retry = _Retry(ExponentialWithJitterBackoff(cap=settings.backoff_cap_s, base=settings.backoff_base_s),
                       settings.max_retries)
         self._redis = redis.Redis.from_url(
@@ -132,8 +140,9 @@ class RedisStore:
         self._call(self._redis.ping)
         if owner:
             info = json.dumps({"pid": os.getpid(), "created_at": time.time()})
-            self._write(lambda: self._redis.set(self._sentinel, info))
+            self._write(lambda: self._redis.set(self._sentinel, info, px=self._lease_ms))
             self._warn_if_evicting()
+            self._start_lease()
 
     # ---- Store protocol -----------------------------------------------------------------------------
 
@@ -151,6 +160,7 @@ class RedisStore:
             for key, frame in frames.items():
                 pipe.set(self._value_key(key), frame, nx=True)
             pipe.zadd(self._index, {key: 0 for key in frames})
+            self._lease(pipe=pipe, keys=list(frames))
             return pipe.execute()
 
         results = self._write(write)
@@ -204,6 +214,9 @@ class RedisStore:
         if self._closed:
             return
         self._closed = True
+        self._lease_stop.set()
+        if self._lease_thread is not None:
+            self._lease_thread.join(timeout=self.settings.timeout_s * (self.settings.max_retries + 1))
         try:
             if self.owner:
                 self._purge()
@@ -218,7 +231,41 @@ class RedisStore:
         return {"backend": "redis", "url": strip_credentials(s.url), "namespace": s.namespace,
                 "username": s.username, "max_retries": s.max_retries, "backoff_base_s": s.backoff_base_s,
                 "backoff_cap_s": s.backoff_cap_s, "timeout_s": s.timeout_s, "full_wait_s": s.full_wait_s,
-                "compress_min_bytes": s.compress_min_bytes}
+                "compress_min_bytes": s.compress_min_bytes, "lease_s": s.lease_s}
+
+    # ---- the lease: a SIGKILLed driver's keys expire ---------------------------------------------------
+
+    @property
+    def _lease_ms(self) -> int:
+        return max(1, int(self.settings.lease_s * 1000))
+
+    def _lease(self, *, pipe: Any, keys: list[str]) -> None:
+        """Queue PEXPIRE for ``keys``' values and the index on ``pipe``: whoever writes a key leases it, so a
+        value written after the driver died still expires."""
+        for key in keys:
+            pipe.pexpire(self._value_key(key), self._lease_ms)
+        pipe.pexpire(self._index, self._lease_ms)
+
+    def renew_lease(self) -> None:
+        """Owner: push every key of the run ``lease_s`` into the future (the sentinel, the index, each value)."""
+        keys = [item.decode() for item in self._call(lambda: self._redis.zrange(self._index, 0, -1))]
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.pexpire(self._sentinel, self._lease_ms)
+        self._lease(pipe=pipe, keys=keys)
+        self._call(pipe.execute)
+
+    def _start_lease(self) -> None:
+        """A daemon thread renews the lease every third of ``lease_s`` until ``close()``; if the driver is
+        SIGKILLed, nothing renews it and Redis drops the run's keys within ``lease_s``."""
+        def renew_until_closed() -> None:
+            while not self._lease_stop.wait(self.settings.lease_s / 3):
+                try:
+                    self.renew_lease()
+                except (StoreUnavailable, StoreAuthError, redis.RedisError) as exc:
+                    log.warning("could not renew this run's lease on Redis at %s: %s", self._where, exc)
+
+        self._lease_thread = threading.Thread(target=renew_until_closed, name="redis-lease", daemon=True)
+        self._lease_thread.start()
 
     # ---- internals ----------------------------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 ``multiprocessing.shared_memory`` registers every segment with a tracker process that unlinks it
 when *any* attaching process exits, which breaks segments shared between long-lived workers. nimbus
 owns lifetimes itself: the creator (or the janitor, if the driver dies) unlinks. Every name starts
-with ``nimbus_<driver pid>_`` so a run's segments can be listed and swept.
+with its run's prefix (``claim_run_prefix``: unique per driver, inherited by its workers) so a run's
+segments can be listed and swept, and a run that died with its janitor is recognised by its owner
+lock (``sweep_orphans``).
 
 Example::
 
@@ -16,10 +18,12 @@ Example::
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import mmap
 import os
 import re
+import secrets
 import threading
 from pathlib import Path
 
@@ -28,17 +32,48 @@ import _posixshmem  # CPython's own binding, used by multiprocessing.shared_memo
 SHM_DIR = Path("/dev/shm")
 PREFIX_ENV = "NIMBUS_SHM_PREFIX"
 STREAMING_COPY_MIN_BYTES = 4 << 20
+OWNER_SUFFIX = "owner"  # /dev/shm/<run prefix>owner: flocked by the run's driver while it lives
+_RUN_TOKEN = re.compile(r"r[0-9a-f]{16}_$")
+_OWNER_FILE = re.compile(r"^(nimbus_(?:.*_)?r[0-9a-f]{16}_)" + OWNER_SUFFIX + "$")
+_owner_locks: dict[str, int] = {}  # prefix -> the locked descriptor of its owner file (this process's runs)
 _counter = itertools.count()
 _counter_lock = threading.Lock()
 
 
 def run_prefix() -> str:
-    """The prefix of every segment of this run: set by the driver, inherited by its workers."""
+    """The prefix of every segment of this run: a driver's own (``claim_run_prefix``), inherited by its
+    workers through ``NIMBUS_SHM_PREFIX``. A process with none set claims one."""
     prefix = os.environ.get(PREFIX_ENV)
-    if prefix is None:
-        prefix = f"nimbus_{os.getpid()}_"
-        os.environ[PREFIX_ENV] = prefix
+    return prefix if prefix is not None else claim_run_prefix()
+
+
+def claim_run_prefix() -> str:
+    """A fresh prefix for a driver, owned while this process holds its lock (``sweep_orphans``).
+
+    ``<base>r<16 hex>_``: ``base`` is an inherited ``NIMBUS_SHM_PREFIX`` (without the run token of a
+    driver it came from) or ``nimbus_``, so two drivers started from one parent never share segments,
+    and a parent that set the variable can still list and sweep all of them. The owner lock is taken
+    before the name is published (a temporary name, flock, rename), so no sweeper ever sees an
+    unlocked owner file of a live run. Sets ``NIMBUS_SHM_PREFIX`` for the workers this process starts.
+    """
+    base = _RUN_TOKEN.sub("", os.environ.get(PREFIX_ENV, "nimbus_")) or "nimbus_"
+    prefix = f"{base}r{secrets.token_hex(8)}_"
+    if SHM_DIR.is_dir():
+        claim = SHM_DIR / f"{prefix}claim"
+        fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(claim, SHM_DIR / f"{prefix}{OWNER_SUFFIX}")
+        _owner_locks[prefix] = fd
+    os.environ[PREFIX_ENV] = prefix
     return prefix
+
+
+def release_run_prefix(*, prefix: str) -> None:
+    """A driver is done with ``prefix`` (its segments are gone): remove its owner file and drop the lock."""
+    fd = _owner_locks.pop(prefix, None)
+    if fd is not None:
+        unlink(name=f"{prefix}{OWNER_SUFFIX}")
+        os.close(fd)  # closing the only descriptor releases the flock
 
 
 def streaming_copy_env(env: dict[str, str]) -> dict[str, str]:
@@ -130,29 +165,32 @@ def sweep(*, prefix: str) -> int:
     return sum(unlink(name=name) for name in list_segments(prefix=prefix))
 
 
-_OWNER_PID = re.compile(r"^nimbus_[a-z]*(\d+)_")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_orphans() -> int:
-    """Unlink segments whose driver process is gone (its janitor died with it, e.g. a process-group kill).
+    """Unlink the segments of runs whose driver is gone (its janitor died with it, e.g. a process-group kill).
 
-    Segment names carry the driver's pid (``nimbus_<pid>_``); a name whose pid is alive is kept, even
-    if that pid was reused, so this never touches a live run. Returns how many segments were removed.
+    A run is alive while its driver holds the flock on ``<prefix>owner`` (taken by ``claim_run_prefix``);
+    the kernel drops it when the driver dies, however it dies. A lock, not ``kill(pid, 0)``: with
+    /dev/shm shared across PID namespaces (containers with ``--ipc=host``) another run's pid means
+    nothing here. Segments without an owner file (a prefix set by hand) are never touched.
+    Returns how many segments were removed.
     """
     removed = 0
     for name in list_segments(prefix="nimbus_"):
-        match = _OWNER_PID.match(name)
-        if match and int(match.group(1)) != os.getpid() and not _pid_alive(int(match.group(1))):
-            removed += unlink(name=name)
+        match = _OWNER_FILE.match(name)
+        if match is None or match.group(1) in _owner_locks:
+            continue
+        try:
+            fd = os.open(SHM_DIR / name, os.O_RDWR)
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # its driver is alive
+        try:
+            removed += sum(unlink(name=segment) for segment in list_segments(prefix=match.group(1)) if segment != name)
+            unlink(name=name)
+        finally:
+            os.close(fd)
     return removed
-

@@ -134,7 +134,7 @@ def driver_store(*, config: Any, namespace: str) -> Store:
     settings = RedisSettings(url=config.url, namespace=namespace, username=config.username,
                              password=store_password(config=config), max_retries=config.max_retries,
                              backoff_base_s=config.backoff_base_s, backoff_cap_s=config.backoff_cap_s,
-                             timeout_s=config.timeout_s, full_wait_s=config.full_wait_s)
+                             timeout_s=config.timeout_s, full_wait_s=config.full_wait_s, lease_s=config.lease_s)
     try:
         return MirroredStore(inner=RedisStore(settings=settings, owner=True))
     except (StoreAuthError, StoreFull):  # the server answered: falling back would hide a configuration problem

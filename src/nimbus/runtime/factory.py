@@ -10,7 +10,9 @@ Rules checked at config load (``check_cluster``; errors name the keys):
 * ``store.backend: shm`` lives on one machine: with ``runtime.backend: ray`` it needs
   ``runtime.address: local`` (every actor on this machine) — use redis or ray across machines;
 * ``store.fallback: shm`` is refused where shm would not reach the functions, for the same reason;
-* ``store.password`` and ``store.password_env`` are exclusive; ``store.url`` is redis://, rediss:// or unix://.
+* ``store.password`` and ``store.password_env`` are exclusive; ``store.url`` is redis://, rediss:// or unix://;
+* leaving this machine needs authentication (``check_authentication``): a password or TLS for Redis,
+  ``RAY_AUTH_MODE=token`` for Ray, unless ``store.allow_insecure`` / ``runtime.allow_insecure`` says otherwise.
 
 Example::
 
@@ -20,8 +22,11 @@ Example::
 
 from __future__ import annotations
 
+import ipaddress
+import os
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from nimbus.cost.ledger import Ledger
 from nimbus.data.codec import Message
@@ -49,6 +54,46 @@ def check_cluster(*, runtime: "RuntimeConfig", store: "StoreConfig") -> None:
         raise ValueError("store.password and store.password_env are exclusive: set one")
     if store.backend == "redis" and not store.url.startswith(_REDIS_SCHEMES):
         raise ValueError(f"store.url {store.url!r} must start with one of {_REDIS_SCHEMES}")
+    check_authentication(runtime=runtime, store=store)
+
+
+def check_authentication(*, runtime: "RuntimeConfig", store: "StoreConfig") -> None:
+    """P11: leaving this machine takes authentication, or an explicit ``allow_insecure: true``.
+
+    Redis: a ``redis://`` URL to a non-loopback host needs a password (in the URL, ``store.password`` or
+    ``store.password_env``) or TLS (``rediss://``). Ray: an address other than ``local`` or a loopback
+    host:port needs Ray's token auth (``RAY_AUTH_MODE=token`` in the driver's environment), which
+    ``auto`` needs too: a ``ray start`` cluster listens beyond this machine.
+    """
+    if (store.backend == "redis" and not store.allow_insecure and store.url.startswith("redis://")
+            and not _is_loopback(urlsplit(store.url).hostname)
+            and store.password is None and store.password_env is None and urlsplit(store.url).password is None):
+        raise ValueError(f"store.url {store.url!r} reaches another machine with neither a password "
+                         "nor TLS: set store.password_env (or use rediss://), or store.allow_insecure: true "
+                         "on a network you trust")
+    if (runtime.backend == "ray" and not runtime.allow_insecure and runtime.address != "local"
+            and not _is_loopback(_ray_host(runtime.address)) and os.environ.get("RAY_AUTH_MODE") != "token"):
+        raise ValueError(f"runtime.address {runtime.address!r} joins a Ray cluster without authentication: "
+                         "set RAY_AUTH_MODE=token and the cluster's token (docs/cluster.md), or "
+                         "runtime.allow_insecure: true on a network you trust")
+
+
+def _ray_host(address: str) -> str | None:
+    """The host of ``host:port`` or ``ray://host:port``; None for ``auto`` (a cluster on this node's interfaces)."""
+    if address == "auto":
+        return None
+    return urlsplit(address if "://" in address else f"ray://{address}").hostname
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve anywhere
 
 
 def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str, str]) -> Runtime:

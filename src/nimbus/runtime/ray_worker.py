@@ -10,8 +10,13 @@ across invocations (warm state) and answers with one codec frame::
     arrays = <result arrays>
 
 Requests and results travel as codec frames in uint8 arrays (Ray stores them in its object store and
-hands out zero-copy read-only views); Ray pickles nothing of nimbus's but that byte array, and
-nimbus never unpickles anything.
+hands out read-only views; frames under ~100 KiB are inlined and copied). Ray also serialises, with
+its own pickle, the plain values nimbus passes beside them: this class's constructor arguments
+(worker id, function name, entrypoint, a timestamp, and ``env``, which carries the Redis password
+when the run has one — docs/cluster.md §4), each invocation's id and attempt number, and the
+Channel's tag dicts and the Store's keys (data/ray_channel.py, data/ray_store.py). All of them are
+str, int, float, dict and list values or uint8 arrays; Ray unpickles them inside its own processes,
+under Ray's trust model. nimbus itself never unpickles anything.
 
 Example (what the driver does)::
 

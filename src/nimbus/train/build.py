@@ -29,7 +29,7 @@ from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import PricingModel, load_pricing
 from nimbus.data.buffer import Buffer
 from nimbus.data.replay import FullBatch, ReplayStrategy
-from nimbus.data.shm import run_prefix, sweep_orphans
+from nimbus.data.shm import claim_run_prefix, release_run_prefix, sweep_orphans
 from nimbus.data.store import Store
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.data.triggers import StoreEvents
@@ -71,6 +71,7 @@ class System:
     metrics: MetricsSink
     probe: ProbeRequest | None = None   # the Hessian probe each learner request carries (Nitro), else None
     ship_batches: bool = False  # learner batches travel through the Store (ray: the buffer may be on another node)
+    shm_prefix: str | None = None  # this run's own segment prefix, owned (locked) until close()
 
     def close(self) -> None:
         """Stop workers, flush logs, remove every shared-memory segment of the run."""
@@ -78,6 +79,8 @@ class System:
         self.runtime.shutdown()
         self.buffer.close(unlink=True)
         self.store.close()
+        if self.shm_prefix is not None:
+            release_run_prefix(prefix=self.shm_prefix)
 
 
 def make_run_dir(*, config: NimbusConfig, root: Path | None = None) -> Path:
@@ -106,7 +109,7 @@ def probe_spaces(*, config: NimbusConfig) -> EnvSpaces:
 
 
 def build(*, config: NimbusConfig, run_dir: Path) -> System:
-    run_prefix()  # fix the run's shared-memory prefix before any worker starts
+    shm_prefix = claim_run_prefix()  # this run's own, before any worker starts (workers inherit it)
     swept = sweep_orphans()  # segments of drivers that died together with their janitor
     if swept:
         log.warning("removed %d shared-memory segments left by dead nimbus runs", swept)
@@ -147,7 +150,7 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
                   checkpointer=Checkpointer(directory=run_dir / "checkpoints", keep=config.train.keep_checkpoints),
                   metrics=MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
                                       status_line=config.output.status_line),
-                  probe=probe, ship_batches=config.runtime.backend == "ray")
+                  probe=probe, ship_batches=config.runtime.backend == "ray", shm_prefix=shm_prefix)
 
 
 def peak_actors(*, config: NimbusConfig) -> int:

@@ -3,8 +3,9 @@
 It runs inside a runtime worker. The authoritative learner state lives in the Store
 (``weights/<policy>/<v>`` and ``optim/<policy>/<v>``), so any worker can run any update; a warm worker
 whose cached model already holds version v skips the reload (that is the warm start). The batch is
-read zero-copy from the ARTOS buffer by the row indices the driver's replay strategy chose — or, on the
-``ray`` runtime, from the Store key ``batch_key`` the driver wrote (the buffer may be on another node).
+gathered from the ARTOS buffer's shared memory by the row indices the driver's replay strategy chose
+(``Buffer.read``: one copy per key, which the batch tensors then share) — or, on the ``ray`` runtime,
+copied out of the Store value ``batch_key`` the driver wrote (the buffer may be on another node).
 The Store itself is opened from the request's ``_store`` descriptor (data/stores.py).
 
 With a ``probe`` block in the request (Nitro), the updated policy's Hessian is probed after the

@@ -148,3 +148,95 @@ def test_shape_that_does_not_match_its_bytes_raises_codec_error() -> None:
     patched = bytes(frame).replace(b'"shape":[4]', b'"shape":[5]')
     with pytest.raises(CodecError, match="does not match"):
         decode(patched)
+
+
+def _raw_frame(layout: bytes, data: bytes = b"", flags: int = 0) -> bytes:
+    layout += b" " * (-len(layout) % 8)
+    return PREFIX.pack(MAGIC, VERSION, flags, 0) + struct.pack("<Q", len(layout)) + layout + data
+
+
+def test_an_empty_byte_range_cannot_claim_a_large_shape() -> None:
+    """Regression: a 128-byte frame whose entry has an empty range decoded into a 4 GiB zero array."""
+    frame = _raw_frame(b'{"x":{"dtype":"F32","shape":[1073741824],"data_offsets":[0,0]}}')
+    assert len(frame) <= 128
+    with pytest.raises(CodecError, match="does not match"):
+        decode(frame)
+
+
+@pytest.mark.parametrize("shape", ["[-1,0]", "[0,-5]", "[0,1,2", "[" + ",".join(["1"] * 65) + "]",
+                                   "[1.5]", '["2"]', "[true]"])
+def test_shapes_are_bounded_before_anything_is_allocated(shape: str) -> None:
+    frame = _raw_frame(b'{"x":{"dtype":"U8","shape":' + shape.encode() + b',"data_offsets":[0,0]}}')
+    with pytest.raises(CodecError):
+        decode(frame)
+
+
+def test_overflowing_shapes_are_refused() -> None:
+    """itemsize x prod(shape) is computed exactly: a product that wraps int64 to 8 is not 8 bytes."""
+    frame = _raw_frame(b'{"x":{"dtype":"U8","shape":[4294967296,4294967296,8],"data_offsets":[0,8]}}', b"\0" * 8)
+    with pytest.raises(CodecError, match="does not match"):
+        decode(frame)
+
+
+def _mutate(frame: bytes, data: st.DataObject) -> bytes:
+    out = bytearray(frame)
+    for _ in range(data.draw(st.integers(1, 8), label="mutations")):
+        kind = data.draw(st.sampled_from(["flip", "insert", "delete", "digit"]), label="kind")
+        at = data.draw(st.integers(0, max(len(out) - 1, 0)), label="at")
+        if kind == "flip" and out:
+            out[at] ^= 1 << data.draw(st.integers(0, 7))
+        elif kind == "insert":
+            out[at:at] = data.draw(st.binary(min_size=1, max_size=4))
+        elif kind == "delete":
+            del out[at:at + data.draw(st.integers(1, 4))]
+        elif kind == "digit" and out:
+            out[at] = ord(data.draw(st.sampled_from("0123456789-,[]")))
+    return bytes(out)
+
+
+def _decode_or_codec_error(frame: bytes) -> None:
+    for copy in (False, True):
+        for as_array in (False, True):
+            try:
+                decode(np.frombuffer(frame, np.uint8).copy() if as_array else frame, copy=copy,
+                       max_decompressed_bytes=1 << 20)
+            except CodecError:
+                pass  # the only exception decode may raise
+
+
+@settings(max_examples=300, deadline=None)
+@given(message=messages, compress=st.booleans(), data=st.data())
+def test_only_codec_error_escapes_decode_of_a_mutated_frame(message: Message, compress: bool,
+                                                            data: st.DataObject) -> None:
+    _decode_or_codec_error(_mutate(encode(message, compress_min_bytes=0 if compress else None), data))
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.binary(max_size=256), flags=st.sampled_from([0, 1]), header_len=st.integers(0, 1 << 64 - 1) | st.none())
+def test_only_codec_error_escapes_decode_of_random_bytes(body: bytes, flags: int, header_len: int | None) -> None:
+    length = struct.pack("<Q", header_len) if header_len is not None else b""
+    _decode_or_codec_error(PREFIX.pack(MAGIC, VERSION, flags, 0) + length + body)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries=st.dictionaries(
+    st.text(max_size=4),
+    st.fixed_dictionaries({"dtype": st.sampled_from(["F32", "U8", "BOOL", "F64", "X"]),
+                           "shape": st.lists(st.integers(-3, 1 << 40) | st.integers(0, 4), max_size=5),
+                           "data_offsets": st.lists(st.integers(-8, 1 << 33) | st.integers(0, 64), min_size=2,
+                                                    max_size=2)}), max_size=3),
+    data=st.binary(max_size=64))
+def test_only_codec_error_escapes_decode_of_a_crafted_layout(entries: dict, data: bytes) -> None:
+    import json
+    _decode_or_codec_error(_raw_frame(json.dumps(entries).encode(), data))
+
+
+def test_a_compressed_frame_claiming_more_than_lz4_can_expand_is_refused_unbounded() -> None:
+    """Without max_decompressed_bytes too: LZ4 cannot expand more than ~255:1, so a 40-byte body that
+    claims 1 TiB is refused before anything is allocated."""
+    import lz4.frame
+    compressor = lz4.frame.LZ4FrameCompressor(content_checksum=False)
+    body = compressor.begin(source_size=1 << 40) + compressor.compress(b"\0" * 64)  # no end mark: a lie
+    assert lz4.frame.get_frame_info(body)["content_size"] == 1 << 40
+    with pytest.raises(CodecError, match="claims 1099511627776 bytes"):
+        decode(PREFIX.pack(MAGIC, VERSION, 1, 0) + body)

@@ -154,8 +154,8 @@ def test_an_acl_user_limited_to_nimbus_keys_is_enough(redis_server) -> None:
     server = redis_server()
     admin = redis.Redis.from_url(server.url)
     admin.acl_setuser("nimbus", enabled=True, passwords=["+pw"], keys=["nimbus:*"], commands=[
-        "+get", "+mget", "+set", "+del", "+exists", "+zadd", "+zrem", "+zrange", "+zrangebylex", "+multi", "+exec",
-        "+ping", "+auth", "+config|get"])
+        "+get", "+mget", "+set", "+del", "+exists", "+zadd", "+zrem", "+zrange", "+zrangebylex", "+pexpire",
+        "+multi", "+exec", "+ping", "+auth", "+config|get"])
     admin.acl_setuser("reader", enabled=True, passwords=["+pw"], keys=["nimbus:*"], commands=["+ping", "+auth"])
     store = RedisStore(settings=settings(server.url, username="nimbus", password="pw"), owner=True)
     store.put_many(items={"weights/main/1": weights(), "optim/main/1": weights()})
@@ -164,3 +164,24 @@ def test_an_acl_user_limited_to_nimbus_keys_is_enough(redis_server) -> None:
     assert admin.keys("*") == []
     with pytest.raises(StoreAuthError, match="reader.*no permissions"):
         RedisStore(settings=settings(server.url, username="reader", password="pw"), owner=True)
+
+
+def test_every_key_is_leased_and_renewed_while_the_owner_lives(redis_server) -> None:
+    """Keys written by the owner and by a function carry the lease; the owner's thread keeps them alive
+    past several leases; without renewal (a killed driver) they expire; close() deletes at once."""
+    server = redis_server()
+    raw = redis.Redis.from_url(server.url)
+    owner = RedisStore(settings=settings(server.url, lease_s=0.6), owner=True)
+    worker = RedisStore(settings=RedisSettings(**{k: v for k, v in owner.descriptor().items() if k != "backend"}))
+    owner.put(key="weights/main/0", message=weights())
+    worker.put(key="weights/main/1", message=weights())
+    keys = ["nimbus:t:run", "nimbus:t:index", "nimbus:t:v:weights/main/0", "nimbus:t:v:weights/main/1"]
+    assert all(0 < raw.pttl(k) <= 600 for k in keys)
+    time.sleep(2.0)  # > 3 leases: only the renewal keeps them
+    assert all(raw.exists(k) for k in keys)
+    owner._lease_stop.set()  # what a SIGKILL does to the renewal
+    owner._lease_thread.join()
+    time.sleep(0.8)
+    assert raw.keys("nimbus:t:*") == []
+    owner.close()
+    worker.close()

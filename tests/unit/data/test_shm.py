@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -32,10 +34,17 @@ def test_run_prefix_comes_from_the_environment(prefix: str) -> None:
     assert run_prefix() == prefix
 
 
-def test_run_prefix_defaults_to_the_driver_pid(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_process_without_a_prefix_claims_an_owned_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nimbus.data.shm import OWNER_SUFFIX, release_run_prefix
     monkeypatch.delenv(PREFIX_ENV)
-    assert run_prefix() == f"nimbus_{os.getpid()}_"
-    assert os.environ[PREFIX_ENV] == f"nimbus_{os.getpid()}_"  # inherited by workers started later
+    claimed = run_prefix()
+    try:
+        assert re.fullmatch(r"nimbus_r[0-9a-f]{16}_", claimed)
+        assert os.environ[PREFIX_ENV] == claimed and run_prefix() == claimed  # inherited by workers started later
+        assert list_segments(prefix=claimed) == [claimed + OWNER_SUFFIX]  # locked while this process lives
+    finally:
+        release_run_prefix(prefix=claimed)
+    assert list_segments(prefix=claimed) == []
 
 
 def test_segment_names_are_unique_and_under_the_prefix(prefix: str) -> None:
@@ -104,25 +113,96 @@ def test_sweep_removes_only_the_prefix(prefix: str) -> None:
         sweep(prefix=other_prefix)
 
 
-def test_sweep_orphans_removes_segments_of_dead_drivers_only() -> None:
-    import subprocess
-    import sys
+# A driver in a child process: claims its prefix, makes one segment, reports both, then waits for stdin.
+_DRIVER = """
+import sys
+from nimbus.data.shm import Segment, claim_run_prefix, segment_name
+prefix = claim_run_prefix()
+seg = Segment.create(name=segment_name(kind="w"), size_bytes=64)
+print(prefix, seg.name, flush=True)
+sys.stdin.read()
+"""
 
-    from nimbus.data.shm import Segment, list_segments, sweep_orphans
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
-    orphan = Segment.create(name=f"nimbus_{dead}_orphan_test", size_bytes=64)
-    mine = Segment.create(name=f"nimbus_{os.getpid()}_mine_test", size_bytes=64)
-    orphan.close()
-    mine.close()
+def _start_driver(*, inherited: str, argv_prefix: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str, str]:
+    proc = subprocess.Popen([*argv_prefix, sys.executable, "-c", _DRIVER], env={**os.environ, PREFIX_ENV: inherited},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().split()
+    if len(line) != 2:
+        proc.kill()
+        raise AssertionError(f"driver did not start: {proc.communicate()[1][-2000:]}")
+    return proc, line[0], line[1]
+
+
+def test_two_drivers_started_from_one_parent_get_their_own_prefixes(prefix: str) -> None:
+    """The inherited NIMBUS_SHM_PREFIX is a namespace, not a run: each driver claims a fresh prefix
+    under it, so neither can collide with (or sweep) the other's segments."""
+    first, first_prefix, first_segment = _start_driver(inherited=prefix)
+    second, second_prefix, second_segment = _start_driver(inherited=prefix)
+    try:
+        assert first_prefix != second_prefix
+        assert first_prefix.startswith(prefix) and second_prefix.startswith(prefix)
+        assert not first_prefix.startswith(second_prefix) and not second_prefix.startswith(first_prefix)
+        assert first_segment.startswith(first_prefix) and second_segment.startswith(second_prefix)
+        assert sweep(prefix=first_prefix) == 2  # its segment and its owner file, nothing of the other's
+        assert second_segment in list_segments(prefix=prefix)
+    finally:
+        for proc in (first, second):
+            proc.kill()
+            proc.communicate()
+
+
+def test_a_driver_started_by_a_driver_does_not_nest_under_its_prefix(prefix: str) -> None:
+    from nimbus.data.shm import claim_run_prefix, release_run_prefix
+    outer = claim_run_prefix()
+    inner = claim_run_prefix()  # e.g. a second run in one process, or a run started from a run
+    try:
+        assert outer != inner and inner.startswith(prefix) and not inner.startswith(outer)
+        assert os.environ[PREFIX_ENV] == inner  # the workers the newest run starts inherit its prefix
+    finally:
+        release_run_prefix(prefix=outer)
+        release_run_prefix(prefix=inner)
+    assert list_segments(prefix=prefix) == []  # released: owner files gone
+
+
+def test_sweep_orphans_keeps_a_live_run_whose_pid_means_nothing_here_and_sweeps_a_dead_one(prefix: str) -> None:
+    """Liveness is the owner lock, not kill(pid, 0): a live run under a name carrying a dead pid keeps its
+    segments; once it is SIGKILLed (no clean-up ran) its segments and owner file are swept."""
+    from nimbus.data.shm import sweep_orphans
+    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout.strip()
+    proc, run, segment = _start_driver(inherited=f"{prefix}{dead_pid}_")
     try:
         sweep_orphans()
-        names = list_segments(prefix="nimbus_")
-        assert orphan.name not in names and mine.name in names
+        assert segment in list_segments(prefix=run)
     finally:
-        mine.unlink()
-        orphan.unlink()
+        proc.kill()
+        proc.communicate()
+    assert segment in list_segments(prefix=run)  # SIGKILL: nothing cleaned up
+    assert sweep_orphans() >= 1
+    assert list_segments(prefix=run) == []
+
+
+def test_sweep_orphans_keeps_a_live_run_in_another_pid_namespace(prefix: str) -> None:
+    """/dev/shm shared across PID namespaces (a container with --ipc=host): the other run's pid is
+    invisible here, its lock is not."""
+    from nimbus.data.shm import sweep_orphans
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--pid", "--fork", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot create a PID namespace here (unshare: {probe.stderr.decode().strip()[:200]})")
+    proc, run, segment = _start_driver(inherited=prefix, argv_prefix=("unshare", "--user", "--map-root-user",
+                                                                      "--pid", "--fork", "--kill-child=SIGKILL"))
+    try:
+        sweep_orphans()
+        assert segment in list_segments(prefix=run)
+    finally:
+        proc.kill()  # --kill-child: the driver in the namespace gets SIGKILL too
+        proc.communicate()
+    deadline = time.monotonic() + 10
+    while list_segments(prefix=run) and time.monotonic() < deadline:
+        sweep_orphans()  # swept as soon as the kernel has dropped the dead driver's lock
+        time.sleep(0.05)
+    assert list_segments(prefix=run) == []
 
 
 def test_streaming_copy_env_sets_the_glibc_threshold_unless_the_user_did() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -59,10 +60,10 @@ def test_p15_sigkilled_driver_leaves_no_workers_and_no_segments(tmp_path: Path) 
     try:
         info = json.loads(driver.stdout.readline())
         prefix = info["prefix"]
-        assert prefix == f"nimbus_{driver.pid}_"
+        assert re.fullmatch(r"nimbus_r[0-9a-f]{16}_", prefix)  # claimed: locked by the driver
         workers = _workers_of(driver.pid)
         assert len(workers) == 2 and all(pid_alive(pid) for pid in workers)
-        assert len(list_segments(prefix=prefix)) == 2  # the request body + the other part's segment
+        assert len(list_segments(prefix=prefix)) == 3  # the request body, the other part's segment, the owner file
     finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait()
