@@ -36,7 +36,8 @@ class EvalResult:
 def evaluate_policy(*, config: NimbusConfig, weights: Message, episodes: int, seed: int,
                     explore: bool = True) -> EvalResult:
     """Run ``episodes`` full episodes with the policy in ``weights`` (stochastic unless explore=False)."""
-    env = make_env(env_id=config.env.id, seed=seed, kwargs=config.env.kwargs)
+    env = make_env(env_id=config.env.id, seed=seed, kwargs=config.env.kwargs, imports=config.env.imports,
+                   wrappers=config.env.wrappers)
     spaces = EnvSpaces(observation=env.observation_space, action=env.action_space)
     algo = make_algorithm(config=config.algo)
     model = algo.make_model(spaces=spaces)
