@@ -179,3 +179,14 @@ def test_eval_video_without_gl_warns_once_and_evaluates(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("no video") == 1 and "over 2 episodes" in proc.stdout.replace("\n", " ")
     assert not list(run.glob("videos/*.mp4"))
+
+
+@pytest.mark.slow
+def test_make_run_stops_once_cartpole_is_solved(tmp_path: Path) -> None:
+    """`make run`: the shipped config stops at a 100-episode mean of 475, then evaluates the final policy."""
+    proc = nimbus("train", str(REPO / "configs" / "ppo-cartpole.yaml"), "--run-dir", str(tmp_path / "run"), *QUIET,
+                  timeout_s=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stopped_by"] == "target_return" and summary["final_return"] >= 475
+    assert summary["env_steps"] < 100_000 and summary["eval_return"] is not None
