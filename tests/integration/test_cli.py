@@ -181,6 +181,15 @@ def test_eval_video_without_gl_warns_once_and_evaluates(tmp_path: Path) -> None:
     assert not list(run.glob("videos/*.mp4"))
 
 
+def test_the_readme_custom_env_example_trains_as_shown(tmp_path: Path) -> None:
+    """README: `cd examples && nimbus train corridor.yaml` (module:EnvId + FlattenObservation) reaches its target."""
+    proc = nimbus("train", "corridor.yaml", "--run-dir", str(tmp_path / "run"), *QUIET, "--set", "output.report=false",
+                  cwd=REPO / "examples")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stopped_by"] == "target_return" and summary["final_return"] >= 0.5
+
+
 @pytest.mark.slow
 def test_make_run_stops_once_cartpole_is_solved(tmp_path: Path) -> None:
     """`make run`: the shipped config stops at a 100-episode mean of 475, then evaluates the final policy."""

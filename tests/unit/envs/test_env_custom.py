@@ -94,3 +94,13 @@ def test_wrappers_apply_in_order_outermost_last() -> None:
     assert type(env.env).__name__ == "RecordEpisodeStatistics" and type(env.env.env).__name__ == "OrderEnforcing"
     obs, _ = env.reset()
     assert obs.dtype == np.float32
+
+
+def test_readme_example_blocks_are_the_example_files() -> None:
+    """The README shows examples/corridor.py and corridor.yaml verbatim (and test_cli trains that config)."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    for name in ("corridor.py", "corridor.yaml"):
+        marker = f"<!-- example:examples/{name} -->\n```{'python' if name.endswith('.py') else 'yaml'}\n"
+        start = readme.index(marker) + len(marker)
+        assert readme[start:readme.index("```", start)] == (EXAMPLES / name).read_text(), name
+    assert len((EXAMPLES / "corridor.py").read_text().splitlines()) <= 25
