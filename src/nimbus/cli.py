@@ -121,8 +121,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_eval)
     p = sub.add_parser("export", help="write the trained policy (observation -> action) as a self-contained file")
     p.add_argument("run_dir")
-    p.add_argument("--format", default="torchscript", choices=["torchscript"])
-    p.add_argument("--output", help="file to write (default: RUN_DIR/export/policy.pt)")
+    p.add_argument("--format", default="torchscript", choices=["torchscript", "onnx"],
+                   help="torchscript (torch.jit.load) or onnx (onnxruntime; the onnx extra)")
+    p.add_argument("--output", help="file to write (default: RUN_DIR/export/policy.pt or policy.onnx)")
     p.set_defaults(func=_cmd_export)
     p = sub.add_parser("compare", help="return vs env steps, wall time and cost for several runs, and a table")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")

@@ -95,15 +95,21 @@ EXPORTED = textwrap.dedent('''
     import json, sys
     import gymnasium as gym
     import numpy as np
-    import torch
-    policy = torch.jit.load(sys.argv[1])
+    if sys.argv[3] == "onnx":
+        import onnxruntime
+        session = onnxruntime.InferenceSession(sys.argv[1])
+        policy = lambda obs: session.run(["action"], {"obs": obs})[0]
+    else:
+        import torch
+        module = torch.jit.load(sys.argv[1])
+        policy = lambda obs: module(torch.as_tensor(obs)).numpy()
     env = gym.make("CartPole-v1")
     observations, actions, returns = [], [], []
     for episode in range(3):
         obs, _ = env.reset(seed=12345 + episode)
         total, done = 0.0, False
         while not done:
-            action = int(policy(torch.as_tensor(obs[None]))[0])
+            action = int(policy(obs[None])[0])
             observations.append(obs)
             actions.append(action)
             obs, reward, terminated, truncated, _ = env.step(action)
@@ -116,12 +122,15 @@ EXPORTED = textwrap.dedent('''
 ''')
 
 
-def test_export_torchscript_runs_without_nimbus_and_acts_as_eval(run_dir: Path, tmp_path: Path) -> None:
-    proc = nimbus("export", str(run_dir), "--format", "torchscript")
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_export_runs_without_nimbus_and_acts_as_eval(run_dir: Path, tmp_path: Path, fmt: str) -> None:
+    if fmt == "onnx":
+        pytest.importorskip("onnxruntime", reason="the onnx extra (pip install nimbus-rl[onnx])")
+    proc = nimbus("export", str(run_dir), "--format", fmt)
     assert proc.returncode == 0, proc.stderr
-    policy = run_dir / "export" / "policy.pt"
+    policy = run_dir / "export" / ("policy.onnx" if fmt == "onnx" else "policy.pt")
     assert policy.is_file()
-    out = subprocess.run([sys.executable, "-c", EXPORTED, str(policy), str(tmp_path / "rollout.npz")],
+    out = subprocess.run([sys.executable, "-c", EXPORTED, str(policy), str(tmp_path / "rollout.npz"), fmt],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     exported = json.loads(out.stdout)

@@ -1,4 +1,4 @@
-"""``nimbus export RUN_DIR --format torchscript``: the trained policy as one self-contained file.
+"""``nimbus export RUN_DIR --format torchscript|onnx``: the trained policy as one self-contained file.
 
 The exported module maps a batch of raw observations (the env's dtype, shape ``(B, *obs_shape)``) to
 the actions ``nimbus eval --deterministic`` takes: observation normalisation (``algo.normalize_obs``) is
@@ -10,6 +10,11 @@ torch to run::
     actions = policy(torch.as_tensor(obs[None]))          # (1,) int64 or (1, act_dim) float32
 
 ``policy.pt`` also carries ``nimbus.json`` (env id, spaces, algorithm, policy_version) as an extra file.
+``--format onnx`` (the ``onnx`` extra) writes ``policy.onnx`` with input ``obs`` and output ``action``
+(batch dimension dynamic) and the same JSON in the model's metadata under ``nimbus``; onnxruntime runs it::
+
+    session = onnxruntime.InferenceSession("runs/x/export/policy.onnx")
+    actions = session.run(["action"], {"obs": obs[None]})[0]
 
 Example::
 
@@ -34,7 +39,8 @@ from nimbus.train.build import probe_spaces
 from nimbus.train.checkpoint import load_checkpoint
 from nimbus.train.evaluate import LoadedPolicy, load_policy
 
-FORMATS = ("torchscript",)
+FORMATS = ("torchscript", "onnx")
+_SUFFIX = {"torchscript": ".pt", "onnx": ".onnx"}
 _EPSILON = 1e-8   # envs/normalize.py's ε
 _CLIP = 10.0      # envs/normalize.py's default clip
 
@@ -71,7 +77,7 @@ class DeployedPolicy(nn.Module):
 
 
 def export_run(*, run_dir: Path, output: Path | None = None, fmt: str = "torchscript") -> Path:
-    """Write the newest verified checkpoint's policy to ``output`` (default ``RUN_DIR/export/policy.pt``)."""
+    """Write the newest verified checkpoint's policy to ``output`` (default ``RUN_DIR/export/policy.pt|.onnx``)."""
     if fmt not in FORMATS:
         raise ConfigError(f"export format {fmt!r} is not supported; choose from {', '.join(FORMATS)}")
     state = load_checkpoint(path=run_dir)
@@ -79,13 +85,29 @@ def export_run(*, run_dir: Path, output: Path | None = None, fmt: str = "torchsc
     spaces = probe_spaces(config=config)
     deployed = DeployedPolicy(policy=load_policy(config=config, weights=state.weights, spaces=spaces)).eval()
     example = torch.as_tensor(np.stack([spaces.observation.sample() for _ in range(2)]))
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # torch.jit's deprecation notice; TorchScript files stay loadable
-        traced = torch.jit.trace(deployed, example, check_trace=False)
-    output = Path(output) if output is not None else Path(run_dir) / "export" / "policy.pt"
+    output = Path(output) if output is not None else Path(run_dir) / "export" / f"policy{_SUFFIX[fmt]}"
     output.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"env_id": config.env.id, "algo": config.algo.name, "policy_version": state.policy_version,
-            "observation_shape": list(spaces.observation.shape), "action_space": str(spaces.action),
-            "normalized_obs": deployed.normalize}
-    torch.jit.save(traced, str(output), _extra_files={"nimbus.json": json.dumps(meta)})
+    meta = json.dumps({"env_id": config.env.id, "algo": config.algo.name, "policy_version": state.policy_version,
+                       "observation_shape": list(spaces.observation.shape), "action_space": str(spaces.action),
+                       "normalized_obs": deployed.normalize})
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # torch.jit's and the TorchScript-based ONNX exporter's deprecation notices
+        if fmt == "onnx":
+            _write_onnx(deployed=deployed, example=example, output=output, meta=meta)
+        else:
+            traced = torch.jit.trace(deployed, example, check_trace=False)
+            torch.jit.save(traced, str(output), _extra_files={"nimbus.json": meta})
     return output
+
+
+def _write_onnx(*, deployed: DeployedPolicy, example: torch.Tensor, output: Path, meta: str) -> None:
+    try:
+        import onnx
+    except ImportError as err:
+        raise ConfigError("--format onnx needs the onnx extra: pip install nimbus-rl[onnx]") from err
+    # the TorchScript-based exporter: torch's default (dynamo) exporter would also need onnxscript
+    torch.onnx.export(deployed, (example,), str(output), dynamo=False, input_names=["obs"], output_names=["action"],
+                      dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}})
+    model = onnx.load(str(output))
+    onnx.helper.set_model_props(model, {"nimbus": meta})
+    onnx.save(model, str(output))
