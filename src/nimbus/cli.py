@@ -1,4 +1,4 @@
-"""``nimbus`` command line: train, report, envs, eval, compare.
+"""``nimbus`` command line: train, report, envs, eval, export, compare.
 
 Exit codes: 0 success (also after SIGINT with a final checkpoint), 1 run failure, 2 bad config/usage.
 """
@@ -48,13 +48,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_envs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from nimbus.envs.registry import list_envs
+    from nimbus.envs.registry import extra_available, list_envs, required_extra, untested_ids
 
-    table = Table(title="environments nimbus can train")
-    for column in ("id", "family", "actions", "extra", "available here"):
-        table.add_column(column)
+    table = Table(title="environments nimbus can train",
+                  caption="tested: trained by nimbus's own tests. Any other gymnasium id works too, and your own "
+                          "env (env.id: module:EnvId or env.imports; README). --all lists every registered id.")
+    for column in ("id", "family", "actions", "extra", "available here", "tested"):
+        table.add_column(column, no_wrap=column == "id")
     for info in list_envs():
-        table.add_row(info.env_id, info.family, info.action_kind, info.extra or "-", "yes" if info.available else "no")
+        table.add_row(info.env_id, info.family, info.action_kind, info.extra or "-",
+                      "yes" if info.available else "no", "tested")
+    for env_id in untested_ids() if args.all else ():
+        extra = required_extra(env_id=env_id)
+        table.add_row(env_id, "-", "-", extra or "-", "yes" if extra_available(extra) else "no", "-")
     Console().print(table)
     return 0
 
@@ -72,9 +78,19 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from nimbus.train.evaluate import evaluate_checkpoint
 
     result = evaluate_checkpoint(path=Path(args.path), episodes=args.episodes, seed=args.seed,
-                                 explore=not args.deterministic)
+                                 explore=not args.deterministic, video=args.video)
     Console().print(f"policy_version {result.policy_version}: mean return {result.mean_return:.2f} "
                     f"± {result.std_return:.2f} over {len(result.returns)} episodes")
+    if result.video_dir is not None:
+        Console().print(f"videos: {result.video_dir}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from nimbus.train.export import export_run
+
+    path = export_run(run_dir=Path(args.run_dir), output=Path(args.output) if args.output else None, fmt=args.format)
+    Console().print(f"exported ({args.format}): {path}")
     return 0
 
 
@@ -92,14 +108,23 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="re-render report.png and the summary from a run directory")
     p.add_argument("run_dir")
     p.set_defaults(func=_cmd_report)
-    p = sub.add_parser("envs", help="list the environments and the extra each needs")
+    p = sub.add_parser("envs", help="list the tested environments and the extra each needs")
+    p.add_argument("--all", action="store_true", help="also every other id registered with gymnasium (untested)")
     p.set_defaults(func=_cmd_envs)
     p = sub.add_parser("eval", help="evaluate the newest checkpoint of a run")
     p.add_argument("path")
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--deterministic", action="store_true", help="greedy/mean actions")
+    p.add_argument("--video", action="store_true", help="record the episodes into RUN_DIR/videos (rgb_array; "
+                   "warns and goes on where the machine cannot render)")
     p.set_defaults(func=_cmd_eval)
+    p = sub.add_parser("export", help="write the trained policy (observation -> action) as a self-contained file")
+    p.add_argument("run_dir")
+    p.add_argument("--format", default="torchscript", choices=["torchscript", "onnx"],
+                   help="torchscript (torch.jit.load) or onnx (onnxruntime; the onnx extra)")
+    p.add_argument("--output", help="file to write (default: RUN_DIR/export/policy.pt or policy.onnx)")
+    p.set_defaults(func=_cmd_export)
     p = sub.add_parser("compare", help="return vs env steps, wall time and cost for several runs, and a table")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--output", default="compare.png", help="figure path (default: ./compare.png)")

@@ -30,11 +30,16 @@ class Section(BaseModel):
 
 class EnvConfig(Section):
     id: str = "CartPole-v1"
-    """gymnasium id (``nimbus envs`` lists them); ``nimbus/*`` ids are fault-injection envs for tests."""
+    """gymnasium id (``nimbus envs`` lists the tested ones; any registered id works), or ``module:EnvId``;
+    ``nimbus/*`` ids are fault-injection envs for tests."""
     num_envs_per_actor: int = Field(default=4, ge=1)
     """envs stepped in lock-step by one actor function (batched policy inference)"""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """keyword arguments for ``gymnasium.make``"""
+    imports: tuple[str, ...] = ()
+    """modules imported (in the driver and every worker) before the env is made: they register your env ids"""
+    wrappers: tuple[str, ...] = ()
+    """gymnasium wrappers applied in order, e.g. gymnasium.wrappers.FlattenObservation for a Dict observation"""
 
 
 class FunctionConfig(Section):

@@ -1,10 +1,12 @@
 """Build one contract-checked, seeded gymnasium env.
 
-The wrapper stack is ``_SeedOnFirstReset(TimeLimit(ContractChecked(raw env)))``: the contract is
+The wrapper stack is ``_SeedOnFirstReset(user wrappers(TimeLimit(ContractChecked(raw env))))``: the contract is
 checked on exactly what the env returns (so an old-API env is caught before the time limit tries to
 unpack its 4-tuple), the time limit of the env's spec still applies, and the first ``reset()``
 without an explicit seed uses `make_env`'s seed. gymnasium's own OrderEnforcing and
-PassiveEnvChecker wrappers are dropped: `ContractChecked` raises where they would only warn.
+PassiveEnvChecker wrappers are dropped: `ContractChecked` raises where they would only warn. A user's
+env arrives through ``imports`` or a ``module:EnvId`` id, and ``wrappers`` (``env.wrappers``) go on
+top of the time limit (envs/custom.py); the outermost observation space must be a Box.
 
 Example::
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -23,18 +26,23 @@ from gymnasium.error import DependencyNotInstalled
 from gymnasium.wrappers import TimeLimit
 
 from nimbus.envs.checks import ContractChecked
+from nimbus.envs.custom import apply_wrappers, check_observation_space, import_modules, registered_id
 from nimbus.envs.registry import list_envs, required_extra
 from nimbus.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 
-def make_env(*, env_id: str, seed: int, kwargs: dict[str, Any] | None = None, actor_rank: int = 0) -> gym.Env:
+def make_env(*, env_id: str, seed: int, kwargs: dict[str, Any] | None = None, actor_rank: int = 0,
+             imports: Sequence[str] = (), wrappers: Sequence[str] = ()) -> gym.Env:
     """A gymnasium env for `env_id`, contract-checked, seeded with `seed` on its first reset.
 
-    Raises ConfigError for an unknown id (listing close matches) or a missing pip extra (naming it).
+    ``imports`` are imported first (they register the user's ids); ``wrappers`` go on top of the time limit.
+    Raises ConfigError for an unknown id (listing close matches), a missing pip extra (naming it), or an
+    observation space that is not a Box (naming the wrapper that fixes it).
     """
-    _check_known(env_id=env_id)
+    import_modules(modules=imports, key="env.imports")
+    _check_known(env_id=registered_id(env_id=env_id))
     try:
         made = gym.make(env_id, disable_env_checker=True, **(kwargs or {}))
     except (DependencyNotInstalled, ImportError) as err:
@@ -43,7 +51,8 @@ def make_env(*, env_id: str, seed: int, kwargs: dict[str, Any] | None = None, ac
     env: gym.Env = ContractChecked(made.unwrapped, env_id=env_id, seed=seed, actor_rank=actor_rank)
     if max_episode_steps is not None:
         env = TimeLimit(env, max_episode_steps=max_episode_steps)
-    env = _SeedOnFirstReset(env, seed=seed)
+    env = _SeedOnFirstReset(apply_wrappers(env=env, wrappers=wrappers), seed=seed)
+    check_observation_space(space=env.observation_space, env_id=env_id)
     env.action_space.seed(seed)
     env.observation_space.seed(seed)
     logger.debug("made env %s (seed %d, actor rank %d, max_episode_steps %s)", env_id, seed, actor_rank, max_episode_steps)
@@ -74,7 +83,8 @@ def _check_known(*, env_id: str) -> None:
     candidates = sorted(set(gym.registry) | {info.env_id for info in list_envs()})
     matches = difflib.get_close_matches(env_id, candidates, n=5, cutoff=0.6)
     hint = f"close matches: {', '.join(matches)}" if matches else "run `nimbus envs` for the catalogue"
-    raise ConfigError(f"unknown env id {env_id!r}; {hint}")
+    raise ConfigError(f"unknown env id {env_id!r}; {hint}. An env your own module registers: list the module in "
+                      "env.imports, or write env.id as module:EnvId")
 
 
 def _missing_dependency(*, env_id: str, err: Exception) -> ConfigError:

@@ -1,7 +1,8 @@
-"""The catalogue of environments nimbus is tested on (what `nimbus envs` lists).
+"""The catalogue of environments nimbus is tested on (what `nimbus envs` lists, marked tested).
 
-Any gymnasium id works with `make_env`; this catalogue lists the ones known to work with the
-built-in algorithms, the pip extra each needs, and whether that extra is installed here.
+Any gymnasium id works with `make_env` (and a user's own, envs/custom.py); this catalogue lists the
+ones nimbus's tests train with the built-in algorithms, the pip extra each needs, and whether that extra
+is installed here. `untested_ids` lists every other id registered with gymnasium (``nimbus envs --all``).
 
 Example::
 
@@ -78,6 +79,14 @@ def list_envs() -> list[EnvInfo]:
         )
         for entry in _CATALOGUE
     ]
+
+
+def untested_ids() -> list[str]:
+    """Every id registered with gymnasium here that the catalogue does not list (allowed, not tested)."""
+    import gymnasium as gym
+
+    tested = {entry.env_id for entry in _CATALOGUE}
+    return sorted(env_id for env_id in gym.registry if env_id not in tested and not env_id.startswith("nimbus/"))
 
 
 def required_extra(*, env_id: str) -> str | None:

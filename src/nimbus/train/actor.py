@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,8 @@ class ActorRequest:
     weights_key: str
     algo: dict[str, Any]
     snapshot: bool = False   # return the env slot's state with the rows (train.exact_resume)
+    env_imports: Sequence[str] = ()    # env.imports: modules that register the user's env ids
+    env_wrappers: Sequence[str] = ()   # env.wrappers: gymnasium wrappers, applied in order
 
     def to_message(self, *, restore: SlotState | None = None) -> Message:
         """The request; ``restore``: the env slot to rebuild (a resumed run's first fragment of this rank)."""
@@ -99,13 +102,14 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
 
 def _policy(*, context: FunctionContext, req: ActorRequest) -> tuple[Algorithm, torch.nn.Module]:
     cache = context.cache
-    if cache.get("algo_config") != req.algo or cache.get("env_id") != req.env_id:
+    if cache.get("algo_config") != req.algo or cache.get("env_id") != (req.env_id, list(req.env_wrappers)):
         config = ALGO_CONFIGS[req.algo["name"]].model_validate(req.algo)
-        probe = make_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs)
+        probe = make_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports,
+                         wrappers=req.env_wrappers)
         spaces = EnvSpaces(observation=probe.observation_space, action=probe.action_space)
         probe.close()
         algo = make_algorithm(config=config)
-        cache.update(algo_config=req.algo, env_id=req.env_id, algo=algo, spaces=spaces,
+        cache.update(algo_config=req.algo, env_id=(req.env_id, list(req.env_wrappers)), algo=algo, spaces=spaces,
                      model=algo.make_model(spaces=spaces), weights_version=None, slots={})
         torch.set_num_threads(1)
     if cache["weights_version"] != req.policy_version:
@@ -126,8 +130,8 @@ def _env_slot(*, context: FunctionContext, req: ActorRequest, restore: SlotState
         for env in slot.envs:
             env.close()
     base = derive_seed(req.seed, req.actor_rank, req.slot_seq)
-    envs = [make_env(env_id=req.env_id, seed=(base + i) % (2**31), kwargs=req.env_kwargs,
-                     actor_rank=req.actor_rank) for i in range(req.num_envs)]
+    envs = [make_env(env_id=req.env_id, seed=(base + i) % (2**31), kwargs=req.env_kwargs, actor_rank=req.actor_rank,
+                     imports=req.env_imports, wrappers=req.env_wrappers) for i in range(req.num_envs)]
     obs = np.stack([env.reset(seed=(base + i) % (2**31))[0] for i, env in enumerate(envs)])
     slot = EnvSlot(envs=envs, obs=obs, seq=req.slot_seq, episode_returns=np.zeros(req.num_envs),
                    episode_lengths=np.zeros(req.num_envs, dtype=np.int64))

@@ -143,7 +143,8 @@ class AsyncWorkflow:
         warmup = self.plan.random_warmup and \
             self.pacer.rows_ingested + self.pacer.rows_in_flight < self.plan.learning_starts
         request = OffPolicyActorRequest(
-            env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), num_envs=cfg.env.num_envs_per_actor,
+            env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), env_imports=list(cfg.env.imports),
+            env_wrappers=list(cfg.env.wrappers), num_envs=cfg.env.num_envs_per_actor,
             fragment_steps=cfg.actors.fragment_steps, seed=cfg.seed, actor_rank=rank,
             slot_seq=self.slot_seq.get(rank, self.progress.slot_seq_base), policy_version=version,
             weights_key=weights_key(policy=POLICY, version=version), algo=cfg.algo.model_dump(mode="json"),
@@ -175,7 +176,8 @@ class AsyncWorkflow:
         cfg, version, buffer = self.system.config, self.progress.policy_version, self.system.buffer
         meta = buffer.read_meta(indices=batch.indices)
         request = OffPolicyLearnerRequest(
-            env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), algo=cfg.algo.model_dump(mode="json"),
+            env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), env_imports=list(cfg.env.imports),
+            env_wrappers=list(cfg.env.wrappers), algo=cfg.algo.model_dump(mode="json"),
             policy=POLICY, policy_version=version, has_optimizer_state=version > 0, buffer=buffer.descriptor(),
             progress=min(1.0, self.progress.env_steps / cfg.train.total_env_steps), seed=cfg.seed,
             device=cfg.learner.device, torch_threads=cfg.learner.torch_threads,

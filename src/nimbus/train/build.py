@@ -102,7 +102,8 @@ def function_spec(*, name: str, entrypoint: str, kind: str, function: FunctionCo
 
 
 def probe_spaces(*, config: NimbusConfig) -> EnvSpaces:
-    env: gym.Env = make_env(env_id=config.env.id, seed=config.seed, kwargs=config.env.kwargs)
+    env: gym.Env = make_env(env_id=config.env.id, seed=config.seed, kwargs=config.env.kwargs,
+                            imports=config.env.imports, wrappers=config.env.wrappers)
     spaces = EnvSpaces(observation=env.observation_space, action=env.action_space)
     env.close()
     return spaces
@@ -116,6 +117,8 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
     (run_dir / "config.yaml").write_text(dump_config(config=config))
     spaces = probe_spaces(config=config)
     algo = make_algorithm(config=config.algo)
+    if getattr(config.algo, "model", None) is not None:  # algo.model's contract, checked before any worker starts
+        algo.make_model(spaces=spaces)
     torch.manual_seed(config.seed)
 
     ledger = Ledger(path=run_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)  # the file has all

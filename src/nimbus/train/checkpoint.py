@@ -1,4 +1,4 @@
-"""Crash-consistent checkpoints: safetensors files + manifest.json, temp dir, fsync, rename, keep N.
+"""Crash-consistent checkpoints: plain safetensors files + manifest.json, temp dir, fsync, rename, keep N.
 
 Layout of ``<run>/checkpoints/``::
 
@@ -10,6 +10,8 @@ and the parent directory fsynced, so a crash (or SIGKILL) at any point leaves ei
 checkpoints or a complete new one — never a half-written one under a final name. The manifest holds
 the format version, a SHA-256 of each file, and the counters needed to resume. Loading verifies the
 hashes; a corrupt or truncated checkpoint is skipped with a warning in favour of the previous one.
+The files are plain safetensors files that the safetensors library opens without nimbus (tensors named
+after the model's state_dict keys, train/ckptfile.py); format version 1's framed files still load.
 
 Example::
 
@@ -30,10 +32,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nimbus.data.codec import Message, decode, encode
+from nimbus.data.codec import Message
 from nimbus.errors import CheckpointError
+from nimbus.train.ckptfile import read_message, write_bytes
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: codec frames as files (older nimbus); 2: plain safetensors files
 log = logging.getLogger(__name__)
 
 
@@ -78,11 +82,11 @@ class Checkpointer:
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-ckpt-", dir=self.directory))
         try:
             files = {"weights.safetensors": _write_file(path=tmp / "weights.safetensors",
-                                                        data=encode(state.weights, compress_min_bytes=None))}
+                                                        data=write_bytes(message=state.weights, weights=True))}
             for name, message in (("optimizer", state.optimizer), ("actors", state.actors)):
                 if message is not None:
                     files[f"{name}.safetensors"] = _write_file(path=tmp / f"{name}.safetensors",
-                                                               data=encode(message, compress_min_bytes=None))
+                                                               data=write_bytes(message=message, weights=False))
             manifest = {"format_version": FORMAT_VERSION, "files": files,
                         **{k: v for k, v in asdict(state).items() if k not in ("weights", "optimizer", "actors")}}
             _write_file(path=tmp / "manifest.json", data=json.dumps(manifest, indent=1).encode())
@@ -134,9 +138,9 @@ def load_checkpoint(*, path: Path) -> CheckpointState:
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{path}: manifest.json unreadable: {exc}") from exc
     found = manifest.get("format_version")
-    if found != FORMAT_VERSION:
+    if found not in READABLE_VERSIONS:
         raise CheckpointError(f"{path}: checkpoint format version {found} is not supported by this nimbus "
-                              f"(it reads format version {FORMAT_VERSION})")
+                              f"(it reads format version {' and '.join(map(str, READABLE_VERSIONS))})")
     messages: dict[str, Message] = {}
     for name, digest in manifest["files"].items():
         try:
@@ -145,7 +149,7 @@ def load_checkpoint(*, path: Path) -> CheckpointState:
             raise CheckpointError(f"{path / name}: {exc}") from exc
         if hashlib.sha256(data).hexdigest() != digest:
             raise CheckpointError(f"{path / name}: SHA-256 mismatch (corrupt or truncated)")
-        messages[name] = decode(data, copy=True)
+        messages[name] = read_message(data=data, weights=name == "weights.safetensors")
     return CheckpointState(weights=messages["weights.safetensors"], optimizer=messages.get("optimizer.safetensors"),
                            policy_version=manifest["policy_version"], round=manifest["round"],
                            env_steps=manifest["env_steps"], episodes=manifest["episodes"],

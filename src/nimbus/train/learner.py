@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,8 @@ class LearnerRequest:
     torch_threads: int
     probe: dict[str, Any] | None = None  # train/probe.py ProbeRequest: Hessian probe after the update (Nitro)
     batch_key: str | None = None  # the batch is this Store key (ray: the buffer may be on another node), not rows
+    env_imports: Sequence[str] = ()    # env.imports: modules that register the user's env ids
+    env_wrappers: Sequence[str] = ()   # env.wrappers: gymnasium wrappers, applied in order
 
     def to_message(self, *, indices: np.ndarray, obs_moments: dict[str, np.ndarray] | None = None) -> Message:
         """``obs_moments``: the round's raw-observation moments (``algo.normalize_obs``), see train/obsnorm.py."""
@@ -130,17 +133,18 @@ def _probe(*, algo: Any, model: torch.nn.Module, batch: dict[str, torch.Tensor],
 
 def _learner_state(*, context: FunctionContext, req: LearnerRequest, store: Store) -> dict[str, Any]:
     cache = context.cache
-    if cache.get("algo_config") != req.algo or cache.get("env_id") != req.env_id:
+    if cache.get("algo_config") != req.algo or cache.get("env_id") != (req.env_id, list(req.env_wrappers)):
         torch.set_num_threads(req.torch_threads)
         config = ALGO_CONFIGS[req.algo["name"]].model_validate(req.algo)
-        probe = make_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs)
+        probe = make_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports,
+                         wrappers=req.env_wrappers)
         spaces = EnvSpaces(observation=probe.observation_space, action=probe.action_space)
         probe.close()
         algo = make_algorithm(config=config)
         device = resolve_device(requested=req.device)
         model = algo.make_model(spaces=spaces).to(device)
         cache.clear()
-        cache.update(algo_config=req.algo, env_id=req.env_id, algo=algo, model=model, device=device, spaces=spaces,
+        cache.update(algo_config=req.algo, env_id=(req.env_id, list(req.env_wrappers)), algo=algo, model=model, device=device, spaces=spaces,
                      optimizer=algo.make_optimizer(model=model), version=None, store=store, buffers={})
     if cache["version"] != req.policy_version:
         store: Store = cache["store"]

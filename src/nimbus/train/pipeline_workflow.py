@@ -76,6 +76,7 @@ class PipelinedSyncWorkflow(SyncWorkflow):
         cfg, version = self.system.config, self.progress.policy_version
         progress = min(1.0, self.progress.env_steps / cfg.train.total_env_steps)
         request = LearnerRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
+                                 env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
                                  algo=cfg.algo.model_dump(mode="json"), policy=POLICY, policy_version=version,
                                  has_optimizer_state=version > 0, buffer=self.system.buffer.descriptor(),
                                  progress=progress, seed=cfg.seed, device=cfg.learner.device,

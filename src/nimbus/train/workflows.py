@@ -117,6 +117,7 @@ class SyncWorkflow:
         self.data_trigger.reset()
         for rank in range(self.decision.num_actors):
             request = ActorRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
+                                   env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
                                    num_envs=cfg.env.num_envs_per_actor, fragment_steps=cfg.actors.fragment_steps,
                                    seed=cfg.seed, actor_rank=rank,
                                    slot_seq=self.slot_seq.get(rank, self.progress.slot_seq_base),
@@ -135,6 +136,7 @@ class SyncWorkflow:
         progress = min(1.0, self.progress.env_steps / cfg.train.total_env_steps)
         shipped = ship_batch(system=self.system, policy=POLICY, version=version, indices=indices)  # ray: via Store
         request = LearnerRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
+                                 env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
                                  algo=cfg.algo.model_dump(mode="json"), policy=POLICY, policy_version=version,
                                  has_optimizer_state=version > 0, buffer=self.system.buffer.descriptor(),
                                  progress=progress, seed=cfg.seed, device=cfg.learner.device,

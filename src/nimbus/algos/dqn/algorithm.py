@@ -27,13 +27,14 @@ from nimbus.algos.base import ActOutput, EnvSpaces, KeySpec, LossOutput
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.dqn.learner import DQNUpdate, DQNUpdateStats, dqn_update
 from nimbus.algos.dqn.loss import batch_td_loss, linear_schedule, one_step_targets
+from nimbus.models.custom import build_user_network
 from nimbus.models.qnet import QNetwork
 
 
 class DQNModel(nn.Module):
     """Online ``q``, its frozen copy ``q_target``, the exploration rate ``epsilon``, ``num_grad_steps``."""
 
-    def __init__(self, *, q: QNetwork, epsilon: float) -> None:
+    def __init__(self, *, q: nn.Module, epsilon: float) -> None:
         super().__init__()
         self.q = q
         self.q_target = copy.deepcopy(q).requires_grad_(False)
@@ -67,8 +68,11 @@ class DQN:
     def make_model(self, *, spaces: EnvSpaces) -> DQNModel:
         if not isinstance(spaces.action, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {spaces.action}")
-        q = QNetwork(observation_space=spaces.observation, num_actions=int(spaces.action.n),
-                     hidden_sizes=self.config.hidden_sizes)
+        if self.config.model is not None:  # the user's Q-network, its contract checked (models/custom.py)
+            q = build_user_network(ref=self.config.model, kwargs=self.config.model_kwargs, spaces=spaces, algo="dqn")
+        else:
+            q = QNetwork(observation_space=spaces.observation, num_actions=int(spaces.action.n),
+                         hidden_sizes=self.config.hidden_sizes)
         return DQNModel(q=q, epsilon=self.config.exploration_initial_eps)
 
     def make_optimizer(self, *, model: torch.nn.Module) -> torch.optim.Optimizer:

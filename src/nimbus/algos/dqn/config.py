@@ -6,7 +6,7 @@ rest (Huber loss, max_grad_norm 10, tau 1.0); Schaul et al. 2016 for PER (α 0.6
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -38,6 +38,10 @@ class DQNConfig(BaseModel):
     per_beta0: float = Field(0.4, ge=0, le=1)            # annealed linearly to 1 over the run
     per_eps: float = Field(1e-6, gt=0)                   # priority = (|td| + eps) ** alpha
     hidden_sizes: tuple[int, ...] = (256, 256)           # MLP torso; image observations use NatureCNN
+    model: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*[:.][A-Za-z_][\w.]*$",
+                              description="your torch module instead of the built-in network, pkg.module:Class "
+                                          "(README: custom models)")
+    model_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for algo.model's constructor")
 
     @field_validator("hidden_sizes")
     @classmethod

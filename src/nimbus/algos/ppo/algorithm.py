@@ -20,7 +20,8 @@ from nimbus.algos.base import ActOutput, EnvSpaces, KeySpec, LossOutput
 from nimbus.algos.gae import compute_gae
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.algos.ppo.learner import UpdateStats, minibatch_loss, ppo_update
-from nimbus.models.mlp import ActorCritic
+from nimbus.models.custom import CustomPolicyValue, build_user_network
+from nimbus.models.mlp import ActorCritic, PolicyValueModel
 
 
 class PPO:
@@ -31,8 +32,11 @@ class PPO:
     def __init__(self, *, config: PPOConfig) -> None:
         self.config = config
 
-    def make_model(self, *, spaces: EnvSpaces) -> ActorCritic:
-        """A fresh ActorCritic (initialised from torch's global RNG: seed it first)."""
+    def make_model(self, *, spaces: EnvSpaces) -> PolicyValueModel:
+        """A fresh ActorCritic, or ``algo.model`` wrapped (initialised from torch's global RNG: seed it first)."""
+        if self.config.model is not None:  # the user's network, its contract checked (models/custom.py)
+            net = build_user_network(ref=self.config.model, kwargs=self.config.model_kwargs, spaces=spaces, algo="ppo")
+            return CustomPolicyValue(net=net, action_space=spaces.action)
         return ActorCritic(
             observation_space=spaces.observation,
             action_space=spaces.action,

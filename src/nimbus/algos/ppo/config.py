@@ -7,7 +7,7 @@ minibatch_size 128 (4 envs × 128 steps / 4), ent_coef 0.01, vf_clip 0.2.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -36,6 +36,10 @@ class PPOConfig(BaseModel):
     activation: Literal["tanh", "relu"] = "tanh"
     normalize_obs: bool = False  # running mean/std of observations (nimbus.envs.normalize), applied by the actor
     adam_eps: float = Field(default=1e-5, gt=0.0)
+    model: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*[:.][A-Za-z_][\w.]*$",
+                              description="your torch module instead of the built-in network, pkg.module:Class "
+                                          "(README: custom models)")
+    model_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for algo.model's constructor")
 
     @field_validator("hidden_sizes")
     @classmethod
