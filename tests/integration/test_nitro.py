@@ -32,12 +32,23 @@ def test_ppo_cartpole_nitro_varies_actors_within_bounds(make_config) -> None:
     assert [r["extras"]["score"] for r in written] == [r.extras["score"] for r in rows]
 
 
+def _budget(on_budget: str) -> str:
+    return ("actors.scaling={kind: nitro, min_actors: 1, max_actors: 2, budget_usd: 0.000001, "
+            f"on_budget: {on_budget}, hessian: {{subset_size: 128, max_iterations: 20}}}}")
+
+
 def test_ppo_cartpole_nitro_budget_spent_keeps_min_actors(make_config) -> None:
-    budget = ("actors.scaling={kind: nitro, min_actors: 1, max_actors: 2, budget_usd: 0.000001, "
-              "hessian: {subset_size: 128, max_iterations: 20}}")
-    result = train(config=make_config(overrides=["algo.minibatch_size=64", "train.max_rounds=4", budget]))
+    result = train(config=make_config(overrides=["algo.minibatch_size=64", "train.max_rounds=4", _budget("min")]))
     assert [row.num_actors for row in result.rows] == [1, 1, 1, 1]
     assert all(row.extras["budget_spent"] == 1.0 and row.extras["budget_left_usd"] == 0.0 for row in result.rows)
+    assert result.summary.stopped_by == "max_rounds"
+
+
+def test_ppo_cartpole_nitro_budget_spent_stops_the_run_by_default(make_config) -> None:
+    budget = _budget("stop").replace("on_budget: stop, ", "")      # the default is the paper's: stop
+    result = train(config=make_config(overrides=["algo.minibatch_size=64", "train.max_rounds=4", budget]))
+    assert len(result.rows) == 1 and result.rows[0].extras["budget_stop"] == 1.0
+    assert result.summary.stopped_by == "budget_spent"
 
 
 def test_fixed_scaler_runs_without_probe(make_config) -> None:

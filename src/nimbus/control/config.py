@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from nimbus.control.base import ActorScaler
 from nimbus.control.nitro import NitroScaler
+from nimbus.control.nitro_authors import AuthorsCodeNitroScaler
 from nimbus.control.scaling import FixedScaler, HydrozoaScaler, MaxScaler
 
 
@@ -54,6 +55,7 @@ class NitroScalingConfig(_Frozen):
     window: int = Field(default=6, ge=2)              # a window of one value has no min-max spread
     decay: float = Field(default=0.96, gt=0.0, le=1.0)   # d = 1 turns the decay off (an ablation)
     budget_usd: float | None = Field(default=None, gt=0.0)
+    on_budget: Literal["stop", "min"] = "stop"       # stop: end the run once spent (the paper, §4); min: I_min on
     variant: Literal["paper", "authors_code"] = "paper"
     hessian: HessianProbeConfig = HessianProbeConfig()
 
@@ -93,9 +95,10 @@ def make_scaler(*, config: ScalingConfig) -> ActorScaler:
     if isinstance(config, FixedScalingConfig):
         return FixedScaler(num_actors=config.num_actors)
     if isinstance(config, NitroScalingConfig):
-        return NitroScaler(
+        nitro = AuthorsCodeNitroScaler if config.variant == "authors_code" else NitroScaler
+        return nitro(
             min_actors=config.min_actors, max_actors=config.max_actors, window=config.window,
-            decay=config.decay, budget_usd=config.budget_usd, variant=config.variant,
+            decay=config.decay, budget_usd=config.budget_usd, on_budget=config.on_budget,
         )
     if isinstance(config, HydrozoaScalingConfig):
         return HydrozoaScaler(

@@ -23,6 +23,7 @@ import torch
 
 from nimbus.config import NimbusConfig
 from nimbus.control.base import RoundMetrics
+from nimbus.control.nitro import BUDGET_STOP_KEY
 from nimbus.train.build import System, build, make_run_dir, peak_actors
 from nimbus.errors import StoreUnavailable
 from nimbus.train.checkpoint import CheckpointState
@@ -97,6 +98,8 @@ def _publish_initial(*, system: System) -> None:
 
 
 def _should_stop(*, config: NimbusConfig, progress: Progress) -> str | None:
+    if progress.last_row is not None and progress.last_row.extras.get(BUDGET_STOP_KEY) == 1.0:
+        return "budget_spent"   # Nitro with on_budget: stop (the paper ends training when the budget is spent)
     if progress.env_steps >= config.train.total_env_steps:
         return "total_env_steps"
     if config.train.max_rounds is not None and progress.rounds >= config.train.max_rounds:
