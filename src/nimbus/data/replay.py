@@ -157,7 +157,11 @@ class Prioritized(Uniform):
     p = (|δ| + ε)^α set by ``update_priorities`` from the TD errors the learner returns. Draws are
     stratified over the priority mass, then shuffled (the learner walks the batch in consecutive
     minibatches). ``weights`` = (p_i / p_min)^-β, β annealed linearly from β0 to 1 over
-    ``beta_anneal_rows`` ingested rows (the run's env steps).
+    ``beta_anneal_rows`` ingested rows (the run's env steps). ``eps`` must be > 0: a zero-priority row
+    would never be drawn again and break the weights. With ``guard_rows`` the oldest rows that ingests in
+    flight would overwrite are not drawn (their priority mass is left out of the draw; as ``Uniform``).
+    Schaul et al. draw each gradient step's minibatch from the current priorities; the async workflow
+    bounds the gradient steps per draw (``async_workflow.prioritized_steps_per_call``).
 
     Example::
 
@@ -168,8 +172,11 @@ class Prioritized(Uniform):
     """
 
     def __init__(self, *, capacity_rows: int, batch_rows: int, alpha: float = 0.6, beta0: float = 0.4,
-                 beta_anneal_rows: int = 1, eps: float = 1e-6, min_rows: int = 1, seed: int = 0) -> None:
-        super().__init__(batch_rows=batch_rows, min_rows=min_rows, seed=seed)
+                 beta_anneal_rows: int = 1, eps: float = 1e-6, min_rows: int = 1, seed: int = 0,
+                 guard_rows: int = 0) -> None:
+        if not eps > 0.0:
+            raise ValueError(f"Prioritized needs eps > 0 (a zero priority is never drawn again), got {eps}")
+        super().__init__(batch_rows=batch_rows, min_rows=min_rows, seed=seed, guard_rows=guard_rows)
         self.tree = SumTree(capacity=capacity_rows)
         self.alpha, self.beta0, self.eps = alpha, beta0, eps
         self.beta_anneal_rows = max(1, beta_anneal_rows)
@@ -191,9 +198,23 @@ class Prioritized(Uniform):
         if buffer.size_rows < self.min_rows:
             return None
         self._buffer = buffer
-        positions = self._rng.permutation(self.tree.sample(batch_size=rows or self.batch_rows, rng=self._rng))
+        positions = self._rng.permutation(self._draw(buffer=buffer, rows=rows or self.batch_rows))
         weights = self.tree.importance_weights(indices=positions, beta=self.beta(buffer=buffer))
         return ReplayBatch(indices=positions, seqs=_seqs(buffer, positions), columns={"weights": weights})
+
+    def _draw(self, *, buffer: Buffer, rows: int) -> np.ndarray:
+        """Stratified draws over the tree with the guarded (oldest, about to be overwritten) rows left out."""
+        size = buffer.size_rows
+        guarded = min(size - 1, max(0, size + self.guard_rows - buffer.capacity_rows))
+        if guarded == 0:
+            return self.tree.sample(batch_size=rows, rng=self._rng)
+        oldest = (buffer.write_index - size + np.arange(guarded, dtype=np.int64)) % buffer.capacity_rows
+        saved = self.tree.get(indices=oldest)
+        self.tree.update(indices=oldest, priorities=np.zeros(guarded))
+        try:
+            return self.tree.sample(batch_size=rows, rng=self._rng)
+        finally:
+            self.tree.update(indices=oldest, priorities=saved)
 
     def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
         """Set (|δ| + ε)^α at the rows that still hold the sampled transition; returns how many."""
