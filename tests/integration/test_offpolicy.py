@@ -114,6 +114,8 @@ def test_impact_sends_new_weights_to_the_actors_it_heard_from(tmp_path: Path) ->
     assert all(r.extras["policy_lag_mean"] == r.extras["policy_lag_max"] for r in result.rows)
     assert max(r.extras["policy_lag_max"] for r in result.rows) >= 1
     assert all("clip_fraction" in r.losses for r in result.rows)
+    # IMPACT's circular buffer and lagging target: the loss sees π_target ≠ π (issue 15)
+    assert max(r.losses["target_log_ratio_max"] for r in result.rows) > 0.0
 
 
 def test_back_pressure_holds_actors_within_max_steps_ahead(tmp_path: Path) -> None:
@@ -134,6 +136,9 @@ def test_workflow_and_algorithm_must_match() -> None:
         load_config(path=REPO / "configs" / "ppo-cartpole.yaml", overrides=["train.workflow=async"])
     with pytest.raises(ConfigError, match="rollout_length"):
         load_config(path=REPO / "configs" / "impala-cartpole.yaml", overrides=["actors.fragment_steps=7"])
+    with pytest.raises(ConfigError, match="algo.target_update_interval"):   # IMPACT that would be IMPALA
+        load_config(path=REPO / "configs" / "impala-cartpole.yaml",
+                    overrides=["algo.variant=impact", "algo.target_update_interval=1"])
     with pytest.raises(ConfigError, match="async_workflow.nonsense"):
         load_config(path=REPO / "configs" / "sac-pendulum.yaml", overrides=["async_workflow.nonsense=1"])
     for name in ("dqn-cartpole", "impala-cartpole", "sac-pendulum", "sac-hopper", "dqn-pong"):

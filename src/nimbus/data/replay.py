@@ -319,6 +319,7 @@ class FIFO:
                              f"got {fragment_rows}, {fragments_per_batch}")
         self.fragment_rows, self.fragments_per_batch = fragment_rows, fragments_per_batch
         self.lost_fragments = 0
+        self.taken_rows = 0          # rows handed to learners (lost fragments not included)
         self._next_seq = 0
         self._buffer: Buffer | None = None
 
@@ -337,6 +338,7 @@ class FIFO:
             return None
         self.lost_fragments += (start - self._next_seq) // self.fragment_rows
         self._next_seq = start + need
+        self.taken_rows += need
         self._buffer = buffer
         positions = (start + np.arange(need, dtype=np.int64)) % buffer.capacity_rows
         return ReplayBatch(indices=positions, seqs=start + np.arange(need, dtype=np.int64))
@@ -348,6 +350,72 @@ class FIFO:
     def consumed(self, *, indices: np.ndarray) -> None:
         if self._buffer is not None:
             self._buffer.mark_read(indices=indices)
+
+    def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
+        return 0
+
+
+class Circular:
+    """IMPACT's circular buffer (Luo et al. 2020, §3): the last ``batches`` FIFO batches, each replayed
+    ``replays`` (K) times.
+
+    Each ``sample`` first fills free slots with new FIFO batches, then returns the slots' batches
+    round-robin; a batch leaves after its K-th use. So fresh data keeps arriving while older batches
+    are reused with a policy that has moved on: the clipped surrogate against the target network is
+    what keeps those reuses safe. The rows stay in the ARTOS buffer (the driver holds positions and
+    seqs); a row overwritten before a reuse is dropped by the learner like any stale row.
+
+    Example::
+
+        strategy = Circular(inner=FIFO(fragment_rows=160), batches=4, replays=2)
+        batch = strategy.sample(buffer=buffer)     # a new or a held batch; None while nothing is held
+    """
+
+    def __init__(self, *, inner: FIFO, batches: int, replays: int) -> None:
+        if batches < 1 or replays < 1:
+            raise ValueError(f"Circular needs batches ≥ 1 and replays ≥ 1, got {batches}, {replays}")
+        self.inner, self.batches, self.replays = inner, batches, replays
+        self._slots: list[list] = []      # [ReplayBatch, uses so far]
+        self._next = 0
+        self.replayed_batches = 0         # uses after the first (for metrics and tests)
+
+    @property
+    def lost_fragments(self) -> int:
+        return self.inner.lost_fragments
+
+    @property
+    def taken_rows(self) -> int:
+        return self.inner.taken_rows
+
+    def pending_fragments(self, *, buffer: Buffer) -> int:
+        """Fragments a learner call could take now: new ones, or a held batch's worth while one is held."""
+        held = self.inner.fragments_per_batch if self._slots else 0
+        return self.inner.pending_fragments(buffer=buffer) + held
+
+    def sample(self, *, buffer: Buffer, rows: int | None = None) -> ReplayBatch | None:
+        while len(self._slots) < self.batches:
+            fresh = self.inner.sample(buffer=buffer)
+            if fresh is None:
+                break
+            self._slots.append([fresh, 0])
+        if not self._slots:
+            return None
+        self._next %= len(self._slots)
+        slot = self._slots[self._next]
+        slot[1] += 1
+        self.replayed_batches += slot[1] > 1
+        if slot[1] >= self.replays:
+            self._slots.pop(self._next)
+        else:
+            self._next += 1
+        return slot[0]
+
+    def select(self, *, buffer: Buffer) -> np.ndarray | None:
+        batch = self.sample(buffer=buffer)
+        return None if batch is None else batch.indices
+
+    def consumed(self, *, indices: np.ndarray) -> None:
+        self.inner.consumed(indices=indices)
 
     def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
         return 0

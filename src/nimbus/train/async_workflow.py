@@ -29,7 +29,7 @@ import numpy as np
 
 from nimbus.control.base import RoundMetrics
 from nimbus.data.codec import Message
-from nimbus.data.replay import FIFO, ReplayBatch
+from nimbus.data.replay import FIFO, Circular, ReplayBatch
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TimeTrigger, TriggerTable
 from nimbus.errors import NimbusError
 from nimbus.train.build import System
@@ -195,7 +195,7 @@ class AsyncWorkflow:
                                    heard_from=tuple(sorted({int(r) for r in meta["actor_rank"]})),
                                    lags=version - meta["policy_version"], started_s=time.perf_counter())
         self.pacer.steps_started += steps
-        self.pacer.rows_taken += len(batch.indices) if self.plan.kind == "fifo" else 0
+        self.pacer.rows_taken = self.replay.taken_rows if self.plan.kind == "fifo" else 0   # IMPACT's reuses: once
         self.learner_due = self.wf.learner_trigger == "data" and self._more_work()
         future.add_done_callback(lambda f: self.events.put(("learner", f, None)))
 
@@ -345,7 +345,7 @@ class AsyncWorkflow:
                     log.info("async workflow: env-step budget spent and nothing left to learn; stopping")
                     return
         finally:
-            lost = self.replay.lost_fragments if isinstance(self.replay, FIFO) else 0
+            lost = self.replay.lost_fragments if isinstance(self.replay, (FIFO, Circular)) else 0
             (self.system.run_dir / "policy_lag.json").write_text(
                 json.dumps({"policy_lag_rows": self.policy_lag_histogram(), "lost_fragments": lost}))
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.sac.config import SACConfig
-from nimbus.data.replay import FIFO, NStep, Prioritized, Uniform
+from nimbus.data.replay import FIFO, Circular, NStep, Prioritized, Uniform
 from nimbus.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -54,6 +54,8 @@ class ReplayPlan:
     beta_anneal_rows: int = 1
     fragments_per_batch: int = 1
     row_group: int = 1           # the learner drops stale rows in whole groups (IMPALA: one env's T steps)
+    circular_batches: int = 0    # IMPACT: FIFO batches its circular buffer holds (0: plain FIFO, IMPALA)
+    circular_replays: int = 1    # IMPACT: uses of each held batch (K)
 
 
 def plan_for(*, config: NimbusConfig) -> ReplayPlan:
@@ -76,7 +78,9 @@ def plan_for(*, config: NimbusConfig) -> ReplayPlan:
     if isinstance(algo, ImpalaConfig):
         batch_rows = wf.fragments_per_batch * fragment_rows
         actors = _max_actors(config=config)
-        return ReplayPlan(kind="fifo", capacity_rows=max(4 * actors, 2 * wf.fragments_per_batch + 2) * fragment_rows,
+        held = algo.circular_buffer_batches if algo.variant == "impact" else 0   # IMPACT's batches stay readable
+        return ReplayPlan(kind="fifo", capacity_rows=max(4 * actors, 2 * wf.fragments_per_batch + 2) * fragment_rows
+                          + held * batch_rows, circular_batches=held, circular_replays=algo.circular_buffer_replays,
                           fragment_rows=fragment_rows, fragment_steps=steps, batch_size=batch_rows,
                           updates_per_row=0.0, fixed_gradient_steps=1, train_rows=wf.train_rows or batch_rows,
                           learning_starts=batch_rows, random_warmup=False, gamma=algo.gamma,
@@ -84,14 +88,18 @@ def plan_for(*, config: NimbusConfig) -> ReplayPlan:
     raise ConfigError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; got algo.name: {algo.name}")
 
 
-def make_replay(*, plan: ReplayPlan, seed: int, guard_rows: int = 0) -> Uniform | NStep | FIFO:
-    """The replay strategy of a plan: FIFO; or Uniform / Prioritized, wrapped in NStep when n > 1.
+def make_replay(*, plan: ReplayPlan, seed: int, guard_rows: int = 0) -> Uniform | NStep | FIFO | Circular:
+    """The replay strategy of a plan: FIFO (in IMPACT's Circular buffer); or Uniform / Prioritized, wrapped
+    in NStep when n > 1.
 
     ``guard_rows``: rows actors may ingest while a learner reads (Uniform and Prioritized do not draw the
     oldest rows they would overwrite; the learner drops any row overwritten anyway).
     """
     if plan.kind == "fifo":
-        return FIFO(fragment_rows=plan.fragment_rows, fragments_per_batch=plan.fragments_per_batch)
+        fifo = FIFO(fragment_rows=plan.fragment_rows, fragments_per_batch=plan.fragments_per_batch)
+        if plan.circular_batches:
+            return Circular(inner=fifo, batches=plan.circular_batches, replays=plan.circular_replays)
+        return fifo
     batch_rows = plan.batch_size * plan.fixed_gradient_steps
     if plan.prioritized:
         sampler: Uniform = Prioritized(capacity_rows=plan.capacity_rows, batch_rows=batch_rows, alpha=plan.per_alpha,

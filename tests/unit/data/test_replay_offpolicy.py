@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from nimbus.algos.base import KeySpec
 from nimbus.data.buffer import Buffer
-from nimbus.data.replay import FIFO, NStep, Prioritized, ReplayBatch, ReplayStrategy, Uniform, nstep_returns
+from nimbus.data.replay import Circular, FIFO, NStep, Prioritized, ReplayBatch, ReplayStrategy, Uniform, nstep_returns
 from nimbus.data.shm import PREFIX_ENV, sweep
 
 SPEC = {"x": KeySpec(shape=(), dtype="int64"), "rewards": KeySpec(shape=(), dtype="float32"),
@@ -239,3 +239,17 @@ def test_prioritized_guard_skips_the_rows_the_next_ingests_overwrite() -> None:
         assert set(buf.read(indices=batch.indices)["x"]) == {4, 5, 6, 7}
         assert np.allclose(strategy.tree.get(indices=np.arange(4)), 50.0)     # their priorities are kept
         assert np.all(batch.columns["weights"] > 0)
+
+
+# ------------------------------------------------------------------------------- Circular (IMPACT)
+def test_circular_replays_each_fifo_batch_k_times_round_robin() -> None:
+    with make_buffer(64) as buf:
+        strategy = Circular(inner=FIFO(fragment_rows=4), batches=2, replays=3)
+        assert strategy.sample(buffer=buf) is None
+        for i in range(3):
+            ingest(buf, x=np.arange(4 * i, 4 * i + 4))
+        firsts = [int(strategy.sample(buffer=buf).seqs[0]) for _ in range(8)]
+        # slots hold fragments 0 and 4; each is used 3 times, then fragment 8 takes the free slot
+        assert firsts == [0, 4, 0, 4, 0, 4, 8, 8]
+        assert strategy.taken_rows == 12 and strategy.replayed_batches == 5
+        assert strategy.pending_fragments(buffer=buf) == 1                 # fragment 8 still has a use left
