@@ -148,6 +148,9 @@ class TrainConfig(Section):
     """episodes of the final policy evaluated at the end (0: skip)"""
     max_nonfinite_losses: int = Field(default=5, ge=1)
     """stop after this many non-finite updates in a row (each is skipped)"""
+    checkpoint_replay: bool = False
+    """checkpoints also hold the replay buffer, its strategy's state and the actor scaler's window
+    (plain safetensors beside each checkpoint), so --resume continues without refilling (train/replay_checkpoint.py)"""
     exact_resume: bool = False
     """checkpoints also hold every actor's envs mid-episode, so --resume continues bitwise (sync workflow;
     MuJoCo and classic-control envs)"""

@@ -149,6 +149,13 @@ class Uniform:
         """Uniform replay has no priorities: nothing to update."""
         return 0
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """What a checkpoint keeps (``train.checkpoint_replay``); uniform draws need nothing but the rows."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        pass
+
 
 class Prioritized(Uniform):
     """Proportional PER (Schaul et al. 2016) over the buffer's positions, with a sum tree.
@@ -228,6 +235,16 @@ class Prioritized(Uniform):
             self.max_priority = max(self.max_priority, float(priorities.max()))
         return int(same.sum())
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"priorities": self.tree.get(indices=np.arange(self.tree.capacity)),
+                "scalars": np.array([self.max_priority, self._admitted_seq], dtype=np.float64)}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        written = np.flatnonzero(state["priorities"] > 0)     # 0: a leaf never written (keeps min() right)
+        self.tree.update(indices=written, priorities=state["priorities"][written])
+        self.max_priority, admitted = (float(v) for v in state["scalars"])
+        self._admitted_seq = int(admitted)
+
 
 def nstep_returns(*, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, valid_steps: np.ndarray,
                   gamma: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -298,6 +315,12 @@ class NStep:
     def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
         return self.inner.update_priorities(buffer=buffer, batch=batch, td_errors=td_errors)
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.inner.load_state_dict(state)
+
 
 class FIFO:
     """IMPALA: whole actor fragments, oldest first, each exactly once (ARTOS Table 3: n=1, size=step).
@@ -353,6 +376,12 @@ class FIFO:
 
     def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
         return 0
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"fifo": np.array([self._next_seq, self.lost_fragments, self.taken_rows], dtype=np.int64)}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self._next_seq, self.lost_fragments, self.taken_rows = (int(v) for v in state["fifo"])
 
 
 class Circular:
@@ -419,3 +448,19 @@ class Circular:
 
     def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
         return 0
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The FIFO's position and the held batches (positions, seqs, uses) as flat arrays."""
+        held = [slot[0] for slot in self._slots]
+        return {**self.inner.state_dict(),
+                "slot_uses": np.array([slot[1] for slot in self._slots] + [self._next], dtype=np.int64),
+                "slot_rows": np.array([len(b.indices) for b in held], dtype=np.int64),
+                "slot_indices": np.concatenate([b.indices for b in held] or [np.zeros(0, np.int64)]),
+                "slot_seqs": np.concatenate([b.seqs for b in held] or [np.zeros(0, np.int64)])}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.inner.load_state_dict(state)
+        bounds = np.concatenate([[0], np.cumsum(state["slot_rows"])]).astype(np.int64)
+        *uses, self._next = (int(v) for v in state["slot_uses"])
+        self._slots = [[ReplayBatch(indices=state["slot_indices"][a:b], seqs=state["slot_seqs"][a:b]), used]
+                       for a, b, used in zip(bounds[:-1], bounds[1:], uses)]

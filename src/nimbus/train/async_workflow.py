@@ -38,6 +38,7 @@ from nimbus.train.offpolicy_actor import OffPolicyActorRequest
 from nimbus.train.offpolicy_learner import OffPolicyLearnerRequest
 from nimbus.train.offpolicy_plan import Pacer, plan_for
 from nimbus.train.probe import round_probe_extras, with_decision
+from nimbus.train.replay_checkpoint import restore_replay
 from nimbus.train.weights import optim_key, weights_key
 from nimbus.train.workflows import POLICY, Progress
 
@@ -83,6 +84,8 @@ class AsyncWorkflow:
                            max_steps_per_call=self.wf.max_gradient_steps_per_call,
                            base_actors=self.decision.num_actors,
                            prioritized_steps_per_call=self.wf.prioritized_steps_per_call)
+        if progress.restore_replay is not None:    # train.checkpoint_replay: no refill from learning_starts
+            restore_replay(message=progress.restore_replay, buffer=system.buffer, replay=self.replay, pacer=self.pacer)
         self.events: queue.Queue[tuple[str, Future, Any]] = queue.Queue()
         self.started_s = time.perf_counter()
         self.stop_requested = False

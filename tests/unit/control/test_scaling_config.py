@@ -32,7 +32,7 @@ def test_nitro_defaults_are_the_papers() -> None:
     assert isinstance(config, NitroScalingConfig)
     assert (config.min_actors, config.max_actors, config.window, config.decay) == (8, 64, 6, 0.96)
     assert config.budget_usd is None and config.variant == "paper"
-    assert (config.hessian.subset_size, config.hessian.max_iterations) == (256, 100)
+    assert (config.hessian.subset_size, config.hessian.max_iterations) == (None, 100)   # whole batch: measured
 
 
 def test_kind_selects_the_config_class() -> None:
