@@ -36,10 +36,8 @@ class AsyncWorkflowConfig(BaseModel):
     max_gradient_steps_per_call: int = Field(default=256, ge=1)
     """DQN/SAC: at most this many owed gradient steps per learner call"""
     prioritized_steps_per_call: int = Field(default=8, ge=1)
-    """PER: at most this many gradient steps per learner call, each call drawing from the current priorities
-    (1: Schaul et al.'s draw per step; more calls cost more invocations)"""
+    """PER: at most this many gradient steps per learner call, i.e. per draw from the priorities (1: per step)"""
     max_steps_ahead: int | None = Field(default=None, ge=0)
-    """back-pressure: env steps actors may collect beyond what the learner consumed, at the scaler's initial
-    actor count (scaled by decided / initial actors when a scaler boosts); null: never wait"""
+    """back-pressure: env steps actors may collect beyond what the learner consumed (× decided/initial actors)"""
     lockstep: bool = False
     """the sync-style off-policy loop (RLlib, CleanRL) for comparison: actors and learner alternate"""
