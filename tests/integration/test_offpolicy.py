@@ -37,15 +37,15 @@ def test_dqn_cartpole_reaches_150_within_50k_steps(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sac_pendulum_reaches_minus_400_within_15k_steps(tmp_path: Path) -> None:
-    # the zoo's hyperparameters with a (64, 64) network: the same learning curve, a quarter of the
-    # learner time on this machine's CPU (the benchmark runs the shipped [256, 256] config)
+def test_sac_pendulum_reaches_minus_200_within_15k_steps(tmp_path: Path) -> None:
+    # learning, not just improving: −200 is where rl-zoo's SAC ends on Pendulum; the shipped [256, 256]
+    # network (docs/benchmarks.md: −200 at a median 6 368 env steps, 70-100 s at load 4-5)
     config = offpolicy_config(name="sac-pendulum", tmp_path=tmp_path,
-                              overrides=["train.total_env_steps=15000", "train.target_return=-400",
-                                         "train.return_window=10", "algo.hidden_sizes=[64, 64]"])
+                              overrides=["train.total_env_steps=15000", "train.target_return=-200",
+                                         "train.return_window=10"])
     result = train(config=config)
     assert result.summary.stopped_by == "target_return", result.summary
-    assert result.summary.final_return >= -400 and result.summary.env_steps <= 15_000
+    assert result.summary.final_return >= -200 and result.summary.env_steps <= 15_000
 
 
 @pytest.mark.slow
