@@ -158,8 +158,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--budget-usd", type=float, default=0.004,
-                        help="nitro-budget's budget: about half the nitro arm's mean cost in the 3-seed run")
+    parser.add_argument("--budget-usd", type=float, default=0.002,
+                        help="nitro-budget's budget: about half of what the nitro arm cost at low load (0.0038)")
     parser.add_argument("--smoke", action="store_true", help="nitro and nitro-authors, 1 seed, 2 rounds")
     parser.add_argument("--merge", type=Path, nargs="+", default=None, help="combine these results' runs")
     parser.add_argument("--rounds", type=int, default=50)

@@ -17,6 +17,7 @@ episodes for both frameworks. Reported per task and framework: evaluation return
 (min..max) over seeds, wall time (process start to the end of training, evaluation excluded), env steps.
 
 Run:  python benchmarks/offpolicy_vs_sb3.py --tasks dqn-cartpole --seeds 0 1 2
+      python benchmarks/offpolicy_vs_sb3.py --merge a.json b.json --output all.json   (seeds run apart)
       python benchmarks/offpolicy_vs_sb3.py --smoke     (every task at a few hundred steps, 1 seed, 2 episodes)
       (writes benchmarks/results/offpolicy_vs_sb3.json unless --output says otherwise)
 """
@@ -129,12 +130,18 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--smoke", action="store_true", help="every task, 1 seed, few steps, 2 episodes")
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "offpolicy_vs_sb3.json")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None, help="one table from these results' runs")
     parser.add_argument("--one", nargs=4, metavar=("TASK", "FRAMEWORK", "SEED", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         task, framework, seed, out = args.one
         one(task=task, framework=framework, seed=int(seed), steps=args.steps or TASKS[task][1],
             episodes=args.eval_episodes, out=Path(out))
+        return
+    if args.merge:
+        runs = [run for path in args.merge for run in json.loads(path.read_text())["runs"]]
+        args.tasks = list(dict.fromkeys(run["task"] for run in runs))
+        report(runs=runs, tasks=args.tasks, output=args.output, extra={"merged": [str(p) for p in args.merge]})
         return
     if args.smoke:
         args.seeds, args.eval_episodes = [0], 2
@@ -151,14 +158,18 @@ def main() -> None:
                     runs.append(json.loads(out.read_text()))
                     print(f"{task} {framework} seed {seed}: eval {runs[-1]['eval_return']:.1f} "
                           f"wall {runs[-1]['wall_s']:.0f} s", flush=True)
+    report(runs=runs, tasks=args.tasks, output=args.output, extra={
+        "command": " ".join(sys.argv), "total_s": time.perf_counter() - started,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg_at_end": os.getloadavg()}})
+
+
+def report(*, runs: list[dict], tasks: list[str], output: Path, extra: dict) -> None:
+    """Write the JSON (table + runs) and print the markdown table."""
     table = {f"{task}/{fw}": {key: spread([r[key] for r in runs if (r["task"], r["framework"]) == (task, fw)])
                               for key in ("eval_return", "wall_s", "env_steps")}
-             for task in args.tasks for fw in TASKS[task][2]}
-    result = {"command": " ".join(sys.argv), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-              "load_avg_at_end": os.getloadavg()}, "total_s": time.perf_counter() - started, "table": table,
-              "runs": runs}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1))
+             for task in tasks for fw in TASKS[task][2] if any((r["task"], r["framework"]) == (task, fw) for r in runs)}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps({**extra, "table": table, "runs": runs}, indent=1))
     print("| task / framework | eval return | wall (s) | env steps |\n| --- | --- | --- | --- |")
     for key, e in table.items():
         r = e["eval_return"]
