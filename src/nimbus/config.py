@@ -159,6 +159,8 @@ class TrainConfig(Section):
     """episodes of the final policy evaluated at the end (0: skip)"""
     max_nonfinite_losses: int = Field(default=5, ge=1)
     """stop after this many non-finite updates in a row (each is skipped)"""
+    checkpoint_replay: bool = False
+    """checkpoints also keep the replay buffer and the scaler's window (a safetensors file beside each); --resume restores them"""
     exact_resume: bool = False
     """checkpoints also hold every actor's envs mid-episode, so --resume continues bitwise (sync workflow;
     MuJoCo and classic-control envs)"""

@@ -32,12 +32,23 @@ def test_ppo_cartpole_nitro_varies_actors_within_bounds(make_config) -> None:
     assert [r["extras"]["score"] for r in written] == [r.extras["score"] for r in rows]
 
 
+def _budget(on_budget: str) -> str:
+    return ("actors.scaling={kind: nitro, min_actors: 1, max_actors: 2, budget_usd: 0.000001, "
+            f"on_budget: {on_budget}, hessian: {{subset_size: 128, max_iterations: 20}}}}")
+
+
 def test_ppo_cartpole_nitro_budget_spent_keeps_min_actors(make_config) -> None:
-    budget = ("actors.scaling={kind: nitro, min_actors: 1, max_actors: 2, budget_usd: 0.000001, "
-              "hessian: {subset_size: 128, max_iterations: 20}}")
-    result = train(config=make_config(overrides=["algo.minibatch_size=64", "train.max_rounds=4", budget]))
+    result = train(config=make_config(overrides=["algo.minibatch_size=64", "train.max_rounds=4", _budget("min")]))
     assert [row.num_actors for row in result.rows] == [1, 1, 1, 1]
     assert all(row.extras["budget_spent"] == 1.0 and row.extras["budget_left_usd"] == 0.0 for row in result.rows)
+    assert result.summary.stopped_by == "max_rounds"
+
+
+def test_ppo_cartpole_nitro_budget_spent_stops_the_run_by_default(make_config) -> None:
+    budget = _budget("stop").replace("on_budget: stop, ", "")      # the default is the paper's: stop
+    result = train(config=make_config(overrides=["algo.minibatch_size=64", "train.max_rounds=4", budget]))
+    assert len(result.rows) == 1 and result.rows[0].extras["budget_stop"] == 1.0
+    assert result.summary.stopped_by == "budget_spent"
 
 
 def test_fixed_scaler_runs_without_probe(make_config) -> None:
@@ -58,9 +69,14 @@ def test_impala_cartpole_nitro_off_policy_boosting(tmp_path) -> None:
             "output": {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}}
     result = train(config=parse_config(data=data))
     rows = result.rows
-    actors = [row.num_actors for row in rows]
-    assert len(rows) == 12 and all(1 <= n <= 3 for n in actors)
-    assert len(set(actors)) > 1, actors
+    decided = [row.extras["actors_decided"] for row in rows]
+    assert len(rows) == 12 and all(1 <= n <= 3 for n in decided)
+    assert len(set(decided)) > 1, decided
     for row, following in zip(rows, rows[1:]):
-        assert following.num_actors == row.extras["next_num_actors"]
+        assert following.extras["actors_decided"] == row.extras["next_num_actors"]
+    # rows count the ranks that ran; when the scaler boosts, ranks > 0 do run (back-pressure scales with it)
+    ran = [row.num_actors for row in rows]
+    assert all(n <= 3 for n in ran)
+    boosted = [n for n, d in zip(ran[1:], decided[1:]) if d >= 2]
+    assert boosted and max(boosted) >= 2, (ran, decided)
     assert all(row.extras["probe_s"] > 0 and "score" in row.extras for row in rows)

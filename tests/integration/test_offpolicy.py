@@ -37,15 +37,15 @@ def test_dqn_cartpole_reaches_150_within_50k_steps(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sac_pendulum_reaches_minus_400_within_15k_steps(tmp_path: Path) -> None:
-    # the zoo's hyperparameters with a (64, 64) network: the same learning curve, a quarter of the
-    # learner time on this machine's CPU (the benchmark runs the shipped [256, 256] config)
+def test_sac_pendulum_reaches_minus_200_within_15k_steps(tmp_path: Path) -> None:
+    # learning, not just improving: −200 is where rl-zoo's SAC ends on Pendulum; the shipped [256, 256]
+    # network (docs/benchmarks.md: −200 at a median 6 368 env steps, 70-100 s at load 4-5)
     config = offpolicy_config(name="sac-pendulum", tmp_path=tmp_path,
-                              overrides=["train.total_env_steps=15000", "train.target_return=-400",
-                                         "train.return_window=10", "algo.hidden_sizes=[64, 64]"])
+                              overrides=["train.total_env_steps=15000", "train.target_return=-200",
+                                         "train.return_window=10"])
     result = train(config=config)
     assert result.summary.stopped_by == "target_return", result.summary
-    assert result.summary.final_return >= -400 and result.summary.env_steps <= 15_000
+    assert result.summary.final_return >= -200 and result.summary.env_steps <= 15_000
 
 
 @pytest.mark.slow
@@ -114,6 +114,8 @@ def test_impact_sends_new_weights_to_the_actors_it_heard_from(tmp_path: Path) ->
     assert all(r.extras["policy_lag_mean"] == r.extras["policy_lag_max"] for r in result.rows)
     assert max(r.extras["policy_lag_max"] for r in result.rows) >= 1
     assert all("clip_fraction" in r.losses for r in result.rows)
+    # IMPACT's circular buffer and lagging target: the loss sees π_target ≠ π (issue 15)
+    assert max(r.losses["target_log_ratio_max"] for r in result.rows) > 0.0
 
 
 def test_back_pressure_holds_actors_within_max_steps_ahead(tmp_path: Path) -> None:
@@ -134,6 +136,9 @@ def test_workflow_and_algorithm_must_match() -> None:
         load_config(path=REPO / "configs" / "ppo-cartpole.yaml", overrides=["train.workflow=async"])
     with pytest.raises(ConfigError, match="rollout_length"):
         load_config(path=REPO / "configs" / "impala-cartpole.yaml", overrides=["actors.fragment_steps=7"])
+    with pytest.raises(ConfigError, match="algo.target_update_interval"):   # IMPACT that would be IMPALA
+        load_config(path=REPO / "configs" / "impala-cartpole.yaml",
+                    overrides=["algo.variant=impact", "algo.target_update_interval=1"])
     with pytest.raises(ConfigError, match="async_workflow.nonsense"):
         load_config(path=REPO / "configs" / "sac-pendulum.yaml", overrides=["async_workflow.nonsense=1"])
     for name in ("dqn-cartpole", "impala-cartpole", "sac-pendulum", "sac-hopper", "dqn-pong"):

@@ -268,6 +268,34 @@ class Buffer:
         while len(self._seen) > self._dedup_window:
             self._seen.popitem(last=False)
 
+    def held_rows(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Copies of every held row, oldest first: (columns, meta incl. ``read_flag``), for a checkpoint."""
+        positions = self.positions_since(seq=0)
+        return ({key: self._column(key)[positions] for key in self.keys},
+                {name: self._meta[name][positions] for name in META_DTYPES})
+
+    def restore_rows(self, *, columns: dict[str, np.ndarray], meta: dict[str, np.ndarray]) -> None:
+        """Refill an empty buffer with ``held_rows()`` of another: each row at ``ingest_seq % capacity``, so
+        sequence numbers (FIFO, PER, stale-row checks) continue; only the newest ``capacity`` rows fit."""
+        if self.size_rows or not self._owner:
+            raise RuntimeError("restore_rows needs an empty buffer this process owns")
+        seqs = np.asarray(meta["ingest_seq"], dtype=np.int64)[-self.capacity_rows:]
+        keep = slice(len(meta["ingest_seq"]) - len(seqs), None)
+        if len(seqs) and np.any(np.diff(seqs) != 1):
+            raise ValueError("restored rows must be consecutive ingest sequence numbers, oldest first")
+        positions = seqs % self.capacity_rows
+        for key, column in self._columns.items():
+            column[positions] = np.asarray(columns[key])[keep]
+        for name in META_DTYPES:
+            self._meta[name][positions] = np.asarray(meta[name])[keep]
+        header, total = self._header, int(seqs[-1]) + 1 if len(seqs) else 0
+        ranks, counts = np.unique(self._meta["actor_rank"][positions], return_counts=True)
+        header["rows_by_actor"][ranks] = counts
+        header["latest_policy_version"] = int(self._meta["policy_version"][positions].max(initial=0))
+        header["write_index"] = total % self.capacity_rows
+        header["size_rows"] = len(seqs)
+        header["total_rows"] = total
+
     def mark_read(self, *, indices: np.ndarray) -> None:
         """Flag rows as consumed, so overwriting them later is not counted as data lost unread."""
         self._meta["read_flag"][self._positions(indices)] = 1

@@ -149,6 +149,13 @@ class Uniform:
         """Uniform replay has no priorities: nothing to update."""
         return 0
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """What a checkpoint keeps (``train.checkpoint_replay``); uniform draws need nothing but the rows."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        pass
+
 
 class Prioritized(Uniform):
     """Proportional PER (Schaul et al. 2016) over the buffer's positions, with a sum tree.
@@ -157,7 +164,11 @@ class Prioritized(Uniform):
     p = (|δ| + ε)^α set by ``update_priorities`` from the TD errors the learner returns. Draws are
     stratified over the priority mass, then shuffled (the learner walks the batch in consecutive
     minibatches). ``weights`` = (p_i / p_min)^-β, β annealed linearly from β0 to 1 over
-    ``beta_anneal_rows`` ingested rows (the run's env steps).
+    ``beta_anneal_rows`` ingested rows (the run's env steps). ``eps`` must be > 0: a zero-priority row
+    would never be drawn again and break the weights. With ``guard_rows`` the oldest rows that ingests in
+    flight would overwrite are not drawn (their priority mass is left out of the draw; as ``Uniform``).
+    Schaul et al. draw each gradient step's minibatch from the current priorities; the async workflow
+    bounds the gradient steps per draw (``async_workflow.prioritized_steps_per_call``).
 
     Example::
 
@@ -168,8 +179,11 @@ class Prioritized(Uniform):
     """
 
     def __init__(self, *, capacity_rows: int, batch_rows: int, alpha: float = 0.6, beta0: float = 0.4,
-                 beta_anneal_rows: int = 1, eps: float = 1e-6, min_rows: int = 1, seed: int = 0) -> None:
-        super().__init__(batch_rows=batch_rows, min_rows=min_rows, seed=seed)
+                 beta_anneal_rows: int = 1, eps: float = 1e-6, min_rows: int = 1, seed: int = 0,
+                 guard_rows: int = 0) -> None:
+        if not eps > 0.0:
+            raise ValueError(f"Prioritized needs eps > 0 (a zero priority is never drawn again), got {eps}")
+        super().__init__(batch_rows=batch_rows, min_rows=min_rows, seed=seed, guard_rows=guard_rows)
         self.tree = SumTree(capacity=capacity_rows)
         self.alpha, self.beta0, self.eps = alpha, beta0, eps
         self.beta_anneal_rows = max(1, beta_anneal_rows)
@@ -191,9 +205,23 @@ class Prioritized(Uniform):
         if buffer.size_rows < self.min_rows:
             return None
         self._buffer = buffer
-        positions = self._rng.permutation(self.tree.sample(batch_size=rows or self.batch_rows, rng=self._rng))
+        positions = self._rng.permutation(self._draw(buffer=buffer, rows=rows or self.batch_rows))
         weights = self.tree.importance_weights(indices=positions, beta=self.beta(buffer=buffer))
         return ReplayBatch(indices=positions, seqs=_seqs(buffer, positions), columns={"weights": weights})
+
+    def _draw(self, *, buffer: Buffer, rows: int) -> np.ndarray:
+        """Stratified draws over the tree with the guarded (oldest, about to be overwritten) rows left out."""
+        size = buffer.size_rows
+        guarded = min(size - 1, max(0, size + self.guard_rows - buffer.capacity_rows))
+        if guarded == 0:
+            return self.tree.sample(batch_size=rows, rng=self._rng)
+        oldest = (buffer.write_index - size + np.arange(guarded, dtype=np.int64)) % buffer.capacity_rows
+        saved = self.tree.get(indices=oldest)
+        self.tree.update(indices=oldest, priorities=np.zeros(guarded))
+        try:
+            return self.tree.sample(batch_size=rows, rng=self._rng)
+        finally:
+            self.tree.update(indices=oldest, priorities=saved)
 
     def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
         """Set (|δ| + ε)^α at the rows that still hold the sampled transition; returns how many."""
@@ -206,6 +234,16 @@ class Prioritized(Uniform):
         if priorities.size:
             self.max_priority = max(self.max_priority, float(priorities.max()))
         return int(same.sum())
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"priorities": self.tree.get(indices=np.arange(self.tree.capacity)),
+                "scalars": np.array([self.max_priority, self._admitted_seq], dtype=np.float64)}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        written = np.flatnonzero(state["priorities"] > 0)     # 0: a leaf never written (keeps min() right)
+        self.tree.update(indices=written, priorities=state["priorities"][written])
+        self.max_priority, admitted = (float(v) for v in state["scalars"])
+        self._admitted_seq = int(admitted)
 
 
 def nstep_returns(*, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, valid_steps: np.ndarray,
@@ -277,6 +315,12 @@ class NStep:
     def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
         return self.inner.update_priorities(buffer=buffer, batch=batch, td_errors=td_errors)
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.inner.load_state_dict(state)
+
 
 class FIFO:
     """IMPALA: whole actor fragments, oldest first, each exactly once (ARTOS Table 3: n=1, size=step).
@@ -298,6 +342,7 @@ class FIFO:
                              f"got {fragment_rows}, {fragments_per_batch}")
         self.fragment_rows, self.fragments_per_batch = fragment_rows, fragments_per_batch
         self.lost_fragments = 0
+        self.taken_rows = 0          # rows handed to learners (lost fragments not included)
         self._next_seq = 0
         self._buffer: Buffer | None = None
 
@@ -316,6 +361,7 @@ class FIFO:
             return None
         self.lost_fragments += (start - self._next_seq) // self.fragment_rows
         self._next_seq = start + need
+        self.taken_rows += need
         self._buffer = buffer
         positions = (start + np.arange(need, dtype=np.int64)) % buffer.capacity_rows
         return ReplayBatch(indices=positions, seqs=start + np.arange(need, dtype=np.int64))
@@ -330,3 +376,91 @@ class FIFO:
 
     def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
         return 0
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"fifo": np.array([self._next_seq, self.lost_fragments, self.taken_rows], dtype=np.int64)}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self._next_seq, self.lost_fragments, self.taken_rows = (int(v) for v in state["fifo"])
+
+
+class Circular:
+    """IMPACT's circular buffer (Luo et al. 2020, §3): the last ``batches`` FIFO batches, each replayed
+    ``replays`` (K) times.
+
+    Each ``sample`` first fills free slots with new FIFO batches, then returns the slots' batches
+    round-robin; a batch leaves after its K-th use. So fresh data keeps arriving while older batches
+    are reused with a policy that has moved on: the clipped surrogate against the target network is
+    what keeps those reuses safe. The rows stay in the ARTOS buffer (the driver holds positions and
+    seqs); a row overwritten before a reuse is dropped by the learner like any stale row.
+
+    Example::
+
+        strategy = Circular(inner=FIFO(fragment_rows=160), batches=4, replays=2)
+        batch = strategy.sample(buffer=buffer)     # a new or a held batch; None while nothing is held
+    """
+
+    def __init__(self, *, inner: FIFO, batches: int, replays: int) -> None:
+        if batches < 1 or replays < 1:
+            raise ValueError(f"Circular needs batches ≥ 1 and replays ≥ 1, got {batches}, {replays}")
+        self.inner, self.batches, self.replays = inner, batches, replays
+        self._slots: list[list] = []      # [ReplayBatch, uses so far]
+        self._next = 0
+        self.replayed_batches = 0         # uses after the first (for metrics and tests)
+
+    @property
+    def lost_fragments(self) -> int:
+        return self.inner.lost_fragments
+
+    @property
+    def taken_rows(self) -> int:
+        return self.inner.taken_rows
+
+    def pending_fragments(self, *, buffer: Buffer) -> int:
+        """Fragments a learner call could take now: new ones, or a held batch's worth while one is held."""
+        held = self.inner.fragments_per_batch if self._slots else 0
+        return self.inner.pending_fragments(buffer=buffer) + held
+
+    def sample(self, *, buffer: Buffer, rows: int | None = None) -> ReplayBatch | None:
+        while len(self._slots) < self.batches:
+            fresh = self.inner.sample(buffer=buffer)
+            if fresh is None:
+                break
+            self._slots.append([fresh, 0])
+        if not self._slots:
+            return None
+        self._next %= len(self._slots)
+        slot = self._slots[self._next]
+        slot[1] += 1
+        self.replayed_batches += slot[1] > 1
+        if slot[1] >= self.replays:
+            self._slots.pop(self._next)
+        else:
+            self._next += 1
+        return slot[0]
+
+    def select(self, *, buffer: Buffer) -> np.ndarray | None:
+        batch = self.sample(buffer=buffer)
+        return None if batch is None else batch.indices
+
+    def consumed(self, *, indices: np.ndarray) -> None:
+        self.inner.consumed(indices=indices)
+
+    def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
+        return 0
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The FIFO's position and the held batches (positions, seqs, uses) as flat arrays."""
+        held = [slot[0] for slot in self._slots]
+        return {**self.inner.state_dict(),
+                "slot_uses": np.array([slot[1] for slot in self._slots] + [self._next], dtype=np.int64),
+                "slot_rows": np.array([len(b.indices) for b in held], dtype=np.int64),
+                "slot_indices": np.concatenate([b.indices for b in held] or [np.zeros(0, np.int64)]),
+                "slot_seqs": np.concatenate([b.seqs for b in held] or [np.zeros(0, np.int64)])}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.inner.load_state_dict(state)
+        bounds = np.concatenate([[0], np.cumsum(state["slot_rows"])]).astype(np.int64)
+        *uses, self._next = (int(v) for v in state["slot_uses"])
+        self._slots = [[ReplayBatch(indices=state["slot_indices"][a:b], seqs=state["slot_seqs"][a:b]), used]
+                       for a, b, used in zip(bounds[:-1], bounds[1:], uses)]

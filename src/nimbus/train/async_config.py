@@ -35,7 +35,9 @@ class AsyncWorkflowConfig(BaseModel):
     """IMPALA: whole actor fragments per FIFO learner batch (a portion of the actors)"""
     max_gradient_steps_per_call: int = Field(default=256, ge=1)
     """DQN/SAC: at most this many owed gradient steps per learner call"""
+    prioritized_steps_per_call: int = Field(default=8, ge=1)
+    """PER: at most this many gradient steps per learner call, i.e. per draw from the priorities (1: per step)"""
     max_steps_ahead: int | None = Field(default=None, ge=0)
-    """back-pressure: env steps actors may collect beyond what the learner consumed; null: never wait"""
+    """back-pressure: env steps actors may collect beyond what the learner consumed (× decided/initial actors)"""
     lockstep: bool = False
     """the sync-style off-policy loop (RLlib, CleanRL) for comparison: actors and learner alternate"""

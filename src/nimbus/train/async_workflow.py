@@ -29,14 +29,16 @@ import numpy as np
 
 from nimbus.control.base import RoundMetrics
 from nimbus.data.codec import Message
-from nimbus.data.replay import FIFO, ReplayBatch
+from nimbus.data.replay import FIFO, Circular, ReplayBatch
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TimeTrigger, TriggerTable
 from nimbus.errors import NimbusError
 from nimbus.train.build import System
+from nimbus.train.heard_from import HeardFromVersions
 from nimbus.train.offpolicy_actor import OffPolicyActorRequest
 from nimbus.train.offpolicy_learner import OffPolicyLearnerRequest
 from nimbus.train.offpolicy_plan import Pacer, plan_for
 from nimbus.train.probe import round_probe_extras, with_decision
+from nimbus.train.replay_checkpoint import restore_replay
 from nimbus.train.weights import optim_key, weights_key
 from nimbus.train.workflows import POLICY, Progress
 
@@ -65,6 +67,7 @@ class Window:
     ingest_s: float = 0.0
     actor_work_s: float = 0.0
     parked_s: float = 0.0
+    ranks_ran: set[int] = field(default_factory=set)   # ranks running at the start or started since
 
 
 class AsyncWorkflow:
@@ -76,18 +79,22 @@ class AsyncWorkflow:
         self.wf = cfg.async_workflow
         self.plan = plan_for(config=cfg)
         self.replay = system.replay
+        self.decision = system.scaler.initial()
         self.pacer = Pacer(plan=self.plan, max_steps_ahead=self.wf.max_steps_ahead,
-                           max_steps_per_call=self.wf.max_gradient_steps_per_call)
+                           max_steps_per_call=self.wf.max_gradient_steps_per_call,
+                           base_actors=self.decision.num_actors,
+                           prioritized_steps_per_call=self.wf.prioritized_steps_per_call)
+        if progress.restore_replay is not None:    # train.checkpoint_replay: no refill from learning_starts
+            restore_replay(message=progress.restore_replay, buffer=system.buffer, replay=self.replay, pacer=self.pacer)
         self.events: queue.Queue[tuple[str, Future, Any]] = queue.Queue()
         self.started_s = time.perf_counter()
-        self.decision = system.scaler.initial()
         self.stop_requested = False
         self.running: dict[int, tuple[Future, int]] = {}     # actor rank → (future, policy_version)
         self.idle_since: dict[int, float] = {}               # actor ranks held back, since when
         self.slot_seq: dict[int, int] = {}
         self.start_version = progress.policy_version          # 0, or the checkpoint's version when resumed
         self.synced_version = progress.policy_version        # sync_to=all
-        self.actor_version: dict[int, int] = {}               # sync_to=heard_from
+        self.actor_version = HeardFromVersions()              # sync_to=heard_from
         self.published: set[int] = {progress.policy_version}
         self.learner: LearnerCall | None = None
         self.learner_due = False
@@ -122,11 +129,13 @@ class AsyncWorkflow:
         self.synced_version = self.progress.policy_version
 
     def _send_to_heard_from(self) -> None:
-        for rank in self.last_heard_from:
-            self.actor_version[rank] = self.progress.policy_version
+        self.actor_version.heard(ranks=self.last_heard_from, newest=self.progress.policy_version)
 
     def _version_for(self, rank: int) -> int:
-        return self.synced_version if self.wf.sync_to == "all" else self.actor_version.get(rank, self.start_version)
+        """sync_to=heard_from: a rank the learner has not heard from (new, or boosted again) gets the newest."""
+        if self.wf.sync_to == "all":
+            return self.synced_version
+        return self.actor_version.version_for(rank=rank, newest=self.progress.policy_version)
 
     def _may_start_actor(self) -> bool:
         cfg = self.system.config
@@ -134,7 +143,7 @@ class AsyncWorkflow:
             return False  # the run's env-step budget is spent (collected or in flight)
         if self.wf.lockstep:
             return self.learner is None and not self.learner_due
-        if self.pacer.may_collect(rows=self.plan.fragment_rows):
+        if self.pacer.may_collect(rows=self.plan.fragment_rows, actors=self.decision.num_actors):
             return True
         return not self.running and self.learner is None  # never deadlock: nothing else would move
 
@@ -151,6 +160,7 @@ class AsyncWorkflow:
             random_actions=warmup)
         future = self.system.runtime.invoke(spec=self.system.actor_spec, request=request.to_message())
         self.running[rank] = (future, version)
+        self.window.ranks_ran.add(rank)
         self.pacer.rows_in_flight += self.plan.fragment_rows
         if rank in self.idle_since:
             self.window.parked_s += time.perf_counter() - self.idle_since.pop(rank)
@@ -160,7 +170,8 @@ class AsyncWorkflow:
         buffer = self.system.buffer
         if self.plan.kind == "fifo":
             return self.replay.sample(buffer=buffer), 1
-        steps = self.pacer.owed_steps() if self.wf.learner_trigger == "data" else self.plan.fixed_gradient_steps
+        steps = self.pacer.owed_steps() if self.wf.learner_trigger == "data" else \
+            min(self.plan.fixed_gradient_steps, self.pacer.max_steps_per_call if self.plan.prioritized else 1 << 30)
         if steps < 1 or buffer.size_rows < self.plan.learning_starts:
             return None, 0
         return self.replay.sample(buffer=buffer, rows=steps * self.plan.batch_size), steps
@@ -189,7 +200,7 @@ class AsyncWorkflow:
                                    heard_from=tuple(sorted({int(r) for r in meta["actor_rank"]})),
                                    lags=version - meta["policy_version"], started_s=time.perf_counter())
         self.pacer.steps_started += steps
-        self.pacer.rows_taken += len(batch.indices) if self.plan.kind == "fifo" else 0
+        self.pacer.rows_taken = self.replay.taken_rows if self.plan.kind == "fifo" else 0   # IMPACT's reuses: once
         self.learner_due = self.wf.learner_trigger == "data" and self._more_work()
         future.add_done_callback(lambda f: self.events.put(("learner", f, None)))
 
@@ -202,9 +213,10 @@ class AsyncWorkflow:
     def _pump(self) -> None:
         """Start the learner and every actor that may run now."""
         self._start_learner()
-        for rank in range(self.decision.num_actors):
-            if rank in self.running:
-                continue
+        now = time.perf_counter()   # the longest-parked rank first: rank 0 must not take every free slot
+        waiting = sorted((r for r in range(self.decision.num_actors) if r not in self.running),
+                         key=lambda r: (self.idle_since.get(r, now), r))
+        for rank in waiting:
             if not self._may_start_actor():
                 self.idle_since.setdefault(rank, time.perf_counter())
                 continue
@@ -264,20 +276,24 @@ class AsyncWorkflow:
             "compute_s": header["compute_s"], "stale_rows": float(header["stale_rows"]),
             "actor_work_s": window.actor_work_s, "actor_parked_s": window.parked_s,
             "buffer_rows": float(self.system.buffer.size_rows), "actors_running": float(len(self.running)),
-            "actors_heard_from": float(len(call.heard_from)),
+            "actors_heard_from": float(len(call.heard_from)), "actors_decided": float(self.decision.num_actors),
             **round_probe_extras(extras=header.get("extras", {}), round_s=round_s)}
         row = RoundMetrics(
             round=progress.rounds, env_steps=progress.env_steps, episodes=progress.episodes,
             return_mean=float(np.mean(returns)) if returns else None,
             return_min=float(np.min(returns)) if returns else None,
             return_max=float(np.max(returns)) if returns else None,
-            num_actors=self.decision.num_actors, num_learners=1, policy_version=header["policy_version"],
+            num_actors=len(window.ranks_ran),   # the actors that ran this window, not the decision
+            num_learners=1, policy_version=header["policy_version"],
             sampling_s=window.sampling_s, transfer_s=window.ingest_s + header["transfer_s"],
             learning_s=header["learning_s"], round_s=round_s, wall_s=now - self.started_s + progress.wall_s_before,
             cost_usd=self.cost_usd(), losses=header["stats"], extras=extras)
         progress.rounds += 1
-        self.window = Window(started_s=now)
+        self.window = Window(started_s=now, ranks_ran=set(self.running))
+        before = self.decision.num_actors
         self.decision = self.system.scaler.decide(metrics=row)   # Nitro reads this update's probe
+        boosted = range(before, self.decision.num_actors)       # boosted ranks start from the newest version
+        self.actor_version.forget(ranks=[rank for rank in boosted if rank not in self.running])
         row = with_decision(row=row, decision=self.decision)     # + its signals and next_num_actors
         progress.last_row = row
         self.on_round(row)
@@ -292,7 +308,7 @@ class AsyncWorkflow:
     def _forget_old_versions(self) -> None:
         """Delete versions no actor may still load: older than the newest ``keep_versions`` and unreferenced."""
         newest, keep = self.progress.policy_version, self.system.config.store.keep_versions
-        referenced = {self.synced_version, *self.actor_version.values(), *(v for _, v in self.running.values())}
+        referenced = {self.synced_version, *self.actor_version.held(), *(v for _, v in self.running.values())}
         for version in sorted(self.published):
             if version > newest - keep:
                 break
@@ -334,7 +350,7 @@ class AsyncWorkflow:
                     log.info("async workflow: env-step budget spent and nothing left to learn; stopping")
                     return
         finally:
-            lost = self.replay.lost_fragments if isinstance(self.replay, FIFO) else 0
+            lost = self.replay.lost_fragments if isinstance(self.replay, (FIFO, Circular)) else 0
             (self.system.run_dir / "policy_lag.json").write_text(
                 json.dumps({"policy_lag_rows": self.policy_lag_histogram(), "lost_fragments": lost}))
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.sac.config import SACConfig
-from nimbus.data.replay import FIFO, NStep, Prioritized, Uniform
+from nimbus.data.replay import FIFO, Circular, NStep, Prioritized, Uniform
 from nimbus.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -54,6 +54,8 @@ class ReplayPlan:
     beta_anneal_rows: int = 1
     fragments_per_batch: int = 1
     row_group: int = 1           # the learner drops stale rows in whole groups (IMPALA: one env's T steps)
+    circular_batches: int = 0    # IMPACT: FIFO batches its circular buffer holds (0: plain FIFO, IMPALA)
+    circular_replays: int = 1    # IMPACT: uses of each held batch (K)
 
 
 def plan_for(*, config: NimbusConfig) -> ReplayPlan:
@@ -76,7 +78,9 @@ def plan_for(*, config: NimbusConfig) -> ReplayPlan:
     if isinstance(algo, ImpalaConfig):
         batch_rows = wf.fragments_per_batch * fragment_rows
         actors = _max_actors(config=config)
-        return ReplayPlan(kind="fifo", capacity_rows=max(4 * actors, 2 * wf.fragments_per_batch + 2) * fragment_rows,
+        held = algo.circular_buffer_batches if algo.variant == "impact" else 0   # IMPACT's batches stay readable
+        return ReplayPlan(kind="fifo", capacity_rows=max(4 * actors, 2 * wf.fragments_per_batch + 2) * fragment_rows
+                          + held * batch_rows, circular_batches=held, circular_replays=algo.circular_buffer_replays,
                           fragment_rows=fragment_rows, fragment_steps=steps, batch_size=batch_rows,
                           updates_per_row=0.0, fixed_gradient_steps=1, train_rows=wf.train_rows or batch_rows,
                           learning_starts=batch_rows, random_warmup=False, gamma=algo.gamma,
@@ -84,19 +88,24 @@ def plan_for(*, config: NimbusConfig) -> ReplayPlan:
     raise ConfigError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; got algo.name: {algo.name}")
 
 
-def make_replay(*, plan: ReplayPlan, seed: int, guard_rows: int = 0) -> Uniform | NStep | FIFO:
-    """The replay strategy of a plan: FIFO; or Uniform / Prioritized, wrapped in NStep when n > 1.
+def make_replay(*, plan: ReplayPlan, seed: int, guard_rows: int = 0) -> Uniform | NStep | FIFO | Circular:
+    """The replay strategy of a plan: FIFO (in IMPACT's Circular buffer); or Uniform / Prioritized, wrapped
+    in NStep when n > 1.
 
-    ``guard_rows``: rows actors may ingest while a learner reads (Uniform does not draw the oldest rows
-    they would overwrite; the learner drops any row overwritten anyway).
+    ``guard_rows``: rows actors may ingest while a learner reads (Uniform and Prioritized do not draw the
+    oldest rows they would overwrite; the learner drops any row overwritten anyway).
     """
     if plan.kind == "fifo":
-        return FIFO(fragment_rows=plan.fragment_rows, fragments_per_batch=plan.fragments_per_batch)
+        fifo = FIFO(fragment_rows=plan.fragment_rows, fragments_per_batch=plan.fragments_per_batch)
+        if plan.circular_batches:
+            return Circular(inner=fifo, batches=plan.circular_batches, replays=plan.circular_replays)
+        return fifo
     batch_rows = plan.batch_size * plan.fixed_gradient_steps
     if plan.prioritized:
         sampler: Uniform = Prioritized(capacity_rows=plan.capacity_rows, batch_rows=batch_rows, alpha=plan.per_alpha,
                                        beta0=plan.per_beta0, beta_anneal_rows=plan.beta_anneal_rows,
-                                       eps=plan.per_eps, min_rows=plan.learning_starts, seed=seed)
+                                       eps=plan.per_eps, min_rows=plan.learning_starts, seed=seed,
+                                       guard_rows=guard_rows)
     else:
         sampler = Uniform(batch_rows=batch_rows, min_rows=plan.learning_starts, seed=seed, guard_rows=guard_rows)
     if plan.n_step > 1:
@@ -142,20 +151,29 @@ class Pacer:
     already started, as SB3's ``train_freq`` / ``gradient_steps`` would do them; a call takes at most
     ``max_steps_per_call`` of them. The learner has *consumed* learning_starts + started / updates_per_row
     rows (FIFO: the rows it took). Back-pressure lets actors hold at most ``max_steps_ahead`` rows more
-    than that (collected + in flight); ``None`` never holds them back.
+    than that (collected + in flight) at ``base_actors`` actors, and proportionally more when a scaler runs
+    more (``may_collect(actors=...)``): a boosted round's extra actors get room to run instead of the
+    first rank taking every slot. ``None`` never holds them back. With PER a call takes at most
+    ``prioritized_steps_per_call`` steps, so each draw is at most that many steps older than the priorities.
 
     Example::
 
-        pacer = Pacer(plan=plan, max_steps_ahead=2048, max_steps_per_call=256)
+        pacer = Pacer(plan=plan, max_steps_ahead=2048, max_steps_per_call=256, base_actors=2)
         pacer.rows_ingested += 512
         pacer.owed_steps()                     # gradient steps the next call may take
-        pacer.may_collect(rows=256)            # may one more actor fragment start?
+        pacer.may_collect(rows=256, actors=4)  # may one more actor fragment start, with 4 actors decided?
     """
 
-    def __init__(self, *, plan: ReplayPlan, max_steps_ahead: int | None, max_steps_per_call: int) -> None:
+    def __init__(self, *, plan: ReplayPlan, max_steps_ahead: int | None, max_steps_per_call: int,
+                 base_actors: int = 1, prioritized_steps_per_call: int | None = None) -> None:
+        if base_actors < 1:
+            raise ValueError(f"base_actors must be >= 1, got {base_actors}")
         self.plan = plan
         self.max_steps_ahead = max_steps_ahead
         self.max_steps_per_call = max_steps_per_call
+        if plan.prioritized and prioritized_steps_per_call is not None:
+            self.max_steps_per_call = min(max_steps_per_call, prioritized_steps_per_call)
+        self.base_actors = base_actors
         self.rows_ingested = 0
         self.rows_in_flight = 0
         self.steps_started = 0
@@ -171,7 +189,8 @@ class Pacer:
             return float(self.rows_taken)
         return self.plan.learning_starts + self.steps_started / max(self.plan.updates_per_row, 1e-12)
 
-    def may_collect(self, *, rows: int) -> bool:
+    def may_collect(self, *, rows: int, actors: int | None = None) -> bool:
         if self.max_steps_ahead is None:
             return True
-        return self.rows_ingested + self.rows_in_flight + rows <= self.consumed_rows() + self.max_steps_ahead
+        allowance = self.max_steps_ahead * max(actors or self.base_actors, self.base_actors) / self.base_actors
+        return self.rows_ingested + self.rows_in_flight + rows <= self.consumed_rows() + allowance

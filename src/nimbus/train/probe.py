@@ -59,7 +59,7 @@ PROBE_SECONDS_KEY = "probe_s"
 class ProbeRequest:
     """The ``probe`` block of a learner request (from ``NitroScalingConfig.hessian``)."""
 
-    subset_size: int
+    subset_size: int | None   # None: the whole batch
     max_iterations: int
     tolerance: float
 
@@ -86,10 +86,12 @@ def policy_parameters(*, model: torch.nn.Module) -> list[torch.nn.Parameter]:
             if param.requires_grad and not set(name.split(".")) & set(NON_POLICY_MODULES)]
 
 
-def select_subset(*, batch: dict[str, torch.Tensor], subset_size: int,
+def select_subset(*, batch: dict[str, torch.Tensor], subset_size: int | None,
                   generator: torch.Generator) -> dict[str, torch.Tensor]:
     """``subset_size`` uniform rows of a flat batch, or ``ceil(subset_size / T)`` whole columns of a
-    time-major one (``rewards`` of shape [T, B])."""
+    time-major one (``rewards`` of shape [T, B]); the whole batch when ``subset_size`` is None."""
+    if subset_size is None:
+        return batch
     time_major = batch["rewards"].dim() == 2
     if time_major:
         length, columns = batch["rewards"].shape
@@ -124,7 +126,7 @@ def probe_policy(*, algo: Algorithm, model: torch.nn.Module, batch: dict[str, to
 
 def probe_not_run() -> dict[str, float]:
     """The probe's keys when it could not run (an off-policy update whose sampled rows were all
-    overwritten): R = NaN, so the scaler skips the round and repeats its decision."""
+    overwritten): R = NaN, so the scaler skips the round and falls back to I_min."""
     nan = math.nan
     return {HESSIAN_RATIO_KEY: nan, HESSIAN_LAMBDA_MAX_KEY: nan, HESSIAN_LAMBDA_MIN_KEY: nan,
             PROBE_SECONDS_KEY: 0.0, "probe_rows": 0.0}

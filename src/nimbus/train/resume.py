@@ -12,8 +12,9 @@ What else comes back depends on ``train.exact_resume``:
   (RELIABILITY.md P9; tests/integration/test_resume.py);
 * off: episodes that were in flight restart as fresh episodes, from seeds derived from the resumed round,
   so two resumes of one checkpoint are identical.
-Never: an off-policy replay buffer (refilled from ``learning_starts``) or a Nitro/Hydrozoa scaler's
-history (it starts from its initial decision).
+With ``train.checkpoint_replay`` the async workflow's replay buffer and the Nitro scaler's window come back
+too (train/replay_checkpoint.py); without it the buffer refills from ``learning_starts`` and a scaler
+starts from its initial decision.
 
 Example::
 

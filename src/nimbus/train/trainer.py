@@ -23,6 +23,7 @@ import torch
 
 from nimbus.config import NimbusConfig
 from nimbus.control.base import RoundMetrics
+from nimbus.control.nitro import BUDGET_STOP_KEY
 from nimbus.train.build import System, build, make_run_dir, peak_actors
 from nimbus.errors import StoreUnavailable
 from nimbus.train.checkpoint import CheckpointState
@@ -33,6 +34,9 @@ from nimbus.train.resume import (check_compatible, load_resume_state, progress_e
 from nimbus.train.evaluate import evaluate_policy
 from nimbus.train.weights import model_to_message, optim_key, weights_key
 from nimbus.train.async_workflow import AsyncWorkflow
+from nimbus.train.offpolicy_plan import Pacer
+from nimbus.train.replay_checkpoint import (FILE_KEY as REPLAY_FILE_KEY, checkpoints_dir, load_replay, prune_replays,
+                                            replay_message, restore_scaler, save_replay)
 from nimbus.train.workflows import POLICY, Progress, SyncWorkflow
 
 log = logging.getLogger(__name__)
@@ -97,6 +101,8 @@ def _publish_initial(*, system: System) -> None:
 
 
 def _should_stop(*, config: NimbusConfig, progress: Progress) -> str | None:
+    if progress.last_row is not None and progress.last_row.extras.get(BUDGET_STOP_KEY) == 1.0:
+        return "budget_spent"   # Nitro with on_budget: stop (the paper ends training when the budget is spent)
     if progress.env_steps >= config.train.total_env_steps:
         return "total_env_steps"
     if config.train.max_rounds is not None and progress.rounds >= config.train.max_rounds:
@@ -108,13 +114,22 @@ def _should_stop(*, config: NimbusConfig, progress: Progress) -> str | None:
     return None
 
 
-def save_checkpoint(*, system: System, progress: Progress) -> Path:
+def save_checkpoint(*, system: System, progress: Progress, pacer: Pacer | None = None) -> Path:
+    """The newest version's weights and optimizer state, counters and, with ``train.checkpoint_replay``, the
+    replay buffer (``pacer``: the async workflow's) and the scaler's window in a file beside it."""
     version = progress.policy_version
+    extra = progress_extra(progress=progress)
+    if system.config.train.checkpoint_replay:
+        async_parts = dict(buffer=system.buffer, replay=system.replay, pacer=pacer) if pacer is not None else {}
+        directory = system.checkpointer.directory
+        extra.update(save_replay(directory=directory, round=progress.rounds,
+                                 message=replay_message(scaler=system.scaler, **async_parts)))
+        prune_replays(directory=directory, keep=extra[REPLAY_FILE_KEY])
     weights = system.store.get(key=weights_key(policy=POLICY, version=version))
     optimizer = system.store.get(key=optim_key(policy=POLICY, version=version)) if version > 0 else None
     state = CheckpointState(weights=weights, optimizer=optimizer, policy_version=version, round=progress.rounds,
                             env_steps=progress.env_steps, episodes=progress.episodes,
-                            config=system.config.model_dump(mode="json"), extra=progress_extra(progress=progress),
+                            config=system.config.model_dump(mode="json"), extra=extra,
                             actors=slots_to_message(states=progress.slot_states, slot_seq=progress.slot_seq)
                             if system.config.train.exact_resume and progress.slot_states else None)
     return system.checkpointer.save(state=state)
@@ -131,6 +146,11 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
     rows: deque[RoundMetrics] = deque(maxlen=ROWS_IN_MEMORY)  # bounded: a long run's driver stays flat (P13)
     most_actors = 1  # the most actors any round used (the serverful baseline reserves them for the whole run)
     progress = Progress() if resumed is None else progress_from(state=resumed)
+    replay_state = load_replay(checkpoint_dir=checkpoints_dir(path=resume_from), extra=resumed.extra) \
+        if resumed is not None and config.train.checkpoint_replay else None
+    if replay_state is not None:   # the scaler's window now; the buffer when the async workflow starts
+        restore_scaler(message=replay_state, scaler=system.scaler)
+        progress.restore_replay = replay_state
     started = time.perf_counter()
     try:
         if resumed is None:
@@ -152,7 +172,7 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
             most_actors = max(most_actors, row.num_actors)
             system.metrics.write(row=row, runtime=_runtime_scalars(system=system))
             if row.round % config.train.checkpoint_every_rounds == config.train.checkpoint_every_rounds - 1:
-                save_checkpoint(system=system, progress=progress)
+                save_checkpoint(system=system, progress=progress, pacer=_pacer(workflow))
 
         workflow_type = AsyncWorkflow if config.train.workflow == "async" else SyncWorkflow
         if config.pipeline.minibatch or config.pipeline.dual_stage:  # ARTOS pipelines: train/pipeline_workflow.py
@@ -165,7 +185,7 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
                 run=lambda: workflow.run(should_stop=lambda p: _should_stop(config=config, progress=p) is not None))
             stopped_by = ("store_unavailable" if lost_store else None) or interrupt.received or \
                 _should_stop(config=config, progress=progress) or "interrupted"
-        save_checkpoint(system=system, progress=progress)
+        save_checkpoint(system=system, progress=progress, pacer=_pacer(workflow))
         summary = _summarise(system=system, progress=progress,
                              wall_s=time.perf_counter() - started + progress.wall_s_before,
                              stopped_by=stopped_by, cost_usd=workflow.cost_usd(),
@@ -180,6 +200,10 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
         raise StoreUnavailable(f"{lost_store}; stopped cleanly after round {progress.rounds} with a final "
                                f"checkpoint in {run_dir / 'checkpoints'}")
     return TrainResult(run_dir=run_dir, summary=summary, rows=list(rows))
+
+
+def _pacer(workflow: object) -> Pacer | None:
+    return workflow.pacer if isinstance(workflow, AsyncWorkflow) else None
 
 
 def _runtime_scalars(*, system: System) -> dict[str, float]:

@@ -69,6 +69,7 @@ class Progress:
     slot_seq: dict[int, int] = field(default_factory=dict)      # per actor rank, as of the last finished round
     slot_states: dict[int, Any] = field(default_factory=dict)   # train.exact_resume: SlotState per rank, ditto
     restore_slots: dict[int, Any] = field(default_factory=dict)  # exact resume: each rank's first request rebuilds
+    restore_replay: Any = None     # train.checkpoint_replay: the replay file's Message (train/replay_checkpoint.py)
 
 
 def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[str, float]:

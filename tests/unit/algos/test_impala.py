@@ -181,3 +181,26 @@ def test_image_observations_get_the_cnn_actor_critic():
     out = algo.act(model=model, obs=obs.float(), explore=True)  # the actor function sends float32
     assert out.actions.shape == (2,) and out.extras["behaviour_log_prob"].shape == (2,)
     assert algo.buffer_spec(spaces=spaces)["obs"].dtype == "uint8"
+
+
+def test_impact_target_lags_the_policy_during_circular_replay_and_clips():
+    """Issue 15: with the circular buffer (each batch twice) and a target refreshed every 4 steps, the
+    loss sees π_target ≠ π and clips; with the refresh every step (refused in configs) it never would."""
+    cfg = ImpalaConfig(variant="impact", hidden_sizes=(32, 32), lr=0.02, target_update_interval=4)
+    algo = Impala(config=cfg)
+    model = algo.make_model(spaces=DISCRETE)
+    optimizer = algo.make_optimizer(model=model)
+    batches = [algo.postprocess(batch=_rollout(DISCRETE, algo, model, seed=i)) for i in range(4)]
+    stats = [impala_update(model=model, optimizer=optimizer, batch=batches[step % 4], config=cfg)
+             for step in range(12)]                                   # 4 held batches, round-robin, ×3
+    assert stats[0].target_log_ratio_max == 0.0                       # the fresh copy
+    assert max(s.target_log_ratio_max for s in stats) > 0.05
+    assert max(s.clip_fraction for s in stats) > 0.0
+    assert [s.target_updated for s in stats].count(True) == 3         # steps 4, 8, 12
+
+
+def test_impact_config_identical_to_impala_is_refused():
+    with pytest.raises(ValueError, match="algo.target_update_interval"):
+        ImpalaConfig(variant="impact", target_update_interval=1)
+    ImpalaConfig(variant="impact", target_update_interval=1, target_tau=0.5)   # a lagging polyak target is not
+    ImpalaConfig(variant="impala", target_update_interval=1)                    # IMPALA has no target to refuse

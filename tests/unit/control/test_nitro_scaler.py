@@ -83,9 +83,16 @@ def test_budget_exhaustion_drops_to_min_actors_for_the_rest_of_the_run(make_metr
     spent = scaler.decide(metrics=make_metrics(round=2, ratio=0.5, cost_usd=1.0))   # cost reaches budget
     assert (spent.num_actors, spent.reason) == (8, "budget spent")
     assert spent.signals["budget_left_usd"] == 0.0 and spent.signals["budget_spent"] == 1.0
+    assert spent.signals["budget_stop"] == 1.0            # on_budget: stop (default) ends the run
     assert spent.signals["score"] > 0.8                   # the score is still reported, just not acted on
     later = scaler.decide(metrics=make_metrics(round=3, ratio=0.1, cost_usd=0.9))
     assert (later.num_actors, later.reason) == (8, "budget spent")
+
+
+def test_on_budget_min_keeps_training_at_min_actors(make_metrics) -> None:
+    scaler = NitroScaler(budget_usd=1.0, on_budget="min")
+    spent = scaler.decide(metrics=make_metrics(round=0, ratio=2.0, cost_usd=1.5))
+    assert (spent.num_actors, spent.reason, spent.signals["budget_stop"]) == (8, "budget spent", 0.0)
 
 
 def test_no_budget_means_no_budget_signals(make_metrics) -> None:
@@ -109,11 +116,11 @@ def test_window_without_spread_scores_zero(make_metrics, ratios: list[float]) ->
     [(math.nan, None, "not finite"), (math.inf, None, "not finite"), (-math.inf, None, "not finite"),
      (-12.0, 0.5, "lambda_min >= 0"), (5.0, 0.0, "lambda_min >= 0"), (5.0, math.nan, "lambda_min >= 0")],
 )
-def test_unusable_probe_is_skipped_and_previous_decision_kept(make_metrics, ratio, lambda_min, why) -> None:
+def test_unusable_probe_is_skipped_and_falls_back_to_min_actors(make_metrics, ratio, lambda_min, why) -> None:
     scaler = NitroScaler()
     assert _run(scaler, make_metrics, [2.0, 1.0]) == [8, 61]
     skipped = scaler.decide(metrics=make_metrics(round=2, ratio=ratio, lambda_min=lambda_min))
-    assert skipped.num_actors == 61
+    assert skipped.num_actors == 8        # no evidence: I_min, not the boosted 61 of the round before
     assert why in skipped.reason
     assert skipped.signals["skipped_probes"] == 1.0
     assert scaler.window_values == (2.0, 1.0)
@@ -143,48 +150,22 @@ def test_missing_ratio_is_a_clear_error(make_metrics) -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [dict(min_actors=10, max_actors=5), dict(min_actors=0), dict(window=0), dict(decay=0.0),
-     dict(decay=1.5), dict(budget_usd=0.0), dict(variant="other")],
+     dict(decay=1.5), dict(budget_usd=0.0), dict(on_budget="never")],
 )
 def test_constructor_rejects_bad_arguments(kwargs) -> None:
     with pytest.raises(ValueError):
         NitroScaler(**kwargs)
 
 
-# --- the authors' code variant ---------------------------------------------------------------------------
+# --- state for checkpoints ------------------------------------------------------------------------------
 
 
-def test_authors_code_starts_at_its_floor_max_actors() -> None:
-    assert NitroScaler(variant="authors_code").initial().num_actors == 64       # floor 64·0.96^0
-
-
-def test_authors_code_floor_front_loads_actors(make_metrics) -> None:
-    scaler = NitroScaler(variant="authors_code")
-    # equal R: the score is 0 every round, the floor 64·0.96^(k²) decides:
-    # k=0: 64, k=1: 61.44 -> 61, k=2: 64·0.96^4 = 54.36 -> 54, k=3: 64·0.96^9 = 44.32 -> 44,
-    # k=4: 64·0.96^16 = 33.31 -> 33, k=5: 64·0.96^25 = 23.07 -> 23, k=6: 64·0.96^36 = 14.72 -> 15,
-    # k=7: 64·0.96^49 = 8.66 -> 9, k=8: 64·0.96^64 = 4.69 -> clipped to 8.
-    decisions = [scaler.decide(metrics=make_metrics(round=k, ratio=1.0)) for k in range(9)]
-    assert [d.num_actors for d in decisions] == [64, 61, 54, 44, 33, 23, 15, 9, 8]
-    assert decisions[3].reason == "authors_code floor"
-    assert decisions[3].signals["floor_actors"] == pytest.approx(64 * 0.96**9)
-
-
-def test_authors_code_reverses_the_direction(make_metrics) -> None:
-    # From round 8 the floor is below I_min, so the score alone decides. Window values r = R·d^k:
-    # k=8: r=2·0.96^8 =1.4428  (alone)                 -> S=0 -> 8      paper: 8
-    # k=9: r=1·0.96^9 =0.6925  the minimum             -> S=0 -> 8      paper: R lowest  -> 64·0.96^9 = 44
-    # k=10: r=3·0.96^10=1.9945 the maximum             -> S=1 -> 64     paper: R highest -> 8
-    authors = _run(NitroScaler(variant="authors_code"), make_metrics, [2.0, 1.0, 3.0], start_round=8)
-    paper = _run(NitroScaler(), make_metrics, [2.0, 1.0, 3.0], start_round=8)
-    assert authors == [8, 8, 64]
-    assert paper == [8, 44, 8]
-
-
-def test_authors_code_decays_r_not_the_score(make_metrics) -> None:
-    scaler = NitroScaler(variant="authors_code")
-    # k=20 R=1.00 -> r=0.4420; k=21 R=1.02 -> r=1.02·0.96^21=0.4328: the raw R rose, the decayed one fell,
-    # so R=1.02 is the window minimum and scores 0 (with raw R it would be the maximum and score 1).
-    assert _run(scaler, make_metrics, [1.0, 1.02], start_round=20) == [8, 8]
-    assert scaler.window_values == (pytest.approx(0.96**20), pytest.approx(1.02 * 0.96**21))
-    # And the score itself is not decayed: the window maximum at k=22 gets all 64 actors.
-    assert scaler.decide(metrics=make_metrics(round=22, ratio=5.0)).num_actors == 64
+def test_state_dict_round_trip_continues_the_same_decisions(make_metrics) -> None:
+    ratios = [2.0, 1.0, 3.0, 2.5, 0.5]
+    whole = _run(NitroScaler(budget_usd=9.0), make_metrics, ratios)
+    first = NitroScaler(budget_usd=9.0)
+    _run(first, make_metrics, ratios[:3])
+    second = NitroScaler(budget_usd=9.0)
+    second.load_state_dict(first.state_dict())
+    assert _run(second, make_metrics, ratios[3:], start_round=3) == whole[3:]
+    assert second.window_values == (2.0, 1.0, 3.0, 2.5, 0.5)

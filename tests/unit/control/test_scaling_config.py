@@ -15,6 +15,7 @@ from nimbus.control.config import (
     make_scaler,
 )
 from nimbus.control.nitro import NitroScaler
+from nimbus.control.nitro_authors import AuthorsCodeNitroScaler
 from nimbus.control.scaling import FixedScaler, HydrozoaScaler, MaxScaler
 
 ADAPTER = TypeAdapter(ScalingConfig)
@@ -31,7 +32,7 @@ def test_nitro_defaults_are_the_papers() -> None:
     assert isinstance(config, NitroScalingConfig)
     assert (config.min_actors, config.max_actors, config.window, config.decay) == (8, 64, 6, 0.96)
     assert config.budget_usd is None and config.variant == "paper"
-    assert (config.hessian.subset_size, config.hessian.max_iterations) == (256, 100)
+    assert (config.hessian.subset_size, config.hessian.max_iterations) == (None, 100)   # whole batch: measured
 
 
 def test_kind_selects_the_config_class() -> None:
@@ -80,9 +81,13 @@ def test_configs_are_frozen() -> None:
 
 
 def test_make_scaler_builds_each_kind() -> None:
-    nitro = make_scaler(config=NitroScalingConfig(min_actors=2, max_actors=16, budget_usd=3.0, variant="authors_code"))
-    assert isinstance(nitro, NitroScaler)
+    nitro = make_scaler(config=NitroScalingConfig(min_actors=2, max_actors=16, budget_usd=3.0, variant="authors_code",
+                                                  on_budget="min"))
+    assert isinstance(nitro, AuthorsCodeNitroScaler)
     assert (nitro.min_actors, nitro.max_actors, nitro.budget_usd, nitro.variant) == (2, 16, 3.0, "authors_code")
+    assert nitro.budget.on_budget == "min"
+    paper = make_scaler(config=NitroScalingConfig())
+    assert isinstance(paper, NitroScaler) and paper.budget.on_budget == "stop"   # the documented default
     assert isinstance(make_scaler(config=FixedScalingConfig(num_actors=3)), FixedScaler)
     assert isinstance(make_scaler(config=MaxScalingConfig(max_actors=3)), MaxScaler)
     hydrozoa = make_scaler(config=HydrozoaScalingConfig(initial_actors=1, max_actors=8, double_every_rounds=2))

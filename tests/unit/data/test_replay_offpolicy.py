@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from nimbus.algos.base import KeySpec
 from nimbus.data.buffer import Buffer
-from nimbus.data.replay import FIFO, NStep, Prioritized, ReplayBatch, ReplayStrategy, Uniform, nstep_returns
+from nimbus.data.replay import Circular, FIFO, NStep, Prioritized, ReplayBatch, ReplayStrategy, Uniform, nstep_returns
 from nimbus.data.shm import PREFIX_ENV, sweep
 
 SPEC = {"x": KeySpec(shape=(), dtype="int64"), "rewards": KeySpec(shape=(), dtype="float32"),
@@ -73,7 +73,7 @@ def test_uniform_guard_skips_the_rows_the_next_ingests_overwrite() -> None:
 # -------------------------------------------------------------------------------------- Prioritized
 def test_prioritized_new_rows_get_max_priority_and_td_errors_set_priorities() -> None:
     with make_buffer(4) as buf:
-        strategy = Prioritized(capacity_rows=4, batch_rows=2, alpha=1.0, beta0=0.5, beta_anneal_rows=8, eps=0.0)
+        strategy = Prioritized(capacity_rows=4, batch_rows=2, alpha=1.0, beta0=0.5, beta_anneal_rows=8, eps=1e-12)
         ingest(buf, x=np.arange(4))
         batch = strategy.sample(buffer=buf)
         assert np.allclose(strategy.tree.get(indices=np.arange(4)), 1.0)       # max priority so far: 1
@@ -93,7 +93,7 @@ def test_prioritized_new_rows_get_max_priority_and_td_errors_set_priorities() ->
 
 def test_prioritized_skips_rows_overwritten_since_sampling() -> None:
     with make_buffer(4) as buf:
-        strategy = Prioritized(capacity_rows=4, batch_rows=2, alpha=1.0, eps=0.0)
+        strategy = Prioritized(capacity_rows=4, batch_rows=2, alpha=1.0, eps=1e-12)
         ingest(buf, x=np.arange(4))
         batch = ReplayBatch(indices=np.array([0, 1]), seqs=np.array([0, 1]))
         ingest(buf, x=np.array([10]))                                          # position 0 now holds seq 4
@@ -107,7 +107,7 @@ def test_prioritized_skips_rows_overwritten_since_sampling() -> None:
 def test_prioritized_sampling_frequencies_follow_the_priorities(priorities: list[float], alpha: float) -> None:
     n = len(priorities)
     with make_buffer(n) as buf:
-        strategy = Prioritized(capacity_rows=n, batch_rows=1, alpha=alpha, eps=0.0, seed=3)
+        strategy = Prioritized(capacity_rows=n, batch_rows=1, alpha=alpha, eps=1e-12, seed=3)
         ingest(buf, x=np.arange(n))
         strategy.update_priorities(buffer=buf, batch=ReplayBatch(indices=np.arange(n), seqs=np.arange(n)),
                                    td_errors=np.array(priorities))
@@ -221,3 +221,35 @@ def test_fifo_keeps_each_actors_order_and_takes_every_fragment_once(order: list[
     for actor in sent:
         mine = [v for v in taken if v // 1000 == actor]
         assert mine == sorted(mine)
+
+
+def test_prioritized_refuses_a_zero_eps() -> None:
+    with pytest.raises(ValueError, match="eps > 0"):
+        Prioritized(capacity_rows=4, batch_rows=2, eps=0.0)
+
+
+def test_prioritized_guard_skips_the_rows_the_next_ingests_overwrite() -> None:
+    with make_buffer(8) as buf:
+        strategy = Prioritized(capacity_rows=8, batch_rows=500, alpha=1.0, seed=1, guard_rows=4)
+        ingest(buf, x=np.arange(8))                   # full: the next 4 ingested rows overwrite x = 0..3
+        strategy.sample(buffer=buf)
+        everywhere = ReplayBatch(indices=np.arange(8), seqs=np.arange(8))
+        strategy.update_priorities(buffer=buf, batch=everywhere, td_errors=np.array([50.0] * 4 + [1.0] * 4))
+        batch = strategy.sample(buffer=buf)           # x = 0..3 hold most of the mass, yet are never drawn
+        assert set(buf.read(indices=batch.indices)["x"]) == {4, 5, 6, 7}
+        assert np.allclose(strategy.tree.get(indices=np.arange(4)), 50.0)     # their priorities are kept
+        assert np.all(batch.columns["weights"] > 0)
+
+
+# ------------------------------------------------------------------------------- Circular (IMPACT)
+def test_circular_replays_each_fifo_batch_k_times_round_robin() -> None:
+    with make_buffer(64) as buf:
+        strategy = Circular(inner=FIFO(fragment_rows=4), batches=2, replays=3)
+        assert strategy.sample(buffer=buf) is None
+        for i in range(3):
+            ingest(buf, x=np.arange(4 * i, 4 * i + 4))
+        firsts = [int(strategy.sample(buffer=buf).seqs[0]) for _ in range(8)]
+        # slots hold fragments 0 and 4; each is used 3 times, then fragment 8 takes the free slot
+        assert firsts == [0, 4, 0, 4, 0, 4, 8, 8]
+        assert strategy.taken_rows == 12 and strategy.replayed_batches == 5
+        assert strategy.pending_fragments(buffer=buf) == 1                 # fragment 8 still has a use left

@@ -62,3 +62,23 @@ def test_pacer_fifo_counts_rows_taken() -> None:
     assert not pacer.may_collect(rows=plan.fragment_rows)
     pacer.rows_taken = plan.fragment_rows
     assert pacer.may_collect(rows=plan.fragment_rows)
+
+
+def test_pacer_bounds_gradient_steps_per_draw_with_per() -> None:
+    per = plan_for(config=load_config(path=CONFIGS / "dqn-cartpole.yaml", overrides=["algo.prioritized=true"]))
+    pacer = Pacer(plan=per, max_steps_ahead=None, max_steps_per_call=128, prioritized_steps_per_call=8)
+    pacer.rows_ingested = 2000                              # 500 steps owed
+    assert pacer.owed_steps() == 8                          # one draw per 8 steps, not per 128
+    uniform = plan_for(config=load_config(path=CONFIGS / "dqn-cartpole.yaml"))
+    assert Pacer(plan=uniform, max_steps_ahead=None, max_steps_per_call=128,
+                 prioritized_steps_per_call=8).max_steps_per_call == 128
+
+
+def test_back_pressure_scales_with_the_decided_actor_count() -> None:
+    plan = plan_for(config=load_config(path=CONFIGS / "impala-cartpole.yaml"))
+    pacer = Pacer(plan=plan, max_steps_ahead=2 * plan.fragment_rows, max_steps_per_call=1, base_actors=1)
+    pacer.rows_ingested = 2 * plan.fragment_rows
+    assert not pacer.may_collect(rows=plan.fragment_rows, actors=1)
+    assert pacer.may_collect(rows=plan.fragment_rows, actors=2)    # a boost to 2 actors doubles the room
+    pacer.rows_in_flight = 2 * plan.fragment_rows
+    assert not pacer.may_collect(rows=plan.fragment_rows, actors=2)

@@ -65,6 +65,7 @@ def test_select_subset_rows_of_flat_and_columns_of_time_major_batches() -> None:
     sub = select_subset(batch=time_major, subset_size=25, generator=generator)
     assert sub["rewards"].shape == (10, 3)                               # ceil(25 / 10) whole fragments
     assert select_subset(batch=flat, subset_size=1000, generator=generator)["rewards"].shape == (100,)
+    assert select_subset(batch=flat, subset_size=None, generator=generator) is flat   # the default: whole batch
 
 
 def test_probe_is_the_objective_hessian_over_policy_parameters() -> None:
@@ -131,7 +132,7 @@ def test_round_probe_extras_adds_the_share_of_round_time() -> None:
 
 
 def test_a_probe_that_could_not_run_is_skipped_by_the_scaler() -> None:
-    """An off-policy update whose rows were all overwritten returns NaN R: Nitro repeats its decision."""
+    """An off-policy update whose rows were all overwritten returns NaN R: Nitro falls back to I_min."""
     scaler = NitroScaler(min_actors=1, max_actors=4)
     base = dict(env_steps=10, episodes=1, return_mean=None, return_min=None, return_max=None, num_actors=1,
                 num_learners=1, policy_version=1, sampling_s=0.1, transfer_s=0.0, learning_s=0.1, round_s=0.5,
@@ -140,4 +141,4 @@ def test_a_probe_that_could_not_run_is_skipped_by_the_scaler() -> None:
     boosted = scaler.decide(metrics=RoundMetrics(round=1, extras={"hessian_ratio": 1.0,
                                                                   "hessian_lambda_min": -1.0}, **base))
     skipped = scaler.decide(metrics=RoundMetrics(round=2, extras=probe_not_run(), **base))
-    assert boosted.num_actors == 4 and skipped.num_actors == 4 and skipped.signals["skipped_probes"] == 1.0
+    assert boosted.num_actors == 4 and skipped.num_actors == 1 and skipped.signals["skipped_probes"] == 1.0

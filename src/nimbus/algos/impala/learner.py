@@ -30,6 +30,7 @@ class ImpalaUpdateStats:
     entropy: float
     kl: float                    # KL(π_target ‖ π); 0 for IMPALA or kl_coeff = 0
     clip_fraction: float         # IMPACT: share of ratios outside [1 − clip, 1 + clip]
+    target_log_ratio_max: float  # IMPACT: max |log π − log π_target| at the loss (0: the target is π)
     vtrace_rho_mean: float       # mean unclipped π/μ (off-policyness of the batch)
     grad_norm: float             # before clipping
     num_gradient_steps: int      # in this update (1)
@@ -54,6 +55,7 @@ def impala_update(*, model: ImpalaModel, optimizer: torch.optim.Optimizer, batch
     return ImpalaUpdateStats(
         policy_loss=s["losses/policy_loss"], value_loss=s["losses/value_loss"], entropy=s["losses/entropy"],
         kl=s.get("losses/kl", 0.0), clip_fraction=s.get("losses/clip_fraction", 0.0),
+        target_log_ratio_max=s.get("losses/target_log_ratio_max", 0.0),
         vtrace_rho_mean=s["losses/vtrace_rho_mean"], grad_norm=float(grad_norm), num_gradient_steps=1,
         total_gradient_steps=total, target_updated=target_updated,
     )

@@ -107,6 +107,7 @@ def batch_loss(*, model: ImpalaModel, batch: dict[str, torch.Tensor], config: Im
             log_prob=log_prob, behaviour_log_prob=behaviour_log_prob, target_log_prob=target_log_prob,
             pg_advantages=vt.pg_advantages, clip_param=config.clip_param, is_ratio_clip=config.is_ratio_clip)
         stats["losses/clip_fraction"] = float(((ratio - 1.0).abs() > config.clip_param).float().mean())
+        stats["losses/target_log_ratio_max"] = float((log_prob.detach() - target_log_prob).abs().max())
     else:
         policy_loss = pg_loss(log_prob=log_prob, pg_advantages=vt.pg_advantages)
     v_loss = value_loss(values=values, vs=vt.vs)
