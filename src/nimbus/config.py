@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 from nimbus.algos.registry import AlgoConfig
 from nimbus.control.config import ScalingConfig
 from nimbus.errors import ConfigError
-from nimbus.train.async_config import AsyncWorkflowConfig
+from nimbus.workflows.async_config import AsyncWorkflowConfig
 
 
 class Section(BaseModel):
@@ -120,7 +120,7 @@ class ChannelConfig(Section):
 
 
 class PipelineConfig(Section):
-    """ARTOS's on-policy pipelines and Stellaris's loader (train/pipeline.py, docs/dataplane.md); PPO, sync."""
+    """ARTOS's on-policy pipelines and Stellaris's loader (functions/pipeline.py, docs/dataplane.md); PPO, sync."""
 
     minibatch: bool = False
     """mini-batch pipeline: the learner starts at the first actor's rows; epoch 1 steps as blocks arrive"""
@@ -191,7 +191,7 @@ class NimbusConfig(Section):
 
     @model_validator(mode="after")
     def _check_pipeline(self) -> "NimbusConfig":
-        from nimbus.train.pipeline_workflow import check_pipeline  # the pipelines' rules live beside them
+        from nimbus.workflows.pipelined import check_pipeline  # the pipelines' rules live beside them
         check_pipeline(config=self)
         return self
 

@@ -3,9 +3,9 @@
     config ─▶ Runtime (warm workers, ledger) ─▶ actor / learner FunctionSpecs
            ─▶ Store (weights, optimizer state) + StoreEvents
            ─▶ Buffer (algorithm's buffer spec) + replay strategy
-           ─▶ actor-scaling controller (+ the Hessian probe it needs from the learner, train/probe.py)
+           ─▶ actor-scaling controller (+ the Hessian probe it needs from the learner, functions/probe.py)
            ─▶ Checkpointer, MetricsSink
-    and the workflow binds triggers to actions over these parts (train/workflows.py).
+    and the workflow binds triggers to actions over these parts (workflows/sync.py).
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ from nimbus.runtime.factory import StampedRuntime, make_runtime
 from nimbus.train.checkpoint import Checkpointer
 from nimbus.train.metrics import MetricsSink
 from nimbus.train.offpolicy_plan import make_replay, plan_for
-from nimbus.train.probe import ProbeRequest, probe_request
+from nimbus.functions.probe import ProbeRequest, probe_request
 
 log = logging.getLogger(__name__)
 LEDGER_RECORDS_IN_MEMORY = 10_000  # a long run's driver stays flat (P13); costs are summed as records arrive
-ACTOR_ENTRYPOINT = "nimbus.train.actor:actor_function"
-LEARNER_ENTRYPOINT = "nimbus.train.learner:learner_function"
-OFFPOLICY_ACTOR_ENTRYPOINT = "nimbus.train.offpolicy_actor:offpolicy_actor_function"      # train.workflow: async
-OFFPOLICY_LEARNER_ENTRYPOINT = "nimbus.train.offpolicy_learner:offpolicy_learner_function"
+ACTOR_ENTRYPOINT = "nimbus.functions.actor:actor_function"
+LEARNER_ENTRYPOINT = "nimbus.functions.learner:learner_function"
+OFFPOLICY_ACTOR_ENTRYPOINT = "nimbus.functions.offpolicy_actor:offpolicy_actor_function"      # train.workflow: async
+OFFPOLICY_LEARNER_ENTRYPOINT = "nimbus.functions.offpolicy_learner:offpolicy_learner_function"
 
 
 @dataclass

@@ -21,8 +21,8 @@ from nimbus.data.codec import Message
 from nimbus.envs.make import make_env
 from nimbus.models.distributions import clip_action
 from nimbus.train.checkpoint import load_checkpoint
-from nimbus.train.obsnorm import normalize, rms_from_extras
-from nimbus.train.weights import load_model
+from nimbus.functions.obsnorm import normalize, rms_from_extras
+from nimbus.functions.weights import load_model
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,13 @@ from nimbus.train.build import System, build, make_run_dir, peak_actors
 from nimbus.errors import StoreUnavailable
 from nimbus.train.checkpoint import CheckpointState
 from nimbus.train.remote import run_unless_store_lost
-from nimbus.train.slot_state import slots_to_message
+from nimbus.functions.slot_state import slots_to_message
 from nimbus.train.resume import (check_compatible, load_resume_state, progress_extra, progress_from,
                                  publish_checkpoint)
 from nimbus.train.evaluate import evaluate_policy
-from nimbus.train.weights import model_to_message, optim_key, weights_key
-from nimbus.train.async_workflow import AsyncWorkflow
-from nimbus.train.workflows import POLICY, Progress, SyncWorkflow
+from nimbus.functions.weights import model_to_message, optim_key, weights_key
+from nimbus.workflows.asynchronous import AsyncWorkflow
+from nimbus.workflows.sync import POLICY, Progress, SyncWorkflow
 
 log = logging.getLogger(__name__)
 PREWARM_WAIT_S = 120.0
@@ -155,8 +155,8 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
                 save_checkpoint(system=system, progress=progress)
 
         workflow_type = AsyncWorkflow if config.train.workflow == "async" else SyncWorkflow
-        if config.pipeline.minibatch or config.pipeline.dual_stage:  # ARTOS pipelines: train/pipeline_workflow.py
-            from nimbus.train.pipeline_workflow import PipelinedSyncWorkflow
+        if config.pipeline.minibatch or config.pipeline.dual_stage:  # ARTOS pipelines: workflows/pipelined.py
+            from nimbus.workflows.pipelined import PipelinedSyncWorkflow
             workflow_type = PipelinedSyncWorkflow
         workflow = workflow_type(system=system, progress=progress, on_round=on_round)
         stopped_by = "interrupted"

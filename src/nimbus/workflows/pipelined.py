@@ -7,7 +7,7 @@ Bindings (ARTOS Table 3, "Pipeline Training")::
                                                       actor's rows; it streams the rest from the buffer
     learner result                                  → consume the round's rows, end of round
 
-The learner function sees ``pipeline`` in its request header and runs train/pipeline_learner.py. Every
+The learner function sees ``pipeline`` in its request header and runs functions/pipeline_learner.py. Every
 actor function must still deliver (retries included) before the learner can finish, exactly as in
 the unpipelined round; only the learner's start moves earlier.
 
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from nimbus.train.learner import LearnerRequest
-from nimbus.train.pipeline_learner import PIPELINE_KEY, StreamRequest
-from nimbus.train.workflows import POLICY, SyncWorkflow
+from nimbus.functions.learner import LearnerRequest
+from nimbus.functions.pipeline_learner import PIPELINE_KEY, StreamRequest
+from nimbus.workflows.sync import POLICY, SyncWorkflow
 
 
 def check_pipeline(*, config: Any) -> None:

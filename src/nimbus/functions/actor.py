@@ -28,9 +28,9 @@ from nimbus.data.stores import function_store
 from nimbus.envs.make import make_env
 from nimbus.models.distributions import clip_action
 from nimbus.runtime.base import FunctionContext
-from nimbus.train.obsnorm import fragment_moments, normalize, rms_from_extras
-from nimbus.train.slot_state import SLOT_META, SlotState, capture_slot, restore_slot, slot_state_from
-from nimbus.train.weights import load_model
+from nimbus.functions.obsnorm import fragment_moments, normalize, rms_from_extras
+from nimbus.functions.slot_state import SLOT_META, SlotState, capture_slot, restore_slot, slot_state_from
+from nimbus.functions.weights import load_model
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
     header = {"actor_rank": req.actor_rank, "policy_version": req.policy_version,
               "env_steps": req.num_envs * req.fragment_steps, "episode_returns": episodes[0],
               "episode_lengths": episodes[1], "sampling_s": time.perf_counter() - started, **episodes[2]}
-    if req.snapshot:  # the slot as the next fragment will find it (exact resume, train/slot_state.py)
+    if req.snapshot:  # the slot as the next fragment will find it (exact resume, functions/slot_state.py)
         state = capture_slot(slot=slot)
         header[SLOT_META], arrays = state.meta, {**arrays, **state.arrays}
     return Message(header=header, arrays=arrays)

@@ -24,14 +24,14 @@ from nimbus.control.base import RoundMetrics, ScalingDecision
 from nimbus.data.codec import Message
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TriggerTable
 from nimbus.errors import NimbusError
-from nimbus.train.actor import ActorRequest
+from nimbus.functions.actor import ActorRequest
 from nimbus.train.build import System
-from nimbus.train.learner import LearnerRequest
+from nimbus.functions.learner import LearnerRequest
 from nimbus.train.remote import finish_learner_round, ship_batch
-from nimbus.train.obsnorm import merge, moments_arrays, pop_moments
-from nimbus.train.slot_state import SlotState, pop_slot_state
-from nimbus.train.probe import round_probe_extras, with_decision
-from nimbus.train.weights import optim_key, weights_key
+from nimbus.functions.obsnorm import merge, moments_arrays, pop_moments
+from nimbus.functions.slot_state import SlotState, pop_slot_state
+from nimbus.functions.probe import round_probe_extras, with_decision
+from nimbus.functions.weights import optim_key, weights_key
 
 log = logging.getLogger(__name__)
 POLICY = "main"

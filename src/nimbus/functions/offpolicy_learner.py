@@ -1,6 +1,6 @@
 """The off-policy learner function: read a ``ReplayBatch`` from the shared buffer, update, publish v+1.
 
-Same state rules as the on-policy learner (train/learner.py, whose helpers it uses): the learner's
+Same state rules as the on-policy learner (functions/learner.py, whose helpers it uses): the learner's
 state lives in the Store (``weights/<policy>/<v>``, ``optim/<policy>/<v>``), a warm worker that holds
 version v skips the reload, a non-finite update is undone and reported. What it adds:
 
@@ -27,10 +27,10 @@ from nimbus.data.codec import Message
 from nimbus.data.replay import ReplayBatch
 from nimbus.data.stores import function_store, put_all
 from nimbus.runtime.base import FunctionContext
-from nimbus.train.actor import derive_seed
-from nimbus.train.learner import LearnerRequest, _cpu, _learner_state, _probe, _restore
-from nimbus.train.probe import probe_not_run
-from nimbus.train.weights import model_to_message, optim_key, optimizer_to_message, weights_key
+from nimbus.functions.actor import derive_seed
+from nimbus.functions.learner import LearnerRequest, _cpu, _learner_state, _probe, _restore
+from nimbus.functions.probe import probe_not_run
+from nimbus.functions.weights import model_to_message, optim_key, optimizer_to_message, weights_key
 
 COLUMN_PREFIX = "col."
 
@@ -99,7 +99,7 @@ def _update(*, algo: Any, model: torch.nn.Module, optimizer: torch.optim.Optimiz
 
 def _probe_updated(*, algo: Any, model: torch.nn.Module, batch: dict[str, torch.Tensor], kept: np.ndarray,
                    req: OffPolicyLearnerRequest) -> dict[str, float]:
-    """Nitro, off-policy boosting: probe the updated policy while the actors keep sampling (train/probe.py)."""
+    """Nitro, off-policy boosting: probe the updated policy while the actors keep sampling (functions/probe.py)."""
     if req.probe is None:
         return {}
     if not kept.any():

@@ -8,7 +8,7 @@ read zero-copy from the ARTOS buffer by the row indices the driver's replay stra
 The Store itself is opened from the request's ``_store`` descriptor (data/stores.py).
 
 With a ``probe`` block in the request (Nitro), the updated policy's Hessian is probed after the
-update (train/probe.py) and the result header carries ``extras``: ``hessian_ratio``,
+update (functions/probe.py) and the result header carries ``extras``: ``hessian_ratio``,
 ``hessian_lambda_max``, ``hessian_lambda_min``, ``probe_s``... (``{}`` without a probe).
 
 A non-finite loss or gradient skips the step and keeps the weights (the version still advances, so
@@ -32,10 +32,10 @@ from nimbus.data.store import Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.make import make_env
 from nimbus.runtime.base import FunctionContext
-from nimbus.train.actor import derive_seed
-from nimbus.train.probe import ProbeRequest, probe_policy
-from nimbus.train.obsnorm import merge, pop_moments, rms_from_extras, rms_to_extras
-from nimbus.train.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
+from nimbus.functions.actor import derive_seed
+from nimbus.functions.probe import ProbeRequest, probe_policy
+from nimbus.functions.obsnorm import merge, pop_moments, rms_from_extras, rms_to_extras
+from nimbus.functions.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
                                   weights_key)
 
 
@@ -52,11 +52,11 @@ class LearnerRequest:
     seed: int
     device: str
     torch_threads: int
-    probe: dict[str, Any] | None = None  # train/probe.py ProbeRequest: Hessian probe after the update (Nitro)
+    probe: dict[str, Any] | None = None  # functions/probe.py ProbeRequest: Hessian probe after the update (Nitro)
     batch_key: str | None = None  # the batch is this Store key (ray: the buffer may be on another node), not rows
 
     def to_message(self, *, indices: np.ndarray, obs_moments: dict[str, np.ndarray] | None = None) -> Message:
-        """``obs_moments``: the round's raw-observation moments (``algo.normalize_obs``), see train/obsnorm.py."""
+        """``obs_moments``: the round's raw-observation moments (``algo.normalize_obs``), see functions/obsnorm.py."""
         # a shallow dict (not asdict's deep copy, ~0.1 ms): the header is serialised before it leaves the process
         return Message(header={"learner": dict(vars(self)), "_affinity": f"learner-{self.policy}"},
                        arrays={"indices": indices.astype(np.int64), **(obs_moments or {})})
@@ -79,8 +79,8 @@ def resolve_device(*, requested: str) -> torch.device:
 
 
 def learner_function(*, context: FunctionContext, request: Message) -> Message:
-    if "pipeline" in request.header:  # ARTOS pipelines: rows are streamed as actors land (train/pipeline_learner.py)
-        from nimbus.train.pipeline_learner import pipelined_learner_function
+    if "pipeline" in request.header:  # ARTOS pipelines: rows are streamed as actors land (functions/pipeline_learner.py)
+        from nimbus.functions.pipeline_learner import pipelined_learner_function
         return pipelined_learner_function(context=context, request=request)
     req = LearnerRequest.from_message(request)
     started = time.perf_counter()
@@ -119,7 +119,7 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
 
 def _probe(*, algo: Any, model: torch.nn.Module, batch: dict[str, torch.Tensor],
            req: LearnerRequest) -> dict[str, float]:
-    """Nitro's Hessian probe of the updated policy (train/probe.py), or {} when the request has none."""
+    """Nitro's Hessian probe of the updated policy (functions/probe.py), or {} when the request has none."""
     request = ProbeRequest.from_header(req.probe)
     if request is None:
         return {}
