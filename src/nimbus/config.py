@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from nimbus.algos.registry import AlgoConfig
 from nimbus.control.config import ScalingConfig
+from nimbus.config_rules import check_cluster, check_pipeline, check_workflow
 from nimbus.errors import ConfigError
 from nimbus.workflows.async_config import AsyncWorkflowConfig
 
@@ -191,19 +192,16 @@ class NimbusConfig(Section):
 
     @model_validator(mode="after")
     def _check_pipeline(self) -> "NimbusConfig":
-        from nimbus.workflows.pipelined import check_pipeline  # the pipelines' rules live beside them
         check_pipeline(config=self)
         return self
 
     @model_validator(mode="after")
     def _check_workflow(self) -> "NimbusConfig":
-        from nimbus.train.offpolicy_plan import check_workflow  # the async workflow's rules live beside it
         check_workflow(config=self)
         return self
 
     @model_validator(mode="after")
     def _check_cluster(self) -> "NimbusConfig":
-        from nimbus.runtime.factory import check_cluster  # the ray / redis rules live beside the factory
         check_cluster(runtime=self.runtime, store=self.store)
         return self
 

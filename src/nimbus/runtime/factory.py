@@ -4,7 +4,7 @@
 either so that every request carries the headers every function needs (``_store``: the descriptor
 from which a function opens the run's Store, data/stores.py), whichever workflow sends it.
 
-Rules checked at config load (``check_cluster``; errors name the keys):
+Rules checked at config load (``nimbus.config_rules.check_cluster``; errors name the keys):
 
 * ``store.backend: ray`` needs ``runtime.backend: ray`` (only Ray workers reach the object store);
 * ``store.backend: shm`` lives on one machine: with ``runtime.backend: ray`` it needs
@@ -29,27 +29,7 @@ from nimbus.errors import ClusterError
 from nimbus.runtime.base import FunctionSpec, Runtime
 
 if TYPE_CHECKING:
-    from nimbus.config import NimbusConfig, RuntimeConfig, StoreConfig
-
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-
-
-def check_cluster(*, runtime: "RuntimeConfig", store: "StoreConfig") -> None:
-    """Raise ValueError (naming the keys) for runtime/store combinations that cannot work."""
-    on_one_machine = runtime.backend == "local" or runtime.address == "local"
-    if store.backend == "ray" and runtime.backend != "ray":
-        raise ValueError("store.backend: ray needs runtime.backend: ray (only Ray workers reach the object store)")
-    if store.backend == "shm" and not on_one_machine:
-        raise ValueError(f"store.backend: shm is per machine, but runtime.address is {runtime.address!r}: "
-                         "use store.backend: redis or ray on a cluster")
-    if store.backend == "redis" and store.fallback == "shm" and not on_one_machine:
-        raise ValueError("store.fallback: shm only works when every function runs on this machine "
-                         f"(runtime.address is {runtime.address!r})")
-    if store.password is not None and store.password_env is not None:
-        raise ValueError("store.password and store.password_env are exclusive: set one")
-    if store.backend == "redis" and not store.url.startswith(_REDIS_SCHEMES):
-        raise ValueError(f"store.url {store.url!r} must start with one of {_REDIS_SCHEMES}")
-
+    from nimbus.config import NimbusConfig
 
 def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str, str]) -> Runtime:
     """The configured backend. ``worker_env``: variables every worker needs (Ray workers do not inherit

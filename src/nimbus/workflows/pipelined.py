@@ -30,29 +30,6 @@ from nimbus.functions.pipeline_learner import PIPELINE_KEY, StreamRequest
 from nimbus.workflows.sync import POLICY, SyncWorkflow
 
 
-def check_pipeline(*, config: Any) -> None:
-    """Config rules: pipelines are for on-policy PPO in sync mode on one machine's shared buffer."""
-    pipeline = config.pipeline
-    if not (pipeline.minibatch or pipeline.dual_stage):
-        if pipeline.loader:
-            raise ValueError("pipeline.loader is used by the pipelined learner: turn on pipeline.minibatch "
-                             "or pipeline.dual_stage too")
-        return
-    problems = []
-    if config.algo.name != "ppo":
-        problems.append(f"algo.name is {config.algo.name!r} (pipelines: ppo)")
-    if config.train.workflow != "sync":
-        problems.append(f"train.workflow is {config.train.workflow!r} (pipelines: sync)")
-    if config.runtime.backend != "local":
-        problems.append(f"runtime.backend is {config.runtime.backend!r} (pipelines read the local shared buffer)")
-    if getattr(config.algo, "normalize_obs", False):
-        problems.append("algo.normalize_obs is on (its per-round moments need every actor before the learner)")
-    if config.learner.device == "cuda":
-        problems.append("learner.device is cuda (the pipelined learner runs on the cpu)")
-    if problems:
-        raise ValueError("pipeline.minibatch / pipeline.dual_stage need: " + "; ".join(problems))
-
-
 class PipelinedSyncWorkflow(SyncWorkflow):
     """SyncWorkflow whose learner starts on the first actor's rows (see the module docstring)."""
 
