@@ -105,15 +105,17 @@ def _policy(*, context: FunctionContext, req: ActorRequest) -> tuple[Algorithm, 
         spaces = EnvSpaces(observation=probe.observation_space, action=probe.action_space)
         probe.close()
         algo = make_algorithm(config=config)
+        # env slots survive a change of hyperparameters (population members share workers), not of env
+        slots = cache.get("slots", {}) if cache.get("env_id") == req.env_id else {}
         cache.update(algo_config=req.algo, env_id=req.env_id, algo=algo, spaces=spaces,
-                     model=algo.make_model(spaces=spaces), weights_version=None, slots={})
+                     model=algo.make_model(spaces=spaces), weights_key=None, slots=slots)
         torch.set_num_threads(1)
-    if cache["weights_version"] != req.policy_version:
+    if cache["weights_key"] != req.weights_key:  # weights/<policy>/<version>: several policies share workers
         store = cache["store"]
         extras = load_model(model=cache["model"], message=store.get(key=req.weights_key))
         cache["obs_rms"] = rms_from_extras(extras=extras, shape=cache["spaces"].observation.shape) \
             if req.algo.get("normalize_obs") else None
-        cache["weights_version"] = req.policy_version
+        cache["weights_key"] = req.weights_key
     return cache["algo"], cache["model"]
 
 

@@ -108,7 +108,7 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
             model=_cpu(model), version=new_version, extra=rms_to_extras(rms=state.get("obs_rms"))),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
                                                                                 version=new_version)})
-    state["version"] = new_version
+    state["version"] = (req.policy, new_version)
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
               "transfer_s": transfer_s, "learning_s": time.perf_counter() - started - transfer_s,
@@ -141,7 +141,7 @@ def _learner_state(*, context: FunctionContext, req: LearnerRequest, store: Stor
         cache.clear()
         cache.update(algo_config=req.algo, env_id=req.env_id, algo=algo, model=model, device=device, spaces=spaces,
                      optimizer=algo.make_optimizer(model=model), version=None, store=store, buffers={})
-    if cache["version"] != req.policy_version:
+    if cache["version"] != (req.policy, req.policy_version):  # several policies share learner workers
         store: Store = cache["store"]
         extras = load_model(model=cache["model"], message=store.get(key=weights_key(policy=req.policy,
                                                                                      version=req.policy_version)))
@@ -151,7 +151,7 @@ def _learner_state(*, context: FunctionContext, req: LearnerRequest, store: Stor
         if req.has_optimizer_state:
             load_optimizer(optimizer=cache["optimizer"],
                            message=store.get(key=optim_key(policy=req.policy, version=req.policy_version)))
-        cache["version"] = req.policy_version
+        cache["version"] = (req.policy, req.policy_version)
     return cache
 
 

@@ -71,7 +71,7 @@ def offpolicy_learner_function(*, context: FunctionContext, request: Message) ->
         weights_key(policy=req.policy, version=new_version): model_to_message(model=_cpu(model), version=new_version),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
                                                                                 version=new_version)})
-    state["version"] = new_version
+    state["version"] = (req.policy, new_version)
     extras = _probe_updated(algo=algo, model=model, batch=batch, kept=kept, req=req)
     header = {"policy_version": new_version, "stats": stats, "nonfinite": nonfinite, "transfer_s": transfer_s,
               "extras": extras,

@@ -128,7 +128,7 @@ def pipelined_learner_function(*, context: FunctionContext, request: Message) ->
             model=_cpu(model), version=new_version, extra=rms_to_extras(rms=state.get("obs_rms"))),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
                                                                                 version=new_version)})
-    state["version"] = new_version
+    state["version"] = (req.policy, new_version)
     extras = {**_probe(algo=state["algo"], model=model, batch=batch, req=req), "pipeline_wait_s": waited_s}
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
               "transfer_s": 0.0, "learning_s": time.perf_counter() - started, "compute_s": compute_s,

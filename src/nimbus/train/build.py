@@ -71,13 +71,18 @@ class System:
     metrics: MetricsSink
     probe: ProbeRequest | None = None   # the Hessian probe each learner request carries (Nitro), else None
     ship_batches: bool = False  # learner batches travel through the Store (ray: the buffer may be on another node)
+    policy: str = "main"        # the policy this System trains: weights/<policy>/<v>, optim/<policy>/<v>
+    rank_base: int = 0          # first actor rank of this policy (a population's members get disjoint ranks)
+    owns_shared: bool = True    # False for a population member: the population closes runtime and store once
 
     def close(self) -> None:
         """Stop workers, flush logs, remove every shared-memory segment of the run."""
         self.metrics.close()
-        self.runtime.shutdown()
+        if self.owns_shared:
+            self.runtime.shutdown()
         self.buffer.close(unlink=True)
-        self.store.close()
+        if self.owns_shared:
+            self.store.close()
 
 
 def make_run_dir(*, config: NimbusConfig, root: Path | None = None) -> Path:
@@ -98,6 +103,12 @@ def function_spec(*, name: str, entrypoint: str, kind: str, function: FunctionCo
                         timeout_s=function.timeout_s, max_retries=function.max_retries)
 
 
+def role_spec(*, config: NimbusConfig, role: str, entrypoint: str) -> FunctionSpec:
+    """The FunctionSpec of one function role (``functions.<role>`` in the config, config.py ROLES). Named by
+    role, not policy: the policies of a run share warm workers (caches are keyed by policy and version)."""
+    return function_spec(name=role, entrypoint=entrypoint, kind=role, function=config.role_function(role=role))
+
+
 def probe_spaces(*, config: NimbusConfig) -> EnvSpaces:
     env: gym.Env = make_env(env_id=config.env.id, seed=config.seed, kwargs=config.env.kwargs)
     spaces = EnvSpaces(observation=env.observation_space, action=env.action_space)
@@ -105,16 +116,32 @@ def probe_spaces(*, config: NimbusConfig) -> EnvSpaces:
     return spaces
 
 
+@dataclass(frozen=True)
+class Shared:
+    """What every policy of a run shares: one pool of workers, one ledger, one Store."""
+
+    runtime: Runtime
+    ledger: Ledger
+    store: Store
+    pricing: PricingModel
+
+    def close(self) -> None:
+        self.runtime.shutdown()
+        self.store.close()
+
+
 def build(*, config: NimbusConfig, run_dir: Path) -> System:
+    """A one-policy run: the shared parts and the policy ``main`` (a population: train/population.py)."""
+    shared = build_shared(config=config, run_dir=run_dir)
+    return build_policy(config=config, shared=shared, run_dir=run_dir, policy="main", owns_shared=True)
+
+
+def build_shared(*, config: NimbusConfig, run_dir: Path) -> Shared:
     run_prefix()  # fix the run's shared-memory prefix before any worker starts
     swept = sweep_orphans()  # segments of drivers that died together with their janitor
     if swept:
         log.warning("removed %d shared-memory segments left by dead nimbus runs", swept)
     (run_dir / "config.yaml").write_text(dump_config(config=config))
-    spaces = probe_spaces(config=config)
-    algo = make_algorithm(config=config.algo)
-    torch.manual_seed(config.seed)
-
     ledger = Ledger(path=run_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)  # the file has all
     backend = make_runtime(config=config, ledger=ledger, worker_env=store_worker_env(config=config.store))
     try:  # the store after the runtime: the ray store lives in the Ray instance the runtime joined
@@ -123,11 +150,22 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
         backend.shutdown()
         raise
     runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})  # functions open it
+    return Shared(runtime=runtime, ledger=ledger, store=store,
+                  pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None))
+
+
+def build_policy(*, config: NimbusConfig, shared: Shared, run_dir: Path, policy: str, owns_shared: bool,
+                 rank_base: int = 0) -> System:
+    """One policy's parts over the shared pool: its algorithm, function specs by role, actor-scaling
+    controller, buffer and replay strategy, checkpoints and metrics (in ``run_dir``)."""
+    spaces = probe_spaces(config=config)
+    algo = make_algorithm(config=config.algo)
+    torch.manual_seed(config.seed)
     offpolicy = config.train.workflow == "async"  # off-policy functions, replay and buffer size (offpolicy_plan.py)
-    actor_spec = function_spec(name="actor", entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if offpolicy else ACTOR_ENTRYPOINT,
-                               kind="actor", function=config.actors.function)
-    learner_spec = function_spec(name="learner", kind="learner", function=config.learner.function,
-                                 entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT if offpolicy else LEARNER_ENTRYPOINT)
+    actor_spec = role_spec(config=config, role="actor",
+                           entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if offpolicy else ACTOR_ENTRYPOINT)
+    learner_spec = role_spec(config=config, role="learner",
+                             entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT if offpolicy else LEARNER_ENTRYPOINT)
 
     scaler = make_scaler(config=config.actors.scaling)
     probe = probe_request(scaling=config.actors.scaling)   # what the scaler reads from each learner result
@@ -140,14 +178,15 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
         replay = make_replay(plan=plan, seed=config.seed, guard_rows=rows_per_actor * (max_actors + 1))
     buffer = Buffer.create(spec=algo.buffer_spec(spaces=spaces), capacity_rows=capacity_rows)
 
-    return System(config=config, run_dir=run_dir, spaces=spaces, algo=algo, runtime=runtime, ledger=ledger,
-                  pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None),
-                  store=store, store_events=StoreEvents(), buffer=buffer, replay=replay,
+    return System(config=config, run_dir=run_dir, spaces=spaces, algo=algo, runtime=shared.runtime,
+                  ledger=shared.ledger, pricing=shared.pricing,
+                  store=shared.store, store_events=StoreEvents(), buffer=buffer, replay=replay,
                   scaler=scaler, actor_spec=actor_spec, learner_spec=learner_spec,
                   checkpointer=Checkpointer(directory=run_dir / "checkpoints", keep=config.train.keep_checkpoints),
                   metrics=MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
                                       status_line=config.output.status_line),
-                  probe=probe, ship_batches=config.runtime.backend == "ray")
+                  probe=probe, ship_batches=config.runtime.backend == "ray", policy=policy, rank_base=rank_base,
+                  owns_shared=owns_shared)
 
 
 def peak_actors(*, config: NimbusConfig) -> int:
