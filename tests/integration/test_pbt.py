@@ -53,3 +53,28 @@ def test_pbt_exploit_copies_the_top_members_weights_and_records_lineage(make_con
     assert set(members) == {f"member{i}" for i in range(4)} and all(m["rounds"] == 3 for m in members.values())
     for name in members:
         assert len((run_dir / "policies" / name / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def _failing(tmp_path: Path, policy: str) -> list[str]:
+    """Members on FlakyCartPole whose first fault (step 40 of one env) fails one actor with no retries left."""
+    counter = tmp_path / "faults"
+    small = [o.replace("members: 4", "members: 2").replace("max_rounds=3", "max_rounds=2") for o in PBT]
+    return [o for o in small if not o.startswith("store.")] + [
+        "env.id=nimbus/FlakyCartPole-v0", f"env.kwargs={{fail_at_step: 40, failures: 1, counter_path: '{counter}'}}",
+        "functions.actor={max_retries: 0}", f"pbt.on_member_failure={policy}"]
+
+
+def test_a_member_failing_past_its_retries_is_replaced_and_reported(make_config, tmp_path: Path) -> None:
+    result = train(config=make_config(overrides=_failing(tmp_path, "replace")))
+    failures = [e for e in _jsonl(result.run_dir / "lineage.jsonl") if e["event"] == "failure"]
+    assert len(failures) == 1 and "injected failure" in failures[0]["error"]
+    population = json.loads((result.run_dir / "population.json").read_text())
+    assert population["failures"] == 1
+    assert all(m["rounds"] == 2 for m in population["members"].values())   # the population went on
+
+
+def test_on_member_failure_stop_ends_the_run_with_the_members_error(make_config, tmp_path: Path) -> None:
+    from nimbus.errors import FunctionFailed
+
+    with pytest.raises(FunctionFailed, match="injected failure"):
+        train(config=make_config(overrides=_failing(tmp_path, "stop")))
