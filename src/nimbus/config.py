@@ -110,6 +110,8 @@ class RuntimeConfig(Section):
     """idle warm workers are reclaimed after this (OpenWhisk default)"""
     prewarm: bool = True
     """start actor and learner workers before round 0"""
+    share_weight: float = Field(default=1.0, gt=0)
+    """this workload's weight when several share one pool (``nimbus train a.yaml b.yaml``; fair share)"""
 
 
 class StoreConfig(Section):

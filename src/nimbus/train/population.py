@@ -23,7 +23,7 @@ import queue
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -120,7 +120,7 @@ class Population:
     def _workflow(self, i: int, progress: Progress) -> SyncWorkflow:
         workflow = SyncWorkflow(system=self.systems[i], progress=progress,
                                 on_round=lambda row, i=i: self._on_round(i, row))
-        workflow.events = _Tagged(shared=self.events, tag=(i, self.generation[i]))  # type: ignore[assignment]
+        tag_events(workflow=workflow, events=self.events, tag=(i, self.generation[i]))
         workflow.adopt_version = lambda version, i=i: self._adopt(i, version)
         return workflow
 
@@ -223,35 +223,18 @@ class Population:
         self.start(i)
 
     def start(self, i: int) -> None:
-        workflow = self.workflows[i]
-        workflow.system.store_events.notify(key=weights_key(policy=workflow.policy,
-                                                            version=workflow.progress.policy_version))
-        workflow.table.poll(now_s=time.monotonic())
+        start_workflow(self.workflows[i])
 
     def run(self) -> None:
         """Every member runs rounds until its stop condition; events of all members share one loop."""
-        active = set(range(len(self.workflows)))
-        for i in active:
-            self.start(i)
-        while active:
-            try:
-                (i, generation), (kind, future, meta) = self.events.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if i not in active or generation != self.generation[i]:
-                continue
-            workflow = self.workflows[i]
-            try:
-                ended = workflow.handle(kind=kind, future=future, meta=meta)
-            except FunctionFailed as exc:
-                if self.config.pbt is None or self.config.pbt.on_member_failure == "stop":
-                    raise
-                self.replace_member(i, exc)
-                continue
-            if ended and _should_stop(config=self.config, progress=workflow.progress) is not None:
-                active.discard(i)
-                continue
-            workflow.table.poll(now_s=time.monotonic())
+        def on_failure(i: int, error: FunctionFailed) -> None:
+            if self.config.pbt is None or self.config.pbt.on_member_failure == "stop":
+                raise error
+            self.replace_member(i, error)
+
+        drive(workflows=self.workflows, events=self.events, generation=self.generation, start=self.start,
+              stop=lambda i: _should_stop(config=self.config, progress=self.workflows[i].progress) is not None,
+              on_failure=on_failure)
 
     def close(self) -> None:
         self.lineage.close()
@@ -259,6 +242,46 @@ class Population:
         for system in self.systems:
             system.close()
         self.shared.close()
+
+
+def drive(*, workflows: list[SyncWorkflow], events: "queue.Queue[Any]", generation: list[int],
+          start: Callable[[int], None], stop: Callable[[int], bool],
+          on_failure: Callable[[int, FunctionFailed], None]) -> None:
+    """One driver loop over several sync workflows whose events arrive tagged (index, generation) on
+    ``events``: each runs rounds until ``stop(i)`` after one of its rounds; an event of an older
+    generation (a replaced member's unfinished round) is dropped."""
+    active = set(range(len(workflows)))
+    for i in sorted(active):
+        start(i)
+    while active:
+        try:
+            (i, gen), (kind, future, meta) = events.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        if i not in active or gen != generation[i]:
+            continue
+        try:
+            ended = workflows[i].handle(kind=kind, future=future, meta=meta)
+        except FunctionFailed as exc:
+            on_failure(i, exc)
+            continue
+        if ended and stop(i):
+            active.discard(i)
+            continue
+        workflows[i].table.poll(now_s=time.monotonic())
+
+
+def tag_events(*, workflow: SyncWorkflow, events: "queue.Queue[Any]", tag: tuple[int, int]) -> SyncWorkflow:
+    """Route ``workflow``'s events to the shared queue, tagged."""
+    workflow.events = _Tagged(shared=events, tag=tag)  # type: ignore[assignment]
+    return workflow
+
+
+def start_workflow(workflow: SyncWorkflow) -> None:
+    """Announce the workflow's current version, so its actors start."""
+    workflow.system.store_events.notify(key=weights_key(policy=workflow.policy,
+                                                        version=workflow.progress.policy_version))
+    workflow.table.poll(now_s=time.monotonic())
 
 
 def train_population(*, config: NimbusConfig, run_dir: Path | None = None) -> TrainResult:
