@@ -58,6 +58,10 @@ def _train_workloads(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from nimbus.report.render import print_summary, render_report
 
+    if (Path(args.run_dir) / "population.json").exists():  # several policies / PBT: one curve per member
+        from nimbus.report.population import render_population
+        Console().print(f"report: {render_population(run_dir=Path(args.run_dir))}")
+        return 0
     path = render_report(run_dir=Path(args.run_dir))
     if (Path(args.run_dir) / "summary.json").exists():
         print_summary(run_dir=Path(args.run_dir), console=Console())
