@@ -56,11 +56,12 @@ def test_pbt_exploit_copies_the_top_members_weights_and_records_lineage(make_con
 
 
 def _failing(tmp_path: Path, policy: str) -> list[str]:
-    """Members on FlakyCartPole whose first fault (step 40 of one env) fails one actor with no retries left."""
+    """Members on FlakyCartPole: the first fault (step 20 of one env, inside every member's first fragment,
+    so it fires whichever worker serves the fragment) fails one actor with no retries left."""
     counter = tmp_path / "faults"
     small = [o.replace("members: 4", "members: 2").replace("max_rounds=3", "max_rounds=2") for o in PBT]
     return [o for o in small if not o.startswith("store.")] + [
-        "env.id=nimbus/FlakyCartPole-v0", f"env.kwargs={{fail_at_step: 40, failures: 1, counter_path: '{counter}'}}",
+        "env.id=nimbus/FlakyCartPole-v0", f"env.kwargs={{fail_at_step: 20, failures: 1, counter_path: '{counter}'}}",
         "functions.actor={max_retries: 0}", f"pbt.on_member_failure={policy}"]
 
 
