@@ -2,7 +2,7 @@
 
 Takes a finished run (its config and final checkpoint: a trained policy), rolls that policy out
 in-process through the real actor function (``--rows`` rows, env-major fragments), post-processes the
-batch as the learner does, then times ``train.probe.probe_policy`` for every subset size × iteration cap
+batch as the learner does, then times ``functions.probe.probe_policy`` for every subset size × iteration cap
 (median of ``--repeats``, one torch thread as in a learner worker) and compares each R with the R of
 the full batch at 100 iterations (the reference). ``share`` divides the probe time by a round time
 (``--round-s``, e.g. the nitro arm's median round time from the ablation).
@@ -27,11 +27,11 @@ from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.config import parse_config
 from nimbus.data.store import ShmStore
 from nimbus.runtime.base import FunctionContext
-from nimbus.train.actor import ActorRequest, actor_function
+from nimbus.functions.actor import ActorRequest, actor_function
 from nimbus.train.build import probe_spaces
 from nimbus.train.checkpoint import load_checkpoint
-from nimbus.train.probe import ProbeRequest, probe_policy
-from nimbus.train.weights import load_model, weights_key
+from nimbus.functions.probe import ProbeRequest, probe_policy
+from nimbus.functions.weights import load_model, weights_key
 
 log = logging.getLogger("nitro_probe_sweep")
 

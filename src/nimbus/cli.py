@@ -23,6 +23,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from nimbus.train.trainer import train
 
     resume = Path(args.resume) if args.resume else None
+    if len(args.config) > 1:  # several workloads on one pool (train/workloads.py)
+        return _train_workloads(args)
+    args.config = args.config[0] if args.config else None
     if args.config is None and resume is None:
         raise ConfigError("nimbus train needs a config file, or --resume RUN_DIR (which reuses RUN_DIR/config.yaml)")
     config_path = Path(args.config) if args.config else resume / "config.yaml"
@@ -35,9 +38,30 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_workloads(args: argparse.Namespace) -> int:
+    from nimbus.config import load_config
+    from nimbus.report.render import print_summary
+    from nimbus.train.workloads import train_workloads
+
+    if args.resume or args.run_dir:
+        raise ConfigError("--resume and --run-dir take one config; several configs each get their own run dir")
+    for path in args.config:
+        if not Path(path).exists():
+            raise ConfigError(f"{path}: no such config file")
+    configs = [load_config(path=Path(path), overrides=args.set or []) for path in args.config]
+    for result in train_workloads(configs=configs):
+        print_summary(run_dir=result.run_dir, console=Console())
+        Console().print(f"run directory: {result.run_dir}")
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from nimbus.report.render import print_summary, render_report
 
+    if (Path(args.run_dir) / "population.json").exists():  # several policies / PBT: one curve per member
+        from nimbus.report.population import render_population
+        Console().print(f"report: {render_population(run_dir=Path(args.run_dir))}")
+        return 0
     path = render_report(run_dir=Path(args.run_dir))
     if (Path(args.run_dir) / "summary.json").exists():
         print_summary(run_dir=Path(args.run_dir), console=Console())
@@ -99,7 +123,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train from a YAML config, or resume a run")
-    p.add_argument("config", nargs="?", help="the YAML config (default with --resume: RUN_DIR/config.yaml)")
+    p.add_argument("config", nargs="*", help="the YAML config (default with --resume: RUN_DIR/config.yaml); "
+                   "several: independent workloads sharing one pool of workers (fair share by runtime.share_weight)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint: weights, "
                    "optimizer, counters; raise train.total_env_steps with --set to train longer")
     p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value")

@@ -20,8 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from nimbus.algos.registry import AlgoConfig
 from nimbus.control.config import ScalingConfig
+from nimbus.control.population_config import PBTConfig, PolicyConfig, check_population
+from nimbus.config_rules import check_cluster, check_pipeline, check_workflow
 from nimbus.errors import ConfigError
-from nimbus.train.async_config import AsyncWorkflowConfig
+from nimbus.workflows.async_config import AsyncWorkflowConfig
 
 
 class Section(BaseModel):
@@ -73,6 +75,31 @@ class LearnerConfig(Section):
         default_factory=lambda: FunctionConfig(cpus=1.0, gpus=0.25, memory_mb=4096, timeout_s=600.0))
 
 
+ROLES = ("actor", "learner", "gradient_learner", "parameter", "critic", "postprocess")
+"""Function roles a workflow may invoke, each with its own resources, timeout and retries."""
+
+
+def _learner_like() -> FunctionConfig:
+    return FunctionConfig(cpus=1.0, gpus=0.25, memory_mb=4096, timeout_s=600.0)
+
+
+class FunctionsConfig(Section):
+    """Resources, timeout and retries per function role (``functions.<role>``); the ledger names the role."""
+
+    actor: FunctionConfig | None = None
+    """actor functions (default: actors.function)"""
+    learner: FunctionConfig | None = None
+    """learner functions that update weights (default: learner.function)"""
+    gradient_learner: FunctionConfig = Field(default_factory=_learner_like)
+    """learner functions that return gradients, not weights (Stellaris)"""
+    parameter: FunctionConfig = Field(default_factory=lambda: FunctionConfig(memory_mb=2048))
+    """the parameter function that aggregates gradients and publishes weights (Stellaris)"""
+    critic: FunctionConfig = Field(default_factory=_learner_like)
+    """critic functions of actor-critic multi-agent methods (MARLess)"""
+    postprocess: FunctionConfig = Field(default_factory=lambda: FunctionConfig(memory_mb=2048))
+    """post-processing functions that build centralised inputs (MARLess)"""
+
+
 class RuntimeConfig(Section):
     backend: Literal["local", "ray"] = "local"
     """where functions run: local worker processes, or Ray actors (ray: see docs/cluster.md)"""
@@ -90,6 +117,8 @@ class RuntimeConfig(Section):
     """start actor and learner workers before round 0"""
     allow_insecure: bool = False
     """ray only: accept a non-loopback runtime.address while RAY_AUTH_MODE is not token (docs/cluster.md)"""
+    share_weight: float = Field(default=1.0, gt=0)
+    """this workload's weight when several share one pool (``nimbus train a.yaml b.yaml``; fair share)"""
 
 
 class StoreConfig(Section):
@@ -131,7 +160,7 @@ class ChannelConfig(Section):
 
 
 class PipelineConfig(Section):
-    """ARTOS's on-policy pipelines and Stellaris's loader (train/pipeline.py, docs/dataplane.md); PPO, sync."""
+    """ARTOS's on-policy pipelines and Stellaris's loader (functions/pipeline.py, docs/dataplane.md); PPO, sync."""
 
     minibatch: bool = False
     """mini-batch pipeline: the learner starts at the first actor's rows; epoch 1 steps as blocks arrive"""
@@ -201,22 +230,41 @@ class NimbusConfig(Section):
     """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     """ARTOS pipelines for sync PPO (off by default)"""
+    functions: FunctionsConfig = Field(default_factory=FunctionsConfig)
+    """resources, timeout and retries per function role"""
+    policies: list[PolicyConfig] = Field(default_factory=list)
+    """several named policies in one run (empty: one policy, main); see train/population.py"""
+    pbt: PBTConfig | None = None
+    """population-based training over generated members (docs/pbt.md)"""
+
+    def role_function(self, *, role: str) -> FunctionConfig:
+        """The resources of one function role (``functions.<role>``; actor and learner default to their sections)."""
+        if role not in ROLES:
+            raise KeyError(f"unknown function role {role!r} (roles: {', '.join(ROLES)})")
+        configured = getattr(self.functions, role)
+        if configured is not None:
+            return configured
+        return self.actors.function if role == "actor" else self.learner.function
+
+    @model_validator(mode="after")
+    def _check_population(self) -> "NimbusConfig":
+        check_population(algo=self.algo, policies=self.policies, pbt=self.pbt, workflow=self.train.workflow,
+                         pipelined=self.pipeline.minibatch or self.pipeline.dual_stage,
+                         exact_resume=self.train.exact_resume)
+        return self
 
     @model_validator(mode="after")
     def _check_pipeline(self) -> "NimbusConfig":
-        from nimbus.train.pipeline_workflow import check_pipeline  # the pipelines' rules live beside them
         check_pipeline(config=self)
         return self
 
     @model_validator(mode="after")
     def _check_workflow(self) -> "NimbusConfig":
-        from nimbus.train.offpolicy_plan import check_workflow  # the async workflow's rules live beside it
         check_workflow(config=self)
         return self
 
     @model_validator(mode="after")
     def _check_cluster(self) -> "NimbusConfig":
-        from nimbus.runtime.factory import check_cluster  # the ray / redis rules live beside the factory
         check_cluster(runtime=self.runtime, store=self.store)
         return self
 

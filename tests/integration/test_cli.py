@@ -175,7 +175,7 @@ def test_eval_video_without_gl_warns_once_and_evaluates(tmp_path: Path) -> None:
         from nimbus.config import parse_config
         from nimbus.train.build import probe_spaces
         from nimbus.train.checkpoint import Checkpointer, CheckpointState
-        from nimbus.train.weights import model_to_message
+        from nimbus.functions.weights import model_to_message
         config = parse_config(data={{"env": {{"id": "Hopper-v5"}}, "algo": {{"name": "ppo"}}}})
         model = make_algorithm(config=config.algo).make_model(spaces=probe_spaces(config=config))
         Checkpointer(directory=Path("{run}") / "checkpoints").save(state=CheckpointState(

@@ -42,10 +42,10 @@ from nimbus.data.store import ShmStore
 from nimbus.envs.make import make_env
 from nimbus.runtime.base import FunctionContext, FunctionSpec, Resources
 from nimbus.runtime.local import LocalRuntime
-from nimbus.train.actor import ActorRequest, actor_function
-from nimbus.train.weights import model_to_message, weights_key
+from nimbus.functions.actor import ActorRequest, actor_function
+from nimbus.functions.weights import model_to_message, weights_key
 
-ACTOR_ENTRYPOINT = "nimbus.train.actor:actor_function"
+ACTOR_ENTRYPOINT = "nimbus.functions.actor:actor_function"
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ class LedgerRecord:
     memory_mb: int
     outcome: str
     error_type: str | None = None
+    workload: str = ""   # the workload whose function this was (several workloads on one pool)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -142,7 +143,7 @@ def attempt_record(*, spec: FunctionSpec, invocation_id: str, attempt: int, work
                         worker_id=worker_id, cold=cold, init_s=init_s, queued_at=queued_at, start_at=start_at,
                         end_at=end_at, duration_s=duration, billed_s=billed, cpus=spec.resources.cpus,
                         gpus=spec.resources.gpus, memory_mb=spec.resources.memory_mb, outcome=outcome,
-                        error_type=error_type)
+                        error_type=error_type, workload=spec.workload)
 
 
 class Ledger:
@@ -162,6 +163,7 @@ class Ledger:
         """``keep_in_memory``: hold only the newest this-many records in memory (the file has them all;
         totals are kept running), so a long run's driver does not grow with its ledger (P13)."""
         self._path, self._keep = path, keep_in_memory
+        self.by_workload: dict[str, "Ledger"] = {}  # a shared pool's ledger also appends each row to its workload's
         self._records: list[LedgerRecord] = []
         self._dropped = 0  # records no longer in memory (still in the file)
         self._tally = Tally()
@@ -183,6 +185,8 @@ class Ledger:
             if self._file is not None:
                 self._file.write(record.to_json() + "\n")
                 self._file.flush()
+            if record.workload in self.by_workload:
+                self.by_workload[record.workload].append(record=record)
             if self._keep is not None and len(self._records) >= 2 * self._keep:  # trim in batches: O(1) amortised
                 drop = len(self._records) - self._keep
                 del self._records[:drop]

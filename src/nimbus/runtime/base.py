@@ -47,6 +47,7 @@ class FunctionSpec:
     timeout_s: float = 60.0
     max_retries: int = 3
     kind: str = "actor"  # actor | learner | parameter | probe | system: selects the pricing line
+    workload: str = ""   # the workload it serves when several share one pool (ledger tag, fair share)
 
 
 @dataclass

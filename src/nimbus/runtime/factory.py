@@ -4,7 +4,7 @@
 either so that every request carries the headers every function needs (``_store``: the descriptor
 from which a function opens the run's Store, data/stores.py), whichever workflow sends it.
 
-Rules checked at config load (``check_cluster``; errors name the keys):
+Rules checked at config load (``nimbus.config_rules.check_cluster``; errors name the keys):
 
 * ``store.backend: ray`` needs ``runtime.backend: ray`` (only Ray workers reach the object store);
 * ``store.backend: shm`` lives on one machine: with ``runtime.backend: ray`` it needs
@@ -22,11 +22,8 @@ Example::
 
 from __future__ import annotations
 
-import ipaddress
-import os
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from nimbus.cost.ledger import Ledger
 from nimbus.data.codec import Message
@@ -34,66 +31,7 @@ from nimbus.errors import ClusterError
 from nimbus.runtime.base import FunctionSpec, Runtime
 
 if TYPE_CHECKING:
-    from nimbus.config import NimbusConfig, RuntimeConfig, StoreConfig
-
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-
-
-def check_cluster(*, runtime: "RuntimeConfig", store: "StoreConfig") -> None:
-    """Raise ValueError (naming the keys) for runtime/store combinations that cannot work."""
-    on_one_machine = runtime.backend == "local" or runtime.address == "local"
-    if store.backend == "ray" and runtime.backend != "ray":
-        raise ValueError("store.backend: ray needs runtime.backend: ray (only Ray workers reach the object store)")
-    if store.backend == "shm" and not on_one_machine:
-        raise ValueError(f"store.backend: shm is per machine, but runtime.address is {runtime.address!r}: "
-                         "use store.backend: redis or ray on a cluster")
-    if store.backend == "redis" and store.fallback == "shm" and not on_one_machine:
-        raise ValueError("store.fallback: shm only works when every function runs on this machine "
-                         f"(runtime.address is {runtime.address!r})")
-    if store.password is not None and store.password_env is not None:
-        raise ValueError("store.password and store.password_env are exclusive: set one")
-    if store.backend == "redis" and not store.url.startswith(_REDIS_SCHEMES):
-        raise ValueError(f"store.url {store.url!r} must start with one of {_REDIS_SCHEMES}")
-    check_authentication(runtime=runtime, store=store)
-
-
-def check_authentication(*, runtime: "RuntimeConfig", store: "StoreConfig") -> None:
-    """P11: leaving this machine takes authentication, or an explicit ``allow_insecure: true``.
-
-    Redis: a ``redis://`` URL to a non-loopback host needs a password (in the URL, ``store.password`` or
-    ``store.password_env``) or TLS (``rediss://``). Ray: an address other than ``local`` or a loopback
-    host:port needs Ray's token auth (``RAY_AUTH_MODE=token`` in the driver's environment), which
-    ``auto`` needs too: a ``ray start`` cluster listens beyond this machine.
-    """
-    if (store.backend == "redis" and not store.allow_insecure and store.url.startswith("redis://")
-            and not _is_loopback(urlsplit(store.url).hostname)
-            and store.password is None and store.password_env is None and urlsplit(store.url).password is None):
-        raise ValueError(f"store.url {store.url!r} reaches another machine with neither a password "
-                         "nor TLS: set store.password_env (or use rediss://), or store.allow_insecure: true "
-                         "on a network you trust")
-    if (runtime.backend == "ray" and not runtime.allow_insecure and runtime.address != "local"
-            and not _is_loopback(_ray_host(runtime.address)) and os.environ.get("RAY_AUTH_MODE") != "token"):
-        raise ValueError(f"runtime.address {runtime.address!r} joins a Ray cluster without authentication: "
-                         "set RAY_AUTH_MODE=token and the cluster's token (docs/cluster.md), or "
-                         "runtime.allow_insecure: true on a network you trust")
-
-
-def _ray_host(address: str) -> str | None:
-    """The host of ``host:port`` or ``ray://host:port``; None for ``auto`` (a cluster on this node's interfaces)."""
-    if address == "auto":
-        return None
-    return urlsplit(address if "://" in address else f"ray://{address}").hostname
-
-
-def _is_loopback(host: str | None) -> bool:
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve anywhere
+    from nimbus.config import NimbusConfig
 
 
 def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str, str]) -> Runtime:

@@ -51,6 +51,7 @@ from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.data.shm import run_prefix
 from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
 from nimbus.runtime.base import FunctionSpec
+from nimbus.runtime.fairshare import fair_pick
 from nimbus.runtime.transport import send_frame
 from nimbus.runtime.pool import same_pool, WorkerHandle, WorkerPool, WorkerSlot
 
@@ -90,6 +91,7 @@ class LocalRuntime(AttemptEndings):
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._queue: deque[Invocation] = deque()
+        self._weights: dict[str, float] = {}  # workload → fair-share weight (runtime/fairshare.py); empty: FIFO
         self._tally = Tally()  # this runtime's records (the ledger may be shared)
         self._counts = {"failed": 0, "dropped": 0}
         self._closed = False
@@ -118,6 +120,11 @@ class LocalRuntime(AttemptEndings):
             actions = self._schedule()
         self._run(actions)
         return invocation.future
+
+    def set_shares(self, *, weights: dict[str, float]) -> None:
+        """Divide the pool between workloads by these weights (FunctionSpec.workload names them)."""
+        with self._lock:
+            self._weights = dict(weights)
 
     def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
         """One invocation per request, queued in order."""
@@ -174,15 +181,16 @@ class LocalRuntime(AttemptEndings):
     def _schedule(self) -> list[Action]:
         actions: list[Action] = []
         while self._queue and not self._closed:
-            invocation = self._queue[0]
+            index = self._next_index()
+            invocation = self._queue[index]
             if invocation.future.cancelled():
-                self._queue.popleft()
+                del self._queue[index]
                 discard_body(body=invocation.body)
                 continue
             worker = self._place(invocation)
             if worker is None:
                 break
-            self._queue.popleft()
+            del self._queue[index]
             invocation.attempts += 1
             worker.attempt = Attempt(invocation=invocation, number=invocation.attempts,
                                       cold=worker.state == "starting")
@@ -190,6 +198,15 @@ class LocalRuntime(AttemptEndings):
             if worker.state == "idle":
                 actions += self._dispatch(worker)
         return actions
+
+    def _next_index(self) -> int:
+        if not self._weights:
+            return 0
+        busy: dict[str, float] = {}
+        for worker in self._pool.slots.values():
+            if worker.attempt is not None:
+                busy[worker.spec.workload] = busy.get(worker.spec.workload, 0.0) + worker.spec.resources.cpus
+        return fair_pick(queued=[inv.spec.workload for inv in self._queue], busy_cpus=busy, weights=self._weights)
 
     def _place(self, invocation: Invocation) -> WorkerSlot | None:
         spec = invocation.spec

@@ -3,9 +3,9 @@
     config ─▶ Runtime (warm workers, ledger) ─▶ actor / learner FunctionSpecs
            ─▶ Store (weights, optimizer state) + StoreEvents
            ─▶ Buffer (algorithm's buffer spec) + replay strategy
-           ─▶ actor-scaling controller (+ the Hessian probe it needs from the learner, train/probe.py)
+           ─▶ actor-scaling controller (+ the Hessian probe it needs from the learner, functions/probe.py)
            ─▶ Checkpointer, MetricsSink
-    and the workflow binds triggers to actions over these parts (train/workflows.py).
+    and the workflow binds triggers to actions over these parts (workflows/sync.py).
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ from nimbus.runtime.factory import StampedRuntime, make_runtime
 from nimbus.train.checkpoint import Checkpointer
 from nimbus.train.metrics import MetricsSink
 from nimbus.train.offpolicy_plan import make_replay, plan_for
-from nimbus.train.probe import ProbeRequest, probe_request
+from nimbus.functions.probe import ProbeRequest, probe_request
 
 log = logging.getLogger(__name__)
 LEDGER_RECORDS_IN_MEMORY = 10_000  # a long run's driver stays flat (P13); costs are summed as records arrive
-ACTOR_ENTRYPOINT = "nimbus.train.actor:actor_function"
-LEARNER_ENTRYPOINT = "nimbus.train.learner:learner_function"
-OFFPOLICY_ACTOR_ENTRYPOINT = "nimbus.train.offpolicy_actor:offpolicy_actor_function"      # train.workflow: async
-OFFPOLICY_LEARNER_ENTRYPOINT = "nimbus.train.offpolicy_learner:offpolicy_learner_function"
+ACTOR_ENTRYPOINT = "nimbus.functions.actor:actor_function"
+LEARNER_ENTRYPOINT = "nimbus.functions.learner:learner_function"
+OFFPOLICY_ACTOR_ENTRYPOINT = "nimbus.functions.offpolicy_actor:offpolicy_actor_function"      # train.workflow: async
+OFFPOLICY_LEARNER_ENTRYPOINT = "nimbus.functions.offpolicy_learner:offpolicy_learner_function"
 
 
 @dataclass
@@ -71,16 +71,21 @@ class System:
     metrics: MetricsSink
     probe: ProbeRequest | None = None   # the Hessian probe each learner request carries (Nitro), else None
     ship_batches: bool = False  # learner batches travel through the Store (ray: the buffer may be on another node)
-    shm_prefix: str | None = None  # this run's own segment prefix, owned (locked) until close()
+    policy: str = "main"        # the policy this System trains: weights/<policy>/<v>, optim/<policy>/<v>
+    rank_base: int = 0          # first actor rank of this policy (a population's members get disjoint ranks)
+    owns_shared: bool = True    # False for a population member: the population closes runtime and store once
+    shm_prefix: str | None = None  # with owns_shared: the run's own segment prefix, owned (locked) until close()
 
     def close(self) -> None:
         """Stop workers, flush logs, remove every shared-memory segment of the run."""
         self.metrics.close()
-        self.runtime.shutdown()
+        if self.owns_shared:
+            self.runtime.shutdown()
         self.buffer.close(unlink=True)
-        self.store.close()
-        if self.shm_prefix is not None:
-            release_run_prefix(prefix=self.shm_prefix)
+        if self.owns_shared:
+            self.store.close()
+            if self.shm_prefix is not None:
+                release_run_prefix(prefix=self.shm_prefix)
 
 
 def make_run_dir(*, config: NimbusConfig, root: Path | None = None) -> Path:
@@ -101,6 +106,12 @@ def function_spec(*, name: str, entrypoint: str, kind: str, function: FunctionCo
                         timeout_s=function.timeout_s, max_retries=function.max_retries)
 
 
+def role_spec(*, config: NimbusConfig, role: str, entrypoint: str) -> FunctionSpec:
+    """The FunctionSpec of one function role (``functions.<role>`` in the config, config.py ROLES). Named by
+    role, not policy: the policies of a run share warm workers (caches are keyed by policy and version)."""
+    return function_spec(name=role, entrypoint=entrypoint, kind=role, function=config.role_function(role=role))
+
+
 def probe_spaces(*, config: NimbusConfig) -> EnvSpaces:
     env: gym.Env = make_env(env_id=config.env.id, seed=config.seed, kwargs=config.env.kwargs,
                             imports=config.env.imports, wrappers=config.env.wrappers)
@@ -109,18 +120,35 @@ def probe_spaces(*, config: NimbusConfig) -> EnvSpaces:
     return spaces
 
 
+@dataclass(frozen=True)
+class Shared:
+    """What every policy of a run shares: one pool of workers, one ledger, one Store."""
+
+    runtime: Runtime
+    ledger: Ledger
+    store: Store
+    pricing: PricingModel
+    shm_prefix: str | None = None  # the run's own segment prefix (claim_run_prefix), released by close()
+
+    def close(self) -> None:
+        self.runtime.shutdown()
+        self.store.close()
+        if self.shm_prefix is not None:
+            release_run_prefix(prefix=self.shm_prefix)
+
+
 def build(*, config: NimbusConfig, run_dir: Path) -> System:
+    """A one-policy run: the shared parts and the policy ``main`` (a population: train/population.py)."""
+    shared = build_shared(config=config, run_dir=run_dir)
+    return build_policy(config=config, shared=shared, run_dir=run_dir, policy="main", owns_shared=True)
+
+
+def build_shared(*, config: NimbusConfig, run_dir: Path) -> Shared:
     shm_prefix = claim_run_prefix()  # this run's own, before any worker starts (workers inherit it)
     swept = sweep_orphans()  # segments of drivers that died together with their janitor
     if swept:
         log.warning("removed %d shared-memory segments left by dead nimbus runs", swept)
     (run_dir / "config.yaml").write_text(dump_config(config=config))
-    spaces = probe_spaces(config=config)
-    algo = make_algorithm(config=config.algo)
-    if getattr(config.algo, "model", None) is not None:  # algo.model's contract, checked before any worker starts
-        algo.make_model(spaces=spaces)
-    torch.manual_seed(config.seed)
-
     ledger = Ledger(path=run_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)  # the file has all
     backend = make_runtime(config=config, ledger=ledger, worker_env=store_worker_env(config=config.store))
     try:  # the store after the runtime: the ray store lives in the Ray instance the runtime joined
@@ -129,11 +157,24 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
         backend.shutdown()
         raise
     runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})  # functions open it
+    return Shared(runtime=runtime, ledger=ledger, store=store, shm_prefix=shm_prefix,
+                  pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None))
+
+
+def build_policy(*, config: NimbusConfig, shared: Shared, run_dir: Path, policy: str, owns_shared: bool,
+                 rank_base: int = 0) -> System:
+    """One policy's parts over the shared pool: its algorithm, function specs by role, actor-scaling
+    controller, buffer and replay strategy, checkpoints and metrics (in ``run_dir``)."""
+    spaces = probe_spaces(config=config)
+    algo = make_algorithm(config=config.algo)
+    if getattr(config.algo, "model", None) is not None:  # algo.model's contract, checked before any worker starts
+        algo.make_model(spaces=spaces)
+    torch.manual_seed(config.seed)
     offpolicy = config.train.workflow == "async"  # off-policy functions, replay and buffer size (offpolicy_plan.py)
-    actor_spec = function_spec(name="actor", entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if offpolicy else ACTOR_ENTRYPOINT,
-                               kind="actor", function=config.actors.function)
-    learner_spec = function_spec(name="learner", kind="learner", function=config.learner.function,
-                                 entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT if offpolicy else LEARNER_ENTRYPOINT)
+    actor_spec = role_spec(config=config, role="actor",
+                           entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if offpolicy else ACTOR_ENTRYPOINT)
+    learner_spec = role_spec(config=config, role="learner",
+                             entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT if offpolicy else LEARNER_ENTRYPOINT)
 
     scaler = make_scaler(config=config.actors.scaling)
     probe = probe_request(scaling=config.actors.scaling)   # what the scaler reads from each learner result
@@ -146,14 +187,15 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
         replay = make_replay(plan=plan, seed=config.seed, guard_rows=rows_per_actor * (max_actors + 1))
     buffer = Buffer.create(spec=algo.buffer_spec(spaces=spaces), capacity_rows=capacity_rows)
 
-    return System(config=config, run_dir=run_dir, spaces=spaces, algo=algo, runtime=runtime, ledger=ledger,
-                  pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None),
-                  store=store, store_events=StoreEvents(), buffer=buffer, replay=replay,
+    return System(config=config, run_dir=run_dir, spaces=spaces, algo=algo, runtime=shared.runtime,
+                  ledger=shared.ledger, pricing=shared.pricing,
+                  store=shared.store, store_events=StoreEvents(), buffer=buffer, replay=replay,
                   scaler=scaler, actor_spec=actor_spec, learner_spec=learner_spec,
                   checkpointer=Checkpointer(directory=run_dir / "checkpoints", keep=config.train.keep_checkpoints),
                   metrics=MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
                                       status_line=config.output.status_line),
-                  probe=probe, ship_batches=config.runtime.backend == "ray", shm_prefix=shm_prefix)
+                  probe=probe, ship_batches=config.runtime.backend == "ray", policy=policy, rank_base=rank_base,
+                  owns_shared=owns_shared, shm_prefix=shared.shm_prefix if owns_shared else None)
 
 
 def peak_actors(*, config: NimbusConfig) -> int:

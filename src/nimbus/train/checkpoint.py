@@ -51,7 +51,7 @@ class CheckpointState:
     episodes: int
     config: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
-    actors: Message | None = None   # train.exact_resume: every actor rank's env slot (train/slot_state.py)
+    actors: Message | None = None   # train.exact_resume: every actor rank's env slot (functions/slot_state.py)
 
 
 def _write_file(*, path: Path, data: bytes) -> str:

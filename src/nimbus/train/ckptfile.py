@@ -20,7 +20,7 @@ from __future__ import annotations
 from nimbus.data.codec import MAGIC, PREFIX, VERSION, Message, decode, encode
 
 EXTRA_PREFIX = "nimbus_extra/"
-_PARAM, _EXTRA = "param.", "extra."   # how train/weights.py names a weights Message's arrays
+_PARAM, _EXTRA = "param.", "extra."   # how functions/weights.py names a weights Message's arrays
 
 
 def write_bytes(*, message: Message, weights: bool) -> bytes:

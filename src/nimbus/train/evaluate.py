@@ -30,8 +30,8 @@ from nimbus.envs.make import make_env
 from nimbus.envs.normalize import RunningMeanStd
 from nimbus.models.distributions import clip_action
 from nimbus.train.checkpoint import load_checkpoint
-from nimbus.train.obsnorm import normalize, rms_from_extras
-from nimbus.train.weights import load_model
+from nimbus.functions.obsnorm import normalize, rms_from_extras
+from nimbus.functions.weights import load_model
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@
 IMPALA) and the ``async_workflow`` section into a frozen ``ReplayPlan``; ``make_replay(plan=...)``
 builds the matching replay strategy (Uniform, Prioritized, NStep over either, or FIFO). This is the
 one place that dispatches on the algorithm's config type, so the workflow itself has no
-algorithm-specific code. ``check_workflow`` holds the config rules of the two workflows.
+algorithm-specific code. The config rules of the two workflows are ``config_rules.check_workflow``.
 
 Example::
 
@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Literal
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.sac.config import SACConfig
+from nimbus.config_rules import OFF_POLICY
 from nimbus.data.replay import FIFO, Circular, NStep, Prioritized, Uniform
 from nimbus.errors import ConfigError
 
 if TYPE_CHECKING:
     from nimbus.config import NimbusConfig
 
-OFF_POLICY = ("dqn", "sac", "impala")
 
 
 @dataclass(frozen=True)
@@ -111,32 +111,6 @@ def make_replay(*, plan: ReplayPlan, seed: int, guard_rows: int = 0) -> Uniform 
     if plan.n_step > 1:
         return NStep(inner=sampler, n=plan.n_step, gamma=plan.gamma, segment_rows=plan.fragment_steps)
     return sampler
-
-
-def check_workflow(*, config: NimbusConfig) -> None:
-    """Config rules of the workflows (raised as ValueError, so pydantic reports them at load time)."""
-    name, workflow = config.algo.name, config.train.workflow
-    if workflow == "sync" and name in OFF_POLICY:
-        raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: async")
-    if workflow != "async":
-        return
-    if config.train.exact_resume:
-        raise ValueError("train.exact_resume: only the sync workflow can resume bitwise (the async workflow's "
-                         "replay buffer is not checkpointed); drop it, --resume still continues the run")
-    if name not in OFF_POLICY:
-        raise ValueError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; algo.name {name} needs sync")
-    if config.runtime.backend != "local" or config.store.backend != "shm":
-        raise ValueError("train.workflow: async runs on runtime.backend: local with store.backend: shm for now "
-                         "(its learner reads the shared-memory buffer in place); got "
-                         f"{config.runtime.backend} / {config.store.backend}")
-    if isinstance(config.algo, ImpalaConfig) and config.actors.fragment_steps != config.algo.rollout_length:
-        raise ValueError(f"actors.fragment_steps ({config.actors.fragment_steps}) must equal "
-                         f"algo.rollout_length ({config.algo.rollout_length}): IMPALA learns on whole fragments")
-    rows = config.env.num_envs_per_actor * config.actors.fragment_steps
-    if isinstance(config.algo, (DQNConfig, SACConfig)) and \
-            (capacity := config.algo.buffer_capacity) < 2 * rows * _max_actors(config=config):
-        raise ValueError(f"algo.buffer_capacity ({capacity}) must hold at least two fragments per actor "
-                         f"({2 * rows * _max_actors(config=config)} rows)")
 
 
 def _max_actors(*, config: NimbusConfig) -> int:

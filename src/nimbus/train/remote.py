@@ -29,7 +29,7 @@ import numpy as np
 from nimbus.data.codec import Message
 from nimbus.data.stores import MirroredStore
 from nimbus.errors import FunctionFailed, StoreUnavailable
-from nimbus.train.weights import optim_key, weights_key
+from nimbus.functions.weights import optim_key, weights_key
 
 if TYPE_CHECKING:
     from nimbus.train.build import System

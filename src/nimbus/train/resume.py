@@ -7,7 +7,7 @@ TensorBoard steps, learning-rate schedules and the stopping rule continue where 
 
 What else comes back depends on ``train.exact_resume``:
 * on (sync workflow, MuJoCo and classic-control envs): every actor rank's env slot — its envs mid-episode,
-  wrapper counters, random generators, running episode returns (train/slot_state.py) — and its slot
+  wrapper counters, random generators, running episode returns (functions/slot_state.py) — and its slot
   sequence, so the resumed rounds are bitwise the rounds the run would have made without stopping
   (RELIABILITY.md P9; tests/integration/test_resume.py);
 * off: episodes that were in flight restart as fresh episodes, from seeds derived from the resumed round,
@@ -33,9 +33,9 @@ import numpy as np
 from nimbus.errors import CheckpointError
 from nimbus.train.build import System
 from nimbus.train.checkpoint import CheckpointState, load_checkpoint
-from nimbus.train.slot_state import slots_from_message
-from nimbus.train.weights import load_model, optim_key, weights_key
-from nimbus.train.workflows import POLICY, Progress
+from nimbus.functions.slot_state import slots_from_message
+from nimbus.functions.weights import load_model, optim_key, weights_key
+from nimbus.workflows.sync import POLICY, Progress
 
 
 def load_resume_state(*, path: Path) -> CheckpointState:

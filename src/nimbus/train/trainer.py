@@ -25,19 +25,19 @@ from nimbus.config import NimbusConfig
 from nimbus.control.base import RoundMetrics
 from nimbus.control.nitro import BUDGET_STOP_KEY
 from nimbus.train.build import System, build, make_run_dir, peak_actors
-from nimbus.errors import StoreUnavailable
+from nimbus.errors import ConfigError, StoreUnavailable
 from nimbus.train.checkpoint import CheckpointState
 from nimbus.train.remote import run_unless_store_lost
-from nimbus.train.slot_state import slots_to_message
+from nimbus.functions.slot_state import slots_to_message
 from nimbus.train.resume import (check_compatible, load_resume_state, progress_extra, progress_from,
                                  publish_checkpoint)
 from nimbus.train.evaluate import evaluate_policy
-from nimbus.train.weights import model_to_message, optim_key, weights_key
-from nimbus.train.async_workflow import AsyncWorkflow
+from nimbus.functions.weights import model_to_message, optim_key, weights_key
+from nimbus.workflows.asynchronous import AsyncWorkflow
 from nimbus.train.offpolicy_plan import Pacer
 from nimbus.train.replay_checkpoint import (FILE_KEY as REPLAY_FILE_KEY, checkpoints_dir, load_replay, prune_replays,
                                             replay_message, restore_scaler, save_replay)
-from nimbus.train.workflows import POLICY, Progress, SyncWorkflow
+from nimbus.workflows.sync import Progress, SyncWorkflow
 
 log = logging.getLogger(__name__)
 PREWARM_WAIT_S = 120.0
@@ -97,7 +97,7 @@ class _Interrupt:
 def _publish_initial(*, system: System) -> None:
     torch.manual_seed(system.config.seed)
     model = system.algo.make_model(spaces=system.spaces)
-    system.store.put(key=weights_key(policy=POLICY, version=0), message=model_to_message(model=model, version=0))
+    system.store.put(key=weights_key(policy=system.policy, version=0), message=model_to_message(model=model, version=0))
 
 
 def _should_stop(*, config: NimbusConfig, progress: Progress) -> str | None:
@@ -125,8 +125,8 @@ def save_checkpoint(*, system: System, progress: Progress, pacer: Pacer | None =
         extra.update(save_replay(directory=directory, round=progress.rounds,
                                  message=replay_message(scaler=system.scaler, **async_parts)))
         prune_replays(directory=directory, keep=extra[REPLAY_FILE_KEY])
-    weights = system.store.get(key=weights_key(policy=POLICY, version=version))
-    optimizer = system.store.get(key=optim_key(policy=POLICY, version=version)) if version > 0 else None
+    weights = system.store.get(key=weights_key(policy=system.policy, version=version))
+    optimizer = system.store.get(key=optim_key(policy=system.policy, version=version)) if version > 0 else None
     state = CheckpointState(weights=weights, optimizer=optimizer, policy_version=version, round=progress.rounds,
                             env_steps=progress.env_steps, episodes=progress.episodes,
                             config=system.config.model_dump(mode="json"), extra=extra,
@@ -138,6 +138,11 @@ def save_checkpoint(*, system: System, progress: Progress, pacer: Pacer | None =
 def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Path | None = None) -> TrainResult:
     """Train per ``config``; with ``resume_from`` (a run directory or checkpoint), continue from its newest
     checkpoint instead of version 0 (train/resume.py says what comes back)."""
+    if config.policies or config.pbt is not None:  # several policies over one pool (train/population.py)
+        if resume_from is not None:
+            raise ConfigError("--resume: a run of several policies (policies / pbt) cannot be resumed yet")
+        from nimbus.train.population import train_population
+        return train_population(config=config, run_dir=run_dir)
     resumed = load_resume_state(path=resume_from) if resume_from is not None else None
     run_dir = run_dir or (Path(resume_from) if resumed is not None and (Path(resume_from) / "checkpoints").is_dir()
                           else make_run_dir(config=config))
@@ -175,8 +180,8 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
                 save_checkpoint(system=system, progress=progress, pacer=_pacer(workflow))
 
         workflow_type = AsyncWorkflow if config.train.workflow == "async" else SyncWorkflow
-        if config.pipeline.minibatch or config.pipeline.dual_stage:  # ARTOS pipelines: train/pipeline_workflow.py
-            from nimbus.train.pipeline_workflow import PipelinedSyncWorkflow
+        if config.pipeline.minibatch or config.pipeline.dual_stage:  # ARTOS pipelines: workflows/pipelined.py
+            from nimbus.workflows.pipelined import PipelinedSyncWorkflow
             workflow_type = PipelinedSyncWorkflow
         workflow = workflow_type(system=system, progress=progress, on_round=on_round)
         stopped_by = "interrupted"
@@ -217,7 +222,7 @@ def _summarise(*, system: System, progress: Progress, wall_s: float, stopped_by:
     totals = system.ledger.totals()
     eval_return = None
     if config.train.eval_episodes > 0 and stopped_by not in ("SIGINT", "SIGTERM"):
-        weights = system.store.get(key=weights_key(policy=POLICY, version=progress.policy_version))
+        weights = system.store.get(key=weights_key(policy=system.policy, version=progress.policy_version))
         eval_return = evaluate_policy(config=config, weights=weights, episodes=config.train.eval_episodes,
                                       seed=config.seed + 10_000).mean_return
     serverful = system.pricing.serverful_cost_usd(

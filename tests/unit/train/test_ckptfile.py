@@ -17,7 +17,7 @@ import torch
 from nimbus.data.codec import Message, encode
 from nimbus.models.mlp import ActorCritic
 from nimbus.train.checkpoint import Checkpointer, CheckpointState, load_checkpoint
-from nimbus.train.weights import load_model, model_to_message, optimizer_to_message
+from nimbus.functions.weights import load_model, model_to_message, optimizer_to_message
 
 READER = textwrap.dedent('''
     import json, sys

@@ -92,5 +92,11 @@ class SAC:
 
     def update(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
                progress: float, generator: torch.Generator) -> SACUpdateStats:
-        """``sac_update``: one gradient step per ``batch_size`` rows; progress/generator unused."""
-        return sac_update(model=model, optimizer=optimizer, batch=batch, config=self.config)  # type: ignore[arg-type]
+        """``sac_update``: one gradient step per ``batch_size`` rows; progress unused. The policy's noise
+        (``torch.randn_like`` in the actor's ``sample``) draws from torch's global generator, so the update
+        runs under a fork of it seeded from ``generator`` (the learner seeds that per version): same seed,
+        same update."""
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return sac_update(model=model, optimizer=optimizer, batch=batch, config=self.config)  # type: ignore[arg-type]

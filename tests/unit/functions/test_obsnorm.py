@@ -1,7 +1,7 @@
 import numpy as np
 
 from nimbus.envs.normalize import RunningMeanStd
-from nimbus.train.obsnorm import fragment_moments, merge, pop_moments, rms_from_extras, rms_to_extras
+from nimbus.functions.obsnorm import fragment_moments, merge, pop_moments, rms_from_extras, rms_to_extras
 
 
 def test_fragment_moments_merge_to_the_statistics_of_all_rows() -> None:

@@ -1,7 +1,7 @@
 import torch
 
 from nimbus.data.codec import decode, encode
-from nimbus.train.weights import load_model, load_optimizer, model_to_message, optimizer_to_message
+from nimbus.functions.weights import load_model, load_optimizer, model_to_message, optimizer_to_message
 
 
 def test_model_and_adam_state_round_trip_through_the_codec() -> None:

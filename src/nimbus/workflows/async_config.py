@@ -1,6 +1,6 @@
 """The ``async_workflow:`` config section: how the ``async`` off-policy workflow fires and syncs.
 
-Read only when ``train.workflow: async`` (train/async_workflow.py). Defaults follow the papers:
+Read only when ``train.workflow: async`` (workflows/asynchronous.py). Defaults follow the papers:
 the learner fires from a DataKeyTrigger (ARTOS Table 3: off-policy training on data), weights reach
 the actors by a TimeTrigger (ARTOS: off-policy sync), and actors never wait for the learner
 (``max_steps_ahead: null``). See docs/offpolicy.md.

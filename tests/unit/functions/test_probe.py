@@ -17,7 +17,7 @@ from nimbus.algos.ppo.config import PPOConfig
 from nimbus.control.base import RoundMetrics, ScalingDecision
 from nimbus.control.config import FixedScalingConfig, HessianProbeConfig, NitroScalingConfig
 from nimbus.control.nitro import NitroScaler
-from nimbus.train.probe import (ProbeRequest, policy_parameters, probe_not_run, probe_policy, probe_request,
+from nimbus.functions.probe import (ProbeRequest, policy_parameters, probe_not_run, probe_policy, probe_request,
                                 round_probe_extras, select_subset, with_decision)
 
 SPACES = EnvSpaces(observation=gym.spaces.Box(-1.0, 1.0, (3,), np.float32), action=gym.spaces.Discrete(2))

@@ -33,14 +33,14 @@ from nimbus.data.replay import FIFO, Circular, ReplayBatch
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TimeTrigger, TriggerTable
 from nimbus.errors import NimbusError
 from nimbus.train.build import System
-from nimbus.train.heard_from import HeardFromVersions
-from nimbus.train.offpolicy_actor import OffPolicyActorRequest
-from nimbus.train.offpolicy_learner import OffPolicyLearnerRequest
+from nimbus.workflows.heard_from import HeardFromVersions
+from nimbus.functions.offpolicy_actor import OffPolicyActorRequest
+from nimbus.functions.offpolicy_learner import OffPolicyLearnerRequest
 from nimbus.train.offpolicy_plan import Pacer, plan_for
-from nimbus.train.probe import round_probe_extras, with_decision
+from nimbus.functions.probe import round_probe_extras, with_decision
 from nimbus.train.replay_checkpoint import restore_replay
-from nimbus.train.weights import optim_key, weights_key
-from nimbus.train.workflows import POLICY, Progress
+from nimbus.functions.weights import optim_key, weights_key
+from nimbus.workflows.sync import POLICY, Progress
 
 log = logging.getLogger(__name__)
 POLL_S = 0.02
@@ -193,7 +193,7 @@ class AsyncWorkflow:
             progress=min(1.0, self.progress.env_steps / cfg.train.total_env_steps), seed=cfg.seed,
             device=cfg.learner.device, torch_threads=cfg.learner.torch_threads,
             return_td_errors=self.plan.prioritized, row_group=self.plan.row_group,
-            probe=self.system.probe.to_header() if self.system.probe else None)  # Nitro (train/probe.py)
+            probe=self.system.probe.to_header() if self.system.probe else None)  # Nitro (functions/probe.py)
         future = self.system.runtime.invoke(spec=self.system.learner_spec,
                                             request=request.to_batch_message(batch=batch))
         self.learner = LearnerCall(future=future, batch=batch, version=version, gradient_steps=steps,

@@ -1,6 +1,6 @@
 """The off-policy learner function: read a ``ReplayBatch`` from the shared buffer, update, publish v+1.
 
-Same state rules as the on-policy learner (train/learner.py, whose helpers it uses): the learner's
+Same state rules as the on-policy learner (functions/learner.py, whose helpers it uses): the learner's
 state lives in the Store (``weights/<policy>/<v>``, ``optim/<policy>/<v>``), a warm worker that holds
 version v skips the reload, a non-finite update is undone and reported. What it adds:
 
@@ -27,10 +27,10 @@ from nimbus.data.codec import Message
 from nimbus.data.replay import ReplayBatch
 from nimbus.data.stores import function_store, put_all
 from nimbus.runtime.base import FunctionContext
-from nimbus.train.actor import derive_seed
-from nimbus.train.learner import LearnerRequest, _cpu, _learner_state, _probe, _restore
-from nimbus.train.probe import probe_not_run
-from nimbus.train.weights import model_to_message, optim_key, optimizer_to_message, weights_key
+from nimbus.functions.actor import derive_seed
+from nimbus.functions.learner import LearnerRequest, _cpu, _learner_state, _probe, _restore
+from nimbus.functions.probe import probe_not_run
+from nimbus.functions.weights import model_to_message, optim_key, optimizer_to_message, weights_key
 
 COLUMN_PREFIX = "col."
 
@@ -71,7 +71,7 @@ def offpolicy_learner_function(*, context: FunctionContext, request: Message) ->
         weights_key(policy=req.policy, version=new_version): model_to_message(model=_cpu(model), version=new_version),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
                                                                                 version=new_version)})
-    state["version"] = new_version
+    state["version"] = (req.policy, new_version)
     extras = _probe_updated(algo=algo, model=model, batch=batch, kept=kept, req=req)
     header = {"policy_version": new_version, "stats": stats, "nonfinite": nonfinite, "transfer_s": transfer_s,
               "extras": extras,
@@ -99,7 +99,7 @@ def _update(*, algo: Any, model: torch.nn.Module, optimizer: torch.optim.Optimiz
 
 def _probe_updated(*, algo: Any, model: torch.nn.Module, batch: dict[str, torch.Tensor], kept: np.ndarray,
                    req: OffPolicyLearnerRequest) -> dict[str, float]:
-    """Nitro, off-policy boosting: probe the updated policy while the actors keep sampling (train/probe.py)."""
+    """Nitro, off-policy boosting: probe the updated policy while the actors keep sampling (functions/probe.py)."""
     if req.probe is None:
         return {}
     if not kept.any():

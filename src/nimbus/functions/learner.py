@@ -9,7 +9,7 @@ copied out of the Store value ``batch_key`` the driver wrote (the buffer may be 
 The Store itself is opened from the request's ``_store`` descriptor (data/stores.py).
 
 With a ``probe`` block in the request (Nitro), the updated policy's Hessian is probed after the
-update (train/probe.py) and the result header carries ``extras``: ``hessian_ratio``,
+update (functions/probe.py) and the result header carries ``extras``: ``hessian_ratio``,
 ``hessian_lambda_max``, ``hessian_lambda_min``, ``probe_s``... (``{}`` without a probe).
 
 A non-finite loss or gradient skips the step and keeps the weights (the version still advances, so
@@ -34,10 +34,10 @@ from nimbus.data.store import Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.make import make_env
 from nimbus.runtime.base import FunctionContext
-from nimbus.train.actor import derive_seed
-from nimbus.train.probe import ProbeRequest, probe_policy
-from nimbus.train.obsnorm import merge, pop_moments, rms_from_extras, rms_to_extras
-from nimbus.train.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
+from nimbus.functions.actor import derive_seed
+from nimbus.functions.probe import ProbeRequest, probe_policy
+from nimbus.functions.obsnorm import merge, pop_moments, rms_from_extras, rms_to_extras
+from nimbus.functions.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
                                   weights_key)
 
 
@@ -54,13 +54,13 @@ class LearnerRequest:
     seed: int
     device: str
     torch_threads: int
-    probe: dict[str, Any] | None = None  # train/probe.py ProbeRequest: Hessian probe after the update (Nitro)
+    probe: dict[str, Any] | None = None  # functions/probe.py ProbeRequest: Hessian probe after the update (Nitro)
     batch_key: str | None = None  # the batch is this Store key (ray: the buffer may be on another node), not rows
     env_imports: Sequence[str] = ()    # env.imports: modules that register the user's env ids
     env_wrappers: Sequence[str] = ()   # env.wrappers: gymnasium wrappers, applied in order
 
     def to_message(self, *, indices: np.ndarray, obs_moments: dict[str, np.ndarray] | None = None) -> Message:
-        """``obs_moments``: the round's raw-observation moments (``algo.normalize_obs``), see train/obsnorm.py."""
+        """``obs_moments``: the round's raw-observation moments (``algo.normalize_obs``), see functions/obsnorm.py."""
         # a shallow dict (not asdict's deep copy, ~0.1 ms): the header is serialised before it leaves the process
         return Message(header={"learner": dict(vars(self)), "_affinity": f"learner-{self.policy}"},
                        arrays={"indices": indices.astype(np.int64), **(obs_moments or {})})
@@ -83,8 +83,8 @@ def resolve_device(*, requested: str) -> torch.device:
 
 
 def learner_function(*, context: FunctionContext, request: Message) -> Message:
-    if "pipeline" in request.header:  # ARTOS pipelines: rows are streamed as actors land (train/pipeline_learner.py)
-        from nimbus.train.pipeline_learner import pipelined_learner_function
+    if "pipeline" in request.header:  # ARTOS pipelines: rows are streamed as actors land (functions/pipeline_learner.py)
+        from nimbus.functions.pipeline_learner import pipelined_learner_function
         return pipelined_learner_function(context=context, request=request)
     req = LearnerRequest.from_message(request)
     started = time.perf_counter()
@@ -112,7 +112,7 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
             model=_cpu(model), version=new_version, extra=rms_to_extras(rms=state.get("obs_rms"))),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
                                                                                 version=new_version)})
-    state["version"] = new_version
+    state["version"] = (req.policy, new_version)
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
               "transfer_s": transfer_s, "learning_s": time.perf_counter() - started - transfer_s,
@@ -123,7 +123,7 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
 
 def _probe(*, algo: Any, model: torch.nn.Module, batch: dict[str, torch.Tensor],
            req: LearnerRequest) -> dict[str, float]:
-    """Nitro's Hessian probe of the updated policy (train/probe.py), or {} when the request has none."""
+    """Nitro's Hessian probe of the updated policy (functions/probe.py), or {} when the request has none."""
     request = ProbeRequest.from_header(req.probe)
     if request is None:
         return {}
@@ -146,7 +146,7 @@ def _learner_state(*, context: FunctionContext, req: LearnerRequest, store: Stor
         cache.clear()
         cache.update(algo_config=req.algo, env_id=(req.env_id, list(req.env_wrappers)), algo=algo, model=model, device=device, spaces=spaces,
                      optimizer=algo.make_optimizer(model=model), version=None, store=store, buffers={})
-    if cache["version"] != req.policy_version:
+    if cache["version"] != (req.policy, req.policy_version):  # several policies share learner workers
         store: Store = cache["store"]
         extras = load_model(model=cache["model"], message=store.get(key=weights_key(policy=req.policy,
                                                                                      version=req.policy_version)))
@@ -156,7 +156,7 @@ def _learner_state(*, context: FunctionContext, req: LearnerRequest, store: Stor
         if req.has_optimizer_state:
             load_optimizer(optimizer=cache["optimizer"],
                            message=store.get(key=optim_key(policy=req.policy, version=req.policy_version)))
-        cache["version"] = req.policy_version
+        cache["version"] = (req.policy, req.policy_version)
     return cache
 
 

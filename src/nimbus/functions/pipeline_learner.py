@@ -1,9 +1,9 @@
 """The learner function in pipelined mode (``pipeline.minibatch`` / ``pipeline.dual_stage``, PPO, sync).
 
 The driver invokes it as soon as the first actor's rows are in the shared ARTOS buffer (a
-``DataKeyTrigger`` with n = 1, train/pipeline_workflow.py), with the round's actor ranks and the
+``DataKeyTrigger`` with n = 1, workflows/pipelined.py), with the round's actor ranks and the
 buffer's ingest sequence number at the round's start. It then watches the buffer's header: each
-actor's fragment becomes a block of ``StreamingPPOUpdate`` (train/pipeline.py) the moment its rows
+actor's fragment becomes a block of ``StreamingPPOUpdate`` (functions/pipeline.py) the moment its rows
 are visible — GAE keys first, then observations, actions and log-probs when ``dual_stage`` — so
 epoch 1's first minibatches run while the slower actors still sample. It publishes v+1 exactly as
 ``learner_function`` does (same result header; keep the two tails in step).
@@ -26,11 +26,11 @@ from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store, put_all
 from nimbus.runtime.base import FunctionContext
-from nimbus.train.actor import derive_seed
-from nimbus.train.learner import LearnerRequest, _cpu, _learner_state, _probe, _restore
-from nimbus.train.obsnorm import merge, pop_moments, rms_to_extras
-from nimbus.train.pipeline import GAE_KEYS, TRAIN_KEYS, PipelineOptions, StreamingPPOUpdate
-from nimbus.train.weights import model_to_message, optim_key, optimizer_to_message, weights_key
+from nimbus.functions.actor import derive_seed
+from nimbus.functions.learner import LearnerRequest, _cpu, _learner_state, _probe, _restore
+from nimbus.functions.obsnorm import merge, pop_moments, rms_to_extras
+from nimbus.functions.pipeline import GAE_KEYS, TRAIN_KEYS, PipelineOptions, StreamingPPOUpdate
+from nimbus.functions.weights import model_to_message, optim_key, optimizer_to_message, weights_key
 
 PIPELINE_KEY = "pipeline"  # request header key; its presence routes learner_function here
 POLL_S = 0.0005
@@ -128,7 +128,7 @@ def pipelined_learner_function(*, context: FunctionContext, request: Message) ->
             model=_cpu(model), version=new_version, extra=rms_to_extras(rms=state.get("obs_rms"))),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
                                                                                 version=new_version)})
-    state["version"] = new_version
+    state["version"] = (req.policy, new_version)
     extras = {**_probe(algo=state["algo"], model=model, batch=batch, req=req), "pipeline_wait_s": waited_s}
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
               "transfer_s": 0.0, "learning_s": time.perf_counter() - started, "compute_s": compute_s,

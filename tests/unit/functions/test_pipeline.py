@@ -16,8 +16,8 @@ from nimbus.algos.base import EnvSpaces
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.data.triggers import TransferTrigger
-from nimbus.train.loader import DeviceLoader
-from nimbus.train.pipeline import GAE_KEYS, STAGES, TRAIN_KEYS, PipelineOptions, StreamingPPOUpdate, run_unpipelined
+from nimbus.functions.loader import DeviceLoader
+from nimbus.functions.pipeline import GAE_KEYS, STAGES, TRAIN_KEYS, PipelineOptions, StreamingPPOUpdate, run_unpipelined
 
 NUM_ENVS, STEPS = 3, 20  # a block = one actor's fragment: 3 envs × 20 steps, env-major
 

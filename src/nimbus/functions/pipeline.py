@@ -45,7 +45,7 @@ from nimbus.algos.gae import compute_gae
 from nimbus.algos.ppo.learner import (_MEAN_STATS, REQUIRED_KEYS, UpdateStats, _gradient_step, minibatch_loss,
                                       scheduled)
 from nimbus.algos.ppo.loss import explained_variance
-from nimbus.train.loader import DeviceLoader
+from nimbus.functions.loader import DeviceLoader
 
 log = logging.getLogger(__name__)
 GAE_KEYS = ("rewards", "values", "next_values", "terminated", "cut")

@@ -7,7 +7,7 @@ Bindings (ARTOS Table 3, "Pipeline Training")::
                                                       actor's rows; it streams the rest from the buffer
     learner result                                  → consume the round's rows, end of round
 
-The learner function sees ``pipeline`` in its request header and runs train/pipeline_learner.py. Every
+The learner function sees ``pipeline`` in its request header and runs functions/pipeline_learner.py. Every
 actor function must still deliver (retries included) before the learner can finish, exactly as in
 the unpipelined round; only the learner's start moves earlier.
 
@@ -25,32 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from nimbus.train.learner import LearnerRequest
-from nimbus.train.pipeline_learner import PIPELINE_KEY, StreamRequest
-from nimbus.train.workflows import POLICY, SyncWorkflow
-
-
-def check_pipeline(*, config: Any) -> None:
-    """Config rules: pipelines are for on-policy PPO in sync mode on one machine's shared buffer."""
-    pipeline = config.pipeline
-    if not (pipeline.minibatch or pipeline.dual_stage):
-        if pipeline.loader:
-            raise ValueError("pipeline.loader is used by the pipelined learner: turn on pipeline.minibatch "
-                             "or pipeline.dual_stage too")
-        return
-    problems = []
-    if config.algo.name != "ppo":
-        problems.append(f"algo.name is {config.algo.name!r} (pipelines: ppo)")
-    if config.train.workflow != "sync":
-        problems.append(f"train.workflow is {config.train.workflow!r} (pipelines: sync)")
-    if config.runtime.backend != "local":
-        problems.append(f"runtime.backend is {config.runtime.backend!r} (pipelines read the local shared buffer)")
-    if getattr(config.algo, "normalize_obs", False):
-        problems.append("algo.normalize_obs is on (its per-round moments need every actor before the learner)")
-    if config.learner.device == "cuda":
-        problems.append("learner.device is cuda (the pipelined learner runs on the cpu)")
-    if problems:
-        raise ValueError("pipeline.minibatch / pipeline.dual_stage need: " + "; ".join(problems))
+from nimbus.functions.learner import LearnerRequest
+from nimbus.functions.pipeline_learner import PIPELINE_KEY, StreamRequest
+from nimbus.workflows.sync import POLICY, SyncWorkflow
 
 
 class PipelinedSyncWorkflow(SyncWorkflow):

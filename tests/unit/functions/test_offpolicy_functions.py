@@ -20,9 +20,9 @@ from nimbus.data.shm import PREFIX_ENV, sweep
 from nimbus.data.store import ShmStore
 from nimbus.data.stores import STORE_HEADER
 from nimbus.runtime.base import FunctionContext
-from nimbus.train.offpolicy_actor import OffPolicyActorRequest, offpolicy_actor_function
-from nimbus.train.offpolicy_learner import OffPolicyLearnerRequest, offpolicy_learner_function
-from nimbus.train.weights import model_to_message, weights_key
+from nimbus.functions.offpolicy_actor import OffPolicyActorRequest, offpolicy_actor_function
+from nimbus.functions.offpolicy_learner import OffPolicyLearnerRequest, offpolicy_learner_function
+from nimbus.functions.weights import model_to_message, weights_key
 
 
 @pytest.fixture(autouse=True)

@@ -29,9 +29,9 @@ from nimbus.data.stores import function_store
 from nimbus.envs.make import make_env
 from nimbus.models.distributions import clip_action
 from nimbus.runtime.base import FunctionContext
-from nimbus.train.obsnorm import fragment_moments, normalize, rms_from_extras
-from nimbus.train.slot_state import SLOT_META, SlotState, capture_slot, restore_slot, slot_state_from
-from nimbus.train.weights import load_model
+from nimbus.functions.obsnorm import fragment_moments, normalize, rms_from_extras
+from nimbus.functions.slot_state import SLOT_META, SlotState, capture_slot, restore_slot, slot_state_from
+from nimbus.functions.weights import load_model
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
     header = {"actor_rank": req.actor_rank, "policy_version": req.policy_version,
               "env_steps": req.num_envs * req.fragment_steps, "episode_returns": episodes[0],
               "episode_lengths": episodes[1], "sampling_s": time.perf_counter() - started, **episodes[2]}
-    if req.snapshot:  # the slot as the next fragment will find it (exact resume, train/slot_state.py)
+    if req.snapshot:  # the slot as the next fragment will find it (exact resume, functions/slot_state.py)
         state = capture_slot(slot=slot)
         header[SLOT_META], arrays = state.meta, {**arrays, **state.arrays}
     return Message(header=header, arrays=arrays)
@@ -109,15 +109,18 @@ def _policy(*, context: FunctionContext, req: ActorRequest) -> tuple[Algorithm, 
         spaces = EnvSpaces(observation=probe.observation_space, action=probe.action_space)
         probe.close()
         algo = make_algorithm(config=config)
-        cache.update(algo_config=req.algo, env_id=(req.env_id, list(req.env_wrappers)), algo=algo, spaces=spaces,
-                     model=algo.make_model(spaces=spaces), weights_version=None, slots={})
+        # env slots survive a change of hyperparameters (population members share workers), not of env
+        env_key = (req.env_id, list(req.env_wrappers))
+        slots = cache.get("slots", {}) if cache.get("env_id") == env_key else {}
+        cache.update(algo_config=req.algo, env_id=env_key, algo=algo, spaces=spaces,
+                     model=algo.make_model(spaces=spaces), weights_key=None, slots=slots)
         torch.set_num_threads(1)
-    if cache["weights_version"] != req.policy_version:
+    if cache["weights_key"] != req.weights_key:  # weights/<policy>/<version>: several policies share workers
         store = cache["store"]
         extras = load_model(model=cache["model"], message=store.get(key=req.weights_key))
         cache["obs_rms"] = rms_from_extras(extras=extras, shape=cache["spaces"].observation.shape) \
             if req.algo.get("normalize_obs") else None
-        cache["weights_version"] = req.policy_version
+        cache["weights_key"] = req.weights_key
     return cache["algo"], cache["model"]
 
 

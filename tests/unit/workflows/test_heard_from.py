@@ -1,6 +1,6 @@
 """sync_to: heard_from: ranks keep their version until heard from; unheard and re-boosted ranks get the newest."""
 
-from nimbus.train.heard_from import HeardFromVersions
+from nimbus.workflows.heard_from import HeardFromVersions
 
 
 def test_a_rank_never_heard_from_gets_the_newest_version() -> None:

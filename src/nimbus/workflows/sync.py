@@ -24,17 +24,17 @@ from nimbus.control.base import RoundMetrics, ScalingDecision
 from nimbus.data.codec import Message
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TriggerTable
 from nimbus.errors import NimbusError
-from nimbus.train.actor import ActorRequest
+from nimbus.functions.actor import ActorRequest
 from nimbus.train.build import System
-from nimbus.train.learner import LearnerRequest
+from nimbus.functions.learner import LearnerRequest
 from nimbus.train.remote import finish_learner_round, ship_batch
-from nimbus.train.obsnorm import merge, moments_arrays, pop_moments
-from nimbus.train.slot_state import SlotState, pop_slot_state
-from nimbus.train.probe import round_probe_extras, with_decision
-from nimbus.train.weights import optim_key, weights_key
+from nimbus.functions.obsnorm import merge, moments_arrays, pop_moments
+from nimbus.functions.slot_state import SlotState, pop_slot_state
+from nimbus.functions.probe import round_probe_extras, with_decision
+from nimbus.functions.weights import optim_key, weights_key
 
 log = logging.getLogger(__name__)
-POLICY = "main"
+POLICY = "main"  # the policy of a one-policy run (a population names each member: train/population.py)
 
 
 @dataclass
@@ -86,6 +86,9 @@ class SyncWorkflow:
         self.system = system
         self.progress = progress
         self.on_round = on_round
+        self.policy = system.policy
+        self.rank_base = system.rank_base  # population members' actor ranks are disjoint (env slots, affinity, seeds)
+        self.adopt_version: Callable[[int], int] = lambda version: version  # PBT's exploit may publish another
         self.events: queue.Queue[tuple[str, Future, Any]] = queue.Queue()
         self.started_s = time.perf_counter()
         self.decision = system.scaler.initial()
@@ -100,7 +103,7 @@ class SyncWorkflow:
         self.data_trigger = DataKeyTrigger(buffer=system.buffer, n_actors=self.decision.num_actors,
                                            size_rows=self._rows(self.decision.num_actors))
         self.table.bind(name="invoke_actors",
-                        trigger=ObjectKeyTrigger(store_events=system.store_events, key_prefix=f"weights/{POLICY}/"),
+                        trigger=ObjectKeyTrigger(store_events=system.store_events, key_prefix=f"weights/{self.policy}/"),
                         action=self._invoke_actors)
         self.table.bind(name="invoke_learner", trigger=self.data_trigger, action=self._invoke_learner)
 
@@ -120,9 +123,9 @@ class SyncWorkflow:
             request = ActorRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
                                    env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
                                    num_envs=cfg.env.num_envs_per_actor, fragment_steps=cfg.actors.fragment_steps,
-                                   seed=cfg.seed, actor_rank=rank,
+                                   seed=cfg.seed, actor_rank=self.rank_base + rank,
                                    slot_seq=self.slot_seq.get(rank, self.progress.slot_seq_base),
-                                   policy_version=version, weights_key=weights_key(policy=POLICY, version=version),
+                                   policy_version=version, weights_key=weights_key(policy=self.policy, version=version),
                                    algo=cfg.algo.model_dump(mode="json"), snapshot=cfg.train.exact_resume)
             message = request.to_message(restore=self.restore_slots.pop(rank, None))
             future = self.system.runtime.invoke(spec=self.system.actor_spec, request=message)
@@ -135,10 +138,10 @@ class SyncWorkflow:
         self.system.replay.consumed(indices=indices)
         self.round.actors_done_s = time.perf_counter()
         progress = min(1.0, self.progress.env_steps / cfg.train.total_env_steps)
-        shipped = ship_batch(system=self.system, policy=POLICY, version=version, indices=indices)  # ray: via Store
+        shipped = ship_batch(system=self.system, policy=self.policy, version=version, indices=indices)  # ray: via Store
         request = LearnerRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
                                  env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
-                                 algo=cfg.algo.model_dump(mode="json"), policy=POLICY, policy_version=version,
+                                 algo=cfg.algo.model_dump(mode="json"), policy=self.policy, policy_version=version,
                                  has_optimizer_state=version > 0, buffer=self.system.buffer.descriptor(),
                                  progress=progress, seed=cfg.seed, device=cfg.learner.device,
                                  torch_threads=cfg.learner.torch_threads,
@@ -179,11 +182,12 @@ class SyncWorkflow:
         limit = self.system.config.train.max_nonfinite_losses
         if self.progress.nonfinite_in_a_row >= limit:
             raise NimbusError(f"{limit} learner updates in a row produced a non-finite loss or gradient; stopping")
-        finish_learner_round(system=self.system, policy=POLICY, version=version, new_version=new_version)
+        finish_learner_round(system=self.system, policy=self.policy, version=version, new_version=new_version)
         self._finish_round(header=header)
+        new_version = self.adopt_version(new_version)  # a controller may replace the policy (PBT exploit)
         self._forget_old_versions(current=new_version)
         self.progress.policy_version = new_version
-        self.system.store_events.notify(key=weights_key(policy=POLICY, version=new_version))
+        self.system.store_events.notify(key=weights_key(policy=self.policy, version=new_version))
 
     def _finish_round(self, *, header: dict[str, Any]) -> None:
         now = time.perf_counter()
@@ -225,7 +229,7 @@ class SyncWorkflow:
         keep = self.system.config.store.keep_versions
         stale = current - keep
         if stale >= 0:
-            for key in (weights_key(policy=POLICY, version=stale), optim_key(policy=POLICY, version=stale)):
+            for key in (weights_key(policy=self.policy, version=stale), optim_key(policy=self.policy, version=stale)):
                 try:
                     self.system.store.delete(key=key)
                 except KeyError:
@@ -234,17 +238,21 @@ class SyncWorkflow:
     # -------------------------------------------------------------------------------------- loop
     def run(self, *, should_stop: Callable[[Progress], bool]) -> None:
         """Drive rounds until ``should_stop(progress)`` at a round boundary or ``stop_requested``."""
-        self.system.store_events.notify(key=weights_key(policy=POLICY, version=self.progress.policy_version))
+        self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
         self.table.poll(now_s=time.monotonic())
         while not self.stop_requested:
             try:
                 kind, future, meta = self.events.get(timeout=0.5)
             except queue.Empty:
                 continue
-            if kind == "actor":
-                self._on_actor(future=future, rank=meta)
-            else:
-                self._on_learner(future=future, version=meta)
-                if should_stop(self.progress):
-                    return
+            if self.handle(kind=kind, future=future, meta=meta) and should_stop(self.progress):
+                return
             self.table.poll(now_s=time.monotonic())
+
+    def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
+        """Move one finished function's event into the round; True when it ended the round (a learner)."""
+        if kind == "actor":
+            self._on_actor(future=future, rank=meta)
+            return False
+        self._on_learner(future=future, version=meta)
+        return True

@@ -1,6 +1,6 @@
 """The off-policy actor function (DQN, SAC, IMPALA): transitions (s, a, r, s', terminated, truncated).
 
-It shares the on-policy actor's warm state (train/actor.py): the model of one ``policy_version``
+It shares the on-policy actor's warm state (functions/actor.py): the model of one ``policy_version``
 cached per worker, and per actor rank an env slot whose episodes continue across invocations. What
 differs is the row: ``next_obs`` is the observation the env returned for that step — on truncation
 (and termination) the true final observation, not the next episode's reset — so the learner can
@@ -24,7 +24,7 @@ from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.models.distributions import clip_action
 from nimbus.runtime.base import FunctionContext
-from nimbus.train.actor import ActorRequest, EnvSlot, _env_slot, _policy, _spaces_of, _step_all, derive_seed
+from nimbus.functions.actor import ActorRequest, EnvSlot, _env_slot, _policy, _spaces_of, _step_all, derive_seed
 
 Episodes = tuple[list[float], list[int]]
 

@@ -1,0 +1,140 @@
+"""The config's cross-section rules, as data checks: ``NimbusConfig`` runs them at load time.
+
+They read only config values (no runtime, workflow or function code), so ``config.py`` stays the
+lowest layer: a rule that names a workflow's, the pipelines' or a backend's constraints lives here,
+and the module it describes imports it from here.
+
+* ``check_workflow``: which algorithms run in which workflow, and the async workflow's limits;
+* ``check_pipeline``: ARTOS pipelines are for on-policy PPO in sync mode on one machine's shared buffer;
+* ``check_cluster``: runtime/store combinations that cannot work (docs/cluster.md).
+
+Each raises ``ValueError`` naming the keys, so pydantic reports it with the key path and the CLI exits 2.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from nimbus.algos.dqn.config import DQNConfig
+from nimbus.algos.impala.config import ImpalaConfig
+from nimbus.algos.sac.config import SACConfig
+
+if TYPE_CHECKING:
+    from nimbus.config import NimbusConfig, RuntimeConfig, StoreConfig
+
+OFF_POLICY = ("dqn", "sac", "impala")
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def check_workflow(*, config: NimbusConfig) -> None:
+    """Config rules of the workflows (raised as ValueError, so pydantic reports them at load time)."""
+    name, workflow = config.algo.name, config.train.workflow
+    if workflow == "sync" and name in OFF_POLICY:
+        raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: async")
+    if workflow != "async":
+        return
+    if config.train.exact_resume:
+        raise ValueError("train.exact_resume: only the sync workflow can resume bitwise (the async workflow's "
+                         "replay buffer is not checkpointed); drop it, --resume still continues the run")
+    if name not in OFF_POLICY:
+        raise ValueError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; algo.name {name} needs sync")
+    if config.runtime.backend != "local" or config.store.backend != "shm":
+        raise ValueError("train.workflow: async runs on runtime.backend: local with store.backend: shm for now "
+                         "(its learner reads the shared-memory buffer in place); got "
+                         f"{config.runtime.backend} / {config.store.backend}")
+    if isinstance(config.algo, ImpalaConfig) and config.actors.fragment_steps != config.algo.rollout_length:
+        raise ValueError(f"actors.fragment_steps ({config.actors.fragment_steps}) must equal "
+                         f"algo.rollout_length ({config.algo.rollout_length}): IMPALA learns on whole fragments")
+    rows = config.env.num_envs_per_actor * config.actors.fragment_steps
+    if isinstance(config.algo, (DQNConfig, SACConfig)) and \
+            (capacity := config.algo.buffer_capacity) < 2 * rows * _max_actors(config=config):
+        raise ValueError(f"algo.buffer_capacity ({capacity}) must hold at least two fragments per actor "
+                         f"({2 * rows * _max_actors(config=config)} rows)")
+
+
+def check_pipeline(*, config: Any) -> None:
+    """Config rules: pipelines are for on-policy PPO in sync mode on one machine's shared buffer."""
+    pipeline = config.pipeline
+    if not (pipeline.minibatch or pipeline.dual_stage):
+        if pipeline.loader:
+            raise ValueError("pipeline.loader is used by the pipelined learner: turn on pipeline.minibatch "
+                             "or pipeline.dual_stage too")
+        return
+    problems = []
+    if config.algo.name != "ppo":
+        problems.append(f"algo.name is {config.algo.name!r} (pipelines: ppo)")
+    if config.train.workflow != "sync":
+        problems.append(f"train.workflow is {config.train.workflow!r} (pipelines: sync)")
+    if config.runtime.backend != "local":
+        problems.append(f"runtime.backend is {config.runtime.backend!r} (pipelines read the local shared buffer)")
+    if getattr(config.algo, "normalize_obs", False):
+        problems.append("algo.normalize_obs is on (its per-round moments need every actor before the learner)")
+    if config.learner.device == "cuda":
+        problems.append("learner.device is cuda (the pipelined learner runs on the cpu)")
+    if problems:
+        raise ValueError("pipeline.minibatch / pipeline.dual_stage need: " + "; ".join(problems))
+
+
+def check_cluster(*, runtime: "RuntimeConfig", store: "StoreConfig") -> None:
+    """Raise ValueError (naming the keys) for runtime/store combinations that cannot work."""
+    on_one_machine = runtime.backend == "local" or runtime.address == "local"
+    if store.backend == "ray" and runtime.backend != "ray":
+        raise ValueError("store.backend: ray needs runtime.backend: ray (only Ray workers reach the object store)")
+    if store.backend == "shm" and not on_one_machine:
+        raise ValueError(f"store.backend: shm is per machine, but runtime.address is {runtime.address!r}: "
+                         "use store.backend: redis or ray on a cluster")
+    if store.backend == "redis" and store.fallback == "shm" and not on_one_machine:
+        raise ValueError("store.fallback: shm only works when every function runs on this machine "
+                         f"(runtime.address is {runtime.address!r})")
+    if store.password is not None and store.password_env is not None:
+        raise ValueError("store.password and store.password_env are exclusive: set one")
+    if store.backend == "redis" and not store.url.startswith(_REDIS_SCHEMES):
+        raise ValueError(f"store.url {store.url!r} must start with one of {_REDIS_SCHEMES}")
+    check_authentication(runtime=runtime, store=store)
+
+
+def check_authentication(*, runtime: "RuntimeConfig", store: "StoreConfig") -> None:
+    """P11: leaving this machine takes authentication, or an explicit ``allow_insecure: true``.
+
+    Redis: a ``redis://`` URL to a non-loopback host needs a password (in the URL, ``store.password`` or
+    ``store.password_env``) or TLS (``rediss://``). Ray: an address other than ``local`` or a loopback
+    host:port needs Ray's token auth (``RAY_AUTH_MODE=token`` in the driver's environment), which
+    ``auto`` needs too: a ``ray start`` cluster listens beyond this machine.
+    """
+    if (store.backend == "redis" and not store.allow_insecure and store.url.startswith("redis://")
+            and not _is_loopback(urlsplit(store.url).hostname)
+            and store.password is None and store.password_env is None and urlsplit(store.url).password is None):
+        raise ValueError(f"store.url {store.url!r} reaches another machine with neither a password "
+                         "nor TLS: set store.password_env (or use rediss://), or store.allow_insecure: true "
+                         "on a network you trust")
+    if (runtime.backend == "ray" and not runtime.allow_insecure and runtime.address != "local"
+            and not _is_loopback(_ray_host(runtime.address)) and os.environ.get("RAY_AUTH_MODE") != "token"):
+        raise ValueError(f"runtime.address {runtime.address!r} joins a Ray cluster without authentication: "
+                         "set RAY_AUTH_MODE=token and the cluster's token (docs/cluster.md), or "
+                         "runtime.allow_insecure: true on a network you trust")
+
+
+def _ray_host(address: str) -> str | None:
+    """The host of ``host:port`` or ``ray://host:port``; None for ``auto`` (a cluster on this node's interfaces)."""
+    if address == "auto":
+        return None
+    return urlsplit(address if "://" in address else f"ray://{address}").hostname
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve anywhere
+
+
+def _max_actors(*, config: "NimbusConfig") -> int:
+    scaling = config.actors.scaling
+    return int(max(getattr(scaling, name, 1) for name in ("num_actors", "max_actors", "initial_actors")))

@@ -1,0 +1,1 @@
+"""nimbus.functions: what runs in workers (actor, learner, probe, ...), never importing the driver side."""

@@ -1,0 +1,31 @@
+"""Fair share of one pool between workloads (ARTOS 3.3, 6.2): which queued invocation runs next.
+
+Each workload has a weight (default 1). When CPUs free up, the next invocation is the oldest queued one
+of the workload whose busy CPUs per unit of weight are lowest (ties: the one queued first), so over time
+each backlogged workload holds CPUs in proportion to its weight and an idle workload's share goes to the
+others (work-conserving). With no weights set the queue stays FIFO.
+
+Example::
+
+    fair_pick(queued=["a", "a", "b"], busy_cpus={"a": 2.0}, weights={"a": 1.0, "b": 1.0})  # → 2 (b's first)
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+
+def fair_pick(*, queued: Sequence[str], busy_cpus: Mapping[str, float], weights: Mapping[str, float]) -> int:
+    """Index into ``queued`` (each entry the workload of one queued invocation, oldest first)."""
+    if not weights or not queued:
+        return 0
+    best, best_load = 0, float("inf")
+    seen: set[str] = set()
+    for index, workload in enumerate(queued):
+        if workload in seen:
+            continue
+        seen.add(workload)
+        load = busy_cpus.get(workload, 0.0) / weights.get(workload, 1.0)
+        if load < best_load:
+            best, best_load = index, load
+    return best

@@ -1,0 +1,1 @@
+"""nimbus.workflows: driver-side trigger → action bindings (sync, async, pipelined)."""

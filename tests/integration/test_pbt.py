@@ -1,0 +1,81 @@
+"""Population-based training end to end on CartPole: after an exploit the bottom member's new version is
+the top member's weights (by hash, read back from the Store) and the lineage file says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nimbus.functions.weights import weights_key
+from nimbus.train import population as population_module
+from nimbus.train.trainer import train
+from test_snapshots import weights_sha256
+
+PBT = ["train.max_rounds=3", "algo.lr_schedule=constant", "algo.clip_schedule=constant", "algo.minibatch_size=64",
+       "algo.num_epochs=4", "actors.scaling={kind: fixed, num_actors: 1}", "store.keep_versions=50",
+       "pbt={members: 4, interval_rounds: 1, fraction: 0.5, "
+       "hyperparameters: {lr: {low: 1.0e-5, high: 1.0e-2, log: true}}}"]
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_pbt_exploit_copies_the_top_members_weights_and_records_lineage(make_config, monkeypatch) -> None:
+    observed: list[tuple[str, str]] = []
+    original_close = population_module.Population.close
+
+    def close_after_reading_back(self) -> None:  # before the Store goes: hash both sides of every exploit
+        for event in _jsonl(self.run_dir / "lineage.jsonl"):
+            if event["event"] == "exploit":
+                store = self.shared.store
+                mine = store.get(key=weights_key(policy=event["member"], version=event["version"]))
+                theirs = store.get(key=weights_key(policy=event["source"], version=event["source_version"]))
+                observed.append((weights_sha256(arrays=mine.arrays), weights_sha256(arrays=theirs.arrays)))
+        original_close(self)
+
+    monkeypatch.setattr(population_module.Population, "close", close_after_reading_back)
+    result = train(config=make_config(overrides=PBT))
+    run_dir = result.run_dir
+    exploits = [e for e in _jsonl(run_dir / "lineage.jsonl") if e["event"] == "exploit"]
+    assert exploits and len(observed) == len(exploits)
+    for event, (mine, theirs) in zip(exploits, observed):
+        assert mine == theirs == event["weights_sha256"] == event["source_weights_sha256"]
+        assert event["member"] != event["source"]
+        ratio = event["values_after"]["lr"] / event["values_before"]["lr"]
+        assert ratio == pytest.approx(0.8) or ratio == pytest.approx(1.2) or 1e-5 <= event["values_after"]["lr"] <= 1e-2
+    hyper = _jsonl(run_dir / "hyperparameters.jsonl")
+    assert {h["member"] for h in hyper} == {f"member{i}" for i in range(4)}
+    assert len(hyper) == 12                                   # every member's values, every round
+    members = json.loads((run_dir / "population.json").read_text())["members"]
+    assert set(members) == {f"member{i}" for i in range(4)} and all(m["rounds"] == 3 for m in members.values())
+    for name in members:
+        assert len((run_dir / "policies" / name / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def _failing(tmp_path: Path, policy: str) -> list[str]:
+    """Members on FlakyCartPole: the first fault (step 20 of one env, inside every member's first fragment,
+    so it fires whichever worker serves the fragment) fails one actor with no retries left."""
+    counter = tmp_path / "faults"
+    small = [o.replace("members: 4", "members: 2").replace("max_rounds=3", "max_rounds=2") for o in PBT]
+    return [o for o in small if not o.startswith("store.")] + [
+        "env.id=nimbus/FlakyCartPole-v0", f"env.kwargs={{fail_at_step: 20, failures: 1, counter_path: '{counter}'}}",
+        "functions.actor={max_retries: 0}", f"pbt.on_member_failure={policy}"]
+
+
+def test_a_member_failing_past_its_retries_is_replaced_and_reported(make_config, tmp_path: Path) -> None:
+    result = train(config=make_config(overrides=_failing(tmp_path, "replace")))
+    failures = [e for e in _jsonl(result.run_dir / "lineage.jsonl") if e["event"] == "failure"]
+    assert len(failures) == 1 and "injected failure" in failures[0]["error"]
+    population = json.loads((result.run_dir / "population.json").read_text())
+    assert population["failures"] == 1
+    assert all(m["rounds"] == 2 for m in population["members"].values())   # the population went on
+
+
+def test_on_member_failure_stop_ends_the_run_with_the_members_error(make_config, tmp_path: Path) -> None:
+    from nimbus.errors import FunctionFailed
+
+    with pytest.raises(FunctionFailed, match="injected failure"):
+        train(config=make_config(overrides=_failing(tmp_path, "stop")))

@@ -1,0 +1,29 @@
+"""The same PBT config on a local Ray instance (runtime.backend: ray): members share Ray's warm workers,
+exploits copy the top member's weights, and the lineage records them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster_fixtures import ray_local  # noqa: F401  (fixture)
+from nimbus.data.shm import list_segments, run_prefix
+from nimbus.train.trainer import train
+
+pytestmark = pytest.mark.ray
+PBT = ["runtime.backend=ray", "actors.function.cpus=0.5", "learner.function.cpus=1", "train.max_rounds=3",
+       "algo.lr_schedule=constant", "algo.clip_schedule=constant", "algo.minibatch_size=64", "algo.num_epochs=4",
+       "actors.scaling={kind: fixed, num_actors: 1}",
+       "pbt={members: 2, interval_rounds: 1, fraction: 0.5, "
+       "hyperparameters: {lr: {low: 1.0e-5, high: 1.0e-2, log: true}}}"]
+
+
+def test_pbt_runs_on_ray_with_the_local_config(ray_local, make_config) -> None:
+    result = train(config=make_config(overrides=PBT))
+    lineage = [json.loads(line) for line in (result.run_dir / "lineage.jsonl").read_text().splitlines()]
+    exploits = [e for e in lineage if e["event"] == "exploit"]
+    assert exploits and all(e["weights_sha256"] == e["source_weights_sha256"] for e in exploits)
+    members = json.loads((result.run_dir / "population.json").read_text())["members"]
+    assert {name: m["rounds"] for name, m in members.items()} == {"member0": 3, "member1": 3}
+    assert list_segments(prefix=run_prefix()) == []

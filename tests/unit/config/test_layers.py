@@ -1,0 +1,50 @@
+"""The import graph follows the layers (DESIGN.md §4, issue 11): config is data, functions never import the
+driver side, workflows never import the trainer that runs them."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import nimbus
+
+PACKAGE = Path(nimbus.__file__).resolve().parent
+DATA_MODULES = {"nimbus.workflows", "nimbus.workflows.async_config"}  # pydantic sections config.py composes
+
+
+def nimbus_imports(path: Path) -> set[str]:
+    """Every ``nimbus.*`` module a source file imports, at any depth (lazy imports included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nimbus"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("nimbus"))
+    return found
+
+
+def _under(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_importing_config_loads_no_runtime_train_function_or_workflow_code() -> None:
+    code = "import sys, nimbus.config; print(' '.join(m for m in sys.modules if m.startswith('nimbus')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    upward = [m for m in loaded if _under(m, "nimbus.train", "nimbus.runtime", "nimbus.functions", "nimbus.workflows",
+                                          "nimbus.cli", "nimbus.data") and m not in DATA_MODULES]
+    assert "nimbus.config" in loaded and upward == []
+
+
+def test_functions_import_neither_workflows_nor_the_run() -> None:
+    for path in sorted((PACKAGE / "functions").glob("*.py")):
+        upward = {m for m in nimbus_imports(path) if _under(m, "nimbus.workflows", "nimbus.train", "nimbus.cli")}
+        assert upward == set(), f"{path.name} imports {upward}"
+
+
+def test_workflows_do_not_import_the_trainer_and_config_rules_import_only_data() -> None:
+    for path in sorted((PACKAGE / "workflows").glob("*.py")):
+        assert not {m for m in nimbus_imports(path) if _under(m, "nimbus.train.trainer", "nimbus.cli")}, path.name
+    rules = nimbus_imports(PACKAGE / "config_rules.py") | nimbus_imports(PACKAGE / "config.py")
+    assert {m for m in rules if _under(m, "nimbus.train", "nimbus.runtime", "nimbus.functions")} == set()
