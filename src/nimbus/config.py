@@ -83,6 +83,8 @@ class RuntimeConfig(Section):
     """idle warm workers are reclaimed after this (OpenWhisk default)"""
     prewarm: bool = True
     """start actor and learner workers before round 0"""
+    start_method: Literal["fork_server", "spawn"] = "fork_server"
+    """local only: fork workers from a template that imported torch and gymnasium once (ms), or spawn a fresh interpreter each (s)"""
 
 
 class StoreConfig(Section):

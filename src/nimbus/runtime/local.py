@@ -2,7 +2,9 @@
 
 Decisions (where DESIGN.md is silent):
 
-* **Workers** are ``python -m nimbus.runtime.worker`` subprocesses bound at spawn to one function
+* **Workers** are processes forked from a pre-imported template (``start_method="fork_server"``,
+  runtime/forkserver.py; ``preload`` names what the template imports) or fresh
+  ``python -m nimbus.runtime.worker`` subprocesses (``"spawn"``), bound at start to one function
   (pool key: name, entrypoint, resources); runtime/pool.py's ``WorkerPool`` keeps their states.
   A request body too big to inline is written once into a driver-owned segment that every retry
   reuses and that is unlinked when the invocation ends. Results come back through the Channel
@@ -80,7 +82,8 @@ class LocalRuntime(AttemptEndings):
 
     def __init__(self, *, ledger: Ledger, capacity_cpus: float | None = None, max_workers: int | None = None,
                  keep_alive_s: float = 600.0, inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES,
-                 compress_min_bytes: int | None = DEFAULT_COMPRESS_MIN_BYTES, init_timeout_s: float = 120.0) -> None:
+                 compress_min_bytes: int | None = DEFAULT_COMPRESS_MIN_BYTES, init_timeout_s: float = 120.0,
+                 start_method: str = "fork_server", preload: tuple[str, ...] = ()) -> None:
         self._ledger = ledger
         self._capacity = float(capacity_cpus if capacity_cpus is not None else (os.cpu_count() or 1))
         self._inline_max_bytes = inline_max_bytes
@@ -98,7 +101,8 @@ class LocalRuntime(AttemptEndings):
             inbox=self._inbox, changed=self._changed, prefix=self._prefix,
             max_workers=max_workers if max_workers is not None else max(1, math.ceil(2 * self._capacity)),
             keep_alive_s=keep_alive_s, init_timeout_s=init_timeout_s, inline_max_bytes=inline_max_bytes,
-            compress_min_bytes=compress_min_bytes, on_spawned=self._on_spawned)
+            compress_min_bytes=compress_min_bytes, on_spawned=self._on_spawned, start_method=start_method,
+            preload=preload)
         self._monitor = threading.Thread(target=self._monitor_loop, name="nimbus-monitor", daemon=True)
         self._monitor.start()
 

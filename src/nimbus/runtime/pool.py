@@ -29,6 +29,7 @@ from typing import Any, Callable
 from nimbus.data.channel import Inbox, body_segment_prefix
 from nimbus.data.shm import PREFIX_ENV, streaming_copy_env
 from nimbus.runtime.base import FunctionSpec
+from nimbus.runtime.forkserver import ForkedProcess, ForkServer
 from nimbus.runtime.janitor import Reaper
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class WorkerHandle:
     """The driver's view of a spawned worker process."""
 
     worker_id: str
-    proc: subprocess.Popen
+    proc: "subprocess.Popen | ForkedProcess"
     sock: socket.socket
     spawned_at: float
 
@@ -80,18 +81,25 @@ def spawn_worker(*, worker_id: str, spec: FunctionSpec, prefix: str, inline_max_
 
 class Spawner:
     """Starts workers in order on one long-lived thread: PR_SET_PDEATHSIG fires when the *thread* that
-    forked a worker exits, so workers must not be forked by short-lived caller threads.
+    forked a worker (or the fork server) exits, so they must not be forked by short-lived caller threads.
 
-    ``on_spawned(worker_id, handle, error)`` runs on the spawner thread (handle None on error).
+    ``start_method``: "spawn" (a fresh ``python -m nimbus.runtime.worker`` each) or "fork_server" (forked
+    from a template that imported ``preload``, runtime/forkserver.py; the server starts at once, on this
+    thread, so its imports overlap the driver's own set-up). ``on_spawned(worker_id, handle, error)`` runs
+    on the spawner thread (handle None on error); ``janitor_track(pid)`` learns the fork server's pid.
     """
 
     def __init__(self, *, prefix: str, inline_max_bytes: int, compress_min_bytes: int | None,
-                 on_spawned: Callable[[str, WorkerHandle | None, BaseException | None], None]) -> None:
+                 on_spawned: Callable[[str, WorkerHandle | None, BaseException | None], None],
+                 start_method: str = "spawn", preload: tuple[str, ...] = (),
+                 janitor_track: Callable[[int], None] = lambda pid: None) -> None:
         self._options = {"prefix": prefix, "inline_max_bytes": inline_max_bytes,
                          "compress_min_bytes": compress_min_bytes}
         self._on_spawned = on_spawned
+        self._server: ForkServer | None = None
         self._queue: queue.SimpleQueue[tuple[str, FunctionSpec] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="nimbus-spawner", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="nimbus-spawner", daemon=True,
+                                        args=(start_method, preload, janitor_track))
         self._thread.start()
 
     def spawn(self, *, worker_id: str, spec: FunctionSpec) -> None:
@@ -102,15 +110,35 @@ class Spawner:
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=timeout_s)
 
-    def _run(self) -> None:
+    def _start_server(self, preload: tuple[str, ...], janitor_track: Callable[[int], None]) -> None:
+        env = worker_env(spec=FunctionSpec(name="forkserver", entrypoint=""), prefix=self._options["prefix"])
+        try:
+            self._server = ForkServer(prefix=self._options["prefix"], preload=preload, env=env,
+                                      janitor_track=janitor_track)
+        except OSError as exc:  # spawns fall back to fresh interpreters
+            log.error("cannot start the fork server (%s); spawning workers instead", exc)
+
+    def _spawn(self, *, worker_id: str, spec: FunctionSpec) -> WorkerHandle:
+        if self._server is None:
+            return spawn_worker(worker_id=worker_id, spec=spec, **self._options)
+        proc, sock, spawned_at = self._server.spawn(
+            worker_id=worker_id, spec=spec, inline_max_bytes=self._options["inline_max_bytes"],
+            compress_min_bytes=self._options["compress_min_bytes"])
+        return WorkerHandle(worker_id=worker_id, proc=proc, sock=sock, spawned_at=spawned_at)
+
+    def _run(self, start_method: str, preload: tuple[str, ...], janitor_track: Callable[[int], None]) -> None:
+        if start_method == "fork_server":
+            self._start_server(preload, janitor_track)
         while (item := self._queue.get()) is not None:
             worker_id, spec = item
             try:
-                handle, error = spawn_worker(worker_id=worker_id, spec=spec, **self._options), None
+                handle, error = self._spawn(worker_id=worker_id, spec=spec), None
             except Exception as exc:  # noqa: BLE001 - reported to the runtime, which retries elsewhere
                 log.error("cannot start worker %s: %s", worker_id, exc)
                 handle, error = None, exc
             self._on_spawned(worker_id, handle, error)
+        if self._server is not None:
+            self._server.close()
 
 
 @dataclass(eq=False)
@@ -150,7 +178,8 @@ class WorkerPool:
 
     def __init__(self, *, inbox: Inbox, changed: threading.Condition, prefix: str, max_workers: int,
                  keep_alive_s: float, init_timeout_s: float, inline_max_bytes: int, compress_min_bytes: int | None,
-                 on_spawned: Callable[[str, WorkerHandle | None, BaseException | None], None]) -> None:
+                 on_spawned: Callable[[str, WorkerHandle | None, BaseException | None], None],
+                 start_method: str = "spawn", preload: tuple[str, ...] = ()) -> None:
         self.slots: dict[str, WorkerSlot] = {}
         self.max_workers = max_workers
         self._inbox, self._changed, self._prefix = inbox, changed, prefix
@@ -159,7 +188,8 @@ class WorkerPool:
         self._next_check_at = 0.0  # monotonic time the monitor wakes up next (next_check_s)
         self._reaper = Reaper(prefix=prefix)
         self._spawner = Spawner(prefix=prefix, inline_max_bytes=inline_max_bytes,
-                                compress_min_bytes=compress_min_bytes, on_spawned=on_spawned)
+                                compress_min_bytes=compress_min_bytes, on_spawned=on_spawned,
+                                start_method=start_method, preload=preload, janitor_track=self._reaper.track_helper)
 
     @property
     def janitor_pid(self) -> int:

@@ -146,30 +146,39 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    return run(fd=args.fd, worker_id=args.worker_id, function=args.function, entrypoint=args.entrypoint,
+               spawn_time=args.spawn_time, parent_pid=args.parent_pid, driver_pid=args.parent_pid,
+               inline_max_bytes=args.inline_max_bytes, compress_min_bytes=args.compress_min_bytes)
+
+
+def run(*, fd: int, worker_id: str, function: str, entrypoint: str, spawn_time: float, parent_pid: int,
+        driver_pid: int, inline_max_bytes: int, compress_min_bytes: int) -> int:
+    """The worker's life on socket ``fd`` (see the module docstring). ``parent_pid``: the process it dies
+    with (the driver, or the fork server that forked it); ``driver_pid``: whose request segments it may
+    open. ``compress_min_bytes`` < 0 means never compress."""
     _set_pdeathsig()
     _batch_scheduling()
-    if os.getppid() != args.parent_pid:
-        return 0  # the driver died before we could ask to die with it
+    if os.getppid() != parent_pid:
+        return 0  # the parent died before we could ask to die with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    sock = socket.socket(fileno=args.fd)
+    sock = socket.socket(fileno=fd)
     sock.set_inheritable(False)  # a subprocess of the function must not keep the driver's EOF from us
     prefix = os.environ[PREFIX_ENV]
     # results leave from the serving thread itself (direct_any): it has nothing else to do until they are out
-    outbox = Outbox(sock=sock, prefix=prefix, inline_max_bytes=args.inline_max_bytes,
-                    compress_min_bytes=None if args.compress_min_bytes < 0 else args.compress_min_bytes,
-                    direct_any=True)
+    outbox = Outbox(sock=sock, prefix=prefix, inline_max_bytes=inline_max_bytes,
+                    compress_min_bytes=None if compress_min_bytes < 0 else compress_min_bytes, direct_any=True)
     try:
-        fn, error = _load(args.entrypoint), None
+        fn, error = _load(entrypoint), None
     except Exception as exc:  # noqa: BLE001 - the driver bills and retries it
         fn, error = None, error_report(exc)
     _limit_torch_threads()
-    outbox.send(message=Message(), tag={"op": "ready", "init_s": time.time() - args.spawn_time,
+    outbox.send(message=Message(), tag={"op": "ready", "init_s": time.time() - spawn_time,
                                         "pid": os.getpid(), "error": error})
     code = 1
     if fn is not None:
-        code = serve(sock=sock, outbox=outbox, fn=fn, worker_id=args.worker_id, function=args.function,
-                     driver_prefix=body_segment_prefix(prefix=prefix, pid=args.parent_pid))
+        code = serve(sock=sock, outbox=outbox, fn=fn, worker_id=worker_id, function=function,
+                     driver_prefix=body_segment_prefix(prefix=prefix, pid=driver_pid))
     outbox.close(timeout_s=5.0)
     return code
 
