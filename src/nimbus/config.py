@@ -50,6 +50,8 @@ class FunctionConfig(Section):
     """hard limit per attempt; the worker is killed and the attempt billed in full"""
     max_retries: int = Field(default=3, ge=0)
     """retries of a failed, crashed or timed-out attempt (on another worker)"""
+    heartbeat_s: float | None = Field(default=5.0, gt=0)
+    """liveness (local backend): env steps and optimizer steps beat; silent 3x this = stalled, killed and retried; null: off"""
 
 
 class ActorsConfig(Section):

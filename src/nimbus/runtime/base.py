@@ -47,6 +47,7 @@ class FunctionSpec:
     timeout_s: float = 60.0
     max_retries: int = 3
     kind: str = "actor"  # actor | learner | parameter | probe | system: selects the pricing line
+    heartbeat_s: float | None = None  # liveness (P5): killed and retried when silent 3x this; None: off
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from nimbus import liveness
 from nimbus.data.codec import Message
 from nimbus.errors import EnvContractError
 from nimbus.runtime.base import FunctionContext
@@ -71,6 +72,15 @@ def sleep(*, context: FunctionContext, request: Message) -> Message:
         Path(header["pid_path"]).write_text(str(os.getpid()))
     time.sleep(seconds)
     return Message(header=_who(context, slept_s=seconds))
+
+
+def beating(*, context: FunctionContext, request: Message) -> Message:
+    """Work for ``header["seconds"]``, reporting progress (``liveness.beat``) every ``header["every_s"]``."""
+    end = time.monotonic() + float(request.header["seconds"])
+    while time.monotonic() < end:
+        time.sleep(float(request.header.get("every_s", 0.05)))
+        liveness.beat()
+    return Message(header=_who(context))
 
 
 def _bump(path: Path) -> int:

@@ -12,7 +12,7 @@ How it works (``runtime.start_method: fork_server``, the default of the local ba
 * The server imports the entrypoint's module into itself the first time it sees it (later forks of that
   function find it imported), forks, and answers one codec frame ``{pid, error}`` with a pidfd of the
   child attached. The child closes the server's socket, takes its environment (thread limits), reseeds
-  numpy and torch (a fork would otherwise share the template's random state), and runs
+  numpy and torch as a fresh process would have them (``_reseed``), and runs
   ``worker.run`` exactly as a spawned worker does: its own PR_SET_PDEATHSIG ties it to the server.
 * The driver holds each worker as a ``ForkedProcess`` (poll, kill, wait over the pidfd; the server, its
   parent, reaps it). Exit statuses are not visible to the driver (``FORKED_EXIT_STATUS``): nothing in
@@ -198,12 +198,14 @@ def _reap() -> None:
 
 
 def _reseed() -> None:
-    """Fresh random state in a forked worker (a spawned one would have had it)."""
-    seed = int.from_bytes(os.urandom(4), "little")
+    """The random state a spawned worker would have had: numpy's global generator from OS entropy (a fork
+    would share the template's), torch's back at its initial seed (fixed in a fresh process, so runs that
+    rely on it stay reproducible); Python's ``random`` reseeds itself at fork."""
     if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed(seed)
+        sys.modules["numpy"].random.seed(int.from_bytes(os.urandom(4), "little"))
     if "torch" in sys.modules:
-        sys.modules["torch"].manual_seed(seed)
+        torch = sys.modules["torch"]
+        torch.manual_seed(torch.initial_seed())
 
 
 def _child(*, server_sock: socket.socket, fd: int, request: dict, server_pid: int) -> int:

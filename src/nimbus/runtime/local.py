@@ -51,6 +51,7 @@ from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.channel import DEFAULT_INLINE_MAX_BYTES, Envelope, Inbox, discard_body, header_frame, prepare_body
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.data.shm import run_prefix
+from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.transport import send_frame
@@ -213,7 +214,9 @@ class LocalRuntime(AttemptEndings):
         invocation = attempt.invocation
         attempt.dispatched_at = time.time()
         self._pool.set_busy(worker, timeout_s=invocation.spec.timeout_s)
-        tag = {"op": "invoke", "invocation_id": invocation.invocation_id, "attempt": attempt.number}
+        self._pool.heard_from(worker, heartbeat_s=invocation.spec.heartbeat_s)
+        tag = {"op": "invoke", "invocation_id": invocation.invocation_id, "attempt": attempt.number,
+               "heartbeat_s": invocation.spec.heartbeat_s}
         try:
             send_frame(sock=worker.handle.sock, frame=header_frame(tag=tag, body=invocation.body))
         except OSError as exc:
@@ -242,9 +245,11 @@ class LocalRuntime(AttemptEndings):
             attempt: Attempt | None = worker.attempt if worker else None
             if worker is not None and tag.get("op") == "ready" and worker.state == "starting":
                 actions = self._on_ready(worker, tag)
-            elif (attempt is not None and worker.state == "busy" and tag.get("op") == "result"
-                  and tag.get("attempt") == attempt.number
-                  and tag.get("invocation_id") == attempt.invocation.invocation_id):
+            elif tag.get("op") == "heartbeat":
+                if self._current(worker, tag):
+                    self._pool.heard_from(worker, heartbeat_s=attempt.invocation.spec.heartbeat_s)
+                return  # a beat changes no schedule
+            elif tag.get("op") == "result" and self._current(worker, tag):
                 actions = self._end_attempt(worker, outcome=tag["outcome"], start_at=float(tag["start_at"]),
                                             end_at=float(tag["end_at"]), retire=False, error=tag.get("error"),
                                             message=envelope.message)
@@ -254,6 +259,13 @@ class LocalRuntime(AttemptEndings):
                 actions = []
             actions += self._schedule()
         self._run(actions)
+
+    @staticmethod
+    def _current(worker: WorkerSlot | None, tag: dict[str, Any]) -> bool:
+        """``tag`` names the attempt ``worker`` is running now (anything else is late or superseded)."""
+        attempt: Attempt | None = worker.attempt if worker else None
+        return (attempt is not None and worker.state == "busy" and tag.get("attempt") == attempt.number
+                and tag.get("invocation_id") == attempt.invocation.invocation_id)
 
     def _on_ready(self, worker: WorkerSlot, tag: dict[str, Any]) -> list[Action]:
         worker.init_s = float(tag.get("init_s", 0.0))
@@ -304,6 +316,14 @@ class LocalRuntime(AttemptEndings):
                     continue
                 self._changed.wait(timeout=self._pool.next_check_s(now=time.monotonic()))
 
+    def _stalled(self, worker: WorkerSlot) -> list[Action]:
+        """P5: no progress heartbeat for SILENT_BEATS intervals: say which function, kill it, retry the attempt."""
+        spec = worker.spec
+        detail = (f"{spec.name} attempt {worker.attempt.number} on worker {worker.worker_id} sent no heartbeat for "
+                  f"{SILENT_BEATS} x heartbeat_s={spec.heartbeat_s} s (stalled); killed")
+        log.error("liveness: %s", detail)
+        return self._kill_attempt(worker, error_type="Stalled", detail=detail)
+
     def _check(self, now: float) -> list[Action]:
         """Deadlines (timeouts, init limits, keep-alives) and workers that exited without EOF."""
         actions: list[Action] = []
@@ -317,6 +337,8 @@ class LocalRuntime(AttemptEndings):
                 actions += self._kill_attempt(worker, error_type="FunctionTimeout", detail=(
                     f"{worker.spec.name} attempt {worker.attempt.number} exceeded timeout_s={worker.spec.timeout_s} "
                     f"on worker {worker.worker_id}; killed"))
+            elif worker.state == "busy" and worker.silent_at is not None and now >= worker.silent_at:
+                actions += self._stalled(worker)
             elif self._pool.exited_silently(worker, now=now):
                 actions += self._kill_attempt(worker, error_type="WorkerDied", detail=f"{worker.worker_id} exited")
         return actions

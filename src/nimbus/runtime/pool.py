@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from nimbus.liveness import SILENT_BEATS
 from nimbus.data.channel import Inbox, body_segment_prefix
 from nimbus.data.shm import PREFIX_ENV, streaming_copy_env
 from nimbus.runtime.base import FunctionSpec
@@ -156,6 +157,7 @@ class WorkerSlot:
     init_s: float = 0.0
     exit_seen_at: float | None = None
     affinity: str | None = None  # the request affinity key this worker served last (sticky routing)
+    silent_at: float | None = None  # monotonic: a busy worker with no heartbeat since counts as stalled (P5)
 
 
 def same_pool(a: FunctionSpec, b: FunctionSpec) -> bool:
@@ -241,9 +243,16 @@ class WorkerPool:
         slot.deadline = time.monotonic() + timeout_s
         self._notify(was=was, deadline=slot.deadline)
 
+    def heard_from(self, slot: WorkerSlot, *, heartbeat_s: float | None) -> None:
+        """Dispatch or heartbeat: the worker counts as stalled after SILENT_BEATS intervals of silence."""
+        slot.silent_at = None if heartbeat_s is None else time.monotonic() + SILENT_BEATS * heartbeat_s
+        if slot.silent_at is not None and slot.silent_at < self._next_check_at:
+            self._changed.notify_all()
+
     def set_idle(self, slot: WorkerSlot) -> None:
         was = slot.state
         slot.attempt = None
+        slot.silent_at = None
         slot.state = "idle"
         slot.deadline = time.monotonic() + self._keep_alive_s
         self._notify(was=was, deadline=slot.deadline)
@@ -277,7 +286,9 @@ class WorkerPool:
 
     def next_check_s(self, *, now: float) -> float:
         self._reaper.reap()
-        times = [1.0, *(w.deadline - now for w in self.slots.values())] + [0.05] * self._reaper.pending
+        times = [1.0, *(w.deadline - now for w in self.slots.values()),
+                 *(w.silent_at - now for w in self.slots.values() if w.silent_at is not None)]
+        times += [0.05] * self._reaper.pending
         wait_s = max(0.001, min(times))
         self._next_check_at = now + wait_s
         return wait_s

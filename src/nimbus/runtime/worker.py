@@ -12,7 +12,9 @@ The process (``main``):
    ``context.cache`` kept across invocations (warm state), and reports each attempt's outcome, start
    and end wall times, and on error the exception type, ``nimbus_retryable`` and traceback; results
    leave from the serving thread itself;
-4. exits when its socket hits EOF, and exits with status 2 on a frame that is not a valid codec or
+4. forwards the function's progress beats (nimbus/liveness.py) as ``heartbeat`` frames while an
+   invocation that asked for them (``heartbeat_s`` in its tag) runs;
+5. exits when its socket hits EOF, and exits with status 2 on a frame that is not a valid codec or
    channel frame (P11), never interpreting it.
 
 ``torch.set_num_threads(OMP_NUM_THREADS)`` is called only if the function imported torch: this module
@@ -34,6 +36,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from nimbus import liveness
 from nimbus.data.channel import Outbox, body_segment_prefix, open_frame
 from nimbus.data.codec import Message, encoded_size
 from nimbus.data.shm import PREFIX_ENV
@@ -86,11 +89,25 @@ _torch_threads_set = False
 
 
 def _limit_torch_threads() -> None:
-    """Apply OMP_NUM_THREADS to torch once the function has imported it (never import it here)."""
+    """Apply OMP_NUM_THREADS to torch once the function has imported it (never import it here), and make
+    every optimizer step a progress heartbeat (liveness.py)."""
     global _torch_threads_set
     if not _torch_threads_set and "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        torch = sys.modules["torch"]
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        optimizer = importlib.import_module("torch.optim.optimizer")
+        optimizer.register_optimizer_step_post_hook(lambda *_: liveness.beat())
         _torch_threads_set = True
+
+
+def _forward_beats(*, outbox: Outbox, tag: dict) -> None:
+    """While this invocation runs, progress beats go to the driver as ``heartbeat`` frames (P5)."""
+    interval_s = tag.get("heartbeat_s")
+    if interval_s is None:
+        liveness.install(send=None)
+        return
+    beat_tag = {"op": "heartbeat", "invocation_id": tag["invocation_id"], "attempt": tag["attempt"]}
+    liveness.install(send=lambda: outbox.send(message=Message(), tag=beat_tag), interval_s=float(interval_s))
 
 
 def _invoke(*, fn: Callable[..., Message], context: FunctionContext, request: Message) -> tuple[Message, dict]:
@@ -126,7 +143,9 @@ def serve(*, sock: socket.socket, outbox: Outbox, fn: Callable[..., Message], wo
         tag = envelope.tag
         context = FunctionContext(worker_id=worker_id, function=function, invocation_id=str(tag["invocation_id"]),
                                   attempt=int(tag["attempt"]), cache=cache)
+        _forward_beats(outbox=outbox, tag=tag)
         result, report = _invoke(fn=fn, context=context, request=envelope.message)
+        liveness.install(send=None)
         report["first"] = first
         first = False
         del envelope
