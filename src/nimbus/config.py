@@ -59,6 +59,8 @@ class ActorsConfig(Section):
     """actor-scaling controller: fixed, nitro, hydrozoa or max"""
     fragment_steps: int = Field(default=128, ge=1, description="env steps per env per actor invocation")
     function: FunctionConfig = Field(default_factory=FunctionConfig)
+    preregister: int = Field(default=0, ge=0)
+    """local only: actor workers started before round 0 and stopped (SIGSTOP, no CPU, not billed) until scaling up wakes them"""
 
 
 class LearnerConfig(Section):
@@ -209,6 +211,8 @@ class NimbusConfig(Section):
     def _check_cluster(self) -> "NimbusConfig":
         from nimbus.runtime.factory import check_cluster  # the ray / redis rules live beside the factory
         check_cluster(runtime=self.runtime, store=self.store)
+        if self.actors.preregister and self.runtime.backend != "local":
+            raise ValueError("actors.preregister needs runtime.backend: local (Ray actors cannot be stopped)")
         return self
 
     @model_validator(mode="after")

@@ -94,6 +94,9 @@ class StampedRuntime:
     def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
         self.inner.prewarm(spec=spec, count=count, wait_s=wait_s)
 
+    def preregister(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
+        self.inner.preregister(spec=spec, count=count, wait_s=wait_s)
+
     def stats(self) -> Any:
         return self.inner.stats()
 

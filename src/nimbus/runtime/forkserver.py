@@ -73,12 +73,15 @@ class ForkedProcess:
             self._gone()
         return self.returncode
 
-    def kill(self) -> None:
+    def send_signal(self, sig: int) -> None:
         if self.returncode is None:
             try:
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                signal.pidfd_send_signal(self._pidfd, sig)
             except ProcessLookupError:
                 pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
     def _gone(self) -> None:
         self.returncode = FORKED_EXIT_STATUS

@@ -67,6 +67,7 @@ class RuntimeStats:
 
     workers_alive: int
     workers_idle: int
+    workers_asleep: int
     busy_cpus: float
     queued: int
     cold_starts: int
@@ -145,11 +146,26 @@ class LocalRuntime(AttemptEndings):
                 self._changed.wait_for(lambda: not any(w.state == "starting" and same_pool(w.spec, spec)
                                                        for w in self._pool.slots.values()), timeout=wait_s)
 
+    def preregister(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
+        """Start ``count`` workers for ``spec`` that SIGSTOP themselves once ready (their start is billed, outcome
+        "prewarm"; nothing while asleep) and are woken (SIGCONT) before any cold start when work needs them.
+        ``wait_s`` as in ``prewarm``."""
+        with self._lock:
+            for _ in range(count):
+                if self._closed or not self._pool.make_room(spec=spec):
+                    log.warning("preregister %s: no room (max_workers=%d)", spec.name, self._pool.max_workers)
+                    break
+                self._pool.start(spec=spec, prewarm=True).preregistered = True
+            if wait_s is not None:
+                self._changed.wait_for(lambda: not any(w.state == "starting" and same_pool(w.spec, spec)
+                                                       for w in self._pool.slots.values()), timeout=wait_s)
+
     def stats(self) -> RuntimeStats:
         with self._lock:
             totals, slots = self._tally.totals(), self._pool.slots.values()
             return RuntimeStats(
                 workers_alive=len(slots), workers_idle=sum(w.state == "idle" for w in slots),
+                workers_asleep=sum(w.state == "asleep" for w in slots),
                 busy_cpus=self._pool.busy_cpus(), queued=len(self._queue), cold_starts=totals.cold_starts,
                 warm_starts=totals.warm_starts, retries=totals.retries, failures=totals.failures,
                 timeouts=totals.timeouts, failed_invocations=self._counts["failed"],
@@ -205,6 +221,8 @@ class LocalRuntime(AttemptEndings):
         fresh = [w for w in idle if w.worker_id not in invocation.tried]
         if fresh:
             return by_affinity(fresh, affinity=invocation.affinity)
+        if sleeping := self._pool.asleep(spec=spec):
+            return self._pool.wake(sleeping[0])  # a pre-registered worker: warm, only stopped
         if self._pool.make_room(spec=spec):
             return self._pool.start(spec=spec, prewarm=False)
         return idle[0] if idle else None
@@ -277,6 +295,9 @@ class LocalRuntime(AttemptEndings):
             return self._end_attempt(worker, outcome="error", start_at=now, end_at=now, retire=True, error=error)
         if worker.attempt is not None:
             return self._dispatch(worker)  # the cold attempt this worker was started for
+        if worker.preregistered:
+            self._pool.put_to_sleep(worker)
+            return []
         self._pool.set_idle(worker)
         return []
 

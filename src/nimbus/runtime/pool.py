@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -151,7 +152,8 @@ class WorkerSlot:
     prewarm: bool
     requested_at: float
     deadline: float  # monotonic: end of init (starting), of the timeout (busy) or of keep-alive (idle)
-    state: str = "starting"  # starting | idle | busy | dead
+    state: str = "starting"  # starting | idle | busy | asleep | dead
+    preregistered: bool = False  # sleeps (SIGSTOP) once ready, until placement wakes it
     attempt: Any = None  # the owner's attempt running, or about to run, here
     handle: WorkerHandle | None = None
     init_s: float = 0.0
@@ -263,6 +265,23 @@ class WorkerPool:
         take the GIL from the dispatching thread several times a round."""
         if was == "starting" or deadline < self._next_check_at:
             self._changed.notify_all()
+
+    def asleep(self, *, spec: FunctionSpec) -> list[WorkerSlot]:
+        """Pre-registered workers of ``spec``'s pool that are stopped, waiting to be woken."""
+        return [w for w in self.slots.values() if w.state == "asleep" and same_pool(w.spec, spec)]
+
+    def put_to_sleep(self, slot: WorkerSlot) -> None:
+        """SIGSTOP a ready worker: it uses no CPU, has no keep-alive deadline, and is billed nothing until woken."""
+        slot.handle.proc.send_signal(signal.SIGSTOP)
+        slot.state, slot.deadline = "asleep", float("inf")
+        self._changed.notify_all()  # preregister() waits for workers leaving "starting"
+
+    def wake(self, slot: WorkerSlot) -> WorkerSlot:
+        """SIGCONT a sleeping worker; it is idle (warm) from now on."""
+        slot.handle.proc.send_signal(signal.SIGCONT)
+        slot.preregistered = False
+        self.set_idle(slot)
+        return slot
 
     def retire(self, slot: WorkerSlot) -> None:
         """Take a worker out of service and SIGKILL it; ``reap`` collects it and sweeps its segments."""
