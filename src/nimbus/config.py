@@ -59,6 +59,8 @@ class ActorsConfig(Section):
     """actor-scaling controller: fixed, nitro, hydrozoa or max"""
     fragment_steps: int = Field(default=128, ge=1, description="env steps per env per actor invocation")
     function: FunctionConfig = Field(default_factory=FunctionConfig)
+    restore_slots: bool = False
+    """each result carries its rank's env slot snapshot; a worker without the slot (reclaimed, scaled, retried) restores it, so episodes continue"""
     preregister: int = Field(default=0, ge=0)
     """local only: actor workers started before round 0 and stopped (SIGSTOP, no CPU, not billed) until scaling up wakes them"""
 
