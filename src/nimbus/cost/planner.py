@@ -12,7 +12,8 @@ Profile (``profile_runs``), from each run's ledger.jsonl and metrics.jsonl (sync
   number of actors: ``overhead_s = a + b * actors`` (least squares; constant with one actor count).
 
 Simulation (``simulate``): a discrete-event simulation of ``rounds`` rounds with a seeded generator. Each
-round's ``actors`` attempts draw a duration (plus an init time with the cold fraction's probability) and
+round's ``actors`` attempts draw a duration (plus an init time with the cold fraction's probability; in
+round 0 every actor's and learner's init is billed but off the round's path, as a pre-warm) and
 take the earliest free of ``capacity_cpus / actor cpus`` slots (unbounded: serverless); the actor phase ends
 with the last of them; ``learners`` data-parallel learners split the round's rows (the fixed part ``c`` is
 paid once); then the overhead. Cost: every simulated attempt becomes a ledger record and goes through the
@@ -61,6 +62,7 @@ class Profile:
     learner_cpus: float
     learner_gpus: float
     learner_memory_mb: int
+    learner_init_s: float        # a learner worker's start (billed once, by its pre-warm)
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,8 @@ def profile_runs(*, run_dirs: list[Path]) -> Profile:
     return Profile(actor_s=np.asarray(actor_s), init_s=np.asarray(init_s), cold_fraction=cold / max(later, 1),
                    rows_per_actor=rows_per_actor, learner=_fit(rows_xs, learner_ys), overhead=_fit(actors_xs, overhead_ys),
                    actor_cpus=actor_rec.cpus, actor_memory_mb=actor_rec.memory_mb, learner_cpus=learner_rec.cpus,
-                   learner_gpus=learner_rec.gpus, learner_memory_mb=learner_rec.memory_mb)
+                   learner_gpus=learner_rec.gpus, learner_memory_mb=learner_rec.memory_mb,
+                   learner_init_s=float(np.mean([r.init_s for r in first if r.kind == "learner" and r.init_s > 0] or [0.0])))
 
 
 def _record(*, kind: str, cpus: float, gpus: float, memory_mb: int, duration_s: float, init_s: float) -> LedgerRecord:
@@ -152,7 +155,8 @@ def simulate(*, profile: Profile, actors: int, learners: int, rounds: int, prici
         cold_p = 1.0 if r == 0 else profile.cold_fraction
         inits = np.where(rng.random(actors) < cold_p, rng.choice(profile.init_s, size=actors), 0.0) \
             if profile.init_s.size else np.zeros(actors)
-        round_s.append(_actor_phase(durations=work + inits, slots=slots) + learner_s
+        on_path = inits if r > 0 else 0.0  # round 0's workers were pre-warmed: billed, but before the round
+        round_s.append(_actor_phase(durations=work + on_path, slots=slots) + learner_s
                        + max(0.0, profile.overhead.at(actors)))
         serverless += sum(pricing.cost_usd(record=_record(kind="actor", cpus=profile.actor_cpus, gpus=0.0,
                                                           memory_mb=profile.actor_memory_mb, duration_s=float(d),
@@ -160,6 +164,9 @@ def simulate(*, profile: Profile, actors: int, learners: int, rounds: int, prici
         serverless += learners * pricing.cost_usd(record=_record(
             kind="learner", cpus=profile.learner_cpus, gpus=profile.learner_gpus,
             memory_mb=profile.learner_memory_mb, duration_s=learner_s, init_s=0.0))
+    serverless += learners * pricing.cost_usd(record=_record(
+        kind="learner", cpus=profile.learner_cpus, gpus=profile.learner_gpus, memory_mb=profile.learner_memory_mb,
+        duration_s=0.0, init_s=profile.learner_init_s))  # the learners' pre-warm
     wall_s = float(np.sum(round_s))
     serverful = pricing.serverful_cost_usd(wall_s=wall_s, peak_actor_cpus=actors * profile.actor_cpus,
                                            peak_learner_gpus=learners * profile.learner_gpus)
