@@ -5,7 +5,7 @@ fits) with 1, 2 and 4 actors; profiles the 1- and 2-actor runs (``cost/planner.p
 4-actor run with this machine's CPU count as the actor slots, and reports the predicted and measured
 mean round time, wall time (sum of round times) and serverless cost, with the relative errors.
 
-Run:   python benchmarks/planner_validation.py          (~3 min on 2 quiet cores; writes results/planner_validation.json)
+Run:   python benchmarks/planner_validation.py   (~3 min on 2 quiet cores; results/planner_validation.json)
 Smoke: python benchmarks/planner_validation.py --rounds 3 --out /tmp/planner.json
 """
 

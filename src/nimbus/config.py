@@ -51,7 +51,7 @@ class FunctionConfig(Section):
     max_retries: int = Field(default=3, ge=0)
     """retries of a failed, crashed or timed-out attempt (on another worker)"""
     heartbeat_s: float | None = Field(default=5.0, gt=0)
-    """liveness (local backend): env steps and optimizer steps beat; silent 3x this = stalled, killed and retried; null: off"""
+    """liveness (local): env and optimizer steps beat; silent for 3x this = stalled: killed, retried; null: off"""
 
 
 class ActorsConfig(Section):
@@ -60,9 +60,9 @@ class ActorsConfig(Section):
     fragment_steps: int = Field(default=128, ge=1, description="env steps per env per actor invocation")
     function: FunctionConfig = Field(default_factory=FunctionConfig)
     restore_slots: bool = False
-    """each result carries its rank's env slot snapshot; a worker without the slot (reclaimed, scaled, retried) restores it, so episodes continue"""
+    """results carry the rank's env slot; a worker lacking it (reclaimed, new, retry) restores it: episodes go on"""
     preregister: int = Field(default=0, ge=0)
-    """local only: actor workers started before round 0 and stopped (SIGSTOP, no CPU, not billed) until scaling up wakes them"""
+    """local only: actor workers started before round 0, then stopped (SIGSTOP) until scaling up wakes them"""
 
 
 class LearnerConfig(Section):
@@ -90,7 +90,7 @@ class RuntimeConfig(Section):
     prewarm: bool = True
     """start actor and learner workers before round 0"""
     start_method: Literal["fork_server", "spawn"] = "fork_server"
-    """local only: fork workers from a template that imported torch and gymnasium once (ms), or spawn a fresh interpreter each (s)"""
+    """local only: fork workers from a template that imported torch/gymnasium (ms), or spawn each (s)"""
 
 
 class StoreConfig(Section):

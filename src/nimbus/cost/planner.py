@@ -117,11 +117,12 @@ def profile_runs(*, run_dirs: list[Path]) -> Profile:
     first = _run_rounds(run_dirs[0])[1]
     actor_rec = next(r for r in first if r.kind == "actor")
     learner_rec = next(r for r in first if r.kind == "learner")
+    learner_inits = [r.init_s for r in first if r.kind == "learner" and r.init_s > 0] or [0.0]
     return Profile(actor_s=np.asarray(actor_s), init_s=np.asarray(init_s), cold_fraction=cold / max(later, 1),
-                   rows_per_actor=rows_per_actor, learner=_fit(rows_xs, learner_ys), overhead=_fit(actors_xs, overhead_ys),
-                   actor_cpus=actor_rec.cpus, actor_memory_mb=actor_rec.memory_mb, learner_cpus=learner_rec.cpus,
-                   learner_gpus=learner_rec.gpus, learner_memory_mb=learner_rec.memory_mb,
-                   learner_init_s=float(np.mean([r.init_s for r in first if r.kind == "learner" and r.init_s > 0] or [0.0])))
+                   rows_per_actor=rows_per_actor, learner=_fit(rows_xs, learner_ys),
+                   overhead=_fit(actors_xs, overhead_ys), actor_cpus=actor_rec.cpus,
+                   actor_memory_mb=actor_rec.memory_mb, learner_cpus=learner_rec.cpus, learner_gpus=learner_rec.gpus,
+                   learner_memory_mb=learner_rec.memory_mb, learner_init_s=float(np.mean(learner_inits)))
 
 
 def _record(*, kind: str, cpus: float, gpus: float, memory_mb: int, duration_s: float, init_s: float) -> LedgerRecord:

@@ -42,4 +42,5 @@ def test_a_function_that_beats_outlives_many_intervals(make_runtime) -> None:
 def test_without_heartbeat_s_a_quiet_function_is_left_alone(make_runtime) -> None:
     runtime, _ = make_runtime()
     spec = FunctionSpec(name="quiet", entrypoint=B + "sleep", timeout_s=60, max_retries=0)
-    assert runtime.invoke(spec=spec, request=Message(header={"seconds": 1.5})).result(timeout=30).header["slept_s"] == 1.5
+    result = runtime.invoke(spec=spec, request=Message(header={"seconds": 1.5})).result(timeout=30)
+    assert result.header["slept_s"] == 1.5
