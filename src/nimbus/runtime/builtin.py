@@ -83,6 +83,23 @@ def beating(*, context: FunctionContext, request: Message) -> Message:
     return Message(header=_who(context))
 
 
+def optimizer_steps(*, context: FunctionContext, request: Message) -> Message:
+    """Take torch SGD steps for ``header["seconds"]`` without calling ``beat`` itself: its progress shows only
+    through the worker's optimizer hook (a learner's). Imports torch here, so other builtins stay light."""
+    import torch
+
+    weight = torch.zeros(4, requires_grad=True)
+    optimizer = torch.optim.SGD([weight], lr=0.01)
+    end, steps = time.monotonic() + float(request.header["seconds"]), 0
+    while time.monotonic() < end:
+        optimizer.zero_grad()
+        (weight - 1.0).square().sum().backward()
+        optimizer.step()
+        steps += 1
+        time.sleep(0.01)
+    return Message(header=_who(context, steps=steps))
+
+
 def _bump(path: Path) -> int:
     """Increment the counter file at ``path`` (atomically across processes); returns the new value."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)

@@ -281,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     for module in ["nimbus.runtime.worker", *filter(None, args.preload.split(","))]:
         _import_quietly(module)
+    if "torch" in sys.modules:  # its lazy first-step imports, paid once here instead of in every worker
+        from nimbus.runtime.worker import warm_torch_optimizer
+
+        warm_torch_optimizer()
     return serve(sock=socket.socket(fileno=args.fd))
 
 

@@ -97,7 +97,17 @@ def _limit_torch_threads() -> None:
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         optimizer = importlib.import_module("torch.optim.optimizer")
         optimizer.register_optimizer_step_post_hook(lambda *_: liveness.beat())
+        warm_torch_optimizer()
         _torch_threads_set = True
+
+
+def warm_torch_optimizer() -> None:
+    """One optimizer step on a scalar: torch imports its compiler stack lazily on the first ``step()`` (seconds),
+    which belongs in the init phase, not in a learner's first invocation (where it reads as a stall)."""
+    torch = sys.modules["torch"]
+    weight = torch.zeros(1, requires_grad=True)
+    weight.sum().backward()
+    torch.optim.SGD([weight], lr=0.0).step()
 
 
 def _forward_beats(*, outbox: Outbox, tag: dict) -> None:

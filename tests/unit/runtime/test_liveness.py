@@ -44,3 +44,12 @@ def test_without_heartbeat_s_a_quiet_function_is_left_alone(make_runtime) -> Non
     spec = FunctionSpec(name="quiet", entrypoint=B + "sleep", timeout_s=60, max_retries=0)
     result = runtime.invoke(spec=spec, request=Message(header={"seconds": 1.5})).result(timeout=30)
     assert result.header["slept_s"] == 1.5
+
+
+def test_optimizer_steps_beat_for_a_learner(make_runtime) -> None:
+    """The worker's torch hook turns every optimizer step into progress: a learner that never calls beat()."""
+    runtime, ledger = make_runtime(start_method="fork_server", preload=("torch",))  # torch there at start, as a learner
+    spec = FunctionSpec(name="learner", entrypoint=B + "optimizer_steps", timeout_s=60, max_retries=0,
+                        heartbeat_s=0.3, kind="learner")
+    header = runtime.invoke(spec=spec, request=Message(header={"seconds": 2.0})).result(timeout=60).header
+    assert header["steps"] > 10 and [r.outcome for r in ledger.records()] == ["ok"]
