@@ -48,6 +48,7 @@ class ContractChecked(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._actor_rank = actor_rank
         self._episode = -1
         self._step = 0
+        beat()  # building envs is progress too (a cold actor builds several before its first step)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         result = self.env.reset(seed=seed, options=options)
