@@ -1,4 +1,4 @@
-"""``nimbus`` command line: train, report, envs, eval, export, compare.
+"""``nimbus`` command line: train, report, envs, eval, export, compare, plan.
 
 Exit codes: 0 success (also after SIGINT with a final checkpoint), 1 run failure, 2 bad config/usage.
 """
@@ -118,6 +118,23 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from nimbus.cost.planner import profile_runs, simulate
+    from nimbus.cost.pricing import load_pricing
+
+    try:
+        profile = profile_runs(run_dirs=[Path(d) for d in args.run_dirs])
+    except (OSError, KeyError, StopIteration, ValueError) as exc:
+        raise ConfigError(f"cannot profile {args.run_dirs}: {type(exc).__name__}: {exc}") from None
+    plan = simulate(profile=profile, actors=args.actors, learners=args.learners, rounds=args.rounds,
+                    pricing=load_pricing(path=Path(args.pricing) if args.pricing else None),
+                    capacity_cpus=args.capacity_cpus)
+    Console().print(f"{plan.actors} actors x {plan.learners} learners, {plan.rounds} rounds: "
+                    f"{plan.round_s_mean:.3f} s a round (p90 {plan.round_s_p90:.3f} s), {plan.wall_s:.1f} s in all; "
+                    f"serverless ${plan.serverless_usd:.4f}, serverful ${plan.serverful_usd:.4f}")
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nimbus", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -154,6 +171,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--output", default="compare.png", help="figure path (default: ./compare.png)")
     p.set_defaults(func=_cmd_compare)
+    p = sub.add_parser("plan", help="predict time per round and cost at another scale from runs' ledgers")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="profiled runs (several sizes fit better)")
+    p.add_argument("--actors", type=int, required=True)
+    p.add_argument("--learners", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=100)
+    p.add_argument("--capacity-cpus", type=float, default=None, help="CPU slots for actors (default: unbounded)")
+    p.add_argument("--pricing", help="pricing YAML (default: the packaged one)")
+    p.set_defaults(func=_cmd_plan)
     from nimbus.bench.commands import add_bench_commands
 
     add_bench_commands(sub)  # nimbus bench transfer | sample

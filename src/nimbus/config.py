@@ -57,6 +57,8 @@ class FunctionConfig(Section):
     """hard limit per attempt; the worker is killed and the attempt billed in full"""
     max_retries: int = Field(default=3, ge=0)
     """retries of a failed, crashed or timed-out attempt (on another worker)"""
+    heartbeat_s: float | None = Field(default=5.0, gt=0)
+    """liveness (local): env and optimizer steps beat; silent for 3x this = stalled: killed, retried; null: off"""
 
 
 class ActorsConfig(Section):
@@ -64,6 +66,10 @@ class ActorsConfig(Section):
     """actor-scaling controller: fixed, nitro, hydrozoa or max"""
     fragment_steps: int = Field(default=128, ge=1, description="env steps per env per actor invocation")
     function: FunctionConfig = Field(default_factory=FunctionConfig)
+    restore_slots: bool = False
+    """results carry the rank's env slot; a worker lacking it (reclaimed, new, retry) restores it: episodes go on"""
+    preregister: int = Field(default=0, ge=0)
+    """local only: actor workers started before round 0, then stopped (SIGSTOP) until scaling up wakes them"""
 
 
 class LearnerConfig(Section):
@@ -119,6 +125,8 @@ class RuntimeConfig(Section):
     """ray only: accept a non-loopback runtime.address while RAY_AUTH_MODE is not token (docs/cluster.md)"""
     share_weight: float = Field(default=1.0, gt=0)
     """this workload's weight when several share one pool (``nimbus train a.yaml b.yaml``; fair share)"""
+    start_method: Literal["fork_server", "spawn"] = "fork_server"
+    """local only: fork workers from a template that imported torch/gymnasium (ms), or spawn each (s)"""
 
 
 class StoreConfig(Section):
@@ -266,6 +274,8 @@ class NimbusConfig(Section):
     @model_validator(mode="after")
     def _check_cluster(self) -> "NimbusConfig":
         check_cluster(runtime=self.runtime, store=self.store)
+        if self.actors.preregister and self.runtime.backend != "local":
+            raise ValueError("actors.preregister needs runtime.backend: local (Ray actors cannot be stopped)")
         return self
 
     @model_validator(mode="after")

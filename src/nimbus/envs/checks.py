@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from nimbus.errors import EnvContractError
+from nimbus.liveness import beat
 
 OLD_STEP_API_HINT = (
     "this looks like the old gym API. Migrate to gymnasium's: `step` returns the 5-tuple "
@@ -47,9 +48,11 @@ class ContractChecked(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._actor_rank = actor_rank
         self._episode = -1
         self._step = 0
+        beat()  # building envs is progress too (a cold actor builds several before its first step)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         result = self.env.reset(seed=seed, options=options)
+        beat()  # progress for the liveness check (P5)
         self._episode += 1
         self._step = 0
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
@@ -60,6 +63,7 @@ class ContractChecked(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         result = self.env.step(action)
+        beat()
         self._step += 1
         where = self._where(f"step {self._step}")
         if not isinstance(result, tuple) or len(result) != 5:

@@ -48,6 +48,7 @@ class FunctionSpec:
     max_retries: int = 3
     kind: str = "actor"  # actor | learner | parameter | probe | system: selects the pricing line
     workload: str = ""   # the workload it serves when several share one pool (ledger tag, fair share)
+    heartbeat_s: float | None = None  # liveness (P5): killed and retried when silent 3x this; None: off
 
 
 @dataclass

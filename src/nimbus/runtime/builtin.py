@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from nimbus import liveness
 from nimbus.data.codec import Message
 from nimbus.errors import EnvContractError
 from nimbus.runtime.base import FunctionContext
@@ -71,6 +72,32 @@ def sleep(*, context: FunctionContext, request: Message) -> Message:
         Path(header["pid_path"]).write_text(str(os.getpid()))
     time.sleep(seconds)
     return Message(header=_who(context, slept_s=seconds))
+
+
+def beating(*, context: FunctionContext, request: Message) -> Message:
+    """Work for ``header["seconds"]``, reporting progress (``liveness.beat``) every ``header["every_s"]``."""
+    end = time.monotonic() + float(request.header["seconds"])
+    while time.monotonic() < end:
+        time.sleep(float(request.header.get("every_s", 0.05)))
+        liveness.beat()
+    return Message(header=_who(context))
+
+
+def optimizer_steps(*, context: FunctionContext, request: Message) -> Message:
+    """Take torch SGD steps for ``header["seconds"]`` without calling ``beat`` itself: its progress shows only
+    through the worker's optimizer hook (a learner's). Imports torch here, so other builtins stay light."""
+    import torch
+
+    weight = torch.zeros(4, requires_grad=True)
+    optimizer = torch.optim.SGD([weight], lr=0.01)
+    end, steps = time.monotonic() + float(request.header["seconds"]), 0
+    while time.monotonic() < end:
+        optimizer.zero_grad()
+        (weight - 1.0).square().sum().backward()
+        optimizer.step()
+        steps += 1
+        time.sleep(0.01)
+    return Message(header=_who(context, steps=steps))
 
 
 def _bump(path: Path) -> int:

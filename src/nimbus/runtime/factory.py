@@ -47,11 +47,13 @@ def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str
         return RayRuntime(ledger=ledger, address=rc.address, capacity_cpus=rc.capacity_cpus,
                           max_workers=rc.max_workers, keep_alive_s=rc.keep_alive_s, init_timeout_s=rc.init_timeout_s,
                           compress_min_bytes=config.channel.compress_min_bytes, worker_env=worker_env)
+    from nimbus.runtime.forkserver import TRAINING_PRELOAD
     from nimbus.runtime.local import LocalRuntime
 
     return LocalRuntime(ledger=ledger, capacity_cpus=rc.capacity_cpus, max_workers=rc.max_workers,
                         keep_alive_s=rc.keep_alive_s, inline_max_bytes=config.channel.inline_max_bytes,
-                        compress_min_bytes=config.channel.compress_min_bytes, init_timeout_s=rc.init_timeout_s)
+                        compress_min_bytes=config.channel.compress_min_bytes, init_timeout_s=rc.init_timeout_s,
+                        start_method=rc.start_method, preload=TRAINING_PRELOAD)
 
 
 class StampedRuntime:
@@ -74,6 +76,9 @@ class StampedRuntime:
 
     def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
         self.inner.prewarm(spec=spec, count=count, wait_s=wait_s)
+
+    def preregister(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
+        self.inner.preregister(spec=spec, count=count, wait_s=wait_s)
 
     def stats(self) -> Any:
         return self.inner.stats()

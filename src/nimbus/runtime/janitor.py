@@ -114,6 +114,10 @@ class Reaper:
         self._janitor.track(pid=proc.pid)
         self._sweep_prefixes[proc.pid] = sweep_prefix
 
+    def track_helper(self, pid: int) -> None:
+        """A helper process of the driver (the fork server) that the janitor must kill too; thread-safe."""
+        self._janitor.track(pid=pid)
+
     def kill(self, *, proc: subprocess.Popen) -> None:
         proc.kill()
         self._dying.append(proc)

@@ -2,7 +2,9 @@
 
 Decisions (where DESIGN.md is silent):
 
-* **Workers** are ``python -m nimbus.runtime.worker`` subprocesses bound at spawn to one function
+* **Workers** are processes forked from a pre-imported template (``start_method="fork_server"``,
+  runtime/forkserver.py; ``preload`` names what the template imports) or fresh
+  ``python -m nimbus.runtime.worker`` subprocesses (``"spawn"``), bound at start to one function
   (pool key: name, entrypoint, resources); runtime/pool.py's ``WorkerPool`` keeps their states.
   A request body too big to inline is written once into a driver-owned segment that every retry
   reuses and that is unlinked when the invocation ends. Results come back through the Channel
@@ -49,6 +51,7 @@ from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.channel import DEFAULT_INLINE_MAX_BYTES, Envelope, Inbox, discard_body, header_frame, prepare_body
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.data.shm import run_prefix
+from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.fairshare import fair_pick
@@ -65,6 +68,7 @@ class RuntimeStats:
 
     workers_alive: int
     workers_idle: int
+    workers_asleep: int
     busy_cpus: float
     queued: int
     cold_starts: int
@@ -81,7 +85,8 @@ class LocalRuntime(AttemptEndings):
 
     def __init__(self, *, ledger: Ledger, capacity_cpus: float | None = None, max_workers: int | None = None,
                  keep_alive_s: float = 600.0, inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES,
-                 compress_min_bytes: int | None = DEFAULT_COMPRESS_MIN_BYTES, init_timeout_s: float = 120.0) -> None:
+                 compress_min_bytes: int | None = DEFAULT_COMPRESS_MIN_BYTES, init_timeout_s: float = 120.0,
+                 start_method: str = "fork_server", preload: tuple[str, ...] = ()) -> None:
         self._ledger = ledger
         self._capacity = float(capacity_cpus if capacity_cpus is not None else (os.cpu_count() or 1))
         self._inline_max_bytes = inline_max_bytes
@@ -100,7 +105,8 @@ class LocalRuntime(AttemptEndings):
             inbox=self._inbox, changed=self._changed, prefix=self._prefix,
             max_workers=max_workers if max_workers is not None else max(1, math.ceil(2 * self._capacity)),
             keep_alive_s=keep_alive_s, init_timeout_s=init_timeout_s, inline_max_bytes=inline_max_bytes,
-            compress_min_bytes=compress_min_bytes, on_spawned=self._on_spawned)
+            compress_min_bytes=compress_min_bytes, on_spawned=self._on_spawned, start_method=start_method,
+            preload=preload)
         self._monitor = threading.Thread(target=self._monitor_loop, name="nimbus-monitor", daemon=True)
         self._monitor.start()
 
@@ -147,11 +153,26 @@ class LocalRuntime(AttemptEndings):
                 self._changed.wait_for(lambda: not any(w.state == "starting" and same_pool(w.spec, spec)
                                                        for w in self._pool.slots.values()), timeout=wait_s)
 
+    def preregister(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
+        """Start ``count`` workers for ``spec`` that SIGSTOP themselves once ready (their start is billed, outcome
+        "prewarm"; nothing while asleep) and are woken (SIGCONT) before any cold start when work needs them.
+        ``wait_s`` as in ``prewarm``."""
+        with self._lock:
+            for _ in range(count):
+                if self._closed or not self._pool.make_room(spec=spec):
+                    log.warning("preregister %s: no room (max_workers=%d)", spec.name, self._pool.max_workers)
+                    break
+                self._pool.start(spec=spec, prewarm=True).preregistered = True
+            if wait_s is not None:
+                self._changed.wait_for(lambda: not any(w.state == "starting" and same_pool(w.spec, spec)
+                                                       for w in self._pool.slots.values()), timeout=wait_s)
+
     def stats(self) -> RuntimeStats:
         with self._lock:
             totals, slots = self._tally.totals(), self._pool.slots.values()
             return RuntimeStats(
                 workers_alive=len(slots), workers_idle=sum(w.state == "idle" for w in slots),
+                workers_asleep=sum(w.state == "asleep" for w in slots),
                 busy_cpus=self._pool.busy_cpus(), queued=len(self._queue), cold_starts=totals.cold_starts,
                 warm_starts=totals.warm_starts, retries=totals.retries, failures=totals.failures,
                 timeouts=totals.timeouts, failed_invocations=self._counts["failed"],
@@ -217,6 +238,8 @@ class LocalRuntime(AttemptEndings):
         fresh = [w for w in idle if w.worker_id not in invocation.tried]
         if fresh:
             return by_affinity(fresh, affinity=invocation.affinity)
+        if sleeping := self._pool.asleep(spec=spec):
+            return self._pool.wake(sleeping[0])  # a pre-registered worker: warm, only stopped
         if self._pool.make_room(spec=spec):
             return self._pool.start(spec=spec, prewarm=False)
         return idle[0] if idle else None
@@ -226,7 +249,9 @@ class LocalRuntime(AttemptEndings):
         invocation = attempt.invocation
         attempt.dispatched_at = time.time()
         self._pool.set_busy(worker, timeout_s=invocation.spec.timeout_s)
-        tag = {"op": "invoke", "invocation_id": invocation.invocation_id, "attempt": attempt.number}
+        self._pool.heard_from(worker, heartbeat_s=invocation.spec.heartbeat_s)
+        tag = {"op": "invoke", "invocation_id": invocation.invocation_id, "attempt": attempt.number,
+               "heartbeat_s": invocation.spec.heartbeat_s}
         try:
             send_frame(sock=worker.handle.sock, frame=header_frame(tag=tag, body=invocation.body))
         except OSError as exc:
@@ -255,9 +280,11 @@ class LocalRuntime(AttemptEndings):
             attempt: Attempt | None = worker.attempt if worker else None
             if worker is not None and tag.get("op") == "ready" and worker.state == "starting":
                 actions = self._on_ready(worker, tag)
-            elif (attempt is not None and worker.state == "busy" and tag.get("op") == "result"
-                  and tag.get("attempt") == attempt.number
-                  and tag.get("invocation_id") == attempt.invocation.invocation_id):
+            elif tag.get("op") == "heartbeat":
+                if self._current(worker, tag):
+                    self._pool.heard_from(worker, heartbeat_s=attempt.invocation.spec.heartbeat_s)
+                return  # a beat changes no schedule
+            elif tag.get("op") == "result" and self._current(worker, tag):
                 actions = self._end_attempt(worker, outcome=tag["outcome"], start_at=float(tag["start_at"]),
                                             end_at=float(tag["end_at"]), retire=False, error=tag.get("error"),
                                             message=envelope.message)
@@ -267,6 +294,13 @@ class LocalRuntime(AttemptEndings):
                 actions = []
             actions += self._schedule()
         self._run(actions)
+
+    @staticmethod
+    def _current(worker: WorkerSlot | None, tag: dict[str, Any]) -> bool:
+        """``tag`` names the attempt ``worker`` is running now (anything else is late or superseded)."""
+        attempt: Attempt | None = worker.attempt if worker else None
+        return (attempt is not None and worker.state == "busy" and tag.get("attempt") == attempt.number
+                and tag.get("invocation_id") == attempt.invocation.invocation_id)
 
     def _on_ready(self, worker: WorkerSlot, tag: dict[str, Any]) -> list[Action]:
         worker.init_s = float(tag.get("init_s", 0.0))
@@ -278,6 +312,9 @@ class LocalRuntime(AttemptEndings):
             return self._end_attempt(worker, outcome="error", start_at=now, end_at=now, retire=True, error=error)
         if worker.attempt is not None:
             return self._dispatch(worker)  # the cold attempt this worker was started for
+        if worker.preregistered:
+            self._pool.put_to_sleep(worker)
+            return []
         self._pool.set_idle(worker)
         return []
 
@@ -317,6 +354,14 @@ class LocalRuntime(AttemptEndings):
                     continue
                 self._changed.wait(timeout=self._pool.next_check_s(now=time.monotonic()))
 
+    def _stalled(self, worker: WorkerSlot) -> list[Action]:
+        """P5: no progress heartbeat for SILENT_BEATS intervals: say which function, kill it, retry the attempt."""
+        spec = worker.spec
+        detail = (f"{spec.name} attempt {worker.attempt.number} on worker {worker.worker_id} sent no heartbeat for "
+                  f"{SILENT_BEATS} x heartbeat_s={spec.heartbeat_s} s (stalled); killed")
+        log.error("liveness: %s", detail)
+        return self._kill_attempt(worker, error_type="Stalled", detail=detail)
+
     def _check(self, now: float) -> list[Action]:
         """Deadlines (timeouts, init limits, keep-alives) and workers that exited without EOF."""
         actions: list[Action] = []
@@ -330,6 +375,8 @@ class LocalRuntime(AttemptEndings):
                 actions += self._kill_attempt(worker, error_type="FunctionTimeout", detail=(
                     f"{worker.spec.name} attempt {worker.attempt.number} exceeded timeout_s={worker.spec.timeout_s} "
                     f"on worker {worker.worker_id}; killed"))
+            elif worker.state == "busy" and worker.silent_at is not None and now >= worker.silent_at:
+                actions += self._stalled(worker)
             elif self._pool.exited_silently(worker, now=now):
                 actions += self._kill_attempt(worker, error_type="WorkerDied", detail=f"{worker.worker_id} exited")
         return actions

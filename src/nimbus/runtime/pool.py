@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -26,9 +27,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from nimbus.liveness import SILENT_BEATS
 from nimbus.data.channel import Inbox, body_segment_prefix
 from nimbus.data.shm import PREFIX_ENV, streaming_copy_env
 from nimbus.runtime.base import FunctionSpec
+from nimbus.runtime.forkserver import ForkedProcess, ForkServer
 from nimbus.runtime.janitor import Reaper
 
 log = logging.getLogger(__name__)
@@ -39,7 +42,7 @@ class WorkerHandle:
     """The driver's view of a spawned worker process."""
 
     worker_id: str
-    proc: subprocess.Popen
+    proc: "subprocess.Popen | ForkedProcess"
     sock: socket.socket
     spawned_at: float
 
@@ -80,18 +83,25 @@ def spawn_worker(*, worker_id: str, spec: FunctionSpec, prefix: str, inline_max_
 
 class Spawner:
     """Starts workers in order on one long-lived thread: PR_SET_PDEATHSIG fires when the *thread* that
-    forked a worker exits, so workers must not be forked by short-lived caller threads.
+    forked a worker (or the fork server) exits, so they must not be forked by short-lived caller threads.
 
-    ``on_spawned(worker_id, handle, error)`` runs on the spawner thread (handle None on error).
+    ``start_method``: "spawn" (a fresh ``python -m nimbus.runtime.worker`` each) or "fork_server" (forked
+    from a template that imported ``preload``, runtime/forkserver.py; the server starts at once, on this
+    thread, so its imports overlap the driver's own set-up). ``on_spawned(worker_id, handle, error)`` runs
+    on the spawner thread (handle None on error); ``janitor_track(pid)`` learns the fork server's pid.
     """
 
     def __init__(self, *, prefix: str, inline_max_bytes: int, compress_min_bytes: int | None,
-                 on_spawned: Callable[[str, WorkerHandle | None, BaseException | None], None]) -> None:
+                 on_spawned: Callable[[str, WorkerHandle | None, BaseException | None], None],
+                 start_method: str = "spawn", preload: tuple[str, ...] = (),
+                 janitor_track: Callable[[int], None] = lambda pid: None) -> None:
         self._options = {"prefix": prefix, "inline_max_bytes": inline_max_bytes,
                          "compress_min_bytes": compress_min_bytes}
         self._on_spawned = on_spawned
+        self._server: ForkServer | None = None
         self._queue: queue.SimpleQueue[tuple[str, FunctionSpec] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="nimbus-spawner", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="nimbus-spawner", daemon=True,
+                                        args=(start_method, preload, janitor_track))
         self._thread.start()
 
     def spawn(self, *, worker_id: str, spec: FunctionSpec) -> None:
@@ -102,15 +112,35 @@ class Spawner:
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=timeout_s)
 
-    def _run(self) -> None:
+    def _start_server(self, preload: tuple[str, ...], janitor_track: Callable[[int], None]) -> None:
+        env = worker_env(spec=FunctionSpec(name="forkserver", entrypoint=""), prefix=self._options["prefix"])
+        try:
+            self._server = ForkServer(prefix=self._options["prefix"], preload=preload, env=env,
+                                      janitor_track=janitor_track)
+        except OSError as exc:  # spawns fall back to fresh interpreters
+            log.error("cannot start the fork server (%s); spawning workers instead", exc)
+
+    def _spawn(self, *, worker_id: str, spec: FunctionSpec) -> WorkerHandle:
+        if self._server is None:
+            return spawn_worker(worker_id=worker_id, spec=spec, **self._options)
+        proc, sock, spawned_at = self._server.spawn(
+            worker_id=worker_id, spec=spec, inline_max_bytes=self._options["inline_max_bytes"],
+            compress_min_bytes=self._options["compress_min_bytes"])
+        return WorkerHandle(worker_id=worker_id, proc=proc, sock=sock, spawned_at=spawned_at)
+
+    def _run(self, start_method: str, preload: tuple[str, ...], janitor_track: Callable[[int], None]) -> None:
+        if start_method == "fork_server":
+            self._start_server(preload, janitor_track)
         while (item := self._queue.get()) is not None:
             worker_id, spec = item
             try:
-                handle, error = spawn_worker(worker_id=worker_id, spec=spec, **self._options), None
+                handle, error = self._spawn(worker_id=worker_id, spec=spec), None
             except Exception as exc:  # noqa: BLE001 - reported to the runtime, which retries elsewhere
                 log.error("cannot start worker %s: %s", worker_id, exc)
                 handle, error = None, exc
             self._on_spawned(worker_id, handle, error)
+        if self._server is not None:
+            self._server.close()
 
 
 @dataclass(eq=False)
@@ -122,12 +152,14 @@ class WorkerSlot:
     prewarm: bool
     requested_at: float
     deadline: float  # monotonic: end of init (starting), of the timeout (busy) or of keep-alive (idle)
-    state: str = "starting"  # starting | idle | busy | dead
+    state: str = "starting"  # starting | idle | busy | asleep | dead
+    preregistered: bool = False  # sleeps (SIGSTOP) once ready, until placement wakes it
     attempt: Any = None  # the owner's attempt running, or about to run, here
     handle: WorkerHandle | None = None
     init_s: float = 0.0
     exit_seen_at: float | None = None
     affinity: str | None = None  # the request affinity key this worker served last (sticky routing)
+    silent_at: float | None = None  # monotonic: a busy worker with no heartbeat since counts as stalled (P5)
 
 
 def same_pool(a: FunctionSpec, b: FunctionSpec) -> bool:
@@ -150,7 +182,8 @@ class WorkerPool:
 
     def __init__(self, *, inbox: Inbox, changed: threading.Condition, prefix: str, max_workers: int,
                  keep_alive_s: float, init_timeout_s: float, inline_max_bytes: int, compress_min_bytes: int | None,
-                 on_spawned: Callable[[str, WorkerHandle | None, BaseException | None], None]) -> None:
+                 on_spawned: Callable[[str, WorkerHandle | None, BaseException | None], None],
+                 start_method: str = "spawn", preload: tuple[str, ...] = ()) -> None:
         self.slots: dict[str, WorkerSlot] = {}
         self.max_workers = max_workers
         self._inbox, self._changed, self._prefix = inbox, changed, prefix
@@ -159,7 +192,8 @@ class WorkerPool:
         self._next_check_at = 0.0  # monotonic time the monitor wakes up next (next_check_s)
         self._reaper = Reaper(prefix=prefix)
         self._spawner = Spawner(prefix=prefix, inline_max_bytes=inline_max_bytes,
-                                compress_min_bytes=compress_min_bytes, on_spawned=on_spawned)
+                                compress_min_bytes=compress_min_bytes, on_spawned=on_spawned,
+                                start_method=start_method, preload=preload, janitor_track=self._reaper.track_helper)
 
     @property
     def janitor_pid(self) -> int:
@@ -211,9 +245,16 @@ class WorkerPool:
         slot.deadline = time.monotonic() + timeout_s
         self._notify(was=was, deadline=slot.deadline)
 
+    def heard_from(self, slot: WorkerSlot, *, heartbeat_s: float | None) -> None:
+        """Dispatch or heartbeat: the worker counts as stalled after SILENT_BEATS intervals of silence."""
+        slot.silent_at = None if heartbeat_s is None else time.monotonic() + SILENT_BEATS * heartbeat_s
+        if slot.silent_at is not None and slot.silent_at < self._next_check_at:
+            self._changed.notify_all()
+
     def set_idle(self, slot: WorkerSlot) -> None:
         was = slot.state
         slot.attempt = None
+        slot.silent_at = None
         slot.state = "idle"
         slot.deadline = time.monotonic() + self._keep_alive_s
         self._notify(was=was, deadline=slot.deadline)
@@ -224,6 +265,23 @@ class WorkerPool:
         take the GIL from the dispatching thread several times a round."""
         if was == "starting" or deadline < self._next_check_at:
             self._changed.notify_all()
+
+    def asleep(self, *, spec: FunctionSpec) -> list[WorkerSlot]:
+        """Pre-registered workers of ``spec``'s pool that are stopped, waiting to be woken."""
+        return [w for w in self.slots.values() if w.state == "asleep" and same_pool(w.spec, spec)]
+
+    def put_to_sleep(self, slot: WorkerSlot) -> None:
+        """SIGSTOP a ready worker: it uses no CPU, has no keep-alive deadline, and is billed nothing until woken."""
+        slot.handle.proc.send_signal(signal.SIGSTOP)
+        slot.state, slot.deadline = "asleep", float("inf")
+        self._changed.notify_all()  # preregister() waits for workers leaving "starting"
+
+    def wake(self, slot: WorkerSlot) -> WorkerSlot:
+        """SIGCONT a sleeping worker; it is idle (warm) from now on."""
+        slot.handle.proc.send_signal(signal.SIGCONT)
+        slot.preregistered = False
+        self.set_idle(slot)
+        return slot
 
     def retire(self, slot: WorkerSlot) -> None:
         """Take a worker out of service and SIGKILL it; ``reap`` collects it and sweeps its segments."""
@@ -247,7 +305,9 @@ class WorkerPool:
 
     def next_check_s(self, *, now: float) -> float:
         self._reaper.reap()
-        times = [1.0, *(w.deadline - now for w in self.slots.values())] + [0.05] * self._reaper.pending
+        times = [1.0, *(w.deadline - now for w in self.slots.values()),
+                 *(w.silent_at - now for w in self.slots.values() if w.silent_at is not None)]
+        times += [0.05] * self._reaper.pending
         wait_s = max(0.001, min(times))
         self._next_check_at = now + wait_s
         return wait_s

@@ -117,7 +117,7 @@ class RayRuntime(AttemptEndings):
         with self._lock:
             totals, slots = self._tally.totals(), list(self._pool.slots.values())
             return RuntimeStats(
-                workers_alive=len(slots), workers_idle=sum(w.state == "idle" for w in slots),
+                workers_alive=len(slots), workers_idle=sum(w.state == "idle" for w in slots), workers_asleep=0,
                 busy_cpus=sum(w.spec.resources.cpus for w in slots if w.attempt is not None),
                 queued=len(self._queue), cold_starts=totals.cold_starts, warm_starts=totals.warm_starts,
                 retries=totals.retries, failures=totals.failures, timeouts=totals.timeouts,

@@ -12,7 +12,9 @@ The process (``main``):
    ``context.cache`` kept across invocations (warm state), and reports each attempt's outcome, start
    and end wall times, and on error the exception type, ``nimbus_retryable`` and traceback; results
    leave from the serving thread itself;
-4. exits when its socket hits EOF, and exits with status 2 on a frame that is not a valid codec or
+4. forwards the function's progress beats (nimbus/liveness.py) as ``heartbeat`` frames while an
+   invocation that asked for them (``heartbeat_s`` in its tag) runs;
+5. exits when its socket hits EOF, and exits with status 2 on a frame that is not a valid codec or
    channel frame (P11), never interpreting it.
 
 ``torch.set_num_threads(OMP_NUM_THREADS)`` is called only if the function imported torch: this module
@@ -34,6 +36,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from nimbus import liveness
 from nimbus.data.channel import Outbox, body_segment_prefix, open_frame
 from nimbus.data.codec import Message, encoded_size
 from nimbus.data.shm import PREFIX_ENV
@@ -86,11 +89,35 @@ _torch_threads_set = False
 
 
 def _limit_torch_threads() -> None:
-    """Apply OMP_NUM_THREADS to torch once the function has imported it (never import it here)."""
+    """Apply OMP_NUM_THREADS to torch once the function has imported it (never import it here), and make
+    every optimizer step a progress heartbeat (liveness.py)."""
     global _torch_threads_set
     if not _torch_threads_set and "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        torch = sys.modules["torch"]
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        optimizer = importlib.import_module("torch.optim.optimizer")
+        optimizer.register_optimizer_step_post_hook(lambda *_: liveness.beat())
+        warm_torch_optimizer()
         _torch_threads_set = True
+
+
+def warm_torch_optimizer() -> None:
+    """One optimizer step on a scalar: torch imports its compiler stack lazily on the first ``step()`` (seconds),
+    which belongs in the init phase, not in a learner's first invocation (where it reads as a stall)."""
+    torch = sys.modules["torch"]
+    weight = torch.zeros(1, requires_grad=True)
+    weight.sum().backward()
+    torch.optim.SGD([weight], lr=0.0).step()
+
+
+def _forward_beats(*, outbox: Outbox, tag: dict) -> None:
+    """While this invocation runs, progress beats go to the driver as ``heartbeat`` frames (P5)."""
+    interval_s = tag.get("heartbeat_s")
+    if interval_s is None:
+        liveness.install(send=None)
+        return
+    beat_tag = {"op": "heartbeat", "invocation_id": tag["invocation_id"], "attempt": tag["attempt"]}
+    liveness.install(send=lambda: outbox.send(message=Message(), tag=beat_tag), interval_s=float(interval_s))
 
 
 def _invoke(*, fn: Callable[..., Message], context: FunctionContext, request: Message) -> tuple[Message, dict]:
@@ -126,7 +153,9 @@ def serve(*, sock: socket.socket, outbox: Outbox, fn: Callable[..., Message], wo
         tag = envelope.tag
         context = FunctionContext(worker_id=worker_id, function=function, invocation_id=str(tag["invocation_id"]),
                                   attempt=int(tag["attempt"]), cache=cache)
+        _forward_beats(outbox=outbox, tag=tag)
         result, report = _invoke(fn=fn, context=context, request=envelope.message)
+        liveness.install(send=None)
         report["first"] = first
         first = False
         del envelope
@@ -146,30 +175,39 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    return run(fd=args.fd, worker_id=args.worker_id, function=args.function, entrypoint=args.entrypoint,
+               spawn_time=args.spawn_time, parent_pid=args.parent_pid, driver_pid=args.parent_pid,
+               inline_max_bytes=args.inline_max_bytes, compress_min_bytes=args.compress_min_bytes)
+
+
+def run(*, fd: int, worker_id: str, function: str, entrypoint: str, spawn_time: float, parent_pid: int,
+        driver_pid: int, inline_max_bytes: int, compress_min_bytes: int) -> int:
+    """The worker's life on socket ``fd`` (see the module docstring). ``parent_pid``: the process it dies
+    with (the driver, or the fork server that forked it); ``driver_pid``: whose request segments it may
+    open. ``compress_min_bytes`` < 0 means never compress."""
     _set_pdeathsig()
     _batch_scheduling()
-    if os.getppid() != args.parent_pid:
-        return 0  # the driver died before we could ask to die with it
+    if os.getppid() != parent_pid:
+        return 0  # the parent died before we could ask to die with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    sock = socket.socket(fileno=args.fd)
+    sock = socket.socket(fileno=fd)
     sock.set_inheritable(False)  # a subprocess of the function must not keep the driver's EOF from us
     prefix = os.environ[PREFIX_ENV]
     # results leave from the serving thread itself (direct_any): it has nothing else to do until they are out
-    outbox = Outbox(sock=sock, prefix=prefix, inline_max_bytes=args.inline_max_bytes,
-                    compress_min_bytes=None if args.compress_min_bytes < 0 else args.compress_min_bytes,
-                    direct_any=True)
+    outbox = Outbox(sock=sock, prefix=prefix, inline_max_bytes=inline_max_bytes,
+                    compress_min_bytes=None if compress_min_bytes < 0 else compress_min_bytes, direct_any=True)
     try:
-        fn, error = _load(args.entrypoint), None
+        fn, error = _load(entrypoint), None
     except Exception as exc:  # noqa: BLE001 - the driver bills and retries it
         fn, error = None, error_report(exc)
     _limit_torch_threads()
-    outbox.send(message=Message(), tag={"op": "ready", "init_s": time.time() - args.spawn_time,
+    outbox.send(message=Message(), tag={"op": "ready", "init_s": time.time() - spawn_time,
                                         "pid": os.getpid(), "error": error})
     code = 1
     if fn is not None:
-        code = serve(sock=sock, outbox=outbox, fn=fn, worker_id=args.worker_id, function=args.function,
-                     driver_prefix=body_segment_prefix(prefix=prefix, pid=args.parent_pid))
+        code = serve(sock=sock, outbox=outbox, fn=fn, worker_id=worker_id, function=function,
+                     driver_prefix=body_segment_prefix(prefix=prefix, pid=driver_pid))
     outbox.close(timeout_s=5.0)
     return code
 

@@ -103,7 +103,8 @@ def make_run_dir(*, config: NimbusConfig, root: Path | None = None) -> Path:
 def function_spec(*, name: str, entrypoint: str, kind: str, function: FunctionConfig) -> FunctionSpec:
     return FunctionSpec(name=name, entrypoint=entrypoint, kind=kind,
                         resources=Resources(cpus=function.cpus, gpus=function.gpus, memory_mb=function.memory_mb),
-                        timeout_s=function.timeout_s, max_retries=function.max_retries)
+                        timeout_s=function.timeout_s, max_retries=function.max_retries,
+                        heartbeat_s=function.heartbeat_s)
 
 
 def role_spec(*, config: NimbusConfig, role: str, entrypoint: str) -> FunctionSpec:

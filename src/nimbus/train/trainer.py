@@ -170,6 +170,8 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
             system.runtime.prewarm(spec=system.actor_spec, count=peak_actors(config=config),
                                    wait_s=PREWARM_WAIT_S)
             system.runtime.prewarm(spec=system.learner_spec, count=0, wait_s=PREWARM_WAIT_S)
+        if config.actors.preregister:  # stopped spares that scaling up wakes before any cold start
+            system.runtime.preregister(spec=system.actor_spec, count=config.actors.preregister, wait_s=PREWARM_WAIT_S)
 
         def on_round(row: RoundMetrics) -> None:
             nonlocal most_actors

@@ -126,10 +126,19 @@ class SyncWorkflow:
                                    seed=cfg.seed, actor_rank=self.rank_base + rank,
                                    slot_seq=self.slot_seq.get(rank, self.progress.slot_seq_base),
                                    policy_version=version, weights_key=weights_key(policy=self.policy, version=version),
-                                   algo=cfg.algo.model_dump(mode="json"), snapshot=cfg.train.exact_resume)
-            message = request.to_message(restore=self.restore_slots.pop(rank, None))
+                                   algo=cfg.algo.model_dump(mode="json"),
+                                   snapshot=cfg.train.exact_resume or cfg.actors.restore_slots)
+            message = request.to_message(restore=self._slot_to_restore(rank))
             future = self.system.runtime.invoke(spec=self.system.actor_spec, request=message)
             self._watch(kind="actor", future=future, meta=rank)
+
+    def _slot_to_restore(self, rank: int) -> "SlotState | None":
+        """A resumed run's saved slot (first request only); with ``actors.restore_slots`` the rank's newest slot on
+        every request, which the actor uses only when its worker lacks the slot (reclaimed, new, or a retry)."""
+        restore = self.restore_slots.pop(rank, None)
+        if restore is None and self.system.config.actors.restore_slots:
+            restore = self.slot_states.get(rank)
+        return restore
 
     def _invoke_learner(self) -> None:
         cfg, version = self.system.config, self.progress.policy_version

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nimbus.data.shm import PREFIX_ENV, Segment, list_segments, run_prefix
 from nimbus.runtime.janitor import JanitorClient
 from runtime_helpers import pid_alive, wait_for
@@ -25,7 +27,7 @@ from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.local import LocalRuntime
 
 pid_path = Path(sys.argv[1])
-runtime = LocalRuntime(ledger=Ledger(), capacity_cpus=2)
+runtime = LocalRuntime(ledger=Ledger(), capacity_cpus=2, start_method=sys.argv[2])
 sleep = FunctionSpec(name="sleep", entrypoint="nimbus.runtime.builtin:sleep", timeout_s=120)
 runtime.prewarm(spec=FunctionSpec(name="echo", entrypoint="nimbus.runtime.builtin:echo"), count=1, wait_s=60)
 busy = runtime.invoke(spec=sleep, request=Message(header={"seconds": 120, "pid_path": str(pid_path)},
@@ -39,6 +41,7 @@ time.sleep(600)
 
 
 def _workers_of(driver_pid: int) -> list[int]:
+    """The driver's worker processes and fork server, and the workers that server forked."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -50,19 +53,23 @@ def _workers_of(driver_pid: int) -> list[int]:
             continue
         if ppid == driver_pid and b"nimbus.runtime.worker" in cmdline:
             pids.append(int(entry.name))
+        elif ppid == driver_pid and b"nimbus.runtime.forkserver" in cmdline:
+            pids += [int(entry.name), *_workers_of(int(entry.name))]
     return pids
 
 
-def test_p15_sigkilled_driver_leaves_no_workers_and_no_segments(tmp_path: Path) -> None:
+@pytest.mark.parametrize("start_method,processes", [("spawn", 2), ("fork_server", 3)])
+def test_p15_sigkilled_driver_leaves_no_workers_and_no_segments(tmp_path: Path, start_method: str,
+                                                                 processes: int) -> None:
     env = {k: v for k, v in os.environ.items() if k != PREFIX_ENV}  # the driver picks its own run prefix
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path / "pid")], env=env,
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path / "pid"), start_method], env=env,
                               stdout=subprocess.PIPE, text=True)
     try:
         info = json.loads(driver.stdout.readline())
         prefix = info["prefix"]
         assert re.fullmatch(r"nimbus_r[0-9a-f]{16}_", prefix)  # claimed: locked by the driver
         workers = _workers_of(driver.pid)
-        assert len(workers) == 2 and all(pid_alive(pid) for pid in workers)
+        assert len(workers) == processes and all(pid_alive(pid) for pid in workers)
         assert len(list_segments(prefix=prefix)) == 3  # the request body, the other part's segment, the owner file
     finally:
         driver.send_signal(signal.SIGKILL)

@@ -1,0 +1,98 @@
+"""Restoring an actor rank's env slot (``actors.restore_slots``) against building it cold.
+
+Per env id, for ``--num-envs`` envs of one actor slot, ``--repeats`` times:
+
+* cold build: ``make_env`` + ``reset`` for every env (what a worker without the slot does anyway);
+* capture: ``capture_slot`` after ``--steps`` random steps (what every result carries), and its size;
+* encode + decode of the snapshot as codec frames (what crosses to the driver and back);
+* restore: ``restore_slot`` onto the freshly built envs (the extra a reclaimed rank pays to continue
+  its episodes instead of starting new ones).
+
+Run:   python benchmarks/slot_restore.py        (writes benchmarks/results/slot_restore.json; ~1 min)
+Smoke: python benchmarks/slot_restore.py --repeats 2 --env-ids CartPole-v1 --out /tmp/slot_restore.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from nimbus.data.codec import Message, decode, encode
+from nimbus.envs.make import make_env
+from nimbus.train.actor import EnvSlot
+from nimbus.train.slot_state import capture_slot, restore_slot
+
+
+def build_slot(*, env_id: str, num_envs: int, seed: int) -> EnvSlot:
+    envs = [make_env(env_id=env_id, seed=seed + i) for i in range(num_envs)]
+    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
+    return EnvSlot(envs=envs, obs=obs, seq=0, episode_returns=np.zeros(num_envs),
+                   episode_lengths=np.zeros(num_envs, dtype=np.int64))
+
+
+def _timed_ms(fn) -> tuple[object, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, (time.perf_counter() - t0) * 1e3
+
+
+def measure(*, env_id: str, num_envs: int, steps: int, repeats: int) -> dict:
+    rows: dict[str, list[float]] = {"cold_build_ms": [], "capture_ms": [], "codec_ms": [], "restore_ms": []}
+    snapshot_bytes = 0
+    for r in range(repeats):
+        slot = build_slot(env_id=env_id, num_envs=num_envs, seed=r)
+        for _ in range(steps):
+            for env in slot.envs:
+                _, _, term, trunc, _ = env.step(env.action_space.sample())
+                if term or trunc:
+                    env.reset()
+        state, capture_ms = _timed_ms(lambda: capture_slot(slot=slot))
+        frame, encode_ms = _timed_ms(lambda: encode(Message(header={"meta": state.meta}, arrays=state.arrays)))
+        _, decode_ms = _timed_ms(lambda: decode(frame, copy=True))
+        fresh, cold_ms = _timed_ms(lambda: build_slot(env_id=env_id, num_envs=num_envs, seed=10_000 + r))
+        _, restore_ms = _timed_ms(lambda: restore_slot(slot=fresh, state=state))
+        rows["cold_build_ms"].append(cold_ms)
+        rows["capture_ms"].append(capture_ms)
+        rows["codec_ms"].append(encode_ms + decode_ms)
+        rows["restore_ms"].append(restore_ms)
+        snapshot_bytes = len(frame)
+        for env in [*slot.envs, *fresh.envs]:
+            env.close()
+    return {"env_id": env_id, "num_envs": num_envs, "snapshot_bytes": snapshot_bytes, **rows,
+            "median": {k: statistics.median(v) for k, v in rows.items()}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env-ids", default="CartPole-v1,Hopper-v4")
+    parser.add_argument("--num-envs", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "slot_restore.json")
+    args = parser.parse_args()
+    results = [measure(env_id=e, num_envs=args.num_envs, steps=args.steps, repeats=args.repeats)
+               for e in args.env_ids.split(",")]
+    print(f"{'env':14s} {'cold build':>11s} {'restore':>9s} {'capture':>9s} {'codec':>8s} {'bytes':>8s}  (median ms)")
+    for r in results:
+        m = r["median"]
+        print(f"{r['env_id']:14s} {m['cold_build_ms']:11.2f} {m['restore_ms']:9.3f} {m['capture_ms']:9.3f} "
+              f"{m['codec_ms']:8.3f} {r['snapshot_bytes']:8d}")
+    out = {"benchmark": "slot_restore", "command": " ".join([Path(sys.executable).name] + sys.argv),
+           "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
+           "results": results, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""The fork server: a template process that has imported the heavy modules once and forks workers from
+itself, so a cold start costs milliseconds instead of a fresh interpreter importing torch (ARTOS 4.2).
+
+How it works (``runtime.start_method: fork_server``, the default of the local backend):
+
+* The driver's spawner thread starts ``python -m nimbus.runtime.forkserver`` with one end of a
+  ``SOCK_SEQPACKET`` socketpair. The server sets ``PR_SET_PDEATHSIG`` (it dies with that thread, so with
+  the driver), imports ``--preload`` modules (numpy, torch, gymnasium for training) and then serves.
+* A spawn request is one codec frame (``Message`` header: worker id, function, entrypoint, spawn time,
+  thread count, frame limits) with the worker's end of a fresh socketpair attached as ``SCM_RIGHTS``.
+  Nothing is pickled either way; a message that is not a codec frame makes the server exit with 2.
+* The server imports the entrypoint's module into itself the first time it sees it (later forks of that
+  function find it imported), forks, and answers one codec frame ``{pid, error}`` with a pidfd of the
+  child attached. The child closes the server's socket, takes its environment (thread limits), reseeds
+  numpy and torch as a fresh process would have them (``_reseed``), and runs
+  ``worker.run`` exactly as a spawned worker does: its own PR_SET_PDEATHSIG ties it to the server.
+* The driver holds each worker as a ``ForkedProcess`` (poll, kill, wait over the pidfd; the server, its
+  parent, reaps it). Exit statuses are not visible to the driver (``FORKED_EXIT_STATUS``): nothing in
+  the runtime reads them; socket EOF is how the driver learns of a death.
+* P15: driver SIGKILLed -> the server's PDEATHSIG kills it -> every worker's PDEATHSIG kills them; the
+  janitor knows the server's pid and every worker's pid as well (the second line).
+
+Example::
+
+    server = ForkServer(prefix=run_prefix(), preload=("numpy",), janitor_track=print)
+    handle = server.spawn(worker_id="w1", spec=spec, inline_max_bytes=65536, compress_min_bytes=1 << 20)
+    server.close()
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from typing import Callable
+
+from nimbus.data.codec import Message, decode, encode
+from nimbus.errors import CodecError
+from nimbus.runtime.base import FunctionSpec
+from nimbus.runtime.worker import _set_pdeathsig
+
+log = logging.getLogger(__name__)
+MAX_MESSAGE_BYTES = 1 << 16
+FORKED_EXIT_STATUS = -1  # what ForkedProcess reports once gone: the exit status belongs to the server
+TRAINING_PRELOAD = ("numpy", "torch", "gymnasium")  # what a training run's workers import anyway
+
+
+class ForkedProcess:
+    """A worker forked by the fork server, seen through a pidfd: the subset of Popen the pool uses."""
+
+    def __init__(self, *, pid: int, pidfd: int) -> None:
+        self.pid, self._pidfd = pid, pidfd
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._pidfd], [], [], 0)[0]:
+            self._gone()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not select.select([self._pidfd], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(cmd=f"forked worker {self.pid}", timeout=timeout or 0.0)
+            self._gone()
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _gone(self) -> None:
+        self.returncode = FORKED_EXIT_STATUS
+        os.close(self._pidfd)
+
+
+class ForkServer:
+    """The driver's end. ``spawn`` is serialized (one request in flight); a server that died is restarted
+    once per request. ``janitor_track(pid)`` is told the server's pid each time one starts.
+
+    Must be created and used on one long-lived thread (the pool's spawner): PR_SET_PDEATHSIG follows the
+    thread that forked the server.
+    """
+
+    def __init__(self, *, prefix: str, preload: tuple[str, ...], env: dict[str, str],
+                 janitor_track: Callable[[int], None]) -> None:
+        self._prefix, self._preload, self._env, self._track = prefix, preload, env, janitor_track
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._start()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [sys.executable, "-m", "nimbus.runtime.forkserver", "--fd", str(theirs.fileno()),
+                "--parent-pid", str(os.getpid()), "--preload", ",".join(self._preload)]
+        try:
+            self._proc = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), env=self._env, stdin=subprocess.DEVNULL)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._sock = ours
+        self._track(self._proc.pid)
+
+    def spawn(self, *, worker_id: str, spec: FunctionSpec, inline_max_bytes: int,
+              compress_min_bytes: int | None) -> "tuple[ForkedProcess, socket.socket, float]":
+        """Fork a worker bound to ``spec``: (process, the driver's socket to it, spawn wall time)."""
+        with self._lock:
+            try:
+                return self._spawn_once(worker_id=worker_id, spec=spec, inline_max_bytes=inline_max_bytes,
+                                        compress_min_bytes=compress_min_bytes)
+            except (OSError, CodecError) as exc:
+                log.warning("fork server %s failed (%s); starting a new one", self.pid, exc)
+                self._stop()
+                self._start()
+                return self._spawn_once(worker_id=worker_id, spec=spec, inline_max_bytes=inline_max_bytes,
+                                        compress_min_bytes=compress_min_bytes)
+
+    def _spawn_once(self, *, worker_id: str, spec: FunctionSpec, inline_max_bytes: int,
+                    compress_min_bytes: int | None) -> "tuple[ForkedProcess, socket.socket, float]":
+        parent_sock, child_sock = socket.socketpair()
+        spawned_at = time.time()
+        request = {"worker_id": worker_id, "function": spec.name, "entrypoint": spec.entrypoint,
+                   "spawn_time": spawned_at, "threads": max(1, int(spec.resources.cpus)),
+                   "driver_pid": os.getpid(), "inline_max_bytes": inline_max_bytes,
+                   "compress_min_bytes": -1 if compress_min_bytes is None else compress_min_bytes}
+        try:
+            socket.send_fds(self._sock, [encode(Message(header=request), compress_min_bytes=None)],
+                            [child_sock.fileno()])
+            data, fds, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE_BYTES, 1)
+        except BaseException:
+            parent_sock.close()
+            raise
+        finally:
+            child_sock.close()
+        if not data:
+            parent_sock.close()
+            raise ConnectionResetError("the fork server closed its socket")
+        reply = decode(data).header
+        if reply.get("error") or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            parent_sock.close()
+            raise OSError(f"fork server could not fork {worker_id}: {reply.get('error')}")
+        return ForkedProcess(pid=int(reply["pid"]), pidfd=fds[0]), parent_sock, spawned_at
+
+    def _stop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def close(self) -> None:
+        """Stop the server (its workers die with it: retire them first)."""
+        with self._lock:
+            self._stop()
+
+
+# ---- the server process -------------------------------------------------------------------------------
+
+
+def _import_quietly(module: str) -> None:
+    """Import into the template; a failure is left for the worker to report (it imports again)."""
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - the forked worker reports the real error
+        log.debug("fork server: cannot preload %s: %s", module, exc)
+
+
+def _reap() -> None:
+    """Collect exited workers (they are the server's children) without blocking."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _reseed() -> None:
+    """The random state a spawned worker would have had: numpy's global generator from OS entropy (a fork
+    would share the template's), torch's back at its initial seed (fixed in a fresh process, so runs that
+    rely on it stay reproducible); Python's ``random`` reseeds itself at fork."""
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(int.from_bytes(os.urandom(4), "little"))
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        torch.manual_seed(torch.initial_seed())
+
+
+def _child(*, server_sock: socket.socket, fd: int, request: dict, server_pid: int) -> int:
+    from nimbus.runtime.worker import run
+
+    server_sock.close()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    threads = str(int(request["threads"]))
+    os.environ.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
+    _reseed()
+    return run(fd=fd, worker_id=str(request["worker_id"]), function=str(request["function"]),
+               entrypoint=str(request["entrypoint"]), spawn_time=float(request["spawn_time"]), parent_pid=server_pid,
+               driver_pid=int(request["driver_pid"]), inline_max_bytes=int(request["inline_max_bytes"]),
+               compress_min_bytes=int(request["compress_min_bytes"]))
+
+
+def _fork_one(*, sock: socket.socket, fd: int, request: dict) -> None:
+    _import_quietly(str(request["entrypoint"]).partition(":")[0])
+    server_pid = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = _child(server_sock=sock, fd=fd, request=request, server_pid=server_pid)
+        except BaseException:  # noqa: BLE001 - a forked child must never return into the server's loop
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(fd)
+    pidfd = os.pidfd_open(pid)  # before any _reap: the pid cannot have been reused yet
+    try:
+        socket.send_fds(sock, [encode(Message(header={"pid": pid, "error": None}), compress_min_bytes=None)], [pidfd])
+    finally:
+        os.close(pidfd)
+
+
+def serve(*, sock: socket.socket) -> int:
+    """Fork one worker per request until the driver closes its end (0) or sends a non-frame (2)."""
+    while True:
+        if not select.select([sock], [], [], 1.0)[0]:
+            _reap()
+            continue
+        data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE_BYTES, 1)
+        _reap()
+        if not data:
+            return 0
+        try:
+            request = decode(data).header
+        except CodecError as exc:
+            log.error("fork server: rejected a request: %s", exc)
+            return 2
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            socket.send_fds(sock, [encode(Message(header={"pid": 0, "error": "no socket attached"}))], [])
+            continue
+        _fork_one(sock=sock, fd=fds[0], request=request)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nimbus.runtime.forkserver")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument("--preload", default="")
+    args = parser.parse_args(argv)
+    _set_pdeathsig()
+    if os.getppid() != args.parent_pid:
+        return 0
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    for module in ["nimbus.runtime.worker", *filter(None, args.preload.split(","))]:
+        _import_quietly(module)
+    if "torch" in sys.modules:  # its lazy first-step imports, paid once here instead of in every worker
+        from nimbus.runtime.worker import warm_torch_optimizer
+
+        warm_torch_optimizer()
+    return serve(sock=socket.socket(fileno=args.fd))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
