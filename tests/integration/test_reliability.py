@@ -15,6 +15,7 @@ import pytest
 
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.errors import FunctionFailed
+from nimbus.runtime.faults import FAULTS_ENV, read_counter
 from nimbus.train.trainer import train
 
 ROWS_PER_ACTOR = 4 * 32
@@ -53,6 +54,38 @@ def test_actor_worker_killed_mid_rollout_is_retried(make_config, tmp_path: Path)
     assert result.summary.env_steps == 3 * 2 * ROWS_PER_ACTOR
     outcomes = [r["outcome"] for r in ledger_rows(result.run_dir) if r["function"] == "actor"]
     assert outcomes.count("worker_died") == 1
+
+
+LEARNER_FAULT_RUN = ["train.max_rounds=3", "actors.scaling.num_actors=1", "algo.minibatch_size=128"]
+
+
+_UNFAULTED_LOSSES: list = []  # the unfaulted run's losses per round, computed once for the module
+
+
+def unfaulted_losses(make_config, run_dir: Path) -> list[dict[str, float]]:
+    if not _UNFAULTED_LOSSES:
+        rows = train(config=make_config(overrides=LEARNER_FAULT_RUN), run_dir=run_dir).rows
+        _UNFAULTED_LOSSES.extend(row.losses for row in rows)
+    return _UNFAULTED_LOSSES
+
+
+@pytest.mark.parametrize(("action", "outcome"), [("kill", "worker_died"), ("raise", "error")])
+def test_learner_failing_after_its_put_is_retried_and_the_run_completes(
+        make_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, action: str, outcome: str) -> None:
+    """P1 for the learner: round 0's learner puts weights and optimizer state v+1, then dies (a fresh worker
+    retries) or raises (its warm worker, whose cache already holds v+1, may retry). The retry re-puts v+1
+    as the same invocation, and the run ends exactly as an unfaulted one."""
+    expected = unfaulted_losses(make_config, run_dir=tmp_path / "unfaulted")
+    counter = tmp_path / "counter"
+    monkeypatch.setenv(FAULTS_ENV, json.dumps({"learner.published": {"action": action, "counter_path": str(counter),
+                                                                     "times": 1}}))
+    result = train(config=make_config(overrides=LEARNER_FAULT_RUN))
+    assert read_counter(path=counter) == 1
+    learner = [r for r in ledger_rows(result.run_dir) if r["function"] == "learner" and r["outcome"] != "prewarm"]
+    assert [(r["attempt"], r["outcome"]) for r in learner[:2]] == [(1, outcome), (2, "ok")]
+    assert learner[0]["invocation_id"] == learner[1]["invocation_id"]
+    assert result.summary.policy_version == 3 and result.summary.retries == 1
+    assert [row.losses for row in result.rows] == expected
 
 
 def test_env_raising_every_step_stops_with_original_traceback(make_config) -> None:

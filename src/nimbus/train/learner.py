@@ -32,6 +32,7 @@ from nimbus.data.store import Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.make import make_env
 from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.faults import fault_point
 from nimbus.train.actor import derive_seed
 from nimbus.train.probe import ProbeRequest, probe_policy
 from nimbus.train.obsnorm import merge, pop_moments, rms_from_extras, rms_to_extras
@@ -107,8 +108,10 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
         weights_key(policy=req.policy, version=new_version): model_to_message(
             model=_cpu(model), version=new_version, extra=rms_to_extras(rms=state.get("obs_rms"))),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
-                                                                                version=new_version)})
+                                                                                version=new_version)},
+            writer=context.invocation_id)  # a retry of this invocation may redo the puts (data/store.py)
     state["version"] = new_version
+    fault_point(name="learner.published")
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
               "transfer_s": transfer_s, "learning_s": time.perf_counter() - started - transfer_s,
