@@ -4,6 +4,7 @@ the run with their traceback, interrupts checkpoint, and nothing is left behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -14,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from nimbus.data.shm import list_segments, run_prefix
-from nimbus.errors import FunctionFailed
+from nimbus.errors import FunctionFailed, NimbusError
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
+from nimbus.train.metrics import read_metrics
 from nimbus.train.trainer import train
 
 ROWS_PER_ACTOR = 4 * 32
@@ -113,6 +115,19 @@ def test_nan_from_env_is_named_and_never_reaches_the_loss(make_config, field: st
     run_dir = only_run_dir(Path(config.output.root_dir))
     assert not any(r["function"] == "learner" and r["outcome"] == "ok" for r in ledger_rows(run_dir)), \
         "a learner ran although the only actor's data contained NaN"
+
+
+def test_nonfinite_updates_stop_the_run_at_max_nonfinite_losses_in_a_row(make_config) -> None:
+    """A learning rate of 1e30 blows the weights up in round 0; every later update is non-finite (skipped,
+    the version still advances), and the third in a row stops the run long before max_rounds."""
+    config = make_config(overrides=["algo.lr=1e30", "train.max_nonfinite_losses=3", "train.max_rounds=10",
+                                    "actors.scaling.num_actors=1", "algo.minibatch_size=64"])
+    with pytest.raises(NimbusError, match="3 learner updates in a row produced a non-finite"):
+        train(config=config)
+    rows = read_metrics(path=only_run_dir(Path(config.output.root_dir)) / "metrics.jsonl")
+    finite = [math.isfinite(row["losses"]["policy_loss"]) for row in rows]
+    assert finite == [True, False, False]  # the third non-finite update stops the run before its round ends
+    assert [row["policy_version"] for row in rows] == [1, 2, 3]
 
 
 def test_wrong_observation_shape_names_expected_and_actual(make_config) -> None:
