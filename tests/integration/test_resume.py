@@ -59,9 +59,18 @@ def test_two_resumes_of_one_checkpoint_are_identical(make_config, tmp_path: Path
 def test_resume_refuses_a_checkpoint_of_another_network(make_config, tmp_path: Path) -> None:
     first = train(config=make_config(overrides=["train.max_rounds=1", "train.checkpoint_every_rounds=1"]),
                   run_dir=tmp_path / "run")
-    with pytest.raises(CheckpointError, match="do not fit the network"):
+    with pytest.raises(CheckpointError, match="do not fit the network") as wider:
         train(config=make_config(overrides=["train.max_rounds=2", "algo.hidden_sizes=[32,32]"]),
               resume_from=first.run_dir)
+    assert "actor.0.weight: checkpoint (64, 4), this config (32, 4)" in str(wider.value)
+    assert "env.id" not in str(wider.value)  # the same env: only the network differs
+    with pytest.raises(CheckpointError, match="do not fit the network") as other_env:
+        train(config=make_config(overrides=["train.max_rounds=2", "env.id=Acrobot-v1"]), resume_from=first.run_dir)
+    message = str(other_env.value)
+    assert "env.id: checkpoint 'CartPole-v1', this config 'Acrobot-v1'" in message
+    assert "observation space: checkpoint Box(" in message and "(4,), float32), this config Box(" in message
+    assert "action space: checkpoint Discrete(2), this config Discrete(3)" in message
+    assert "actor.0.weight: checkpoint (64, 4), this config (64, 6)" in message
     with pytest.raises(CheckpointError, match="no such directory"):
         train(config=make_config(overrides=["train.max_rounds=2"]), resume_from=tmp_path / "missing")
 
