@@ -169,6 +169,29 @@ def test_unknown_config_key_exits_2_naming_the_path(tmp_path: Path) -> None:
     assert "algo.learning_rate" in err and "unknown key" in err
 
 
+@pytest.mark.parametrize(("yaml_text", "expected"), [
+    ("train: {max_rounds: three}\n", ["train.max_rounds", "valid integer"]),
+    ("env: {num_envs_per_actor: -4}\n", ["env.num_envs_per_actor", "greater than or equal to 1"]),
+    ("actors: {scaling: {kind: fixed, num_actors: 100000000000000000000}}\n",
+     ["actors.scaling.num_actors", "less than or equal to 100000"]),
+    ("algo: {name: ppo\n", ["not valid YAML"]),
+    ("algo: {name: ppo}\nenv: {id: CartPole-v1, num_envs_per_actor: 100000}\n"
+     "actors: {scaling: {kind: fixed, num_actors: 100000}, fragment_steps: 100000}\n", ["shared memory", "actors.scaling", "env.num_envs_per_actor", "actors.fragment_steps"]),
+], ids=["wrong-type", "negative-count", "count-beyond-any-quota", "yaml-error", "buffer-beyond-memory"])
+def test_bad_config_exits_2_naming_the_key_before_anything_starts(tmp_path: Path, yaml_text: str,
+                                                                   expected: list[str]) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(f"name: bad\noutput: {{root_dir: {tmp_path / 'runs'}, tensorboard: false}}\n" + yaml_text)
+    prefix = f"nimbus_badcfg{os.getpid()}_"
+    proc = _nimbus("train", str(config), env={**os.environ, "NIMBUS_SHM_PREFIX": prefix})
+    out, err = proc.communicate(timeout=120)
+    text = " ".join((out + err).split())  # the console wraps long lines
+    assert proc.returncode == 2, text[-3000:]
+    assert "Traceback" not in text and all(part in text for part in expected), text[-3000:]
+    assert not list((tmp_path / "runs").glob("*/ledger.jsonl"))  # no runtime, so no worker, was started
+    assert list_segments(prefix=prefix) == []
+
+
 def _start_long_run(tmp_path: Path, prefix: str) -> tuple[subprocess.Popen, Path]:
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "NIMBUS_SHM_PREFIX": prefix}

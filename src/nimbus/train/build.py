@@ -27,13 +27,14 @@ from nimbus.control.base import ActorScaler
 from nimbus.control.config import make_scaler
 from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import PricingModel, load_pricing
-from nimbus.data.buffer import Buffer
+from nimbus.data.buffer import Buffer, BufferTooLarge
 from nimbus.data.replay import FullBatch, ReplayStrategy
 from nimbus.data.shm import run_prefix, sweep_orphans
 from nimbus.data.store import Store
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.data.triggers import StoreEvents
 from nimbus.envs.make import make_env
+from nimbus.errors import ConfigError
 from nimbus.runtime.base import FunctionSpec, Resources, Runtime
 from nimbus.runtime.factory import StampedRuntime, make_runtime
 from nimbus.train.checkpoint import Checkpointer
@@ -115,22 +116,8 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
     algo = make_algorithm(config=config.algo)
     torch.manual_seed(config.seed)
 
-    ledger = Ledger(path=run_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)  # the file has all
-    backend = make_runtime(config=config, ledger=ledger, worker_env=store_worker_env(config=config.store))
-    try:  # the store after the runtime: the ray store lives in the Ray instance the runtime joined
-        store = driver_store(config=config.store, namespace=_run_namespace(run_dir=run_dir))
-    except BaseException:
-        backend.shutdown()
-        raise
-    runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})  # functions open it
     offpolicy = config.train.workflow == "async"  # off-policy functions, replay and buffer size (offpolicy_plan.py)
-    actor_spec = function_spec(name="actor", entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if offpolicy else ACTOR_ENTRYPOINT,
-                               kind="actor", function=config.actors.function)
-    learner_spec = function_spec(name="learner", kind="learner", function=config.learner.function,
-                                 entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT if offpolicy else LEARNER_ENTRYPOINT)
-
     scaler = make_scaler(config=config.actors.scaling)
-    probe = probe_request(scaling=config.actors.scaling)   # what the scaler reads from each learner result
     rows_per_actor = config.env.num_envs_per_actor * config.actors.fragment_steps
     max_actors = max(scaler.initial().num_actors, _max_actors(config=config))
     capacity_rows, replay = 2 * rows_per_actor * max_actors, FullBatch()
@@ -138,7 +125,27 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
         plan = plan_for(config=config)
         capacity_rows = plan.capacity_rows
         replay = make_replay(plan=plan, seed=config.seed, guard_rows=rows_per_actor * (max_actors + 1))
-    buffer = Buffer.create(spec=algo.buffer_spec(spaces=spaces), capacity_rows=capacity_rows)
+    buffer = _create_buffer(spec=algo.buffer_spec(spaces=spaces), capacity_rows=capacity_rows, offpolicy=offpolicy)
+
+    ledger = Ledger(path=run_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)  # the file has all
+    try:  # the buffer before anything starts: a config it cannot fit is refused first (exit 2)
+        backend = make_runtime(config=config, ledger=ledger, worker_env=store_worker_env(config=config.store))
+    except BaseException:
+        buffer.close(unlink=True)
+        raise
+    try:  # the store after the runtime: the ray store lives in the Ray instance the runtime joined
+        store = driver_store(config=config.store, namespace=_run_namespace(run_dir=run_dir))
+    except BaseException:
+        backend.shutdown()
+        buffer.close(unlink=True)
+        raise
+    runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})  # functions open it
+    actor_spec = function_spec(name="actor", entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if offpolicy else ACTOR_ENTRYPOINT,
+                               kind="actor", function=config.actors.function)
+    learner_spec = function_spec(name="learner", kind="learner", function=config.learner.function,
+                                 entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT if offpolicy else LEARNER_ENTRYPOINT)
+
+    probe = probe_request(scaling=config.actors.scaling)   # what the scaler reads from each learner result
 
     return System(config=config, run_dir=run_dir, spaces=spaces, algo=algo, runtime=runtime, ledger=ledger,
                   pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None),
@@ -148,6 +155,16 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
                   metrics=MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
                                       status_line=config.output.status_line),
                   probe=probe, ship_batches=config.runtime.backend == "ray")
+
+
+def _create_buffer(*, spec: dict, capacity_rows: int, offpolicy: bool) -> Buffer:
+    """The run's buffer, or a ConfigError naming the settings that sized it when shared memory cannot hold it."""
+    try:
+        return Buffer.create(spec=spec, capacity_rows=capacity_rows)
+    except BufferTooLarge as exc:
+        sized_by = "algo.buffer_capacity, or the actors and fragments kept in flight" if offpolicy else (
+            "2 rounds of actors.scaling (peak actors) × env.num_envs_per_actor × actors.fragment_steps")
+        raise ConfigError(f"{exc}: {capacity_rows:,} rows, sized by {sized_by}; lower them") from None
 
 
 def peak_actors(*, config: NimbusConfig) -> int:
