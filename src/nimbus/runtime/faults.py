@@ -5,12 +5,14 @@ A point is armed by the environment variable ``NIMBUS_FAULTS`` (a JSON object: p
 which local workers inherit from the driver. Unset, a point costs one dictionary lookup. The spec::
 
     {"action": "kill" | "sleep" | "raise",  # SIGKILL this process / sleep sleep_s / raise RuntimeError
-     "counter_path": "/tmp/x",               # a file counting the faults fired, under a lock, so the
-     "times": 1,                             #   count survives the worker it killed: fire `times` times
+     "counter_path": "/tmp/x",               # a file counting the passes, under a lock, so the count
+     "after": 0,                             #   survives the worker a fault killed: pass `after` times
+     "times": 1,                             #   quietly, then fire on the next `times` passes
      "sleep_s": 3600}
 
 Points: ``learner.published`` (a learner function right after its put of weights and optimizer state
-v+1, before its result is sent).
+v+1, before its result is sent); ``learner.optimizer_step`` (inside ``optimizer.step()`` of the
+learner's update, before the parameters change).
 
 Example::
 
@@ -54,13 +56,20 @@ def read_counter(*, path: str | Path) -> int:
         return 0
 
 
+def armed(*, name: str) -> dict | None:
+    """The spec ``NIMBUS_FAULTS`` gives the point ``name``, or None."""
+    faults = os.environ.get(FAULTS_ENV)
+    return json.loads(faults).get(name) if faults else None
+
+
 def fault_point(*, name: str) -> None:
-    """Misbehave here if ``NIMBUS_FAULTS`` arms ``name`` and its counter has not reached ``times``."""
-    armed = os.environ.get(FAULTS_ENV)
-    if not armed:
+    """Misbehave here if ``NIMBUS_FAULTS`` arms ``name`` and this pass is one of the ``times`` after ``after``."""
+    spec = armed(name=name)
+    if spec is None:
         return
-    spec = json.loads(armed).get(name)
-    if spec is None or not bump_counter(path=spec["counter_path"], limit=int(spec.get("times", 1))):
+    after = int(spec.get("after", 0))
+    if not bump_counter(path=spec["counter_path"], limit=after + int(spec.get("times", 1))) or \
+            read_counter(path=spec["counter_path"]) <= after:
         return
     action = spec["action"]
     if action == "kill":

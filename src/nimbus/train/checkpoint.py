@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from nimbus.data.codec import Message, decode, encode
-from nimbus.errors import CheckpointError
+from nimbus.errors import CheckpointError, CodecError
 
 FORMAT_VERSION = 1
 log = logging.getLogger(__name__)
@@ -145,7 +145,10 @@ def load_checkpoint(*, path: Path) -> CheckpointState:
             raise CheckpointError(f"{path / name}: {exc}") from exc
         if hashlib.sha256(data).hexdigest() != digest:
             raise CheckpointError(f"{path / name}: SHA-256 mismatch (corrupt or truncated)")
-        messages[name] = decode(data, copy=True)
+        try:  # a codec frame or nothing: a planted pickle is refused without being interpreted (P11)
+            messages[name] = decode(data, copy=True)
+        except CodecError as exc:
+            raise CheckpointError(f"{path / name}: not a nimbus frame, refused: {exc}") from None
     return CheckpointState(weights=messages["weights.safetensors"], optimizer=messages.get("optimizer.safetensors"),
                            policy_version=manifest["policy_version"], round=manifest["round"],
                            env_steps=manifest["env_steps"], episodes=manifest["episodes"],

@@ -32,7 +32,7 @@ from nimbus.data.store import Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.make import make_env
 from nimbus.runtime.base import FunctionContext
-from nimbus.runtime.faults import fault_point
+from nimbus.runtime.faults import armed, fault_point
 from nimbus.train.actor import derive_seed
 from nimbus.train.probe import ProbeRequest, probe_policy
 from nimbus.train.obsnorm import merge, pop_moments, rms_from_extras, rms_to_extras
@@ -92,6 +92,7 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
     generator = torch.Generator().manual_seed(derive_seed(req.seed, req.policy_version, 2))
     snapshot = [p.detach().clone() for p in model.parameters()]
     compute_started = time.perf_counter()
+    _arm_step_fault(optimizer=optimizer)
     batch = algo.postprocess(batch=batch)
     stats = algo.update(model=model, optimizer=optimizer, batch=batch, progress=req.progress, generator=generator)
     compute_s = time.perf_counter() - compute_started
@@ -118,6 +119,13 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
               "compute_s": compute_s,
               "rows": int(len(request.arrays["indices"]))}
     return Message(header=header)
+
+
+def _arm_step_fault(*, optimizer: torch.optim.Optimizer) -> None:
+    """With ``learner.optimizer_step`` armed (runtime/faults.py), fire it inside ``optimizer.step()`` (P8 tests)."""
+    if armed(name="learner.optimizer_step") is not None and not getattr(optimizer, "_nimbus_fault_hook", False):
+        optimizer.register_step_pre_hook(lambda *_: fault_point(name="learner.optimizer_step"))
+        optimizer._nimbus_fault_hook = True  # type: ignore[attr-defined]
 
 
 def _probe(*, algo: Any, model: torch.nn.Module, batch: dict[str, torch.Tensor],

@@ -177,9 +177,9 @@ class SyncWorkflow:
         if self.progress.nonfinite_in_a_row >= limit:
             raise NimbusError(f"{limit} learner updates in a row produced a non-finite loss or gradient; stopping")
         finish_learner_round(system=self.system, policy=POLICY, version=version, new_version=new_version)
+        self.progress.policy_version = new_version  # before on_round: a checkpoint there holds this round's version
         self._finish_round(header=header)
         self._forget_old_versions(current=new_version)
-        self.progress.policy_version = new_version
         self.system.store_events.notify(key=weights_key(policy=POLICY, version=new_version))
 
     def _finish_round(self, *, header: dict[str, Any]) -> None:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import uuid
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -13,7 +10,6 @@ import torch
 from nimbus.algos.base import EnvSpaces
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
-from nimbus.data.shm import PREFIX_ENV, sweep
 from nimbus.data.store import ShmStore
 from nimbus.data.stores import STORE_HEADER
 from nimbus.runtime.base import FunctionContext
@@ -21,14 +17,6 @@ from nimbus.train.actor import ActorRequest, actor_function, derive_seed
 from nimbus.train.weights import model_to_message, weights_key
 
 EPISODE_STEPS = 5  # CartPole truncated at 5 steps: a random policy almost never falls that soon
-
-
-@pytest.fixture(autouse=True)
-def prefix(monkeypatch: pytest.MonkeyPatch):
-    value = f"nimbus_t{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-    monkeypatch.setenv(PREFIX_ENV, value)
-    yield value
-    sweep(prefix=value)
 
 
 def test_a_truncated_episode_bootstraps_from_its_final_observation_not_the_reset_one() -> None:
