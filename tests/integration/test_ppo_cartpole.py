@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from nimbus.data.shm import list_segments, run_prefix
+from nimbus.cost.ledger import Ledger
+from nimbus.cost.pricing import load_pricing
 from nimbus.data.codec import Message
 from nimbus.train.evaluate import evaluate_checkpoint, evaluate_policy
 from nimbus.train.metrics import read_metrics
@@ -45,7 +47,12 @@ def test_run_directory_contents_and_checkpoint_evaluation(make_config) -> None:
     assert len(rows) == result.summary.rounds and rows[-1]["env_steps"] == result.summary.env_steps
     ledger = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
     assert {row["function"] for row in ledger} >= {"actor", "learner"}
-    assert result.summary.serverless_cost_usd > 0 and result.summary.serverful_cost_usd > 0
+    pricing = load_pricing()  # the bill is the ledger priced row by row; serverful reserves the peak all along
+    assert result.summary.serverless_cost_usd == pytest.approx(
+        sum(pricing.cost_usd(record=record) for record in Ledger.load(path=run_dir / "ledger.jsonl")))
+    assert result.summary.serverful_cost_usd == pytest.approx(pricing.serverful_cost_usd(
+        wall_s=result.summary.wall_s, peak_actor_cpus=2 * config.actors.function.cpus,
+        peak_learner_gpus=config.learner.function.gpus))
     evaluated = evaluate_checkpoint(path=run_dir, episodes=20)
     assert evaluated.policy_version == result.summary.policy_version
     assert evaluated.mean_return >= 0.7 * result.summary.final_return
