@@ -27,8 +27,8 @@ import numpy as np
 
 from nimbus.data.codec import Message, decode, encode
 from nimbus.envs.make import make_env
-from nimbus.train.actor import EnvSlot
-from nimbus.train.slot_state import capture_slot, restore_slot
+from nimbus.functions.actor import EnvSlot
+from nimbus.functions.slot_state import capture_slot, restore_slot
 
 
 def build_slot(*, env_id: str, num_envs: int, seed: int) -> EnvSlot:

@@ -14,6 +14,7 @@ import redis
 from cluster_fixtures import redis_server  # noqa: F401  (fixture)
 from nimbus.cli import main as cli_main
 from nimbus.errors import StoreFull, StoreUnavailable
+from nimbus.runtime.faults import FAULTS_ENV, read_counter
 from nimbus.train.checkpoint import load_checkpoint
 from nimbus.train.metrics import read_metrics
 from nimbus.train.trainer import train
@@ -51,6 +52,20 @@ def test_a_run_on_redis_keeps_the_key_space_bounded_and_leaves_nothing(make_conf
     assert result.summary.rounds == 8 and result.summary.env_steps == 8 * ROWS_PER_ROUND
     assert 0 < peak["keys"] <= 2 * 3  # weights + optimizer state of at most keep_versions + 1 versions
     assert client.keys("*") == []  # the owner removed every key of the run
+
+
+def test_a_learner_killed_after_its_put_to_redis_is_retried(make_config, redis_server, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """P1 on Redis: round 0's learner writes v+1 to Redis and is SIGKILLed; its retry re-writes v+1 as the
+    same invocation, the run completes, and the writers' marks go with their values."""
+    server = redis_server()
+    counter = tmp_path / "counter"
+    monkeypatch.setenv(FAULTS_ENV, json.dumps({"learner.published": {"action": "kill", "counter_path": str(counter),
+                                                                     "times": 1}}))
+    result = train(config=make_config(overrides=redis_overrides(server.url, "train.max_rounds=3")))
+    assert read_counter(path=counter) == 1
+    assert result.summary.rounds == 3 and result.summary.policy_version == 3 and result.summary.retries == 1
+    assert redis.Redis.from_url(server.url).keys("*") == []
 
 
 def test_redis_killed_mid_run_stops_cleanly_with_a_final_checkpoint(make_config, redis_server,

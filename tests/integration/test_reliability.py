@@ -4,6 +4,7 @@ the run with their traceback, interrupts checkpoint, and nothing is left behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -14,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from nimbus.data.shm import list_segments, run_prefix
-from nimbus.errors import FunctionFailed
+from nimbus.errors import FunctionFailed, NimbusError
+from nimbus.runtime.faults import FAULTS_ENV, read_counter
+from nimbus.train.metrics import read_metrics
 from nimbus.train.trainer import train
 
 ROWS_PER_ACTOR = 4 * 32
@@ -55,6 +58,38 @@ def test_actor_worker_killed_mid_rollout_is_retried(make_config, tmp_path: Path)
     assert outcomes.count("worker_died") == 1
 
 
+LEARNER_FAULT_RUN = ["train.max_rounds=3", "actors.scaling.num_actors=1", "algo.minibatch_size=128"]
+
+
+_UNFAULTED_LOSSES: list = []  # the unfaulted run's losses per round, computed once for the module
+
+
+def unfaulted_losses(make_config, run_dir: Path) -> list[dict[str, float]]:
+    if not _UNFAULTED_LOSSES:
+        rows = train(config=make_config(overrides=LEARNER_FAULT_RUN), run_dir=run_dir).rows
+        _UNFAULTED_LOSSES.extend(row.losses for row in rows)
+    return _UNFAULTED_LOSSES
+
+
+@pytest.mark.parametrize(("action", "outcome"), [("kill", "worker_died"), ("raise", "error")])
+def test_learner_failing_after_its_put_is_retried_and_the_run_completes(
+        make_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, action: str, outcome: str) -> None:
+    """P1 for the learner: round 0's learner puts weights and optimizer state v+1, then dies (a fresh worker
+    retries) or raises (its warm worker, whose cache already holds v+1, may retry). The retry re-puts v+1
+    as the same invocation, and the run ends exactly as an unfaulted one."""
+    expected = unfaulted_losses(make_config, run_dir=tmp_path / "unfaulted")
+    counter = tmp_path / "counter"
+    monkeypatch.setenv(FAULTS_ENV, json.dumps({"learner.published": {"action": action, "counter_path": str(counter),
+                                                                     "times": 1}}))
+    result = train(config=make_config(overrides=LEARNER_FAULT_RUN))
+    assert read_counter(path=counter) == 1
+    learner = [r for r in ledger_rows(result.run_dir) if r["function"] == "learner" and r["outcome"] != "prewarm"]
+    assert [(r["attempt"], r["outcome"]) for r in learner[:2]] == [(1, outcome), (2, "ok")]
+    assert learner[0]["invocation_id"] == learner[1]["invocation_id"]
+    assert result.summary.policy_version == 3 and result.summary.retries == 1
+    assert [row.losses for row in result.rows] == expected
+
+
 def test_env_raising_every_step_stops_with_original_traceback(make_config) -> None:
     """P3: once retries are spent the run stops, naming the original exception."""
     config = make_config(overrides=["env.id=nimbus/RaisingCartPole-v0", "actors.function.max_retries=1"])
@@ -80,6 +115,19 @@ def test_nan_from_env_is_named_and_never_reaches_the_loss(make_config, field: st
     run_dir = only_run_dir(Path(config.output.root_dir))
     assert not any(r["function"] == "learner" and r["outcome"] == "ok" for r in ledger_rows(run_dir)), \
         "a learner ran although the only actor's data contained NaN"
+
+
+def test_nonfinite_updates_stop_the_run_at_max_nonfinite_losses_in_a_row(make_config) -> None:
+    """A learning rate of 1e30 blows the weights up in round 0; every later update is non-finite (skipped,
+    the version still advances), and the third in a row stops the run long before max_rounds."""
+    config = make_config(overrides=["algo.lr=1e30", "train.max_nonfinite_losses=3", "train.max_rounds=10",
+                                    "actors.scaling.num_actors=1", "algo.minibatch_size=64"])
+    with pytest.raises(NimbusError, match="3 learner updates in a row produced a non-finite"):
+        train(config=config)
+    rows = read_metrics(path=only_run_dir(Path(config.output.root_dir)) / "metrics.jsonl")
+    finite = [math.isfinite(row["losses"]["policy_loss"]) for row in rows]
+    assert finite == [True, False, False]  # the third non-finite update stops the run before its round ends
+    assert [row["policy_version"] for row in rows] == [1, 2, 3]
 
 
 def test_wrong_observation_shape_names_expected_and_actual(make_config) -> None:
@@ -121,6 +169,29 @@ def test_unknown_config_key_exits_2_naming_the_path(tmp_path: Path) -> None:
     assert "algo.learning_rate" in err and "unknown key" in err
 
 
+@pytest.mark.parametrize(("yaml_text", "expected"), [
+    ("train: {max_rounds: three}\n", ["train.max_rounds", "valid integer"]),
+    ("env: {num_envs_per_actor: -4}\n", ["env.num_envs_per_actor", "greater than or equal to 1"]),
+    ("actors: {scaling: {kind: fixed, num_actors: 100000000000000000000}}\n",
+     ["actors.scaling.num_actors", "less than or equal to 100000"]),
+    ("algo: {name: ppo\n", ["not valid YAML"]),
+    ("algo: {name: ppo}\nenv: {id: CartPole-v1, num_envs_per_actor: 100000}\n"
+     "actors: {scaling: {kind: fixed, num_actors: 100000}, fragment_steps: 100000}\n", ["shared memory", "actors.scaling", "env.num_envs_per_actor", "actors.fragment_steps"]),
+], ids=["wrong-type", "negative-count", "count-beyond-any-quota", "yaml-error", "buffer-beyond-memory"])
+def test_bad_config_exits_2_naming_the_key_before_anything_starts(tmp_path: Path, yaml_text: str,
+                                                                   expected: list[str]) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(f"name: bad\noutput: {{root_dir: {tmp_path / 'runs'}, tensorboard: false}}\n" + yaml_text)
+    prefix = f"nimbus_badcfg{os.getpid()}_"
+    proc = _nimbus("train", str(config), env={**os.environ, "NIMBUS_SHM_PREFIX": prefix})
+    out, err = proc.communicate(timeout=120)
+    text = " ".join((out + err).split())  # the console wraps long lines
+    assert proc.returncode == 2, text[-3000:]
+    assert "Traceback" not in text and all(part in text for part in expected), text[-3000:]
+    assert not list((tmp_path / "runs").glob("*/ledger.jsonl"))  # no runtime, so no worker, was started
+    assert list_segments(prefix=prefix) == []
+
+
 def _start_long_run(tmp_path: Path, prefix: str) -> tuple[subprocess.Popen, Path]:
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "NIMBUS_SHM_PREFIX": prefix}
@@ -137,15 +208,16 @@ def _start_long_run(tmp_path: Path, prefix: str) -> tuple[subprocess.Popen, Path
     raise AssertionError(f"run did not start: {proc.communicate()[1][-2000:]}")
 
 
-def test_sigint_writes_a_final_checkpoint_and_exits_0(tmp_path: Path) -> None:
-    prefix = f"nimbus_sigint{os.getpid()}_"
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_writes_a_final_checkpoint_and_exits_0(tmp_path: Path, sig: signal.Signals) -> None:
+    prefix = f"nimbus_{sig.name.lower()}{os.getpid()}_"
     proc, run_dir = _start_long_run(tmp_path, prefix)
     workers = _child_pids(proc.pid)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["stopped_by"] == "SIGINT"
+    assert summary["stopped_by"] == sig.name
     checkpoints = sorted((run_dir / "checkpoints").glob("ckpt-*"))
     assert checkpoints and json.loads((checkpoints[-1] / "manifest.json").read_text())["round"] == summary["rounds"]
     assert list_segments(prefix=prefix) == []

@@ -4,14 +4,23 @@ a checkpoint that does not fit the config is refused with a clear error."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import pickle
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from nimbus.cli import main
+from nimbus.config import dump_config
 from nimbus.errors import CheckpointError
+from nimbus.runtime.faults import FAULTS_ENV, read_counter
 from nimbus.train.checkpoint import load_checkpoint
 from nimbus.train.metrics import read_metrics
 from nimbus.train.trainer import train
@@ -59,9 +68,18 @@ def test_two_resumes_of_one_checkpoint_are_identical(make_config, tmp_path: Path
 def test_resume_refuses_a_checkpoint_of_another_network(make_config, tmp_path: Path) -> None:
     first = train(config=make_config(overrides=["train.max_rounds=1", "train.checkpoint_every_rounds=1"]),
                   run_dir=tmp_path / "run")
-    with pytest.raises(CheckpointError, match="do not fit the network"):
+    with pytest.raises(CheckpointError, match="do not fit the network") as wider:
         train(config=make_config(overrides=["train.max_rounds=2", "algo.hidden_sizes=[32,32]"]),
               resume_from=first.run_dir)
+    assert "actor.0.weight: checkpoint (64, 4), this config (32, 4)" in str(wider.value)
+    assert "env.id" not in str(wider.value)  # the same env: only the network differs
+    with pytest.raises(CheckpointError, match="do not fit the network") as other_env:
+        train(config=make_config(overrides=["train.max_rounds=2", "env.id=Acrobot-v1"]), resume_from=first.run_dir)
+    message = str(other_env.value)
+    assert "env.id: checkpoint 'CartPole-v1', this config 'Acrobot-v1'" in message
+    assert "observation space: checkpoint Box(" in message and "(4,), float32), this config Box(" in message
+    assert "action space: checkpoint Discrete(2), this config Discrete(3)" in message
+    assert "actor.0.weight: checkpoint (64, 4), this config (64, 6)" in message
     with pytest.raises(CheckpointError, match="no such directory"):
         train(config=make_config(overrides=["train.max_rounds=2"]), resume_from=tmp_path / "missing")
 
@@ -124,3 +142,80 @@ def test_exact_resume_is_bitwise_2n_steps_equal_n_plus_save_load_plus_n(make_con
         with pytest.raises(CheckpointError, match="an exact resume needs the same envs"):
             train(config=make_config(overrides=over + ["train.max_rounds=7", "env.num_envs_per_actor=8"]),
                   resume_from=resumed.run_dir)
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "nimbus.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def _tensorboard_steps(event_file: Path) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(event_file))
+    events.Reload()
+    return [event.step for event in events.Scalars("charts/episodic_return")]
+
+
+def test_sigkill_inside_optimizer_step_then_a_fresh_process_resumes_exactly(make_config, tmp_path: Path) -> None:
+    """P8 + P9 across processes: the driver is SIGKILLed while round 5's learner is inside optimizer.step();
+    a new process resumes from the newest verified checkpoint (round 4), and its rounds, weights and
+    TensorBoard steps continue exactly as an uninterrupted run's."""
+    over = ["train.exact_resume=true", "train.checkpoint_every_rounds=2", "output.tensorboard=true"]
+    straight = train(config=make_config(overrides=over + ["train.max_rounds=7"]), run_dir=tmp_path / "straight")
+    run_dir, counter = tmp_path / "killed", tmp_path / "steps"
+    config = make_config(overrides=over + ["train.max_rounds=7"])
+    (tmp_path / "config.yaml").write_text(dump_config(config=config))
+    steps_per_round = config.algo.num_epochs  # one minibatch per epoch: 256 rows, minibatch_size 256
+    fault = {"learner.optimizer_step": {"action": "sleep", "counter_path": str(counter),
+                                        "after": 5 * steps_per_round + 3, "times": 1}}
+    proc = _cli("train", str(tmp_path / "config.yaml"), "--run-dir", str(run_dir),
+                env={**os.environ, FAULTS_ENV: json.dumps(fault)})
+    deadline = time.monotonic() + 180
+    while read_counter(path=counter) <= 5 * steps_per_round + 3 and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    proc.kill()  # the learner sleeps inside optimizer.step() of round 5
+    proc.communicate(timeout=60)
+    assert load_checkpoint(path=run_dir).round == 4  # the newest verified checkpoint
+    resumed = _cli("train", "--resume", str(run_dir), env={k: v for k, v in os.environ.items() if k != FAULTS_ENV})
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err[-3000:]
+    keys = ("round", "env_steps", "episodes", "return_mean", "policy_version", "losses")
+    after = [{k: row[k] for k in keys} for row in read_metrics(path=run_dir / "metrics.jsonl")][-3:]
+    assert after == [{k: row[k] for k in keys} for row in read_metrics(path=straight.run_dir / "metrics.jsonl")][4:]
+    a, b = load_checkpoint(path=straight.run_dir), load_checkpoint(path=run_dir)
+    for name, array in a.weights.arrays.items():
+        np.testing.assert_array_equal(array, b.weights.arrays[name], err_msg=name)
+    newest = sorted(run_dir.glob("events.out.tfevents.*"), key=lambda f: f.stat().st_mtime)[-1]
+    assert _tensorboard_steps(newest) == [row.env_steps for row in straight.rows[4:]]  # steps continue
+
+
+class _Planted:
+    """Unpickling this runs ``touch <path>``: the side effect a refused pickle must not have."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def test_a_planted_pickle_checkpoint_is_refused_without_side_effect(make_config, tmp_path: Path) -> None:
+    """P11: a newest checkpoint whose weights were replaced by a pickle (manifest hash fixed up too) is never
+    unpickled: loading falls back to the previous checkpoint, and a lone planted one is refused."""
+    first = train(config=make_config(overrides=["train.max_rounds=2", "train.checkpoint_every_rounds=1"]),
+                  run_dir=tmp_path / "run")
+    newest = sorted((first.run_dir / "checkpoints").glob("ckpt-*"))[-1]
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps(_Planted(marker))
+    (newest / "weights.safetensors").write_bytes(payload)
+    (newest / "model.pt").write_bytes(payload)  # a torch-style pickle beside it is never opened either
+    manifest = json.loads((newest / "manifest.json").read_text())
+    manifest["files"]["weights.safetensors"] = hashlib.sha256(payload).hexdigest()
+    (newest / "manifest.json").write_text(json.dumps(manifest))
+    assert load_checkpoint(path=first.run_dir).round == 1  # the previous one, which verifies
+    with pytest.raises(CheckpointError, match="not a nimbus frame"):
+        load_checkpoint(path=newest)
+    resumed = train(config=make_config(overrides=["train.max_rounds=3"]), resume_from=first.run_dir)
+    assert resumed.summary.rounds == 3 and not marker.exists()

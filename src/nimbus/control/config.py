@@ -20,6 +20,11 @@ from nimbus.control.nitro import NitroScaler
 from nimbus.control.nitro_authors import AuthorsCodeNitroScaler
 from nimbus.control.scaling import FixedScaler, HydrozoaScaler, MaxScaler
 
+# Actor functions one run may have at once: far beyond serverless concurrency quotas (AWS Lambda's default is
+# 1,000 per region), so a larger count is a typo; refused at load time with its key path, before any buffer
+# is sized from it.
+MAX_ACTORS = 100_000
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -35,7 +40,7 @@ def _not_below(value: int, info: ValidationInfo, *, lower_field: str) -> int:
 
 class FixedScalingConfig(_Frozen):
     kind: Literal["fixed"] = "fixed"
-    num_actors: int = Field(ge=1)
+    num_actors: int = Field(ge=1, le=MAX_ACTORS)
 
 
 class HessianProbeConfig(_Frozen):
@@ -52,8 +57,8 @@ class NitroScalingConfig(_Frozen):
     """Nitro (paper 002, §5.3). ``variant="authors_code"`` reproduces the public code (DESIGN §3)."""
 
     kind: Literal["nitro"] = "nitro"
-    min_actors: int = Field(default=8, ge=1)
-    max_actors: int = Field(default=64, ge=1)
+    min_actors: int = Field(default=8, ge=1, le=MAX_ACTORS)
+    max_actors: int = Field(default=64, ge=1, le=MAX_ACTORS)
     window: int = Field(default=6, ge=2)              # a window of one value has no min-max spread
     decay: float = Field(default=0.96, gt=0.0, le=1.0)   # d = 1 turns the decay off (an ablation)
     budget_usd: float | None = Field(default=None, gt=0.0)
@@ -71,8 +76,8 @@ class HydrozoaScalingConfig(_Frozen):
     """Hydrozoa baseline: double the actors every ``double_every_rounds`` rounds, up to ``max_actors``."""
 
     kind: Literal["hydrozoa"] = "hydrozoa"
-    initial_actors: int = Field(ge=1)
-    max_actors: int = Field(ge=1)
+    initial_actors: int = Field(ge=1, le=MAX_ACTORS)
+    max_actors: int = Field(ge=1, le=MAX_ACTORS)
     double_every_rounds: int = Field(ge=1)
 
     @field_validator("max_actors")
@@ -83,7 +88,7 @@ class HydrozoaScalingConfig(_Frozen):
 
 class MaxScalingConfig(_Frozen):
     kind: Literal["max"] = "max"
-    max_actors: int = Field(ge=1)
+    max_actors: int = Field(ge=1, le=MAX_ACTORS)
 
 
 ScalingConfig = Annotated[

@@ -405,10 +405,14 @@ def _slices(*, start: int, rows: int, capacity: int) -> tuple[tuple[int, int], .
     return ((start, capacity), (0, start + rows - capacity))
 
 
+class BufferTooLarge(ValueError):
+    """The buffer would not fit in the free shared memory (the caller names the settings that sized it)."""
+
+
 def _check_room(*, total_bytes: int) -> None:
     """Refuse a buffer larger than the free shared memory (tmpfs would SIGBUS on first touch instead)."""
     if SHM_DIR.is_dir():
         free = shutil.disk_usage(SHM_DIR).free
         if total_bytes > free:
-            raise ValueError(f"buffer needs {total_bytes / 2**20:.1f} MiB of shared memory, "
+            raise BufferTooLarge(f"buffer needs {total_bytes / 2**20:.1f} MiB of shared memory, "
                              f"{SHM_DIR} has {free / 2**20:.1f} MiB free")

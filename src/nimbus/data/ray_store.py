@@ -43,12 +43,16 @@ class StoreDirectory:
 
     def __init__(self) -> None:
         self._refs: dict[str, Any] = {}  # key -> ObjectRef owned by this actor
+        self._writers: dict[str, str] = {}  # key -> its writer, for keys put with one (data/store.py)
 
-    def put(self, key: str, frame: Any) -> bool:
-        """Own a copy of ``frame`` (Ray resolved the argument): the value outlives its writer."""
-        if key in self._refs:
+    def put(self, key: str, frame: Any, writer: str | None = None) -> bool:
+        """Own a copy of ``frame`` (Ray resolved the argument): the value outlives its writer. False if
+        ``key`` is taken, unless by the same ``writer`` (a retried attempt): then the value is replaced."""
+        if key in self._refs and (writer is None or self._writers.get(key) != writer):
             return False
         self._refs[key] = ray.put(frame)
+        if writer is not None:
+            self._writers[key] = writer
         return True
 
     def get(self, key: str) -> list | None:
@@ -59,6 +63,8 @@ class StoreDirectory:
         return sorted(k for k in self._refs if under_prefix(k, prefix))
 
     def delete(self, keys: list[str]) -> int:
+        for key in keys:
+            self._writers.pop(key, None)
         return sum(self._refs.pop(key, None) is not None for key in keys)
 
 
@@ -104,14 +110,15 @@ class RayStore:
     def descriptor(self) -> dict[str, Any]:
         return {"backend": "ray", "directory": self._name, "compress_min_bytes": self._compress_min_bytes}
 
-    def put(self, *, key: str, message: Message) -> None:
+    def put(self, *, key: str, message: Message, writer: str | None = None) -> None:
+        """Raises KeyExists if ``key`` is taken, unless by the same ``writer`` (data/store.py)."""
         frame = np.frombuffer(encode(message, compress_min_bytes=self._compress_min_bytes), dtype=np.uint8)
-        if not self._ask(self._directory.put.remote(validate_key(key), frame)):
+        if not self._ask(self._directory.put.remote(validate_key(key), frame, writer)):
             raise KeyExists(f"store key {key!r} already holds a value; values are immutable")
 
-    def put_many(self, *, items: dict[str, Message]) -> None:
+    def put_many(self, *, items: dict[str, Message], writer: str | None = None) -> None:
         for key, message in items.items():
-            self.put(key=key, message=message)
+            self.put(key=key, message=message, writer=writer)
 
     def get(self, *, key: str) -> Message:
         boxed = self._ask(self._directory.get.remote(validate_key(key)))

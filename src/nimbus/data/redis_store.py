@@ -7,7 +7,9 @@ run-scoped keys, Nitro keys trajectories by invocation id)::
     nimbus:<namespace>:run          a sentinel (JSON: creator pid, time) — "this run's keys exist"
     nimbus:<namespace>:index        sorted set of the run's store keys (all score 0), so ``keys`` and
                                     ``latest`` are ZRANGEBYLEX range queries, never KEYS/SCAN
-    nimbus:<namespace>:v:<key>      one value: a codec frame, written with SET NX (values are immutable)
+    nimbus:<namespace>:v:<key>      one value: a codec frame, written once (values are immutable) ...
+    nimbus:<namespace>:w:<key>      ... except by the writer named here (a function's invocation id), whose
+                                    retried attempt may replace it (data/store.py); both by one script
 
 Every key is leased: written with a TTL of ``lease_s`` that the driver's lease thread renews every
 ``lease_s / 3``, so the keys of a driver that was SIGKILLed (no ``close()`` ran) are gone from Redis
@@ -56,12 +58,22 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from nimbus.data.codec import Message, decode, encode
-from nimbus.data.store import KeyExists, KeyNotFound, key_version, under_prefix, validate_key
+from nimbus.data.store import KeyExists, KeyNotFound, key_version, under_prefix, validate_key, writer_tag
 from nimbus.errors import CodecError, StoreAuthError, StoreFull, StoreUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _DELETE_CHUNK = 512
+# KEYS: value key, writer key; ARGV: frame, writer ("" = none). 1 = written, 0 = taken by another writer.
+# Atomic, and idempotent for a writer: a MULTI/EXEC that redis-py re-sends after a lost reply succeeds again.
+_PUT_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 1 and (ARGV[2] == '' or redis.call('GET', KEYS[2]) ~= ARGV[2]) then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2]) end
+return 1
+"""
 
 
 def _out_of_memory(exc: Exception) -> bool:
@@ -146,19 +158,21 @@ class RedisStore:
 
     # ---- Store protocol -----------------------------------------------------------------------------
 
-    def put(self, *, key: str, message: Message) -> None:
-        """Write one value (SET NX + index, one transaction). Raises KeyExists if the key is taken."""
-        self.put_many(items={key: message})
+    def put(self, *, key: str, message: Message, writer: str | None = None) -> None:
+        """Write one value (put script + index, one transaction). Raises KeyExists if the key is taken,
+        unless by the same ``writer`` (data/store.py): then the value is replaced."""
+        self.put_many(items={key: message}, writer=writer)
 
-    def put_many(self, *, items: dict[str, Message]) -> None:
+    def put_many(self, *, items: dict[str, Message], writer: str | None = None) -> None:
         """Write several values in one pipelined transaction (one round trip). KeyExists names any taken key."""
         frames = {validate_key(k): encode(m, compress_min_bytes=self.settings.compress_min_bytes)
                   for k, m in items.items()}
+        tag = writer_tag(writer).hex() if writer is not None else ""
 
         def write() -> list[Any]:
             pipe = self._redis.pipeline(transaction=True)
             for key, frame in frames.items():
-                pipe.set(self._value_key(key), frame, nx=True)
+                pipe.eval(_PUT_SCRIPT, 2, self._value_key(key), self._writer_key(key), frame, tag)
             pipe.zadd(self._index, {key: 0 for key in frames})
             self._lease(pipe=pipe, keys=list(frames))
             return pipe.execute()
@@ -202,7 +216,7 @@ class RedisStore:
     def delete_many(self, *, keys: list[str]) -> None:
         def remove() -> list[Any]:
             pipe = self._redis.pipeline(transaction=True)
-            pipe.delete(*[self._value_key(validate_key(k)) for k in keys])
+            pipe.delete(*[self._value_key(validate_key(k)) for k in keys], *[self._writer_key(k) for k in keys])
             pipe.zrem(self._index, *keys)
             return pipe.execute()
 
@@ -271,6 +285,9 @@ class RedisStore:
 
     def _value_key(self, key: str) -> str:
         return f"{self._prefix}v:{key}"
+
+    def _writer_key(self, key: str) -> str:
+        return f"{self._prefix}w:{key}"
 
     def _decode(self, *, key: str, raw: bytes) -> Message:
         try:

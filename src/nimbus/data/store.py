@@ -6,11 +6,18 @@ A value is a codec ``Message`` (a JSON header plus named arrays). Keys are paths
 changed: weights are put once per ``policy_version`` and every actor reads them *by key*
 (broadcast by id, not one copy per actor).
 
+One exception makes function retries possible (RELIABILITY P1): a put may name its ``writer`` (a
+function passes its invocation id, which every attempt of one invocation shares). A put that finds a
+value written by the *same* writer replaces it: a retried attempt redoes what an attempt that died
+after its put had written. Any other put of a taken key (another writer, or none) raises KeyExists.
+Nothing reads a function's output before the driver accepts its result, so a replaced value was
+never seen by anyone but the attempt that wrote it.
+
 ``ShmStore`` keeps each value in its own named POSIX shared-memory segment whose name is derived
 from the key, so any process of the run (the driver and its workers share ``NIMBUS_SHM_PREFIX``)
 can ``get`` a key by name without asking anyone. Segment layout::
 
-    committed_len u64 | frame (codec.encode_into, uncompressed) | ...
+    committed_len u64 | writer tag 24 B (BLAKE2b of the writer; zeros: none) | frame (codec, uncompressed)
 
 ``committed_len`` is written last; a reader that finds it different from the segment's frame size
 (0 while a put is in flight, or after a writer crashed) treats the key as absent. ``get`` returns
@@ -20,6 +27,7 @@ name, until the last view is dropped.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import struct
@@ -35,7 +43,9 @@ _KEY_RE = re.compile(r"[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*\Z")
 _NAMESPACE_RE = re.compile(r"[a-z0-9]{1,8}\Z")
 _SEP = "~"  # stands for "/" in segment names; not a legal key character, so names decode back to keys
 _COMMIT = struct.Struct("<Q")
-_FRAME_OFFSET = _COMMIT.size  # 8: keeps the codec's 8-byte-aligned data section aligned in the mapping
+_WRITER_BYTES = 24
+_NO_WRITER = bytes(_WRITER_BYTES)
+_FRAME_OFFSET = _COMMIT.size + _WRITER_BYTES  # 32: keeps the codec's 8-byte-aligned data section aligned
 
 
 class KeyNotFound(KeyError):
@@ -50,7 +60,7 @@ class KeyNotFound(KeyError):
 
 
 class KeyExists(ValueError):
-    """A put of a key that already holds a value (values are immutable)."""
+    """A put of a key that already holds a value (values are immutable, except to their own writer)."""
 
 
 class Store(Protocol):
@@ -62,9 +72,10 @@ class Store(Protocol):
         key = store.latest(prefix="weights/main")       # "weights/main/3"
         weights = store.get(key=key).arrays              # read-only arrays
         store.delete(key="weights/main/2")
+        store.put(key="weights/main/4", message=m, writer=context.invocation_id)  # a retry may redo it
     """
 
-    def put(self, *, key: str, message: Message) -> None: ...
+    def put(self, *, key: str, message: Message, writer: str | None = None) -> None: ...
 
     def get(self, *, key: str) -> Message: ...
 
@@ -84,6 +95,15 @@ def validate_key(key: str) -> str:
             f"invalid store key {key!r}: use '/'-separated components of letters, digits, '_', '.', '-' "
             f"(no empty component), at most {MAX_KEY_CHARS} characters")
     return key
+
+
+def writer_tag(writer: str | None) -> bytes:
+    """The fixed-size tag a backend keeps next to a value to recognise its writer (zeros: no writer)."""
+    if writer is None:
+        return _NO_WRITER
+    if not isinstance(writer, str) or not writer:
+        raise ValueError(f"a store writer must be a non-empty string, not {writer!r}")
+    return hashlib.blake2b(writer.encode(), digest_size=_WRITER_BYTES).digest()
 
 
 def key_version(key: str) -> int | None:
@@ -126,13 +146,16 @@ class ShmStore:
         """The shared-memory segment name that holds ``key``."""
         return self._name_prefix + validate_key(key).replace("/", _SEP)
 
-    def put(self, *, key: str, message: Message) -> None:
-        """Write ``message`` under ``key`` (one copy of each array). Raises KeyExists if it is taken."""
+    def put(self, *, key: str, message: Message, writer: str | None = None) -> None:
+        """Write ``message`` under ``key`` (one copy of each array). Raises KeyExists if it is taken, unless
+        by the same ``writer`` (see the module docstring): then the value is replaced."""
         name = self.segment_of(key=key)
+        tag = writer_tag(writer)
         plan = frame_plan(message)  # laid out once for both the size and the write
         frame_bytes = encoded_size(message, plan=plan)
-        segment = self._create(name=name, key=key, size_bytes=_FRAME_OFFSET + frame_bytes)
+        segment = self._create(name=name, key=key, tag=tag, size_bytes=_FRAME_OFFSET + frame_bytes)
         try:
+            segment.buffer[_COMMIT.size:_FRAME_OFFSET] = tag
             encode_into(message, segment.buffer[_FRAME_OFFSET:], plan=plan)
             _COMMIT.pack_into(segment.buffer, 0, frame_bytes)  # the commit point: written last
         except BaseException:
@@ -141,14 +164,17 @@ class ShmStore:
         finally:
             segment.close()
 
-    def _create(self, *, name: str, key: str, size_bytes: int) -> Segment:
+    def _create(self, *, name: str, key: str, tag: bytes, size_bytes: int) -> Segment:
         try:
             return Segment.create(name=name, size_bytes=size_bytes)
         except FileExistsError:
-            if self._committed_len(name=name) is not None:
+            found = self._committed_tag(name=name)
+            if found is not None and (tag == _NO_WRITER or found != tag):
                 raise KeyExists(f"store key {key!r} already holds a value; values are immutable") from None
-        # An uncommitted leftover (a writer crashed or was superseded mid-put): replace it.
-        logger.warning("store key %r: replacing an uncommitted value left by an interrupted put", key)
+        if found is not None:  # the same writer: a retried attempt redoes its own put
+            logger.info("store key %r: replaced by a retry of the attempt that wrote it", key)
+        else:  # an uncommitted leftover (a writer crashed or was superseded mid-put): replace it
+            logger.warning("store key %r: replacing an uncommitted value left by an interrupted put", key)
         unlink(name=name)
         return Segment.create(name=name, size_bytes=size_bytes)
 
@@ -211,6 +237,16 @@ class ShmStore:
             return None
         try:
             return _read_committed(segment)
+        finally:
+            segment.close()
+
+    def _committed_tag(self, *, name: str) -> bytes | None:
+        """The writer tag of a committed value, or None if there is none."""
+        segment = self._attach(name=name)
+        if segment is None:
+            return None
+        try:
+            return None if _read_committed(segment) is None else bytes(segment.buffer[_COMMIT.size:_FRAME_OFFSET])
         finally:
             segment.close()
 

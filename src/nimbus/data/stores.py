@@ -45,16 +45,17 @@ _opened: dict[str, Store] = {}  # per process: descriptor JSON -> Store (a warm 
 class BatchedStore(Protocol):
     """A Store that writes several values in one round trip (redis: one pipelined transaction)."""
 
-    def put_many(self, *, items: dict[str, Message]) -> None: ...
+    def put_many(self, *, items: dict[str, Message], writer: str | None = None) -> None: ...
 
 
-def put_all(*, store: Store, items: dict[str, Message]) -> None:
-    """Write ``items`` in one batch where the backend can, else one by one."""
+def put_all(*, store: Store, items: dict[str, Message], writer: str | None = None) -> None:
+    """Write ``items`` in one batch where the backend can, else one by one. ``writer``: see data/store.py
+    (a function passes its invocation id, so that a retry of it can redo the puts)."""
     if isinstance(store, BatchedStore):
-        store.put_many(items=items)
+        store.put_many(items=items, writer=writer)
         return
     for key, message in items.items():
-        store.put(key=key, message=message)
+        store.put(key=key, message=message, writer=writer)
 
 
 def store_descriptor(store: Store) -> dict[str, Any]:
@@ -156,12 +157,12 @@ class MirroredStore:
         self.backend = getattr(inner, "backend", "remote")
         self._local: dict[str, Message] = {}
 
-    def put(self, *, key: str, message: Message) -> None:
-        self.inner.put(key=key, message=message)
+    def put(self, *, key: str, message: Message, writer: str | None = None) -> None:
+        self.inner.put(key=key, message=message, writer=writer)
         self._keep(key, message)
 
-    def put_many(self, *, items: dict[str, Message]) -> None:
-        put_all(store=self.inner, items=items)
+    def put_many(self, *, items: dict[str, Message], writer: str | None = None) -> None:
+        put_all(store=self.inner, items=items, writer=writer)
         for key, message in items.items():
             self._keep(key, message)
 

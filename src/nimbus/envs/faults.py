@@ -1,7 +1,8 @@
 """Fault-injection environments for reliability tests (RELIABILITY.md), registered as ``nimbus/*``.
 
 Each wraps CartPole-v1 and misbehaves in one documented way. Counters that must survive worker
-restarts live in a file (``counter_path``), updated under an exclusive lock.
+restarts live in a file (``counter_path``), updated under an exclusive lock (runtime/faults.py, which
+also holds the fault points inside function code).
 
 - ``nimbus/FlakyCartPole-v0``   raises RuntimeError at step ``fail_at_step`` while the counter < ``failures``
 - ``nimbus/KillerCartPole-v0``  SIGKILLs its own process at step ``fail_at_step`` while the counter < ``failures``
@@ -18,7 +19,6 @@ Example::
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import time
@@ -29,28 +29,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-
-def bump_counter(*, path: str | Path, limit: int) -> bool:
-    """Atomically increment the counter in ``path`` if it is below ``limit``; True if it was."""
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.seek(0)
-        count = int(handle.read().strip() or 0)
-        if count >= limit:
-            return False
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(count + 1))
-        handle.flush()
-        os.fsync(handle.fileno())
-        return True
-
-
-def read_counter(*, path: str | Path) -> int:
-    try:
-        return int(Path(path).read_text().strip() or 0)
-    except FileNotFoundError:
-        return 0
+from nimbus.runtime.faults import bump_counter
 
 
 class _FaultyCartPole(CartPoleEnv):

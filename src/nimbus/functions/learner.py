@@ -34,6 +34,7 @@ from nimbus.data.store import Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.make import make_env
 from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.faults import armed, fault_point
 from nimbus.functions.actor import derive_seed
 from nimbus.functions.probe import ProbeRequest, probe_policy
 from nimbus.functions.obsnorm import merge, pop_moments, rms_from_extras, rms_to_extras
@@ -95,6 +96,7 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
     generator = torch.Generator().manual_seed(derive_seed(req.seed, req.policy_version, 2))
     snapshot = [p.detach().clone() for p in model.parameters()]
     compute_started = time.perf_counter()
+    _arm_step_fault(optimizer=optimizer)
     batch = algo.postprocess(batch=batch)
     stats = algo.update(model=model, optimizer=optimizer, batch=batch, progress=req.progress, generator=generator)
     compute_s = time.perf_counter() - compute_started
@@ -111,14 +113,23 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
         weights_key(policy=req.policy, version=new_version): model_to_message(
             model=_cpu(model), version=new_version, extra=rms_to_extras(rms=state.get("obs_rms"))),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
-                                                                                version=new_version)})
+                                                                                version=new_version)},
+            writer=context.invocation_id)  # a retry of this invocation may redo the puts (data/store.py)
     state["version"] = (req.policy, new_version)
+    fault_point(name="learner.published")
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
               "transfer_s": transfer_s, "learning_s": time.perf_counter() - started - transfer_s,
               "compute_s": compute_s,
               "rows": int(len(request.arrays["indices"]))}
     return Message(header=header)
+
+
+def _arm_step_fault(*, optimizer: torch.optim.Optimizer) -> None:
+    """With ``learner.optimizer_step`` armed (runtime/faults.py), fire it inside ``optimizer.step()`` (P8 tests)."""
+    if armed(name="learner.optimizer_step") is not None and not getattr(optimizer, "_nimbus_fault_hook", False):
+        optimizer.register_step_pre_hook(lambda *_: fault_point(name="learner.optimizer_step"))
+        optimizer._nimbus_fault_hook = True  # type: ignore[attr-defined]
 
 
 def _probe(*, algo: Any, model: torch.nn.Module, batch: dict[str, torch.Tensor],

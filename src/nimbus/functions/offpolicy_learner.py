@@ -27,6 +27,7 @@ from nimbus.data.codec import Message
 from nimbus.data.replay import ReplayBatch
 from nimbus.data.stores import function_store, put_all
 from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.faults import fault_point
 from nimbus.functions.actor import derive_seed
 from nimbus.functions.learner import LearnerRequest, _cpu, _learner_state, _probe, _restore
 from nimbus.functions.probe import probe_not_run
@@ -70,8 +71,10 @@ def offpolicy_learner_function(*, context: FunctionContext, request: Message) ->
     put_all(store=state["store"], items={  # one round trip where the backend batches
         weights_key(policy=req.policy, version=new_version): model_to_message(model=_cpu(model), version=new_version),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
-                                                                                version=new_version)})
+                                                                                version=new_version)},
+            writer=context.invocation_id)  # a retry of this invocation may redo the puts (data/store.py)
     state["version"] = (req.policy, new_version)
+    fault_point(name="learner.published")
     extras = _probe_updated(algo=algo, model=model, batch=batch, kept=kept, req=req)
     header = {"policy_version": new_version, "stats": stats, "nonfinite": nonfinite, "transfer_s": transfer_s,
               "extras": extras,

@@ -26,6 +26,7 @@ from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store, put_all
 from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.faults import fault_point
 from nimbus.functions.actor import derive_seed
 from nimbus.functions.learner import LearnerRequest, _cpu, _learner_state, _probe, _restore
 from nimbus.functions.obsnorm import merge, pop_moments, rms_to_extras
@@ -127,8 +128,10 @@ def pipelined_learner_function(*, context: FunctionContext, request: Message) ->
         weights_key(policy=req.policy, version=new_version): model_to_message(
             model=_cpu(model), version=new_version, extra=rms_to_extras(rms=state.get("obs_rms"))),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
-                                                                                version=new_version)})
+                                                                                version=new_version)},
+            writer=context.invocation_id)  # a retry of this invocation may redo the puts (data/store.py)
     state["version"] = (req.policy, new_version)
+    fault_point(name="learner.published")
     extras = {**_probe(algo=state["algo"], model=model, batch=batch, req=req), "pipeline_wait_s": waited_s}
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
               "transfer_s": 0.0, "learning_s": time.perf_counter() - started, "compute_s": compute_s,

@@ -27,13 +27,14 @@ from nimbus.control.base import ActorScaler
 from nimbus.control.config import make_scaler
 from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import PricingModel, load_pricing
-from nimbus.data.buffer import Buffer
+from nimbus.data.buffer import Buffer, BufferTooLarge
 from nimbus.data.replay import FullBatch, ReplayStrategy
 from nimbus.data.shm import claim_run_prefix, release_run_prefix, sweep_orphans
 from nimbus.data.store import Store
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.data.triggers import StoreEvents
 from nimbus.envs.make import make_env
+from nimbus.errors import ConfigError
 from nimbus.runtime.base import FunctionSpec, Resources, Runtime
 from nimbus.runtime.factory import StampedRuntime, make_runtime
 from nimbus.train.checkpoint import Checkpointer
@@ -138,14 +139,40 @@ class Shared:
             release_run_prefix(prefix=self.shm_prefix)
 
 
+@dataclass
+class PolicyData:
+    """One policy's data parts, made before anything starts: a buffer that shared memory cannot hold is a
+    ConfigError (exit 2) before a worker, ledger or Store exists."""
+
+    spaces: EnvSpaces
+    algo: Algorithm
+    scaler: ActorScaler
+    buffer: Buffer
+    replay: ReplayStrategy
+
+
 def build(*, config: NimbusConfig, run_dir: Path) -> System:
-    """A one-policy run: the shared parts and the policy ``main`` (a population: train/population.py)."""
-    shared = build_shared(config=config, run_dir=run_dir)
-    return build_policy(config=config, shared=shared, run_dir=run_dir, policy="main", owns_shared=True)
+    """A one-policy run: the policy ``main``'s data, the shared parts, then the policy's functions (a
+    population: train/population.py)."""
+    shm_prefix = claim_run_prefix()  # this run's own, before any segment or worker exists (workers inherit it)
+    try:
+        data = policy_data(config=config)
+    except BaseException:
+        release_run_prefix(prefix=shm_prefix)
+        raise
+    try:
+        shared = build_shared(config=config, run_dir=run_dir, shm_prefix=shm_prefix)
+    except BaseException:
+        data.buffer.close(unlink=True)
+        release_run_prefix(prefix=shm_prefix)
+        raise
+    return build_policy(config=config, shared=shared, run_dir=run_dir, policy="main", owns_shared=True, data=data)
 
 
-def build_shared(*, config: NimbusConfig, run_dir: Path) -> Shared:
-    shm_prefix = claim_run_prefix()  # this run's own, before any worker starts (workers inherit it)
+def build_shared(*, config: NimbusConfig, run_dir: Path, shm_prefix: str | None = None) -> Shared:
+    """The pool of workers, the ledger, the Store and pricing; ``shm_prefix``: the run's claimed prefix (claimed
+    here when None)."""
+    shm_prefix = shm_prefix or claim_run_prefix()
     swept = sweep_orphans()  # segments of drivers that died together with their janitor
     if swept:
         log.warning("removed %d shared-memory segments left by dead nimbus runs", swept)
@@ -162,23 +189,16 @@ def build_shared(*, config: NimbusConfig, run_dir: Path) -> Shared:
                   pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None))
 
 
-def build_policy(*, config: NimbusConfig, shared: Shared, run_dir: Path, policy: str, owns_shared: bool,
-                 rank_base: int = 0) -> System:
-    """One policy's parts over the shared pool: its algorithm, function specs by role, actor-scaling
-    controller, buffer and replay strategy, checkpoints and metrics (in ``run_dir``)."""
+def policy_data(*, config: NimbusConfig) -> PolicyData:
+    """Spaces, algorithm (a user's ``algo.model`` checked here), actor-scaling controller, replay strategy and
+    the buffer they size."""
     spaces = probe_spaces(config=config)
     algo = make_algorithm(config=config.algo)
     if getattr(config.algo, "model", None) is not None:  # algo.model's contract, checked before any worker starts
         algo.make_model(spaces=spaces)
     torch.manual_seed(config.seed)
     offpolicy = config.train.workflow == "async"  # off-policy functions, replay and buffer size (offpolicy_plan.py)
-    actor_spec = role_spec(config=config, role="actor",
-                           entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if offpolicy else ACTOR_ENTRYPOINT)
-    learner_spec = role_spec(config=config, role="learner",
-                             entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT if offpolicy else LEARNER_ENTRYPOINT)
-
     scaler = make_scaler(config=config.actors.scaling)
-    probe = probe_request(scaling=config.actors.scaling)   # what the scaler reads from each learner result
     rows_per_actor = config.env.num_envs_per_actor * config.actors.fragment_steps
     max_actors = max(scaler.initial().num_actors, _max_actors(config=config))
     capacity_rows, replay = 2 * rows_per_actor * max_actors, FullBatch()
@@ -186,17 +206,40 @@ def build_policy(*, config: NimbusConfig, shared: Shared, run_dir: Path, policy:
         plan = plan_for(config=config)
         capacity_rows = plan.capacity_rows
         replay = make_replay(plan=plan, seed=config.seed, guard_rows=rows_per_actor * (max_actors + 1))
-    buffer = Buffer.create(spec=algo.buffer_spec(spaces=spaces), capacity_rows=capacity_rows)
+    buffer = _create_buffer(spec=algo.buffer_spec(spaces=spaces), capacity_rows=capacity_rows, offpolicy=offpolicy)
+    return PolicyData(spaces=spaces, algo=algo, scaler=scaler, buffer=buffer, replay=replay)
 
-    return System(config=config, run_dir=run_dir, spaces=spaces, algo=algo, runtime=shared.runtime,
+
+def build_policy(*, config: NimbusConfig, shared: Shared, run_dir: Path, policy: str, owns_shared: bool,
+                 rank_base: int = 0, data: PolicyData | None = None) -> System:
+    """One policy's parts over the shared pool: its data (``policy_data``, made here when None), function specs
+    by role, the Hessian probe its scaler reads, checkpoints and metrics (in ``run_dir``)."""
+    data = data or policy_data(config=config)
+    offpolicy = config.train.workflow == "async"
+    actor_spec = role_spec(config=config, role="actor",
+                           entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if offpolicy else ACTOR_ENTRYPOINT)
+    learner_spec = role_spec(config=config, role="learner",
+                             entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT if offpolicy else LEARNER_ENTRYPOINT)
+    probe = probe_request(scaling=config.actors.scaling)   # what the scaler reads from each learner result
+    return System(config=config, run_dir=run_dir, spaces=data.spaces, algo=data.algo, runtime=shared.runtime,
                   ledger=shared.ledger, pricing=shared.pricing,
-                  store=shared.store, store_events=StoreEvents(), buffer=buffer, replay=replay,
-                  scaler=scaler, actor_spec=actor_spec, learner_spec=learner_spec,
+                  store=shared.store, store_events=StoreEvents(), buffer=data.buffer, replay=data.replay,
+                  scaler=data.scaler, actor_spec=actor_spec, learner_spec=learner_spec,
                   checkpointer=Checkpointer(directory=run_dir / "checkpoints", keep=config.train.keep_checkpoints),
                   metrics=MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
                                       status_line=config.output.status_line),
                   probe=probe, ship_batches=config.runtime.backend == "ray", policy=policy, rank_base=rank_base,
                   owns_shared=owns_shared, shm_prefix=shared.shm_prefix if owns_shared else None)
+
+
+def _create_buffer(*, spec: dict, capacity_rows: int, offpolicy: bool) -> Buffer:
+    """The run's buffer, or a ConfigError naming the settings that sized it when shared memory cannot hold it."""
+    try:
+        return Buffer.create(spec=spec, capacity_rows=capacity_rows)
+    except BufferTooLarge as exc:
+        sized_by = "algo.buffer_capacity, or the actors and fragments kept in flight" if offpolicy else (
+            "2 rounds of actors.scaling (peak actors) × env.num_envs_per_actor × actors.fragment_steps")
+        raise ConfigError(f"{exc}: {capacity_rows:,} rows, sized by {sized_by}; lower them") from None
 
 
 def peak_actors(*, config: NimbusConfig) -> int:

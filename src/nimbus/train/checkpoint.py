@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nimbus.data.codec import Message
-from nimbus.errors import CheckpointError
+from nimbus.errors import CheckpointError, CodecError
 from nimbus.train.ckptfile import read_message, write_bytes
 
 FORMAT_VERSION = 2
@@ -149,7 +149,10 @@ def load_checkpoint(*, path: Path) -> CheckpointState:
             raise CheckpointError(f"{path / name}: {exc}") from exc
         if hashlib.sha256(data).hexdigest() != digest:
             raise CheckpointError(f"{path / name}: SHA-256 mismatch (corrupt or truncated)")
-        messages[name] = read_message(data=data, weights=name == "weights.safetensors")
+        try:  # safetensors or a codec frame, nothing else: a planted pickle is refused uninterpreted (P11)
+            messages[name] = read_message(data=data, weights=name == "weights.safetensors")
+        except CodecError as exc:
+            raise CheckpointError(f"{path / name}: not a nimbus checkpoint file, refused: {exc}") from None
     return CheckpointState(weights=messages["weights.safetensors"], optimizer=messages.get("optimizer.safetensors"),
                            policy_version=manifest["policy_version"], round=manifest["round"],
                            env_steps=manifest["env_steps"], episodes=manifest["episodes"],

@@ -29,13 +29,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from nimbus.config import parse_config
 from nimbus.errors import CheckpointError
-from nimbus.train.build import System
+from nimbus.train.build import System, probe_spaces
 from nimbus.train.checkpoint import CheckpointState, load_checkpoint
 from nimbus.functions.slot_state import slots_from_message
 from nimbus.functions.weights import load_model, optim_key, weights_key
 from nimbus.workflows.sync import POLICY, Progress
+
+MAX_DIFFERENCES_SHOWN = 8
 
 
 def load_resume_state(*, path: Path) -> CheckpointState:
@@ -62,11 +66,38 @@ def check_compatible(*, state: CheckpointState, system: System) -> None:
     if state.policy_version > 0 and state.optimizer is None:
         raise CheckpointError(f"the checkpoint of policy version {state.policy_version} has no optimizer state")
     model = system.algo.make_model(spaces=system.spaces)
+    differences = network_differences(state=state, model=model)
+    if differences:
+        differences = env_differences(state=state, system=system) + differences
+        shown = "; ".join(differences[:MAX_DIFFERENCES_SHOWN]) + (
+            f"; and {len(differences) - MAX_DIFFERENCES_SHOWN} more" if len(differences) > MAX_DIFFERENCES_SHOWN else "")
+        raise CheckpointError(f"the checkpoint's weights do not fit the network this config builds: {shown}")
+    load_model(model=model, message=state.weights)
+
+
+def network_differences(*, state: CheckpointState, model: torch.nn.Module) -> list[str]:
+    """Each parameter whose shape differs between the checkpoint and ``model``, or that only one of them has."""
+    built = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    saved = {name[len("param."):]: tuple(array.shape) for name, array in state.weights.arrays.items()
+             if name.startswith("param.")}
+    return [f"{name}: checkpoint {saved.get(name, 'absent')}, this config {built.get(name, 'absent')}"
+            for name in sorted(built.keys() | saved.keys()) if built.get(name) != saved.get(name)]
+
+
+def env_differences(*, state: CheckpointState, system: System) -> list[str]:
+    """The env id and spaces of the checkpoint's run where they differ from this config's."""
+    saved_config = parse_config(data=state.config)
+    if saved_config.env.id == system.config.env.id and saved_config.env.kwargs == system.config.env.kwargs:
+        return []
+    found = [f"env.id: checkpoint {saved_config.env.id!r}, this config {system.config.env.id!r}"]
     try:
-        load_model(model=model, message=state.weights)
-    except (RuntimeError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"the checkpoint's weights do not fit the network this config builds "
-                              f"(env {system.config.env.id}, algo {system.config.algo.name}): {exc}") from exc
+        saved = probe_spaces(config=saved_config)
+    except Exception as exc:  # noqa: BLE001 - the checkpoint's env may not be installed here: say so, go on
+        return found + [f"(the checkpoint's env cannot be made here to compare its spaces: {exc})"]
+    for name in ("observation", "action"):
+        if getattr(saved, name) != getattr(system.spaces, name):
+            found.append(f"{name} space: checkpoint {getattr(saved, name)}, this config {getattr(system.spaces, name)}")
+    return found
 
 
 def publish_checkpoint(*, state: CheckpointState, system: System) -> None:

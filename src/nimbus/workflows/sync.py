@@ -192,6 +192,7 @@ class SyncWorkflow:
         if self.progress.nonfinite_in_a_row >= limit:
             raise NimbusError(f"{limit} learner updates in a row produced a non-finite loss or gradient; stopping")
         finish_learner_round(system=self.system, policy=self.policy, version=version, new_version=new_version)
+        self.progress.policy_version = new_version  # before on_round: a checkpoint there holds this round's version
         self._finish_round(header=header)
         new_version = self.adopt_version(new_version)  # a controller may replace the policy (PBT exploit)
         self._forget_old_versions(current=new_version)

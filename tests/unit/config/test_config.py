@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from nimbus.config import apply_overrides, dump_config, load_config, parse_config
 from nimbus.errors import ConfigError
@@ -69,9 +70,13 @@ def test_yaml_error_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_config_is_frozen() -> None:
+    """Every section, not only the top level: a component cannot change what another one reads."""
     config = parse_config(data=minimal())
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="seed\n.*Instance is frozen"):
         config.seed = 3  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="max_rounds\n.*Instance is frozen"):
+        config.train.max_rounds = 3  # type: ignore[misc]
+    assert config.seed == parse_config(data=minimal()).seed and config.train == parse_config(data=minimal()).train
 
 
 def test_resolved_config_round_trips(tmp_path: Path) -> None:

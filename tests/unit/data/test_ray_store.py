@@ -56,6 +56,42 @@ def test_values_outlive_their_writer_and_are_addressed_by_key(ray_local) -> None
         store.close()
 
 
+def _attempt(descriptor: dict, key: str, writer: str, fill: float) -> int:
+    """A Ray task standing for one attempt of a function: it puts as ``writer`` and exits."""
+    from nimbus.data.stores import make_store, put_all
+
+    put_all(store=make_store(descriptor=descriptor), items={key: Message(arrays={"w": np.full(2, fill, np.float32)})},
+            writer=writer)
+    return 1
+
+
+def test_a_writer_may_replace_its_own_value_and_no_one_else_may(ray_local) -> None:
+    """P1 on Ray: a retried attempt (same invocation id, another process) redoes its put; no one else may."""
+    import ray
+
+    from nimbus.data.ray_store import RayStore
+    from nimbus.data.stores import store_descriptor
+
+    store = RayStore.create(namespace="t-writer")
+    attempt = ray.remote(_attempt)
+    try:
+        assert ray.get(attempt.remote(store_descriptor(store), "weights/main/1", "inv-a", 1.0)) == 1
+        for intruder in (None, "inv-b"):
+            with pytest.raises(KeyExists):
+                store.put(key="weights/main/1", message=Message(), writer=intruder)
+        assert ray.get(attempt.remote(store_descriptor(store), "weights/main/1", "inv-a", 2.0)) == 1  # the retry
+        assert store.get(key="weights/main/1").arrays["w"].tolist() == [2.0, 2.0]
+        store.put(key="weights/main/0", message=Message())  # no writer: nobody may replace it
+        with pytest.raises(KeyExists):
+            store.put(key="weights/main/0", message=Message(), writer="inv-a")
+        store.delete(key="weights/main/1")
+        store.put(key="weights/main/1", message=Message())  # deleted: free for anyone, the writer forgotten
+        with pytest.raises(KeyExists):
+            store.put(key="weights/main/1", message=Message(), writer="inv-a")
+    finally:
+        store.close()
+
+
 def _send(mailbox, count: int, nbytes: int) -> float:
     from nimbus.data.ray_channel import RayOutbox
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import threading
 import time
 from pathlib import Path
@@ -155,7 +156,7 @@ def test_an_acl_user_limited_to_nimbus_keys_is_enough(redis_server) -> None:
     admin = redis.Redis.from_url(server.url)
     admin.acl_setuser("nimbus", enabled=True, passwords=["+pw"], keys=["nimbus:*"], commands=[
         "+get", "+mget", "+set", "+del", "+exists", "+zadd", "+zrem", "+zrange", "+zrangebylex", "+pexpire",
-        "+multi", "+exec", "+ping", "+auth", "+config|get"])
+        "+multi", "+exec", "+eval", "+ping", "+auth", "+config|get"])
     admin.acl_setuser("reader", enabled=True, passwords=["+pw"], keys=["nimbus:*"], commands=["+ping", "+auth"])
     store = RedisStore(settings=settings(server.url, username="nimbus", password="pw"), owner=True)
     store.put_many(items={"weights/main/1": weights(), "optim/main/1": weights()})
@@ -185,3 +186,76 @@ def test_every_key_is_leased_and_renewed_while_the_owner_lives(redis_server) -> 
     assert raw.keys("nimbus:t:*") == []
     owner.close()
     worker.close()
+
+
+def test_a_writer_may_replace_its_own_value_and_no_one_else_may(redis_server) -> None:
+    """P1 on Redis: a retried attempt (same invocation id) redoes its put; any other put of the key is refused;
+    a delete removes the writer's mark with the value."""
+    server = redis_server()
+    store = RedisStore(settings=settings(server.url), owner=True)
+    store.put_many(items={"weights/main/1": weights(3), "optim/main/1": weights(3)}, writer="inv-a")
+    for intruder in (None, "inv-b"):
+        with pytest.raises(KeyExists, match="optim/main/1"):
+            store.put_many(items={"weights/main/1": weights(4), "optim/main/1": weights(4)}, writer=intruder)
+    store.put_many(items={"weights/main/1": weights(5), "optim/main/1": weights(5)}, writer="inv-a")
+    assert store.get(key="weights/main/1").arrays["w"].tolist() == [0, 1, 2, 3, 4]
+    store.put(key="weights/main/0", message=weights(2))  # no writer: nobody may replace it
+    for writer in (None, "inv-a"):
+        with pytest.raises(KeyExists):
+            store.put(key="weights/main/0", message=weights(6), writer=writer)
+    store.delete(key="weights/main/1")
+    store.put(key="weights/main/1", message=weights(7))  # free again, for anyone
+    raw = redis.Redis.from_url(server.url)
+    assert sorted(k.decode() for k in raw.keys("nimbus:t:w:*")) == ["nimbus:t:w:optim/main/1"]
+    store.close()
+    assert raw.keys("*") == []
+
+
+class _LoseOneReply:
+    """A TCP proxy to Redis that forwards both ways, except that the first request containing ``marker`` is
+    applied by the server and its reply never arrives: the proxy waits until ``applied()`` and then drops the
+    client's connection — what redis-py meets when a network path dies after EXEC (it then re-sends it)."""
+
+    def __init__(self, *, port: int, marker: bytes, applied) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}/0"
+        self.port, self.marker, self.applied, self.lost = port, marker, applied, 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self.listener.accept()
+            upstream = socket.create_connection(("127.0.0.1", self.port))
+            muted = threading.Event()
+            threading.Thread(target=self._pump, args=(client, upstream, muted, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, muted, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, muted: threading.Event, requests: bool) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                if requests and not self.lost and self.marker in data:
+                    self.lost += 1
+                    muted.set()  # no reply from here on reaches the client
+                    sink.sendall(data)
+                    deadline = time.monotonic() + 5
+                    while not self.applied() and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    source.shutdown(socket.SHUT_RDWR)
+                    return
+                if not (muted.is_set() and not requests):
+                    sink.sendall(data)
+        except OSError:
+            pass
+
+
+def test_a_resent_transaction_after_a_lost_reply_succeeds_for_its_writer(redis_server) -> None:
+    """The learner's put is one MULTI/EXEC; if its reply is lost, redis-py re-sends it on a new connection,
+    and the second EXEC finds the values the first one wrote: for their writer that is a success."""
+    server = redis_server()
+    raw = redis.Redis.from_url(server.url)
+    proxy = _LoseOneReply(port=server.port, marker=b"EXEC", applied=lambda: raw.exists("nimbus:t:v:optim/main/1"))
+    store = RedisStore(settings=settings(proxy.url), owner=True)
+    store.put_many(items={"weights/main/1": weights(3), "optim/main/1": weights(3)}, writer="inv-a")
+    assert proxy.lost == 1
+    assert store.keys(prefix="") == ["optim/main/1", "weights/main/1"]
+    store.close()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from nimbus.algos.base import KeySpec
 from nimbus.data.buffer import Buffer
+from protocol_helpers import assert_implements
 from nimbus.data.replay import FullBatch, ReplayStrategy
 from nimbus.data.shm import PREFIX_ENV, sweep
 
@@ -39,7 +40,7 @@ def ingest(buf: Buffer, *, actor: int, version: int, n: int, inv: str | None = N
 
 
 def test_full_batch_is_a_replay_strategy() -> None:
-    _: ReplayStrategy = FullBatch()
+    assert_implements(FullBatch(), ReplayStrategy, methods=("select", "consumed"))
 
 
 def test_not_ready_until_min_rows(buf: Buffer) -> None:

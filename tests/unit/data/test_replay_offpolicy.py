@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from nimbus.algos.base import KeySpec
 from nimbus.data.buffer import Buffer
+from protocol_helpers import assert_implements
 from nimbus.data.replay import Circular, FIFO, NStep, Prioritized, ReplayBatch, ReplayStrategy, Uniform, nstep_returns
 from nimbus.data.shm import PREFIX_ENV, sweep
 
@@ -43,7 +44,7 @@ def ingest(buf: Buffer, *, x: np.ndarray, actor: int = 0, version: int = 0, rewa
 def test_every_strategy_is_a_replay_strategy() -> None:
     for strategy in (Uniform(batch_rows=4), Prioritized(capacity_rows=8, batch_rows=4),
                      NStep(inner=Uniform(batch_rows=4), n=3, gamma=0.9, segment_rows=4), FIFO(fragment_rows=4)):
-        _: ReplayStrategy = strategy
+        assert_implements(strategy, ReplayStrategy, methods=("select", "consumed"))
 
 
 # ------------------------------------------------------------------------------------------ Uniform

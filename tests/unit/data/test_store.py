@@ -168,3 +168,26 @@ def test_get_and_put_across_processes(store: ShmStore, prefix: str) -> None:
     assert out == {"v": 7, "w": np.full((3, 2), 7.0).tolist()}
     grads = store.get(key="grads/l0/7")  # put by a worker that has exited since
     assert grads.header == {"from": "worker"} and float(grads.arrays["g"].sum()) == 84.0
+
+
+def test_a_writer_may_replace_its_own_value_and_no_one_else_may(store: ShmStore, prefix: str) -> None:
+    """P1: a retried attempt (same invocation id) redoes its put; any other put of the key is refused."""
+    code = ("from nimbus.data.store import ShmStore\nfrom nimbus.data.codec import Message\nimport numpy as np\n"
+            "ShmStore().put(key='weights/main/1', message=Message(header={'attempt': 1}, "
+            "arrays={'w': np.zeros(3, np.float32)}), writer='inv-a')\n")
+    run_python(code, prefix)  # attempt 1 wrote, then its process went away
+    for intruder in (None, "inv-b"):
+        with pytest.raises(KeyExists):
+            store.put(key="weights/main/1", message=weights(9), writer=intruder)
+    store.put(key="weights/main/1", message=Message(header={"attempt": 2}, arrays={"w": np.ones(5, np.float32)}),
+              writer="inv-a")
+    got = store.get(key="weights/main/1")
+    assert got.header == {"attempt": 2} and got.arrays["w"].tolist() == [1.0] * 5
+    assert list_segments(prefix=prefix) == [store.segment_of(key="weights/main/1")]
+    store.put(key="weights/main/2", message=weights(2))  # no writer: nobody may replace it, not even "no one"
+    for writer in (None, "inv-a"):
+        with pytest.raises(KeyExists):
+            store.put(key="weights/main/2", message=weights(3), writer=writer)
+    assert store.get(key="weights/main/2").header == {"policy_version": 2}
+    with pytest.raises(ValueError, match="writer"):
+        store.put(key="weights/main/3", message=weights(3), writer="")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
 import yaml
 
@@ -34,11 +35,32 @@ def _fake_run(root: Path, *, name: str, label: str, final: float, cost: float, n
     return run_dir
 
 
-def test_compare_runs_table_and_figure(tmp_path: Path) -> None:
+@pytest.fixture
+def figures(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The figures the report code draws, kept open (instead of closed after saving) for inspection."""
+    close, kept = plt.close, []
+    monkeypatch.setattr(plt, "close", kept.append)
+    yield kept
+    for fig in kept:
+        close(fig)
+
+
+def test_compare_runs_table_and_figure(tmp_path: Path, figures: list) -> None:
     a = _fake_run(tmp_path, name="nitro", label="nitro-s0", final=200.0, cost=0.004, nitro=True)
     b = _fake_run(tmp_path, name="fixed", label="fixed-s0", final=100.0, cost=0.001, nitro=False)
     rows = compare_runs(run_dirs=[a, b], output=tmp_path / "out" / "compare.png")
-    assert (tmp_path / "out" / "compare.png").stat().st_size > 0
+    assert plt.imread(tmp_path / "out" / "compare.png").shape == (432, 1440, 4)  # 16 x 4.8 in at 90 dpi
+    (fig,) = figures
+    assert [ax.get_xlabel() for ax in fig.axes] == ["env steps", "wall time (s)", "cost so far (USD, serverless)"]
+    for ax, x_of_round in zip(fig.axes, (lambda k: 100 * (k + 1), lambda k: 1.5 * (k + 1), None)):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert sorted(lines) == ["fixed-s0", "nitro-s0"]  # one curve per run, each the run's moving-mean return
+        assert list(lines["nitro-s0"].get_ydata()) == [50.0, 100.0, 150.0, 200.0]
+        assert list(lines["fixed-s0"].get_ydata()) == [25.0, 50.0, 75.0, 100.0]
+        if x_of_round is not None:
+            assert list(lines["nitro-s0"].get_xdata()) == [x_of_round(k) for k in range(4)]
+        assert lines["nitro-s0"].get_color() != lines["fixed-s0"].get_color()  # one colour per config name
+    assert list(fig.axes[2].get_lines()[0].get_xdata()) == pytest.approx([0.001, 0.002, 0.003, 0.004])
     assert [(r.label, r.name) for r in rows] == [("nitro-s0", "nitro"), ("fixed-s0", "fixed")]
     assert rows[0].return_per_usd == pytest.approx(50_000) and rows[1].return_per_usd == pytest.approx(100_000)
     assert comparison_table(rows=rows).row_count == 2
@@ -53,14 +75,25 @@ def test_compare_rejects_an_unfinished_run(tmp_path: Path) -> None:
 def test_cli_compare(tmp_path: Path) -> None:
     a = _fake_run(tmp_path, name="nitro", label="a", final=10.0, cost=0.01, nitro=True)
     assert main(["compare", str(a), "--output", str(tmp_path / "c.png")]) == 0
-    assert (tmp_path / "c.png").exists()
+    assert plt.imread(tmp_path / "c.png").shape == (432, 1440, 4)
     assert main(["compare", str(tmp_path / "missing")]) == 1
 
 
 @pytest.mark.parametrize("nitro", [True, False])
-def test_report_has_nitro_panels_with_or_without_a_probe(tmp_path: Path, nitro: bool) -> None:
+def test_report_has_nitro_panels_with_or_without_a_probe(tmp_path: Path, nitro: bool, figures: list) -> None:
     run_dir = _fake_run(tmp_path, name="r", label="r", final=5.0, cost=0.002, nitro=nitro)
-    assert render_report(run_dir=run_dir).stat().st_size > 0
+    assert plt.imread(render_report(run_dir=run_dir)).shape == (1080, 1080, 4)  # 12 x 12 in at 90 dpi
+    (fig,) = figures
+    nitro_panel = next(ax for ax in fig.axes if ax.get_title().startswith("Nitro"))
+    if nitro:  # R per round without the NaN round, S on the twin axis
+        assert [list(line.get_xdata()) for line in nitro_panel.get_lines()] == [[0, 2, 3]]
+        assert list(nitro_panel.get_lines()[0].get_ydata()) == [1.0, 0.5, 2.0]
+        twin = next(ax for ax in fig.axes if ax is not nitro_panel and ax.get_ylabel() == "S")
+        assert list(twin.get_lines()[0].get_ydata()) == [0.0, 0.0, 0.9, 0.1]
+    else:
+        assert nitro_panel.get_lines() == [] and "no Hessian probe" in nitro_panel.texts[0].get_text()
+    cost_panel = next(ax for ax in fig.axes if ax.get_title().startswith("cost per round"))
+    assert [bar.get_height() for bar in cost_panel.patches] == pytest.approx([0.0005] * 4)  # 0.002 over 4 rounds
 
 
 def test_scaling_budget_from_saved_config() -> None:

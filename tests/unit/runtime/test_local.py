@@ -137,6 +137,31 @@ def test_p2_a_superseded_late_result_is_dropped(make_runtime, tmp_path: Path) ->
     assert list_segments(prefix=run_prefix()) == []
 
 
+def test_a_busy_worker_s_result_is_accepted_only_for_its_current_attempt(make_runtime) -> None:
+    """P2 at the acceptance guard: while a worker runs attempt 1 of an invocation, results from that worker
+    naming attempt 2 of it, or another invocation, are dropped; then its real result is accepted."""
+    runtime, ledger = make_runtime(capacity_cpus=1)
+    future = runtime.invoke(spec=spec("sleep", timeout_s=60, max_retries=1), request=Message(header={"seconds": 3.0}))
+    assert wait_for(lambda: any(w.state == "busy" for w in runtime._pool.slots.values()), timeout_s=30)
+    (worker,) = [w for w in runtime._pool.slots.values() if w.state == "busy"]
+    attempt = worker.attempt
+    a, b = socket.socketpair()
+    inbox = Inbox()
+    inbox.add_source(source="peer", sock=b, segment_prefix=body_segment_prefix(prefix=run_prefix(), pid=os.getpid()))
+    outbox = Outbox(sock=a)
+    for invocation_id, number in ((attempt.invocation.invocation_id, attempt.number + 1),
+                                  ("another-invocation", attempt.number)):
+        outbox.send(message=Message(header={"forged": True}),
+                    tag={"op": "result", "invocation_id": invocation_id, "attempt": number,
+                         "start_at": 0.0, "end_at": 1.0, "outcome": "ok", "error": None})
+        runtime._on_envelope(dataclasses.replace(inbox.get(timeout_s=10), source=worker.worker_id))
+    outbox.close(), inbox.close(), a.close()
+    assert runtime.stats().dropped_results == 2 and not future.done()
+    result = future.result(timeout=30)
+    assert "forged" not in result.header and result.header["slept_s"] == 3.0 and result.header["attempt"] == 1
+    assert [(r.attempt, r.outcome) for r in ledger.records()] == [(1, "ok")]
+
+
 def test_p3_spent_retries_raise_the_original_error(make_runtime) -> None:
     runtime, ledger = make_runtime()
     future = runtime.invoke(spec=spec("raise_error", max_retries=2), request=Message(header={"error": "ValueError"}))

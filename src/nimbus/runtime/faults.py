@@ -1,0 +1,82 @@
+"""Fault points: named places in function code where a reliability test makes an attempt die, hang or
+raise (RELIABILITY.md P1, P6), as Ray builds its chaos hooks (``RAY_testing_*``) into its own code.
+
+A point is armed by the environment variable ``NIMBUS_FAULTS`` (a JSON object: point name → spec),
+which local workers inherit from the driver. Unset, a point costs one dictionary lookup. The spec::
+
+    {"action": "kill" | "sleep" | "raise",  # SIGKILL this process / sleep sleep_s / raise RuntimeError
+     "counter_path": "/tmp/x",               # a file counting the passes, under a lock, so the count
+     "after": 0,                             #   survives the worker a fault killed: pass `after` times
+     "times": 1,                             #   quietly, then fire on the next `times` passes
+     "sleep_s": 3600}
+
+Points: ``learner.published`` (a learner function right after its put of weights and optimizer state
+v+1, before its result is sent); ``learner.optimizer_step`` (inside ``optimizer.step()`` of the
+learner's update, before the parameters change).
+
+Example::
+
+    NIMBUS_FAULTS='{"learner.published": {"action": "kill", "counter_path": "/tmp/c", "times": 1}}' \\
+        nimbus train configs/ppo-cartpole.yaml      # round 0's learner dies once; its retry must succeed
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+FAULTS_ENV = "NIMBUS_FAULTS"
+ACTIONS = ("kill", "sleep", "raise")
+
+
+def bump_counter(*, path: str | Path, limit: int) -> bool:
+    """Atomically increment the counter in ``path`` if it is below ``limit``; True if it was."""
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        count = int(handle.read().strip() or 0)
+        if count >= limit:
+            return False
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(count + 1))
+        handle.flush()
+        os.fsync(handle.fileno())
+        return True
+
+
+def read_counter(*, path: str | Path) -> int:
+    try:
+        return int(Path(path).read_text().strip() or 0)
+    except FileNotFoundError:
+        return 0
+
+
+def armed(*, name: str) -> dict | None:
+    """The spec ``NIMBUS_FAULTS`` gives the point ``name``, or None."""
+    faults = os.environ.get(FAULTS_ENV)
+    return json.loads(faults).get(name) if faults else None
+
+
+def fault_point(*, name: str) -> None:
+    """Misbehave here if ``NIMBUS_FAULTS`` arms ``name`` and this pass is one of the ``times`` after ``after``."""
+    spec = armed(name=name)
+    if spec is None:
+        return
+    after = int(spec.get("after", 0))
+    if not bump_counter(path=spec["counter_path"], limit=after + int(spec.get("times", 1))) or \
+            read_counter(path=spec["counter_path"]) <= after:
+        return
+    action = spec["action"]
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "sleep":
+        time.sleep(float(spec.get("sleep_s", 3600)))
+    elif action == "raise":
+        raise RuntimeError(f"injected fault at {name} ({FAULTS_ENV})")
+    else:
+        raise ValueError(f"{FAULTS_ENV}: {name}.action must be one of {ACTIONS}, not {action!r}")
