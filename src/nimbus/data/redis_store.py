@@ -254,10 +254,12 @@ class RedisStore:
         return max(1, int(self.settings.lease_s * 1000))
 
     def _lease(self, *, pipe: Any, keys: list[str]) -> None:
-        """Queue PEXPIRE for ``keys``' values and the index on ``pipe``: whoever writes a key leases it, so a
-        value written after the driver died still expires."""
+        """Queue PEXPIRE for ``keys``' values, their writer marks and the index on ``pipe``: whoever writes a
+        key leases it, so a value written after the driver died still expires (PEXPIRE of a missing mark is a
+        no-op)."""
         for key in keys:
             pipe.pexpire(self._value_key(key), self._lease_ms)
+            pipe.pexpire(self._writer_key(key), self._lease_ms)
         pipe.pexpire(self._index, self._lease_ms)
 
     def renew_lease(self) -> None:
