@@ -215,7 +215,7 @@ def test_a_planted_pickle_checkpoint_is_refused_without_side_effect(make_config,
     manifest["files"]["weights.safetensors"] = hashlib.sha256(payload).hexdigest()
     (newest / "manifest.json").write_text(json.dumps(manifest))
     assert load_checkpoint(path=first.run_dir).round == 1  # the previous one, which verifies
-    with pytest.raises(CheckpointError, match="not a nimbus frame"):
+    with pytest.raises(CheckpointError, match="not a nimbus checkpoint file, refused"):
         load_checkpoint(path=newest)
     resumed = train(config=make_config(overrides=["train.max_rounds=3"]), resume_from=first.run_dir)
     assert resumed.summary.rounds == 3 and not marker.exists()

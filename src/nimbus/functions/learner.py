@@ -109,14 +109,8 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
     store: Store = state["store"]
     if state.get("obs_rms") is not None:  # fold this round's raw-observation moments into the statistics
         state["obs_rms"] = merge(into=state["obs_rms"], other=pop_moments(arrays=dict(request.arrays)))
-    put_all(store=store, items={  # one round trip where the backend batches (redis: one pipeline)
-        weights_key(policy=req.policy, version=new_version): model_to_message(
-            model=_cpu(model), version=new_version, extra=rms_to_extras(rms=state.get("obs_rms"))),
-        optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
-                                                                                version=new_version)},
-            writer=context.invocation_id)  # a retry of this invocation may redo the puts (data/store.py)
-    state["version"] = (req.policy, new_version)
-    fault_point(name="learner.published")
+    publish_version(store=store, state=state, req=req, model=model, optimizer=optimizer,
+                    writer=context.invocation_id)
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
               "transfer_s": transfer_s, "learning_s": time.perf_counter() - started - transfer_s,
@@ -196,6 +190,22 @@ def _restore(*, model: torch.nn.Module, optimizer: torch.optim.Optimizer, snapsh
                        message=store.get(key=optim_key(policy=req.policy, version=req.policy_version)))
     else:
         optimizer.state.clear()
+
+
+def publish_version(*, store: Store, state: dict[str, Any], req: LearnerRequest, model: torch.nn.Module,
+                    optimizer: torch.optim.Optimizer, writer: str) -> None:
+    """Put weights and optimizer state of version ``req.policy_version + 1`` (with the observation statistics)
+    in one round trip where the backend batches, tagged with ``writer`` (the invocation id: a retry of this
+    invocation may redo the puts, data/store.py), and remember the version in the warm cache."""
+    new_version = req.policy_version + 1
+    put_all(store=store, items={
+        weights_key(policy=req.policy, version=new_version): model_to_message(
+            model=_cpu(model), version=new_version, extra=rms_to_extras(rms=state.get("obs_rms"))),
+        optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
+                                                                                version=new_version)},
+            writer=writer)
+    state["version"] = (req.policy, new_version)
+    fault_point(name="learner.published")
 
 
 def _cpu(model: torch.nn.Module) -> torch.nn.Module:

@@ -24,14 +24,12 @@ import torch
 
 from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
-from nimbus.data.stores import function_store, put_all
+from nimbus.data.stores import function_store
 from nimbus.runtime.base import FunctionContext
-from nimbus.runtime.faults import fault_point
 from nimbus.functions.actor import derive_seed
-from nimbus.functions.learner import LearnerRequest, _cpu, _learner_state, _probe, _restore
-from nimbus.functions.obsnorm import merge, pop_moments, rms_to_extras
+from nimbus.functions.learner import LearnerRequest, _learner_state, _probe, _restore, publish_version
+from nimbus.functions.obsnorm import merge, pop_moments
 from nimbus.functions.pipeline import GAE_KEYS, TRAIN_KEYS, PipelineOptions, StreamingPPOUpdate
-from nimbus.functions.weights import model_to_message, optim_key, optimizer_to_message, weights_key
 
 PIPELINE_KEY = "pipeline"  # request header key; its presence routes learner_function here
 POLL_S = 0.0005
@@ -124,14 +122,8 @@ def pipelined_learner_function(*, context: FunctionContext, request: Message) ->
     new_version = req.policy_version + 1
     if state.get("obs_rms") is not None:
         state["obs_rms"] = merge(into=state["obs_rms"], other=pop_moments(arrays=dict(request.arrays)))
-    put_all(store=state["store"], items={
-        weights_key(policy=req.policy, version=new_version): model_to_message(
-            model=_cpu(model), version=new_version, extra=rms_to_extras(rms=state.get("obs_rms"))),
-        optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
-                                                                                version=new_version)},
-            writer=context.invocation_id)  # a retry of this invocation may redo the puts (data/store.py)
-    state["version"] = (req.policy, new_version)
-    fault_point(name="learner.published")
+    publish_version(store=state["store"], state=state, req=req, model=model, optimizer=optimizer,
+                    writer=context.invocation_id)
     extras = {**_probe(algo=state["algo"], model=model, batch=batch, req=req), "pipeline_wait_s": waited_s}
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
               "transfer_s": 0.0, "learning_s": time.perf_counter() - started, "compute_s": compute_s,

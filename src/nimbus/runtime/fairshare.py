@@ -12,7 +12,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 
 def fair_pick(*, queued: Sequence[str], busy_cpus: Mapping[str, float], weights: Mapping[str, float]) -> int:
@@ -29,3 +29,16 @@ def fair_pick(*, queued: Sequence[str], busy_cpus: Mapping[str, float], weights:
         if load < best_load:
             best, best_load = index, load
     return best
+
+
+def next_index(*, queue: Iterable[Any], slots: Iterable[Any], weights: Mapping[str, float]) -> int:
+    """The index of the next invocation to place, for a backend's queue of invocations and its worker slots
+    (each with ``spec.workload``, ``spec.resources.cpus``; a slot with an ``attempt`` is busy). FIFO (0)
+    without weights. The local and Ray runtimes both schedule with it."""
+    if not weights:
+        return 0
+    busy: dict[str, float] = {}
+    for slot in slots:
+        if slot.attempt is not None:
+            busy[slot.spec.workload] = busy.get(slot.spec.workload, 0.0) + slot.spec.resources.cpus
+    return fair_pick(queued=[invocation.spec.workload for invocation in queue], busy_cpus=busy, weights=weights)

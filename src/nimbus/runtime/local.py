@@ -54,7 +54,7 @@ from nimbus.data.shm import run_prefix
 from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
 from nimbus.runtime.base import FunctionSpec
-from nimbus.runtime.fairshare import fair_pick
+from nimbus.runtime.fairshare import next_index
 from nimbus.runtime.transport import send_frame
 from nimbus.runtime.pool import same_pool, WorkerHandle, WorkerPool, WorkerSlot
 
@@ -221,13 +221,7 @@ class LocalRuntime(AttemptEndings):
         return actions
 
     def _next_index(self) -> int:
-        if not self._weights:
-            return 0
-        busy: dict[str, float] = {}
-        for worker in self._pool.slots.values():
-            if worker.attempt is not None:
-                busy[worker.spec.workload] = busy.get(worker.spec.workload, 0.0) + worker.spec.resources.cpus
-        return fair_pick(queued=[inv.spec.workload for inv in self._queue], busy_cpus=busy, weights=self._weights)
+        return next_index(queue=self._queue, slots=self._pool.slots.values(), weights=self._weights)
 
     def _place(self, invocation: Invocation) -> WorkerSlot | None:
         spec = invocation.spec

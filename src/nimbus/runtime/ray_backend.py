@@ -51,6 +51,7 @@ from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
 from nimbus.runtime.base import FunctionSpec
+from nimbus.runtime.fairshare import next_index
 from nimbus.runtime.local import RuntimeStats
 from nimbus.runtime.ray_cluster import connect_ray
 from nimbus.runtime.ray_pool import RayPool, RaySlot
@@ -74,6 +75,7 @@ class RayRuntime(AttemptEndings):
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._queue: deque[Invocation] = deque()
+        self._weights: dict[str, float] = {}  # workload → fair-share weight (runtime/fairshare.py); empty: FIFO
         self._events: deque[Action] = deque()  # posted by Ray callbacks, run by the monitor under the lock
         self._tally, self._counts, self._closed = Tally(), {"failed": 0, "dropped": 0}, False
         self._pool = RayPool(changed=self._changed, max_workers=max_workers, keep_alive_s=keep_alive_s,
@@ -97,6 +99,11 @@ class RayRuntime(AttemptEndings):
             self._queue.append(invocation)
             self._changed.notify_all()
         return invocation.future
+
+    def set_shares(self, *, weights: dict[str, float]) -> None:
+        """Divide the pool between workloads by these weights (FunctionSpec.workload names them)."""
+        with self._lock:
+            self._weights = dict(weights)
 
     def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
         return [self.invoke(spec=spec, request=request) for request in requests]
@@ -153,14 +160,15 @@ class RayRuntime(AttemptEndings):
     def _schedule(self) -> list[Action]:
         actions: list[Action] = []
         while self._queue and not self._closed:
-            invocation = self._queue[0]
+            index = next_index(queue=self._queue, slots=self._pool.slots.values(), weights=self._weights)
+            invocation = self._queue[index]
             if invocation.future.cancelled():
-                self._queue.popleft()
+                del self._queue[index]
                 continue
             worker = self._place(invocation)
             if worker is None:
                 break
-            self._queue.popleft()
+            del self._queue[index]
             invocation.attempts += 1
             worker.attempt = Attempt(invocation=invocation, number=invocation.attempts,
                                       cold=worker.state == "starting")

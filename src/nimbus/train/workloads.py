@@ -35,7 +35,7 @@ from nimbus.workflows.sync import Progress, SyncWorkflow
 
 
 def check_workloads(*, configs: list[NimbusConfig]) -> None:
-    """Exit-2 rules: unique names; each a one-policy sync run; one local pool."""
+    """Exit-2 rules: unique names; each a one-policy sync run; one pool (local or Ray) for all."""
     seen: set[str] = set()
     for i, config in enumerate(configs):
         where = f"workload {i + 1} ({config.name})"
@@ -45,8 +45,9 @@ def check_workloads(*, configs: list[NimbusConfig]) -> None:
         if config.train.workflow != "sync" or config.policies or config.pbt is not None \
                 or config.pipeline.minibatch or config.pipeline.dual_stage:
             raise ConfigError(f"train.workflow: {where}: several workloads on one pool run one-policy sync workloads")
-        if config.runtime.backend != "local":
-            raise ConfigError(f"runtime.backend: {where}: several workloads share a local pool for now")
+        if (config.runtime.backend, config.runtime.address) != (configs[0].runtime.backend, configs[0].runtime.address):
+            raise ConfigError(f"runtime.backend: {where}: every workload runs on the first one's pool "
+                              f"({configs[0].runtime.backend}, address {configs[0].runtime.address!r})")
 
 
 def _workload(*, config: NimbusConfig, runtime: Any, store: Any, pool_ledger: Ledger) -> System:

@@ -19,6 +19,15 @@ from nimbus.functions.weights import model_to_message, weights_key
 EPISODE_STEPS = 5  # CartPole truncated at 5 steps: a random policy almost never falls that soon
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """actor_function sets torch's thread count for its worker; called in-process it must not leak into the
+    tests after it (a driver with 1 thread forks workers with 1: the snapshots' float sums then differ)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def test_a_truncated_episode_bootstraps_from_its_final_observation_not_the_reset_one() -> None:
     """next_values of a truncated step is V(final observation); the next row's obs (the reset) would be wrong."""
     algo = PPO(config=PPOConfig())

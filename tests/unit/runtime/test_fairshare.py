@@ -52,3 +52,22 @@ def test_pool_ledger_rows_carry_their_workload_and_split_into_each_workloads_led
     assert [r.invocation_id for r in own["a"].records()] == ["0", "2"] and len(own["b"].records()) == 1
     billed = {name: sum(r.billed_s for r in ledger.records()) for name, ledger in own.items()}
     assert billed["a"] + billed["b"] == sum(r.billed_s for r in pool.records())
+
+
+def test_next_index_counts_busy_cpus_per_workload_from_the_slots() -> None:
+    """What both runtimes schedule with: busy slots' cpus summed per workload, idle slots ignored."""
+    from types import SimpleNamespace as NS
+
+    from nimbus.runtime.fairshare import next_index
+
+    def spec(workload: str, cpus: float) -> NS:
+        return NS(workload=workload, resources=NS(cpus=cpus))
+
+    slots = [NS(spec=spec("a", 1.0), attempt=object()), NS(spec=spec("b", 1.0), attempt=object()),
+             NS(spec=spec("b", 1.0), attempt=None)]  # b: 1 busy cpu, a: 1 busy cpu
+    queue = [NS(spec=spec("b", 1.0)), NS(spec=spec("a", 1.0))]
+    assert next_index(queue=queue, slots=slots, weights={"a": 1.0, "b": 1.0}) == 0  # tie: the oldest
+    assert next_index(queue=queue, slots=slots, weights={"a": 2.0, "b": 1.0}) == 1  # a's share is double
+    assert next_index(queue=queue, slots=slots, weights={}) == 0
+    slots.append(NS(spec=spec("b", 2.0), attempt=object()))
+    assert next_index(queue=queue, slots=slots, weights={"a": 1.0, "b": 1.0}) == 1
