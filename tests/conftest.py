@@ -42,3 +42,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.section(f"{len(skipped)} skipped", sep="=", yellow=True, bold=True)
     for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0])):
         terminalreporter.line(f"{count:4d} skipped: {reason}")
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """Functions called in-process set torch's thread count for their worker; that must not leak into later
+    tests (the driver's thread count changes its initial weights bitwise: orthogonal init's QR)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
