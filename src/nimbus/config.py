@@ -23,7 +23,7 @@ from nimbus.control.config import ScalingConfig
 from nimbus.control.population_config import PBTConfig, PolicyConfig, check_population
 from nimbus.config_rules import check_cluster, check_pipeline, check_workflow
 from nimbus.errors import ConfigError
-from nimbus.workflows.async_config import AsyncWorkflowConfig
+from nimbus.config_async import AsyncWorkflowConfig
 
 
 class Section(BaseModel):
