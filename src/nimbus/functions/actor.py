@@ -70,6 +70,17 @@ class EnvSlot:
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
 
+    def finish_episodes(self, *, done: np.ndarray, returns: list[float], lengths: list[int]) -> np.ndarray:
+        """Append the return and length of each env whose episode ended (``done``), reset its tallies, and
+        return those envs' indices."""
+        ended = np.flatnonzero(done)
+        for i in ended:
+            returns.append(float(self.episode_returns[i]))
+            lengths.append(int(self.episode_lengths[i]))
+            self.episode_returns[i] = 0.0
+            self.episode_lengths[i] = 0
+        return ended
+
 
 def derive_seed(*parts: int) -> int:
     """A 63-bit seed from integers (stable across processes, unlike hash())."""
@@ -164,11 +175,7 @@ def _rollout(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot, req: Act
         step = _step_all(slot=slot, actions=env_actions)
         timers["inference_s"] += tock - tick
         timers["env_s"] += time.perf_counter() - tock
-        for i in np.flatnonzero(step["done"]):
-            finished_returns.append(float(slot.episode_returns[i]))
-            finished_lengths.append(int(slot.episode_lengths[i]))
-            slot.episode_returns[i] = 0.0
-            slot.episode_lengths[i] = 0
+        for i in slot.finish_episodes(done=step["done"], returns=finished_returns, lengths=finished_lengths):
             if step["truncated"][i] and not step["terminated"][i]:
                 truncated_final[(t, int(i))] = normalize(rms=rms, obs=step["final_obs"][i])
         row = {"obs": policy_obs, "raw_obs": slot.obs, "actions": out.actions, "rewards": step["rewards"],

@@ -83,11 +83,7 @@ def _transitions(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot, req:
         step = _step_all(slot=slot, actions=clip_action(action=actions, space=action_space))
         timers["inference_s"] += tock - tick
         timers["env_s"] += time.perf_counter() - tock
-        for i in np.flatnonzero(step["done"]):
-            returns.append(float(slot.episode_returns[i]))
-            lengths.append(int(slot.episode_lengths[i]))
-            slot.episode_returns[i] = 0.0
-            slot.episode_lengths[i] = 0
+        slot.finish_episodes(done=step["done"], returns=returns, lengths=lengths)
         row = {"obs": slot.obs, "actions": actions, "rewards": step["rewards"], "next_obs": step["final_obs"],
                "terminated": step["terminated"], "truncated": step["truncated"], **extras}
         for key, value in row.items():
