@@ -23,7 +23,8 @@ from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.sac.config import SACConfig
 from nimbus.config_rules import OFF_POLICY
-from nimbus.data.replay import FIFO, Circular, NStep, Prioritized, Uniform
+from nimbus.data.fragment_replay import FIFO, Circular
+from nimbus.data.replay import NStep, Prioritized, Uniform
 from nimbus.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -29,7 +29,8 @@ import numpy as np
 
 from nimbus.control.base import RoundMetrics
 from nimbus.data.codec import Message
-from nimbus.data.replay import FIFO, Circular, ReplayBatch
+from nimbus.data.fragment_replay import FIFO, Circular
+from nimbus.data.replay import ReplayBatch
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TimeTrigger, TriggerTable
 from nimbus.errors import NimbusError
 from nimbus.train.build import System

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from nimbus.algos.base import KeySpec
 from nimbus.data.buffer import Buffer
 from protocol_helpers import assert_implements
-from nimbus.data.replay import Circular, FIFO, NStep, Prioritized, ReplayBatch, ReplayStrategy, Uniform, nstep_returns
+from nimbus.data.fragment_replay import FIFO, Circular
+from nimbus.data.replay import NStep, Prioritized, ReplayBatch, ReplayStrategy, Uniform, nstep_returns
 from nimbus.data.shm import PREFIX_ENV, sweep
 
 SPEC = {"x": KeySpec(shape=(), dtype="int64"), "rewards": KeySpec(shape=(), dtype="float32"),

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from nimbus.config import load_config
-from nimbus.data.replay import FIFO, NStep, Prioritized, Uniform
+from nimbus.data.fragment_replay import FIFO
+from nimbus.data.replay import NStep, Prioritized, Uniform
 from nimbus.errors import ConfigError
 from nimbus.train.offpolicy_plan import Pacer, make_replay, plan_for
 

@@ -7,7 +7,7 @@ Atari a CNN). V-trace ρ̄ = c̄ = 1 and gradient-norm clip 40 follow Espeholt e
 
 IMPACT (Luo et al. 2020, §3) needs its two parts to differ from IMPALA: a *circular buffer* that keeps
 the last ``circular_buffer_batches`` FIFO batches and replays each ``circular_buffer_replays`` (K) times
-(``data/replay.py`` ``Circular``), and a *target network* refreshed every ``target_update_interval`` (N)
+(``data/fragment_replay.py`` ``Circular``), and a *target network* refreshed every ``target_update_interval`` (N)
 learner steps. nimbus's defaults K = 2, 4 batches, N = 4 are choices, not tuned values. A config with
 N = 1 and τ = 1 is refused: the target would be a copy of π at every loss (π/π_target = 1, no clipping),
 i.e. IMPALA with a detour.
