@@ -1,0 +1,261 @@
+"""Gradient aggregation rules for asynchronous learner functions (Stellaris §V-C, DESIGN.md §3).
+
+A rule sees each gradient as it lands (`offer`) and answers with a `Verdict`: the gradients to
+aggregate now (an `Aggregation`, each member with its staleness and scale), or nothing yet, plus any
+gradient it refuses (P7: a refused gradient never reaches the optimizer, and is counted). The
+workflow invokes the parameter function with the aggregation, then calls `applied` when the new
+version is published; it offers nothing while a parameter function is in flight, so a queued
+gradient's staleness (version now − version its learner read) cannot change while it waits.
+
+    stellaris       the paper. Round 0 (the first ``learners`` gradients) runs without a threshold,
+                    each gradient applied on arrival, to measure δmax (at least 1). Then β_k = δmax · d^k
+                    at aggregation k; every arrival is queued and the whole queue is aggregated when its
+                    mean staleness ≤ β_k. A gradient staler than δmax is refused; a queue longer than
+                    ``max_queue`` sheds its stalest gradient (refused). Scale 1/δ^(1/v) for δ > 0, 1 at
+                    δ = 0; the aggregate is the mean of the scaled gradients, one optimizer step.
+    stellaris_code  the authors' code: threshold seeded with round 0's mean staleness + 1, the queue
+                    also flushed when it holds ``learners`` gradients, and each admitted gradient its
+                    own optimizer step (``separate_steps``).
+    sync            only gradients of the current version (others refused); aggregate when ``learners``
+                    of them are queued; at most ``learners`` launches per version (`may_launch`).
+    softsync        aggregate every ``k`` gradients, whatever their staleness (Zhang et al. 2016).
+    ssp             each gradient applied on arrival; a learner slot more than ``s`` applied gradients
+                    ahead of the slowest slot waits (`may_launch`, Ho et al. 2013).
+    async           each gradient applied on arrival.
+
+Example::
+
+    rule = make_rule(name="stellaris", learners=3)
+    verdict = rule.offer(arrival=Arrival(key="grad/main/7", slot=1, read_version=4))
+    if verdict.aggregation: ...invoke the parameter function...; rule.applied(aggregation=verdict.aggregation)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
+
+RuleName = Literal["stellaris", "stellaris_code", "sync", "softsync", "ssp", "async"]
+RULES: tuple[str, ...] = ("stellaris", "stellaris_code", "sync", "softsync", "ssp", "async")
+
+
+@dataclass(frozen=True)
+class Arrival:
+    key: str            # the gradient's Store key
+    slot: int           # the learner slot that computed it
+    read_version: int   # the policy version its learner read
+
+
+@dataclass(frozen=True)
+class Member:
+    key: str
+    staleness: int
+    scale: float        # multiplies the gradient before the mean (Eq. 4's α0/δ^(1/v) as a factor of α0)
+    slot: int = 0
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    members: tuple[Member, ...]
+    separate_steps: bool = False   # stellaris_code: one optimizer step per member, in order
+
+    @property
+    def versions_advanced(self) -> int:
+        return len(self.members) if self.separate_steps else 1
+
+
+@dataclass(frozen=True)
+class Rejection:
+    key: str
+    staleness: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    aggregation: Aggregation | None
+    rejected: tuple[Rejection, ...] = ()
+
+
+def staleness_scale(*, staleness: int, root: int) -> float:
+    """Eq. 4 as a factor of α0: 1/δ^(1/v) for δ > 0, 1 for a fresh gradient."""
+    return 1.0 if staleness <= 0 else float(staleness) ** (-1.0 / root)
+
+
+class Rule:
+    """Common state: the parameter version now, and launches/applications per learner slot."""
+
+    name = "async"
+
+    def __init__(self, *, learners: int) -> None:
+        if learners < 1:
+            raise ValueError(f"learners must be ≥ 1, got {learners}")
+        self.learners = learners
+        self.version = 0
+        self.aggregations = 0
+        self.launches_per_version: Counter[int] = Counter()
+        self.applied_per_slot: Counter[int] = Counter()
+
+    @property
+    def threshold(self) -> float | None:
+        """β_k for the staleness-aware rules; None where the rule has no threshold."""
+        return None
+
+    def may_launch(self, *, slot: int) -> bool:
+        return True
+
+    def launched(self, *, slot: int) -> None:
+        self.launches_per_version[self.version] += 1
+
+    def _member(self, *, arrival: Arrival, scale: float = 1.0) -> Member:
+        return Member(key=arrival.key, staleness=self.version - arrival.read_version, scale=scale, slot=arrival.slot)
+
+    def offer(self, *, arrival: Arrival) -> Verdict:
+        return Verdict(aggregation=Aggregation(members=(self._member(arrival=arrival),)))
+
+    def applied(self, *, aggregation: Aggregation) -> None:
+        """The parameter function published the aggregation: advance the version."""
+        self.version += aggregation.versions_advanced
+        self.aggregations += 1
+        for member in aggregation.members:
+            self.applied_per_slot[member.slot] += 1
+
+
+class AsyncRule(Rule):
+    name = "async"
+
+
+class SSPRule(Rule):
+    """Stale synchronous parallel: apply on arrival; a slot ``bound`` applied gradients ahead of the slowest waits."""
+
+    name = "ssp"
+
+    def __init__(self, *, learners: int, bound: int) -> None:
+        super().__init__(learners=learners)
+        self.bound = bound
+
+    def may_launch(self, *, slot: int) -> bool:
+        slowest = min(self.applied_per_slot[s] for s in range(self.learners))
+        return self.applied_per_slot[slot] - slowest <= self.bound
+
+
+class _QueueRule(Rule):
+    def __init__(self, *, learners: int) -> None:
+        super().__init__(learners=learners)
+        self.queue: list[Member] = []
+
+    def _flush(self, *, separate_steps: bool = False) -> Verdict:
+        members, self.queue = tuple(self.queue), []
+        return Verdict(aggregation=Aggregation(members=members, separate_steps=separate_steps))
+
+
+class SoftSyncRule(_QueueRule):
+    name = "softsync"
+
+    def __init__(self, *, learners: int, k: int) -> None:
+        super().__init__(learners=learners)
+        self.k = k
+
+    def offer(self, *, arrival: Arrival) -> Verdict:
+        self.queue.append(self._member(arrival=arrival))
+        return self._flush() if len(self.queue) >= self.k else Verdict(aggregation=None)
+
+
+class SyncRule(_QueueRule):
+    name = "sync"
+
+    def may_launch(self, *, slot: int) -> bool:
+        return self.launches_per_version[self.version] < self.learners
+
+    def offer(self, *, arrival: Arrival) -> Verdict:
+        member = self._member(arrival=arrival)
+        if member.staleness != 0:
+            return Verdict(aggregation=None, rejected=(Rejection(key=member.key, staleness=member.staleness,
+                                                                 reason="sync admits only the current version"),))
+        self.queue.append(member)
+        return self._flush() if len(self.queue) >= self.learners else Verdict(aggregation=None)
+
+
+class StellarisRule(_QueueRule):
+    """The paper's staleness-aware aggregation (see the module docstring)."""
+
+    name = "stellaris"
+
+    def __init__(self, *, learners: int, decay: float, root: int, max_queue: int | None = None) -> None:
+        super().__init__(learners=learners)
+        self.decay, self.root = decay, root
+        self.max_queue = max_queue if max_queue is not None else 2 * learners
+        self.round0: list[int] = []        # stalenesses seen in round 0
+        self.seed: float | None = None     # δmax once round 0 is over
+        self.k = 0                         # aggregations since round 0
+
+    @property
+    def threshold(self) -> float | None:
+        return None if self.seed is None else self.seed * self.decay ** self.k
+
+    def _seed_from(self, *, stalenesses: list[int]) -> float:
+        return float(max(max(stalenesses), 1))
+
+    def offer(self, *, arrival: Arrival) -> Verdict:
+        staleness = self.version - arrival.read_version
+        member = self._member(arrival=arrival, scale=staleness_scale(staleness=staleness, root=self.root))
+        if self.seed is None:   # round 0: no threshold, apply on arrival, measure the staleness
+            self.round0.append(member.staleness)
+            if len(self.round0) >= self.learners:
+                self.seed = self._seed_from(stalenesses=self.round0)
+            return Verdict(aggregation=Aggregation(members=(member,)))
+        if member.staleness > self.seed:
+            return Verdict(aggregation=None, rejected=(Rejection(key=member.key, staleness=member.staleness,
+                                                                 reason=f"staler than round 0's bound {self.seed:g}"),))
+        self.queue.append(member)
+        rejected = self._shed()
+        if self._admissible():
+            self.k += 1
+            return Verdict(aggregation=self._flush().aggregation, rejected=rejected)
+        return Verdict(aggregation=None, rejected=rejected)
+
+    def _admissible(self) -> bool:
+        mean = sum(m.staleness for m in self.queue) / len(self.queue)
+        return mean <= self.threshold
+
+    def _shed(self) -> tuple[Rejection, ...]:
+        shed = []
+        while len(self.queue) > self.max_queue:
+            stalest = max(self.queue, key=lambda m: m.staleness)
+            self.queue.remove(stalest)
+            shed.append(Rejection(key=stalest.key, staleness=stalest.staleness, reason="queue full"))
+        return tuple(shed)
+
+
+class StellarisCodeRule(StellarisRule):
+    """The authors' code: seed = round 0's mean staleness + 1; flush at ``learners`` pending; separate steps."""
+
+    name = "stellaris_code"
+
+    def _seed_from(self, *, stalenesses: list[int]) -> float:
+        return sum(stalenesses) / len(stalenesses) + 1.0
+
+    def _admissible(self) -> bool:
+        return len(self.queue) >= self.learners or super()._admissible()
+
+    def _flush(self, *, separate_steps: bool = True) -> Verdict:
+        return super()._flush(separate_steps=True)
+
+
+def make_rule(*, name: str, learners: int, decay: float = 0.96, root: int = 3, softsync_k: int = 2,
+              ssp_bound: int = 1, max_queue: int | None = None) -> Rule:
+    """The rule ``name`` (one of RULES) with its parameters."""
+    if name == "stellaris":
+        return StellarisRule(learners=learners, decay=decay, root=root, max_queue=max_queue)
+    if name == "stellaris_code":
+        return StellarisCodeRule(learners=learners, decay=decay, root=root, max_queue=max_queue)
+    if name == "sync":
+        return SyncRule(learners=learners)
+    if name == "softsync":
+        return SoftSyncRule(learners=learners, k=softsync_k)
+    if name == "ssp":
+        return SSPRule(learners=learners, bound=ssp_bound)
+    if name == "async":
+        return AsyncRule(learners=learners)
+    raise ValueError(f"unknown aggregation rule {name!r}; expected one of {RULES}")
