@@ -24,6 +24,7 @@ from nimbus.control.population_config import PBTConfig, PolicyConfig, check_popu
 from nimbus.config_rules import check_cluster, check_pipeline, check_workflow
 from nimbus.errors import ConfigError
 from nimbus.config_async import AsyncWorkflowConfig
+from nimbus.config_stellaris import StellarisConfig
 
 
 class Section(BaseModel):
@@ -179,8 +180,9 @@ class PipelineConfig(Section):
 
 
 class TrainConfig(Section):
-    workflow: Literal["sync", "async"] = "sync"
-    """sync: on-policy rounds (actors, then learner); async: off-policy DQN/SAC/IMPALA, see async_workflow"""
+    workflow: Literal["sync", "async", "async_learners"] = "sync"
+    """sync: on-policy rounds (actors, then learner); async: off-policy DQN/SAC/IMPALA, see async_workflow;
+    async_learners: Stellaris's asynchronous learner functions (PPO), see stellaris"""
     total_env_steps: int = Field(default=100_000, ge=1)
     """stop after this many env steps"""
     max_rounds: int | None = Field(default=None, ge=1)
@@ -235,6 +237,7 @@ class NimbusConfig(Section):
     cost: CostConfig = Field(default_factory=CostConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     async_workflow: AsyncWorkflowConfig = Field(default_factory=AsyncWorkflowConfig)
+    stellaris: StellarisConfig = Field(default_factory=StellarisConfig)
     """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     """ARTOS pipelines for sync PPO (off by default)"""

@@ -34,6 +34,8 @@ def check_workflow(*, config: NimbusConfig) -> None:
     name, workflow = config.algo.name, config.train.workflow
     if workflow == "sync" and name in OFF_POLICY:
         raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: async")
+    if workflow == "async_learners":
+        _check_async_learners(config=config)
     if workflow != "async":
         return
     if config.train.exact_resume:
@@ -53,6 +55,19 @@ def check_workflow(*, config: NimbusConfig) -> None:
             (capacity := config.algo.buffer_capacity) < 2 * rows * _max_actors(config=config):
         raise ValueError(f"algo.buffer_capacity ({capacity}) must hold at least two fragments per actor "
                          f"({2 * rows * _max_actors(config=config)} rows)")
+
+
+def _check_async_learners(*, config: NimbusConfig) -> None:
+    """Stellaris's learner functions compute PPO gradients; the actors' per-round observation moments and exact
+    resume assume one learner per round."""
+    if config.algo.name != "ppo":
+        raise ValueError(f"train.workflow: async_learners runs ppo; algo.name {config.algo.name} needs "
+                         f"{'async' if config.algo.name in OFF_POLICY else 'sync'}")
+    if getattr(config.algo, "normalize_obs", False):
+        raise ValueError("algo.normalize_obs: not with train.workflow: async_learners (the observation statistics "
+                         "are folded by the one learner of a sync round)")
+    if config.train.exact_resume:
+        raise ValueError("train.exact_resume: only the sync workflow can resume bitwise; drop it for async_learners")
 
 
 def check_pipeline(*, config: Any) -> None:

@@ -7,11 +7,12 @@ workflow invokes the parameter function with the aggregation, then calls `applie
 version is published; it offers nothing while a parameter function is in flight, so a queued
 gradient's staleness (version now − version its learner read) cannot change while it waits.
 
-    stellaris       the paper. Round 0 (the first ``learners`` gradients) runs without a threshold,
-                    each gradient applied on arrival, to measure δmax (at least 1). Then β_k = δmax · d^k
-                    at aggregation k; every arrival is queued and the whole queue is aggregated when its
-                    mean staleness ≤ β_k. A gradient staler than δmax is refused; a queue longer than
-                    ``max_queue`` sheds its stalest gradient (refused). Scale 1/δ^(1/v) for δ > 0, 1 at
+    stellaris       the paper. Training round 0 (the first batch's gradients: the workflow calls
+                    `start_round` as each batch starts) runs without a threshold, each gradient applied
+                    on arrival, to measure δmax (at least 1). Then β_k = δmax · d^k in round k; every arrival is queued and the whole queue is aggregated when its
+                    mean staleness ≤ β_k. A gradient that even a full queue of fresh ones could not admit
+                    (δ > β_k · ``max_queue``) is refused at once; a queue longer than ``max_queue``
+                    sheds its stalest gradient (refused). Scale 1/δ^(1/v) for δ > 0, 1 at
                     δ = 0; the aggregate is the mean of the scaled gradients, one optimizer step.
     stellaris_code  the authors' code: threshold seeded with round 0's mean staleness + 1, the queue
                     also flushed when it holds ``learners`` gradients, and each admitted gradient its
@@ -26,6 +27,7 @@ gradient's staleness (version now − version its learner read) cannot change wh
 Example::
 
     rule = make_rule(name="stellaris", learners=3)
+    rule.start_round(index=k)      # as each batch starts
     verdict = rule.offer(arrival=Arrival(key="grad/main/7", slot=1, read_version=4))
     if verdict.aggregation: ...invoke the parameter function...; rule.applied(aggregation=verdict.aggregation)
 """
@@ -58,11 +60,7 @@ class Member:
 @dataclass(frozen=True)
 class Aggregation:
     members: tuple[Member, ...]
-    separate_steps: bool = False   # stellaris_code: one optimizer step per member, in order
-
-    @property
-    def versions_advanced(self) -> int:
-        return len(self.members) if self.separate_steps else 1
+    separate_steps: bool = False   # stellaris_code: one optimizer step per member, in order (still one version)
 
 
 @dataclass(frozen=True)
@@ -96,6 +94,11 @@ class Rule:
         self.aggregations = 0
         self.launches_per_version: Counter[int] = Counter()
         self.applied_per_slot: Counter[int] = Counter()
+        self.round = 0
+
+    def start_round(self, *, index: int) -> None:
+        """Training round ``index`` (a batch) starts: the staleness-aware rules decay their threshold by round."""
+        self.round = index
 
     @property
     def threshold(self) -> float | None:
@@ -115,8 +118,8 @@ class Rule:
         return Verdict(aggregation=Aggregation(members=(self._member(arrival=arrival),)))
 
     def applied(self, *, aggregation: Aggregation) -> None:
-        """The parameter function published the aggregation: advance the version."""
-        self.version += aggregation.versions_advanced
+        """The parameter function published the aggregation as one new version."""
+        self.version += 1
         self.aggregations += 1
         for member in aggregation.members:
             self.applied_per_slot[member.slot] += 1
@@ -188,11 +191,15 @@ class StellarisRule(_QueueRule):
         self.max_queue = max_queue if max_queue is not None else 2 * learners
         self.round0: list[int] = []        # stalenesses seen in round 0
         self.seed: float | None = None     # δmax once round 0 is over
-        self.k = 0                         # aggregations since round 0
 
     @property
     def threshold(self) -> float | None:
-        return None if self.seed is None else self.seed * self.decay ** self.k
+        return None if self.seed is None else self.seed * self.decay ** self.round
+
+    def start_round(self, *, index: int) -> None:
+        super().start_round(index=index)
+        if index > 0 and self.seed is None:
+            self.seed = self._seed_from(stalenesses=self.round0 or [0])
 
     def _seed_from(self, *, stalenesses: list[int]) -> float:
         return float(max(max(stalenesses), 1))
@@ -202,22 +209,24 @@ class StellarisRule(_QueueRule):
         member = self._member(arrival=arrival, scale=staleness_scale(staleness=staleness, root=self.root))
         if self.seed is None:   # round 0: no threshold, apply on arrival, measure the staleness
             self.round0.append(member.staleness)
-            if len(self.round0) >= self.learners:
-                self.seed = self._seed_from(stalenesses=self.round0)
             return Verdict(aggregation=Aggregation(members=(member,)))
-        if member.staleness > self.seed:
-            return Verdict(aggregation=None, rejected=(Rejection(key=member.key, staleness=member.staleness,
-                                                                 reason=f"staler than round 0's bound {self.seed:g}"),))
+        if self._never_admissible(staleness=member.staleness):
+            return Verdict(aggregation=None, rejected=(Rejection(
+                key=member.key, staleness=member.staleness,
+                reason=f"staler than β·max_queue = {self.threshold * self.max_queue:g}: never admissible"),))
         self.queue.append(member)
         rejected = self._shed()
         if self._admissible():
-            self.k += 1
             return Verdict(aggregation=self._flush().aggregation, rejected=rejected)
         return Verdict(aggregation=None, rejected=rejected)
 
     def _admissible(self) -> bool:
         mean = sum(m.staleness for m in self.queue) / len(self.queue)
         return mean <= self.threshold
+
+    def _never_admissible(self, *, staleness: int) -> bool:
+        """Even a full queue of fresh gradients could not bring the mean to β_k."""
+        return staleness > self.threshold * self.max_queue
 
     def _shed(self) -> tuple[Rejection, ...]:
         shed = []
@@ -238,6 +247,9 @@ class StellarisCodeRule(StellarisRule):
 
     def _admissible(self) -> bool:
         return len(self.queue) >= self.learners or super()._admissible()
+
+    def _never_admissible(self, *, staleness: int) -> bool:
+        return False    # the flush at ``learners`` pending admits every gradient
 
     def _flush(self, *, separate_steps: bool = True) -> Verdict:
         return super()._flush(separate_steps=True)

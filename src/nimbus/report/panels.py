@@ -48,6 +48,24 @@ def plot_ratio_and_score(ax: Any, rows: list[dict[str, Any]]) -> None:
         twin.set_ylabel("S", color="tab:orange")
 
 
+def plot_staleness(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """Stellaris: mean and max staleness per round, the threshold β_k, and gradients refused (right axis)."""
+    rounds, means = _series(rows, "staleness/mean")
+    ax.set_xlabel("round")
+    ax.set_title("Stellaris: gradient staleness", fontsize=10)
+    if not rounds:
+        _no_data(ax, "no asynchronous learners in this run")
+        return
+    ax.plot(rounds, means, "o-", ms=3, lw=1, color="tab:blue", label="mean staleness")
+    ax.plot(*_series(rows, "staleness/max"), lw=1, color="tab:cyan", label="max staleness")
+    ax.plot(*_series(rows, "staleness/threshold"), "--", lw=1, color="tab:red", label="threshold β_k")
+    ax.set_ylabel("versions")
+    ax.legend(fontsize=8, loc="upper left")
+    twin = ax.twinx()
+    twin.bar(*_series(rows, "staleness/rejected"), color="tab:gray", alpha=0.3)
+    twin.set_ylabel("gradients refused", color="tab:gray")
+
+
 def plot_cost_per_round(ax: Any, rows: list[dict[str, Any]], budget_usd: float | None = None) -> None:
     """Bars of each round's cost (from the ledger's cumulative ``cost_usd``) and the cumulative line."""
     ax.set_xlabel("round")

@@ -20,7 +20,7 @@ from rich.table import Table  # noqa: E402
 
 from nimbus.cost.ledger import Ledger  # noqa: E402
 from nimbus.cost.pricing import load_pricing  # noqa: E402
-from nimbus.report.panels import plot_cost_per_round, plot_ratio_and_score, scaling_budget  # noqa: E402
+from nimbus.report.panels import plot_cost_per_round, plot_ratio_and_score, plot_staleness, scaling_budget  # noqa: E402
 from nimbus.train.metrics import read_metrics  # noqa: E402
 
 
@@ -65,7 +65,10 @@ def render_report(*, run_dir: Path) -> Path:
     axes[1, 1].bar(kinds, [costs[k] for k in kinds], color="tab:green")
     axes[1, 1].set_ylabel("cost (USD, serverless)")
     axes[1, 1].set_title("cost by function kind", fontsize=10)
-    plot_ratio_and_score(axes[2, 0], rows)
+    if any("staleness/mean" in r.get("extras", {}) for r in rows):   # Stellaris runs: the staleness panel
+        plot_staleness(axes[2, 0], rows)
+    else:
+        plot_ratio_and_score(axes[2, 0], rows)
     budget = scaling_budget(config=yaml.safe_load((run_dir / "config.yaml").read_text()) or {})
     plot_cost_per_round(axes[2, 1], rows, budget_usd=budget)
     fig.suptitle(run_dir.name)

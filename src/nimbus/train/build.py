@@ -48,6 +48,7 @@ ACTOR_ENTRYPOINT = "nimbus.functions.actor:actor_function"
 LEARNER_ENTRYPOINT = "nimbus.functions.learner:learner_function"
 OFFPOLICY_ACTOR_ENTRYPOINT = "nimbus.functions.offpolicy_actor:offpolicy_actor_function"      # train.workflow: async
 OFFPOLICY_LEARNER_ENTRYPOINT = "nimbus.functions.offpolicy_learner:offpolicy_learner_function"
+GRADIENT_LEARNER_ENTRYPOINT = "nimbus.functions.gradient_learner:gradient_learner_function"  # async_learners
 
 
 @dataclass
@@ -220,6 +221,8 @@ def build_policy(*, config: NimbusConfig, shared: Shared, run_dir: Path, policy:
                            entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if offpolicy else ACTOR_ENTRYPOINT)
     learner_spec = role_spec(config=config, role="learner",
                              entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT if offpolicy else LEARNER_ENTRYPOINT)
+    if config.train.workflow == "async_learners":   # Stellaris: learner functions compute gradients
+        learner_spec = role_spec(config=config, role="gradient_learner", entrypoint=GRADIENT_LEARNER_ENTRYPOINT)
     probe = probe_request(scaling=config.actors.scaling)   # what the scaler reads from each learner result
     return System(config=config, run_dir=run_dir, spaces=data.spaces, algo=data.algo, runtime=shared.runtime,
                   ledger=shared.ledger, pricing=shared.pricing,

@@ -61,7 +61,7 @@ class MetricsSink:
         if row.return_mean is not None:
             scalars["charts/episodic_return"] = row.return_mean
         scalars.update({f"losses/{k}": v for k, v in row.losses.items()})
-        scalars.update({f"control/{k}": v for k, v in row.extras.items()})
+        scalars.update({k if k.startswith("staleness/") else f"control/{k}": v for k, v in row.extras.items()})
         scalars.update({f"runtime/{k}": v for k, v in runtime.items()})
         self._writer.add_summary(Summary(value=[Summary.Value(tag=name, simple_value=float(value))
                                                 for name, value in scalars.items()]), global_step=step)
@@ -70,6 +70,9 @@ class MetricsSink:
         ret = "   n/a" if row.return_mean is None else f"{row.return_mean:7.1f}"
         line = (f"round {row.round:5d} | steps {row.env_steps:9,d} | return {ret} | actors {row.num_actors:3d} | "
                 f"{row.env_steps / max(row.wall_s, 1e-9):8,.0f} steps/s | ${row.cost_usd:.5f}")
+        if "staleness/mean" in row.extras:   # Stellaris: learners and staleness
+            line += (f" | learners {row.num_learners} | staleness {row.extras['staleness/mean']:.2f} "
+                     f"(max {row.extras['staleness/max']:.0f}) | refused {row.extras['staleness/rejected']:.0f}")
         if self._interactive:
             self._console.print(line, end="\r", highlight=False, soft_wrap=True)
         elif row.round % 10 == 0:

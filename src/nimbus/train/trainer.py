@@ -182,6 +182,9 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
                 save_checkpoint(system=system, progress=progress, pacer=_pacer(workflow))
 
         workflow_type = AsyncWorkflow if config.train.workflow == "async" else SyncWorkflow
+        if config.train.workflow == "async_learners":   # Stellaris: workflows/async_learners.py
+            from nimbus.workflows.async_learners import AsyncLearnersWorkflow
+            workflow_type = AsyncLearnersWorkflow
         if config.pipeline.minibatch or config.pipeline.dual_stage:  # ARTOS pipelines: workflows/pipelined.py
             from nimbus.workflows.pipelined import PipelinedSyncWorkflow
             workflow_type = PipelinedSyncWorkflow

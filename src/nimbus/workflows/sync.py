@@ -199,7 +199,8 @@ class SyncWorkflow:
         self.progress.policy_version = new_version
         self.system.store_events.notify(key=weights_key(policy=self.policy, version=new_version))
 
-    def _finish_round(self, *, header: dict[str, Any]) -> None:
+    def _finish_round(self, *, header: dict[str, Any], extras: dict[str, float] | None = None,
+                      num_learners: int = 1) -> None:
         now = time.perf_counter()
         state, progress = self.round, self.progress
         progress.rounds += 1
@@ -214,7 +215,7 @@ class SyncWorkflow:
             return_mean=float(np.mean(returns)) if returns else None,
             return_min=float(np.min(returns)) if returns else None,
             return_max=float(np.max(returns)) if returns else None,
-            num_actors=state.decision.num_actors, num_learners=1, policy_version=header["policy_version"],
+            num_actors=state.decision.num_actors, num_learners=num_learners, policy_version=header["policy_version"],
             sampling_s=state.sampling_s, transfer_s=state.ingest_s + header["transfer_s"],
             learning_s=header["learning_s"], round_s=now - state.started_s,
             wall_s=now - self.started_s + progress.wall_s_before,
@@ -222,7 +223,8 @@ class SyncWorkflow:
             extras={"recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns
                     else float("nan"), **_overhead(round_s=now - state.started_s, actor_work_s=state.work_s,
                                                    compute_s=header["compute_s"]),
-                    **round_probe_extras(extras=header.get("extras", {}), round_s=now - state.started_s)})
+                    **round_probe_extras(extras=header.get("extras", {}), round_s=now - state.started_s),
+                    **(extras or {})})
         self.decision = self.system.scaler.decide(metrics=row)   # reads this round's probe (Nitro)
         row = with_decision(row=row, decision=self.decision)     # + its signals and next_num_actors
         progress.last_row = row

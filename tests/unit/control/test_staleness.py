@@ -31,75 +31,76 @@ def test_scale_is_the_cube_root_of_staleness():
     assert staleness_scale(staleness=4, root=2) == pytest.approx(0.5)
 
 
-def test_stellaris_round0_measures_max_staleness_then_decays():
+def test_stellaris_round0_measures_max_staleness_then_decays_by_round():
     rule = make_rule(name="stellaris", learners=3, decay=0.5, root=3)
+    rule.start_round(index=0)
     # round 0: three learners read version 0; each is applied on arrival, staleness 0, 1, 2
     for expected in (0, 1, 2):
         verdict = apply_if_any(rule, arrive(rule, read_version=0))
         assert [m.staleness for m in verdict.aggregation.members] == [expected]
-    assert rule.threshold == 2.0             # δmax
-    # aggregation 0 after round 0: β_0 = 2; mean staleness 2 ≤ 2 → aggregated at once
-    verdict = apply_if_any(rule, arrive(rule, read_version=1))
-    assert [m.staleness for m in verdict.aggregation.members] == [2]
-    assert verdict.aggregation.members[0].scale == pytest.approx(2 ** (-1 / 3))
-    assert rule.threshold == 1.0             # β_1 = 2 · 0.5
-    # a gradient of staleness 2 waits: mean 2 > 1
-    assert arrive(rule, read_version=2).aggregation is None
-    # a fresh one brings the mean to 1 ≤ 1: both aggregated, in one step, scaled 2^(-1/3) and 1
-    verdict = apply_if_any(rule, arrive(rule, read_version=4))
+    assert rule.threshold is None
+    rule.start_round(index=1)
+    assert rule.threshold == 1.0                              # β_1 = δmax 2 · 0.5
+    assert arrive(rule, read_version=1).aggregation is None  # staleness 2: mean 2 > 1, waits
+    verdict = apply_if_any(rule, arrive(rule, read_version=3))   # a fresh one: mean 1 ≤ 1
     members = verdict.aggregation.members
     assert [m.staleness for m in members] == [2, 0]
     assert [m.scale for m in members] == pytest.approx([2 ** (-1 / 3), 1.0])
-    assert verdict.aggregation.separate_steps is False and rule.version == 5
-    assert rule.threshold == 0.5             # β_2 = 2 · 0.5²
+    assert verdict.aggregation.separate_steps is False and rule.version == 4
+    rule.start_round(index=2)
+    assert rule.threshold == 0.5                              # β_2 = 2 · 0.5²
 
 
 def test_stellaris_floors_delta_max_at_one():
-    rule = make_rule(name="stellaris", learners=1)
+    rule = make_rule(name="stellaris", learners=1, decay=1.0)
     apply_if_any(rule, arrive(rule, read_version=0))
+    rule.start_round(index=1)
     assert rule.threshold == 1.0
 
 
-def test_stellaris_refuses_gradients_staler_than_round0():
-    rule = make_rule(name="stellaris", learners=2, decay=1.0)
+def test_stellaris_refuses_a_gradient_no_queue_could_admit():
+    rule = make_rule(name="stellaris", learners=2, decay=1.0, max_queue=3)
     for _ in range(2):
-        apply_if_any(rule, arrive(rule, read_version=0))      # δmax = 1
-    verdict = arrive(rule, read_version=0)                   # staleness 2 > 1
+        apply_if_any(rule, arrive(rule, read_version=0))      # δmax = 1, version 2
+    rule.start_round(index=1)                                 # β · max_queue = 3
+    rule.version = 5
+    verdict = arrive(rule, read_version=1)                   # staleness 4 > 3: refused, nothing applied
     assert verdict.aggregation is None
-    assert [(r.staleness, r.reason.startswith("staler")) for r in verdict.rejected] == [(2, True)]
-    assert rule.version == 2 and rule.queue == []            # weights unchanged, nothing queued
+    assert [(r.staleness, "never admissible" in r.reason) for r in verdict.rejected] == [(4, True)]
+    assert rule.version == 5 and rule.queue == []
+    verdict = arrive(rule, read_version=2)                   # staleness 3 = 3: queued (mean 3 > 1), not refused
+    assert verdict.aggregation is None and verdict.rejected == () and len(rule.queue) == 1
 
 
 def test_stellaris_queue_sheds_its_stalest_gradient():
-    rule = make_rule(name="stellaris", learners=2, decay=0.01, max_queue=2)
+    rule = make_rule(name="stellaris", learners=2, decay=0.5, max_queue=2)
     for _ in range(2):
         apply_if_any(rule, arrive(rule, read_version=0))      # δmax 1; version 2
-    apply_if_any(rule, arrive(rule, read_version=1))          # β_0 = 1: staleness 1 admitted; version 3
-    assert arrive(rule, read_version=2).aggregation is None  # β_1 = 0.01: waits
-    assert arrive(rule, read_version=2).aggregation is None
-    verdict = arrive(rule, read_version=3)                   # queue of 3 > 2: a stale one shed; mean 0.5 > 0.01
-    assert [r.reason for r in verdict.rejected] == ["queue full"] and verdict.aggregation is None
-    verdict = arrive(rule, read_version=3)                   # shed the other stale one: mean 0 → aggregate
-    assert [r.staleness for r in verdict.rejected] == [1]
-    assert [m.staleness for m in verdict.aggregation.members] == [0, 0]
+    rule.start_round(index=1)                                 # β_1 = 0.5
+    assert arrive(rule, read_version=1).aggregation is None  # mean 1 waits
+    assert arrive(rule, read_version=1).aggregation is None  # mean 1 waits
+    verdict = arrive(rule, read_version=2)                   # queue of 3 > 2: a stale one shed; mean 0.5 → aggregate
+    assert [(r.reason, r.staleness) for r in verdict.rejected] == [("queue full", 1)]
+    assert [m.staleness for m in verdict.aggregation.members] == [1, 0]
 
 
 def test_stellaris_code_seeds_with_mean_plus_one_flushes_at_learner_count_and_steps_separately():
     rule = make_rule(name="stellaris_code", learners=3, decay=0.1)
     for _ in range(3):
-        apply_if_any(rule, arrive(rule, read_version=0))      # stalenesses 0, 1, 2: mean 1
-    assert rule.threshold == 2.0                              # mean + 1 (the paper's rule would give 2 too: max)
+        apply_if_any(rule, arrive(rule, read_version=0))      # stalenesses 0, 1, 2
+    rule.start_round(index=1)
+    assert rule.seed == 2.0                                   # mean 1 + 1 (the paper's max gives 2 too)
     rule2 = make_rule(name="stellaris_code", learners=2, decay=0.1)
     for _ in range(2):
-        apply_if_any(rule2, arrive(rule2, read_version=0))    # 0, 1: mean 0.5 → 1.5; paper: max(1,1) = 1
-    assert rule2.threshold == 1.5
-    verdict = apply_if_any(rule2, arrive(rule2, read_version=1))   # staleness 1 ≤ 1.5: admitted
-    assert verdict.aggregation.separate_steps and rule2.version == 3
-    assert arrive(rule2, read_version=2).aggregation is None       # β_1 = 0.15 < 1
-    verdict = arrive(rule2, read_version=2)                        # 2 pending = learners: flushed
+        apply_if_any(rule2, arrive(rule2, read_version=0))    # 0, 1: mean 0.5 → 1.5; the paper: max(1, 1) = 1
+    rule2.start_round(index=1)
+    assert rule2.seed == 1.5 and rule2.threshold == pytest.approx(0.15)
+    assert arrive(rule2, read_version=1).aggregation is None       # mean 1 > 0.15 (kept: the code never refuses)
+    verdict = arrive(rule2, read_version=1)                        # 2 pending = learners: flushed
     assert [m.staleness for m in verdict.aggregation.members] == [1, 1]
+    assert verdict.aggregation.separate_steps
     rule2.applied(aggregation=verdict.aggregation)
-    assert rule2.version == 5                                      # one version per member
+    assert rule2.version == 3
 
 
 def test_sync_waits_for_every_learner_of_the_version_and_refuses_stale():

@@ -24,7 +24,7 @@ from torch import nn
 
 from nimbus.algos.base import LossOutput
 from nimbus.algos.ppo.config import PPOConfig, Schedule
-from nimbus.algos.ppo.loss import explained_variance, normalize_advantages, ppo_loss
+from nimbus.algos.ppo.loss import Truncation, explained_variance, normalize_advantages, ppo_loss
 from nimbus.models.mlp import ActorCritic
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,8 @@ def scheduled(*, value: float, schedule: Schedule, progress: float) -> float:
     return value * (1.0 - min(max(progress, 0.0), 1.0))
 
 
-def minibatch_loss(*, model: ActorCritic, batch: dict[str, torch.Tensor], config: PPOConfig, clip_coef: float) -> LossOutput:
+def minibatch_loss(*, model: ActorCritic, batch: dict[str, torch.Tensor], config: PPOConfig, clip_coef: float,
+                   truncation: Truncation | None = None) -> LossOutput:
     """The PPO loss of `model` on one (mini)batch, advantages normalised first if configured."""
     new_log_prob, entropy, new_values = model.evaluate(batch["obs"], actions=batch["actions"])
     advantages = batch["advantages"]
@@ -74,6 +75,7 @@ def minibatch_loss(*, model: ActorCritic, batch: dict[str, torch.Tensor], config
         vf_clip=config.vf_clip,
         ent_coef=config.ent_coef,
         vf_coef=config.vf_coef,
+        truncation=truncation,
     )
 
 

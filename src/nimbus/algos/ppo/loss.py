@@ -5,31 +5,67 @@
     L_value    = ½ · mean((V_new − R)²), or with vf_clip c:
                  ½ · mean(max((V_new − R)², (V_old + clip(V_new − V_old, −c, c) − R)²))
     L          = L_policy − ent_coef · mean(entropy) + vf_coef · L_value
+
+With Stellaris's IS truncation (Eq. 2, `Truncation`), the ratio entering the clipped surrogate is
+R = min(|min(r_self, min_i r_i)|, ρ) (paper) or min(r_self, max(min_i r_i, ρ)) (the authors' code), where
+r_i = π_i(a|s)/μ(a|s) over the other learner policies of the aggregation; R carries r_self's gradient
+scaled by R/r_self, so ∇(R·A) = R·A·∇log π_self, the paper's ∇J = E[R·A].
 """
 
 from __future__ import annotations
 
 import torch
 
+from dataclasses import dataclass
+from typing import Literal
+
 from nimbus.algos.base import LossOutput
 
 _ADV_EPSILON = 1e-8
 
 
+@dataclass(frozen=True)
+class Truncation:
+    """Stellaris's cross-learner IS truncation: log min_i π_i(a|s) over the other learners, per row."""
+
+    peer_log_prob_min: torch.Tensor   # +inf where there are no other learners
+    rho: float = 1.0
+    form: Literal["paper", "code"] = "paper"
+
+
+def truncated_ratio(*, ratio: torch.Tensor, peer_ratio_min: torch.Tensor, rho: float,
+                    form: Literal["paper", "code"]) -> torch.Tensor:
+    """Eq. 2 (``paper``) or the authors' form (``code``); the value R with r_self's gradient scaled by R/r_self."""
+    with torch.no_grad():
+        if form == "paper":
+            target = torch.clamp(torch.minimum(ratio, peer_ratio_min).abs(), max=rho)
+        else:
+            target = torch.minimum(ratio, torch.clamp(peer_ratio_min, min=rho))
+        factor = target / ratio
+    return ratio * factor
+
+
 def policy_loss(
-    *, new_log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, clip_coef: float
+    *, new_log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, clip_coef: float,
+    truncation: Truncation | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(clipped surrogate loss, approx_kl, clip_fraction); the last two are detached diagnostics.
 
-    approx_kl is the low-variance estimator mean((ratio − 1) − log ratio) (Schulman's k3).
+    approx_kl is the low-variance estimator mean((ratio − 1) − log ratio) (Schulman's k3). With a
+    `truncation`, the surrogate uses the truncated ratio (the diagnostics stay those of r_self).
     """
     logratio = new_log_prob - old_log_prob
     ratio = logratio.exp()
+    surrogate_ratio = ratio
+    if truncation is not None:
+        peer_ratio_min = (truncation.peer_log_prob_min - old_log_prob).exp()
+        surrogate_ratio = truncated_ratio(ratio=ratio, peer_ratio_min=peer_ratio_min, rho=truncation.rho,
+                                          form=truncation.form)
     with torch.no_grad():
         approx_kl = ((ratio - 1.0) - logratio).mean()
         clip_fraction = ((ratio - 1.0).abs() > clip_coef).float().mean()
-    pg_loss1 = -advantages * ratio
-    pg_loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
+    pg_loss1 = -advantages * surrogate_ratio
+    pg_loss2 = -advantages * torch.clamp(surrogate_ratio, 1.0 - clip_coef, 1.0 + clip_coef)
     return torch.max(pg_loss1, pg_loss2).mean(), approx_kl, clip_fraction
 
 
@@ -58,10 +94,12 @@ def ppo_loss(
     vf_clip: float | None,
     ent_coef: float,
     vf_coef: float,
+    truncation: Truncation | None = None,
 ) -> LossOutput:
     """The total PPO loss and its parts (stats: policy_loss, value_loss, entropy, approx_kl, clip_fraction)."""
     pg_loss, approx_kl, clip_fraction = policy_loss(
-        new_log_prob=new_log_prob, old_log_prob=old_log_prob, advantages=advantages, clip_coef=clip_coef
+        new_log_prob=new_log_prob, old_log_prob=old_log_prob, advantages=advantages, clip_coef=clip_coef,
+        truncation=truncation,
     )
     v_loss = value_loss(new_values=new_values, old_values=old_values, returns=returns, vf_clip=vf_clip)
     entropy_loss = entropy.mean()
@@ -73,7 +111,19 @@ def ppo_loss(
         "approx_kl": approx_kl.item(),
         "clip_fraction": clip_fraction.item(),
     }
+    if truncation is not None:
+        stats["truncated_fraction"] = truncated_fraction(new_log_prob=new_log_prob, old_log_prob=old_log_prob,
+                                                         truncation=truncation)
     return LossOutput(loss=loss, stats=stats)
+
+
+def truncated_fraction(*, new_log_prob: torch.Tensor, old_log_prob: torch.Tensor, truncation: Truncation) -> float:
+    """The fraction of rows whose ratio the truncation changed."""
+    with torch.no_grad():
+        ratio = (new_log_prob - old_log_prob).exp()
+        peer_ratio_min = (truncation.peer_log_prob_min - old_log_prob).exp()
+        truncated = truncated_ratio(ratio=ratio, peer_ratio_min=peer_ratio_min, rho=truncation.rho, form=truncation.form)
+        return float((truncated < ratio * (1 - 1e-6)).float().mean())
 
 
 def normalize_advantages(advantages: torch.Tensor) -> torch.Tensor:

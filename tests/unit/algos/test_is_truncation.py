@@ -1,0 +1,50 @@
+"""Stellaris's cross-learner IS truncation (Eq. 2) against the authors' form, on hand-made probabilities."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nimbus.algos.ppo.loss import Truncation, policy_loss, truncated_ratio
+
+INF = float("inf")
+
+
+@pytest.mark.parametrize(
+    ("r_self", "peer_min", "paper", "code"),
+    [
+        (0.8, 0.5, 0.5, 0.8),     # a peer far below: the paper follows it; the code keeps r_self (peer < ρ → ρ)
+        (1.5, 1.2, 1.0, 1.2),     # everyone above ρ: the paper caps at ρ; the code at the peers' min
+        (1.5, 0.7, 0.7, 1.0),     # self above, a peer below: paper → 0.7, code → min(1.5, max(0.7, 1)) = 1
+        (0.6, 0.9, 0.6, 0.6),     # self is the smallest and below ρ: both keep r_self
+        (1.3, INF, 1.0, 1.3),     # no other learner: the paper still caps at ρ, the code does not
+    ],
+)
+def test_paper_and_code_forms(r_self, peer_min, paper, code):
+    ratio, peers = torch.tensor([r_self]), torch.tensor([peer_min])
+    assert truncated_ratio(ratio=ratio, peer_ratio_min=peers, rho=1.0, form="paper").item() == pytest.approx(paper)
+    assert truncated_ratio(ratio=ratio, peer_ratio_min=peers, rho=1.0, form="code").item() == pytest.approx(code)
+
+
+def test_truncated_ratio_carries_the_self_gradient_scaled():
+    log_pi = torch.tensor([math.log(0.6)], requires_grad=True)
+    ratio = (log_pi - math.log(0.4)).exp()                      # 1.5
+    truncated = truncated_ratio(ratio=ratio, peer_ratio_min=torch.tensor([0.75]), rho=1.0, form="paper")
+    truncated.sum().backward()
+    # R = 0.75 carries ∂R/∂log π = R (the score-function gradient of R·A with A = 1)
+    assert truncated.item() == pytest.approx(0.75)
+    assert log_pi.grad.item() == pytest.approx(0.75)
+
+
+def test_policy_loss_uses_the_truncated_ratio():
+    new = torch.log(torch.tensor([0.6, 0.3]))
+    old = torch.log(torch.tensor([0.4, 0.3]))                   # ratios 1.5 and 1.0
+    adv = torch.tensor([1.0, 1.0])
+    peers = torch.log(torch.tensor([0.2, 0.3]))                 # peer ratios 0.5 and 1.0
+    plain, _, _ = policy_loss(new_log_prob=new, old_log_prob=old, advantages=adv, clip_coef=10.0)
+    cut, _, _ = policy_loss(new_log_prob=new, old_log_prob=old, advantages=adv, clip_coef=10.0,
+                            truncation=Truncation(peer_log_prob_min=peers))
+    assert plain.item() == pytest.approx(-(1.5 + 1.0) / 2)
+    assert cut.item() == pytest.approx(-(0.5 + 1.0) / 2)
