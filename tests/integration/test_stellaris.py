@@ -63,6 +63,7 @@ def test_a_learner_killed_after_its_put_is_retried_and_its_gradient_applied_once
     ("algo={name: impala}", "async_learners runs ppo"),
     ("stellaris.rule=bogus", "stellaris.rule"),
     ("stellaris.decay=1.5", "stellaris.decay"),
+    ("runtime.backend=ray", "runtime.backend"),
 ])
 def test_config_errors_name_the_key(make_shipped_config, override: str, message: str) -> None:
     with pytest.raises((ConfigError, ValueError), match=message):
