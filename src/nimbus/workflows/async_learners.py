@@ -154,13 +154,10 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         cfg, version = self.system.config, self.progress.policy_version
         grad_key = f"grad/{self.policy}/{next(self.task_ids)}"
         peers = sorted({f.read_version for f in self.in_flight.values()} - {version})
-        request = GradientRequest(
-            env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), algo=cfg.algo.model_dump(mode="json"),
-            policy=self.policy, policy_version=version, batch_key=batch.key, grad_key=grad_key,
-            peer_versions=peers, truncation=cfg.stellaris.truncation_form(), rho=cfg.stellaris.rho,
-            progress=min(1.0, self.progress.env_steps / cfg.train.total_env_steps), device=cfg.learner.device,
-            torch_threads=cfg.learner.torch_threads, env_imports=list(cfg.env.imports),
-            env_wrappers=list(cfg.env.wrappers))
+        request = self._gradient_request(
+            version=version, batch_key=batch.key, grad_key=grad_key, peer_versions=peers,
+            truncation=cfg.stellaris.truncation_form(), rho=cfg.stellaris.rho,
+            progress=min(1.0, self.progress.env_steps / cfg.train.total_env_steps))
         flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, peers=tuple(peers))
         self.in_flight[slot] = flight
         self.owner[grad_key] = batch
@@ -169,14 +166,21 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         future = self.system.runtime.invoke(spec=self.gradient_spec, request=request.to_message(positions=positions))
         self._watch(kind="gradient", future=future, meta=flight)
 
+    def _gradient_request(self, *, version: int, batch_key: str, grad_key: str, peer_versions: list[int] | tuple,
+                          truncation: str, rho: float, progress: float) -> GradientRequest:
+        """A learner's request; the parameter function reuses its env, algo and device fields for its model."""
+        cfg = self.system.config
+        return GradientRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), algo=cfg.algo.model_dump(mode="json"),
+                               policy=self.policy, policy_version=version, batch_key=batch_key, grad_key=grad_key,
+                               peer_versions=peer_versions, truncation=truncation, rho=rho, progress=progress,
+                               device=cfg.learner.device, torch_threads=cfg.learner.torch_threads,
+                               env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers))
+
     def _aggregate(self, *, aggregation: Aggregation, batch: Batch) -> None:
         cfg = self.system.config
         version = self.progress.policy_version
-        model = dict(vars(GradientRequest(
-            env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), algo=cfg.algo.model_dump(mode="json"),
-            policy=self.policy, policy_version=version, batch_key="", grad_key="", peer_versions=(),
-            truncation="none", rho=1.0, progress=0.0, device=cfg.learner.device, torch_threads=cfg.learner.torch_threads,
-            env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers))))
+        model = dict(vars(self._gradient_request(version=version, batch_key="", grad_key="", peer_versions=(),
+                                                 truncation="none", rho=1.0, progress=0.0)))
         request = ParameterRequest(model=model, policy_version=version, has_optimizer_state=version > 0,
                                    keys=[m.key for m in aggregation.members],
                                    scales=[m.scale for m in aggregation.members],
