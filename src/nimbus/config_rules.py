@@ -68,9 +68,6 @@ def _check_async_learners(*, config: NimbusConfig) -> None:
                          "are folded by the one learner of a sync round)")
     if config.train.exact_resume:
         raise ValueError("train.exact_resume: only the sync workflow can resume bitwise; drop it for async_learners")
-    if config.runtime.backend != "local":
-        raise ValueError("runtime.backend: async_learners runs on the local backend for now (on Ray its driver "
-                         "loop has not been made to work yet: docs/stellaris.md)")
 
 
 def check_pipeline(*, config: Any) -> None:

@@ -151,7 +151,7 @@ class RayRuntime(AttemptEndings):
         if threading.current_thread() is not self._monitor:
             self._monitor.join(timeout=10.0)
         self._run(actions)
-        self._pool.close()
+        self._pool.close()   # kills the retired actors, outside the lock
         if self.start.started and self._ray.is_initialized():
             self._ray.shutdown()
 
@@ -269,6 +269,8 @@ class RayRuntime(AttemptEndings):
                 while self._events:
                     actions += self._events.popleft()() or []
                 actions += self._check(time.monotonic()) + self._schedule()
+                if self._pool.has_retired:
+                    actions.append(self._pool.kill_retired)  # outside the lock (RayPool._doomed)
                 if actions:
                     self._lock.release()
                     try:

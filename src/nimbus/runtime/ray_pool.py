@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import logging
+from collections import deque
 import os
 import threading
 import time
@@ -78,6 +79,9 @@ class RayPool:
         self._totals: dict[str, float] = {}
         self._totals_at = -1e9
         self._warned_gpu = False
+        # Handles retired under the runtime's lock, killed later without it (kill_retired): ray.kill waits for
+        # Ray's io thread, which may be waiting for that lock to post a result — a deadlock under the lock.
+        self._doomed: deque[Any] = deque()
         # P15: if the driver dies, the janitor kills this node's actors (and the Ray instance this driver
         # started: its agents outlive a SIGKILLed driver), then sweeps the run's shared memory.
         self._janitor = JanitorClient(prefix=run_prefix())
@@ -178,18 +182,31 @@ class RayPool:
         self._changed.notify_all()
 
     def retire(self, slot: RaySlot) -> None:
-        """Take an actor out of service and kill it (its resources return to the cluster)."""
+        """Take an actor out of service; ``kill_retired`` kills it (its resources return to the cluster)."""
         if slot.state == "dead":
             return
         slot.state, slot.attempt, slot.ref = "dead", None, None
         self.slots.pop(slot.worker_id, None)
         if slot.node_id == self._local_node and slot.pid:
             self._janitor.untrack(pid=slot.pid)
-        try:
-            self._ray.kill(slot.handle, no_restart=True)
-        except Exception as exc:  # noqa: BLE001 - already gone, or Ray is shutting down
-            log.debug("kill %s: %s", slot.worker_id, exc)
+        self._doomed.append(slot.handle)
         self._changed.notify_all()
+
+    @property
+    def has_retired(self) -> bool:
+        return bool(self._doomed)
+
+    def kill_retired(self) -> None:
+        """Kill the retired actors. Call it WITHOUT the runtime's lock held (see ``_doomed``)."""
+        while self._doomed:
+            try:
+                handle = self._doomed.popleft()
+            except IndexError:  # another thread took the last one
+                return
+            try:
+                self._ray.kill(handle, no_restart=True)
+            except Exception as exc:  # noqa: BLE001 - already gone, or Ray is shutting down
+                log.debug("kill %s: %s", handle, exc)
 
     def next_check_s(self, *, now: float) -> float:
         return max(0.001, min([1.0, *(w.deadline - now for w in self.slots.values())]))
@@ -197,4 +214,5 @@ class RayPool:
     def close(self) -> None:
         for slot in list(self.slots.values()):
             self.retire(slot)
+        self.kill_retired()
         self._janitor.stop()
