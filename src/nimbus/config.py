@@ -24,6 +24,7 @@ from nimbus.control.population_config import PBTConfig, PolicyConfig, check_popu
 from nimbus.config_rules import check_cluster, check_pipeline, check_workflow
 from nimbus.errors import ConfigError
 from nimbus.config_async import AsyncWorkflowConfig
+from nimbus.config_marless import MarlessConfig
 from nimbus.config_stellaris import StellarisConfig
 
 
@@ -180,9 +181,10 @@ class PipelineConfig(Section):
 
 
 class TrainConfig(Section):
-    workflow: Literal["sync", "async", "async_learners"] = "sync"
+    workflow: Literal["sync", "async", "async_learners", "multiagent"] = "sync"
     """sync: on-policy rounds (actors, then learner); async: off-policy DQN/SAC/IMPALA, see async_workflow;
-    async_learners: Stellaris's asynchronous learner functions (PPO), see stellaris"""
+    async_learners: Stellaris's asynchronous learner functions (PPO), see stellaris; multiagent: MARLess
+    (IPPO, MAPPO, IQL, VDN on PettingZoo Parallel envs), see marl"""
     total_env_steps: int = Field(default=100_000, ge=1)
     """stop after this many env steps"""
     max_rounds: int | None = Field(default=None, ge=1)
@@ -238,6 +240,8 @@ class NimbusConfig(Section):
     output: OutputConfig = Field(default_factory=OutputConfig)
     async_workflow: AsyncWorkflowConfig = Field(default_factory=AsyncWorkflowConfig)
     stellaris: StellarisConfig = Field(default_factory=StellarisConfig)
+    marl: MarlessConfig = Field(default_factory=MarlessConfig)
+    """MARLess learner sharing and actor scaling (``train.workflow: multiagent``; docs/marless.md)"""
     """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     """ARTOS pipelines for sync PPO (off by default)"""

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from nimbus.config import NimbusConfig, RuntimeConfig, StoreConfig
 
 OFF_POLICY = ("dqn", "sac", "impala")
+MULTI_AGENT = ("ippo", "mappo", "iql", "vdn")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
@@ -36,6 +37,10 @@ def check_workflow(*, config: NimbusConfig) -> None:
         raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: async")
     if workflow == "async_learners":
         _check_async_learners(config=config)
+    if workflow == "multiagent":
+        _check_multiagent(config=config)
+    elif name in MULTI_AGENT:
+        raise ValueError(f"algo.name: {name} is a multi-agent algorithm; it needs train.workflow: multiagent")
     if workflow != "async":
         return
     if config.train.exact_resume:
@@ -68,6 +73,18 @@ def _check_async_learners(*, config: NimbusConfig) -> None:
                          "are folded by the one learner of a sync round)")
     if config.train.exact_resume:
         raise ValueError("train.exact_resume: only the sync workflow can resume bitwise; drop it for async_learners")
+
+
+def _check_multiagent(*, config: NimbusConfig) -> None:
+    """MARLess runs its own policies (one per agent, shared by the sharing controller), from version 0."""
+    if config.algo.name not in MULTI_AGENT:
+        raise ValueError(f"train.workflow: multiagent runs {', '.join(MULTI_AGENT)}; algo.name {config.algo.name} "
+                         "is single-agent")
+    if config.policies or config.pbt is not None:
+        raise ValueError("policies / pbt: not with train.workflow: multiagent (its policies are the agents', "
+                         "mapped by marl.sharing)")
+    if config.train.exact_resume:
+        raise ValueError("train.exact_resume: only the sync workflow can resume bitwise; drop it for multiagent")
 
 
 def check_pipeline(*, config: Any) -> None:

@@ -138,6 +138,11 @@ def save_checkpoint(*, system: System, progress: Progress, pacer: Pacer | None =
 def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Path | None = None) -> TrainResult:
     """Train per ``config``; with ``resume_from`` (a run directory or checkpoint), continue from its newest
     checkpoint instead of version 0 (train/resume.py says what comes back)."""
+    if config.train.workflow == "multiagent":  # MARLess: one policy per agent, shared by the controller (train/marl.py)
+        if resume_from is not None:
+            raise ConfigError("--resume: a multiagent run cannot be resumed yet (its checkpoints are per policy)")
+        from nimbus.train.marl import train_multiagent
+        return train_multiagent(config=config, run_dir=run_dir)
     if config.policies or config.pbt is not None:  # several policies over one pool (train/population.py)
         if resume_from is not None:
             raise ConfigError("--resume: a run of several policies (policies / pbt) cannot be resumed yet")

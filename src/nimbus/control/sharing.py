@@ -1,0 +1,192 @@
+"""MARLess's dynamic learner sharing (MARLess §4.3): detect a performance decrease, measure how alike the
+agents behave, group them, and pick each group's base model.
+
+* ``PerformanceDetector``: each agent's round reward min-max normalised over that agent's history
+  (r̂ = (r − min r) / (max r − min r); 0.5 while the history has no spread), the global reward = their mean,
+  a tolerant window of the last W global rewards, its least-squares slope k; when the window is full and
+  k < γ, it says *toggle* and clears the window.
+* ``similarity``: PCA of the agents' recent (observation, action) rows (fitted on all of them, whitened),
+  a Gaussian KDE per agent, KL(p_i ‖ p_j) by Monte Carlo on samples of p_i; symmetrised for clustering.
+* ``num_groups``: at the j-th enabling (j = 1, 2, …) N' = min(2^j, 2^(⌊log2 N⌋+1)), clipped to N.
+* ``group_agents``: KMeans over the rows of the divergence matrix, only agents with the same spaces
+  together (a class of n_c agents gets round(N' · n_c / N) groups, at least 1, at most n_c).
+* ``base_agent``: the member with the highest convexity C = −e_max/e_min (Nitro's Hessian probe); a
+  member without a probe (NaN) ranks last; ties go to the first in agent order.
+* ``SharingController``: ``none`` (one policy per agent), ``static`` (one policy per space class from
+  round 0) or ``marless`` (the detector toggles; enabling groups the agents, disabling gives every agent
+  its own policy back). Policies are named ``p_<agent>``; a group uses its base agent's policy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from nimbus.algos.base import EnvSpaces
+
+
+def policy_of(agent: str) -> str:
+    return f"p_{agent}"
+
+
+def space_signature(*, spaces: EnvSpaces) -> str:
+    """Agents with equal signatures can share a policy (same observation and action spaces)."""
+    return f"{spaces.observation!r}|{spaces.action!r}"
+
+
+def least_squares_slope(values: Sequence[float]) -> float:
+    """Slope of the least-squares line through (0, v0), (1, v1), …"""
+    y = np.asarray(values, dtype=np.float64)
+    x = np.arange(len(y), dtype=np.float64)
+    x -= x.mean()
+    return float((x * (y - y.mean())).sum() / (x * x).sum())
+
+
+class PerformanceDetector:
+    """The tolerant window over the global normalised reward (module docstring)."""
+
+    def __init__(self, *, window: int, gamma: float) -> None:
+        self.window_size, self.gamma = window, gamma
+        self.history: dict[str, list[float]] = {}
+        self.window: list[float] = []
+        self.slope = math.nan
+
+    def normalised(self, *, agent: str, value: float) -> float:
+        history = self.history[agent]
+        low, high = min(history), max(history)
+        return 0.5 if high == low else (value - low) / (high - low)
+
+    def observe(self, *, agent_returns: dict[str, float]) -> bool:
+        """Add one round's per-agent rewards; True when sharing should toggle now (the window is then cleared)."""
+        if not agent_returns:
+            return False
+        for agent, value in agent_returns.items():
+            self.history.setdefault(agent, []).append(float(value))
+        self.window.append(float(np.mean([self.normalised(agent=a, value=v) for a, v in agent_returns.items()])))
+        self.window = self.window[-self.window_size:]
+        if len(self.window) < self.window_size:
+            self.slope = math.nan
+            return False
+        self.slope = least_squares_slope(self.window)
+        if self.slope < self.gamma:
+            self.window = []
+            return True
+        return False
+
+
+def num_groups(*, enabling: int, num_agents: int) -> int:
+    """N' at the ``enabling``-th time sharing is switched on (1-based)."""
+    if enabling < 1 or num_agents < 1:
+        raise ValueError(f"enabling ({enabling}) and num_agents ({num_agents}) start at 1")
+    cap = 2 ** (math.floor(math.log2(num_agents)) + 1)
+    return min(2 ** enabling, cap, num_agents)
+
+
+def similarity(*, samples: dict[str, np.ndarray], pca_dims: int, bandwidth: float, kl_samples: int,
+               seed: int) -> tuple[list[str], np.ndarray]:
+    """The agents (in the order given) and the matrix KL[i, j] = KL(p_i ‖ p_j) of their (obs, action) densities."""
+    from sklearn.decomposition import PCA
+    from sklearn.neighbors import KernelDensity
+    from sklearn.preprocessing import StandardScaler
+
+    agents = list(samples)
+    stacked = np.concatenate([np.asarray(samples[a], dtype=np.float64) for a in agents])
+    dims = max(1, min(pca_dims, stacked.shape[1], len(stacked) - 1))
+    scaled = StandardScaler().fit_transform(stacked)
+    projected = PCA(n_components=dims, whiten=True, random_state=seed).fit_transform(scaled)
+    bounds = np.cumsum([0] + [len(samples[a]) for a in agents])
+    kdes = [KernelDensity(bandwidth=bandwidth).fit(projected[bounds[i]:bounds[i + 1]]) for i in range(len(agents))]
+    kl = np.zeros((len(agents), len(agents)))
+    for i, kde in enumerate(kdes):
+        draws = kde.sample(kl_samples, random_state=seed + i)
+        own = kde.score_samples(draws)
+        for j, other in enumerate(kdes):
+            if i != j:
+                kl[i, j] = float(np.mean(own - other.score_samples(draws)))
+    return agents, kl
+
+
+def group_agents(*, agents: list[str], kl: np.ndarray, num_groups: int, seed: int,
+                 compatible: dict[str, str]) -> list[list[str]]:
+    """KMeans on the symmetrised divergences, within each class of compatible agents; groups in agent order."""
+    from sklearn.cluster import KMeans
+
+    divergence = (kl + kl.T) / 2.0
+    classes: dict[str, list[int]] = {}
+    for index, agent in enumerate(agents):
+        classes.setdefault(compatible[agent], []).append(index)
+    groups: list[list[str]] = []
+    for members in classes.values():
+        k = min(len(members), max(1, round(num_groups * len(members) / len(agents))))
+        if k == len(members):
+            labels = np.arange(len(members))
+        elif k == 1:
+            labels = np.zeros(len(members), dtype=int)
+        else:
+            features = divergence[np.ix_(members, members)]
+            labels = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(features)
+        for label in sorted(set(labels.tolist()), key=lambda lab: int(np.flatnonzero(labels == lab)[0])):
+            groups.append([agents[members[i]] for i in np.flatnonzero(labels == label)])
+    return sorted(groups, key=lambda group: agents.index(group[0]))
+
+
+def base_agent(*, group: list[str], convexity: dict[str, float]) -> str:
+    """The member whose policy has the highest convexity (NaN last; ties: first in ``group`` order)."""
+    def score(agent: str) -> float:
+        value = convexity.get(agent, math.nan)
+        return -math.inf if value is None or not math.isfinite(value) else value
+    return max(group, key=lambda agent: (score(agent), -group.index(agent)))
+
+
+class SharingController:
+    """Which policy each agent uses (module docstring); ``decide`` returns a new map or None."""
+
+    def __init__(self, *, config: Any, agents: list[str], compatible: dict[str, str], seed: int) -> None:
+        self.config, self.agents, self.compatible, self.seed = config, list(agents), dict(compatible), seed
+        self.detector = PerformanceDetector(window=config.window, gamma=config.gamma)
+        self.enabled = config.sharing == "static"
+        self.enablings = 0
+        self.toggles = 0
+        self.groups: list[list[str]] = []
+
+    @property
+    def needs_convexity(self) -> bool:
+        return self.config.sharing == "marless"
+
+    def initial_map(self) -> dict[str, str]:
+        if self.config.agent_policy:
+            return {agent: self.config.agent_policy.get(agent, policy_of(agent)) for agent in self.agents}
+        if self.config.sharing == "static":   # one policy per class of compatible agents: its first agent's
+            first: dict[str, str] = {}
+            for agent in self.agents:
+                first.setdefault(self.compatible[agent], agent)
+            return {agent: policy_of(first[self.compatible[agent]]) for agent in self.agents}
+        return {agent: policy_of(agent) for agent in self.agents}
+
+    def decide(self, *, round: int, agent_returns: dict[str, float], samples: dict[str, np.ndarray],
+               convexity: dict[str, float]) -> dict[str, str] | None:
+        if self.config.sharing != "marless" or not self.detector.observe(agent_returns=agent_returns):
+            return None
+        self.toggles += 1
+        if self.enabled:    # sharing made things worse: every agent its own policy again
+            self.enabled, self.groups = False, []
+            return {agent: policy_of(agent) for agent in self.agents}
+        self.enabled, self.enablings = True, self.enablings + 1
+        count = num_groups(enabling=self.enablings, num_agents=len(self.agents))
+        agents, kl = similarity(samples={a: samples[a] for a in self.agents}, pca_dims=self.config.pca_dims,
+                                bandwidth=self.config.kde_bandwidth, kl_samples=self.config.kl_samples,
+                                seed=self.seed + round)
+        self.groups = group_agents(agents=agents, kl=kl, num_groups=count, seed=self.seed + round,
+                                   compatible=self.compatible)
+        mapping = {}
+        for group in self.groups:
+            base = base_agent(group=group, convexity=convexity)
+            mapping.update({agent: policy_of(base) for agent in group})
+        return mapping
+
+    def state(self) -> dict[str, float]:
+        return {"sharing": float(self.enabled), "slope": self.detector.slope, "enablings": float(self.enablings),
+                "toggles": float(self.toggles), "window": float(len(self.detector.window))}

@@ -1,0 +1,74 @@
+"""The MARLess panels of ``report.png`` (``train.workflow: multiagent``), drawn from ``metrics.jsonl`` and
+``marl.jsonl`` (the agent→policy map of every round).
+
+* :func:`plot_agent_returns`: each agent's mean episode return per round and the global return (their mean).
+* :func:`plot_policy_map`: which policy every agent used in every round (a colour per policy), with the
+  number of policies and of actors per round on a second axis.
+* :func:`plot_marl_costs`: learner cost and actor cost of each round (from the ledger, by function kind).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nimbus.report.panels import _no_data, _series
+
+
+def is_marl(rows: list[dict[str, Any]]) -> bool:
+    return any("marl/policies" in r.get("extras", {}) for r in rows)
+
+
+def read_maps(*, run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "marl.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def plot_agent_returns(ax: Any, rows: list[dict[str, Any]]) -> None:
+    agents = sorted({k.split("/", 2)[2] for r in rows for k in r.get("extras", {}) if k.startswith("marl/return/")})
+    ax.set_title("MARLess: return per agent and global", fontsize=10)
+    if not agents:
+        _no_data(ax, "no finished episodes")
+        return
+    for agent in agents:
+        ax.plot(*_series(rows, f"marl/return/{agent}"), lw=1, alpha=0.6, label=agent)
+    ax.plot(*_series(rows, "marl/global_return"), lw=2, color="black", label="global")
+    ax.set_xlabel("round")
+    ax.set_ylabel("episode return")
+    ax.legend(fontsize=7, ncol=2)
+
+
+def plot_policy_map(ax: Any, maps: list[dict[str, Any]]) -> None:
+    ax.set_title("MARLess: agent → policy per round (colour = policy); policies, actors", fontsize=10)
+    if not maps:
+        _no_data(ax, "no marl.jsonl")
+        return
+    agents = sorted(maps[0]["agent_policy"])
+    policies = sorted({p for m in maps for p in m["agent_policy"].values()})
+    grid = np.array([[policies.index(m["agent_policy"][a]) for m in maps] for a in agents], dtype=float)
+    rounds = [m["round"] for m in maps]
+    ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="tab20",
+              extent=(rounds[0] - 0.5, rounds[-1] + 0.5, len(agents) - 0.5, -0.5))
+    ax.set_yticks(range(len(agents)), agents, fontsize=7)
+    ax.set_xlabel("round")
+    twin = ax.twinx()
+    twin.step(rounds, [len(m["policies"]) for m in maps], where="mid", color="white", lw=2, label="policies")
+    twin.step(rounds, [m["actors"] for m in maps], where="mid", color="tab:red", lw=1, label="actors")
+    twin.set_ylabel("policies / actors")
+    twin.legend(fontsize=7, loc="upper right")
+
+
+def plot_marl_costs(ax: Any, rows: list[dict[str, Any]]) -> None:
+    ax.set_title("MARLess: cost per round by function kind", fontsize=10)
+    rounds, learner = _series(rows, "marl/learner_cost_usd")
+    if not rounds:
+        _no_data(ax, "no cost rows")
+        return
+    ax.plot(rounds, learner, lw=1, label="learner functions (policy, critic, postprocess)")
+    ax.plot(*_series(rows, "marl/actor_cost_usd"), lw=1, label="actor functions")
+    ax.set_xlabel("round")
+    ax.set_ylabel("USD (serverless)")
+    ax.legend(fontsize=7)

@@ -1,0 +1,226 @@
+"""``train.workflow: multiagent`` (MARLess): build the pool, publish every agent's version 0, run the rounds,
+checkpoint each policy, evaluate and summarise.
+
+Policies are named after agents (``p_<agent>``); the sharing controller maps agents onto a subset of them
+(control/sharing.py). Each policy's checkpoints go to ``<run_dir>/policies/<policy>/checkpoints`` (the
+policy network; the critic's newest version rides in ``extra``), the agent→policy map of every round to
+``marl.jsonl`` and the metrics (global and per-agent return, policies, actors, learner and actor cost) to
+``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nimbus.algos.base import EnvSpaces
+from nimbus.algos.marl import initial_messages, make_marl_algo
+from nimbus.config import NimbusConfig
+from nimbus.control.base import RoundMetrics
+from nimbus.control.marless_scaling import MarlessActorScaler
+from nimbus.control.sharing import SharingController, space_signature
+from nimbus.data.shm import claim_run_prefix, release_run_prefix
+from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
+from nimbus.errors import ConfigError
+from nimbus.functions.weights import load_model, optim_key, weights_key
+from nimbus.train.build import build_shared, function_spec, make_run_dir, role_spec
+from nimbus.train.checkpoint import CheckpointState, Checkpointer
+from nimbus.train.metrics import MetricsSink
+from nimbus.train.trainer import RunSummary, TrainResult, _Interrupt, _should_stop
+from nimbus.workflows.multiagent import MarlParts, MarlProgress, MultiAgentWorkflow, critic_key
+
+log = logging.getLogger(__name__)
+MA_ACTOR_ENTRYPOINT = "nimbus.functions.ma_actor:ma_actor_function"
+ROLE_ENTRYPOINTS = {"postprocess": "nimbus.functions.ma_learner:postprocess_function",
+                    "critic": "nimbus.functions.ma_learner:critic_function",
+                    "policy": "nimbus.functions.ma_learner:policy_function"}
+VALUE_ROLE_ENTRYPOINTS = {"postprocess": "nimbus.functions.ma_value_learner:vdn_postprocess_function",
+                          "policy": "nimbus.functions.ma_value_learner:value_policy_function"}
+
+
+def policy_name(agent: str) -> str:
+    return f"p_{agent}"
+
+
+def probe_agents(*, config: NimbusConfig) -> tuple[tuple[str, ...], dict[str, EnvSpaces], int]:
+    """The env's agents (sorted), each agent's spaces and the global state's size."""
+    env = make_parallel_env(env_id=config.env.id, seed=config.seed, kwargs=dict(config.env.kwargs),
+                            imports=config.env.imports)
+    try:
+        env.reset(seed=config.seed)
+        spaces = agent_spaces(env=env)
+        state_dim = int(np.asarray(global_state(env=env)).size)
+    finally:
+        env.close()
+    return tuple(sorted(spaces)), spaces, state_dim
+
+
+def function_specs(*, config: NimbusConfig, algo: object) -> dict[str, object]:
+    """The actor and the algorithm's learner roles; the policy function takes the ``learner`` resources."""
+    entrypoints = ROLE_ENTRYPOINTS if algo.on_policy else VALUE_ROLE_ENTRYPOINTS
+    specs = {"actor": role_spec(config=config, role="actor", entrypoint=MA_ACTOR_ENTRYPOINT)}
+    for role in algo.roles:
+        resources = config.role_function(role="learner" if role == "policy" else role)
+        specs[role] = function_spec(name=role, entrypoint=entrypoints[role], kind=role, function=resources)
+    return specs
+
+
+def _fixed_actors(*, config: NimbusConfig) -> int:
+    """``actors.scaling``'s count: what every round uses with ``marl.scaling: fixed``."""
+    scaling = config.actors.scaling
+    for name in ("num_actors", "initial_actors", "min_actors"):
+        if hasattr(scaling, name):
+            return int(getattr(scaling, name))
+    return 1
+
+
+def check_agent_policy(*, config: NimbusConfig, agents: tuple[str, ...]) -> None:
+    """``marl.agent_policy`` names agents of the env and their policies (``p_<agent>``): else exit 2."""
+    known = {policy_name(agent) for agent in agents}
+    for agent, policy in config.marl.agent_policy.items():
+        if agent not in agents:
+            raise ConfigError(f"marl.agent_policy.{agent}: {config.env.id} has no agent {agent!r} "
+                              f"(agents: {', '.join(agents)})")
+        if policy not in known:
+            raise ConfigError(f"marl.agent_policy.{agent}: unknown policy {policy!r} (policies: {', '.join(sorted(known))})")
+
+
+def train_multiagent(*, config: NimbusConfig, run_dir: Path | None = None) -> TrainResult:
+    agents, spaces, state_dim = probe_agents(config=config)
+    check_agent_policy(config=config, agents=agents)
+    algo = make_marl_algo(config=config.algo)
+    marl = config.marl
+    sharing = SharingController(config=marl, agents=list(agents),
+                                compatible={a: space_signature(spaces=spaces[a]) for a in agents}, seed=config.seed)
+    scaler = MarlessActorScaler(config=marl, num_agents=len(agents), fixed_actors=_fixed_actors(config=config))
+    run_dir = run_dir or make_run_dir(config=config)
+    shm_prefix = claim_run_prefix()
+    try:
+        shared = build_shared(config=config, run_dir=run_dir, shm_prefix=shm_prefix)
+    except BaseException:
+        release_run_prefix(prefix=shm_prefix)
+        raise
+    metrics = MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
+                          status_line=config.output.status_line)
+    parts = MarlParts(config=config, shared=shared, run_dir=run_dir, agents=agents, algo=algo,
+                      specs=function_specs(config=config, algo=algo), sharing=sharing, scaler=scaler, metrics=metrics)
+    progress = MarlProgress(agent_policy=sharing.initial_map())
+    rows: list[RoundMetrics] = []
+    started = time.perf_counter()
+    try:
+        _publish_initial(parts=parts, progress=progress, spaces=spaces, state_dim=state_dim)
+        checkpointers = {policy_name(a): Checkpointer(directory=run_dir / "policies" / policy_name(a) / "checkpoints",
+                                                      keep=config.train.keep_checkpoints) for a in agents}
+        workflow = MultiAgentWorkflow(parts=parts, progress=progress, on_round=lambda row: None)
+
+        def on_round(row: RoundMetrics) -> None:
+            rows.append(row)
+            metrics.write(row=row, runtime={})
+            if row.round % config.train.checkpoint_every_rounds == config.train.checkpoint_every_rounds - 1:
+                _save(parts=parts, progress=progress, checkpointers=checkpointers)
+
+        workflow.on_round = on_round
+        with _Interrupt(workflow=workflow) as interrupt:
+            workflow.run(should_stop=lambda p: _should_stop(config=config, progress=p) is not None)
+        stopped_by = interrupt.received or _should_stop(config=config, progress=progress) or "interrupted"
+        _save(parts=parts, progress=progress, checkpointers=checkpointers)
+        eval_return = None
+        if config.train.eval_episodes > 0 and stopped_by not in ("SIGINT", "SIGTERM"):
+            eval_return = evaluate_agents(parts=parts, progress=progress, spaces=spaces,
+                                          episodes=config.train.eval_episodes, seed=config.seed + 10_000)
+        totals = shared.ledger.totals()
+        wall_s = time.perf_counter() - started
+        most_actors = max((row.num_actors for row in rows), default=1)
+        summary = RunSummary(
+            final_return=float(np.mean(progress.recent_returns)) if progress.recent_returns else None,
+            eval_return=eval_return, env_steps=progress.env_steps, episodes=progress.episodes,
+            rounds=progress.rounds, policy_version=progress.policy_version, wall_s=wall_s,
+            invocations=totals.invocations, attempts=totals.attempts, cold_starts=totals.cold_starts,
+            retries=totals.retries, serverless_cost_usd=workflow.cost_usd(),
+            serverful_cost_usd=shared.pricing.serverful_cost_usd(
+                wall_s=wall_s, peak_actor_cpus=most_actors * config.actors.function.cpus,
+                peak_learner_gpus=config.learner.function.gpus),
+            stopped_by=stopped_by)
+    finally:
+        metrics.close()
+        shared.close()
+    (run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
+    if config.output.report:
+        from nimbus.report.render import render_report
+        render_report(run_dir=run_dir)
+    return TrainResult(run_dir=run_dir, summary=summary, rows=rows)
+
+
+def _publish_initial(*, parts: MarlParts, progress: MarlProgress, spaces: dict[str, EnvSpaces],
+                     state_dim: int) -> None:
+    """Version 0 of every agent's policy (and critic), seeded per agent; all of them, so that sharing can later
+    hand any agent its own policy."""
+    store = parts.shared.store
+    for index, agent in enumerate(parts.agents):
+        policy = policy_name(agent)
+        messages = initial_messages(algo=parts.algo, spaces=spaces[agent], state_dim=state_dim,
+                                    num_agents=len(parts.agents), seed=parts.config.seed + index)
+        store.put(key=weights_key(policy=policy, version=0), message=messages["weights"])
+        progress.versions[policy] = 0
+        if "critic" in messages:
+            store.put(key=critic_key(policy=policy, version=0), message=messages["critic"])
+            progress.critic_versions[policy] = 0
+
+
+def _save(*, parts: MarlParts, progress: MarlProgress, checkpointers: dict[str, Checkpointer]) -> None:
+    """Each policy's newest weights and optimizer state (safetensors files, atomically, train/checkpoint.py)."""
+    store = parts.shared.store
+    for policy, checkpointer in checkpointers.items():
+        version = progress.versions[policy]
+        extra = {"agent_policy": progress.agent_policy, "agents": list(parts.agents)}
+        if policy in progress.critic_versions:
+            extra["critic_version"] = progress.critic_versions[policy]
+        checkpointer.save(state=CheckpointState(
+            weights=store.get(key=weights_key(policy=policy, version=version)),
+            optimizer=store.get(key=optim_key(policy=policy, version=version)) if version > 0 else None,
+            policy_version=version, round=progress.rounds, env_steps=progress.env_steps, episodes=progress.episodes,
+            config=parts.config.model_dump(mode="json"), extra=extra))
+
+
+def evaluate_agents(*, parts: MarlParts, progress: MarlProgress, spaces: dict[str, EnvSpaces], episodes: int,
+                    seed: int) -> float:
+    """Mean global return (mean over agents of each episode's return) of the final policies, greedy actions."""
+    config, algo = parts.config, parts.algo
+    models = {}
+    for agent in parts.agents:
+        policy = progress.agent_policy[agent]
+        if policy not in models:
+            model = algo.make_policy(spaces=spaces[agent])
+            load_model(model=model, message=parts.shared.store.get(
+                key=weights_key(policy=policy, version=progress.versions[policy])))
+            models[policy] = model.eval()
+    env = make_parallel_env(env_id=config.env.id, seed=seed, kwargs=dict(config.env.kwargs),
+                            imports=config.env.imports)
+    torch.manual_seed(seed)
+    totals = []
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            returns = {agent: 0.0 for agent in parts.agents}
+            while env.agents:
+                actions = {}
+                with torch.no_grad():
+                    for agent in env.agents:
+                        model = models[progress.agent_policy[agent]]
+                        out = algo.act(model=model, obs=torch.as_tensor(obs[agent], dtype=torch.float32)[None],
+                                       explore=False)
+                        action = out.actions[0]
+                        actions[agent] = action.item() if np.ndim(action) == 0 else action
+                obs, rewards, _, _, _ = env.step(actions)
+                for agent, reward in rewards.items():
+                    returns[agent] += float(reward)
+            totals.append(float(np.mean(list(returns.values()))))
+    finally:
+        env.close()
+    return float(np.mean(totals))
