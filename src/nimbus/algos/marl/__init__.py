@@ -3,7 +3,8 @@
 ``MARL_ALGO_CONFIGS`` maps each name to its config class; ``make_marl_algo`` builds the algorithm, which
 names the roles (function kinds) a policy's round invokes, in order. ``initial_messages`` gives version 0
 of a policy's networks as Store messages: ``weights`` (the policy network, functions/weights.py format)
-and, for actor-critic algorithms, ``critic`` (critic network + optimizer state, `critic_to_message`).
+and, for actor-critic algorithms, ``critic`` (critic network + optimizer state, `critic_to_message`); these
+live in ``nimbus.algos.marl.messages`` (loaded on first use, so importing the config loads no data code).
 
 Example::
 
@@ -25,8 +26,6 @@ from pydantic import BaseModel
 from nimbus.algos.base import ActOutput, EnvSpaces
 from nimbus.algos.marl.config import IPPOConfig, MAPPOConfig
 from nimbus.algos.marl.ppo import MarlPPO
-from nimbus.data.codec import Message
-from nimbus.functions.weights import load_model, load_optimizer, model_to_message, optimizer_to_message
 
 MARL_ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ippo": IPPOConfig, "mappo": MAPPOConfig}
 
@@ -34,8 +33,6 @@ _BUILDERS: dict[str, Callable[[Any], Any]] = {
     "ippo": lambda config: MarlPPO(config=config),
     "mappo": lambda config: MarlPPO(config=config),
 }
-
-_OPTIM_PREFIX = "optim."
 
 
 class MarlAlgorithm(Protocol):
@@ -65,32 +62,12 @@ def marl_algo_from_dict(*, algo: dict[str, Any]) -> Any:
     return make_marl_algo(config=MARL_ALGO_CONFIGS[algo["name"]].model_validate(algo))
 
 
-def critic_to_message(*, critic: torch.nn.Module, optimizer: torch.optim.Optimizer | None, version: int) -> Message:
-    """The critic network (``param.*``) and its optimizer state (``optim.state.*``, header ``optim``) in one Message."""
-    message = model_to_message(model=critic, version=version)
-    if optimizer is None or not optimizer.state:
-        return message
-    optim = optimizer_to_message(optimizer=optimizer, version=version)
-    arrays = {**message.arrays, **{_OPTIM_PREFIX + key: value for key, value in optim.arrays.items()}}
-    return Message(header={**message.header, "optim": optim.header}, arrays=arrays)
+_LAZY = ("initial_messages", "critic_to_message", "load_critic")
 
 
-def load_critic(*, critic: torch.nn.Module, optimizer: torch.optim.Optimizer, message: Message) -> bool:
-    """Load the critic network, and its optimizer state when the message has one (False: a fresh optimizer)."""
-    load_model(model=critic, message=message)
-    if "optim" not in message.header:
-        return False
-    arrays = {key[len(_OPTIM_PREFIX):]: value for key, value in message.arrays.items() if key.startswith(_OPTIM_PREFIX)}
-    load_optimizer(optimizer=optimizer, message=Message(header=message.header["optim"], arrays=arrays))
-    return True
-
-
-def initial_messages(*, algo: Any, spaces: EnvSpaces, state_dim: int, num_agents: int, seed: int) -> dict[str, Message]:
-    """Version 0 of one policy: ``weights`` and, for actor-critic algorithms, ``critic``; seeded, global RNG untouched."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        messages = {"weights": model_to_message(model=algo.make_policy(spaces=spaces), version=0)}
-        if "critic" in algo.roles:
-            critic = algo.make_critic(spaces=spaces, state_dim=state_dim, num_agents=num_agents)
-            messages["critic"] = critic_to_message(critic=critic, optimizer=None, version=0)
-    return messages
+def __getattr__(name: str) -> Any:
+    """``initial_messages``, ``critic_to_message``, ``load_critic`` from messages.py, imported on first use."""
+    if name in _LAZY:
+        from nimbus.algos.marl import messages
+        return getattr(messages, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
