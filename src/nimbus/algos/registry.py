@@ -22,16 +22,20 @@ from nimbus.algos.dqn.algorithm import DQN
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.impala.algorithm import Impala
 from nimbus.algos.impala.config import ImpalaConfig
+from nimbus.algos.marl import MARL_ALGO_CONFIGS
+from nimbus.algos.marl.config import IPPOConfig, MAPPOConfig
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.algos.sac.algorithm import SAC
 from nimbus.algos.sac.config import SACConfig
+from nimbus.errors import ConfigError
 
-AlgoConfig = Annotated[Union[PPOConfig, DQNConfig, ImpalaConfig, SACConfig],  # noqa: UP007
+AlgoConfig = Annotated[Union[PPOConfig, DQNConfig, ImpalaConfig, SACConfig, IPPOConfig, MAPPOConfig],  # noqa: UP007
                        Field(discriminator="name")]
 
 ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ppo": PPOConfig, "dqn": DQNConfig, "impala": ImpalaConfig,
-                                            "sac": SACConfig}
+                                            "sac": SACConfig, **MARL_ALGO_CONFIGS}
+# the multi-agent ones validate here but are built by nimbus.algos.marl.make_marl_algo (train.workflow: multiagent)
 
 _BUILDERS: dict[str, Callable[[Any], Algorithm]] = {
     "ppo": lambda config: PPO(config=config),
@@ -44,6 +48,9 @@ _BUILDERS: dict[str, Callable[[Any], Algorithm]] = {
 def make_algorithm(*, config: BaseModel) -> Algorithm:
     """The algorithm named by ``config.name``, built from its config."""
     name = getattr(config, "name", None)
+    if name in MARL_ALGO_CONFIGS:
+        raise ConfigError(f"algo.name: {name!r} is a multi-agent algorithm; it needs train.workflow: multiagent "
+                          "(and a PettingZoo Parallel env)")
     if name not in _BUILDERS:
         raise ValueError(f"unknown algorithm {name!r}; known: {sorted(_BUILDERS)}")
     expected = ALGO_CONFIGS[name]
