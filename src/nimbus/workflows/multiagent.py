@@ -169,7 +169,7 @@ class MultiAgentWorkflow:
             for policy, result in zip(active, _results(futures=futures, what=role)):
                 stats[policy].update({k: float(v) for k, v in result.header.items()
                                       if isinstance(v, (int, float)) and not isinstance(v, bool)
-                                      and not k.endswith("_version") and k != "rows"})
+                                      and not k.endswith("_version") and k != "rows" and not k.startswith("_")})
                 if role == "policy":
                     self.progress.versions[policy] += 1
                 elif role == "critic":

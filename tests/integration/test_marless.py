@@ -1,0 +1,116 @@
+"""MARLess end to end on the local backend (and one run on a local Ray instance): IPPO learns simple_spread,
+the learner split shows in the ledger, sharing changes the agent→policy map and with it the learner
+invocations, the actor-scaling rule sets the next round's actors, and a bad agent→policy map exits 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cluster_fixtures import ray_local  # noqa: F401  (fixture)
+from nimbus.control.marless_scaling import actor_count
+from nimbus.errors import ConfigError
+from nimbus.train.metrics import read_metrics
+from nimbus.train.trainer import train
+
+pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
+RANDOM_FLOOR = -27.6   # uniform-random per-agent episode return, simple_spread N=3, max_cycles 25 (docs/marless.md)
+SMALL = ["env.num_envs_per_actor=2", "actors.scaling={kind: fixed, num_actors: 1}", "algo.num_epochs=2",
+         "train.eval_episodes=0"]
+
+
+def ledger_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
+
+
+def maps(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "marl.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_ippo_learns_simple_spread(make_shipped_config) -> None:
+    config = make_shipped_config("marless-ippo-spread", overrides=["train.total_env_steps=30000",
+                                                                   "train.eval_episodes=20"])
+    result = train(config=config)
+    assert result.summary.eval_return is not None and result.summary.eval_return > RANDOM_FLOOR + 8.0, result.summary
+    rows = read_metrics(path=result.run_dir / "metrics.jsonl")
+    assert {row["num_learners"] for row in rows} == {3}
+
+
+def test_the_learner_split_is_one_invocation_per_role_and_policy(make_shipped_config) -> None:
+    config = make_shipped_config("marless-ippo-spread", overrides=[*SMALL, "train.max_rounds=2", "algo={name: mappo}"])
+    result = train(config=config)
+    ok = [r for r in ledger_rows(result.run_dir) if r["outcome"] == "ok"]
+    kinds = {kind: sum(r["kind"] == kind for r in ok) for kind in ("actor", "postprocess", "critic", "policy")}
+    assert kinds == {"actor": 2, "postprocess": 6, "critic": 6, "policy": 6}   # 2 rounds × 3 policies per role
+    rows = read_metrics(path=result.run_dir / "metrics.jsonl")
+    assert [row["policy_version"] for row in rows] == [3, 6]
+
+
+def test_static_sharing_trains_one_policy(make_shipped_config) -> None:
+    config = make_shipped_config("marless-ippo-spread", overrides=[*SMALL, "train.max_rounds=2", "marl.sharing=static"])
+    result = train(config=config)
+    ok = [r for r in ledger_rows(result.run_dir) if r["outcome"] == "ok"]
+    assert sum(r["kind"] == "policy" for r in ok) == 2 and sum(r["kind"] == "critic" for r in ok) == 2
+    assert all(m["agent_policy"] == {"agent_0": "p_agent_0", "agent_1": "p_agent_0", "agent_2": "p_agent_0"}
+               for m in maps(result.run_dir))
+
+
+def test_dynamic_sharing_switches_on_and_cuts_learner_invocations(make_shipped_config) -> None:
+    """γ above any slope: the detector toggles whenever its window (2 rounds) fills: off → on (2 groups,
+    the first enabling) → off; learner invocations follow the number of policies."""
+    config = make_shipped_config("marless-ippo-spread", overrides=[
+        *SMALL, "train.max_rounds=6", "marl.sharing=marless", "marl.window=2", "marl.gamma=100"])
+    result = train(config=config)
+    rows = read_metrics(path=result.run_dir / "metrics.jsonl")
+    policies = [int(row["extras"]["marl/policies"]) for row in rows]
+    assert policies == [3, 3, 2, 2, 3, 3]
+    learner_calls = sum(r["kind"] in ("critic", "policy") and r["outcome"] == "ok" for r in ledger_rows(result.run_dir))
+    assert learner_calls == 2 * sum(policies)        # a critic and a policy function per policy and round
+    shared = maps(result.run_dir)[2]["agent_policy"]
+    assert len(set(shared.values())) == 2
+    assert all(np.isfinite(row["losses"][f"{p}/convexity"]) for row in rows for p in
+               {f"p_{a}" for a in ("agent_0", "agent_1", "agent_2")} if f"{p}/convexity" in row["losses"])
+
+
+def test_the_scaling_rule_sets_the_next_rounds_actors(make_shipped_config) -> None:
+    config = make_shipped_config("marless-ippo-spread", overrides=[
+        *SMALL, "train.max_rounds=5", "marl.scaling=marless", "marl.i_max=4", "marl.i_min=1", "marl.beta=0.5"])
+    result = train(config=config)
+    rows = read_metrics(path=result.run_dir / "metrics.jsonl")
+    assert rows[0]["num_actors"] == 1                      # round 0: no evidence, I_min
+    for row, after in zip(rows, rows[1:]):
+        per_policy = [int(v) for k, v in row["extras"].items() if k.startswith("marl/actors/")]
+        assert after["num_actors"] == actor_count(per_policy=per_policy, i_min=1, i_max=4, beta=0.5)
+    assert sum(r["kind"] == "actor" and r["outcome"] == "ok" for r in ledger_rows(result.run_dir)) == \
+        sum(row["num_actors"] for row in rows)
+
+
+def test_a_map_naming_an_unknown_policy_is_a_config_error(make_shipped_config) -> None:
+    config = make_shipped_config("marless-ippo-spread", overrides=["marl.agent_policy={agent_0: p_agent_9}"])
+    with pytest.raises(ConfigError, match=r"marl\.agent_policy\.agent_0"):
+        train(config=config)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("algo={name: ppo}", "train.workflow: multiagent runs"),
+    ("train.workflow=sync", "needs train.workflow: multiagent"),
+    ("marl.i_min=9", "i_min"),
+])
+def test_config_errors_name_the_key(make_shipped_config, override: str, message: str) -> None:
+    with pytest.raises((ConfigError, ValueError), match=message):
+        make_shipped_config("marless-ippo-spread", overrides=[override])
+
+
+@pytest.mark.ray
+def test_the_same_config_runs_on_ray(ray_local, make_shipped_config) -> None:
+    config = make_shipped_config("marless-ippo-spread", overrides=[
+        *SMALL, "train.max_rounds=2", "runtime.backend=ray", "actors.function.cpus=0.25", "learner.function.cpus=0.25",
+        "functions.critic={cpus: 0.25}"])
+    result = train(config=config)
+    assert result.summary.rounds == 2
+    ok = [r for r in ledger_rows(result.run_dir) if r["outcome"] == "ok"]
+    assert sum(r["kind"] == "policy" for r in ok) == 6 and sum(r["kind"] == "actor" for r in ok) == 2
