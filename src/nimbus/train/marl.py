@@ -108,7 +108,7 @@ def train_multiagent(*, config: NimbusConfig, run_dir: Path | None = None) -> Tr
         raise
     metrics = MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
                           status_line=config.output.status_line)
-    parts = MarlParts(config=config, shared=shared, run_dir=run_dir, agents=agents, algo=algo,
+    parts = MarlParts(config=config, shared=shared, run_dir=run_dir, agents=agents, spaces=spaces, algo=algo,
                       specs=function_specs(config=config, algo=algo), sharing=sharing, scaler=scaler, metrics=metrics)
     progress = MarlProgress(agent_policy=sharing.initial_map())
     rows: list[RoundMetrics] = []

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -30,24 +29,20 @@ import numpy as np
 
 from nimbus.control.base import RoundMetrics
 from nimbus.data.codec import Message
-from nimbus.errors import NimbusError
 from nimbus.functions.ma_actor import MultiAgentActorRequest
-from nimbus.functions.ma_learner import MarlLearnerRequest
 from nimbus.functions.weights import optim_key, weights_key
 from nimbus.train.build import Shared
+from nimbus.workflows.marl_learning import batch_key, make_learning, results_of
 from nimbus.workflows.sync import Progress
 
 log = logging.getLogger(__name__)
 LEARNER_ROLES = ("postprocess", "critic", "policy")
+VERSIONED_KEYS = ("weights/{policy}/{version}", "optim/{policy}/{version}", "target/{policy}/{version}")
 SAMPLES_PER_AGENT = 512  # (obs, action) rows per agent kept for the similarity measure (control/sharing.py)
 
 
 def critic_key(*, policy: str, version: int) -> str:
     return f"critic/{policy}/{version}"
-
-
-def batch_key(*, policy: str, round: int) -> str:
-    return f"batch/{policy}/r{round}"
 
 
 @dataclass
@@ -68,6 +63,7 @@ class MarlParts:
     shared: Shared
     run_dir: Path
     agents: tuple[str, ...]          # sorted possible agents
+    spaces: dict[str, Any]           # agent → EnvSpaces
     algo: Any                        # nimbus.algos.marl MarlAlgorithm
     specs: dict[str, Any]            # role → FunctionSpec ("actor", and the algorithm's roles)
     sharing: Any                     # control/sharing.py SharingController
@@ -89,6 +85,7 @@ class MultiAgentWorkflow:
         self.slot_seq: dict[int, int] = {}
         self._cost_seen = 0
         self._cost_usd = 0.0
+        self.learning = make_learning(parts=parts, progress=progress)
         self._map_log = open(parts.run_dir / "marl.jsonl", "a", buffering=1)
 
     # ----------------------------------------------------------------------------------- the loop
@@ -107,9 +104,13 @@ class MultiAgentWorkflow:
         sampled = time.perf_counter()
         episodes = self._ingest(results=results, agent_policy=agent_policy, active=active, round=index)
         ingested = time.perf_counter()
-        stats = self._learn(active=active, agent_policy=agent_policy, round=index)
+        rows_per_agent = self.num_actors * self.parts.config.env.num_envs_per_actor * \
+            self.parts.config.actors.fragment_steps
+        stats, stale = self.learning.run(active=active, agent_policy=agent_policy, round=index,
+                                         rows_per_agent=rows_per_agent)
+        self.progress.policy_version = sum(self.progress.versions.values())
         learned = time.perf_counter()
-        self._forget(active=active, round=index)
+        self._forget(active=active, stale=stale)
         convexity = {policy: stats[policy].get("convexity", float("nan")) for policy in active}
         new_map = self.parts.sharing.decide(round=index, agent_returns=episodes.agent_means,
                                             samples=episodes.samples,
@@ -134,7 +135,7 @@ class MultiAgentWorkflow:
                 slot_seq=self.slot_seq.get(rank, 0), agent_policy=dict(agent_policy), weights_keys=keys,
                 algo=cfg.algo.model_dump(mode="json"), env_imports=tuple(cfg.env.imports))
             futures.append(self.parts.shared.runtime.invoke(spec=self.parts.specs["actor"], request=request.to_message()))
-        results = _results(futures=futures, what="actor")
+        results = results_of(futures=futures, what="actor")
         for rank in range(num_actors):
             self.slot_seq[rank] = self.slot_seq.get(rank, 0) + 1
         return results
@@ -156,48 +157,15 @@ class MultiAgentWorkflow:
             episodes.samples[agent] = rows[-SAMPLES_PER_AGENT:].astype(np.float64)
         return episodes
 
-    # ----------------------------------------------------------------------------------- learning
-    def _learn(self, *, active: list[str], agent_policy: dict[str, str], round: int) -> dict[str, dict[str, float]]:
-        """Each role of the algorithm in order; the active policies of a role concurrently."""
-        stats: dict[str, dict[str, float]] = {policy: {} for policy in active}
-        for role in self.parts.algo.roles:
-            futures = [self.parts.shared.runtime.invoke(
-                spec=self.parts.specs[role],
-                request=self._learner_request(policy=policy, agent_policy=agent_policy, round=round).to_message())
-                for policy in active]
-            self.progress.learner_invocations += len(futures)
-            for policy, result in zip(active, _results(futures=futures, what=role)):
-                stats[policy].update({k: float(v) for k, v in result.header.items()
-                                      if isinstance(v, (int, float)) and not isinstance(v, bool)
-                                      and not k.endswith("_version") and k != "rows" and not k.startswith("_")})
-                if role == "policy":
-                    self.progress.versions[policy] += 1
-                elif role == "critic":
-                    self.progress.critic_versions[policy] += 1
-        self.progress.policy_version = sum(self.progress.versions.values())
-        return stats
-
-    def _learner_request(self, *, policy: str, agent_policy: dict[str, str], round: int) -> MarlLearnerRequest:
-        cfg, agents = self.parts.config, list(self.parts.agents)
-        return MarlLearnerRequest(
-            env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), algo=cfg.algo.model_dump(mode="json"), policy=policy,
-            round=round, agents={a: agents.index(a) for a in agents if agent_policy[a] == policy},
-            all_agents=tuple(agents), batch_key=batch_key(policy=policy, round=round),
-            weights_version=self.progress.versions[policy],
-            critic_version=self.progress.critic_versions.get(policy, 0), seed=cfg.seed + round,
-            progress=min(1.0, self.progress.env_steps / cfg.train.total_env_steps),
-            probe=self.parts.sharing.needs_convexity or self.parts.scaler.needs_convexity,
-            env_imports=tuple(cfg.env.imports))
-
-    def _forget(self, *, active: list[str], round: int) -> None:
-        """The round's batches and derived rows, and versions older than ``store.keep_versions`` (every policy
+    def _forget(self, *, active: list[str], stale: list[str]) -> None:
+        """The keys the learners are done with, and versions older than ``store.keep_versions`` (every policy
         keeps its newest, trained or frozen)."""
         store, keep = self.parts.shared.store, self.parts.config.store.keep_versions
+        stale = list(stale)
         for policy in active:
-            stale = [f"{prefix}/{policy}/r{round}" for prefix in ("batch", "post", "adv")]
             version = self.progress.versions[policy] - keep
             if version >= 0:
-                stale += [weights_key(policy=policy, version=version), optim_key(policy=policy, version=version)]
+                stale += [key.format(policy=policy, version=version) for key in VERSIONED_KEYS]
             critic = self.progress.critic_versions.get(policy, -1) - keep
             if critic >= 0:
                 stale.append(critic_key(policy=policy, version=critic))
@@ -321,15 +289,3 @@ def policy_batch(*, results: list[Message], members: list[str], agents: list[str
                 if shared in result.arrays:
                     columns.setdefault(shared, []).append(result.arrays[shared])
     return Message(header={"members": members}, arrays={k: np.concatenate(v) for k, v in columns.items()})
-
-
-def _results(*, futures: list[Future], what: str) -> list[Message]:
-    """Every future's result, in order; the first failure (after the runtime's retries) stops the run."""
-    wait(futures)
-    out = []
-    for future in futures:
-        try:
-            out.append(future.result())
-        except Exception as exc:
-            raise NimbusError(f"a {what} function failed after its retries: {exc}") from exc
-    return out
