@@ -41,6 +41,25 @@ def test_three_learners_in_flight_learn_cartpole(make_shipped_config) -> None:
     assert list_segments(prefix=run_prefix()) == []
 
 
+def test_an_actor_slower_than_the_learners_still_finds_the_weights_it_was_given(
+        make_shipped_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round 2's first actor sleeps before reading its weights while round 1's 16 gradients publish versions past
+    ``store.keep_versions``: the version it was given must survive until it has read it (on Ray this race lost
+    the key: KeyNotFound after 4 attempts)."""
+    counter = tmp_path / "counter"
+    monkeypatch.setenv(FAULTS_ENV, json.dumps({"actor.started": {"action": "sleep", "sleep_s": 4.0, "after": 4,
+                                                                 "counter_path": str(counter), "times": 1}}))
+    config = make_shipped_config("stellaris-cartpole", overrides=["train.max_rounds=3", "train.eval_episodes=0"])
+    result = train(config=config)
+    assert read_counter(path=counter) == 5
+    actors = [r for r in ledger_rows(result.run_dir) if r["function"] == "actor" and r["outcome"] != "prewarm"]
+    # a retry may land on a worker that cached the version and hide a lost key: no attempt may fail
+    assert [r for r in actors if r["outcome"] != "ok"] == []
+    rows = read_metrics(path=result.run_dir / "metrics.jsonl")
+    assert len(rows) == 3
+    assert rows[-1]["policy_version"] - rows[0]["policy_version"] > config.store.keep_versions
+
+
 def test_a_learner_killed_after_its_put_is_retried_and_its_gradient_applied_once(
         make_shipped_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     counter = tmp_path / "counter"

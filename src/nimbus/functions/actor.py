@@ -29,6 +29,7 @@ from nimbus.data.stores import function_store
 from nimbus.envs.make import make_env
 from nimbus.models.distributions import clip_action
 from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.faults import fault_point
 from nimbus.functions.obsnorm import fragment_moments, normalize, rms_from_extras
 from nimbus.functions.slot_state import SLOT_META, SlotState, capture_slot, restore_slot, slot_state_from
 from nimbus.functions.weights import load_model
@@ -91,6 +92,7 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
     req = ActorRequest.from_message(request)
     started = time.perf_counter()
     context.cache["store"] = function_store(header=request.header)  # the run's Store, named by the request
+    fault_point(name="actor.started")
     algo, model = _policy(context=context, req=req)
     slot = _env_slot(context=context, req=req, restore=slot_state_from(message=request))
     # the actor's model is on the CPU: seed the CPU generator only (torch.manual_seed also queues CUDA/MPS/XPU

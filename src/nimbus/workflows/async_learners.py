@@ -304,9 +304,11 @@ class AsyncLearnersWorkflow(SyncWorkflow):
                 "staleness/parameter_s": batch.parameter_s}
 
     def _forget_unused_versions(self) -> None:
-        """Delete versions older than ``store.keep_versions`` that no learner in flight still reads."""
+        """Delete versions older than ``store.keep_versions`` that neither a learner in flight nor the sampling
+        round's actors (a retry re-reads its weights) still read."""
         keep = self.system.config.store.keep_versions
         needed = {v for f in self.in_flight.values() for v in (f.read_version, *f.peers)}
+        needed.add(self.round.policy_version)
         floor = min(needed | {self.progress.policy_version - keep + 1})
         for version in range(max(0, floor - 4 * self.cfg.learners), floor):
             for key in (weights_key(policy=self.policy, version=version), optim_key(policy=self.policy, version=version)):
