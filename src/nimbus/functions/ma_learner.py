@@ -110,7 +110,7 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
     batch = store.get(key=req.batch_key).arrays
     inputs, next_inputs = _critic_inputs(algo=algo, store=store, req=req, batch=batch)
     with torch.no_grad():
-        values, next_values = critic(inputs), critic(next_inputs)
+        values, next_values = critic.values(inputs), critic.values(next_inputs)
     advantages, returns = compute_gae(
         rewards=torch.as_tensor(np.array(batch["rewards"], np.float32)), values=values, next_values=next_values,
         terminated=torch.as_tensor(np.array(batch["terminated"])), cut=torch.as_tensor(np.array(batch["cut"])),
@@ -118,8 +118,10 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
     store.put(key=req.key(prefix="adv"), writer=context.invocation_id,
               message=Message(header={"round": req.round}, arrays={"advantages": advantages.numpy(),
                                                                     "returns": returns.numpy()}))
-    fit = _fit_critic(algo=algo, critic=critic, optimizer=optimizer, inputs=inputs, values=values, returns=returns,
-                      req=req)
+    if algo.config.value_norm:
+        critic.return_norm.update(returns)
+    fit = _fit_critic(algo=algo, critic=critic, optimizer=optimizer, inputs=inputs, req=req,
+                      values=critic.return_norm.normalize(values), returns=critic.return_norm.normalize(returns))
     new_version = req.critic_version + 1
     store.put(key=f"critic/{req.policy}/{new_version}", writer=context.invocation_id,
               message=critic_to_message(critic=critic, optimizer=optimizer, version=new_version))
@@ -194,7 +196,8 @@ def _minibatches(*, rows: int, num_minibatches: int, generator: torch.Generator)
 
 def _fit_critic(*, algo: Any, critic: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
                 values: torch.Tensor, returns: torch.Tensor, req: MarlLearnerRequest) -> float:
-    """Epochs × minibatches of the (optionally clipped) value loss; the mean loss over the steps taken."""
+    """Epochs × minibatches of the (optionally clipped) value loss on the critic's own units (standardised with
+    ``value_norm``); the mean loss over the steps taken."""
     config = algo.config
     _set_lr(optimizer=optimizer, lr=scheduled(value=config.critic_lr, schedule=config.lr_schedule,
                                               progress=req.progress))

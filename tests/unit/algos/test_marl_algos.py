@@ -104,3 +104,20 @@ def test_critic_message_round_trips_with_its_optimizer() -> None:
         assert torch.equal(a, b)
     state_a, state_b = optimizer.state_dict()["state"], fresh_optimizer.state_dict()["state"]
     assert torch.equal(state_a[0]["exp_avg"], state_b[0]["exp_avg"]) and float(state_b[0]["step"]) == 1.0
+
+
+def test_return_norm_merges_batches_into_the_statistics_of_their_union() -> None:
+    from nimbus.algos.marl.networks import ReturnNorm
+    generator = torch.Generator().manual_seed(0)
+    parts = [torch.randn(n, generator=generator) * 7 - 20 for n in (5, 40, 13)]
+    norm = ReturnNorm()
+    x = torch.tensor([-3.0, 4.0])
+    torch.testing.assert_close(norm.normalize(x), x)   # the identity before any update
+    for part in parts:
+        norm.update(part)
+    union = torch.cat(parts).double()
+    assert norm.count.item() == 58
+    np.testing.assert_allclose(norm.mean.item(), union.mean().item(), rtol=1e-12)
+    np.testing.assert_allclose(norm.var.item(), union.var(unbiased=False).item(), rtol=1e-10)
+    torch.testing.assert_close(norm.denormalize(norm.normalize(union.float())), union.float(), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(norm.normalize(union.float()).double().std(unbiased=False).item(), 1.0, rtol=1e-5)

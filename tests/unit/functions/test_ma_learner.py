@@ -113,10 +113,25 @@ def test_critic_gae_per_agent_segment_then_fit(store, algo) -> None:
     v1 = critic_net(store, algo=algo, key="critic/p_agent_0/1")
     with torch.no_grad():
         target = torch.as_tensor(np.array(adv["returns"]))
-        before = ((v0(torch.as_tensor(inputs)) - target) ** 2).mean()
-        after = ((v1(torch.as_tensor(inputs)) - target) ** 2).mean()
+        before = ((v0.values(torch.as_tensor(inputs)) - target) ** 2).mean()
+        after = ((v1.values(torch.as_tensor(inputs)) - target) ** 2).mean()
     assert after < before
     assert "optim" in store.get(key="critic/p_agent_0/1").header
+    # ValueNorm: version 1's statistics are those of the returns it was fitted to
+    assert v1.return_norm.count.item() == len(target)
+    np.testing.assert_allclose(v1.return_norm.mean.item(), target.double().mean().item(), rtol=1e-6)
+    np.testing.assert_allclose(v1.return_norm.var.item(), target.double().var(unbiased=False).item(), rtol=1e-5)
+
+
+def test_without_value_norm_the_critic_fits_raw_returns(store) -> None:
+    algo = IPPOConfig(**SMALL, value_norm=False).model_dump(mode="json")
+    agents, _ = round_zero(store, algo=algo)
+    critic_function(context=ctx("critic"), request=request(store, algo=algo, agents=agents))
+    v1 = critic_net(store, algo=algo, key="critic/p_agent_0/1")
+    assert v1.return_norm.count.item() == 0 and v1.return_norm.mean.item() == 0.0
+    inputs = torch.as_tensor(store.get(key="batch/p_agent_0/r0").arrays["obs"])
+    with torch.no_grad():
+        torch.testing.assert_close(v1.values(inputs), v1(inputs))
 
 
 def test_truncation_bootstraps_from_the_final_observation(store) -> None:

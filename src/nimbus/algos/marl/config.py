@@ -48,6 +48,8 @@ class MarlPPOConfig(BaseModel):
     """Gradient-norm clip, policy and critic each."""
     normalize_advantages: bool = True
     """Normalise advantages per minibatch."""
+    value_norm: bool = True
+    """Fit the critic to returns standardised by running statistics (MAPPO's ValueNorm); False: raw returns."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Policy network hidden widths."""
     critic_hidden_sizes: tuple[int, ...] = (64, 64)

@@ -3,7 +3,9 @@
 The policy is CleanRL's actor MLP (models/mlp.py: orthogonal init, 0.01 gain on the head) with a
 Categorical over logits for Discrete actions or a diagonal Gaussian with a state-independent log σ for
 1-D Box actions. The critic is an MLP to one value (head gain 1.0); its input is the agent's observation
-(IPPO) or state ⊕ one-hot(agent) (MAPPO).
+(IPPO) or state ⊕ one-hot(agent) (MAPPO). With ``value_norm`` (MAPPO's ValueNorm, Yu et al. 2022 §4) the
+critic predicts returns standardised by running statistics kept in its own buffers, so they travel and are
+versioned with its weights.
 
 Example::
 
@@ -60,13 +62,54 @@ class PolicyNet(nn.Module):
         return distributions.log_prob(dist=dist, actions=actions), distributions.entropy(dist=dist)
 
 
+class ReturnNorm(nn.Module):
+    """Running mean and variance of the returns a critic has been fitted to (parallel Welford merge, float64
+    buffers). Before its first ``update`` it is the identity (mean 0, variance 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("var", torch.ones((), dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def update(self, returns: torch.Tensor) -> None:
+        batch = returns.detach().double()
+        if batch.numel() == 0:
+            return
+        n, mean, var = float(batch.numel()), batch.mean(), batch.var(unbiased=False)
+        if self.count == 0:
+            self.mean.copy_(mean)
+            self.var.copy_(var)
+        else:
+            total = self.count + n
+            delta = mean - self.mean
+            self.var.copy_((self.var * self.count + var * n + delta ** 2 * self.count * n / total) / total)
+            self.mean.add_(delta * n / total)
+        self.count.add_(n)
+
+    def normalize(self, values: torch.Tensor) -> torch.Tensor:
+        return ((values.double() - self.mean) / self._std()).float()
+
+    def denormalize(self, values: torch.Tensor) -> torch.Tensor:
+        return (values.double() * self._std() + self.mean).float()
+
+    def _std(self) -> torch.Tensor:
+        return self.var.clamp(min=1e-8).sqrt()
+
+
 class ValueNet(nn.Module):
-    """V(x) for flat inputs of ``in_features``; returns shape (B,)."""
+    """V(x) for flat inputs of ``in_features``; returns shape (B,), in the units of ``return_norm`` (the identity
+    unless the critic function updates it)."""
 
     def __init__(self, *, in_features: int, hidden_sizes: tuple[int, ...], activation: Activation) -> None:
         super().__init__()
         self.critic = mlp(in_features=in_features, hidden_sizes=tuple(hidden_sizes), out_features=1,
                           activation=activation, head_std=1.0)
+        self.return_norm = ReturnNorm()
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         return self.critic(inputs.reshape(inputs.shape[0], -1).float()).squeeze(-1)
+
+    def values(self, inputs: torch.Tensor) -> torch.Tensor:
+        """V(x) in return units."""
+        return self.return_norm.denormalize(self(inputs))
