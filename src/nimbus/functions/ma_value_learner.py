@@ -303,11 +303,19 @@ def _replay(*, context: FunctionContext, store: Store, keys: Sequence[str], capa
         held: dict[str, dict[str, np.ndarray]] = context.cache.get("value_replay_parts", {})
         parts = {key: held[key] if key in held else {name: np.array(value) for name, value in
                                                      store.get(key=key).arrays.items()} for key in keys}
-        names = [name for name in parts[keys[0]] if all(name in part for part in parts.values())] if keys else []
-        joined = {name: np.concatenate([parts[key][name] for key in keys])[-capacity:] for name in names}
+        joined = join_replay(parts=[parts[key] for key in keys], capacity=capacity)
         context.cache.update(value_replay_keys=list(keys), value_replay_parts=parts,
                              value_replay={name: torch.as_tensor(value) for name, value in joined.items()})
     return context.cache["value_replay"]
+
+
+def join_replay(*, parts: Sequence[dict[str, np.ndarray]], capacity: int) -> dict[str, np.ndarray]:
+    """The rounds' rows concatenated in order (oldest first), keeping the newest ``capacity`` rows and the
+    columns every part has."""
+    if not parts:
+        return {}
+    names = [name for name in parts[0] if all(name in part for part in parts)]
+    return {name: np.concatenate([part[name] for part in parts])[-capacity:] for name in names}
 
 
 def _rows(replay: dict[str, torch.Tensor]) -> int:

@@ -20,10 +20,10 @@ from nimbus.data.store import KeyExists, ShmStore
 from nimbus.data.stores import STORE_HEADER
 from nimbus.errors import EnvContractError
 from nimbus.functions.ma_value_learner import (ValueLearnerRequest, VDNPostprocessRequest, align_team_rows,
-                                               iql_targets, spaces_header, target_key, team_post_key,
+                                               iql_targets, join_replay, spaces_header, target_key, team_post_key,
                                                value_policy_function, vdn_postprocess_function, vdn_q_tot,
                                                vdn_targets)
-from nimbus.functions.weights import load_model, weights_key
+from nimbus.functions.weights import load_model, model_to_message, weights_key
 from nimbus.runtime.base import FunctionContext
 
 AGENTS = ["agent_0", "agent_1"]
@@ -317,6 +317,15 @@ def test_target_is_refreshed_every_period_across_invocations(store: ShmStore) ->
     assert not same(weights[3], weights[2])
 
 
+def test_join_replay_keeps_the_newest_rows_and_the_shared_columns() -> None:
+    parts = [{"rewards": np.arange(0, 4), "extra": np.zeros(4)}, {"rewards": np.arange(4, 7)},
+             {"rewards": np.arange(7, 9)}]
+    joined = join_replay(parts=parts, capacity=6)
+    assert list(joined) == ["rewards"] and joined["rewards"].tolist() == [3, 4, 5, 6, 7, 8]
+    assert join_replay(parts=parts, capacity=100)["rewards"].tolist() == list(range(9))
+    assert join_replay(parts=[], capacity=5) == {}
+
+
 def test_replay_keeps_the_newest_capacity_rows_and_waits_for_learning_starts(store: ShmStore) -> None:
     algo = IQL(config=small(IQLConfig, replay_capacity=30, batch_size=8, learning_starts=60, gradient_steps=2))
     results = run_iql_rounds(store=store, algo=algo, rounds=2)     # 2 agents × 4 envs × 5 steps = 40 rows a round
@@ -349,3 +358,43 @@ def test_a_retry_replaces_its_own_puts_and_recomputes_the_same_version(store: Sh
     assert same(q_params(store.get(key=weights_key(policy="p_agent_0", version=1))), published)
     with pytest.raises(KeyExists):
         value_policy_function(context=context("policy"), request=with_store(request.to_message(), store))
+
+
+def test_vdn_trains_its_own_policy_against_the_others_at_their_requested_versions(store: ShmStore) -> None:
+    algo = VDN(config=small(VDNConfig, gradient_steps=3))
+    setup_policies(store=store, algo=algo, agent_policy=OWN)
+    other = algo.make_policy(spaces=SPACES)        # a second version of p_agent_1 with other weights
+    torch.manual_seed(5)
+    store.put(key=weights_key(policy="p_agent_1", version=1), message=model_to_message(model=other, version=1))
+    policies = load_policies(store=store, algo=algo, agent_policy=OWN, versions={"p_agent_0": 0, "p_agent_1": 0})
+    put_round(store=store, algo=algo, round=0, agent_policy=OWN,
+              rows=game_rows(policies=policies, algo=algo, num_envs=4, rng=np.random.default_rng(3)))
+    losses = []
+    for version_of_other in (0, 1):
+        for key in store.keys(prefix="weights/p_agent_0") + store.keys(prefix="optim/p_agent_0") + \
+                store.keys(prefix="target/p_agent_0"):
+            if not key.endswith("/0"):
+                store.delete(key=key)
+        request = learner_request(algo=algo, policy="p_agent_0", round=0, agent_policy=OWN,
+                                  versions={"p_agent_0": 0, "p_agent_1": version_of_other},
+                                  replay_keys=[team_post_key(round=0)])
+        result = value_policy_function(context=context("policy"), request=with_store(request.to_message(), store))
+        assert result.header["policy_version"] == 1 and result.header["gradient_steps_run"] == 3
+        losses.append(result.header["policy_loss"])
+    assert losses[0] != losses[1]                  # Q_tot read p_agent_1 at the requested version
+    assert sorted(store.keys(prefix="weights/p_agent_1")) == ["weights/p_agent_1/0", "weights/p_agent_1/1"]
+    assert not store.keys(prefix="target/p_agent_1") and not store.keys(prefix="optim/p_agent_1")
+
+
+def test_convexity_is_probed_only_when_asked(store: ShmStore) -> None:
+    algo = IQL(config=small(IQLConfig, gradient_steps=2, batch_size=8))
+    plain = run_iql_rounds(store=store, algo=algo, rounds=1)[0]
+    assert np.isnan(plain.header["convexity"]) and plain.header["extras"] == {}
+    request = learner_request(algo=algo, policy="p0", round=1, agent_policy={"agent_0": "p0", "agent_1": "p0"},
+                              versions={"p0": 1}, replay_keys=["batch/p0/r0"],
+                              probe={"subset_size": 32, "max_iterations": 30, "tolerance": 1e-3})
+    probed = value_policy_function(context=context("policy"), request=with_store(request.to_message(), store))
+    extras = probed.header["extras"]
+    assert extras["probe_rows"] == 32 and extras["hessian_lambda_max"] >= extras["hessian_lambda_min"]
+    assert extras["hessian_lambda_min"] < 0          # the TD objective (−loss) curves down somewhere
+    assert probed.header["convexity"] == pytest.approx(-extras["hessian_lambda_max"] / extras["hessian_lambda_min"])
