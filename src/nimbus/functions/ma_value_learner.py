@@ -217,7 +217,7 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
     started = time.perf_counter()
     torch.set_num_threads(req.torch_threads)
     store = function_store(header=request.header)
-    algo = _algo(context=context, config=req.algo)
+    algo = _algo(context=context, config=req.algo, store=store)
     config = algo.config
     version = req.policy_versions[req.policy]
     spaces = spaces_from_header(req.spaces[req.policy])
@@ -251,8 +251,11 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
 # --- helpers ---
 
 
-def _algo(*, context: FunctionContext, config: dict[str, Any]) -> ValueAlgorithm:
-    if context.cache.get("value_algo_config") != config:
+def _algo(*, context: FunctionContext, config: dict[str, Any], store: Store) -> ValueAlgorithm:
+    """The algorithm for ``config``; a new config or another run's Store also drops the cached replay and networks."""
+    if context.cache.get("value_algo_config") != config or context.cache.get("value_store") is not store:
+        for key in ("value_replay_keys", "value_replay_parts", "value_replay"):
+            context.cache.pop(key, None)
         name = config["name"]
         if name == "iql":
             algo: ValueAlgorithm = IQL(config=IQLConfig.model_validate(config))
@@ -260,7 +263,7 @@ def _algo(*, context: FunctionContext, config: dict[str, Any]) -> ValueAlgorithm
             algo = VDN(config=VDNConfig.model_validate(config))
         else:
             raise ValueError(f"value_policy_function runs iql or vdn, not {name!r}")
-        context.cache.update(value_algo_config=config, value_algo=algo, value_fixed={})
+        context.cache.update(value_algo_config=config, value_algo=algo, value_fixed={}, value_store=store)
     return context.cache["value_algo"]
 
 

@@ -267,14 +267,14 @@ OWN = {"agent_0": "p_agent_0", "agent_1": "p_agent_1"}
 
 @pytest.mark.parametrize("algo_cls,config_cls", [(VDN, VDNConfig), (IQL, IQLConfig)])
 def test_value_learning_solves_the_coordination_game(store: ShmStore, algo_cls, config_cls) -> None:
-    algo = algo_cls(config=small(config_cls))
+    algo = algo_cls(config=small(config_cls, gradient_steps=20, target_update_period=20))
     started = time.perf_counter()
-    returns, losses = train_game(store=store, algo=algo, agent_policy=OWN, rounds=12)
+    returns, losses = train_game(store=store, algo=algo, agent_policy=OWN, rounds=8)
     print(f"{algo.name}: greedy team return {returns}, loss {[round(x, 4) for x in losses]}, "
           f"{time.perf_counter() - started:.2f} s")
     # random play scores HORIZON / 9 ≈ 0.56 per episode; the optimum is HORIZON = 5
     assert returns[-1] == HORIZON and returns[0] < 3
-    assert np.mean(losses[-3:]) < np.mean(losses[:3])
+    assert losses[-1] < 0.6 * max(losses)          # the TD loss rises while Q values grow, then falls
 
 
 # --- the target network, the replay and retries ---
