@@ -36,7 +36,7 @@ Two FunctionContext functions, each its own function kind in the ledger:
   every put tagged with the invocation id, and samples with a generator seeded from (seed, policy,
   version, round): a retried attempt recomputes the same values and replaces its own puts.
 
-With ``probe`` in the request, the convexity C = −λmax/λmin of the Hessian of the TD objective (the
+With ``probe`` (True, or a ProbeRequest header) in the request, the convexity C = −λmax/λmin of the Hessian of the TD objective (the
 negated loss) w.r.t. the policy's parameters is probed after the update on a subset of the replay
 (functions/probe.py); else ``convexity`` is NaN.
 """
@@ -75,6 +75,7 @@ VALUE_HEADER = "value_learner"
 POSTPROCESS_HEADER = "vdn_postprocess"
 TEAM = "team"
 AGENT_COLUMNS = ("obs", "next_obs", "actions", "terminated")   # per agent in a joint (VDN) row
+DEFAULT_PROBE = ProbeRequest(subset_size=256, max_iterations=30, tolerance=1e-3)   # as functions/ma_learner.py
 
 
 def target_key(*, policy: str, version: int) -> str:
@@ -108,7 +109,7 @@ class ValueLearnerRequest:
     policy: str                       # the policy this invocation trains
     round: int
     algo: dict[str, Any]              # IQLConfig / VDNConfig as a dict
-    agents: Sequence[str]             # the agents mapped to ``policy`` (informational for IQL)
+    agents: dict[str, int]            # the agents mapped to ``policy`` → index into all_agents (informational)
     all_agents: Sequence[str]         # every agent, sorted: VDN's team
     agent_policy: dict[str, str]      # agent → policy for every agent (VDN reads the others' Q-networks)
     policy_versions: dict[str, int]   # the version of each policy to read; ``policy``'s is the one updated
@@ -117,7 +118,7 @@ class ValueLearnerRequest:
     seed: int
     progress: float                   # 0..1 through the run: ε's schedule
     torch_threads: int = 1
-    probe: dict[str, Any] | None = None   # functions/probe.py ProbeRequest: convexity after the update
+    probe: bool | dict[str, Any] | None = False   # True (DEFAULT_PROBE) or a ProbeRequest header: convexity
 
     def to_message(self) -> Message:
         return Message(header={VALUE_HEADER: dict(vars(self)), "_affinity": f"learner-{self.policy}"})
@@ -419,8 +420,8 @@ def _train(*, online: QPolicy, target: QPolicy, optimizer: torch.optim.Optimizer
 
 def _probe(*, objective: _Objective, online: QPolicy, replay: dict[str, torch.Tensor], req: ValueLearnerRequest,
            version: int) -> dict[str, float]:
-    request = ProbeRequest.from_header(req.probe)
-    if request is None or _rows(replay) == 0:
+    if not req.probe or _rows(replay) == 0:
         return {}
+    request = DEFAULT_PROBE if req.probe is True else ProbeRequest.from_header(req.probe)
     return probe_policy(algo=objective, model=online, batch=replay, request=request,  # type: ignore[arg-type]
                         seed=derive_seed(req.seed, zlib.crc32(req.policy.encode()), version, 3))

@@ -77,3 +77,11 @@ def test_initial_messages_load_into_a_fresh_policy() -> None:
     load_model(model=model, message=first["weights"])
     assert all(np.array_equal(first["weights"].arrays[k], again["weights"].arrays[k]) for k in first["weights"].arrays)
     assert float(model.epsilon) == 1.0
+
+
+def test_initial_messages_leave_the_callers_rng_alone() -> None:
+    torch.manual_seed(3)
+    expected = torch.rand(2)
+    torch.manual_seed(3)
+    initial_messages(algo=IQL(config=IQLConfig(hidden_sizes=(8,))), spaces=SPACES, state_dim=0, num_agents=2, seed=9)
+    assert torch.equal(torch.rand(2), expected)

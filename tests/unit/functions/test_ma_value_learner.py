@@ -200,9 +200,10 @@ def load_policies(*, store: ShmStore, algo, agent_policy: dict[str, str],
 
 
 def learner_request(*, algo, policy: str, round: int, agent_policy: dict[str, str], versions: dict[str, int],
-                    replay_keys: list[str], progress: float = 0.0, probe: dict | None = None) -> ValueLearnerRequest:
+                    replay_keys: list[str], progress: float = 0.0,
+                    probe: bool | dict | None = False) -> ValueLearnerRequest:
     return ValueLearnerRequest(policy=policy, round=round, algo=algo.config.model_dump(mode="json"),
-                               agents=[a for a in AGENTS if agent_policy[a] == policy], all_agents=AGENTS,
+                               agents={a: i for i, a in enumerate(AGENTS) if agent_policy[a] == policy}, all_agents=AGENTS,
                                agent_policy=agent_policy, policy_versions=dict(versions), replay_keys=replay_keys,
                                spaces={p: spaces_header(spaces=SPACES) for p in set(agent_policy.values())}, seed=7,
                                progress=progress, probe=probe)
@@ -398,6 +399,10 @@ def test_convexity_is_probed_only_when_asked(store: ShmStore) -> None:
     assert extras["probe_rows"] == 32 and extras["hessian_lambda_max"] >= extras["hessian_lambda_min"]
     assert extras["hessian_lambda_min"] < 0          # the TD objective (−loss) curves down somewhere
     assert probed.header["convexity"] == pytest.approx(-extras["hessian_lambda_max"] / extras["hessian_lambda_min"])
+    request = learner_request(algo=algo, policy="p0", round=2, agent_policy={"agent_0": "p0", "agent_1": "p0"},
+                              versions={"p0": 2}, replay_keys=["batch/p0/r0"], probe=True)
+    default = value_policy_function(context=context("policy"), request=with_store(request.to_message(), store))
+    assert default.header["extras"]["probe_rows"] == 40   # DEFAULT_PROBE's 256 rows: all 40 of the replay
 
 
 # --- mpe2 simple_spread (N=2), stepped directly with PettingZoo: the functions learn a real MPE task ---
@@ -486,7 +491,8 @@ def test_value_learning_beats_random_on_simple_spread(store: ShmStore, algo_cls,
             history[policy] = (history.get(policy, []) + [own])[-100:]
             request = ValueLearnerRequest(
                 policy=policy, round=round, algo=algo.config.model_dump(mode="json"),
-                agents=[a for a in agents if agent_policy[a] == policy], all_agents=agents, agent_policy=agent_policy,
+                agents={a: i for i, a in enumerate(agents) if agent_policy[a] == policy}, all_agents=agents,
+                agent_policy=agent_policy,
                 policy_versions=dict(versions), replay_keys=history[policy],
                 spaces={p: spaces_header(spaces=spaces) for p in versions}, seed=1, progress=(round + 1) / rounds)
             results.append(value_policy_function(context=context("policy"), request=with_store(request.to_message(), store)))

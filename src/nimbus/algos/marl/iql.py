@@ -18,7 +18,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -28,10 +28,11 @@ from torch import nn
 
 from nimbus.algos.base import ActOutput, EnvSpaces
 from nimbus.algos.dqn.loss import linear_schedule
-from nimbus.data.codec import Message
 from nimbus.errors import ConfigError
-from nimbus.functions.weights import model_to_message
 from nimbus.models.qnet import QNetwork
+
+if TYPE_CHECKING:
+    from nimbus.data.codec import Message
 
 
 class ValueConfigBase(BaseModel):
@@ -152,10 +153,14 @@ def initial_messages(*, algo: ValueAlgorithm, spaces: EnvSpaces, state_dim: int,
 
     The target network of version 0 is the weights themselves (the learner reads ``weights/<p>/0`` when
     ``target/<p>/0`` is absent), so there is no separate ``target`` message. ``state_dim`` and
-    ``num_agents`` are unused (neither IQL nor VDN has a centralised network).
+    ``num_agents`` are unused (neither IQL nor VDN has a centralised network). The same as the generic
+    version-0 weights plus the ``grad_steps`` header (the learner reads a missing one as 0).
     """
+    from nimbus.functions.weights import model_to_message   # on first use: importing the config loads no data code
+
     del state_dim, num_agents
-    torch.manual_seed(seed)
-    message = model_to_message(model=algo.make_policy(spaces=spaces), version=0)
+    with torch.random.fork_rng(devices=[]):   # seeded, the caller's RNG untouched
+        torch.manual_seed(seed)
+        message = model_to_message(model=algo.make_policy(spaces=spaces), version=0)
     message.header["grad_steps"] = 0
     return {"weights": message}
