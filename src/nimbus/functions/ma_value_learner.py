@@ -9,8 +9,10 @@ Two FunctionContext functions, each its own function kind in the ledger:
   ``rewards`` (the sum of the agents' rewards), ``terminated`` (every agent terminated), ``truncated``.
   Alignment: every agent's rows, taken in batch order, run over the same (actor, env, t) sequence (the
   actor writes each agent's rows env-major then time, actors in rank order), so the j-th row of each
-  agent is the same step. That needs every agent present at every step (true for MPE); unequal row
-  counts or disagreeing ``cut`` flags raise EnvContractError.
+  agent is the same step. That needs a row for every agent at every step: the actor writes padding rows
+  (terminated, reward 0) for an agent that finished before the others; unequal row counts raise
+  EnvContractError. The team's ``terminated`` holds once every agent has terminated; until then the
+  finished agents' terminated flags mask their next values out of the target.
 
 * ``value_policy_function`` (the *policy function*, per policy and round): the off-policy replay is the
   concatenation of the Store values the request lists in ``replay_keys`` (the driver keeps the last
@@ -179,12 +181,6 @@ def align_team_rows(*, rows: dict[str, np.ndarray], all_agents: Sequence[str]) -
     counts = {agent: int(sel.size) for agent, sel in zip(all_agents, selections, strict=True)}
     if len(set(counts.values())) != 1 or not selections or selections[0].size == 0:
         raise EnvContractError(f"VDN needs every agent at every step; rows per agent: {counts}")
-    if "cut" in rows:
-        cuts = [np.asarray(rows["cut"])[sel] for sel in selections]
-        for agent, cut in zip(all_agents[1:], cuts[1:], strict=True):
-            if not np.array_equal(cut, cuts[0]):
-                raise EnvContractError(f"VDN: agent {agent}'s episode ends differ from {all_agents[0]}'s: rows "
-                                       f"do not align per (env, t)")
     joint: dict[str, np.ndarray] = {}
     for agent, sel in zip(all_agents, selections, strict=True):
         for column in AGENT_COLUMNS:
@@ -203,7 +199,7 @@ def vdn_postprocess_function(*, context: FunctionContext, request: Message) -> M
     started = time.perf_counter()
     store = function_store(header=request.header)
     parts = [store.get(key=key).arrays for key in req.batch_keys]
-    columns = ("agent_index", "rewards", "truncated", *AGENT_COLUMNS, *(("cut",) if "cut" in parts[0] else ()))
+    columns = ("agent_index", "rewards", "truncated", *AGENT_COLUMNS)
     rows = {column: np.concatenate([np.asarray(part[column]) for part in parts]) for column in columns}
     joint = align_team_rows(rows=rows, all_agents=req.all_agents)
     store.put(key=req.post_key, message=Message(header={"round": req.round, "agents": list(req.all_agents)},
