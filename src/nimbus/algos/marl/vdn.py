@@ -1,0 +1,29 @@
+"""VDN (value-decomposition networks, Sunehag et al. 2018) as a MARLess algorithm (MARLess §4.2, Fig. 5c).
+
+The team's joint action value is the sum of the agents' Q values, Q_tot(o, u) = Σ_a Q_{policy(a)}(o_a, u_a),
+trained with one TD loss on the team reward (the sum of the agents' rewards). Agents act ε-greedily on
+their own Q-network, exactly as in IQL (algos/marl/iql.py); only the learner differs. Its roles: a
+*post-processing function* that aligns the team's per-agent rows of a round into joint rows
+(``post/team/r<k>``), then a *policy function* per policy (functions/ma_value_learner.py).
+
+Example::
+
+    algo = VDN(config=VDNConfig())
+    model = algo.make_policy(spaces=spaces)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from nimbus.algos.marl.iql import ValueAlgorithm, ValueConfigBase
+
+
+class VDNConfig(ValueConfigBase):
+    name: Literal["vdn"] = "vdn"
+    """Value decomposition: Q_tot = Σ over the team's agents of their Q values, one TD loss."""
+
+
+class VDN(ValueAlgorithm):
+    name = "vdn"
+    roles = ("postprocess", "policy")
