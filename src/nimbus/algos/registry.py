@@ -24,14 +24,16 @@ from nimbus.algos.impala.algorithm import Impala
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.marl import MARL_ALGO_CONFIGS
 from nimbus.algos.marl.config import IPPOConfig, MAPPOConfig
+from nimbus.algos.marl.iql import IQLConfig
+from nimbus.algos.marl.vdn import VDNConfig
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.algos.sac.algorithm import SAC
 from nimbus.algos.sac.config import SACConfig
 from nimbus.errors import ConfigError
 
-AlgoConfig = Annotated[Union[PPOConfig, DQNConfig, ImpalaConfig, SACConfig, IPPOConfig, MAPPOConfig],  # noqa: UP007
-                       Field(discriminator="name")]
+AlgoConfig = Annotated[Union[PPOConfig, DQNConfig, ImpalaConfig, SACConfig,  # noqa: UP007
+                             IPPOConfig, MAPPOConfig, IQLConfig, VDNConfig], Field(discriminator="name")]
 
 ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ppo": PPOConfig, "dqn": DQNConfig, "impala": ImpalaConfig,
                                             "sac": SACConfig, **MARL_ALGO_CONFIGS}

@@ -22,8 +22,12 @@ BOX = EnvSpaces(observation=gym.spaces.Box(-1, 1, (6,), np.float32), action=gym.
 
 
 def test_registration_and_roles() -> None:
-    assert MARL_ALGO_CONFIGS == {"ippo": IPPOConfig, "mappo": MAPPOConfig}
-    assert ALGO_CONFIGS["ippo"] is IPPOConfig and ALGO_CONFIGS["mappo"] is MAPPOConfig
+    from nimbus.algos.marl.iql import IQLConfig
+    from nimbus.algos.marl.vdn import VDNConfig
+    assert MARL_ALGO_CONFIGS == {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig, "vdn": VDNConfig}
+    assert all(ALGO_CONFIGS[name] is config for name, config in MARL_ALGO_CONFIGS.items())
+    iql, vdn = marl_algo_from_dict(algo={"name": "iql"}), marl_algo_from_dict(algo={"name": "vdn"})
+    assert (iql.roles, iql.on_policy, vdn.roles, vdn.on_policy) == (("policy",), False, ("postprocess", "policy"), False)
     assert isinstance(TypeAdapter(AlgoConfig).validate_python({"name": "mappo", "lr": 1e-3}), MAPPOConfig)
     ippo, mappo = make_marl_algo(config=IPPOConfig()), marl_algo_from_dict(algo={"name": "mappo"})
     assert (ippo.name, ippo.roles, ippo.centralised, ippo.on_policy) == ("ippo", ("critic", "policy"), False, True)

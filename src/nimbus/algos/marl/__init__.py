@@ -2,8 +2,8 @@
 
 ``MARL_ALGO_CONFIGS`` maps each name to its config class; ``make_marl_algo`` builds the algorithm, which
 names the roles (function kinds) a policy's round invokes, in order. ``initial_messages`` gives version 0
-of a policy's networks as Store messages: ``weights`` (the policy network, functions/weights.py format)
-and, for actor-critic algorithms, ``critic`` (critic network + optimizer state, `critic_to_message`); these
+of a policy's networks as Store messages: ``weights`` (the policy network, functions/weights.py format;
+IQL/VDN's Q-network with ε and a ``grad_steps`` header) and, for actor-critic algorithms, ``critic`` (critic network + optimizer state, `critic_to_message`); these
 live in ``nimbus.algos.marl.messages`` (loaded on first use, so importing the config loads no data code).
 
 Example::
@@ -25,13 +25,18 @@ from pydantic import BaseModel
 
 from nimbus.algos.base import ActOutput, EnvSpaces
 from nimbus.algos.marl.config import IPPOConfig, MAPPOConfig
+from nimbus.algos.marl.iql import IQL, IQLConfig
 from nimbus.algos.marl.ppo import MarlPPO
+from nimbus.algos.marl.vdn import VDN, VDNConfig
 
-MARL_ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ippo": IPPOConfig, "mappo": MAPPOConfig}
+MARL_ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig,
+                                                 "vdn": VDNConfig}
 
 _BUILDERS: dict[str, Callable[[Any], Any]] = {
     "ippo": lambda config: MarlPPO(config=config),
     "mappo": lambda config: MarlPPO(config=config),
+    "iql": lambda config: IQL(config=config),
+    "vdn": lambda config: VDN(config=config),
 }
 
 
