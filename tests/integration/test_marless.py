@@ -50,6 +50,22 @@ def test_the_learner_split_is_one_invocation_per_role_and_policy(make_shipped_co
     assert [row["policy_version"] for row in rows] == [3, 6]
 
 
+@pytest.mark.parametrize(("algo", "expected"), [
+    ("iql", {"actor": 3, "postprocess": 0, "critic": 0, "policy": 9}),   # a policy function per policy and round
+    ("vdn", {"actor": 3, "postprocess": 3, "critic": 0, "policy": 9}),   # + one team post-processing per round
+])
+def test_value_based_algorithms_run_their_own_functions(make_shipped_config, algo: str, expected: dict) -> None:
+    config = make_shipped_config(f"marless-{algo}-spread", overrides=[
+        *SMALL[:2], "train.max_rounds=3", "train.eval_episodes=0", "algo.learning_starts=100", "algo.gradient_steps=5"])
+    result = train(config=config)
+    ok = [r for r in ledger_rows(result.run_dir) if r["outcome"] == "ok"]
+    assert {kind: sum(r["kind"] == kind for r in ok) for kind in expected} == expected
+    rows = read_metrics(path=result.run_dir / "metrics.jsonl")
+    assert [row["policy_version"] for row in rows] == [3, 6, 9]
+    assert all(np.isfinite(row["losses"]["p_agent_1/policy_loss"]) for row in rows[1:])   # gradient steps were taken
+    assert rows[-1]["losses"]["p_agent_1/grad_steps"] == 10
+
+
 def test_static_sharing_trains_one_policy(make_shipped_config) -> None:
     config = make_shipped_config("marless-ippo-spread", overrides=[*SMALL, "train.max_rounds=2", "marl.sharing=static"])
     result = train(config=config)
