@@ -100,6 +100,7 @@ def train_multiagent(*, config: NimbusConfig, run_dir: Path | None = None) -> Tr
                                 compatible={a: space_signature(spaces=spaces[a]) for a in agents}, seed=config.seed)
     scaler = MarlessActorScaler(config=marl, num_agents=len(agents), fixed_actors=_fixed_actors(config=config))
     run_dir = run_dir or make_run_dir(config=config)
+    run_dir.mkdir(parents=True, exist_ok=True)
     shm_prefix = claim_run_prefix()
     try:
         shared = build_shared(config=config, run_dir=run_dir, shm_prefix=shm_prefix)
