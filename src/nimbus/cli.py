@@ -80,7 +80,8 @@ def _cmd_envs(args: argparse.Namespace) -> int:
     for column in ("id", "family", "actions", "extra", "available here", "tested"):
         table.add_column(column, no_wrap=column == "id")
     for info in list_envs():
-        table.add_row(info.env_id, info.family, info.action_kind, info.extra or "-",
+        table.add_row(info.env_id, f"{info.family} (multi-agent)" if info.multi_agent else info.family,
+                      info.action_kind, info.extra or "-",
                       "yes" if info.available else "no", "tested")
     for env_id in untested_ids() if args.all else ():
         extra = required_extra(env_id=env_id)

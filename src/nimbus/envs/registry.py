@@ -26,10 +26,11 @@ ActionKind = Literal["discrete", "continuous"]
 @dataclass(frozen=True)
 class EnvInfo:
     env_id: str
-    family: str  # "classic_control", "mujoco"
+    family: str  # "classic_control", "mujoco", "atari", "mpe"
     action_kind: ActionKind
     extra: str | None  # the nimbus-rl extra it needs, None for core gymnasium
     available: bool  # the extra's modules import on this machine
+    multi_agent: bool = False  # a PettingZoo Parallel env, for train.workflow: multiagent
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class _Entry:
     family: str
     action_kind: ActionKind
     extra: str | None
+    multi_agent: bool = False
 
 
 _CATALOGUE: tuple[_Entry, ...] = (
@@ -47,10 +49,13 @@ _CATALOGUE: tuple[_Entry, ...] = (
     _Entry(env_id="Hopper-v5", family="mujoco", action_kind="continuous", extra="mujoco"),
     _Entry(env_id="HalfCheetah-v5", family="mujoco", action_kind="continuous", extra="mujoco"),
     _Entry(env_id="nimbus/AtariPong-v5", family="atari", action_kind="discrete", extra="atari"),
+    # multi-agent (train.workflow: multiagent), a PettingZoo Parallel env
+    _Entry(env_id="mpe2:simple_spread_v3", family="mpe", action_kind="discrete", extra="mpe", multi_agent=True),
 )
 
 # The modules an extra must make importable for its envs to be built.
-EXTRA_MODULES: dict[str, tuple[str, ...]] = {"mujoco": ("mujoco",), "atari": ("ale_py", "cv2")}
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {"mujoco": ("mujoco",), "atari": ("ale_py", "cv2"),
+                                             "mpe": ("pettingzoo", "mpe2", "sklearn")}
 
 
 @functools.cache
@@ -76,6 +81,7 @@ def list_envs() -> list[EnvInfo]:
             action_kind=entry.action_kind,
             extra=entry.extra,
             available=extra_available(entry.extra),
+            multi_agent=entry.multi_agent,
         )
         for entry in _CATALOGUE
     ]

@@ -17,7 +17,7 @@ from nimbus.envs.make import make_env
 from nimbus.envs.registry import list_envs
 from nimbus.errors import ConfigError, EnvContractError
 
-AVAILABLE = [info.env_id for info in list_envs() if info.available]
+AVAILABLE = [info.env_id for info in list_envs() if info.available and not info.multi_agent]
 
 
 @pytest.mark.parametrize("env_id", AVAILABLE)

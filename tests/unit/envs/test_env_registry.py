@@ -10,6 +10,8 @@ def test_catalogue_lists_core_and_mujoco_envs() -> None:
     assert infos["Pendulum-v1"].action_kind == "continuous" and infos["Pendulum-v1"].available
     assert infos["Hopper-v5"].extra == "mujoco" and infos["Hopper-v5"].family == "mujoco"
     assert infos["Hopper-v5"].available == extra_available("mujoco")
+    spread = infos["mpe2:simple_spread_v3"]
+    assert spread.multi_agent and spread.extra == "mpe" and not infos["CartPole-v1"].multi_agent
 
 
 def test_required_extra_guesses_from_the_entry_point() -> None:
