@@ -25,6 +25,7 @@ from nimbus.config_rules import check_cluster, check_pipeline, check_workflow
 from nimbus.errors import ConfigError
 from nimbus.config_async import AsyncWorkflowConfig
 from nimbus.config_stellaris import StellarisConfig
+from nimbus.config_devices import DevicesConfig, PrewarmConfig
 
 
 class Section(BaseModel):
@@ -239,6 +240,10 @@ class NimbusConfig(Section):
     async_workflow: AsyncWorkflowConfig = Field(default_factory=AsyncWorkflowConfig)
     stellaris: StellarisConfig = Field(default_factory=StellarisConfig)
     """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
+    devices: DevicesConfig = Field(default_factory=DevicesConfig)
+    """ARTOS's on-demand device pool for learner-side functions (config_devices.py)"""
+    prewarm: PrewarmConfig = Field(default_factory=PrewarmConfig)
+    """ARTOS's workload monitor: pre-warm actors during the learner's update (config_devices.py)"""
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     """ARTOS pipelines for sync PPO (off by default)"""
     functions: FunctionsConfig = Field(default_factory=FunctionsConfig)
