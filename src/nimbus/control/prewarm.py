@@ -11,7 +11,9 @@ full and ``range < λ · mean`` (λ 0.2). Then a pre-warm trigger is set, relati
 (the newest entries of the two windows paired), clamped at 0, so that actor workers are ready when the
 learner finishes and the next round invokes them. When it fires, the controller asks the runtime to
 pre-warm as many actor workers as will have been reclaimed by then: actors that finished more than
-``keep_alive_s`` before the round's latest expected end (``max(learner_fins)``) lose their warm worker.
+``keep_alive_s`` before the round's latest expected end (``max(learner_fins)``) lose their warm worker. A
+trigger that fires while actors are still running waits for the last of them (sync rounds: the learner's
+update is what pre-warming overlaps).
 
 ``prewarm.mode: none`` makes a controller that observes nothing and never fires. Used by the sync
 workflow (workflows/sync.py) through ``Runtime.prewarm(spec, n)``.
@@ -125,6 +127,7 @@ class PrewarmController:
         self._actor_done: list[float] = []
         self._num_actors = 0
         self._seen = 0
+        self._due = False  # the trigger fired before every actor had finished: act on the last one
         self.fired = 0
         self.warmed = 0
 
@@ -135,6 +138,7 @@ class PrewarmController:
         with self._lock:
             self._cancel()
             self._round_start, self._actor_done, self._num_actors = self._clock(), [], num_actors
+            self._due = False
             threshold = self.monitor.threshold_s(workload=self.workload)
             if threshold is not None:
                 self._timer = threading.Timer(threshold, self.fire)
@@ -142,9 +146,13 @@ class PrewarmController:
                 self._timer.start()
 
     def actor_finished(self) -> None:
-        if self.enabled:
-            with self._lock:
-                self._actor_done.append(self._clock())
+        if not self.enabled:
+            return
+        with self._lock:
+            self._actor_done.append(self._clock())
+            due = self._due and len(self._actor_done) >= self._num_actors
+        if due:
+            self.fire()
 
     def round_finished(self) -> None:
         """The learner finished: disarm, and add this round's learner finish and actor start-up times."""
@@ -152,6 +160,7 @@ class PrewarmController:
             return
         with self._lock:
             self._cancel()
+            self._due = False
             fin_s = self._clock() - self._round_start
         try:
             records = self._records_since(self._seen)
@@ -167,11 +176,15 @@ class PrewarmController:
         with self._lock:
             if self._round_start is None:
                 return
+            self._timer = None
+            if len(self._actor_done) < self._num_actors:
+                self._due = True  # actors still running: count them once the last one is done
+                return
+            self._due = False
             _, fins = self.monitor.windows(workload=self.workload)
             next_start = self._round_start + (max(fins) if fins else 0.0)
             count = actors_to_warm(num_actors=self._num_actors, actor_done_s=self._actor_done,
                                    keep_alive_s=self.keep_alive_s, next_start_s=next_start)
-            self._timer = None
             self.fired += 1
             self.warmed += count
         if count > 0:

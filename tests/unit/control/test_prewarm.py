@@ -102,6 +102,23 @@ def test_controller_arms_its_trigger_at_the_threshold_and_prewarms_the_reclaimed
     assert controller._timer is None
 
 
+def test_a_trigger_that_fires_while_actors_run_acts_when_the_last_one_finishes() -> None:
+    clock, warmed = _Clock(), []
+    monitor = _fed(starts=[1.0] * 5, fins=[4.0] * 5)
+    controller = PrewarmController(workload="w", actor_function="actor", monitor=monitor, keep_alive_s=1.0,
+                                   prewarm=warmed.append, records_since=lambda start: [], clock=clock)
+    controller.round_started(num_actors=2)
+    controller._timer.cancel()
+    clock.now += 0.5
+    controller.actor_finished()
+    controller.fire()  # one actor still running
+    assert warmed == [] and controller.fired == 0
+    clock.now += 0.1
+    controller.actor_finished()  # the last one: both idle from ~0.5 s, reclaimed long before 4 s
+    assert warmed == [2] and controller.fired == 1
+    controller.round_finished()
+
+
 def test_mode_none_never_arms_a_trigger() -> None:
     controller = PrewarmController(workload="w", actor_function="actor", monitor=WorkloadMonitor(window=2),
                                    keep_alive_s=1.0, prewarm=lambda n: None, records_since=lambda start: [],
