@@ -26,6 +26,7 @@ from nimbus.errors import ConfigError
 from nimbus.config_async import AsyncWorkflowConfig
 from nimbus.config_marless import MarlessConfig
 from nimbus.config_stellaris import StellarisConfig
+from nimbus.config_devices import DevicesConfig, PrewarmConfig
 
 
 class Section(BaseModel):
@@ -243,6 +244,10 @@ class NimbusConfig(Section):
     marl: MarlessConfig = Field(default_factory=MarlessConfig)
     """MARLess learner sharing and actor scaling (``train.workflow: multiagent``; docs/marless.md)"""
     """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
+    devices: DevicesConfig = Field(default_factory=DevicesConfig)
+    """ARTOS's on-demand device pool for learner-side functions (config_devices.py)"""
+    prewarm: PrewarmConfig = Field(default_factory=PrewarmConfig)
+    """ARTOS's workload monitor: pre-warm actors during the learner's update (config_devices.py)"""
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     """ARTOS pipelines for sync PPO (off by default)"""
     functions: FunctionsConfig = Field(default_factory=FunctionsConfig)

@@ -59,6 +59,9 @@ class LedgerRecord:
     outcome: str
     error_type: str | None = None
     workload: str = ""   # the workload whose function this was (several workloads on one pool)
+    device: str = ""     # the device this attempt leased from the device pool (runtime/devices.py); "" if none
+    lease_start_at: float | None = None  # when the lease began (placement) and ended (the attempt's end)
+    lease_end_at: float | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -133,8 +136,10 @@ def totals_of(*, records: Iterable[LedgerRecord]) -> LedgerTotals:
 
 def attempt_record(*, spec: FunctionSpec, invocation_id: str, attempt: int, worker_id: str, cold: bool,
                    init_s: float, queued_at: float, start_at: float, end_at: float, outcome: str,
-                   error_type: str | None) -> LedgerRecord:
-    """The record of one attempt of ``spec``, billed by the rule of this module's docstring."""
+                   error_type: str | None, device: str = "", lease_start_at: float | None = None,
+                   lease_end_at: float | None = None) -> LedgerRecord:
+    """The record of one attempt of ``spec``, billed by the rule of this module's docstring (``device`` and the
+    lease times: the device pool's lease this attempt held, runtime/devices.py)."""
     duration = max(0.0, end_at - start_at)
     init_s = init_s if cold else 0.0
     billed = billed_seconds(duration_s=duration, init_s=init_s, cold=cold, timed_out=outcome == "timeout",
@@ -143,7 +148,8 @@ def attempt_record(*, spec: FunctionSpec, invocation_id: str, attempt: int, work
                         worker_id=worker_id, cold=cold, init_s=init_s, queued_at=queued_at, start_at=start_at,
                         end_at=end_at, duration_s=duration, billed_s=billed, cpus=spec.resources.cpus,
                         gpus=spec.resources.gpus, memory_mb=spec.resources.memory_mb, outcome=outcome,
-                        error_type=error_type, workload=spec.workload)
+                        error_type=error_type, workload=spec.workload, device=device,
+                        lease_start_at=lease_start_at, lease_end_at=lease_end_at)
 
 
 class Ledger:

@@ -45,6 +45,7 @@ class Attempt:
     number: int
     cold: bool
     dispatched_at: float | None = None
+    lease: Any = None  # the device pool's Lease this attempt holds (runtime/devices.py), if its kind leases
 
 
 def by_affinity(idle: list[Any], *, affinity: str | None) -> Any:
@@ -73,12 +74,15 @@ def resolve(future: Future, *, value: Message | None = None, error: BaseExceptio
 def bill(*, ledger: Ledger, tally: Tally, worker: Any, attempt: Attempt | None, outcome: str, start_at: float,
          end_at: float, error_type: str | None) -> None:
     """One ledger row for an attempt (or, with ``attempt`` None, a worker's pre-warm)."""
+    lease = attempt.lease if attempt else None
     record = attempt_record(
         spec=worker.spec, invocation_id=attempt.invocation.invocation_id if attempt else uuid.uuid4().hex,
         attempt=attempt.number if attempt else 0, worker_id=worker.worker_id,
         cold=attempt.cold if attempt else True, init_s=worker.init_s,
         queued_at=attempt.invocation.queued_at if attempt else worker.requested_at,
-        start_at=start_at, end_at=end_at, outcome=outcome, error_type=error_type)
+        start_at=start_at, end_at=end_at, outcome=outcome, error_type=error_type,
+        device=lease.device if lease else "", lease_start_at=lease.start_at if lease else None,
+        lease_end_at=lease.end_at if lease else None)
     ledger.append(record=record)
     tally.add(record=record)
 
@@ -117,6 +121,12 @@ class AttemptEndings:
     def _release_body(self, attempt: Attempt) -> None:
         pass
 
+    def _release_lease(self, attempt: Attempt) -> None:
+        """Give the attempt's device back to the pool (``_devices``, runtime/devices.py) before it is billed."""
+        devices = getattr(self, "_devices", None)
+        if attempt.lease is not None and devices is not None:
+            devices.release(lease=attempt.lease, now=time.time())
+
     def _record(self, worker: Any, *, attempt: Attempt | None, outcome: str, start_at: float, end_at: float,
                 error_type: str | None) -> None:
         bill(ledger=self._ledger, tally=self._tally, worker=worker, attempt=attempt, outcome=outcome,
@@ -129,6 +139,7 @@ class AttemptEndings:
         self._pool.retire(worker) if retire else self._pool.set_idle(worker)
         if attempt is None:
             return []
+        self._release_lease(attempt)
         self._record(worker, attempt=attempt, outcome=outcome, start_at=start_at, end_at=end_at,
                      error_type=error["type"] if error else None)
         action = settle(attempt=attempt, worker_id=worker.worker_id, outcome=outcome, error=error, message=message,
@@ -143,6 +154,7 @@ class AttemptEndings:
         if attempt is None:
             return []
         now = time.time()
+        self._release_lease(attempt)
         self._record(worker, attempt=attempt, outcome="cancelled", start_at=attempt.dispatched_at or now, end_at=now,
                      error_type=None)
         self._release_body(attempt)

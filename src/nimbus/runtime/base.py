@@ -60,6 +60,7 @@ class FunctionContext:
     invocation_id: str
     attempt: int
     cache: dict[str, Any] = field(default_factory=dict)
+    device: str | None = None  # the device leased for this invocation (runtime/devices.py), None without a pool
 
 
 FunctionCallable = Callable[..., Message]

@@ -71,7 +71,7 @@ def sleep(*, context: FunctionContext, request: Message) -> Message:
     if "pid_path" in header:
         Path(header["pid_path"]).write_text(str(os.getpid()))
     time.sleep(seconds)
-    return Message(header=_who(context, slept_s=seconds))
+    return Message(header=_who(context, slept_s=seconds, device=context.device))
 
 
 def beating(*, context: FunctionContext, request: Message) -> Message:

@@ -47,13 +47,15 @@ def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str
         return RayRuntime(ledger=ledger, address=rc.address, capacity_cpus=rc.capacity_cpus,
                           max_workers=rc.max_workers, keep_alive_s=rc.keep_alive_s, init_timeout_s=rc.init_timeout_s,
                           compress_min_bytes=config.channel.compress_min_bytes, worker_env=worker_env)
+    from nimbus.runtime.devices import device_pool
     from nimbus.runtime.forkserver import TRAINING_PRELOAD
     from nimbus.runtime.local import LocalRuntime
 
     return LocalRuntime(ledger=ledger, capacity_cpus=rc.capacity_cpus, max_workers=rc.max_workers,
                         keep_alive_s=rc.keep_alive_s, inline_max_bytes=config.channel.inline_max_bytes,
                         compress_min_bytes=config.channel.compress_min_bytes, init_timeout_s=rc.init_timeout_s,
-                        start_method=rc.start_method, preload=TRAINING_PRELOAD)
+                        start_method=rc.start_method, preload=TRAINING_PRELOAD,
+                        devices=device_pool(config=config.devices))
 
 
 class StampedRuntime:

@@ -15,6 +15,9 @@ Decisions (where DESIGN.md is silent):
   cold start, evicting the longest-idle worker of another function at ``max_workers``; otherwise an
   already-tried idle worker; otherwise it waits. Idle workers do not count against capacity.
   Retries go to the front of the queue.
+* **Device pool** (``devices``, runtime/devices.py, ARTOS 4.3): an invocation whose kind leases a device
+  is placed only while a device is free (other queued invocations go ahead meanwhile), holds its lease
+  from placement to the end of its attempt, and learns the device as ``FunctionContext.device``.
 * **Clocks**: an attempt's timeout runs from its dispatch to a ready worker; a cold start's import
   has its own limit (``init_timeout_s``). Missing either gets the worker SIGKILLed (outcome "timeout").
 * **Exactly once**: a result is accepted only if it names the attempt its worker is running now;
@@ -54,6 +57,7 @@ from nimbus.data.shm import run_prefix
 from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
 from nimbus.runtime.base import FunctionSpec
+from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.fairshare import next_index
 from nimbus.runtime.transport import send_frame
 from nimbus.runtime.pool import same_pool, WorkerHandle, WorkerPool, WorkerSlot
@@ -86,8 +90,10 @@ class LocalRuntime(AttemptEndings):
     def __init__(self, *, ledger: Ledger, capacity_cpus: float | None = None, max_workers: int | None = None,
                  keep_alive_s: float = 600.0, inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES,
                  compress_min_bytes: int | None = DEFAULT_COMPRESS_MIN_BYTES, init_timeout_s: float = 120.0,
-                 start_method: str = "fork_server", preload: tuple[str, ...] = ()) -> None:
+                 start_method: str = "fork_server", preload: tuple[str, ...] = (),
+                 devices: DevicePool | None = None) -> None:
         self._ledger = ledger
+        self._devices = devices  # learner-side functions lease a device per attempt (None: no pool)
         self._capacity = float(capacity_cpus if capacity_cpus is not None else (os.cpu_count() or 1))
         self._inline_max_bytes = inline_max_bytes
         self._compress_min_bytes = compress_min_bytes
@@ -203,6 +209,8 @@ class LocalRuntime(AttemptEndings):
         actions: list[Action] = []
         while self._queue and not self._closed:
             index = self._next_index()
+            if index is None:
+                break
             invocation = self._queue[index]
             if invocation.future.cancelled():
                 del self._queue[index]
@@ -215,13 +223,25 @@ class LocalRuntime(AttemptEndings):
             invocation.attempts += 1
             worker.attempt = Attempt(invocation=invocation, number=invocation.attempts,
                                       cold=worker.state == "starting")
+            if self._devices is not None and self._devices.needs(spec=invocation.spec):
+                worker.attempt.lease = self._devices.acquire(spec=invocation.spec, now=time.time(),
+                                                             invocation_id=invocation.invocation_id)
             worker.affinity = invocation.affinity
             if worker.state == "idle":
                 actions += self._dispatch(worker)
         return actions
 
-    def _next_index(self) -> int:
-        return next_index(queue=self._queue, slots=self._pool.slots.values(), weights=self._weights)
+    def _next_index(self) -> int | None:
+        """The queued invocation to place next (fair share); with a device pool and no free device, only among
+        those that need none (None when every queued one waits for a device)."""
+        if self._devices is None or self._devices.free() > 0:
+            return next_index(queue=self._queue, slots=self._pool.slots.values(), weights=self._weights)
+        eligible = [i for i, inv in enumerate(self._queue) if not self._devices.needs(spec=inv.spec)]
+        if not eligible:
+            return None
+        pick = next_index(queue=[self._queue[i] for i in eligible], slots=self._pool.slots.values(),
+                          weights=self._weights)
+        return eligible[pick]
 
     def _place(self, invocation: Invocation) -> WorkerSlot | None:
         spec = invocation.spec
@@ -245,7 +265,8 @@ class LocalRuntime(AttemptEndings):
         self._pool.set_busy(worker, timeout_s=invocation.spec.timeout_s)
         self._pool.heard_from(worker, heartbeat_s=invocation.spec.heartbeat_s)
         tag = {"op": "invoke", "invocation_id": invocation.invocation_id, "attempt": attempt.number,
-               "heartbeat_s": invocation.spec.heartbeat_s}
+               "heartbeat_s": invocation.spec.heartbeat_s,
+               "device": attempt.lease.device if attempt.lease is not None else None}
         try:
             send_frame(sock=worker.handle.sock, frame=header_frame(tag=tag, body=invocation.body))
         except OSError as exc:

@@ -152,7 +152,7 @@ def serve(*, sock: socket.socket, outbox: Outbox, fn: Callable[..., Message], wo
             return 0
         tag = envelope.tag
         context = FunctionContext(worker_id=worker_id, function=function, invocation_id=str(tag["invocation_id"]),
-                                  attempt=int(tag["attempt"]), cache=cache)
+                                  attempt=int(tag["attempt"]), cache=cache, device=tag.get("device"))
         _forward_beats(outbox=outbox, tag=tag)
         result, report = _invoke(fn=fn, context=context, request=envelope.message)
         liveness.install(send=None)

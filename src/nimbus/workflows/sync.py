@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from nimbus.control.base import RoundMetrics, ScalingDecision
+from nimbus.control.prewarm import PrewarmController, WorkloadMonitor
 from nimbus.data.codec import Message
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TriggerTable
 from nimbus.errors import NimbusError
@@ -72,6 +73,17 @@ class Progress:
     restore_replay: Any = None     # train.checkpoint_replay: the replay file's Message (train/replay_checkpoint.py)
 
 
+def _prewarmer(*, system: System) -> PrewarmController:
+    """``prewarm.mode: monitor``: pre-warm actor workers during the learner's update (control/prewarm.py)."""
+    cfg = system.config.prewarm
+    return PrewarmController(
+        workload=system.config.name, actor_function=system.actor_spec.name,
+        monitor=WorkloadMonitor(window=cfg.window, stability=cfg.stability),
+        keep_alive_s=system.config.runtime.keep_alive_s, enabled=cfg.mode == "monitor",
+        prewarm=lambda count: system.runtime.prewarm(spec=system.actor_spec, count=count),
+        records_since=lambda start: system.ledger.records(start=start))
+
+
 def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[str, float]:
     """Framework overhead: the round minus env stepping + inference (slowest actor) and gradient compute."""
     overhead_s = max(0.0, round_s - actor_work_s - compute_s)
@@ -106,6 +118,7 @@ class SyncWorkflow:
                         trigger=ObjectKeyTrigger(store_events=system.store_events, key_prefix=f"weights/{self.policy}/"),
                         action=self._invoke_actors)
         self.table.bind(name="invoke_learner", trigger=self.data_trigger, action=self._invoke_learner)
+        self.prewarmer = _prewarmer(system=system)  # ARTOS workload monitor (prewarm.mode; no-op for none)
 
     # ----------------------------------------------------------------------------------- actions
     def _rows(self, num_actors: int) -> int:
@@ -116,6 +129,7 @@ class SyncWorkflow:
         cfg, version = self.system.config, self.progress.policy_version
         self.round = RoundState(index=self.progress.rounds, policy_version=version, decision=self.decision,
                                 started_s=time.perf_counter())
+        self.prewarmer.round_started(num_actors=self.decision.num_actors)
         self.data_trigger.n_actors = self.decision.num_actors
         self.data_trigger.size_rows = self._rows(self.decision.num_actors)
         self.data_trigger.reset()
@@ -165,6 +179,7 @@ class SyncWorkflow:
     # ------------------------------------------------------------------------------------ events
     def _on_actor(self, *, future: Future, rank: int) -> None:
         result: Message = future.result()  # raises FunctionFailed when retries are spent
+        self.prewarmer.actor_finished()
         started = time.perf_counter()
         header = result.header
         moments = pop_moments(arrays=result.arrays)  # not a buffer column
@@ -185,6 +200,7 @@ class SyncWorkflow:
 
     def _on_learner(self, *, future: Future, version: int) -> None:
         result: Message = future.result()
+        self.prewarmer.round_finished()
         header = result.header
         new_version = header["policy_version"]
         self.progress.nonfinite_in_a_row = self.progress.nonfinite_in_a_row + 1 if header["nonfinite"] else 0

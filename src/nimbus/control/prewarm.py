@@ -1,0 +1,203 @@
+"""ARTOS's analytical workload monitor and actor pre-warming (003 §4.3, "Analytical Workload Monitor").
+
+Per workload, two sliding windows (default 5): *actor_starts*, the average start-up time of the actor
+workers started in a round (request → able to run: a cold attempt's ``start_at − queued_at``, a
+pre-warmed worker's ``end_at − queued_at`` in the ledger), and *learner_fins*, the time from a round's
+start (actors invoked) to its learner's finish. The workload is *stable* when the learner_fins window is
+full and ``range < λ · mean`` (λ 0.2). Then a pre-warm trigger is set, relative to each round's start, at
+
+    min(learner_fins) − max(actor_starts) − Δ_interval,   Δ_interval = range of (learner_fin_i − actor_start_i)
+
+(the newest entries of the two windows paired), clamped at 0, so that actor workers are ready when the
+learner finishes and the next round invokes them. When it fires, the controller asks the runtime to
+pre-warm as many actor workers as will have been reclaimed by then: actors that finished more than
+``keep_alive_s`` before the round's latest expected end (``max(learner_fins)``) lose their warm worker. A
+trigger that fires while actors are still running waits for the last of them (sync rounds: the learner's
+update is what pre-warming overlaps).
+
+``prewarm.mode: none`` makes a controller that observes nothing and never fires. Used by the sync
+workflow (workflows/sync.py) through ``Runtime.prewarm(spec, n)``.
+
+Example::
+
+    monitor = WorkloadMonitor(window=5, stability=0.2)
+    for start_s, fin_s in [(1.0, 4.0), (1.1, 4.1), (0.9, 4.0), (1.0, 3.9), (1.0, 4.0)]:
+        monitor.observe(workload="w", actor_start_s=start_s, learner_fin_s=fin_s)
+    monitor.threshold_s(workload="w")   # 3.9 - 1.1 - (3.1 - 2.9) = 2.6
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Iterable, Sequence
+
+log = logging.getLogger(__name__)
+
+
+def is_stable(*, values: Sequence[float], window: int, stability: float) -> bool:
+    """A full window whose range is below ``stability`` (λ) times its mean."""
+    if len(values) < window:
+        return False
+    mean = sum(values) / len(values)
+    return max(values) - min(values) < stability * mean
+
+
+def prewarm_threshold_s(*, actor_starts: Sequence[float], learner_fins: Sequence[float]) -> float:
+    """min(learner_fins) − max(actor_starts) − Δ_interval, Δ_interval the range of the paired differences
+    (newest with newest), clamped at 0: seconds after a round's start at which to pre-warm."""
+    pairs = list(zip(reversed(actor_starts), reversed(learner_fins)))
+    intervals = [fin - start for start, fin in pairs]
+    delta_interval = max(intervals) - min(intervals) if intervals else 0.0
+    return max(0.0, min(learner_fins) - max(actor_starts) - delta_interval)
+
+
+def actors_to_warm(*, num_actors: int, actor_done_s: Iterable[float], keep_alive_s: float, next_start_s: float) -> int:
+    """How many of ``num_actors`` workers will have been reclaimed (idle since ``actor_done_s`` longer than
+    ``keep_alive_s``) by ``next_start_s``; all times on one clock. Actors that have not finished stay warm."""
+    reclaimed = sum(1 for done in actor_done_s if done + keep_alive_s <= next_start_s)
+    return max(0, min(num_actors, reclaimed))
+
+
+def actor_start_samples(*, records: Iterable[Any], function: str) -> list[float]:
+    """Start-up times of ``function``'s workers in ledger ``records``: pre-warmed workers (ready − requested) and
+    cold attempts (function start − invocation queued). Warm attempts start nothing and give no sample."""
+    samples = []
+    for record in records:
+        if record.function != function:
+            continue
+        if record.outcome == "prewarm" and record.error_type is None:
+            samples.append(max(0.0, record.end_at - record.queued_at))
+        elif record.cold and record.outcome == "ok":
+            samples.append(max(0.0, record.start_at - record.queued_at))
+    return samples
+
+
+class WorkloadMonitor:
+    """Sliding windows of actor start-up and learner finish times per workload (thread-safe)."""
+
+    def __init__(self, *, window: int = 5, stability: float = 0.2) -> None:
+        self.window, self.stability = window, stability
+        self._starts: dict[str, deque[float]] = {}
+        self._fins: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, *, workload: str, learner_fin_s: float, actor_start_s: float | None = None) -> None:
+        """One round: its learner finish time and, if any actor worker started, their average start-up time."""
+        with self._lock:
+            if actor_start_s is not None:
+                self._starts.setdefault(workload, deque(maxlen=self.window)).append(actor_start_s)
+            self._fins.setdefault(workload, deque(maxlen=self.window)).append(learner_fin_s)
+
+    def windows(self, *, workload: str) -> tuple[list[float], list[float]]:
+        """(actor_starts, learner_fins) of ``workload``, oldest first."""
+        with self._lock:
+            return list(self._starts.get(workload, ())), list(self._fins.get(workload, ()))
+
+    def stable(self, *, workload: str) -> bool:
+        _, fins = self.windows(workload=workload)
+        return is_stable(values=fins, window=self.window, stability=self.stability)
+
+    def threshold_s(self, *, workload: str) -> float | None:
+        """When to pre-warm, in seconds after a round's start; None until stable with a start-up time known."""
+        starts, fins = self.windows(workload=workload)
+        if not starts or not is_stable(values=fins, window=self.window, stability=self.stability):
+            return None
+        return prewarm_threshold_s(actor_starts=starts, learner_fins=fins)
+
+
+class PrewarmController:
+    """One workload's pre-warm trigger: a timer set at each round's start from the monitor's threshold.
+
+    ``prewarm(n)`` starts ``n`` actor workers (the runtime's ``prewarm(spec, n)``); ``records_since(i)`` returns
+    the workload's ledger rows from the ``i``-th on; ``enabled`` False (``prewarm.mode: none``) makes every
+    method a no-op. ``fired`` counts the triggers that fired, ``warmed`` the workers asked for."""
+
+    def __init__(self, *, workload: str, actor_function: str, monitor: WorkloadMonitor, keep_alive_s: float,
+                 prewarm: Callable[[int], None], records_since: Callable[[int], list[Any]],
+                 enabled: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
+        self.workload, self.actor_function, self.monitor = workload, actor_function, monitor
+        self.keep_alive_s, self.enabled = keep_alive_s, enabled
+        self._prewarm, self._records_since, self._clock = prewarm, records_since, clock
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._round_start: float | None = None
+        self._actor_done: list[float] = []
+        self._num_actors = 0
+        self._seen = 0
+        self._due = False  # the trigger fired before every actor had finished: act on the last one
+        self.fired = 0
+        self.warmed = 0
+
+    def round_started(self, *, num_actors: int) -> None:
+        """Actors are being invoked: arm the trigger if the workload is stable."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self._cancel()
+            self._round_start, self._actor_done, self._num_actors = self._clock(), [], num_actors
+            self._due = False
+            threshold = self.monitor.threshold_s(workload=self.workload)
+            if threshold is not None:
+                self._timer = threading.Timer(threshold, self.fire)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def actor_finished(self) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            self._actor_done.append(self._clock())
+            due = self._due and len(self._actor_done) >= self._num_actors
+        if due:
+            self.fire()
+
+    def round_finished(self) -> None:
+        """The learner finished: disarm, and add this round's learner finish and actor start-up times."""
+        if not self.enabled or self._round_start is None:
+            return
+        with self._lock:
+            self._cancel()
+            self._due = False
+            fin_s = self._clock() - self._round_start
+        try:
+            records = self._records_since(self._seen)
+        except LookupError:  # trimmed from memory: this round gives no start-up sample
+            records = []
+        self._seen += len(records)
+        samples = actor_start_samples(records=records, function=self.actor_function)
+        self.monitor.observe(workload=self.workload, learner_fin_s=fin_s,
+                             actor_start_s=sum(samples) / len(samples) if samples else None)
+
+    def fire(self) -> None:
+        """The trigger: pre-warm the actor workers the keep-alive will have reclaimed by the learner's finish."""
+        with self._lock:
+            if self._round_start is None:
+                return
+            self._timer = None
+            if len(self._actor_done) < self._num_actors:
+                self._due = True  # actors still running: count them once the last one is done
+                return
+            self._due = False
+            _, fins = self.monitor.windows(workload=self.workload)
+            next_start = self._round_start + (max(fins) if fins else 0.0)
+            count = actors_to_warm(num_actors=self._num_actors, actor_done_s=self._actor_done,
+                                   keep_alive_s=self.keep_alive_s, next_start_s=next_start)
+            self.fired += 1
+            self.warmed += count
+        if count > 0:
+            try:
+                self._prewarm(count)
+            except Exception as exc:  # noqa: BLE001 - a runtime shutting down; pre-warming is only an optimisation
+                log.warning("prewarm of %d %s workers failed: %s", count, self.actor_function, exc)
+
+    def close(self) -> None:
+        with self._lock:
+            self._cancel()
+
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
