@@ -13,6 +13,7 @@ import pytest
 from cluster_fixtures import ray_local  # noqa: F401  (fixture)
 from nimbus.control.marless_scaling import actor_count
 from nimbus.errors import ConfigError
+from nimbus.runtime.faults import FAULTS_ENV, read_counter
 from nimbus.train.metrics import read_metrics
 from nimbus.train.trainer import train
 
@@ -106,6 +107,24 @@ def test_the_scaling_rule_sets_the_next_rounds_actors(make_shipped_config) -> No
         assert after["num_actors"] == actor_count(per_policy=per_policy, i_min=1, i_max=4, beta=0.5)
     assert sum(r["kind"] == "actor" and r["outcome"] == "ok" for r in ledger_rows(result.run_dir)) == \
         sum(row["num_actors"] for row in rows)
+
+
+def test_a_policy_function_killed_after_its_put_is_retried_and_counted_once(
+        make_shipped_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = tmp_path / "counter"
+    monkeypatch.setenv(FAULTS_ENV, json.dumps({"marl.policy.published": {"action": "kill", "after": 1, "times": 1,
+                                                                         "counter_path": str(counter)}}))
+    config = make_shipped_config("marless-ippo-spread", overrides=[*SMALL, "train.max_rounds=2"])
+    result = train(config=config)
+    assert read_counter(path=counter) == 2
+    policy = [r for r in ledger_rows(result.run_dir) if r["kind"] == "policy"]
+    died = [r for r in policy if r["outcome"] == "worker_died"]
+    assert len(died) == 1
+    retry = [r for r in policy if r["invocation_id"] == died[0]["invocation_id"] and r["outcome"] == "ok"]
+    assert [r["attempt"] for r in retry] == [2]
+    rows = read_metrics(path=result.run_dir / "metrics.jsonl")
+    assert [row["policy_version"] for row in rows] == [3, 6]           # every policy advanced once per round
+    assert [row["extras"]["marl/learner_invocations"] for row in rows] == [6.0, 6.0]
 
 
 def test_a_map_naming_an_unknown_policy_is_a_config_error(make_shipped_config) -> None:

@@ -50,6 +50,7 @@ from nimbus.functions.probe import ProbeRequest, probe_policy
 from nimbus.functions.weights import load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message, \
     weights_key
 from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.faults import fault_point
 
 DEFAULT_PROBE = ProbeRequest(subset_size=256, max_iterations=30, tolerance=1e-3)
 
@@ -145,6 +146,7 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
         weights_key(policy=req.policy, version=new_version): model_to_message(model=model, version=new_version),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
                                                                                 version=new_version)})
+    fault_point(name="marl.policy.published")
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     convexity = extras.get(HESSIAN_RATIO_KEY, math.nan)
     return Message(header={"policy_version": new_version, **stats, "convexity": convexity, "extras": extras,
