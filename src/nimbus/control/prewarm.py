@@ -9,7 +9,11 @@ full and ``range < λ · mean`` (λ 0.2). Then a pre-warm trigger is set, relati
     min(learner_fins) − max(actor_starts) − Δ_interval,   Δ_interval = range of (learner_fin_i − actor_start_i)
 
 (the newest entries of the two windows paired), clamped at 0, so that actor workers are ready when the
-learner finishes and the next round invokes them. When it fires, the controller asks the runtime to
+learner finishes and the next round invokes them. nimbus fires no earlier than ``min(learner_fins) −
+actor_starts[-1] − keep_alive_s / 2`` (``fire_delay_s``, the newest start-up sample): a worker pre-warmed
+earlier would sit idle past its keep-alive and be reclaimed before the round it was warmed for (measured: a
+2.1 s first start-up kept in the window clamped the threshold to 0 while later start-ups took 20 ms, and
+every pre-warmed worker was reclaimed unused). When it fires, the controller asks the runtime to
 pre-warm as many actor workers as will have been reclaimed by then: actors that finished more than
 ``keep_alive_s`` before the round's latest expected end (``max(learner_fins)``) lose their warm worker. A
 trigger that fires while actors are still running waits for the last of them (sync rounds: the learner's
@@ -52,6 +56,13 @@ def prewarm_threshold_s(*, actor_starts: Sequence[float], learner_fins: Sequence
     intervals = [fin - start for start, fin in pairs]
     delta_interval = max(intervals) - min(intervals) if intervals else 0.0
     return max(0.0, min(learner_fins) - max(actor_starts) - delta_interval)
+
+
+def fire_delay_s(*, threshold_s: float, actor_starts: Sequence[float], learner_fins: Sequence[float],
+                 keep_alive_s: float) -> float:
+    """The trigger's delay after a round's start: the threshold, but late enough that a worker started then (taking
+    the newest start-up time) is idle for at most half its keep-alive before the expected learner finish."""
+    return max(threshold_s, min(learner_fins) - actor_starts[-1] - keep_alive_s / 2)
 
 
 def actors_to_warm(*, num_actors: int, actor_done_s: Iterable[float], keep_alive_s: float, next_start_s: float) -> int:
@@ -141,7 +152,10 @@ class PrewarmController:
             self._due = False
             threshold = self.monitor.threshold_s(workload=self.workload)
             if threshold is not None:
-                self._timer = threading.Timer(threshold, self.fire)
+                starts, fins = self.monitor.windows(workload=self.workload)
+                delay = fire_delay_s(threshold_s=threshold, actor_starts=starts, learner_fins=fins,
+                                     keep_alive_s=self.keep_alive_s)
+                self._timer = threading.Timer(delay, self.fire)
                 self._timer.daemon = True
                 self._timer.start()
 

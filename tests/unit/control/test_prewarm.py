@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from nimbus.control.prewarm import (PrewarmController, WorkloadMonitor, actor_start_samples, actors_to_warm,
-                                    is_stable, prewarm_threshold_s)
+                                    fire_delay_s, is_stable, prewarm_threshold_s)
 
 STARTS = [1.0, 1.1, 0.9, 1.0, 1.0]
 FINS = [4.0, 4.1, 4.0, 3.9, 4.0]
@@ -100,6 +100,17 @@ def test_controller_arms_its_trigger_at_the_threshold_and_prewarms_the_reclaimed
     assert warmed == [2] and controller.fired == 1  # both idle since 0.5 s in: reclaimed by 4 s in (keep-alive 1 s)
     controller.round_finished()
     assert controller._timer is None
+
+
+def test_a_stale_slow_start_up_does_not_fire_the_trigger_so_early_that_keep_alive_reclaims_the_warm_worker() -> None:
+    monitor = _fed(starts=[2.1] + [0.02] * 4, fins=[1.0] * 5)   # the first start-up imported everything
+    controller = PrewarmController(workload="w", actor_function="actor", monitor=monitor, keep_alive_s=0.3,
+                                   prewarm=lambda n: None, records_since=lambda start: [], clock=_Clock())
+    assert monitor.threshold_s(workload="w") == 0.0
+    controller.round_started(num_actors=2)
+    assert controller._timer.interval == pytest.approx(1.0 - 0.02 - 0.15)   # ready 0.15 s before it is needed
+    controller.close()
+    assert fire_delay_s(threshold_s=2.6, actor_starts=[1.0], learner_fins=[4.0], keep_alive_s=600.0) == 2.6
 
 
 def test_a_trigger_that_fires_while_actors_run_acts_when_the_last_one_finishes() -> None:
