@@ -63,11 +63,19 @@ def check_workflow(*, config: NimbusConfig) -> None:
 
 
 def _check_async_learners(*, config: NimbusConfig) -> None:
-    """Stellaris's learner functions compute PPO gradients; the actors' per-round observation moments and exact
-    resume assume one learner per round."""
-    if config.algo.name != "ppo":
-        raise ValueError(f"train.workflow: async_learners runs ppo; algo.name {config.algo.name} needs "
-                         f"{'async' if config.algo.name in OFF_POLICY else 'sync'}")
+    """Stellaris's learner functions compute PPO or IMPACT gradients (IMPALA has no ratio for the truncation to
+    act on); the actors' per-round observation moments and exact resume assume one learner per round."""
+    algo = config.algo
+    if algo.name not in ("ppo", "impala"):
+        raise ValueError(f"train.workflow: async_learners runs ppo or impala (variant impact); algo.name {algo.name} "
+                         f"needs {'async' if algo.name in OFF_POLICY else 'sync'}")
+    if isinstance(algo, ImpalaConfig):
+        if algo.variant != "impact":
+            raise ValueError("algo.variant: async_learners runs impala as variant impact (Stellaris's truncation acts "
+                             "on IMPACT's ratio; plain IMPALA has none)")
+        if config.actors.fragment_steps != algo.rollout_length:
+            raise ValueError(f"actors.fragment_steps ({config.actors.fragment_steps}) must equal algo.rollout_length "
+                             f"({algo.rollout_length}): IMPACT's gradient tasks are whole env columns")
     if getattr(config.algo, "normalize_obs", False):
         raise ValueError("algo.normalize_obs: not with train.workflow: async_learners (the observation statistics "
                          "are folded by the one learner of a sync round)")

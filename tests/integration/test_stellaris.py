@@ -80,7 +80,9 @@ def test_a_learner_killed_after_its_put_is_retried_and_its_gradient_applied_once
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("algo={name: impala}", "async_learners runs ppo"),
+    ("algo={name: dqn}", "async_learners runs ppo or impala"),
+    ("algo={name: impala, variant: impala}", "variant impact"),
+    ("algo={name: impala, variant: impact, rollout_length: 20}", "must equal algo.rollout_length"),
     ("stellaris.rule=bogus", "stellaris.rule"),
     ("stellaris.decay=1.5", "stellaris.decay"),
 ])
@@ -89,11 +91,28 @@ def test_config_errors_name_the_key(make_shipped_config, override: str, message:
         make_shipped_config("stellaris-cartpole", overrides=[override])
 
 
+@pytest.mark.slow
+def test_impact_learners_in_flight_learn_cartpole(make_shipped_config) -> None:
+    """IMPACT's gradients from 3 learners in flight: π differs from the target network at the loss, ratios are
+    clipped and truncated, and the run learns (measured: docs/stellaris.md)."""
+    config = make_shipped_config("stellaris-impact-cartpole", overrides=[
+        "train.total_env_steps=100000", "train.target_return=195", "train.return_window=20"])
+    result = train(config=config)
+    assert result.summary.final_return is not None and result.summary.final_return >= 195, result.summary
+    rows = read_metrics(path=result.run_dir / "metrics.jsonl")
+    extras, stats = [row["extras"] for row in rows], [row["losses"] for row in rows]
+    assert max(e["staleness/max"] for e in extras) > 0
+    assert [e["staleness/admitted"] + e["staleness/rejected"] for e in extras] == [6] * len(rows)
+    assert max(e["staleness/truncated_fraction"] for e in extras) > 0
+    assert max(s["losses/target_log_ratio_max"] for s in stats) > 0 and max(s["losses/clip_fraction"] for s in stats) > 0
+
+
 @pytest.mark.ray
-def test_the_same_config_runs_on_ray(ray_local, make_shipped_config) -> None:
-    """The shipped config with only the backend (and CPU shares that fit the 2-CPU instance) changed: learners
-    in flight, gradients aggregated by the parameter function, every task settled once."""
-    config = make_shipped_config("stellaris-cartpole", overrides=[
+@pytest.mark.parametrize(("name", "tasks"), [("stellaris-cartpole", 16), ("stellaris-impact-cartpole", 6)])
+def test_the_same_config_runs_on_ray(ray_local, make_shipped_config, name: str, tasks: int) -> None:
+    """The shipped configs (PPO and IMPACT) with only the backend (and CPU shares that fit the 2-CPU instance)
+    changed: learners in flight, gradients aggregated by the parameter function, every task settled once."""
+    config = make_shipped_config(name, overrides=[
         "runtime.backend=ray", "actors.function.cpus=0.5", "functions.gradient_learner.cpus=0.25",
         "functions.parameter.cpus=0.25", "train.max_rounds=3", "train.eval_episodes=0"])
     result = train(config=config)
@@ -101,9 +120,10 @@ def test_the_same_config_runs_on_ray(ray_local, make_shipped_config) -> None:
     # the stop is seen after round 3; a batch already taken then is finished and written (3 or 4 rows)
     assert len(rows) == result.summary.rounds and result.summary.rounds in (3, 4)
     assert [row["extras"]["staleness/admitted"] + row["extras"]["staleness/rejected"] for row in rows] == \
-        [16] * len(rows)
+        [tasks] * len(rows)
     assert max(row["extras"]["staleness/max"] for row in rows) > 0
     ok = [r for r in ledger_rows(result.run_dir) if r["outcome"] == "ok"]
     assert {r["function"] for r in ok} >= {"gradient_learner", "parameter", "actor"}
-    # one parameter invocation publishes one version (the stellaris rule's one averaged step)
-    assert sum(r["function"] == "parameter" for r in ok) == result.summary.policy_version
+    # one parameter invocation publishes one version (the stellaris rule's one averaged step); one runs at a time,
+    # and the one in flight when the stop is seen may still finish on the pool without its version being adopted
+    assert sum(r["function"] == "parameter" for r in ok) - result.summary.policy_version in (0, 1)

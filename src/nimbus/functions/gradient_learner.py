@@ -1,14 +1,15 @@
-"""Stellaris's learner function: the PPO gradient of one minibatch at the newest weights, put in the Store.
+"""Stellaris's learner function: the PPO or IMPACT gradient of one task at the newest weights, put in the Store.
 
 It reads the weights of ``policy_version`` (the newest the driver knew at launch), the round's batch
-from the Store key ``batch_key`` (post-processed once per warm worker: GAE uses the actors' values,
-so it does not depend on the version), computes the PPO loss on the rows ``positions`` and puts the
+from the Store key ``batch_key`` (post-processed once per warm worker: PPO's GAE uses the actors'
+values and IMPACT's layout is time-major, so neither depends on the version), computes the loss on the
+task ``positions`` (PPO: rows; IMPACT: env columns; functions/gradient_algos.py) and puts the
 gradient under ``grad_key`` tagged with the version it read. It never steps an optimizer: the
 parameter function aggregates (functions/parameter.py).
 
 IS truncation (``truncation``: ``paper`` or ``code``, Stellaris Eq. 2): the ratio is truncated by
 the other learners' policies, ``peer_versions`` = the versions the learners in flight at launch
-read (their published weights); see algos/ppo/loss.py. The put is tagged with the invocation id,
+read (their published weights); see algos/truncation.py. The put is tagged with the invocation id,
 so a retried attempt replaces its own gradient and the key still holds one gradient (P1).
 
 Result header: ``grad_key``, ``read_version``, ``stats`` (loss parts, ``truncated_fraction``),
@@ -26,12 +27,12 @@ import numpy as np
 import torch
 
 from nimbus.algos.base import EnvSpaces
-from nimbus.algos.ppo.learner import minibatch_loss, scheduled
-from nimbus.algos.ppo.loss import Truncation
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
+from nimbus.algos.truncation import Truncation
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.envs.make import make_env
+from nimbus.functions.gradient_algos import GradientAlgo, gradient_algo_for
 from nimbus.functions.learner import resolve_device
 from nimbus.functions.weights import load_model, weights_key
 from nimbus.runtime.base import FunctionContext
@@ -80,13 +81,13 @@ def gradient_learner_function(*, context: FunctionContext, request: Message) -> 
     model = _model_at(state=state, store=store, policy=req.policy, version=req.policy_version, slot="self")
     batch = _batch(state=state, store=store, key=req.batch_key)
     started = time.perf_counter()
-    rows = torch.as_tensor(request.arrays["positions"], device=state["device"])
-    minibatch = {key: value[rows] for key, value in batch.items()}
-    truncation = _truncation(state=state, store=store, req=req, minibatch=minibatch)
-    config = state["algo"].config
-    clip_coef = scheduled(value=config.clip_coef, schedule=config.clip_schedule, progress=req.progress)
+    gradient_algo = gradient_algo_for(name=req.algo["name"])
+    positions = torch.as_tensor(request.arrays["positions"], device=state["device"])
+    minibatch = gradient_algo.select(batch=batch, positions=positions)
+    truncation = _truncation(state=state, store=store, req=req, minibatch=minibatch, gradient_algo=gradient_algo)
     model.zero_grad(set_to_none=True)
-    out = minibatch_loss(model=model, batch=minibatch, config=config, clip_coef=clip_coef, truncation=truncation)
+    out = gradient_algo.loss(model=model, batch=minibatch, config=state["algo"].config, progress=req.progress,
+                             truncation=truncation)
     finite = bool(torch.isfinite(out.loss))
     if finite:
         out.loss.backward()
@@ -97,7 +98,7 @@ def gradient_learner_function(*, context: FunctionContext, request: Message) -> 
         fault_point(name="gradient.published")
     return Message(header={"grad_key": req.grad_key, "read_version": req.policy_version, "stats": out.stats,
                            "nonfinite": not finite, "compute_s": time.perf_counter() - started,
-                           "rows": int(rows.numel())})
+                           "rows": int(minibatch[gradient_algo.behaviour_key].numel())})
 
 
 def _state(*, context: FunctionContext, req: GradientRequest) -> dict[str, Any]:
@@ -137,14 +138,14 @@ def _batch(*, state: dict[str, Any], store: Any, key: str) -> dict[str, torch.Te
     return state["batch"][1]
 
 
-def _truncation(*, state: dict[str, Any], store: Any, req: GradientRequest,
-                minibatch: dict[str, torch.Tensor]) -> Truncation | None:
+def _truncation(*, state: dict[str, Any], store: Any, req: GradientRequest, minibatch: dict[str, torch.Tensor],
+                gradient_algo: GradientAlgo) -> Truncation | None:
     if req.truncation == "none":
         return None
-    peer_min = torch.full_like(minibatch["log_prob"], float("inf"))
+    peer_min = torch.full_like(minibatch[gradient_algo.behaviour_key], float("inf"))
     for index, version in enumerate(sorted(set(req.peer_versions))):
         peer = _model_at(state=state, store=store, policy=req.policy, version=version, slot=f"peer{index}")
         with torch.no_grad():
-            log_prob, _, _ = peer.evaluate(minibatch["obs"], actions=minibatch["actions"])
+            log_prob = gradient_algo.log_prob(model=peer, batch=minibatch)
         peer_min = torch.minimum(peer_min, log_prob)
     return Truncation(peer_log_prob_min=peer_min, rho=req.rho, form=req.truncation)

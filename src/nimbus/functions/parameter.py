@@ -11,6 +11,11 @@ parameter missing, a shape that differs from the model's, or a NaN/Inf value ref
 * ``separate_steps`` (the authors' code): one clipped step per gradient, in the order given, each
   with p.grad = scale_i · g_i.
 
+After each optimizer step the algorithm's own bookkeeping runs (functions/gradient_algos.py): IMPACT
+counts the step and refreshes its target network every ``target_update_interval`` steps, so the target
+travels with the weights of each version. Gradients cover the trainable parameters only (a target
+network's are frozen).
+
 Weights and optimizer state of v+1 are put with the invocation id as writer (a retry replaces its own
 puts, P1). With no usable gradient nothing is published and the header says ``published: false``.
 """
@@ -26,10 +31,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from nimbus.algos.ppo.learner import scheduled
 from nimbus.data.codec import Message
 from nimbus.data.store import Store
 from nimbus.data.stores import function_store
+from nimbus.functions.gradient_algos import gradient_algo_for
 from nimbus.functions.gradient_learner import GRAD_PREFIX, GradientRequest, _model_at, _state
 from nimbus.functions.learner import LearnerRequest, publish_version
 from nimbus.functions.weights import load_optimizer, optim_key
@@ -67,11 +72,13 @@ def parameter_function(*, context: FunctionContext, request: Message) -> Message
         return Message(header={"published": False, "policy_version": req.policy_version, "refused": refused,
                                "applied": 0, "parameter_s": time.perf_counter() - started})
     config = state["algo"].config
+    gradient_algo = gradient_algo_for(name=config.name)
     for group in optimizer.param_groups:
-        group["lr"] = scheduled(value=config.lr, schedule=config.lr_schedule, progress=req.progress)
+        group["lr"] = gradient_algo.learning_rate(config=config, progress=req.progress)
     steps = [gradients] if not req.separate_steps else [[g] for g in gradients]
     for step in steps:
         _step(model=model, optimizer=optimizer, gradients=step, max_grad_norm=config.max_grad_norm)
+        gradient_algo.after_step(model=model, config=config)
     publish_version(store=store, state=state, req=_as_learner_request(req=req, policy=model_req.policy),
                     model=model, optimizer=optimizer, writer=context.invocation_id)
     new_version = req.policy_version + 1
@@ -84,7 +91,7 @@ def parameter_function(*, context: FunctionContext, request: Message) -> Message
 def _usable_gradients(*, store: Store, model: nn.Module, keys: Sequence[str],
                       scales: Sequence[float]) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, str]]]:
     """The scaled gradients that match the model's parameters and are finite; the others named with a reason."""
-    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    shapes = {name: tuple(p.shape) for name, p in _trainable(model)}
     usable, refused = [], []
     for key, scale in zip(keys, scales):
         arrays = store.get(key=key).arrays
@@ -108,11 +115,16 @@ def _problem(*, grads: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]
     return None
 
 
+def _trainable(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+
+
 def _step(*, model: nn.Module, optimizer: torch.optim.Optimizer, gradients: list[dict[str, torch.Tensor]],
-          max_grad_norm: float) -> None:
-    for name, param in model.named_parameters():
+          max_grad_norm: float | None) -> None:
+    trainable = _trainable(model)
+    for name, param in trainable:
         param.grad = (sum(g[name] for g in gradients) / len(gradients)).to(param.device, param.dtype)
-    nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    nn.utils.clip_grad_norm_([p for _, p in trainable], max_grad_norm if max_grad_norm is not None else float("inf"))
     optimizer.step()
 
 

@@ -217,8 +217,9 @@ def build_policy(*, config: NimbusConfig, shared: Shared, run_dir: Path, policy:
     by role, the Hessian probe its scaler reads, checkpoints and metrics (in ``run_dir``)."""
     data = data or policy_data(config=config)
     offpolicy = config.train.workflow == "async"
+    transitions = offpolicy or config.algo.name == "impala"   # rows (s, a, r, s') without values: IMPACT too
     actor_spec = role_spec(config=config, role="actor",
-                           entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if offpolicy else ACTOR_ENTRYPOINT)
+                           entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if transitions else ACTOR_ENTRYPOINT)
     learner_spec = role_spec(config=config, role="learner",
                              entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT if offpolicy else LEARNER_ENTRYPOINT)
     if config.train.workflow == "async_learners":   # Stellaris: learner functions compute gradients

@@ -41,6 +41,7 @@ from nimbus.control.staleness import Aggregation, Arrival, Rejection, make_rule
 from nimbus.data.codec import Message
 from nimbus.data.triggers import DataKeyTrigger, TriggerTable
 from nimbus.errors import NimbusError
+from nimbus.functions.gradient_algos import gradient_algo_for
 from nimbus.functions.gradient_learner import GradientRequest
 from nimbus.functions.parameter import ParameterRequest
 from nimbus.functions.weights import optim_key, weights_key
@@ -126,15 +127,11 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self.next_round += 1
 
     def _tasks(self, *, rows: int) -> list[np.ndarray]:
-        """PPO's own minibatch epochs over the batch, each minibatch one gradient task (seeded per round)."""
-        algo = self.system.config.algo
-        size = min(algo.minibatch_size, rows)
+        """The algorithm's gradient tasks over the batch (PPO: minibatch epochs; IMPACT: env columns × K replays),
+        seeded per round (functions/gradient_algos.py)."""
         generator = torch.Generator().manual_seed(self.system.config.seed * 1_000_003 + self.round.index)
-        tasks = []
-        for _ in range(algo.num_epochs):
-            order = torch.randperm(rows, generator=generator).numpy()
-            tasks.extend(order[start:start + size] for start in range(0, rows, size))
-        return tasks
+        return gradient_algo_for(name=self.system.config.algo.name).tasks(
+            config=self.system.config.algo, rows=rows, learners=self.cfg.learners, generator=generator)
 
     def _launch_learners(self) -> None:
         batch = next((b for b in self.batches if b.tasks), None)

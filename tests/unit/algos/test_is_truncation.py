@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
-from nimbus.algos.ppo.loss import Truncation, policy_loss, truncated_ratio
+from nimbus.algos.impala.loss import impact_surrogate_loss
+from nimbus.algos.ppo.loss import policy_loss
+from nimbus.algos.truncation import Truncation, truncated_ratio
 
 INF = float("inf")
 
@@ -48,3 +50,17 @@ def test_policy_loss_uses_the_truncated_ratio():
                             truncation=Truncation(peer_log_prob_min=peers))
     assert plain.item() == pytest.approx(-(1.5 + 1.0) / 2)
     assert cut.item() == pytest.approx(-(0.5 + 1.0) / 2)
+
+
+@pytest.mark.parametrize(("form", "expected_ratio"), [(None, 1.4), ("paper", 0.6), ("code", 1.0)])
+def test_impact_surrogate_truncates_pi_over_mu(form, expected_ratio):
+    """μ = 0.5, π = 0.8 (π/μ = 1.6), π_target = μ (IS weight 1), a peer at 0.3 (0.6), A = 1, clip 0.4: untruncated
+    the surrogate clips 1.6 to 1.4; Eq. 2 gives min(|min(1.6, 0.6)|, 1) = 0.6; the authors' form
+    min(1.6, max(0.6, 1)) = 1.0."""
+    log = lambda p: torch.log(torch.tensor([[p]]))   # noqa: E731  ([T, B] = [1, 1])
+    truncation = None if form is None else Truncation(peer_log_prob_min=log(0.3), rho=1.0, form=form)
+    loss, ratio = impact_surrogate_loss(log_prob=log(0.8), behaviour_log_prob=log(0.5), target_log_prob=log(0.5),
+                                        pg_advantages=torch.ones(1, 1), clip_param=0.4, is_ratio_clip=2.0,
+                                        truncation=truncation)
+    assert loss.item() == pytest.approx(-expected_ratio)
+    assert ratio.item() == pytest.approx(1.6 if form is None else expected_ratio)

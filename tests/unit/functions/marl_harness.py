@@ -3,16 +3,13 @@ a round written out by hand (put version 0, assemble a policy's batch from actor
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import Any
 
 import numpy as np
-import pytest
 
 from nimbus.algos.marl import initial_messages, marl_algo_from_dict
 from nimbus.data.codec import Message
-from nimbus.data.shm import PREFIX_ENV, sweep
 from nimbus.data.store import ShmStore
 from nimbus.data.stores import STORE_HEADER
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
@@ -23,21 +20,6 @@ from nimbus.runtime.base import FunctionContext
 
 SPREAD = "mpe2:simple_spread_v3"
 ROLE_FUNCTIONS = {"postprocess": postprocess_function, "critic": critic_function, "policy": policy_function}
-
-
-@pytest.fixture(autouse=True)
-def prefix(monkeypatch: pytest.MonkeyPatch):
-    value = f"nimbus_t{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-    monkeypatch.setenv(PREFIX_ENV, value)
-    yield value
-    sweep(prefix=value)
-
-
-@pytest.fixture
-def store():
-    store = ShmStore(namespace=uuid.uuid4().hex[:8], owner=True)
-    yield store
-    store.close()
 
 
 def ctx(name: str, invocation: str | None = None, cache: dict | None = None) -> FunctionContext:

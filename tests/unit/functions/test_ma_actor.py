@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from marl_harness import actor_request, ctx, prefix, put_version_zero, store  # noqa: F401 (fixtures)
+from marl_harness import actor_request, ctx, put_version_zero
 from nimbus.algos.marl import marl_algo_from_dict
 from nimbus.algos.marl.config import IPPOConfig, MAPPOConfig
 from nimbus.envs.parallel import agent_spaces, make_parallel_env

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from marl_harness import (ROLE_FUNCTIONS, SPREAD, actor_request, assemble_batch, ctx, learner_request,  # noqa: F401
-                          prefix, put_version_zero, store)
+from marl_harness import ROLE_FUNCTIONS, SPREAD, actor_request, assemble_batch, ctx, learner_request, put_version_zero
 from nimbus.algos.gae import compute_gae
 from nimbus.algos.marl import load_critic, marl_algo_from_dict
 from nimbus.algos.marl.config import IPPOConfig, MAPPOConfig

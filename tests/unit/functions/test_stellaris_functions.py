@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import gymnasium as gym
@@ -14,30 +13,14 @@ from nimbus.algos.base import EnvSpaces
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.data.codec import Message
-from nimbus.data.shm import PREFIX_ENV, sweep
 from nimbus.data.store import ShmStore
 from nimbus.data.stores import STORE_HEADER
 from nimbus.functions.gradient_learner import GRAD_PREFIX, GradientRequest, gradient_learner_function
 from nimbus.functions.parameter import ParameterRequest, parameter_function
-from nimbus.functions.weights import load_model, model_to_message, optimizer_to_message, optim_key, weights_key
+from nimbus.functions.weights import load_model, model_to_message, optim_key, weights_key
 from nimbus.runtime.base import FunctionContext
 
 ROWS = 64
-
-
-@pytest.fixture(autouse=True)
-def prefix(monkeypatch: pytest.MonkeyPatch):
-    value = f"nimbus_t{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-    monkeypatch.setenv(PREFIX_ENV, value)
-    yield value
-    sweep(prefix=value)
-
-
-@pytest.fixture
-def store():
-    store = ShmStore(namespace=uuid.uuid4().hex[:8], owner=True)
-    yield store
-    store.close()
 
 
 def algo() -> PPO:

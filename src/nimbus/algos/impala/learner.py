@@ -38,6 +38,17 @@ class ImpalaUpdateStats:
     target_updated: bool
 
 
+def advance_target(*, model: ImpalaModel, config: ImpalaConfig) -> bool:
+    """Count one optimizer step; IMPACT's target takes τ of π every ``target_update_interval`` steps.
+    Returns whether it was refreshed. (The learner function and Stellaris's parameter function both call it
+    after each step, so the cadence is in optimizer steps wherever they are taken.)"""
+    model.num_grad_steps += 1
+    refreshed = model.target_net is not None and int(model.num_grad_steps) % config.target_update_interval == 0
+    if refreshed:
+        polyak_update(source=model.net, target=model.target_net, tau=config.target_tau)
+    return refreshed
+
+
 def impala_update(*, model: ImpalaModel, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
                   config: ImpalaConfig) -> ImpalaUpdateStats:
     out = batch_loss(model=model, batch=batch, config=config)
@@ -46,11 +57,8 @@ def impala_update(*, model: ImpalaModel, optimizer: torch.optim.Optimizer, batch
     max_norm = config.max_grad_norm if config.max_grad_norm is not None else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(model.net.parameters(), max_norm)
     optimizer.step()
-    model.num_grad_steps += 1
+    target_updated = advance_target(model=model, config=config)
     total = int(model.num_grad_steps)
-    target_updated = model.target_net is not None and total % config.target_update_interval == 0
-    if target_updated:
-        polyak_update(source=model.net, target=model.target_net, tau=config.target_tau)
     s = out.stats
     return ImpalaUpdateStats(
         policy_loss=s["losses/policy_loss"], value_loss=s["losses/value_loss"], entropy=s["losses/entropy"],

@@ -6,6 +6,8 @@ entropy bonus; V-trace's target policy is the current policy.
 IMPACT (Luo et al. 2020), as RLlib's APPO implements it (the code Stellaris ran): V-trace's target
 policy is a *target network* π_tgt refreshed every few updates; the policy loss is PPO's clipped
 surrogate over the ratio r = clip(μ/π_tgt, 0, 2) · π/μ (≈ π/π_tgt with a bounded IS correction).
+With Stellaris's cross-learner truncation (Eq. 2, algos/truncation.py; ``train.workflow: async_learners``)
+π/μ is replaced by R = min(|min(π/μ, min_i π_i/μ)|, ρ) over the other learners' policies π_i.
 
 Batch keys: obs, actions, rewards, next_obs, terminated, truncated, behaviour_log_prob, each
 [T, B, ...], with row t+1 continuing row t unless the episode ended at t.
@@ -25,6 +27,7 @@ import torch
 from torch.distributions import Distribution, Normal
 
 from nimbus.algos.impala.vtrace import vtrace
+from nimbus.algos.truncation import Truncation, truncate, truncated_fraction
 from nimbus.models import distributions
 
 if TYPE_CHECKING:
@@ -45,10 +48,15 @@ def pg_loss(*, log_prob: torch.Tensor, pg_advantages: torch.Tensor) -> torch.Ten
 
 def impact_surrogate_loss(*, log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor,
                           target_log_prob: torch.Tensor, pg_advantages: torch.Tensor, clip_param: float,
-                          is_ratio_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """IMPACT's clipped surrogate; returns (loss, ratio). r = clip(μ/π_tgt, 0, c) · π/μ."""
+                          is_ratio_clip: float, truncation: Truncation | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """IMPACT's clipped surrogate; returns (loss, ratio). r = clip(μ/π_tgt, 0, c) · π/μ, with π/μ truncated
+    across learners when ``truncation`` is given."""
     is_ratio = torch.exp(behaviour_log_prob - target_log_prob).clamp(0.0, is_ratio_clip).detach()
-    ratio = is_ratio * torch.exp(log_prob - behaviour_log_prob)
+    self_ratio = torch.exp(log_prob - behaviour_log_prob)
+    if truncation is not None:
+        self_ratio = truncate(ratio=self_ratio, behaviour_log_prob=behaviour_log_prob, truncation=truncation)
+    ratio = is_ratio * self_ratio
     adv = pg_advantages.detach()
     surrogate = torch.min(adv * ratio, adv * ratio.clamp(1.0 - clip_param, 1.0 + clip_param))
     return -surrogate.mean(), ratio.detach()
@@ -81,7 +89,9 @@ def policy_kl(*, old: Distribution, new: Distribution) -> torch.Tensor:
     return kl.sum(dim=-1) if isinstance(new, Normal) else kl
 
 
-def batch_loss(*, model: ImpalaModel, batch: dict[str, torch.Tensor], config: ImpalaConfig) -> ImpalaLoss:
+def batch_loss(*, model: ImpalaModel, batch: dict[str, torch.Tensor], config: ImpalaConfig,
+               truncation: Truncation | None = None) -> ImpalaLoss:
+    """The loss on a time-major batch; ``truncation`` (IMPACT only): log min_i π_i per [T, B] element."""
     T, B = batch["rewards"].shape
     obs, actions = _flat(batch["obs"]), _flat(batch["actions"])
     dist = model.net.distribution(obs)
@@ -105,10 +115,17 @@ def batch_loss(*, model: ImpalaModel, batch: dict[str, torch.Tensor], config: Im
     if impact:
         policy_loss, ratio = impact_surrogate_loss(
             log_prob=log_prob, behaviour_log_prob=behaviour_log_prob, target_log_prob=target_log_prob,
-            pg_advantages=vt.pg_advantages, clip_param=config.clip_param, is_ratio_clip=config.is_ratio_clip)
+            pg_advantages=vt.pg_advantages, clip_param=config.clip_param, is_ratio_clip=config.is_ratio_clip,
+            truncation=truncation)
+        if truncation is not None:
+            stats["truncated_fraction"] = truncated_fraction(log_prob=log_prob.detach(),
+                                                             behaviour_log_prob=behaviour_log_prob,
+                                                             truncation=truncation)
         stats["losses/clip_fraction"] = float(((ratio - 1.0).abs() > config.clip_param).float().mean())
         stats["losses/target_log_ratio_max"] = float((log_prob.detach() - target_log_prob).abs().max())
     else:
+        if truncation is not None:
+            raise ValueError("the cross-learner truncation acts on IMPACT's ratio; variant impala has none")
         policy_loss = pg_loss(log_prob=log_prob, pg_advantages=vt.pg_advantages)
     v_loss = value_loss(values=values, vs=vt.vs)
     loss = policy_loss + config.vf_coef * v_loss - config.ent_coef * entropy

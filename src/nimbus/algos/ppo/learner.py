@@ -24,7 +24,8 @@ from torch import nn
 
 from nimbus.algos.base import LossOutput
 from nimbus.algos.ppo.config import PPOConfig, Schedule
-from nimbus.algos.ppo.loss import Truncation, explained_variance, normalize_advantages, ppo_loss
+from nimbus.algos.truncation import Truncation
+from nimbus.algos.ppo.loss import explained_variance, normalize_advantages, ppo_loss
 from nimbus.models.mlp import ActorCritic
 
 logger = logging.getLogger(__name__)

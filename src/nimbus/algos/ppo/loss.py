@@ -6,43 +6,18 @@
                  ½ · mean(max((V_new − R)², (V_old + clip(V_new − V_old, −c, c) − R)²))
     L          = L_policy − ent_coef · mean(entropy) + vf_coef · L_value
 
-With Stellaris's IS truncation (Eq. 2, `Truncation`), the ratio entering the clipped surrogate is
-R = min(|min(r_self, min_i r_i)|, ρ) (paper) or min(r_self, max(min_i r_i, ρ)) (the authors' code), where
-r_i = π_i(a|s)/μ(a|s) over the other learner policies of the aggregation; R carries r_self's gradient
-scaled by R/r_self, so ∇(R·A) = R·A·∇log π_self, the paper's ∇J = E[R·A].
+With Stellaris's IS truncation (Eq. 2, algos/truncation.py), the ratio entering the clipped surrogate is
+R in place of r_self = π/π_old (π_old is the behaviour policy μ).
 """
 
 from __future__ import annotations
 
 import torch
 
-from dataclasses import dataclass
-from typing import Literal
-
 from nimbus.algos.base import LossOutput
+from nimbus.algos.truncation import Truncation, truncate, truncated_fraction
 
 _ADV_EPSILON = 1e-8
-
-
-@dataclass(frozen=True)
-class Truncation:
-    """Stellaris's cross-learner IS truncation: log min_i π_i(a|s) over the other learners, per row."""
-
-    peer_log_prob_min: torch.Tensor   # +inf where there are no other learners
-    rho: float = 1.0
-    form: Literal["paper", "code"] = "paper"
-
-
-def truncated_ratio(*, ratio: torch.Tensor, peer_ratio_min: torch.Tensor, rho: float,
-                    form: Literal["paper", "code"]) -> torch.Tensor:
-    """Eq. 2 (``paper``) or the authors' form (``code``); the value R with r_self's gradient scaled by R/r_self."""
-    with torch.no_grad():
-        if form == "paper":
-            target = torch.clamp(torch.minimum(ratio, peer_ratio_min).abs(), max=rho)
-        else:
-            target = torch.minimum(ratio, torch.clamp(peer_ratio_min, min=rho))
-        factor = target / ratio
-    return ratio * factor
 
 
 def policy_loss(
@@ -58,9 +33,7 @@ def policy_loss(
     ratio = logratio.exp()
     surrogate_ratio = ratio
     if truncation is not None:
-        peer_ratio_min = (truncation.peer_log_prob_min - old_log_prob).exp()
-        surrogate_ratio = truncated_ratio(ratio=ratio, peer_ratio_min=peer_ratio_min, rho=truncation.rho,
-                                          form=truncation.form)
+        surrogate_ratio = truncate(ratio=ratio, behaviour_log_prob=old_log_prob, truncation=truncation)
     with torch.no_grad():
         approx_kl = ((ratio - 1.0) - logratio).mean()
         clip_fraction = ((ratio - 1.0).abs() > clip_coef).float().mean()
@@ -112,18 +85,9 @@ def ppo_loss(
         "clip_fraction": clip_fraction.item(),
     }
     if truncation is not None:
-        stats["truncated_fraction"] = truncated_fraction(new_log_prob=new_log_prob, old_log_prob=old_log_prob,
+        stats["truncated_fraction"] = truncated_fraction(log_prob=new_log_prob, behaviour_log_prob=old_log_prob,
                                                          truncation=truncation)
     return LossOutput(loss=loss, stats=stats)
-
-
-def truncated_fraction(*, new_log_prob: torch.Tensor, old_log_prob: torch.Tensor, truncation: Truncation) -> float:
-    """The fraction of rows whose ratio the truncation changed."""
-    with torch.no_grad():
-        ratio = (new_log_prob - old_log_prob).exp()
-        peer_ratio_min = (truncation.peer_log_prob_min - old_log_prob).exp()
-        truncated = truncated_ratio(ratio=ratio, peer_ratio_min=peer_ratio_min, rho=truncation.rho, form=truncation.form)
-        return float((truncated < ratio * (1 - 1e-6)).float().mean())
 
 
 def normalize_advantages(advantages: torch.Tensor) -> torch.Tensor:
