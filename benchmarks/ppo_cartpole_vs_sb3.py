@@ -132,12 +132,36 @@ def spawn(*, framework: str, seed: int, cap_steps: int, nimbus_src: Path | None,
         cmd += ["--sb3-torch-threads", str(sb3_torch_threads)]
     load_before, cpu_before = os.getloadavg()[0], _children_cpu_s()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
+    _reap_orphans()
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{framework} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     # machine load around the run (the machine is shared) and the CPU seconds the run used, workers included
     return {**json.loads(lines[-1][len("RESULT "):]), "loadavg_1m_before": load_before,
             "loadavg_1m_after": os.getloadavg()[0], "cpu_s": _children_cpu_s() - cpu_before}
+
+
+def _become_subreaper() -> None:
+    """Orphaned descendants (the fork server's workers outlive its SIGKILL by a moment, then PDEATHSIG ends them)
+    are re-parented to this process instead of init, so ``_reap_orphans`` can wait for them and their CPU time
+    reaches RUSAGE_CHILDREN. Without this, nimbus's CPU seconds missed every worker's."""
+    import ctypes
+    PR_SET_CHILD_SUBREAPER = 36
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def _reap_orphans(*, timeout_s: float = 10.0) -> None:
+    """Wait for every remaining descendant (they are dying: PDEATHSIG), so their CPU time is counted."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.01)
+    raise RuntimeError(f"descendants still alive {timeout_s} s after the run ended")
 
 
 def _children_cpu_s() -> float:
@@ -172,6 +196,7 @@ def main() -> int:
     if args.child:
         return child(args)
 
+    _become_subreaper()
     runs: list[dict] = []
     for seed in range(args.seeds):
         for framework in ("nimbus", "sb3"):

@@ -103,17 +103,21 @@ def _with_seq(request: ActorRequest, seq: int) -> Message:
     return ActorRequest(**{**asdict(request), "slot_seq": seq}).to_message()
 
 
-def _children_cpu_s() -> float:
-    """User + system CPU seconds of this process's live children (the runtime's workers), from /proc."""
-    total, me, tick = 0, str(os.getpid()), os.sysconf("SC_CLK_TCK")
+def _descendants_cpu_s() -> float:
+    """User + system CPU seconds of this process's live descendants (the runtime's workers: forked by the fork
+    server, so grandchildren), from /proc."""
+    stats: dict[int, tuple[int, int]] = {}   # pid -> (parent pid, utime + stime in ticks)
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if fields[1] == me:  # fields[1] is the parent pid; utime and stime are fields 11 and 12 after ")"
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
+        stats[int(stat.parent.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))  # ppid; utime, stime
+    descendants, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, (parent, _) in stats.items() if parent in frontier} - descendants
+        descendants |= frontier
+    return sum(stats[pid][1] for pid in descendants) / os.sysconf("SC_CLK_TCK")
 
 
 def single_rate(*, spec: SampleSpec, env_id: str) -> tuple[float, float]:
@@ -136,7 +140,7 @@ def parallel_rate(*, spec: SampleSpec, env_id: str, runtime: LocalRuntime, actor
     for request in requests:  # warm every worker's envs and weights
         runtime.invoke(spec=actor, request=_with_seq(request, 0)).result()
     done = {rank: 0 for rank in range(n)}
-    started, cpu = time.perf_counter(), _children_cpu_s()
+    started, cpu = time.perf_counter(), _descendants_cpu_s()
     futures = {runtime.invoke(spec=actor, request=_with_seq(requests[rank], 1)): rank for rank in range(n)}
     while futures:
         finished, _ = wait(list(futures), return_when=FIRST_COMPLETED)  # blocks: no polling on a busy machine
@@ -147,7 +151,7 @@ def parallel_rate(*, spec: SampleSpec, env_id: str, runtime: LocalRuntime, actor
             if done[rank] < spec.fragments:
                 futures[runtime.invoke(spec=actor, request=_with_seq(requests[rank], done[rank] + 1))] = rank
     steps = sum(done.values()) * spec.num_envs_per_actor * spec.fragment_steps
-    return steps / (time.perf_counter() - started), steps / max(_children_cpu_s() - cpu, 1e-9)
+    return steps / (time.perf_counter() - started), steps / max(_descendants_cpu_s() - cpu, 1e-9)
 
 
 def run_sample(*, spec: SampleSpec) -> SampleReport:

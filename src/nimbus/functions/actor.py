@@ -107,10 +107,16 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
     header = {"actor_rank": req.actor_rank, "policy_version": req.policy_version,
               "env_steps": req.num_envs * req.fragment_steps, "episode_returns": episodes[0],
               "episode_lengths": episodes[1], "sampling_s": time.perf_counter() - started, **episodes[2]}
-    if req.snapshot:  # the slot as the next fragment will find it (exact resume, functions/slot_state.py)
-        state = capture_slot(slot=slot)
-        header[SLOT_META], arrays = state.meta, {**arrays, **state.arrays}
-    return Message(header=header, arrays=arrays)
+    return with_snapshot(req=req, slot=slot, result=Message(header=header, arrays=arrays))
+
+
+def with_snapshot(*, req: ActorRequest, slot: EnvSlot, result: Message) -> Message:
+    """With ``req.snapshot``, the result also carries the slot as the next fragment will find it (exact resume and
+    ``actors.restore_slots``, functions/slot_state.py)."""
+    if not req.snapshot:
+        return result
+    state = capture_slot(slot=slot)
+    return Message(header={**result.header, SLOT_META: state.meta}, arrays={**result.arrays, **state.arrays})
 
 
 def _policy(*, context: FunctionContext, req: ActorRequest) -> tuple[Algorithm, torch.nn.Module]:

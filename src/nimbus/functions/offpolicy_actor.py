@@ -8,7 +8,9 @@ bootstrap from it; there are no value columns. Exploration comes from the policy
 its model (the learner sets it from the run's progress, so it travels with the weights); with
 ``random_actions`` (SAC before ``learning_starts``) every env samples its own seeded action space.
 Rows are env-major: each env's ``fragment_steps`` rows are contiguous and in time order (n-step
-segments, IMPALA's [T, B] columns).
+segments, IMPALA's [T, B] columns). With ``snapshot`` the result carries the env slot and a request may carry one to
+restore (``actors.restore_slots``, as the on-policy actor does; used when IMPACT runs under
+``async_learners``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.models.distributions import clip_action
 from nimbus.runtime.base import FunctionContext
-from nimbus.functions.actor import ActorRequest, EnvSlot, _env_slot, _policy, _spaces_of, _step_all, derive_seed
+from nimbus.functions.actor import (ActorRequest, EnvSlot, _env_slot, _policy, _spaces_of, _step_all, derive_seed,
+                                    with_snapshot)
+from nimbus.functions.slot_state import slot_state_from
 
 Episodes = tuple[list[float], list[int]]
 
@@ -39,7 +43,7 @@ def offpolicy_actor_function(*, context: FunctionContext, request: Message) -> M
     started = time.perf_counter()
     context.cache["store"] = function_store(header=request.header)  # the run's Store, named by the request
     algo, model = _policy(context=context, req=req)
-    slot = _env_slot(context=context, req=req)
+    slot = _env_slot(context=context, req=req, restore=slot_state_from(message=request))
     torch.manual_seed(derive_seed(req.seed, req.actor_rank, req.slot_seq, 1))
     timers = {"env_s": 0.0, "inference_s": 0.0}
     try:
@@ -52,7 +56,7 @@ def offpolicy_actor_function(*, context: FunctionContext, request: Message) -> M
               "env_steps": req.num_envs * req.fragment_steps, "episode_returns": returns,
               "episode_lengths": lengths, "random_actions": req.random_actions,
               "sampling_s": time.perf_counter() - started, **timers}
-    return Message(header=header, arrays=arrays)
+    return with_snapshot(req=req, slot=slot, result=Message(header=header, arrays=arrays))
 
 
 def _obs_tensor(obs: np.ndarray) -> torch.Tensor:

@@ -2,43 +2,27 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import gymnasium as gym
 import numpy as np
-import pytest
 import torch
 
 from nimbus.algos.base import EnvSpaces
 from nimbus.algos.dqn import DQN, DQNConfig
+from nimbus.algos.impala.algorithm import Impala
+from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.sac import SAC, SACConfig
 from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
 from nimbus.data.replay import Prioritized
-from nimbus.data.shm import PREFIX_ENV, sweep
 from nimbus.data.store import ShmStore
 from nimbus.data.stores import STORE_HEADER
 from nimbus.runtime.base import FunctionContext
 from nimbus.functions.offpolicy_actor import OffPolicyActorRequest, offpolicy_actor_function
 from nimbus.functions.offpolicy_learner import OffPolicyLearnerRequest, offpolicy_learner_function
+from nimbus.functions.slot_state import SlotState, pop_slot_state
 from nimbus.functions.weights import model_to_message, weights_key
-
-
-@pytest.fixture(autouse=True)
-def prefix(monkeypatch: pytest.MonkeyPatch):
-    value = f"nimbus_t{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-    monkeypatch.setenv(PREFIX_ENV, value)
-    yield value
-    sweep(prefix=value)
-
-
-@pytest.fixture
-def store():
-    namespace = uuid.uuid4().hex[:8]
-    store = ShmStore(namespace=namespace, owner=True)
-    yield store
-    store.close()
 
 
 def spaces_of(env_id: str) -> EnvSpaces:
@@ -51,12 +35,13 @@ def context(name: str) -> FunctionContext:
 
 
 def actor_request(*, algo, store: ShmStore, env_id: str, steps: int, seq: int, random_actions: bool = False,
-                  num_envs: int = 1) -> Message:
+                  num_envs: int = 1, snapshot: bool = False, restore: SlotState | None = None) -> Message:
     request = OffPolicyActorRequest(env_id=env_id, env_kwargs={}, num_envs=num_envs, fragment_steps=steps, seed=3,
                                     actor_rank=0, slot_seq=seq, policy_version=0,
                                     weights_key=weights_key(policy="main", version=0),
-                                    algo=algo.config.model_dump(mode="json"), random_actions=random_actions)
-    message = request.to_message()
+                                    algo=algo.config.model_dump(mode="json"), random_actions=random_actions,
+                                    snapshot=snapshot)
+    message = request.to_message(restore=restore)
     message.header[STORE_HEADER] = {"backend": "shm", "namespace": store.namespace}
     return message
 
@@ -78,6 +63,28 @@ def test_actor_writes_the_true_final_observation_on_truncation(store: ShmStore) 
     assert np.allclose(rows["next_obs"][-1, 0] ** 2 + rows["next_obs"][-1, 1] ** 2, 1.0, atol=1e-5)  # a real state
     assert first.header["episode_returns"] and first.header["env_steps"] == 200
     assert (np.abs(rows["actions"]) <= 2.0).all()
+
+
+def test_a_fresh_worker_restores_the_slot_and_its_episodes_continue(store: ShmStore) -> None:
+    """actors.restore_slots for transition actors (IMPACT under async_learners): fragment 1 on a worker that never
+    saw the rank, given fragment 0's slot, is the fragment 1 the first worker samples."""
+    algo = Impala(config=ImpalaConfig(variant="impact", hidden_sizes=(8,), rollout_length=40))
+    store.put(key=weights_key(policy="main", version=0),
+              message=model_to_message(model=algo.make_model(spaces=spaces_of("CartPole-v1")), version=0))
+    kwargs = {"algo": algo, "store": store, "env_id": "CartPole-v1", "steps": 40, "num_envs": 2, "snapshot": True}
+    warm = context("actor")
+    first = offpolicy_actor_function(context=warm, request=actor_request(seq=0, **kwargs))
+    slot = pop_slot_state(header=first.header, arrays=first.arrays)
+    assert slot is not None and set(first.arrays) == {"obs", "actions", "rewards", "next_obs", "terminated",
+                                                      "truncated", "behaviour_log_prob"}
+    assert first.header["episode_returns"]   # episodes ended inside fragment 0, others run on
+    on_warm = offpolicy_actor_function(context=warm, request=actor_request(seq=1, **kwargs))
+    restored = offpolicy_actor_function(context=context("actor"), request=actor_request(seq=1, restore=slot, **kwargs))
+    fresh = offpolicy_actor_function(context=context("actor"), request=actor_request(seq=1, **kwargs))
+    for key in ("obs", "actions", "rewards"):
+        assert np.array_equal(restored.arrays[key], on_warm.arrays[key]), key
+    assert restored.header["episode_returns"] == on_warm.header["episode_returns"]
+    assert not np.array_equal(fresh.arrays["obs"], on_warm.arrays["obs"])   # without the slot: new episodes
 
 
 def test_actor_random_actions_cover_the_action_space(store: ShmStore) -> None:
