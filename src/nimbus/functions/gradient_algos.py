@@ -30,10 +30,9 @@ import torch
 
 from nimbus.algos.base import LossOutput
 from nimbus.algos.impala.learner import advance_target
-from nimbus.algos.impala.loss import batch_loss
+from nimbus.algos.impala.loss import batch_loss, time_major_log_prob
 from nimbus.algos.ppo.learner import minibatch_loss, scheduled
 from nimbus.algos.truncation import Truncation
-from nimbus.models import distributions
 
 
 class GradientAlgo(Protocol):
@@ -109,11 +108,7 @@ class ImpactGradients:
         return LossOutput(loss=out.loss, stats=out.stats)
 
     def log_prob(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        steps, columns = batch["rewards"].shape
-        obs = batch["obs"].reshape(steps * columns, *batch["obs"].shape[2:])
-        actions = batch["actions"].reshape(steps * columns, *batch["actions"].shape[2:])
-        dist = model.net.distribution(obs)  # type: ignore[union-attr, operator]
-        return distributions.log_prob(dist=dist, actions=actions).view(steps, columns)
+        return time_major_log_prob(net=model.net, batch=batch)  # type: ignore[arg-type]
 
     def learning_rate(self, *, config: Any, progress: float) -> float:
         return config.lr

@@ -23,6 +23,7 @@ import torch
 from nimbus.algos.base import Algorithm, EnvSpaces
 from nimbus.algos.registry import make_algorithm
 from nimbus.config import FunctionConfig, NimbusConfig, dump_config
+from nimbus.config_rules import OFF_POLICY
 from nimbus.control.base import ActorScaler
 from nimbus.control.config import make_scaler
 from nimbus.cost.ledger import Ledger
@@ -217,7 +218,7 @@ def build_policy(*, config: NimbusConfig, shared: Shared, run_dir: Path, policy:
     by role, the Hessian probe its scaler reads, checkpoints and metrics (in ``run_dir``)."""
     data = data or policy_data(config=config)
     offpolicy = config.train.workflow == "async"
-    transitions = offpolicy or config.algo.name == "impala"   # rows (s, a, r, s') without values: IMPACT too
+    transitions = config.algo.name in OFF_POLICY   # rows (s, a, r, s'), no values: also IMPACT under async_learners
     actor_spec = role_spec(config=config, role="actor",
                            entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT if transitions else ACTOR_ENTRYPOINT)
     learner_spec = role_spec(config=config, role="learner",

@@ -62,6 +62,13 @@ def impact_surrogate_loss(*, log_prob: torch.Tensor, behaviour_log_prob: torch.T
     return -surrogate.mean(), ratio.detach()
 
 
+def time_major_log_prob(*, net: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """log π(a|s) of ``net``'s policy for every [T, B] element of a time-major batch (no grad taken here)."""
+    T, B = batch["rewards"].shape
+    dist = net.distribution(_flat(batch["obs"]))  # type: ignore[operator]
+    return distributions.log_prob(dist=dist, actions=_flat(batch["actions"])).view(T, B)
+
+
 def value_loss(*, values: torch.Tensor, vs: torch.Tensor) -> torch.Tensor:
     """0.5 · E[(V(x_t) − v_t)²] with v_t a constant."""
     return 0.5 * ((values - vs.detach()) ** 2).mean()
