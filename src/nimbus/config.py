@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 from nimbus.algos.registry import AlgoConfig
 from nimbus.control.config import ScalingConfig
 from nimbus.control.population_config import PBTConfig, PolicyConfig, check_population
-from nimbus.config_rules import check_cluster, check_pipeline, check_workflow
+from nimbus.config_rules import check_cluster, check_evaluation, check_pipeline, check_workflow
 from nimbus.errors import ConfigError
 from nimbus.config_async import AsyncWorkflowConfig
 from nimbus.config_marless import MarlessConfig
@@ -198,7 +198,13 @@ class TrainConfig(Section):
     keep_checkpoints: int = Field(default=3, ge=1)
     """checkpoints kept on disk"""
     eval_episodes: int = Field(default=10, ge=0)
-    """episodes of the final policy evaluated at the end (0: skip)"""
+    """episodes of the final policy evaluated at the end (0: skip), and of each periodic evaluation"""
+    eval_every_env_steps: int | None = Field(default=None, ge=1)
+    """also evaluate the newest policy every this many env steps, in the driver (metrics eval/*; None: only at the end)"""
+    eval_explore: bool = True
+    """evaluation episodes act as in training (sampled actions; DQN's ε); false: greedily (the distribution's mode)"""
+    target_eval_return: float | None = None
+    """stop when a periodic evaluation's mean return reaches this (needs eval_every_env_steps)"""
     max_nonfinite_losses: int = Field(default=5, ge=1)
     """stop after this many non-finite updates in a row (each is skipped)"""
     checkpoint_replay: bool = False
@@ -281,6 +287,11 @@ class NimbusConfig(Section):
     @model_validator(mode="after")
     def _check_workflow(self) -> "NimbusConfig":
         check_workflow(config=self)
+        return self
+
+    @model_validator(mode="after")
+    def _check_evaluation(self) -> "NimbusConfig":
+        check_evaluation(config=self)
         return self
 
     @model_validator(mode="after")

@@ -6,7 +6,8 @@ and the module it describes imports it from here.
 
 * ``check_workflow``: which algorithms run in which workflow, and the async workflow's limits;
 * ``check_pipeline``: ARTOS pipelines are for on-policy PPO in sync mode on one machine's shared buffer;
-* ``check_cluster``: runtime/store combinations that cannot work (docs/cluster.md).
+* ``check_cluster``: runtime/store combinations that cannot work (docs/cluster.md);
+* ``check_evaluation``: periodic evaluation's keys, and the trainers that run it.
 
 Each raises ``ValueError`` naming the keys, so pydantic reports it with the key path and the CLI exits 2.
 """
@@ -93,6 +94,20 @@ def _check_multiagent(*, config: NimbusConfig) -> None:
                          "mapped by marl.sharing)")
     if config.train.exact_resume:
         raise ValueError("train.exact_resume: only the sync workflow can resume bitwise; drop it for multiagent")
+
+
+def check_evaluation(*, config: NimbusConfig) -> None:
+    """Periodic evaluation (train.eval_every_env_steps) runs in the single-policy trainer (train/periodic_eval.py)."""
+    train = config.train
+    if train.target_eval_return is not None and train.eval_every_env_steps is None:
+        raise ValueError("train.target_eval_return needs train.eval_every_env_steps (the evaluations it stops on)")
+    if train.eval_every_env_steps is None:
+        return
+    if train.eval_episodes < 1:
+        raise ValueError("train.eval_every_env_steps needs train.eval_episodes ≥ 1 (the episodes of each evaluation)")
+    if train.workflow == "multiagent" or config.policies or config.pbt is not None:
+        raise ValueError("train.eval_every_env_steps: periodic evaluation runs for one policy; not with "
+                         "train.workflow: multiagent, policies or pbt")
 
 
 def check_pipeline(*, config: Any) -> None:

@@ -27,12 +27,19 @@ def offpolicy_config(*, name: str, tmp_path: Path, overrides: list[str] | None =
 
 # ----------------------------------------------------------------------------------------- learning
 @pytest.mark.slow
-def test_dqn_cartpole_reaches_150_within_50k_steps(tmp_path: Path) -> None:
+def test_dqn_cartpole_greedy_policy_reaches_475_within_50k_steps(tmp_path: Path) -> None:
+    # DQN's greedy policy on CartPole swings between 500 and ~100 from one evaluation to the next with
+    # rl-zoo's hyperparameters, in SB3 too (docs/benchmarks.md: SB3 ends below 475 on 3 seeds of 10), so the
+    # test stops on a periodic greedy evaluation reaching 475, as SB3's EvalCallback would; in 6 harness
+    # seeds every run reached 500 by 35k steps
     config = offpolicy_config(name="dqn-cartpole", tmp_path=tmp_path,
-                              overrides=["train.target_return=150", "train.return_window=20"])
+                              overrides=["train.eval_every_env_steps=2500", "train.eval_episodes=10",
+                                         "train.eval_explore=false", "train.target_eval_return=475"])
     result = train(config=config)
-    assert result.summary.stopped_by == "target_return", result.summary
-    assert result.summary.final_return >= 150 and result.summary.env_steps <= 50_000
+    assert result.summary.stopped_by == "target_eval_return", result.summary
+    assert result.summary.env_steps <= 50_000
+    evals = [row.extras["eval/return_mean"] for row in result.rows if "eval/return_mean" in row.extras]
+    assert evals[-1] >= 475 and len(evals) == result.summary.env_steps // 2500, evals
     assert list_segments(prefix=run_prefix()) == []
 
 

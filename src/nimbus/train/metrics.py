@@ -33,6 +33,9 @@ def read_metrics(*, path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+OWN_PREFIXES = ("staleness/", "eval/")   # extras logged under their own name, not control/
+
+
 class MetricsSink:
     def __init__(self, *, run_dir: Path, tensorboard: bool, status_line: bool) -> None:
         self._file = open(Path(run_dir) / "metrics.jsonl", "a", buffering=1)
@@ -61,7 +64,7 @@ class MetricsSink:
         if row.return_mean is not None:
             scalars["charts/episodic_return"] = row.return_mean
         scalars.update({f"losses/{k}": v for k, v in row.losses.items()})
-        scalars.update({k if k.startswith("staleness/") else f"control/{k}": v for k, v in row.extras.items()})
+        scalars.update({k if k.startswith(OWN_PREFIXES) else f"control/{k}": v for k, v in row.extras.items()})
         scalars.update({f"runtime/{k}": v for k, v in runtime.items()})
         self._writer.add_summary(Summary(value=[Summary.Value(tag=name, simple_value=float(value))
                                                 for name, value in scalars.items()]), global_step=step)
@@ -73,6 +76,8 @@ class MetricsSink:
         if "staleness/mean" in row.extras:   # Stellaris: learners and staleness
             line += (f" | learners {row.num_learners} | staleness {row.extras['staleness/mean']:.2f} "
                      f"(max {row.extras['staleness/max']:.0f}) | refused {row.extras['staleness/rejected']:.0f}")
+        if "eval/return_mean" in row.extras:   # train.eval_every_env_steps (train/periodic_eval.py)
+            line += f" | eval {row.extras['eval/return_mean']:.1f}"
         if self._interactive:
             self._console.print(line, end="\r", highlight=False, soft_wrap=True)
         elif row.round % 10 == 0:

@@ -32,6 +32,7 @@ from nimbus.functions.slot_state import slots_to_message
 from nimbus.train.resume import (check_compatible, load_resume_state, progress_extra, progress_from,
                                  publish_checkpoint)
 from nimbus.train.evaluate import evaluate_policy
+from nimbus.train.periodic_eval import PeriodicEvaluator
 from nimbus.functions.weights import model_to_message, optim_key, weights_key
 from nimbus.workflows.asynchronous import AsyncWorkflow
 from nimbus.train.offpolicy_plan import Pacer
@@ -111,6 +112,9 @@ def _should_stop(*, config: NimbusConfig, progress: Progress) -> str | None:
     if target is not None and len(progress.recent_returns) >= config.train.return_window \
             and float(np.mean(progress.recent_returns)) >= target:
         return "target_return"
+    target_eval = config.train.target_eval_return
+    if target_eval is not None and progress.eval_return is not None and progress.eval_return >= target_eval:
+        return "target_eval_return"
     return None
 
 
@@ -178,10 +182,15 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
         if config.actors.preregister:  # stopped spares that scaling up wakes before any cold start
             system.runtime.preregister(spec=system.actor_spec, count=config.actors.preregister, wait_s=PREWARM_WAIT_S)
 
+        evaluator = PeriodicEvaluator(config=config, env_steps=progress.env_steps) \
+            if config.train.eval_every_env_steps is not None else None
+
         def on_round(row: RoundMetrics) -> None:
             nonlocal most_actors
             rows.append(row)
             most_actors = max(most_actors, row.num_actors)
+            if evaluator is not None:
+                row.extras.update(evaluator.maybe_evaluate(store=system.store, policy=system.policy, progress=progress))
             system.metrics.write(row=row, runtime=_runtime_scalars(system=system))
             if row.round % config.train.checkpoint_every_rounds == config.train.checkpoint_every_rounds - 1:
                 save_checkpoint(system=system, progress=progress, pacer=_pacer(workflow))
@@ -234,7 +243,7 @@ def _summarise(*, system: System, progress: Progress, wall_s: float, stopped_by:
     if config.train.eval_episodes > 0 and stopped_by not in ("SIGINT", "SIGTERM"):
         weights = system.store.get(key=weights_key(policy=system.policy, version=progress.policy_version))
         eval_return = evaluate_policy(config=config, weights=weights, episodes=config.train.eval_episodes,
-                                      seed=config.seed + 10_000).mean_return
+                                      seed=config.seed + 10_000, explore=config.train.eval_explore).mean_return
     serverful = system.pricing.serverful_cost_usd(
         wall_s=wall_s, peak_actor_cpus=peak_actors * config.actors.function.cpus,
         peak_learner_gpus=config.learner.function.gpus)

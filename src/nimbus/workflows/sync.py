@@ -71,6 +71,7 @@ class Progress:
     slot_states: dict[int, Any] = field(default_factory=dict)   # train.exact_resume: SlotState per rank, ditto
     restore_slots: dict[int, Any] = field(default_factory=dict)  # exact resume: each rank's first request rebuilds
     restore_replay: Any = None     # train.checkpoint_replay: the replay file's Message (train/replay_checkpoint.py)
+    eval_return: float | None = None   # the last periodic evaluation's mean return (train/periodic_eval.py)
 
 
 def _prewarmer(*, system: System) -> PrewarmController:
