@@ -13,7 +13,7 @@ from nimbus.data.codec import Message
 from nimbus.data.store import ShmStore
 from nimbus.data.stores import STORE_HEADER
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
-from nimbus.functions.ma_actor import MultiAgentActorRequest, ma_actor_function
+from nimbus.functions.ma_actor import MultiAgentActorRequest
 from nimbus.functions.ma_learner import MarlLearnerRequest, critic_function, policy_function, postprocess_function
 from nimbus.functions.weights import weights_key
 from nimbus.runtime.base import FunctionContext
