@@ -38,13 +38,13 @@ class PeriodicEvaluator:
         if every is None:
             raise ValueError("PeriodicEvaluator needs train.eval_every_env_steps")
         self.config, self.every = config, every
-        self.next_at = (env_steps // every + 1) * every   # a resumed run evaluates at the next multiple
+        self.next_at = self._mark_after(env_steps)   # a resumed run evaluates at the next multiple
 
     def maybe_evaluate(self, *, store: Store, policy: str, progress: Progress) -> dict[str, float]:
         """Evaluate if due; the scalars for the round row, or {} when no evaluation was due."""
         if progress.env_steps < self.next_at:
             return {}
-        self.next_at = (progress.env_steps // self.every + 1) * self.every
+        self.next_at = self._mark_after(progress.env_steps)   # a round that crossed several marks: one evaluation
         started = time.perf_counter()
         result = evaluate_policy(config=self.config, weights=store.get(key=weights_key(
             policy=policy, version=progress.policy_version)), episodes=self.config.train.eval_episodes,
@@ -52,3 +52,7 @@ class PeriodicEvaluator:
         progress.eval_return = result.mean_return
         return {"eval/return_mean": result.mean_return, "eval/return_std": result.std_return,
                 "eval/policy_version": float(result.policy_version), "eval/s": time.perf_counter() - started}
+
+    def _mark_after(self, env_steps: int) -> int:
+        """The first multiple of ``every`` above ``env_steps``."""
+        return (env_steps // self.every + 1) * self.every
