@@ -59,9 +59,9 @@ import torch
 from torch import nn
 
 from nimbus.algos.base import EnvSpaces, LossOutput
-from nimbus.algos.dqn.loss import double_q_target, td_loss
-from nimbus.algos.marl.iql import IQL, IQLConfig, QPolicy, ValueAlgorithm
-from nimbus.algos.marl.vdn import VDN, VDNConfig
+from nimbus.algos.dqn.loss import td_loss
+from nimbus.algos.marl.iql import IQL, IQLConfig, QPolicy, ValueAlgorithm, iql_targets, next_values
+from nimbus.algos.marl.vdn import VDN, VDNConfig, vdn_q_tot, vdn_targets
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
 from nimbus.data.codec import Message
 from nimbus.data.store import KeyNotFound, Store
@@ -145,33 +145,7 @@ class VDNPostprocessRequest:
         return cls(**message.header[POSTPROCESS_HEADER])
 
 
-# --- the math: pure functions over tensors ---
-
-
-def iql_targets(*, rewards: torch.Tensor, terminated: torch.Tensor, q_next_online: torch.Tensor,
-                q_next_target: torch.Tensor, gamma: float, double_q: bool) -> torch.Tensor:
-    """y = r + γ(1 − terminated)·Q̄(o', a*), a* from the online (double) or the target network. [B]."""
-    return double_q_target(q_next_online=q_next_online, q_next_target=q_next_target, returns_n=rewards,
-                           discount_n=gamma * (1.0 - terminated.float()), double_q=double_q)
-
-
-def next_values(*, q_next_online: torch.Tensor, q_next_target: torch.Tensor, double_q: bool) -> torch.Tensor:
-    """Q̄(o', a*) per row [B] (a* as in ``iql_targets``), no grad."""
-    zeros = torch.zeros(q_next_target.shape[0])
-    return double_q_target(q_next_online=q_next_online, q_next_target=q_next_target, returns_n=zeros,
-                           discount_n=torch.ones_like(zeros), double_q=double_q)
-
-
-def vdn_targets(*, team_rewards: torch.Tensor, next_values_per_agent: torch.Tensor,
-                terminated_per_agent: torch.Tensor, gamma: float) -> torch.Tensor:
-    """y = R + γ Σ_a (1 − terminated_a)·Q̄_a(o'_a, a*_a). ``*_per_agent`` are [A, B]; returns [B]."""
-    alive = 1.0 - terminated_per_agent.float()
-    return team_rewards.float() + gamma * (alive * next_values_per_agent).sum(dim=0)
-
-
-def vdn_q_tot(*, q_taken_per_agent: torch.Tensor) -> torch.Tensor:
-    """Q_tot = Σ_a Q_a(o_a, u_a): [A, B] → [B]."""
-    return q_taken_per_agent.sum(dim=0)
+# --- joint rows for VDN (the TD targets are in algos/marl/iql.py and vdn.py) ---
 
 
 def align_team_rows(*, rows: dict[str, np.ndarray], all_agents: Sequence[str]) -> dict[str, np.ndarray]:

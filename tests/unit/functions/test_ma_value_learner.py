@@ -12,17 +12,16 @@ import pytest
 import torch
 
 from nimbus.algos.base import EnvSpaces
-from nimbus.algos.marl.iql import IQL, IQLConfig, initial_messages
-from nimbus.algos.marl.vdn import VDN, VDNConfig
+from nimbus.algos.marl.iql import IQL, IQLConfig, initial_messages, iql_targets
+from nimbus.algos.marl.vdn import VDN, VDNConfig, vdn_q_tot, vdn_targets
 from nimbus.data.codec import Message
 from nimbus.data.shm import PREFIX_ENV, sweep
 from nimbus.data.store import KeyExists, ShmStore
 from nimbus.data.stores import STORE_HEADER
 from nimbus.errors import EnvContractError
 from nimbus.functions.ma_value_learner import (ValueLearnerRequest, VDNPostprocessRequest, align_team_rows,
-                                               iql_targets, join_replay, spaces_header, target_key, team_post_key,
-                                               value_policy_function, vdn_postprocess_function, vdn_q_tot,
-                                               vdn_targets)
+                                               join_replay, spaces_header, target_key, team_post_key,
+                                               value_policy_function, vdn_postprocess_function)
 from nimbus.functions.weights import load_model, model_to_message, weights_key
 from nimbus.runtime.base import FunctionContext
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from torch import nn
 
 from nimbus.algos.base import ActOutput, EnvSpaces
-from nimbus.algos.dqn.loss import linear_schedule
+from nimbus.algos.dqn.loss import double_q_target, linear_schedule
 from nimbus.errors import ConfigError
 from nimbus.models.qnet import QNetwork
 
@@ -145,6 +145,23 @@ class ValueAlgorithm:
 class IQL(ValueAlgorithm):
     name = "iql"
     roles = ("policy",)
+
+
+# --- the TD targets: pure functions over tensors ---
+
+
+def iql_targets(*, rewards: torch.Tensor, terminated: torch.Tensor, q_next_online: torch.Tensor,
+                q_next_target: torch.Tensor, gamma: float, double_q: bool) -> torch.Tensor:
+    """y = r + γ(1 − terminated)·Q̄(o', a*), a* from the online (double) or the target network. [B]."""
+    return double_q_target(q_next_online=q_next_online, q_next_target=q_next_target, returns_n=rewards,
+                           discount_n=gamma * (1.0 - terminated.float()), double_q=double_q)
+
+
+def next_values(*, q_next_online: torch.Tensor, q_next_target: torch.Tensor, double_q: bool) -> torch.Tensor:
+    """Q̄(o', a*) per row [B] (a* as in ``iql_targets``), no grad."""
+    zeros = torch.zeros(q_next_target.shape[0])
+    return double_q_target(q_next_online=q_next_online, q_next_target=q_next_target, returns_n=zeros,
+                           discount_n=torch.ones_like(zeros), double_q=double_q)
 
 
 def initial_messages(*, algo: ValueAlgorithm, spaces: EnvSpaces, state_dim: int, num_agents: int,

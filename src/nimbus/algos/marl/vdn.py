@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import torch
+
 from nimbus.algos.marl.iql import ValueAlgorithm, ValueConfigBase
 
 
@@ -27,3 +29,15 @@ class VDNConfig(ValueConfigBase):
 class VDN(ValueAlgorithm):
     name = "vdn"
     roles = ("postprocess", "policy")
+
+
+def vdn_targets(*, team_rewards: torch.Tensor, next_values_per_agent: torch.Tensor,
+                terminated_per_agent: torch.Tensor, gamma: float) -> torch.Tensor:
+    """y = R + γ Σ_a (1 − terminated_a)·Q̄_a(o'_a, a*_a). ``*_per_agent`` are [A, B]; returns [B]."""
+    alive = 1.0 - terminated_per_agent.float()
+    return team_rewards.float() + gamma * (alive * next_values_per_agent).sum(dim=0)
+
+
+def vdn_q_tot(*, q_taken_per_agent: torch.Tensor) -> torch.Tensor:
+    """Q_tot = Σ_a Q_a(o_a, u_a): [A, B] → [B]."""
+    return q_taken_per_agent.sum(dim=0)
