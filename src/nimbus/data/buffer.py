@@ -22,14 +22,13 @@ positions while the writer wraps over them sees newer rows (check ``ingest_seq``
 from __future__ import annotations
 
 import logging
-import shutil
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from nimbus.data.shm import SHM_DIR, Segment, segment_name
+from nimbus.data.shm import Segment, check_room, segment_name
 
 if TYPE_CHECKING:
     from nimbus.algos.base import KeySpec
@@ -120,7 +119,7 @@ class Buffer:
                  for key, d in keys.items()}
         meta_sizes = {name: capacity_rows * np.dtype(dt).itemsize for name, dt in META_DTYPES.items()}
         header_size = _header_dtype(max_actors).itemsize
-        _check_room(total_bytes=sum(sizes.values()) + sum(meta_sizes.values()) + header_size)
+        check_room(total_bytes=sum(sizes.values()) + sum(meta_sizes.values()) + header_size)
         segments: list[Segment] = []
         try:
             for key in keys:
@@ -403,16 +402,3 @@ def _slices(*, start: int, rows: int, capacity: int) -> tuple[tuple[int, int], .
     if start + rows <= capacity:
         return ((start, start + rows),)
     return ((start, capacity), (0, start + rows - capacity))
-
-
-class BufferTooLarge(ValueError):
-    """The buffer would not fit in the free shared memory (the caller names the settings that sized it)."""
-
-
-def _check_room(*, total_bytes: int) -> None:
-    """Refuse a buffer larger than the free shared memory (tmpfs would SIGBUS on first touch instead)."""
-    if SHM_DIR.is_dir():
-        free = shutil.disk_usage(SHM_DIR).free
-        if total_bytes > free:
-            raise BufferTooLarge(f"buffer needs {total_bytes / 2**20:.1f} MiB of shared memory, "
-                             f"{SHM_DIR} has {free / 2**20:.1f} MiB free")

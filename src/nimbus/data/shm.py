@@ -24,6 +24,7 @@ import mmap
 import os
 import re
 import secrets
+import shutil
 import threading
 from pathlib import Path
 
@@ -194,3 +195,17 @@ def sweep_orphans() -> int:
         finally:
             os.close(fd)
     return removed
+
+
+class SharedMemoryTooSmall(ValueError):
+    """A block set would not fit in the free shared memory (the caller names the settings that sized it)."""
+
+
+def check_room(*, total_bytes: int) -> None:
+    """Refuse ``total_bytes`` of new segments when /dev/shm has less free: tmpfs would SIGBUS on first touch
+    instead. Raises SharedMemoryTooSmall."""
+    if SHM_DIR.is_dir():
+        free = shutil.disk_usage(SHM_DIR).free
+        if total_bytes > free:
+            raise SharedMemoryTooSmall(f"buffer needs {total_bytes / 2**20:.1f} MiB of shared memory, "
+                                       f"{SHM_DIR} has {free / 2**20:.1f} MiB free")

@@ -28,9 +28,9 @@ from nimbus.control.base import ActorScaler
 from nimbus.control.config import make_scaler
 from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import PricingModel, load_pricing
-from nimbus.data.buffer import Buffer, BufferTooLarge
+from nimbus.data.buffer import Buffer
 from nimbus.data.replay import FullBatch, ReplayStrategy
-from nimbus.data.shm import claim_run_prefix, release_run_prefix, sweep_orphans
+from nimbus.data.shm import SharedMemoryTooSmall, claim_run_prefix, release_run_prefix, sweep_orphans
 from nimbus.data.store import Store
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.data.triggers import StoreEvents
@@ -241,7 +241,7 @@ def _create_buffer(*, spec: dict, capacity_rows: int, offpolicy: bool) -> Buffer
     """The run's buffer, or a ConfigError naming the settings that sized it when shared memory cannot hold it."""
     try:
         return Buffer.create(spec=spec, capacity_rows=capacity_rows)
-    except BufferTooLarge as exc:
+    except SharedMemoryTooSmall as exc:
         sized_by = "algo.buffer_capacity, or the actors and fragments kept in flight" if offpolicy else (
             "2 rounds of actors.scaling (peak actors) × env.num_envs_per_actor × actors.fragment_steps")
         raise ConfigError(f"{exc}: {capacity_rows:,} rows, sized by {sized_by}; lower them") from None

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from nimbus.algos.base import KeySpec
 from nimbus.data.buffer import Buffer, IngestEvent
-from nimbus.data.shm import PREFIX_ENV, list_segments, sweep
+from nimbus.data.shm import PREFIX_ENV, SharedMemoryTooSmall, list_segments, sweep
 
 SPEC = {"obs": KeySpec(shape=(2,), dtype="float32"), "reward": KeySpec(shape=(), dtype="float32"),
         "done": KeySpec(shape=(), dtype="bool")}
@@ -202,5 +202,5 @@ def test_close_unlinks_the_creators_segments_only(prefix: str) -> None:
 def test_create_validates_arguments() -> None:
     with pytest.raises(ValueError, match="capacity_rows"):
         Buffer.create(spec=SPEC, capacity_rows=0)
-    with pytest.raises(ValueError, match="shared memory"):
+    with pytest.raises(SharedMemoryTooSmall, match="shared memory"):
         Buffer.create(spec={"big": KeySpec(shape=(1 << 20, 1 << 20), dtype="float64")}, capacity_rows=1 << 20)
