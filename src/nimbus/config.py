@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_core import PydanticUndefined
 
 from nimbus.algos.registry import AlgoConfig
 from nimbus.control.config import ScalingConfig
@@ -31,6 +32,40 @@ from nimbus.config_devices import DevicesConfig, PrewarmConfig
 
 class Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keep_section_defaults(cls, data: Any) -> Any:
+        """A sub-section given in part keeps its *section's* defaults for the keys not given.
+
+        ``learner.function`` defaults to 600 s, 4096 MB and 0.25 GPU, not FunctionConfig's 120 s, 1024 MB
+        and 0; without this, ``learner: {function: {cpus: 2}}`` (or ``--set learner.function.cpus=2``)
+        would silently fall back to the class's values for the rest. Only for a sub-section of one model
+        type whose default is built by a factory; a union (``actors.scaling``) takes the member the
+        ``kind`` names, whole."""
+        if not isinstance(data, dict):
+            return data
+        filled = dict(data)
+        for name, field in cls.model_fields.items():
+            given = data.get(name)
+            if isinstance(given, dict) and _is_model(field.annotation) and field.default_factory is not None:
+                filled[name] = {**_changed_defaults(field.default_factory()), **given}
+        return filled
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _changed_defaults(instance: BaseModel) -> dict[str, Any]:
+    """The keys where ``instance`` differs from its class's own defaults (and any required key)."""
+    changed: dict[str, Any] = {}
+    for name, field in type(instance).model_fields.items():
+        required = field.default is PydanticUndefined and field.default_factory is None
+        value = getattr(instance, name)
+        if required or value != (field.default_factory() if field.default_factory is not None else field.default):
+            changed[name] = value
+    return changed
 
 
 class EnvConfig(Section):
@@ -255,7 +290,7 @@ class NimbusConfig(Section):
     prewarm: PrewarmConfig = Field(default_factory=PrewarmConfig)
     """ARTOS's workload monitor: pre-warm actors during the learner's update (config_devices.py)"""
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
-    """ARTOS pipelines for sync PPO (off by default)"""
+    """ARTOS's pipelines and Stellaris's loader for sync PPO, off by default (functions/pipeline.py, docs/dataplane.md)"""
     functions: FunctionsConfig = Field(default_factory=FunctionsConfig)
     """resources, timeout and retries per function role"""
     policies: list[PolicyConfig] = Field(default_factory=list)

@@ -39,36 +39,72 @@ def _type_name(annotation: Any) -> str:
     return text.replace("|", "\\|")
 
 
-def _default(field: FieldInfo) -> str:
+_NO_DEFAULT = object()
+
+
+def _default_value(field: FieldInfo) -> Any:
+    """The field's default value; ``_NO_DEFAULT`` when it is required or its factory needs arguments."""
     if field.default is not PydanticUndefined:
-        value = field.default
-    elif field.default_factory is not None:
+        return field.default
+    if field.default_factory is not None:
         try:
-            value = field.default_factory()
+            return field.default_factory()
         except TypeError:
-            return "(computed)"
-    else:
-        return "**required**"
+            return _NO_DEFAULT
+    return _NO_DEFAULT
+
+
+def _default(field: FieldInfo, *, value: Any) -> str:
+    if value is _NO_DEFAULT:
+        return "**required**" if field.default is PydanticUndefined and field.default_factory is None else "(computed)"
     if isinstance(value, BaseModel):
         return "(section)"
     return f"`{value!r}`"
 
 
-def _rows(model: type[BaseModel], prefix: str) -> list[str]:
+def _rows(model: type[BaseModel], prefix: str, defaults: BaseModel | None = None) -> list[str]:
+    """One row per key of ``model``. ``defaults``: the instance a parent section's default factory builds;
+    its values (``learner.function``'s 600 s, 4096 MB) are the real defaults, and a section given in part
+    keeps them (config.Section), so they are what the rows show."""
     rows: list[str] = []
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
+        value = getattr(defaults, name) if defaults is not None else _default_value(field)
         members = _models_in(field.annotation)
-        if members:
-            for member in members:
-                tag = _tag(member)
-                heading = f"{path} ({tag})" if len(members) > 1 and tag else path
-                rows.append(f"| `{heading}` | section | | {member.__doc__.strip().splitlines()[0] if member.__doc__ else ''} |")
-                rows += _rows(member, f"{path}.")
+        if len(members) == 1:
+            meaning = field.description or _first_line(members[0].__doc__)
+            shown = "" if isinstance(value, BaseModel) or value is _NO_DEFAULT else f"`{value!r}`"
+            rows.append(f"| `{path}` | section |{_pad(shown)}| {_cell(meaning)} |")
+            rows += _rows(members[0], f"{path}.", value if isinstance(value, members[0]) else None)
             continue
-        description = (field.description or "").replace("|", "\\|")
-        rows.append(f"| `{path}` | {_type_name(field.annotation)} | {_default(field)} | {description} |")
+        for member in members:   # a union: each member's keys under its tag, with the member's own defaults
+            tag = _tag(member)
+            heading = f"{path} ({tag})" if tag else path
+            shown = f"default: {_settings(value)}" if isinstance(value, member) else ""
+            rows.append(f"| `{heading}` | section |{_pad(shown)}| {_cell(_first_line(member.__doc__))} |")
+            rows += _rows(member, f"{path}.")
+        if not members:
+            rows.append(f"| `{path}` | {_type_name(field.annotation)} | {_default(field, value=value)} | "
+                        f"{_cell(field.description or '')} |")
     return rows
+
+
+def _pad(text: str) -> str:
+    return f" {text} " if text else " "
+
+
+def _first_line(doc: str | None) -> str:
+    return doc.strip().splitlines()[0] if doc else ""
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _settings(instance: BaseModel) -> str:
+    """``kind: fixed`` → ``num_actors=2``: the default member's values other than its tag."""
+    values = {k: v for k, v in instance.model_dump().items() if k not in ("name", "kind")}
+    return ", ".join(f"`{k}={v!r}`" for k, v in values.items())
 
 
 def _tag(model: type[BaseModel]) -> str | None:

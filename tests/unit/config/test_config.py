@@ -57,6 +57,25 @@ def test_overrides_parse_yaml_values() -> None:
     assert config.env.kwargs == {"max_episode_steps": 50}
 
 
+def test_a_partly_given_function_section_keeps_its_roles_defaults() -> None:
+    """learner.function defaults to 600 s / 4096 MB / 0.25 GPU; setting only its cpus must not drop those
+    to FunctionConfig's 120 s / 1024 MB / 0 (in YAML and through --set alike)."""
+    from_yaml = parse_config(data=minimal() | {"learner": {"function": {"cpus": 2}}})
+    from_set = parse_config(data=apply_overrides(data=minimal(), overrides=["learner.function.cpus=2",
+                                                                             "functions.parameter.timeout_s=30"]))
+    for config in (from_yaml, from_set):
+        function = config.learner.function
+        assert (function.cpus, function.timeout_s, function.memory_mb, function.gpus) == (2.0, 600.0, 4096, 0.25)
+    assert (from_set.functions.parameter.timeout_s, from_set.functions.parameter.memory_mb) == (30.0, 2048)
+
+
+def test_a_given_key_overrides_the_roles_default_and_unions_take_their_member_whole() -> None:
+    config = parse_config(data=minimal() | {"learner": {"function": {"memory_mb": 512}},
+                                            "actors": {"scaling": {"kind": "max", "max_actors": 3}}})
+    assert (config.learner.function.memory_mb, config.learner.function.timeout_s) == (512, 600.0)
+    assert config.actors.scaling.max_actors == 3   # fixed's num_actors = 2 default is not carried over
+
+
 def test_override_of_unknown_key_is_rejected() -> None:
     with pytest.raises(ConfigError, match=r"train\.total_steps"):
         parse_config(data=apply_overrides(data=minimal(), overrides=["train.total_steps=5"]))
