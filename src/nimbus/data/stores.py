@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 STORE_HEADER = "_store"
 PASSWORD_ENV = "NIMBUS_STORE_PASSWORD"
 MIRRORED_PREFIXES = ("weights/", "optim/")
+DRIVER_WRITER = "driver"   # the writer of the driver's own puts on a remote store (MirroredStore)
 _opened: dict[str, Store] = {}  # per process: descriptor JSON -> Store (a warm worker keeps its connection)
 
 
@@ -150,19 +151,25 @@ def driver_store(*, config: Any, namespace: str) -> Store:
 
 class MirroredStore:
     """Driver-side wrapper of a remote Store: what the driver puts or ``remember``s under weights/ and
-    optim/ is also kept here, so checkpoints and evaluation read locally and survive the server."""
+    optim/ is also kept here, so checkpoints and evaluation read locally and survive the server.
 
-    def __init__(self, *, inner: Store) -> None:
+    The driver's puts carry the writer ``DRIVER_WRITER``: when a reply is lost on the network and the
+    client re-sends the put (redis-py re-sends a MULTI/EXEC), the second put finds the driver's own value
+    and succeeds instead of ending the run with KeyExists. A key another writer holds is still refused.
+    On the shm store (no network, no re-send) the driver's puts stay write-once."""
+
+    def __init__(self, *, inner: Store, writer: str = DRIVER_WRITER) -> None:
         self.inner = inner
         self.backend = getattr(inner, "backend", "remote")
+        self.writer = writer
         self._local: dict[str, Message] = {}
 
     def put(self, *, key: str, message: Message, writer: str | None = None) -> None:
-        self.inner.put(key=key, message=message, writer=writer)
+        self.inner.put(key=key, message=message, writer=writer or self.writer)
         self._keep(key, message)
 
     def put_many(self, *, items: dict[str, Message], writer: str | None = None) -> None:
-        put_all(store=self.inner, items=items, writer=writer)
+        put_all(store=self.inner, items=items, writer=writer or self.writer)
         for key, message in items.items():
             self._keep(key, message)
 

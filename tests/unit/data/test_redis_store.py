@@ -18,7 +18,7 @@ from nimbus.config import StoreConfig
 from nimbus.data.codec import Message
 from nimbus.data.redis_store import RedisSettings, RedisStore
 from nimbus.data.store import KeyExists, KeyNotFound, ShmStore
-from nimbus.data.stores import PASSWORD_ENV, driver_store, function_store, store_descriptor
+from nimbus.data.stores import PASSWORD_ENV, MirroredStore, driver_store, function_store, store_descriptor
 from nimbus.errors import CodecError, StoreAuthError, StoreFull, StoreUnavailable
 
 pytestmark = pytest.mark.redis
@@ -259,3 +259,20 @@ def test_a_resent_transaction_after_a_lost_reply_succeeds_for_its_writer(redis_s
     assert proxy.lost == 1
     assert store.keys(prefix="") == ["optim/main/1", "weights/main/1"]
     store.close()
+
+
+def test_the_drivers_put_resent_after_a_lost_reply_succeeds_and_others_are_still_refused(redis_server) -> None:
+    """The driver's puts (version-0 weights, PBT exploits) go through MirroredStore: a lost EXEC reply and
+    redis-py's re-send must not end the run with KeyExists; a key someone else holds is still refused."""
+    server = redis_server()
+    raw = redis.Redis.from_url(server.url)
+    proxy = _LoseOneReply(port=server.port, marker=b"EXEC", applied=lambda: raw.exists("nimbus:t:v:weights/main/0"))
+    store = MirroredStore(inner=RedisStore(settings=settings(proxy.url), owner=True))
+    store.put(key="weights/main/0", message=weights(3))
+    assert proxy.lost == 1
+    assert store.inner.get(key="weights/main/0").arrays["w"].tolist() == [0, 1, 2]
+    store.inner.put(key="weights/main/1", message=weights(2), writer="inv-a")   # a learner's value
+    with pytest.raises(KeyExists, match="weights/main/1"):
+        store.put(key="weights/main/1", message=weights(4))
+    store.close()
+
