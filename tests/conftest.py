@@ -19,6 +19,12 @@ def _isolated_shm_prefix(monkeypatch: pytest.MonkeyPatch, request: pytest.Fixtur
     shm.sweep(prefix=prefix)
 
 
+@pytest.fixture
+def prefix(_isolated_shm_prefix: str) -> str:
+    """This test's shared-memory prefix, for a test that lists its segments or hands it to a subprocess."""
+    return _isolated_shm_prefix
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
         return

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 
 import numpy as np
 import pytest
@@ -16,18 +15,10 @@ from hypothesis import strategies as st
 
 from nimbus.algos.base import KeySpec
 from nimbus.data.buffer import Buffer, IngestEvent
-from nimbus.data.shm import PREFIX_ENV, SharedMemoryTooSmall, list_segments, sweep
+from nimbus.data.shm import PREFIX_ENV, SharedMemoryTooSmall, list_segments
 
 SPEC = {"obs": KeySpec(shape=(2,), dtype="float32"), "reward": KeySpec(shape=(), dtype="float32"),
         "done": KeySpec(shape=(), dtype="bool")}
-
-
-@pytest.fixture(autouse=True)
-def prefix(monkeypatch: pytest.MonkeyPatch):
-    value = f"nimbus_t{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-    monkeypatch.setenv(PREFIX_ENV, value)
-    yield value
-    sweep(prefix=value)
 
 
 def rows(n: int, start: int = 0) -> dict[str, np.ndarray]:

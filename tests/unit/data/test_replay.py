@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 
 import numpy as np
 import pytest
@@ -14,17 +12,8 @@ from nimbus.algos.base import KeySpec
 from nimbus.data.buffer import Buffer
 from protocol_helpers import assert_implements
 from nimbus.data.replay import FullBatch, ReplayStrategy
-from nimbus.data.shm import PREFIX_ENV, sweep
 
 SPEC = {"x": KeySpec(shape=(), dtype="int64"), "obs": KeySpec(shape=(2,), dtype="float32")}
-
-
-@pytest.fixture(autouse=True)
-def prefix(monkeypatch: pytest.MonkeyPatch):
-    value = f"nimbus_t{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-    monkeypatch.setenv(PREFIX_ENV, value)
-    yield value
-    sweep(prefix=value)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import numpy as np
@@ -15,18 +14,9 @@ from nimbus.data.buffer import Buffer
 from protocol_helpers import assert_implements
 from nimbus.data.fragment_replay import FIFO, Circular
 from nimbus.data.replay import NStep, Prioritized, ReplayBatch, ReplayStrategy, Uniform, nstep_returns
-from nimbus.data.shm import PREFIX_ENV, sweep
 
 SPEC = {"x": KeySpec(shape=(), dtype="int64"), "rewards": KeySpec(shape=(), dtype="float32"),
         "terminated": KeySpec(shape=(), dtype="bool"), "truncated": KeySpec(shape=(), dtype="bool")}
-
-
-@pytest.fixture(autouse=True)
-def prefix(monkeypatch: pytest.MonkeyPatch):
-    value = f"nimbus_t{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-    monkeypatch.setenv(PREFIX_ENV, value)
-    yield value
-    sweep(prefix=value)
 
 
 def make_buffer(capacity: int) -> Buffer:

@@ -15,14 +15,6 @@ from nimbus.data.shm import (PREFIX_ENV, Segment, list_segments, run_prefix, seg
                              sweep, unlink)
 
 
-@pytest.fixture(autouse=True)
-def prefix(monkeypatch: pytest.MonkeyPatch):
-    value = f"nimbus_t{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-    monkeypatch.setenv(PREFIX_ENV, value)
-    yield value
-    sweep(prefix=value)
-
-
 def run_python(code: str, prefix: str) -> str:
     env = {**os.environ, PREFIX_ENV: prefix}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

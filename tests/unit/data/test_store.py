@@ -6,23 +6,14 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 
 import _posixshmem
 import numpy as np
 import pytest
 
 from nimbus.data.codec import Message
-from nimbus.data.shm import PREFIX_ENV, Segment, list_segments, sweep
+from nimbus.data.shm import PREFIX_ENV, Segment, list_segments
 from nimbus.data.store import MAX_KEY_CHARS, KeyExists, KeyNotFound, ShmStore, Store, key_version
-
-
-@pytest.fixture(autouse=True)
-def prefix(monkeypatch: pytest.MonkeyPatch):
-    value = f"nimbus_t{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-    monkeypatch.setenv(PREFIX_ENV, value)
-    yield value
-    sweep(prefix=value)
 
 
 @pytest.fixture

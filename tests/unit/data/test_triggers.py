@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 
 import numpy as np
 import pytest
@@ -12,20 +10,11 @@ from nimbus.algos.base import KeySpec
 from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
 from nimbus.data.replay import FullBatch
-from nimbus.data.shm import PREFIX_ENV, sweep
 from nimbus.data.store import ShmStore
 from nimbus.data.triggers import (DataKeyTrigger, ObjectKeyTrigger, StoreEvents, TimeTrigger, Trigger,
                                   TriggerTable)
 
 SPEC = {"obs": KeySpec(shape=(2,), dtype="float32"), "reward": KeySpec(shape=(), dtype="float32")}
-
-
-@pytest.fixture(autouse=True)
-def prefix(monkeypatch: pytest.MonkeyPatch):
-    value = f"nimbus_t{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-    monkeypatch.setenv(PREFIX_ENV, value)
-    yield value
-    sweep(prefix=value)
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from nimbus.algos.base import EnvSpaces
 from nimbus.algos.marl.iql import IQL, IQLConfig, initial_messages, iql_targets
 from nimbus.algos.marl.vdn import VDN, VDNConfig, vdn_q_tot, vdn_targets
 from nimbus.data.codec import Message
-from nimbus.data.shm import PREFIX_ENV, sweep
 from nimbus.data.store import KeyExists, ShmStore
 from nimbus.data.stores import STORE_HEADER
 from nimbus.errors import EnvContractError
@@ -33,12 +32,8 @@ SPACES = EnvSpaces(observation=gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.fl
 
 
 @pytest.fixture(autouse=True)
-def prefix(monkeypatch: pytest.MonkeyPatch):
-    value = f"nimbus_t{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-    monkeypatch.setenv(PREFIX_ENV, value)
-    torch.set_num_threads(1)
-    yield value
-    sweep(prefix=value)
+def one_torch_thread() -> None:
+    torch.set_num_threads(1)   # tests/conftest.py restores the count afterwards
 
 
 @pytest.fixture
