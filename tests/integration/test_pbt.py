@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from nimbus.errors import CheckpointError
 from nimbus.functions.weights import weights_key
 from nimbus.train import population as population_module
+from nimbus.train.resume import load_resume_state
 from nimbus.train.trainer import train
 from test_snapshots import weights_sha256
 
@@ -79,3 +81,38 @@ def test_on_member_failure_stop_ends_the_run_with_the_members_error(make_config,
 
     with pytest.raises(FunctionFailed, match="injected failure"):
         train(config=make_config(overrides=_failing(tmp_path, "stop")))
+
+
+def test_a_pbt_run_resumes_every_member_with_its_explored_values_and_counters(make_config) -> None:
+    """--resume of a population: every member continues from its own newest checkpoint (rounds, env steps,
+    policy version) with the hyperparameters PBT had explored by then, not its first draw; the lineage
+    counts go on."""
+    two = [o.replace("members: 4", "members: 2") for o in PBT if not o.startswith("train.max_rounds")]
+    first = train(config=make_config(overrides=two + ["train.max_rounds=4"]))
+    run_dir, names = first.run_dir, ("member0", "member1")
+    drawn = {h["member"]: h["hyperparameters"]["lr"] for h in _jsonl(run_dir / "hyperparameters.jsonl")
+             if h["round"] == 0}
+    saved = {name: load_resume_state(path=run_dir / "policies" / name) for name in names}
+    explored = {name: state.config["algo"]["lr"] for name, state in saved.items()}
+    assert explored != drawn   # an exploit changed a member's lr by the checkpoint, so the test can tell
+
+    resumed = train(config=make_config(overrides=two + ["train.max_rounds=5"]), resume_from=run_dir)
+    assert resumed.run_dir == run_dir
+    after = {h["member"]: h for h in _jsonl(run_dir / "hyperparameters.jsonl") if h["round"] == 4}
+    for name in names:
+        # round 4's log comes before that round's own PBT decision, so it shows the value the member resumed with
+        assert after[name]["hyperparameters"]["lr"] == explored[name]
+        assert after[name]["env_steps"] > saved[name].env_steps
+        rows = _jsonl(run_dir / "policies" / name / "metrics.jsonl")
+        assert [row["round"] for row in rows] == [0, 1, 2, 3, 4]
+        assert rows[4]["policy_version"] == saved[name].policy_version + 1
+    population = json.loads((run_dir / "population.json").read_text())
+    assert all(m["rounds"] == 5 for m in population["members"].values())
+    exploits = [e for e in _jsonl(run_dir / "lineage.jsonl") if e["event"] == "exploit"]
+    assert population["exploits"] == len(exploits)   # the first run's exploits are counted too
+
+
+def test_resuming_a_run_of_one_policy_as_a_population_names_the_problem(make_config, tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="no policies/ directory"):
+        train(config=make_config(overrides=PBT), resume_from=tmp_path)
+

@@ -12,6 +12,9 @@ version is a copy of a top member's newest weights and optimizer state (publishe
 no worker's cache holds it), and it *explores* (control/pbt.py). ``lineage.jsonl`` records every exploit
 and failure with the weights' SHA-256 of both sides; ``hyperparameters.jsonl`` every member's values per
 round.
+
+``--resume`` continues every member from its own newest checkpoint (``train_population(resume_from=...)``;
+docs/pbt.md says what is and is not restored).
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from nimbus.control.pbt import exploit_source, explore, initial_values, ranked
 from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
 from nimbus.data.replay import FullBatch
-from nimbus.errors import FunctionFailed
+from nimbus.errors import CheckpointError, FunctionFailed
 from nimbus.functions.weights import optim_key, weights_key
 from nimbus.train.build import Shared, System, build_policy, build_shared, make_run_dir, peak_actors
+from nimbus.train.checkpoint import CheckpointState
+from nimbus.train.resume import check_compatible, load_resume_state, progress_from, publish_checkpoint
 from nimbus.train.trainer import (PREWARM_WAIT_S, RunSummary, TrainResult, _publish_initial, _should_stop,
                                   _summarise, save_checkpoint)
 from nimbus.workflows.sync import Progress, SyncWorkflow
@@ -99,21 +104,31 @@ class _Tagged:
 class Population:
     """The members' Systems and workflows over one Shared pool, and the PBT controller's state."""
 
-    def __init__(self, *, config: NimbusConfig, shared: Shared, run_dir: Path) -> None:
+    def __init__(self, *, config: NimbusConfig, shared: Shared, run_dir: Path, resume_from: Path | None = None) -> None:
         self.config, self.shared, self.run_dir = config, shared, run_dir
         self.events: queue.Queue[Any] = queue.Queue()
         self.systems: list[System] = []
+        self.resumed: list[CheckpointState | None] = []   # per member: the checkpoint it continues from
         for i, (name, member_config) in enumerate(member_configs(config=config)):
             member_dir = run_dir / "policies" / name
             member_dir.mkdir(parents=True, exist_ok=True)
+            state = load_resume_state(path=Path(resume_from) / "policies" / name) if resume_from is not None else None
+            if state is not None and config.pbt is not None:   # the member's explored values, not its first draw
+                member_config = with_algo(config=member_config, values={
+                    key: state.config["algo"][key] for key in config.pbt.hyperparameters})
             self.systems.append(build_policy(config=member_config, shared=shared, run_dir=member_dir, policy=name,
                                              owns_shared=False, rank_base=i * RANK_STRIDE))
+            self.resumed.append(state)
         self.names = [system.policy for system in self.systems]
         self.generation = [0] * len(self.systems)
-        self.workflows: list[SyncWorkflow] = [self._workflow(i, Progress()) for i in range(len(self.systems))]
-        self.rng = np.random.default_rng(config.seed + 7919)
+        self.workflows: list[SyncWorkflow] = [
+            self._workflow(i, Progress() if state is None else progress_from(state=state))
+            for i, state in enumerate(self.resumed)]
+        rounds_done = sum(workflow.progress.rounds for workflow in self.workflows)
+        self.rng = np.random.default_rng(config.seed + 7919 if resume_from is None else [config.seed + 7919, rounds_done])
         self.pending: dict[int, str] = {}
-        self.exploits = self.failures = 0
+        self.exploits, self.failures = lineage_counts(path=run_dir / "lineage.jsonl") if resume_from is not None \
+            else (0, 0)
         self.lineage = (run_dir / "lineage.jsonl").open("a")
         self.hyper_log = (run_dir / "hyperparameters.jsonl").open("a")
 
@@ -284,15 +299,40 @@ def start_workflow(workflow: SyncWorkflow) -> None:
     workflow.table.poll(now_s=time.monotonic())
 
 
-def train_population(*, config: NimbusConfig, run_dir: Path | None = None) -> TrainResult:
-    """Train every policy of ``config`` over one pool; the summary is the best member's (population.json has all)."""
-    run_dir = run_dir or make_run_dir(config=config)
+def lineage_counts(*, path: Path) -> tuple[int, int]:
+    """(exploits, failures) recorded in a lineage file so far; (0, 0) when there is none."""
+    if not path.exists():
+        return 0, 0
+    events = [json.loads(line)["event"] for line in path.read_text().splitlines() if line.strip()]
+    return events.count("exploit"), events.count("failure")
+
+
+def train_population(*, config: NimbusConfig, run_dir: Path | None = None,
+                     resume_from: Path | None = None) -> TrainResult:
+    """Train every policy of ``config`` over one pool; the summary is the best member's (population.json has all).
+
+    With ``resume_from`` (the run directory) every member continues from its own newest checkpoint
+    (``policies/<name>/checkpoints``): weights, optimizer state, counters and recent returns, and under PBT
+    its current (explored) hyperparameters. PBT's random generator restarts from the seed and the rounds
+    done, so the resumed exploit and explore draws are the same for two resumes of one run, but not the
+    draws the uninterrupted run would have made."""
+    if resume_from is not None and not (Path(resume_from) / "policies").is_dir():
+        raise CheckpointError(f"cannot resume {resume_from} as a run of several policies: it has no policies/ "
+                              "directory (was it trained with policies: or pbt:?)")
+    run_dir = run_dir or (Path(resume_from) if resume_from is not None else make_run_dir(config=config))
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    population = Population(config=config, shared=build_shared(config=config, run_dir=run_dir), run_dir=run_dir)
+    population = Population(config=config, shared=build_shared(config=config, run_dir=run_dir), run_dir=run_dir,
+                            resume_from=resume_from)
     try:
-        for system in population.systems:
-            _publish_initial(system=system)
+        for system, state in zip(population.systems, population.resumed):
+            if state is None:
+                _publish_initial(system=system)
+                continue
+            check_compatible(state=state, system=system)
+            publish_checkpoint(state=state, system=system)
+            log.warning("member %s resumes from round %d (policy version %d, %d env steps)", system.policy,
+                        state.round, state.policy_version, state.env_steps)
         if config.runtime.prewarm:
             runtime = population.shared.runtime
             runtime.prewarm(spec=population.systems[0].learner_spec, count=1)
@@ -303,7 +343,8 @@ def train_population(*, config: NimbusConfig, run_dir: Path | None = None) -> Tr
         summaries = {}
         for system, workflow in zip(population.systems, population.workflows):
             save_checkpoint(system=system, progress=workflow.progress)
-            summaries[system.policy] = _summarise(system=system, progress=workflow.progress, wall_s=wall_s,
+            summaries[system.policy] = _summarise(system=system, progress=workflow.progress,
+                                                  wall_s=wall_s + workflow.progress.wall_s_before,
                                                   stopped_by="done", cost_usd=workflow.cost_usd(),
                                                   peak_actors=workflow.decision.num_actors * len(population.systems))
         exploits, failures = population.exploits, population.failures

@@ -37,7 +37,7 @@ from nimbus.train.build import System, probe_spaces
 from nimbus.train.checkpoint import CheckpointState, load_checkpoint
 from nimbus.functions.slot_state import slots_from_message
 from nimbus.functions.weights import load_model, optim_key, weights_key
-from nimbus.workflows.sync import POLICY, Progress
+from nimbus.workflows.sync import Progress
 
 MAX_DIFFERENCES_SHOWN = 8
 
@@ -101,10 +101,10 @@ def env_differences(*, state: CheckpointState, system: System) -> list[str]:
 
 
 def publish_checkpoint(*, state: CheckpointState, system: System) -> None:
-    """Put the checkpoint's weights and optimizer state in the Store as its policy version."""
-    system.store.put(key=weights_key(policy=POLICY, version=state.policy_version), message=state.weights)
+    """Put the checkpoint's weights and optimizer state in the Store as the system's policy's version."""
+    system.store.put(key=weights_key(policy=system.policy, version=state.policy_version), message=state.weights)
     if state.optimizer is not None:
-        system.store.put(key=optim_key(policy=POLICY, version=state.policy_version), message=state.optimizer)
+        system.store.put(key=optim_key(policy=system.policy, version=state.policy_version), message=state.optimizer)
 
 
 def progress_from(*, state: CheckpointState) -> Progress:

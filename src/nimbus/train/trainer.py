@@ -148,10 +148,8 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
         from nimbus.train.marl import train_multiagent
         return train_multiagent(config=config, run_dir=run_dir)
     if config.policies or config.pbt is not None:  # several policies over one pool (train/population.py)
-        if resume_from is not None:
-            raise ConfigError("--resume: a run of several policies (policies / pbt) cannot be resumed yet")
         from nimbus.train.population import train_population
-        return train_population(config=config, run_dir=run_dir)
+        return train_population(config=config, run_dir=run_dir, resume_from=resume_from)
     resumed = load_resume_state(path=resume_from) if resume_from is not None else None
     run_dir = run_dir or (Path(resume_from) if resumed is not None and (Path(resume_from) / "checkpoints").is_dir()
                           else make_run_dir(config=config))
