@@ -39,14 +39,14 @@ import torch
 from nimbus.control.base import RoundMetrics
 from nimbus.control.staleness import Aggregation, Arrival, Rejection, make_rule
 from nimbus.data.codec import Message
-from nimbus.data.triggers import DataKeyTrigger, TriggerTable
+from nimbus.data.triggers import TriggerTable
 from nimbus.errors import NimbusError
 from nimbus.functions.gradient_algos import gradient_algo_for
 from nimbus.functions.gradient_learner import GradientRequest
 from nimbus.functions.parameter import ParameterRequest
 from nimbus.functions.weights import optim_key, weights_key
 from nimbus.train.build import System, role_spec
-from nimbus.workflows.sync import Progress, RoundState, SyncWorkflow, _overhead
+from nimbus.workflows.sync import Progress, RoundState, SyncWorkflow
 
 log = logging.getLogger(__name__)
 PARAMETER_ENTRYPOINT = "nimbus.functions.parameter:parameter_function"

@@ -21,7 +21,6 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 from dataclasses import asdict
-from typing import Any
 
 import numpy as np
 

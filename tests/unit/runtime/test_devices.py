@@ -3,7 +3,6 @@ learners than device slots on the local runtime, with each lease in the ledger."
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
