@@ -77,6 +77,16 @@ class MarlessActorScaler:
         return actor_count(per_policy=list(self.per_policy.values()), i_min=self.i_min, i_max=self.i_max,
                            beta=self.beta)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The convexity windows and last per-policy counts (JSON: a checkpoint's manifest)."""
+        return {"windows": {p: [None if math.isnan(v) else v for v in w] for p, w in self.windows.items()},
+                "per_policy": dict(self.per_policy)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.windows = {policy: [math.nan if v is None else float(v) for v in window]
+                        for policy, window in state["windows"].items()}
+        self.per_policy = {policy: int(count) for policy, count in state["per_policy"].items()}
+
     def state(self) -> dict[str, float]:
         out = {"i_min": float(self.i_min), "i_max": float(self.i_max)}
         out.update({f"actors/{policy}": float(count) for policy, count in self.per_policy.items()})

@@ -187,6 +187,22 @@ class SharingController:
             mapping.update({agent: policy_of(base) for agent in group})
         return mapping
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to decide as this one would have (JSON: a checkpoint's manifest)."""
+        detector = self.detector
+        return {"enabled": self.enabled, "enablings": self.enablings, "toggles": self.toggles,
+                "groups": [list(group) for group in self.groups],
+                "history": {agent: list(values) for agent, values in detector.history.items()},
+                "window": list(detector.window), "slope": None if math.isnan(detector.slope) else detector.slope}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.enabled, self.enablings = bool(state["enabled"]), int(state["enablings"])
+        self.toggles = int(state["toggles"])
+        self.groups = [list(group) for group in state["groups"]]
+        self.detector.history = {agent: [float(v) for v in values] for agent, values in state["history"].items()}
+        self.detector.window = [float(v) for v in state["window"]]
+        self.detector.slope = math.nan if state["slope"] is None else float(state["slope"])
+
     def state(self) -> dict[str, float]:
         return {"sharing": float(self.enabled), "slope": self.detector.slope, "enablings": float(self.enablings),
                 "toggles": float(self.toggles), "window": float(len(self.detector.window))}

@@ -2,7 +2,8 @@
 
 Layout of ``<run>/checkpoints/``::
 
-    ckpt-000025/ weights.safetensors  optimizer.safetensors  [actors.safetensors]  manifest.json
+    ckpt-000025/ weights.safetensors  optimizer.safetensors  [actors.safetensors]  [<part>.safetensors]
+                 manifest.json
     ckpt-000050/ ...
 
 A checkpoint directory is written under a temporary name, every file fsynced, then renamed into place
@@ -28,7 +29,7 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ from nimbus.train.ckptfile import read_message, write_bytes
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: codec frames as files (older nimbus); 2: plain safetensors files
+MANIFEST_FIELDS = ("policy_version", "round", "env_steps", "episodes", "config", "extra")
+RESERVED_FILES = ("weights.safetensors", "optimizer.safetensors", "actors.safetensors")
 log = logging.getLogger(__name__)
 
 
@@ -52,6 +55,7 @@ class CheckpointState:
     config: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
     actors: Message | None = None   # train.exact_resume: every actor rank's env slot (functions/slot_state.py)
+    parts: dict[str, Message] = field(default_factory=dict)   # more networks of the policy: MARL's critic, target
 
 
 def _write_file(*, path: Path, data: bytes) -> str:
@@ -83,12 +87,12 @@ class Checkpointer:
         try:
             files = {"weights.safetensors": _write_file(path=tmp / "weights.safetensors",
                                                         data=write_bytes(message=state.weights, weights=True))}
-            for name, message in (("optimizer", state.optimizer), ("actors", state.actors)):
+            for name, message in (("optimizer", state.optimizer), ("actors", state.actors), *state.parts.items()):
                 if message is not None:
                     files[f"{name}.safetensors"] = _write_file(path=tmp / f"{name}.safetensors",
                                                                data=write_bytes(message=message, weights=False))
             manifest = {"format_version": FORMAT_VERSION, "files": files,
-                        **{k: v for k, v in asdict(state).items() if k not in ("weights", "optimizer", "actors")}}
+                        **{f.name: getattr(state, f.name) for f in fields(state) if f.name in MANIFEST_FIELDS}}
             _write_file(path=tmp / "manifest.json", data=json.dumps(manifest, indent=1).encode())
             _fsync_dir(tmp)
             if final.exists():
@@ -157,4 +161,6 @@ def load_checkpoint(*, path: Path) -> CheckpointState:
                            policy_version=manifest["policy_version"], round=manifest["round"],
                            env_steps=manifest["env_steps"], episodes=manifest["episodes"],
                            config=manifest["config"], extra=manifest.get("extra", {}),
-                           actors=messages.get("actors.safetensors"))
+                           actors=messages.get("actors.safetensors"),
+                           parts={name.removesuffix(".safetensors"): message for name, message in messages.items()
+                                  if name not in RESERVED_FILES})

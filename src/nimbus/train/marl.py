@@ -2,10 +2,10 @@
 checkpoint each policy, evaluate and summarise.
 
 Policies are named after agents (``p_<agent>``); the sharing controller maps agents onto a subset of them
-(control/sharing.py). Each policy's checkpoints go to ``<run_dir>/policies/<policy>/checkpoints`` (the
-policy network; the critic's newest version rides in ``extra``), the agent→policy map of every round to
-``marl.jsonl`` and the metrics (global and per-agent return, policies, actors, learner and actor cost) to
-``metrics.jsonl``.
+(control/sharing.py). Each policy's checkpoints go to ``<run_dir>/policies/<policy>/checkpoints`` (its
+networks and the run's state, train/marl_checkpoint.py, from which ``--resume`` continues), the agent→policy
+map of every round to ``marl.jsonl`` and the metrics (global and per-agent return, policies, actors, learner
+and actor cost) to ``metrics.jsonl``.
 """
 
 from __future__ import annotations
@@ -27,10 +27,13 @@ from nimbus.control.marless_scaling import MarlessActorScaler
 from nimbus.control.sharing import SharingController, space_signature
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
-from nimbus.errors import ConfigError
-from nimbus.functions.weights import load_model, optim_key, weights_key
+from nimbus.errors import CheckpointError, ConfigError
+from nimbus.data.codec import Message
+from nimbus.functions.weights import load_model, weights_key
 from nimbus.train.build import build_shared, function_spec, make_run_dir, role_spec
-from nimbus.train.checkpoint import CheckpointState, Checkpointer
+from nimbus.train.checkpoint import Checkpointer
+from nimbus.train.marl_checkpoint import check_policies, load_policies, policy_directory, publish_policies, \
+    save_policies
 from nimbus.train.metrics import MetricsSink
 from nimbus.train.trainer import RunSummary, TrainResult, _Interrupt, _should_stop
 from nimbus.workflows.multiagent import MarlParts, MarlProgress, MultiAgentWorkflow, critic_key
@@ -91,7 +94,12 @@ def check_agent_policy(*, config: NimbusConfig, agents: tuple[str, ...]) -> None
             raise ConfigError(f"marl.agent_policy.{agent}: unknown policy {policy!r} (policies: {', '.join(sorted(known))})")
 
 
-def train_multiagent(*, config: NimbusConfig, run_dir: Path | None = None) -> TrainResult:
+def train_multiagent(*, config: NimbusConfig, run_dir: Path | None = None,
+                     resume_from: Path | None = None) -> TrainResult:
+    """Run MARLess rounds; with ``resume_from`` (a run directory) every policy continues from the newest round
+    they all have a checkpoint of (train/marl_checkpoint.py says what comes back)."""
+    if resume_from is not None and not (Path(resume_from) / "policies").is_dir():
+        raise CheckpointError(f"cannot resume {resume_from} as a multiagent run: it has no policies/ directory")
     agents, spaces, state_dim = probe_agents(config=config)
     check_agent_policy(config=config, agents=agents)
     algo = make_marl_algo(config=config.algo)
@@ -99,7 +107,7 @@ def train_multiagent(*, config: NimbusConfig, run_dir: Path | None = None) -> Tr
     sharing = SharingController(config=marl, agents=list(agents),
                                 compatible={a: space_signature(spaces=spaces[a]) for a in agents}, seed=config.seed)
     scaler = MarlessActorScaler(config=marl, num_agents=len(agents), fixed_actors=_fixed_actors(config=config))
-    run_dir = run_dir or make_run_dir(config=config)
+    run_dir = run_dir or (Path(resume_from) if resume_from is not None else make_run_dir(config=config))
     run_dir.mkdir(parents=True, exist_ok=True)
     shm_prefix = claim_run_prefix()
     try:
@@ -111,32 +119,32 @@ def train_multiagent(*, config: NimbusConfig, run_dir: Path | None = None) -> Tr
                           status_line=config.output.status_line)
     parts = MarlParts(config=config, shared=shared, run_dir=run_dir, agents=agents, spaces=spaces, algo=algo,
                       specs=function_specs(config=config, algo=algo), sharing=sharing, scaler=scaler, metrics=metrics)
-    progress = MarlProgress(agent_policy=sharing.initial_map())
     rows: list[RoundMetrics] = []
     started = time.perf_counter()
     try:
-        _publish_initial(parts=parts, progress=progress, spaces=spaces, state_dim=state_dim)
-        checkpointers = {policy_name(a): Checkpointer(directory=run_dir / "policies" / policy_name(a) / "checkpoints",
-                                                      keep=config.train.keep_checkpoints) for a in agents}
+        progress = _start(parts=parts, spaces=spaces, state_dim=state_dim, resume_from=resume_from)
+        checkpointers = {policy: Checkpointer(directory=policy_directory(run_dir=run_dir, policy=policy),
+                                              keep=config.train.keep_checkpoints)
+                         for policy in map(policy_name, agents)}
         workflow = MultiAgentWorkflow(parts=parts, progress=progress, on_round=lambda row: None)
 
         def on_round(row: RoundMetrics) -> None:
             rows.append(row)
             metrics.write(row=row, runtime={})
             if row.round % config.train.checkpoint_every_rounds == config.train.checkpoint_every_rounds - 1:
-                _save(parts=parts, progress=progress, checkpointers=checkpointers)
+                save_policies(parts=parts, progress=progress, checkpointers=checkpointers)
 
         workflow.on_round = on_round
         with _Interrupt(workflow=workflow) as interrupt:
             workflow.run(should_stop=lambda p: _should_stop(config=config, progress=p) is not None)
         stopped_by = interrupt.received or _should_stop(config=config, progress=progress) or "interrupted"
-        _save(parts=parts, progress=progress, checkpointers=checkpointers)
+        save_policies(parts=parts, progress=progress, checkpointers=checkpointers)
         eval_return = None
         if config.train.eval_episodes > 0 and stopped_by not in ("SIGINT", "SIGTERM"):
             eval_return = evaluate_agents(parts=parts, progress=progress, spaces=spaces,
                                           episodes=config.train.eval_episodes, seed=config.seed + 10_000)
         totals = shared.ledger.totals()
-        wall_s = time.perf_counter() - started
+        wall_s = time.perf_counter() - started + progress.wall_s_before
         most_actors = max((row.num_actors for row in rows), default=1)
         summary = RunSummary(
             final_return=float(np.mean(progress.recent_returns)) if progress.recent_returns else None,
@@ -158,35 +166,34 @@ def train_multiagent(*, config: NimbusConfig, run_dir: Path | None = None) -> Tr
     return TrainResult(run_dir=run_dir, summary=summary, rows=rows)
 
 
-def _publish_initial(*, parts: MarlParts, progress: MarlProgress, spaces: dict[str, EnvSpaces],
-                     state_dim: int) -> None:
+def _start(*, parts: MarlParts, spaces: dict[str, EnvSpaces], state_dim: int,
+           resume_from: Path | None) -> MarlProgress:
+    """Version 0 of every policy, or (``resume_from``) the checkpointed versions; the progress to go on from."""
+    initial = {policy_name(agent): initial_messages(algo=parts.algo, spaces=spaces[agent], state_dim=state_dim,
+                                                    num_agents=len(parts.agents), seed=parts.config.seed + index)
+               for index, agent in enumerate(parts.agents)}
+    if resume_from is None:
+        progress = MarlProgress(agent_policy=parts.sharing.initial_map())
+        _publish_initial(parts=parts, progress=progress, initial=initial)
+        return progress
+    states = load_policies(path=Path(resume_from), policies=list(initial))
+    check_policies(states=states, parts=parts, expected=initial)
+    progress = publish_policies(states=states, parts=parts)
+    log.warning("resuming from round %d (policy versions %s, %d env steps)", progress.rounds,
+                progress.versions, progress.env_steps)
+    return progress
+
+
+def _publish_initial(*, parts: MarlParts, progress: MarlProgress, initial: dict[str, dict[str, Message]]) -> None:
     """Version 0 of every agent's policy (and critic), seeded per agent; all of them, so that sharing can later
     hand any agent its own policy."""
     store = parts.shared.store
-    for index, agent in enumerate(parts.agents):
-        policy = policy_name(agent)
-        messages = initial_messages(algo=parts.algo, spaces=spaces[agent], state_dim=state_dim,
-                                    num_agents=len(parts.agents), seed=parts.config.seed + index)
+    for policy, messages in initial.items():
         store.put(key=weights_key(policy=policy, version=0), message=messages["weights"])
         progress.versions[policy] = 0
         if "critic" in messages:
             store.put(key=critic_key(policy=policy, version=0), message=messages["critic"])
             progress.critic_versions[policy] = 0
-
-
-def _save(*, parts: MarlParts, progress: MarlProgress, checkpointers: dict[str, Checkpointer]) -> None:
-    """Each policy's newest weights and optimizer state (safetensors files, atomically, train/checkpoint.py)."""
-    store = parts.shared.store
-    for policy, checkpointer in checkpointers.items():
-        version = progress.versions[policy]
-        extra = {"agent_policy": progress.agent_policy, "agents": list(parts.agents)}
-        if policy in progress.critic_versions:
-            extra["critic_version"] = progress.critic_versions[policy]
-        checkpointer.save(state=CheckpointState(
-            weights=store.get(key=weights_key(policy=policy, version=version)),
-            optimizer=store.get(key=optim_key(policy=policy, version=version)) if version > 0 else None,
-            policy_version=version, round=progress.rounds, env_steps=progress.env_steps, episodes=progress.episodes,
-            config=parts.config.model_dump(mode="json"), extra=extra))
 
 
 def evaluate_agents(*, parts: MarlParts, progress: MarlProgress, spaces: dict[str, EnvSpaces], episodes: int,

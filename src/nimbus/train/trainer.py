@@ -25,7 +25,7 @@ from nimbus.config import NimbusConfig
 from nimbus.control.base import RoundMetrics
 from nimbus.control.nitro import BUDGET_STOP_KEY
 from nimbus.train.build import System, build, make_run_dir, peak_actors
-from nimbus.errors import ConfigError, StoreUnavailable
+from nimbus.errors import StoreUnavailable
 from nimbus.train.checkpoint import CheckpointState
 from nimbus.train.remote import run_unless_store_lost
 from nimbus.functions.slot_state import slots_to_message
@@ -143,10 +143,8 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
     """Train per ``config``; with ``resume_from`` (a run directory or checkpoint), continue from its newest
     checkpoint instead of version 0 (train/resume.py says what comes back)."""
     if config.train.workflow == "multiagent":  # MARLess: one policy per agent, shared by the controller (train/marl.py)
-        if resume_from is not None:
-            raise ConfigError("--resume: a multiagent run cannot be resumed yet (its checkpoints are per policy)")
         from nimbus.train.marl import train_multiagent
-        return train_multiagent(config=config, run_dir=run_dir)
+        return train_multiagent(config=config, run_dir=run_dir, resume_from=resume_from)
     if config.policies or config.pbt is not None:  # several policies over one pool (train/population.py)
         from nimbus.train.population import train_population
         return train_population(config=config, run_dir=run_dir, resume_from=resume_from)

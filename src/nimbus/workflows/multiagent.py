@@ -53,6 +53,7 @@ class MarlProgress(Progress):
     critic_versions: dict[str, int] = field(default_factory=dict)   # critic network (actor-critic algos)
     agent_policy: dict[str, str] = field(default_factory=dict)
     learner_invocations: int = 0
+    next_actors: int = 0            # the actor count the next round uses (0: the scaler's initial count)
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,10 @@ class MultiAgentWorkflow:
         self.on_round = on_round
         self.stop_requested = False
         self.started_s = time.perf_counter()
-        self.num_actors = parts.scaler.initial()
+        self.num_actors = progress.next_actors or parts.scaler.initial()
         self.slot_seq: dict[int, int] = {}
         self._cost_seen = 0
-        self._cost_usd = 0.0
+        self._cost_usd = progress.cost_usd_before
         self.learning = make_learning(parts=parts, progress=progress)
         self._map_log = open(parts.run_dir / "marl.jsonl", "a", buffering=1)
 
@@ -92,7 +93,9 @@ class MultiAgentWorkflow:
     def run(self, *, should_stop: Callable[[Progress], bool]) -> None:
         try:
             while not self.stop_requested and not should_stop(self.progress):
-                self.on_round(self._round())
+                row = self._round()
+                self.progress.last_row = row
+                self.on_round(row)
         finally:
             self._map_log.close()
 
@@ -119,6 +122,7 @@ class MultiAgentWorkflow:
             self._apply_map(old=agent_policy, new=new_map)
         self.parts.scaler.observe(convexity=convexity)
         used_actors, self.num_actors = self.num_actors, self.parts.scaler.decide()
+        self.progress.next_actors = self.num_actors
         return self._row(index=index, started=started, sampled=sampled, ingested=ingested, learned=learned,
                          episodes=episodes, stats=stats, active=active, agent_policy=agent_policy,
                          num_actors=used_actors)
@@ -129,15 +133,16 @@ class MultiAgentWorkflow:
         keys = {p: weights_key(policy=p, version=self.progress.versions[p]) for p in set(agent_policy.values())}
         futures = []
         for rank in range(num_actors):
+            slot_seq = self.slot_seq.get(rank, self.progress.slot_seq_base)  # resumed: fresh seeds from its round
             request = MultiAgentActorRequest(
                 env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), num_envs=cfg.env.num_envs_per_actor,
                 fragment_steps=cfg.actors.fragment_steps, seed=cfg.seed, actor_rank=rank,
-                slot_seq=self.slot_seq.get(rank, 0), agent_policy=dict(agent_policy), weights_keys=keys,
+                slot_seq=slot_seq, agent_policy=dict(agent_policy), weights_keys=keys,
                 algo=cfg.algo.model_dump(mode="json"), env_imports=tuple(cfg.env.imports))
             futures.append(self.parts.shared.runtime.invoke(spec=self.parts.specs["actor"], request=request.to_message()))
         results = results_of(futures=futures, what="actor")
         for rank in range(num_actors):
-            self.slot_seq[rank] = self.slot_seq.get(rank, 0) + 1
+            self.slot_seq[rank] = self.slot_seq.get(rank, self.progress.slot_seq_base) + 1
         return results
 
     def _ingest(self, *, results: list[Message], agent_policy: dict[str, str], active: list[str],
@@ -233,7 +238,8 @@ class MultiAgentWorkflow:
             return_max=float(np.max(returns)) if returns else None,
             num_actors=num_actors, num_learners=len(active), policy_version=progress.policy_version,
             sampling_s=sampled - started, transfer_s=ingested - sampled, learning_s=learned - ingested,
-            round_s=now - started, wall_s=now - self.started_s, cost_usd=self.cost_usd(), losses=losses,
+            round_s=now - started, wall_s=now - self.started_s + progress.wall_s_before, cost_usd=self.cost_usd(),
+            losses=losses,
             extras=extras)
 
     def _cost_by_kind(self) -> dict[str, float]:

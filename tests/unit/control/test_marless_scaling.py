@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -48,3 +49,17 @@ def test_fixed_mode_ignores_convexity() -> None:
     scaler.observe(convexity={"p_a": 1.0})
     scaler.observe(convexity={"p_a": 9.0})
     assert scaler.initial() == 3 and scaler.decide() == 3 and not scaler.needs_convexity
+
+
+def test_a_restored_scaler_decides_as_the_original_would() -> None:
+    config = MarlessConfig(scaling="marless", i_max=8, i_min=1, beta=0.5, scaling_window=3)
+    original = MarlessActorScaler(config=config, num_agents=2, fixed_actors=1)
+    for values in ({"p_a": 5.0, "p_b": 2.0}, {"p_a": 1.0, "p_b": 2.5}):
+        original.observe(convexity=values)
+    original.decide()
+    restored = MarlessActorScaler(config=config, num_agents=2, fixed_actors=1)
+    restored.load_state_dict(json.loads(json.dumps(original.state_dict())))   # through a manifest's JSON
+    assert restored.state() == original.state()
+    for scaler in (original, restored):
+        scaler.observe(convexity={"p_a": 4.0, "p_b": 3.0})
+    assert restored.decide() == original.decide() and restored.per_policy == original.per_policy

@@ -3,6 +3,7 @@ toggling, the N' sequence, KMeans recovering two clear clusters, the convexity p
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -128,3 +129,25 @@ def test_the_marless_controller_enables_groups_then_gives_each_agent_its_policy_
     controller.decide(round=2, agent_returns=flat, samples=samples, convexity=convexity)
     back = controller.decide(round=3, agent_returns=flat, samples=samples, convexity=convexity)
     assert back == {a: f"p_{a}" for a in agents} and controller.state()["sharing"] == 0.0
+
+
+def test_a_restored_controller_toggles_and_groups_as_the_original_would() -> None:
+    """Mid-run (sharing on, one value in the refilling window, returns seen), restored through the manifest's
+    JSON: the next rounds give the same maps and state."""
+    samples = _two_clusters()
+    agents = list(samples)
+    config = MarlessConfig(sharing="marless", window=2, gamma=0.5)
+    convexity = {a: float(i) for i, a in enumerate(agents)}
+    rounds = [{a: 1.0 + i * (r % 3) for i, a in enumerate(agents)} for r in range(6)]
+    original = SharingController(config=config, agents=agents, compatible={a: "same" for a in agents}, seed=0)
+    for r in range(3):
+        original.decide(round=r, agent_returns=rounds[r], samples=samples, convexity=convexity)
+    assert original.enabled and len(original.detector.window) == 1
+    restored = SharingController(config=config, agents=agents, compatible={a: "same" for a in agents}, seed=0)
+    restored.load_state_dict(json.loads(json.dumps(original.state_dict())))
+    assert restored.state_dict() == original.state_dict() and restored.groups == original.groups
+    for r in range(3, 6):
+        assert restored.decide(round=r, agent_returns=rounds[r], samples=samples, convexity=convexity) == \
+            original.decide(round=r, agent_returns=rounds[r], samples=samples, convexity=convexity)
+        assert restored.state_dict() == original.state_dict()
+    assert original.toggles >= 2

@@ -91,3 +91,19 @@ c.Checkpointer(directory=Path({str(tmp_path)!r})).save(state=c.CheckpointState(
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True)
     assert proc.returncode == -9
     assert Checkpointer(directory=tmp_path).load_latest().policy_version == 1
+
+
+def test_more_networks_are_their_own_files_and_come_back_by_name(tmp_path: Path) -> None:
+    """MARL's critic and target (train/marl_checkpoint.py): ``parts`` files beside the weights, in the
+    manifest's hashes, loaded under the same names; a checkpoint without them loads with none."""
+    critic = Message(header={"policy_version": 4}, arrays={"param.v": np.arange(6, dtype=np.float32).reshape(3, 2),
+                                                            "optim.state.0.step": np.array(3.0, np.float32)})
+    with_parts = CheckpointState(**{**state(2).__dict__, "parts": {"critic": critic}})
+    path = Checkpointer(directory=tmp_path / "a").save(state=with_parts)
+    files = json.loads((path / "manifest.json").read_text())["files"]
+    assert set(files) == {"weights.safetensors", "critic.safetensors"}
+    loaded = load_checkpoint(path=path)
+    assert set(loaded.parts) == {"critic"} and loaded.parts["critic"].header["policy_version"] == 4
+    for name, array in critic.arrays.items():
+        np.testing.assert_array_equal(loaded.parts["critic"].arrays[name], array)
+    assert load_checkpoint(path=Checkpointer(directory=tmp_path / "b").save(state=state(2))).parts == {}

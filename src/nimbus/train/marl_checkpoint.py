@@ -1,0 +1,162 @@
+"""MARLess checkpoints: every policy's networks at one round, and what the run needs to go on from there.
+
+Layout, one directory per policy (frozen ones too: sharing may hand their agents back to them)::
+
+    <run>/policies/p_<agent>/checkpoints/ckpt-000025/
+        weights.safetensors     the policy (IPPO, MAPPO) or Q-network (IQL, VDN)
+        optimizer.safetensors   its optimizer (absent at version 0)
+        critic.safetensors      IPPO/MAPPO: the critic and its optimizer (algos/marl/messages.py)
+        target.safetensors      IQL/VDN: the target network (absent while it is the weights themselves)
+        manifest.json           counters, and ``extra["marl"]``: every policy's version and critic version, the
+                                agent→policy map, the sharing controller's and actor scaler's state, the next
+                                round's actor count, the learner invocations so far
+
+``nimbus train --resume RUN_DIR`` takes the newest round that every policy holds a checkpoint of that
+verifies, so a crash between two policies' saves resumes from the round before. What does not come back:
+IQL's and VDN's replay of the last rounds' batches (it refills from the resumed round on; the single-policy
+``train.checkpoint_replay`` is refused for multiagent), and episodes in flight, which restart from seeds of
+the resumed round.
+
+Example::
+
+    save_policies(parts=parts, progress=progress, checkpointers=checkpointers)
+    states = load_policies(path=run_dir, policies=["p_agent_0", "p_agent_1"])   # one round for all
+    check_policies(states=states, parts=parts, expected=initial)                # another network: refused
+    progress = publish_policies(states=states, parts=parts)
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from nimbus.data.codec import Message
+from nimbus.data.store import KeyNotFound, Store
+from nimbus.errors import CheckpointError
+from nimbus.functions.ma_value_learner import target_key
+from nimbus.functions.weights import optim_key, weights_key
+from nimbus.train.checkpoint import CheckpointState, Checkpointer, load_checkpoint
+from nimbus.train.resume import progress_extra
+from nimbus.workflows.multiagent import MarlParts, MarlProgress, critic_key
+
+log = logging.getLogger(__name__)
+MARL_KEY = "marl"   # the manifest's extra["marl"]
+
+
+def policy_directory(*, run_dir: Path, policy: str) -> Path:
+    return Path(run_dir) / "policies" / policy / "checkpoints"
+
+
+def _get(*, store: Store, key: str) -> Message | None:
+    try:
+        return store.get(key=key)
+    except KeyNotFound:
+        return None
+
+
+def run_state(*, parts: MarlParts, progress: MarlProgress) -> dict[str, Any]:
+    """The run's own state at this round (the same in every policy's manifest)."""
+    return {"versions": dict(progress.versions), "critic_versions": dict(progress.critic_versions),
+            "agent_policy": dict(progress.agent_policy), "agents": list(parts.agents),
+            "next_actors": progress.next_actors, "learner_invocations": progress.learner_invocations,
+            "sharing": parts.sharing.state_dict(), "scaler": parts.scaler.state_dict()}
+
+
+def save_policies(*, parts: MarlParts, progress: MarlProgress, checkpointers: dict[str, Checkpointer]) -> None:
+    """Each policy's newest networks and optimizer states, and the run's state (train/checkpoint.py: atomic)."""
+    store = parts.shared.store
+    extra = {**progress_extra(progress=progress), MARL_KEY: run_state(parts=parts, progress=progress)}
+    for policy, checkpointer in checkpointers.items():
+        version = progress.versions[policy]
+        networks = {"target": _get(store=store, key=target_key(policy=policy, version=version))}
+        if policy in progress.critic_versions:
+            networks["critic"] = store.get(key=critic_key(policy=policy, version=progress.critic_versions[policy]))
+        checkpointer.save(state=CheckpointState(
+            weights=store.get(key=weights_key(policy=policy, version=version)),
+            optimizer=_get(store=store, key=optim_key(policy=policy, version=version)),
+            policy_version=version, round=progress.rounds, env_steps=progress.env_steps, episodes=progress.episodes,
+            config=parts.config.model_dump(mode="json"), extra=extra,
+            parts={name: message for name, message in networks.items() if message is not None}))
+
+
+def _rounds(*, directory: Path) -> set[int]:
+    return {int(path.name.removeprefix("ckpt-")) for path in Checkpointer(directory=directory).list()} \
+        if directory.is_dir() else set()
+
+
+def load_policies(*, path: Path, policies: list[str]) -> dict[str, CheckpointState]:
+    """Every policy's checkpoint of the newest round they all hold and that verifies in all of them."""
+    directories = {policy: policy_directory(run_dir=path, policy=policy) for policy in policies}
+    missing = [policy for policy, directory in directories.items() if not _rounds(directory=directory)]
+    if missing:
+        raise CheckpointError(f"cannot resume {path} as a multiagent run: no checkpoint of "
+                              f"{', '.join(missing)} under {path}/policies")
+    common = set.intersection(*(_rounds(directory=directory) for directory in directories.values()))
+    for round in sorted(common, reverse=True):
+        try:
+            return {policy: load_checkpoint(path=directory / f"ckpt-{round:06d}")
+                    for policy, directory in directories.items()}
+        except CheckpointError as exc:
+            if "format version" in str(exc):
+                raise
+            log.warning("the checkpoints of round %d are unusable (%s); trying the round before", round, exc)
+    raise CheckpointError(f"cannot resume {path}: no round has a checkpoint of every policy that verifies "
+                          f"({', '.join(policies)})")
+
+
+def _shapes(message: Message) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(array.shape) for name, array in message.arrays.items() if name.startswith("param.")}
+
+
+def check_policies(*, states: dict[str, CheckpointState], parts: MarlParts,
+                   expected: dict[str, dict[str, Message]]) -> None:
+    """Refuse checkpoints of another algorithm, other agents or other networks before any function sees them.
+    ``expected``: each policy's version-0 messages as this config builds them (``weights``, ``critic``)."""
+    any_state = next(iter(states.values()))
+    saved_algo = any_state.config.get("algo", {}).get("name")
+    if saved_algo != parts.config.algo.name:
+        raise CheckpointError(f"the checkpoint was trained with algo.name={saved_algo!r}; this config has "
+                              f"algo.name={parts.config.algo.name!r}")
+    saved_agents = any_state.extra.get(MARL_KEY, {}).get("agents")
+    if saved_agents != list(parts.agents):
+        raise CheckpointError(f"the checkpoint's agents are {saved_agents}; {parts.config.env.id} has "
+                              f"{list(parts.agents)}")
+    for policy, state in states.items():
+        saved = {"weights": state.weights, **state.parts}
+        for name, message in expected[policy].items():
+            built, found = _shapes(message), _shapes(saved[name]) if name in saved else {}
+            differences = [f"{key}: checkpoint {found.get(key, 'absent')}, this config {built.get(key, 'absent')}"
+                           for key in sorted(built.keys() | found.keys()) if built.get(key) != found.get(key)]
+            if differences:
+                raise CheckpointError(f"{policy}'s {name} in the checkpoint does not fit the network this config "
+                                      f"builds: {'; '.join(differences[:8])}")
+
+
+def publish_policies(*, states: dict[str, CheckpointState], parts: MarlParts) -> MarlProgress:
+    """Put every policy's networks in the Store under the versions they had, restore the controllers; the
+    progress to continue from."""
+    store = parts.shared.store
+    any_state = next(iter(states.values()))
+    run = any_state.extra[MARL_KEY]
+    for policy, state in states.items():
+        store.put(key=weights_key(policy=policy, version=state.policy_version), message=state.weights)
+        if state.optimizer is not None:
+            store.put(key=optim_key(policy=policy, version=state.policy_version), message=state.optimizer)
+        if "target" in state.parts:
+            store.put(key=target_key(policy=policy, version=state.policy_version), message=state.parts["target"])
+        if "critic" in state.parts:
+            store.put(key=critic_key(policy=policy, version=run["critic_versions"][policy]),
+                      message=state.parts["critic"])
+    parts.sharing.load_state_dict(run["sharing"])
+    parts.scaler.load_state_dict(run["scaler"])
+    extra = any_state.extra
+    versions = {policy: int(version) for policy, version in run["versions"].items()}
+    return MarlProgress(
+        rounds=any_state.round, env_steps=any_state.env_steps, episodes=any_state.episodes,
+        policy_version=sum(versions.values()), recent_returns=[float(r) for r in extra.get("recent_returns", [])],
+        nonfinite_in_a_row=int(extra.get("nonfinite_in_a_row", 0)), wall_s_before=float(extra.get("wall_s", 0.0)),
+        cost_usd_before=float(extra.get("cost_usd", 0.0)), slot_seq_base=any_state.round, versions=versions,
+        critic_versions={policy: int(version) for policy, version in run["critic_versions"].items()},
+        agent_policy=dict(run["agent_policy"]), learner_invocations=int(run["learner_invocations"]),
+        next_actors=int(run["next_actors"]))
