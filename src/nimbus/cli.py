@@ -100,22 +100,50 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from nimbus.train.evaluate import evaluate_checkpoint
+    """One policy's run; each member of a run of several policies; a multi-agent run's agents together."""
+    from nimbus.train.evaluate import evaluate_checkpoint, member_directories
+    from nimbus.train.marl_evaluate import evaluate_marl_run, is_multiagent_run
 
-    result = evaluate_checkpoint(path=Path(args.path), episodes=args.episodes, seed=args.seed,
-                                 explore=not args.deterministic, video=args.video)
-    Console().print(f"policy_version {result.policy_version}: mean return {result.mean_return:.2f} "
-                    f"± {result.std_return:.2f} over {len(result.returns)} episodes")
-    if result.video_dir is not None:
-        Console().print(f"videos: {result.video_dir}")
+    path, console = Path(args.path), Console()
+    if is_multiagent_run(path=path):
+        if args.video:
+            logging.getLogger("nimbus").warning("no video for a multi-agent run: evaluating without it")
+        marl = evaluate_marl_run(path=path, episodes=args.episodes, seed=args.seed, explore=not args.deterministic)
+        versions = ", ".join(f"{policy} v{version}" for policy, version in marl.policy_versions.items())
+        console.print(f"{versions}: mean global return {marl.mean_return:.2f} ± {marl.std_return:.2f} over "
+                      f"{len(marl.returns)} episodes")
+        console.print("per agent: " + ", ".join(f"{agent} ({marl.agent_policy[agent]}) {value:.2f}"
+                                                for agent, value in marl.agent_returns.items()))
+        return 0
+    for directory in member_directories(path=path) or [path]:
+        result = evaluate_checkpoint(path=directory, episodes=args.episodes, seed=args.seed,
+                                     explore=not args.deterministic, video=args.video)
+        name = f"{directory.name}: " if directory != path else ""
+        console.print(f"{name}policy_version {result.policy_version}: mean return {result.mean_return:.2f} "
+                      f"± {result.std_return:.2f} over {len(result.returns)} episodes")
+        if result.video_dir is not None:
+            console.print(f"videos: {result.video_dir}")
     return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from nimbus.train.export import export_run
+    """One policy's run; each member of a run of several policies; each policy in use of a multi-agent run."""
+    from nimbus.train.evaluate import member_directories
+    from nimbus.train.export import export_marl_run, export_run
+    from nimbus.train.marl_evaluate import is_multiagent_run
 
-    path = export_run(run_dir=Path(args.run_dir), output=Path(args.output) if args.output else None, fmt=args.format)
-    Console().print(f"exported ({args.format}): {path}")
+    run_dir, output = Path(args.run_dir), Path(args.output) if args.output else None
+    if is_multiagent_run(path=run_dir):
+        paths = export_marl_run(run_dir=run_dir, output_dir=output, fmt=args.format)
+    elif members := member_directories(path=run_dir):
+        if output is not None:
+            raise ConfigError("--output: a run of several policies writes one file per member, into each "
+                              "member's export/; leave --output out")
+        paths = [export_run(run_dir=member, fmt=args.format) for member in members]
+    else:
+        paths = [export_run(run_dir=run_dir, output=output, fmt=args.format)]
+    for path in paths:
+        Console().print(f"exported ({args.format}): {path}")
     return 0
 
 
@@ -166,7 +194,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--format", default="torchscript", choices=["torchscript", "onnx"],
                    help="torchscript (torch.jit.load) or onnx (onnxruntime; the onnx extra)")
-    p.add_argument("--output", help="file to write (default: RUN_DIR/export/policy.pt or policy.onnx)")
+    p.add_argument("--output", help="file to write (default: RUN_DIR/export/policy.pt or policy.onnx); for a "
+                   "multi-agent run the directory of the <policy>.pt files (default: RUN_DIR/export)")
     p.set_defaults(func=_cmd_export)
     p = sub.add_parser("compare", help="return vs env steps, wall time and cost for several runs, and a table")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")

@@ -28,6 +28,7 @@ from nimbus.config import NimbusConfig, parse_config
 from nimbus.data.codec import Message
 from nimbus.envs.make import make_env
 from nimbus.envs.normalize import RunningMeanStd
+from nimbus.errors import CheckpointError
 from nimbus.models.distributions import clip_action
 from nimbus.train.checkpoint import load_checkpoint
 from nimbus.functions.obsnorm import normalize, rms_from_extras
@@ -118,9 +119,20 @@ def evaluate_checkpoint(*, path: Path, episodes: int, seed: int = 12345, explore
     """Load the newest verified checkpoint under ``path`` (a run dir, checkpoints dir, or ckpt dir);
     ``video``: record the episodes into ``<run dir>/videos``."""
     state = load_checkpoint(path=path)
+    if state.config.get("train", {}).get("workflow") == "multiagent":
+        raise CheckpointError(f"{path} holds one policy of a multi-agent run: evaluate the run directory, whose "
+                              "agents act together (train/marl_evaluate.py)")
     config = parse_config(data=state.config)
     return evaluate_policy(config=config, weights=state.weights, episodes=episodes, seed=seed, explore=explore,
                            video_dir=_run_dir(path=Path(path)) / "videos" if video else None)
+
+
+def member_directories(*, path: Path) -> list[Path]:
+    """A run of several policies (``policies:``, ``pbt:``): each member's directory, ``policies/<name>``;
+    empty for any other path."""
+    if (Path(path) / "checkpoints").is_dir() or not (Path(path) / "policies").is_dir():
+        return []
+    return sorted(p for p in (Path(path) / "policies").iterdir() if (p / "checkpoints").is_dir())
 
 
 def _run_dir(*, path: Path) -> Path:

@@ -32,8 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from nimbus.algos.base import EnvSpaces
 from nimbus.config import parse_config
-from nimbus.errors import ConfigError
+from nimbus.functions.weights import load_model
+from nimbus.errors import CheckpointError, ConfigError
 from nimbus.models import distributions
 from nimbus.train.build import probe_spaces
 from nimbus.train.checkpoint import load_checkpoint
@@ -68,7 +70,7 @@ class DeployedPolicy(nn.Module):
         return torch.minimum(torch.maximum(action, self.low), self.high) if self.box else action
 
     def _greedy(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.algo_name == "dqn":
+        if self.algo_name in ("dqn", "iql", "vdn"):
             return self.model.q(obs).argmax(dim=-1)
         if self.algo_name == "sac":
             return self.model.to_env_actions(self.model.actor.sample(obs, deterministic=True)[0])
@@ -81,14 +83,54 @@ def export_run(*, run_dir: Path, output: Path | None = None, fmt: str = "torchsc
     if fmt not in FORMATS:
         raise ConfigError(f"export format {fmt!r} is not supported; choose from {', '.join(FORMATS)}")
     state = load_checkpoint(path=run_dir)
+    if state.config.get("train", {}).get("workflow") == "multiagent":
+        raise CheckpointError(f"{run_dir} holds one policy of a multi-agent run: export the run directory, "
+                              "which writes every policy in use")
     config = parse_config(data=state.config)
     spaces = probe_spaces(config=config)
     deployed = DeployedPolicy(policy=load_policy(config=config, weights=state.weights, spaces=spaces)).eval()
-    example = torch.as_tensor(np.stack([spaces.observation.sample() for _ in range(2)]))
     output = Path(output) if output is not None else Path(run_dir) / "export" / f"policy{_SUFFIX[fmt]}"
+    _write(deployed=deployed, spaces=spaces, output=output, fmt=fmt,
+           meta={"env_id": config.env.id, "algo": config.algo.name, "policy_version": state.policy_version})
+    return output
+
+
+def export_marl_run(*, run_dir: Path, output_dir: Path | None = None, fmt: str = "torchscript") -> list[Path]:
+    """A multi-agent run: each policy in use at the newest round every policy has a checkpoint of, one file
+    each (``<output_dir>/<policy>.pt|.onnx``, default ``RUN_DIR/export``); the metadata names its agents."""
+    from nimbus.algos.marl import make_marl_algo
+    from nimbus.train.marl import probe_agents
+    from nimbus.train.marl_checkpoint import MARL_KEY, load_policies
+
+    if fmt not in FORMATS:
+        raise ConfigError(f"export format {fmt!r} is not supported; choose from {', '.join(FORMATS)}")
+    policies = sorted(p.name for p in (Path(run_dir) / "policies").iterdir() if (p / "checkpoints").is_dir())
+    states = load_policies(path=Path(run_dir), policies=policies)
+    any_state = next(iter(states.values()))
+    config = parse_config(data=any_state.config)
+    algo = make_marl_algo(config=config.algo)
+    _, spaces, _ = probe_agents(config=config)
+    agent_policy = any_state.extra[MARL_KEY]["agent_policy"]
+    output_dir = Path(output_dir) if output_dir is not None else Path(run_dir) / "export"
+    written = []
+    for policy in sorted(set(agent_policy.values())):
+        agents = sorted(agent for agent, p in agent_policy.items() if p == policy)
+        model = algo.make_policy(spaces=spaces[agents[0]])
+        load_model(model=model, message=states[policy].weights)
+        deployed = DeployedPolicy(policy=LoadedPolicy(algo=algo, model=model.eval(), rms=None,
+                                                      spaces=spaces[agents[0]])).eval()
+        output = output_dir / f"{policy}{_SUFFIX[fmt]}"
+        _write(deployed=deployed, spaces=spaces[agents[0]], output=output, fmt=fmt,
+               meta={"env_id": config.env.id, "algo": config.algo.name, "policy": policy, "agents": agents,
+                     "policy_version": states[policy].policy_version})
+        written.append(output)
+    return written
+
+
+def _write(*, deployed: DeployedPolicy, spaces: EnvSpaces, output: Path, fmt: str, meta: dict) -> None:
+    example = torch.as_tensor(np.stack([spaces.observation.sample() for _ in range(2)]))
     output.parent.mkdir(parents=True, exist_ok=True)
-    meta = json.dumps({"env_id": config.env.id, "algo": config.algo.name, "policy_version": state.policy_version,
-                       "observation_shape": list(spaces.observation.shape), "action_space": str(spaces.action),
+    meta = json.dumps({**meta, "observation_shape": list(spaces.observation.shape), "action_space": str(spaces.action),
                        "normalized_obs": deployed.normalize})
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # torch.jit's and the TorchScript-based ONNX exporter's deprecation notices
@@ -97,7 +139,6 @@ def export_run(*, run_dir: Path, output: Path | None = None, fmt: str = "torchsc
         else:
             traced = torch.jit.trace(deployed, example, check_trace=False)
             torch.jit.save(traced, str(output), _extra_files={"nimbus.json": meta})
-    return output
 
 
 def _write_onnx(*, deployed: DeployedPolicy, example: torch.Tensor, output: Path, meta: str) -> None:

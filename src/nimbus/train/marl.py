@@ -17,7 +17,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from nimbus.algos.base import EnvSpaces
 from nimbus.algos.marl import initial_messages, make_marl_algo
@@ -25,15 +24,16 @@ from nimbus.config import NimbusConfig
 from nimbus.control.base import RoundMetrics
 from nimbus.control.marless_scaling import MarlessActorScaler
 from nimbus.control.sharing import SharingController, space_signature
+from nimbus.data.codec import Message
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.errors import CheckpointError, ConfigError
-from nimbus.data.codec import Message
-from nimbus.functions.weights import load_model, weights_key
+from nimbus.functions.weights import weights_key
 from nimbus.train.build import build_shared, function_spec, make_run_dir, role_spec
 from nimbus.train.checkpoint import Checkpointer
 from nimbus.train.marl_checkpoint import check_policies, load_policies, policy_directory, publish_policies, \
     save_policies
+from nimbus.train.marl_evaluate import evaluate_agents
 from nimbus.train.metrics import MetricsSink
 from nimbus.train.trainer import RunSummary, TrainResult, _Interrupt, _should_stop
 from nimbus.workflows.multiagent import MarlParts, MarlProgress, MultiAgentWorkflow, critic_key
@@ -141,8 +141,10 @@ def train_multiagent(*, config: NimbusConfig, run_dir: Path | None = None,
         save_policies(parts=parts, progress=progress, checkpointers=checkpointers)
         eval_return = None
         if config.train.eval_episodes > 0 and stopped_by not in ("SIGINT", "SIGTERM"):
-            eval_return = evaluate_agents(parts=parts, progress=progress, spaces=spaces,
-                                          episodes=config.train.eval_episodes, seed=config.seed + 10_000)
+            newest = {policy: shared.store.get(key=weights_key(policy=policy, version=version))
+                      for policy, version in progress.versions.items()}
+            eval_return = evaluate_agents(config=config, algo=algo, weights=newest, agent_policy=progress.agent_policy,
+                                          episodes=config.train.eval_episodes, seed=config.seed + 10_000).mean_return
         totals = shared.ledger.totals()
         wall_s = time.perf_counter() - started + progress.wall_s_before
         most_actors = max((row.num_actors for row in rows), default=1)
@@ -194,41 +196,3 @@ def _publish_initial(*, parts: MarlParts, progress: MarlProgress, initial: dict[
         if "critic" in messages:
             store.put(key=critic_key(policy=policy, version=0), message=messages["critic"])
             progress.critic_versions[policy] = 0
-
-
-def evaluate_agents(*, parts: MarlParts, progress: MarlProgress, spaces: dict[str, EnvSpaces], episodes: int,
-                    seed: int) -> float:
-    """Mean global return (mean over agents of each episode's return) of the final policies, greedy actions."""
-    config, algo = parts.config, parts.algo
-    models = {}
-    for agent in parts.agents:
-        policy = progress.agent_policy[agent]
-        if policy not in models:
-            model = algo.make_policy(spaces=spaces[agent])
-            load_model(model=model, message=parts.shared.store.get(
-                key=weights_key(policy=policy, version=progress.versions[policy])))
-            models[policy] = model.eval()
-    env = make_parallel_env(env_id=config.env.id, seed=seed, kwargs=dict(config.env.kwargs),
-                            imports=config.env.imports)
-    torch.manual_seed(seed)
-    totals = []
-    try:
-        for episode in range(episodes):
-            obs, _ = env.reset(seed=seed + episode)
-            returns = {agent: 0.0 for agent in parts.agents}
-            while env.agents:
-                actions = {}
-                with torch.no_grad():
-                    for agent in env.agents:
-                        model = models[progress.agent_policy[agent]]
-                        out = algo.act(model=model, obs=torch.as_tensor(obs[agent], dtype=torch.float32)[None],
-                                       explore=False)
-                        action = out.actions[0]
-                        actions[agent] = action.item() if np.ndim(action) == 0 else action
-                obs, rewards, _, _, _ = env.step(actions)
-                for agent, reward in rewards.items():
-                    returns[agent] += float(reward)
-            totals.append(float(np.mean(list(returns.values()))))
-    finally:
-        env.close()
-    return float(np.mean(totals))

@@ -1,0 +1,103 @@
+"""Evaluate a multi-agent run's policies together: at the end of ``train.workflow: multiagent`` and for
+``nimbus eval RUN_DIR`` of such a run.
+
+Every agent acts with the policy the agent→policy map gives it, on one PettingZoo parallel env, for whole
+episodes. An episode's global return is the mean over agents of their returns (MARLess's metric); each
+agent's mean return over the episodes is reported beside it.
+
+Example::
+
+    result = evaluate_marl_run(path=run_dir, episodes=10, seed=12345, explore=False)
+    result.mean_return, result.agent_returns["agent_0"]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from nimbus.algos.marl import make_marl_algo
+from nimbus.config import NimbusConfig, parse_config
+from nimbus.data.codec import Message
+from nimbus.envs.parallel import agent_spaces, make_parallel_env
+from nimbus.functions.weights import load_model
+from nimbus.train.marl_checkpoint import MARL_KEY, load_policies
+
+
+@dataclass(frozen=True)
+class MarlEvalResult:
+    mean_return: float                 # global return (mean over agents), mean over episodes
+    std_return: float
+    returns: list[float]               # each episode's global return
+    agent_returns: dict[str, float]    # each agent's mean return over the episodes
+    policy_versions: dict[str, int]    # the policy each agent used, at which version ("p_agent_0": 4)
+    agent_policy: dict[str, str]
+
+
+def evaluate_agents(*, config: NimbusConfig, algo: Any, weights: dict[str, Message], agent_policy: dict[str, str],
+                    episodes: int, seed: int, explore: bool = False) -> MarlEvalResult:
+    """``episodes`` episodes on seeds ``seed``, ``seed + 1``...; ``weights``: each policy in use, by name."""
+    env = make_parallel_env(env_id=config.env.id, seed=seed, kwargs=dict(config.env.kwargs),
+                            imports=config.env.imports)
+    torch.manual_seed(seed)
+    totals, per_agent = [], {}
+    try:
+        env.reset(seed=seed)
+        spaces = agent_spaces(env=env)
+        models = {}
+        for agent, policy in sorted(agent_policy.items()):
+            if policy not in models:
+                model = algo.make_policy(spaces=spaces[agent])
+                load_model(model=model, message=weights[policy])
+                models[policy] = model.eval()
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            returns = {agent: 0.0 for agent in agent_policy}
+            while env.agents:
+                actions = {}
+                with torch.no_grad():
+                    for agent in env.agents:
+                        out = algo.act(model=models[agent_policy[agent]], explore=explore,
+                                       obs=torch.as_tensor(obs[agent], dtype=torch.float32)[None])
+                        action = out.actions[0]
+                        actions[agent] = action.item() if np.ndim(action) == 0 else action
+                obs, rewards, _, _, _ = env.step(actions)
+                for agent, reward in rewards.items():
+                    returns[agent] += float(reward)
+            totals.append(float(np.mean(list(returns.values()))))
+            for agent, value in returns.items():
+                per_agent.setdefault(agent, []).append(value)
+    finally:
+        env.close()
+    return MarlEvalResult(mean_return=float(np.mean(totals)), std_return=float(np.std(totals)), returns=totals,
+                          agent_returns={agent: float(np.mean(values)) for agent, values in sorted(per_agent.items())},
+                          policy_versions={policy: int(weights[policy].header.get("policy_version", -1))
+                                           for policy in sorted(set(agent_policy.values()))},
+                          agent_policy=dict(agent_policy))
+
+
+def is_multiagent_run(*, path: Path) -> bool:
+    """Whether ``path`` is the directory of a ``train.workflow: multiagent`` run (its checkpoints' config)."""
+    for manifest in sorted((Path(path) / "policies").glob("*/checkpoints/ckpt-*/manifest.json"))[:1]:
+        try:
+            return json.loads(manifest.read_text())["config"]["train"]["workflow"] == "multiagent"
+        except (OSError, ValueError, KeyError):
+            return False
+    return False
+
+
+def evaluate_marl_run(*, path: Path, episodes: int, seed: int, explore: bool = False) -> MarlEvalResult:
+    """The newest round every policy of the run at ``path`` has a checkpoint of, evaluated with the map it had."""
+    policies = sorted(p.name for p in (Path(path) / "policies").iterdir() if (p / "checkpoints").is_dir())
+    states = load_policies(path=Path(path), policies=policies)
+    any_state = next(iter(states.values()))
+    config = parse_config(data=any_state.config)
+    agent_policy = any_state.extra[MARL_KEY]["agent_policy"]
+    return evaluate_agents(config=config, algo=make_marl_algo(config=config.algo), agent_policy=agent_policy,
+                           weights={policy: states[policy].weights for policy in set(agent_policy.values())},
+                           episodes=episodes, seed=seed, explore=explore)
