@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from nimbus.algos.marl.messages import critic_to_message
 from nimbus.data.codec import Message, encode
 from nimbus.models.mlp import ActorCritic
 from nimbus.train.checkpoint import Checkpointer, CheckpointState, load_checkpoint
@@ -42,13 +43,14 @@ def _model_state(tmp_path: Path) -> tuple[torch.nn.Module, Path]:
     optimizer.step()
     state = CheckpointState(weights=model_to_message(model=model, version=5, extra=extras),
                             optimizer=optimizer_to_message(optimizer=optimizer, version=5), policy_version=5,
-                            round=5, env_steps=50, episodes=2, config={"name": "t"})
+                            round=5, env_steps=50, episodes=2, config={"name": "t"},
+                            parts={"critic": critic_to_message(critic=model.critic, optimizer=optimizer, version=5)})
     return model, Checkpointer(directory=tmp_path).save(state=state)
 
 
 def test_weights_file_opens_with_safetensors_alone_named_by_state_dict_keys(tmp_path: Path) -> None:
     model, path = _model_state(tmp_path)
-    for name in ("weights", "optimizer"):
+    for name in ("weights", "optimizer", "critic"):   # critic: a MARL checkpoint's extra network (parts)
         out = subprocess.run([sys.executable, "-c", READER, str(path / f"{name}.safetensors")], capture_output=True,
                              text=True, timeout=60, check=True)
         loaded = json.loads(out.stdout)
@@ -60,8 +62,12 @@ def test_weights_file_opens_with_safetensors_alone_named_by_state_dict_keys(tmp_
                 np.testing.assert_array_equal(np.array(loaded["tensors"][key], dtype=np.float32), tensor.numpy())
             header = json.loads(loaded["metadata"]["nimbus"])
             assert header["policy_version"] == 5 and header["extras"] == ["obs_rms.count", "obs_rms.mean"]
-        else:
+        elif name == "optimizer":
             assert any(key.endswith(".exp_avg") for key in loaded["tensors"])
+        else:
+            for key, tensor in model.critic.state_dict().items():
+                np.testing.assert_array_equal(np.array(loaded["tensors"][f"param.{key}"], dtype=np.float32),
+                                              tensor.numpy())
 
 
 def test_weights_round_trip_through_the_file(tmp_path: Path) -> None:
