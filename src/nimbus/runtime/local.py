@@ -148,27 +148,23 @@ class LocalRuntime(AttemptEndings):
         Stops early (with a warning) if ``max_workers`` leaves no room. With ``wait_s``, blocks until
         every starting worker of this function (these and earlier ones) is ready, or ``wait_s`` passed.
         """
-        with self._lock:
-            created = []
-            for _ in range(count):
-                if self._closed or not self._pool.make_room(spec=spec):
-                    log.warning("prewarm %s: no room (max_workers=%d)", spec.name, self._pool.max_workers)
-                    break
-                created.append(self._pool.start(spec=spec, prewarm=True))
-            if wait_s is not None:
-                self._changed.wait_for(lambda: not any(w.state == "starting" and same_pool(w.spec, spec)
-                                                       for w in self._pool.slots.values()), timeout=wait_s)
+        self._start_spares(what="prewarm", spec=spec, count=count, wait_s=wait_s, asleep=False)
 
     def preregister(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
         """Start ``count`` workers for ``spec`` that SIGSTOP themselves once ready (their start is billed, outcome
         "prewarm"; nothing while asleep) and are woken (SIGCONT) before any cold start when work needs them.
         ``wait_s`` as in ``prewarm``."""
+        self._start_spares(what="preregister", spec=spec, count=count, wait_s=wait_s, asleep=True)
+
+    def _start_spares(self, *, what: str, spec: FunctionSpec, count: int, wait_s: float | None, asleep: bool) -> None:
+        """``count`` workers started ahead of work (billed "prewarm"), ``asleep`` ones preregistered; with
+        ``wait_s``, wait until no worker of this function is still starting."""
         with self._lock:
             for _ in range(count):
                 if self._closed or not self._pool.make_room(spec=spec):
-                    log.warning("preregister %s: no room (max_workers=%d)", spec.name, self._pool.max_workers)
+                    log.warning("%s %s: no room (max_workers=%d)", what, spec.name, self._pool.max_workers)
                     break
-                self._pool.start(spec=spec, prewarm=True).preregistered = True
+                self._pool.start(spec=spec, prewarm=True).preregistered = asleep
             if wait_s is not None:
                 self._changed.wait_for(lambda: not any(w.state == "starting" and same_pool(w.spec, spec)
                                                        for w in self._pool.slots.values()), timeout=wait_s)
