@@ -17,7 +17,39 @@ from nimbus.errors import ConfigError, NimbusError
 console = Console(stderr=True)
 
 
+def _start_fork_server_early(*, paths: list[Path], overrides: list[str]) -> None:
+    """Start the local backend's fork server before the driver imports torch through the config, so the two
+    imports overlap (runtime/pool.py ``start_early``). A glance at the raw YAML decides: only when every config
+    runs on the local backend's fork server (the defaults, or ``--set runtime.backend=local`` /
+    ``runtime.start_method=fork_server``); the validated config decides everything else, and a server nobody
+    adopts (a refused config) is closed at exit."""
+    import yaml
+
+    chosen = {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() in ("runtime.backend", "runtime.start_method"):
+            chosen[key.strip().removeprefix("runtime.")] = value.strip()
+        elif key.strip() == "runtime":   # the whole section: not worth parsing here
+            return
+    for path in paths:
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            return
+        runtime = data.get("runtime") if isinstance(data, dict) else None
+        runtime = {**(runtime if isinstance(runtime, dict) else {}), **chosen}
+        if (runtime.get("backend", "local"), runtime.get("start_method", "fork_server")) != ("local", "fork_server"):
+            return
+    from nimbus.runtime.forkserver import TRAINING_PRELOAD
+    from nimbus.runtime.pool import start_early
+
+    start_early(preload=TRAINING_PRELOAD)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
+    config_paths = [Path(p) for p in args.config] or ([Path(args.resume) / "config.yaml"] if args.resume else [])
+    _start_fork_server_early(paths=config_paths, overrides=args.set or [])
     from nimbus.config import load_config
     from nimbus.report.render import print_summary
     from nimbus.train.trainer import train

@@ -44,6 +44,7 @@ import traceback
 from typing import Callable
 
 from nimbus.data.codec import Message, decode, encode
+from nimbus.data.shm import PREFIX_ENV
 from nimbus.errors import CodecError
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.worker import _set_pdeathsig
@@ -108,6 +109,20 @@ class ForkServer:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    @property
+    def preload(self) -> tuple[str, ...]:
+        return self._preload
+
+    def adopt(self, *, prefix: str, janitor_track: Callable[[int], None]) -> bool:
+        """Serve a run from now on (a server started before the run, ``start_early``): its workers get the
+        run's ``prefix`` and the run's janitor learns the server's pid. False if the server is gone."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                return False
+            self._prefix, self._track = prefix, janitor_track
+            janitor_track(self._proc.pid)
+            return True
+
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable, "-m", "nimbus.runtime.forkserver", "--fd", str(theirs.fileno()),
@@ -140,7 +155,7 @@ class ForkServer:
                     compress_min_bytes: int | None) -> "tuple[ForkedProcess, socket.socket, float]":
         parent_sock, child_sock = socket.socketpair()
         spawned_at = time.time()
-        request = {"worker_id": worker_id, "function": spec.name, "entrypoint": spec.entrypoint,
+        request = {"worker_id": worker_id, "function": spec.name, "entrypoint": spec.entrypoint, "prefix": self._prefix,
                    "spawn_time": spawned_at, "threads": max(1, int(spec.resources.cpus)),
                    "driver_pid": os.getpid(), "inline_max_bytes": inline_max_bytes,
                    "compress_min_bytes": -1 if compress_min_bytes is None else compress_min_bytes}
@@ -218,6 +233,8 @@ def _child(*, server_sock: socket.socket, fd: int, request: dict, server_pid: in
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     threads = str(int(request["threads"]))
     os.environ.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
+    if request.get("prefix"):   # the run's segment prefix: a server started before the run claimed one has none
+        os.environ[PREFIX_ENV] = str(request["prefix"])
     _reseed()
     return run(fd=fd, worker_id=str(request["worker_id"]), function=str(request["function"]),
                entrypoint=str(request["entrypoint"]), spawn_time=float(request["spawn_time"]), parent_pid=server_pid,

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -58,6 +59,40 @@ def worker_env(*, spec: FunctionSpec, prefix: str) -> dict[str, str]:
     threads = str(max(1, int(spec.resources.cpus)))
     env.update({PREFIX_ENV: prefix, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
     return env
+
+
+_early: dict[str, ForkServer] = {}   # "server": the one start_early started, until a Spawner adopts it
+_early_lock = threading.Lock()
+
+
+def start_early(*, preload: tuple[str, ...]) -> None:
+    """Start a fork server now, before the run exists, so that its template's imports (torch, gymnasium:
+    seconds) overlap the driver's own imports and set-up (``nimbus train``). The first fork-server Spawner
+    with the same ``preload`` adopts it (``ForkServer.adopt``: the run's prefix goes to each worker with its
+    request, the run's janitor learns the pid); one nobody adopts is closed at exit. It is started on the
+    calling thread, whose end would kill it (PR_SET_PDEATHSIG): call it from the main thread."""
+    with _early_lock:
+        if "server" in _early:
+            return
+        env = worker_env(spec=FunctionSpec(name="forkserver", entrypoint=""), prefix="")
+        env.pop(PREFIX_ENV)   # no run yet: each request carries the run's prefix
+        _early["server"] = ForkServer(prefix="", preload=preload, env=env, janitor_track=lambda pid: None)
+        atexit.register(_close_early)
+
+
+def _take_early(*, preload: tuple[str, ...]) -> ForkServer | None:
+    with _early_lock:
+        server = _early.get("server")
+        if server is None or server.preload != preload:
+            return None
+        return _early.pop("server")
+
+
+def _close_early() -> None:
+    with _early_lock:
+        server = _early.pop("server", None)
+    if server is not None:
+        server.close()
 
 
 def spawn_worker(*, worker_id: str, spec: FunctionSpec, prefix: str, inline_max_bytes: int,
@@ -113,6 +148,12 @@ class Spawner:
             self._thread.join(timeout=timeout_s)
 
     def _start_server(self, preload: tuple[str, ...], janitor_track: Callable[[int], None]) -> None:
+        early = _take_early(preload=preload)
+        if early is not None:
+            if early.adopt(prefix=self._options["prefix"], janitor_track=janitor_track):
+                self._server = early
+                return
+            early.close()
         env = worker_env(spec=FunctionSpec(name="forkserver", entrypoint=""), prefix=self._options["prefix"])
         try:
             self._server = ForkServer(prefix=self._options["prefix"], preload=preload, env=env,

@@ -102,3 +102,53 @@ def test_a_request_without_a_socket_is_answered_with_an_error() -> None:
         assert server._proc.poll() is None
     finally:
         server.close()
+
+
+def test_a_server_started_before_the_run_is_adopted_and_its_workers_get_the_runs_prefix(make_runtime) -> None:
+    """``nimbus train`` starts the server before the config is parsed (runtime/pool.py start_early): the runtime
+    uses that very server, its janitor learns the pid, and each worker gets the run's segment prefix."""
+    from nimbus.runtime import pool
+
+    pool.start_early(preload=("numpy",))
+    early = pool._early["server"]
+    try:
+        runtime, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+        header = runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30).header
+        assert runtime._pool._spawner._server is early and _ppid(header["pid"]) == early.pid
+        assert header["shm_prefix"] == runtime._prefix and header["shm_prefix"].startswith("nimbus")
+        assert early._track == runtime._pool._reaper.track_helper   # the run's janitor was told its pid
+        assert "server" not in pool._early                     # taken: a second runtime starts its own
+    finally:
+        pool._close_early()
+
+
+def test_an_early_server_with_other_preloads_is_not_adopted(make_runtime) -> None:
+    from nimbus.runtime import pool
+
+    pool.start_early(preload=("numpy", "json"))
+    try:
+        runtime, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+        runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
+        assert runtime._pool._spawner._server is not pool._early["server"]
+    finally:
+        pool._close_early()
+
+
+def test_nimbus_train_starts_the_server_early_only_for_the_local_fork_server(tmp_path: Path, monkeypatch) -> None:
+    from nimbus import cli
+    from nimbus.runtime import pool
+
+    started: list[tuple[str, ...]] = []
+    monkeypatch.setattr(pool, "start_early", lambda *, preload: started.append(preload))
+    cases = {"local.yaml": ("name: a\n", [], True), "spawn.yaml": ("runtime: {start_method: spawn}\n", [], False),
+             "ray.yaml": ("runtime:\n  backend: ray\n", [], False),
+             "set.yaml": ("name: a\n", ["runtime.backend=ray"], False), "bad.yaml": ("runtime: [\n", [], False),
+             "reset.yaml": ("runtime: {start_method: spawn}\n", ["runtime.start_method=fork_server"], True),
+             "section.yaml": ("name: a\n", ["runtime={backend: ray}"], False)}
+    for name, (text, overrides, expected) in cases.items():
+        (tmp_path / name).write_text(text)
+        started.clear()
+        cli._start_fork_server_early(paths=[tmp_path / name], overrides=overrides)
+        assert bool(started) == expected, name
+    cli._start_fork_server_early(paths=[tmp_path / "local.yaml", tmp_path / "ray.yaml"], overrides=[])
+    assert started == []                                         # several workloads: every one must be local
