@@ -33,13 +33,14 @@ def maps(run_dir: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_ippo_learns_simple_spread(make_shipped_config) -> None:
-    """Measured (docs/marless.md): seeds 0-2 reach about -21.8 after 60k env steps (~50 s); 40 greedy episodes of
-    the uniform-random policy average -27.0 with a standard deviation of 1.1 over such means, so -23.6 is more
-    than 3 of them above it."""
+    """Measured (docs/marless.md): 60k env steps (~50 s) give -20.0 to -23.1 over 100 greedy episodes (the runs
+    are not bitwise repeatable: which worker serves a rank changes its env slot). The uniform-random policy
+    averages -27.0, with a standard deviation of 1.1 over 40-episode means, so 0.7 over 100-episode means:
+    -24.6 is 3.4 of them above it. (-23.6 over 40 episodes failed once, at -23.63.)"""
     config = make_shipped_config("marless-ippo-spread", overrides=["train.total_env_steps=60000",
-                                                                   "train.eval_episodes=40"])
+                                                                   "train.eval_episodes=100"])
     result = train(config=config)
-    assert result.summary.eval_return is not None and result.summary.eval_return > RANDOM_FLOOR + 4.0, result.summary
+    assert result.summary.eval_return is not None and result.summary.eval_return > RANDOM_FLOOR + 3.0, result.summary
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
     assert {row["num_learners"] for row in rows} == {3}
 
