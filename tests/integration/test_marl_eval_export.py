@@ -84,7 +84,8 @@ def test_the_cli_evaluates_a_multiagent_run_and_refuses_one_of_its_policies_alon
     assert f"agent_2 (p_agent_2) {expected.agent_returns['agent_2']:.2f}" in printed
     for command in ("eval", "export"):
         proc = nimbus(command, str(run_dir / "policies" / "p_agent_0"))
-        assert proc.returncode == 1 and "one policy of a multi-agent run" in " ".join((proc.stdout + proc.stderr).split())
+        printed = " ".join((proc.stdout + proc.stderr).split())
+        assert proc.returncode == 1 and "one policy of a multi-agent run" in printed
 
 
 def test_eval_and_export_of_a_run_of_several_policies_cover_every_member(make_config) -> None:

@@ -27,7 +27,8 @@ VALUE = ["algo.learning_starts=100", "algo.gradient_steps=5"]
 
 
 def manifest(run_dir: Path, policy: str, round: int) -> dict:
-    return json.loads((policy_directory(run_dir=run_dir, policy=policy) / f"ckpt-{round:06d}" / "manifest.json").read_text())
+    path = policy_directory(run_dir=run_dir, policy=policy) / f"ckpt-{round:06d}" / "manifest.json"
+    return json.loads(path.read_text())
 
 
 @pytest.mark.parametrize(("config_name", "overrides", "networks"), [

@@ -130,6 +130,13 @@ class Checkpointer:
         raise CheckpointError(f"no checkpoint in {self.directory} verifies")
 
 
+def saved_policies(*, run_dir: Path) -> list[str]:
+    """The policies of a run of several (``policies/<name>/checkpoints``: members, or a multi-agent run's
+    policies), sorted; empty for a run of one policy."""
+    policies = Path(run_dir) / "policies"
+    return sorted(p.name for p in policies.iterdir() if (p / "checkpoints").is_dir()) if policies.is_dir() else []
+
+
 def load_checkpoint(*, path: Path) -> CheckpointState:
     """Load and verify one checkpoint directory (or a ``checkpoints/`` dir: its latest)."""
     path = Path(path)

@@ -30,7 +30,7 @@ from nimbus.envs.make import make_env
 from nimbus.envs.normalize import RunningMeanStd
 from nimbus.errors import CheckpointError
 from nimbus.models.distributions import clip_action
-from nimbus.train.checkpoint import load_checkpoint
+from nimbus.train.checkpoint import load_checkpoint, saved_policies
 from nimbus.functions.obsnorm import normalize, rms_from_extras
 from nimbus.functions.weights import load_model
 
@@ -118,8 +118,10 @@ def evaluate_checkpoint(*, path: Path, episodes: int, seed: int = 12345, explore
                         video: bool = False) -> EvalResult:
     """Load the newest verified checkpoint under ``path`` (a run dir, checkpoints dir, or ckpt dir);
     ``video``: record the episodes into ``<run dir>/videos``."""
+    from nimbus.train.marl_checkpoint import is_multiagent
+
     state = load_checkpoint(path=path)
-    if state.config.get("train", {}).get("workflow") == "multiagent":
+    if is_multiagent(config=state.config):
         raise CheckpointError(f"{path} holds one policy of a multi-agent run: evaluate the run directory, whose "
                               "agents act together (train/marl_evaluate.py)")
     config = parse_config(data=state.config)
@@ -130,9 +132,9 @@ def evaluate_checkpoint(*, path: Path, episodes: int, seed: int = 12345, explore
 def member_directories(*, path: Path) -> list[Path]:
     """A run of several policies (``policies:``, ``pbt:``): each member's directory, ``policies/<name>``;
     empty for any other path."""
-    if (Path(path) / "checkpoints").is_dir() or not (Path(path) / "policies").is_dir():
+    if (Path(path) / "checkpoints").is_dir():
         return []
-    return sorted(p for p in (Path(path) / "policies").iterdir() if (p / "checkpoints").is_dir())
+    return [Path(path) / "policies" / name for name in saved_policies(run_dir=path)]
 
 
 def _run_dir(*, path: Path) -> Path:

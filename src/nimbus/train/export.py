@@ -80,10 +80,11 @@ class DeployedPolicy(nn.Module):
 
 def export_run(*, run_dir: Path, output: Path | None = None, fmt: str = "torchscript") -> Path:
     """Write the newest verified checkpoint's policy to ``output`` (default ``RUN_DIR/export/policy.pt|.onnx``)."""
-    if fmt not in FORMATS:
-        raise ConfigError(f"export format {fmt!r} is not supported; choose from {', '.join(FORMATS)}")
+    from nimbus.train.marl_checkpoint import is_multiagent
+
+    _check_format(fmt=fmt)
     state = load_checkpoint(path=run_dir)
-    if state.config.get("train", {}).get("workflow") == "multiagent":
+    if is_multiagent(config=state.config):
         raise CheckpointError(f"{run_dir} holds one policy of a multi-agent run: export the run directory, "
                               "which writes every policy in use")
     config = parse_config(data=state.config)
@@ -100,17 +101,13 @@ def export_marl_run(*, run_dir: Path, output_dir: Path | None = None, fmt: str =
     each (``<output_dir>/<policy>.pt|.onnx``, default ``RUN_DIR/export``); the metadata names its agents."""
     from nimbus.algos.marl import make_marl_algo
     from nimbus.train.marl import probe_agents
-    from nimbus.train.marl_checkpoint import MARL_KEY, load_policies
+    from nimbus.train.marl_checkpoint import load_run
 
-    if fmt not in FORMATS:
-        raise ConfigError(f"export format {fmt!r} is not supported; choose from {', '.join(FORMATS)}")
-    policies = sorted(p.name for p in (Path(run_dir) / "policies").iterdir() if (p / "checkpoints").is_dir())
-    states = load_policies(path=Path(run_dir), policies=policies)
-    any_state = next(iter(states.values()))
-    config = parse_config(data=any_state.config)
+    _check_format(fmt=fmt)
+    run = load_run(path=run_dir)
+    config, states, agent_policy = run.config, run.states, run.agent_policy
     algo = make_marl_algo(config=config.algo)
     _, spaces, _ = probe_agents(config=config)
-    agent_policy = any_state.extra[MARL_KEY]["agent_policy"]
     output_dir = Path(output_dir) if output_dir is not None else Path(run_dir) / "export"
     written = []
     for policy in sorted(set(agent_policy.values())):
@@ -125,6 +122,11 @@ def export_marl_run(*, run_dir: Path, output_dir: Path | None = None, fmt: str =
                      "policy_version": states[policy].policy_version})
         written.append(output)
     return written
+
+
+def _check_format(*, fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ConfigError(f"export format {fmt!r} is not supported; choose from {', '.join(FORMATS)}")
 
 
 def _write(*, deployed: DeployedPolicy, spaces: EnvSpaces, output: Path, fmt: str, meta: dict) -> None:

@@ -28,20 +28,44 @@ Example::
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nimbus.config import NimbusConfig, parse_config
 from nimbus.data.codec import Message
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.errors import CheckpointError
 from nimbus.functions.ma_value_learner import target_key
 from nimbus.functions.weights import optim_key, weights_key
-from nimbus.train.checkpoint import CheckpointState, Checkpointer, load_checkpoint
+from nimbus.train.checkpoint import CheckpointState, Checkpointer, load_checkpoint, saved_policies
 from nimbus.train.resume import progress_extra
 from nimbus.workflows.multiagent import MarlParts, MarlProgress, critic_key
 
 log = logging.getLogger(__name__)
 MARL_KEY = "marl"   # the manifest's extra["marl"]
+
+
+def is_multiagent(*, config: dict[str, Any]) -> bool:
+    """Whether a checkpoint's saved config (a plain dict) is a ``train.workflow: multiagent`` run's."""
+    return config.get("train", {}).get("workflow") == "multiagent"
+
+
+@dataclass(frozen=True)
+class MarlRun:
+    """A finished or stopped multi-agent run as ``nimbus eval`` and ``nimbus export`` read it."""
+
+    states: dict[str, CheckpointState]   # every policy's checkpoint of one round
+    config: NimbusConfig
+    agent_policy: dict[str, str]         # the map at that round
+
+
+def load_run(*, path: Path) -> MarlRun:
+    """Every policy of the run at ``path`` at the newest round they all hold (``load_policies``)."""
+    states = load_policies(path=Path(path), policies=saved_policies(run_dir=path))
+    any_state = next(iter(states.values()))
+    return MarlRun(states=states, config=parse_config(data=any_state.config),
+                   agent_policy=dict(any_state.extra[MARL_KEY]["agent_policy"]))
 
 
 def policy_directory(*, run_dir: Path, policy: str) -> Path:
@@ -67,6 +91,7 @@ def save_policies(*, parts: MarlParts, progress: MarlProgress, checkpointers: di
     """Each policy's newest networks and optimizer states, and the run's state (train/checkpoint.py: atomic)."""
     store = parts.shared.store
     extra = {**progress_extra(progress=progress), MARL_KEY: run_state(parts=parts, progress=progress)}
+    config = parts.config.model_dump(mode="json")
     for policy, checkpointer in checkpointers.items():
         version = progress.versions[policy]
         networks = {"target": _get(store=store, key=target_key(policy=policy, version=version))}
@@ -76,7 +101,7 @@ def save_policies(*, parts: MarlParts, progress: MarlProgress, checkpointers: di
             weights=store.get(key=weights_key(policy=policy, version=version)),
             optimizer=_get(store=store, key=optim_key(policy=policy, version=version)),
             policy_version=version, round=progress.rounds, env_steps=progress.env_steps, episodes=progress.episodes,
-            config=parts.config.model_dump(mode="json"), extra=extra,
+            config=config, extra=extra,
             parts={name: message for name, message in networks.items() if message is not None}))
 
 

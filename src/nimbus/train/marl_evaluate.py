@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from nimbus.algos.marl import make_marl_algo
-from nimbus.config import NimbusConfig, parse_config
+from nimbus.config import NimbusConfig
 from nimbus.data.codec import Message
 from nimbus.envs.parallel import agent_spaces, make_parallel_env
 from nimbus.functions.weights import load_model
-from nimbus.train.marl_checkpoint import MARL_KEY, load_policies
+from nimbus.train.marl_checkpoint import is_multiagent, load_run
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def is_multiagent_run(*, path: Path) -> bool:
     """Whether ``path`` is the directory of a ``train.workflow: multiagent`` run (its checkpoints' config)."""
     for manifest in sorted((Path(path) / "policies").glob("*/checkpoints/ckpt-*/manifest.json"))[:1]:
         try:
-            return json.loads(manifest.read_text())["config"]["train"]["workflow"] == "multiagent"
+            return is_multiagent(config=json.loads(manifest.read_text())["config"])
         except (OSError, ValueError, KeyError):
             return False
     return False
@@ -93,11 +93,7 @@ def is_multiagent_run(*, path: Path) -> bool:
 
 def evaluate_marl_run(*, path: Path, episodes: int, seed: int, explore: bool = False) -> MarlEvalResult:
     """The newest round every policy of the run at ``path`` has a checkpoint of, evaluated with the map it had."""
-    policies = sorted(p.name for p in (Path(path) / "policies").iterdir() if (p / "checkpoints").is_dir())
-    states = load_policies(path=Path(path), policies=policies)
-    any_state = next(iter(states.values()))
-    config = parse_config(data=any_state.config)
-    agent_policy = any_state.extra[MARL_KEY]["agent_policy"]
-    return evaluate_agents(config=config, algo=make_marl_algo(config=config.algo), agent_policy=agent_policy,
-                           weights={policy: states[policy].weights for policy in set(agent_policy.values())},
-                           episodes=episodes, seed=seed, explore=explore)
+    run = load_run(path=path)
+    return evaluate_agents(config=run.config, algo=make_marl_algo(config=run.config.algo),
+                           agent_policy=run.agent_policy, episodes=episodes, seed=seed, explore=explore,
+                           weights={policy: run.states[policy].weights for policy in set(run.agent_policy.values())})
