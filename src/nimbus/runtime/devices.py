@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from nimbus.runtime.base import FunctionSpec
 
 if TYPE_CHECKING:
-    from nimbus.config_devices import DevicesConfig
+    from nimbus.config.devices import DevicesConfig
 
 
 @dataclass

@@ -4,7 +4,7 @@
 either so that every request carries the headers every function needs (``_store``: the descriptor
 from which a function opens the run's Store, data/stores.py), whichever workflow sends it.
 
-Rules checked at config load (``nimbus.config_rules.check_cluster``; errors name the keys):
+Rules checked at config load (``nimbus.config.rules.check_cluster``; errors name the keys):
 
 * ``store.backend: ray`` needs ``runtime.backend: ray`` (only Ray workers reach the object store);
 * ``store.backend: shm`` lives on one machine: with ``runtime.backend: ray`` it needs

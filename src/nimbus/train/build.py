@@ -23,7 +23,7 @@ import torch
 from nimbus.algos.base import Algorithm, EnvSpaces
 from nimbus.algos.registry import make_algorithm
 from nimbus.config import FunctionConfig, NimbusConfig, dump_config
-from nimbus.config_rules import OFF_POLICY
+from nimbus.config.rules import OFF_POLICY
 from nimbus.control.base import ActorScaler
 from nimbus.control.config import make_scaler
 from nimbus.cost.ledger import Ledger
@@ -111,7 +111,7 @@ def function_spec(*, name: str, entrypoint: str, kind: str, function: FunctionCo
 
 
 def role_spec(*, config: NimbusConfig, role: str, entrypoint: str) -> FunctionSpec:
-    """The FunctionSpec of one function role (``functions.<role>`` in the config, config.py ROLES). Named by
+    """The FunctionSpec of one function role (``functions.<role>`` in the config, config/sections.py ROLES). Named by
     role, not policy: the policies of a run share warm workers (caches are keyed by policy and version)."""
     return function_spec(name=role, entrypoint=entrypoint, kind=role, function=config.role_function(role=role))
 

@@ -5,7 +5,7 @@
 IMPALA) and the ``async_workflow`` section into a frozen ``ReplayPlan``; ``make_replay(plan=...)``
 builds the matching replay strategy (Uniform, Prioritized, NStep over either, or FIFO). This is the
 one place that dispatches on the algorithm's config type, so the workflow itself has no
-algorithm-specific code. The config rules of the two workflows are ``config_rules.check_workflow``.
+algorithm-specific code. The config rules of the two workflows are ``config.rules.check_workflow``.
 
 Example::
 
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.sac.config import SACConfig
-from nimbus.config_rules import OFF_POLICY
+from nimbus.config.rules import OFF_POLICY
 from nimbus.data.fragment_replay import FIFO, Circular
 from nimbus.data.replay import NStep, Prioritized, Uniform
 from nimbus.errors import ConfigError

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from nimbus.config_marless import MarlessConfig
+from nimbus.config.marless import MarlessConfig
 from nimbus.control.marless_scaling import MarlessActorScaler, actor_count, scaling_ratio
 
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from nimbus.config_marless import MarlessConfig
+from nimbus.config.marless import MarlessConfig
 from nimbus.control.sharing import (PerformanceDetector, SharingController, base_agent, group_agents,
                                     least_squares_slope, num_groups, similarity)
 

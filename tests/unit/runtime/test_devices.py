@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from nimbus.config_devices import DevicesConfig
+from nimbus.config.devices import DevicesConfig
 from nimbus.data.codec import Message
 from nimbus.runtime.base import FunctionSpec, Resources
 from nimbus.runtime.devices import DevicePool, device_pool, pool_devices

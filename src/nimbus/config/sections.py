@@ -1,33 +1,22 @@
-"""Run configuration: YAML → frozen, validated models; errors name the key path.
+"""The run config's sections: one frozen model per top-level key but the algorithm and the techniques'.
 
 Every section is a frozen pydantic model with ``extra="forbid"``, so an unknown or misspelled key is
-rejected before anything starts. Each component receives only its own section; the resolved config
-is saved with the run as ``config.yaml``.
-
-Example::
-
-    config = load_config(path=Path("configs/ppo-cartpole.yaml"), overrides=["train.total_env_steps=20000"])
-    config.algo.lr, config.actors.scaling.kind
+rejected before anything starts; a sub-section given in part keeps its section's defaults (``Section``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_core import PydanticUndefined
 
-from nimbus.algos.registry import AlgoConfig
 from nimbus.control.config import ScalingConfig
-from nimbus.control.population_config import PBTConfig, PolicyConfig, check_population
-from nimbus.config_rules import check_cluster, check_evaluation, check_pipeline, check_workflow
-from nimbus.errors import ConfigError
-from nimbus.config_async import AsyncWorkflowConfig
-from nimbus.config_marless import MarlessConfig
-from nimbus.config_stellaris import StellarisConfig
-from nimbus.config_devices import DevicesConfig, PrewarmConfig
+
+
+def _default_scaling() -> ScalingConfig:
+    from nimbus.control.config import FixedScalingConfig
+    return FixedScalingConfig(kind="fixed", num_actors=2)
 
 
 class Section(BaseModel):
@@ -265,171 +254,3 @@ class OutputConfig(Section):
     """live status line on stderr"""
 
 
-class NimbusConfig(Section):
-    name: str = Field(default="run", pattern=r"^[A-Za-z0-9_.-]+$")
-    """run name, the prefix of the run directory"""
-    seed: int = Field(default=0, ge=0)
-    """seeds envs, policy sampling and minibatch order (same seed: same run, on CPU in sync mode)"""
-    env: EnvConfig = Field(default_factory=EnvConfig)
-    algo: AlgoConfig
-    actors: ActorsConfig = Field(default_factory=ActorsConfig)
-    learner: LearnerConfig = Field(default_factory=LearnerConfig)
-    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
-    store: StoreConfig = Field(default_factory=StoreConfig)
-    channel: ChannelConfig = Field(default_factory=ChannelConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    cost: CostConfig = Field(default_factory=CostConfig)
-    output: OutputConfig = Field(default_factory=OutputConfig)
-    async_workflow: AsyncWorkflowConfig = Field(default_factory=AsyncWorkflowConfig)
-    stellaris: StellarisConfig = Field(default_factory=StellarisConfig)
-    marl: MarlessConfig = Field(default_factory=MarlessConfig)
-    """MARLess learner sharing and actor scaling (``train.workflow: multiagent``; docs/marless.md)"""
-    """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
-    devices: DevicesConfig = Field(default_factory=DevicesConfig)
-    """ARTOS's on-demand device pool for learner-side functions (config_devices.py)"""
-    prewarm: PrewarmConfig = Field(default_factory=PrewarmConfig)
-    """ARTOS's workload monitor: pre-warm actors during the learner's update (config_devices.py)"""
-    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
-    """ARTOS's pipelines and Stellaris's loader for sync PPO, off by default (functions/pipeline.py, docs/dataplane.md)"""
-    functions: FunctionsConfig = Field(default_factory=FunctionsConfig)
-    """resources, timeout and retries per function role"""
-    policies: list[PolicyConfig] = Field(default_factory=list)
-    """several named policies in one run (empty: one policy, main); see train/population.py"""
-    pbt: PBTConfig | None = None
-    """population-based training over generated members (docs/pbt.md)"""
-
-    def role_function(self, *, role: str) -> FunctionConfig:
-        """The resources of one function role (``functions.<role>``; actor and learner default to their sections)."""
-        if role not in ROLES:
-            raise KeyError(f"unknown function role {role!r} (roles: {', '.join(ROLES)})")
-        configured = getattr(self.functions, role)
-        if configured is not None:
-            return configured
-        return self.actors.function if role == "actor" else self.learner.function
-
-    @model_validator(mode="after")
-    def _check_population(self) -> "NimbusConfig":
-        check_population(algo=self.algo, policies=self.policies, pbt=self.pbt, workflow=self.train.workflow,
-                         pipelined=self.pipeline.minibatch or self.pipeline.dual_stage,
-                         exact_resume=self.train.exact_resume)
-        return self
-
-    @model_validator(mode="after")
-    def _check_pipeline(self) -> "NimbusConfig":
-        check_pipeline(config=self)
-        return self
-
-    @model_validator(mode="after")
-    def _check_workflow(self) -> "NimbusConfig":
-        check_workflow(config=self)
-        return self
-
-    @model_validator(mode="after")
-    def _check_evaluation(self) -> "NimbusConfig":
-        check_evaluation(config=self)
-        return self
-
-    @model_validator(mode="after")
-    def _check_cluster(self) -> "NimbusConfig":
-        check_cluster(runtime=self.runtime, store=self.store)
-        if self.actors.preregister and self.runtime.backend != "local":
-            raise ValueError("actors.preregister needs runtime.backend: local (Ray actors cannot be stopped)")
-        return self
-
-    @model_validator(mode="after")
-    def _check_batch(self) -> "NimbusConfig":
-        minibatch = getattr(self.algo, "minibatch_size", None)
-        rows = self.env.num_envs_per_actor * self.actors.fragment_steps
-        if minibatch is not None and minibatch > rows * _min_actors(self.actors.scaling):
-            raise ValueError(f"algo.minibatch_size ({minibatch}) exceeds the rows of one round "
-                             f"({rows} per actor × {_min_actors(self.actors.scaling)} actors)")
-        return self
-
-
-def _default_scaling() -> ScalingConfig:
-    from nimbus.control.config import FixedScalingConfig
-    return FixedScalingConfig(kind="fixed", num_actors=2)
-
-
-def _min_actors(scaling: Any) -> int:
-    for name in ("num_actors", "min_actors", "initial_actors", "max_actors"):
-        if hasattr(scaling, name):
-            return int(getattr(scaling, name))
-    return 1
-
-
-def _union_tags() -> set[str]:
-    """Discriminator values pydantic inserts into error locations of tagged unions (dropped for users)."""
-    tags: set[str] = set()
-    for union in (AlgoConfig, ScalingConfig):
-        inner = union.__args__[0] if hasattr(union, "__metadata__") else union
-        for member in getattr(inner, "__args__", (inner,)):
-            for field_name in ("name", "kind"):
-                field = getattr(member, "model_fields", {}).get(field_name)
-                if field is not None and field.default is not None:
-                    tags.add(str(field.default))
-    return tags
-
-
-def format_validation_error(error: ValidationError) -> str:
-    """One line per problem: ``key.path: message``."""
-    tags = _union_tags()
-    lines = []
-    for item in error.errors():
-        loc = [str(part) for i, part in enumerate(item["loc"])
-               if not (i > 0 and isinstance(part, str) and part in tags)]
-        path = ".".join(loc) or "<root>"
-        message = item["msg"].replace("Extra inputs are not permitted", "unknown key")
-        lines.append(f"{path}: {message}")
-    return "\n".join(lines)
-
-
-def apply_overrides(*, data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``key.path=value`` overrides (values parsed as YAML) to a nested dict, returning a copy."""
-    result = yaml.safe_load(yaml.safe_dump(data)) or {}
-    for override in overrides:
-        if "=" not in override:
-            raise ConfigError(f"override {override!r}: expected key.path=value")
-        path, raw = override.split("=", 1)
-        keys = path.strip().split(".")
-        node = result
-        for key in keys[:-1]:
-            child = node.setdefault(key, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"{path}: {key!r} is not a section")
-            node = child
-        try:
-            node[keys[-1]] = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: value {raw!r} is not valid YAML ({exc})") from exc
-    return result
-
-
-def parse_config(*, data: dict[str, Any]) -> NimbusConfig:
-    try:
-        return NimbusConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError("invalid config:\n" + format_validation_error(exc)) from None
-
-
-def load_config(*, path: Path, overrides: list[str] | None = None) -> NimbusConfig:
-    """Read, override and validate a YAML config. Raises ConfigError naming the key path."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    return parse_config(data=apply_overrides(data=data, overrides=overrides or []))
-
-
-def dump_config(*, config: NimbusConfig) -> str:
-    """The resolved config as YAML (every default spelled out), as saved with a run."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
-
-
-__all__ = ["NimbusConfig", "load_config", "parse_config", "dump_config", "apply_overrides",
-           "EnvConfig", "FunctionConfig", "ActorsConfig", "LearnerConfig", "RuntimeConfig",
-           "StoreConfig", "ChannelConfig", "PipelineConfig", "TrainConfig", "CostConfig", "OutputConfig", "Union", "Annotated"]

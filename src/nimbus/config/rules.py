@@ -1,6 +1,6 @@
 """The config's cross-section rules, as data checks: ``NimbusConfig`` runs them at load time.
 
-They read only config values (no runtime, workflow or function code), so ``config.py`` stays the
+They read only config values (no runtime, workflow or function code), so ``nimbus.config`` stays the
 lowest layer: a rule that names a workflow's, the pipelines' or a backend's constraints lives here,
 and the module it describes imports it from here.
 

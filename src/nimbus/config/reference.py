@@ -1,6 +1,6 @@
 """The README's config reference, generated from the validated models.
 
-``python -m nimbus.config_reference`` prints it; ``--write README.md`` updates the README in place.
+``python -m nimbus.config.reference`` prints it; ``--write README.md`` updates the README in place.
 
 A test compares the README's reference block with this output, so a new config key cannot ship
 undocumented.

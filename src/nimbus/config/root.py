@@ -1,0 +1,110 @@
+"""The whole run config: ``NimbusConfig``, its sections and the checks that span several of them.
+
+Each component receives only its own section; the resolved config is saved with the run as ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from nimbus.algos.registry import AlgoConfig
+from nimbus.config.async_workflow import AsyncWorkflowConfig
+from nimbus.config.devices import DevicesConfig, PrewarmConfig
+from nimbus.config.marless import MarlessConfig
+from nimbus.config.rules import check_cluster, check_evaluation, check_pipeline, check_workflow
+from nimbus.config.sections import (ActorsConfig, ChannelConfig, CostConfig, EnvConfig, FunctionConfig,
+                                    FunctionsConfig, LearnerConfig, OutputConfig, PipelineConfig, ROLES,
+                                    RuntimeConfig, Section, StoreConfig, TrainConfig)
+from nimbus.config.stellaris import StellarisConfig
+from nimbus.control.population_config import PBTConfig, PolicyConfig, check_population
+
+
+class NimbusConfig(Section):
+    name: str = Field(default="run", pattern=r"^[A-Za-z0-9_.-]+$")
+    """run name, the prefix of the run directory"""
+    seed: int = Field(default=0, ge=0)
+    """seeds envs, policy sampling and minibatch order (same seed: same run, on CPU in sync mode)"""
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    algo: AlgoConfig
+    actors: ActorsConfig = Field(default_factory=ActorsConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    channel: ChannelConfig = Field(default_factory=ChannelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    cost: CostConfig = Field(default_factory=CostConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    async_workflow: AsyncWorkflowConfig = Field(default_factory=AsyncWorkflowConfig)
+    stellaris: StellarisConfig = Field(default_factory=StellarisConfig)
+    marl: MarlessConfig = Field(default_factory=MarlessConfig)
+    """MARLess learner sharing and actor scaling (``train.workflow: multiagent``; docs/marless.md)"""
+    """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
+    devices: DevicesConfig = Field(default_factory=DevicesConfig)
+    """ARTOS's on-demand device pool for learner-side functions (config/devices.py)"""
+    prewarm: PrewarmConfig = Field(default_factory=PrewarmConfig)
+    """ARTOS's workload monitor: pre-warm actors during the learner's update (config/devices.py)"""
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+    """ARTOS's pipelines and Stellaris's loader for sync PPO, off by default (functions/pipeline.py, docs/dataplane.md)"""
+    functions: FunctionsConfig = Field(default_factory=FunctionsConfig)
+    """resources, timeout and retries per function role"""
+    policies: list[PolicyConfig] = Field(default_factory=list)
+    """several named policies in one run (empty: one policy, main); see train/population.py"""
+    pbt: PBTConfig | None = None
+    """population-based training over generated members (docs/pbt.md)"""
+
+    def role_function(self, *, role: str) -> FunctionConfig:
+        """The resources of one function role (``functions.<role>``; actor and learner default to their sections)."""
+        if role not in ROLES:
+            raise KeyError(f"unknown function role {role!r} (roles: {', '.join(ROLES)})")
+        configured = getattr(self.functions, role)
+        if configured is not None:
+            return configured
+        return self.actors.function if role == "actor" else self.learner.function
+
+    @model_validator(mode="after")
+    def _check_population(self) -> "NimbusConfig":
+        check_population(algo=self.algo, policies=self.policies, pbt=self.pbt, workflow=self.train.workflow,
+                         pipelined=self.pipeline.minibatch or self.pipeline.dual_stage,
+                         exact_resume=self.train.exact_resume)
+        return self
+
+    @model_validator(mode="after")
+    def _check_pipeline(self) -> "NimbusConfig":
+        check_pipeline(config=self)
+        return self
+
+    @model_validator(mode="after")
+    def _check_workflow(self) -> "NimbusConfig":
+        check_workflow(config=self)
+        return self
+
+    @model_validator(mode="after")
+    def _check_evaluation(self) -> "NimbusConfig":
+        check_evaluation(config=self)
+        return self
+
+    @model_validator(mode="after")
+    def _check_cluster(self) -> "NimbusConfig":
+        check_cluster(runtime=self.runtime, store=self.store)
+        if self.actors.preregister and self.runtime.backend != "local":
+            raise ValueError("actors.preregister needs runtime.backend: local (Ray actors cannot be stopped)")
+        return self
+
+    @model_validator(mode="after")
+    def _check_batch(self) -> "NimbusConfig":
+        minibatch = getattr(self.algo, "minibatch_size", None)
+        rows = self.env.num_envs_per_actor * self.actors.fragment_steps
+        if minibatch is not None and minibatch > rows * _min_actors(self.actors.scaling):
+            raise ValueError(f"algo.minibatch_size ({minibatch}) exceeds the rows of one round "
+                             f"({rows} per actor × {_min_actors(self.actors.scaling)} actors)")
+        return self
+
+
+def _min_actors(scaling: Any) -> int:
+    for name in ("num_actors", "min_actors", "initial_actors", "max_actors"):
+        if hasattr(scaling, name):
+            return int(getattr(scaling, name))
+    return 1
+
