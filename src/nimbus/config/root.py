@@ -37,10 +37,10 @@ class NimbusConfig(Section):
     cost: CostConfig = Field(default_factory=CostConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     async_workflow: AsyncWorkflowConfig = Field(default_factory=AsyncWorkflowConfig)
+    """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
     stellaris: StellarisConfig = Field(default_factory=StellarisConfig)
     marl: MarlessConfig = Field(default_factory=MarlessConfig)
     """MARLess learner sharing and actor scaling (``train.workflow: multiagent``; docs/marless.md)"""
-    """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
     """ARTOS's on-demand device pool for learner-side functions (config/devices.py)"""
     prewarm: PrewarmConfig = Field(default_factory=PrewarmConfig)
