@@ -98,7 +98,8 @@ def _first_line(doc: str | None) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    """One table cell: a docstring's lines joined (a newline would end the row), pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def _settings(instance: BaseModel) -> str:

@@ -27,18 +27,29 @@ class NimbusConfig(Section):
     seed: int = Field(default=0, ge=0)
     """seeds envs, policy sampling and minibatch order (same seed: same run, on CPU in sync mode)"""
     env: EnvConfig = Field(default_factory=EnvConfig)
+    """the environment every actor builds"""
     algo: AlgoConfig
+    """the algorithm and its hyperparameters; ``name`` picks the member"""
     actors: ActorsConfig = Field(default_factory=ActorsConfig)
+    """the actor functions: how many (``scaling``), how much each collects, their resources"""
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    """the learner function: device, threads, resources"""
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    """where functions run: local worker processes or a Ray cluster, warm pool and retries"""
     store: StoreConfig = Field(default_factory=StoreConfig)
+    """where weights and batches live between functions: shared memory, Redis or Ray's object store"""
     channel: ChannelConfig = Field(default_factory=ChannelConfig)
+    """how messages between the driver and its local workers are framed: inline size, LZ4 threshold"""
     train: TrainConfig = Field(default_factory=TrainConfig)
+    """the run: workflow, length, evaluation, checkpoints, resume"""
     cost: CostConfig = Field(default_factory=CostConfig)
+    """the prices each function invocation is billed at"""
     output: OutputConfig = Field(default_factory=OutputConfig)
+    """the run directory, TensorBoard, report and status line"""
     async_workflow: AsyncWorkflowConfig = Field(default_factory=AsyncWorkflowConfig)
     """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
     stellaris: StellarisConfig = Field(default_factory=StellarisConfig)
+    """Stellaris's asynchronous learners, staleness-aware aggregation and IS truncation (docs/stellaris.md)"""
     marl: MarlessConfig = Field(default_factory=MarlessConfig)
     """MARLess learner sharing and actor scaling (``train.workflow: multiagent``; docs/marless.md)"""
     devices: DevicesConfig = Field(default_factory=DevicesConfig)

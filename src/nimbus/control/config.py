@@ -27,7 +27,7 @@ MAX_ACTORS = 100_000
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 def _not_below(value: int, info: ValidationInfo, *, lower_field: str) -> int:
@@ -39,32 +39,47 @@ def _not_below(value: int, info: ValidationInfo, *, lower_field: str) -> int:
 
 
 class FixedScalingConfig(_Frozen):
+    """A fixed number of actor functions every round."""
+
     kind: Literal["fixed"] = "fixed"
+    """the scaler: fixed"""
     num_actors: int = Field(ge=1, le=MAX_ACTORS)
+    """actor functions per round"""
 
 
 class HessianProbeConfig(_Frozen):
     """How the trainer probes the Hessian each round (``nimbus.analysis.hessian.extreme_eigenvalues``)."""
 
-    # rows of the round's batch the objective is evaluated on; null: the whole batch. A subset adds its own
-    # noise to R (interquartile range 30-60 % of R at 256-2048 of 4096 rows, 0 on the whole batch: docs/nitro.md)
     subset_size: int | None = Field(default=None, ge=1)
+    """rows of the round's batch the objective is evaluated on (null: the whole batch). A subset adds its own
+    noise to R (interquartile range 30-60 % of R at 256-2048 of 4096 rows, 0 on the whole batch: docs/nitro.md)"""
     max_iterations: int = Field(default=100, ge=3)    # Lanczos steps (HVPs); ~100 is the authors' setting
-    tolerance: float = Field(default=1e-3, gt=0.0)    # ARPACK relative accuracy
+    """Lanczos steps (Hessian-vector products); ~100 is the authors' setting"""
+    tolerance: float = Field(default=1e-3, gt=0.0)
+    """ARPACK relative accuracy of the extreme eigenvalues"""
 
 
 class NitroScalingConfig(_Frozen):
     """Nitro (paper 002, §5.3). ``variant="authors_code"`` reproduces the public code (DESIGN §3)."""
 
     kind: Literal["nitro"] = "nitro"
+    """the scaler: nitro"""
     min_actors: int = Field(default=8, ge=1, le=MAX_ACTORS)
+    """I_min: actors in a round without evidence for boosting"""
     max_actors: int = Field(default=64, ge=1, le=MAX_ACTORS)
-    window: int = Field(default=6, ge=2)              # a window of one value has no min-max spread
-    decay: float = Field(default=0.96, gt=0.0, le=1.0)   # d = 1 turns the decay off (an ablation)
+    """I_max: actors in the most boostable round"""
+    window: int = Field(default=6, ge=2)
+    """n: the last n valid R values a round's score is ranked in (at least 2: one value has no spread)"""
+    decay: float = Field(default=0.96, gt=0.0, le=1.0)
+    """d: the score is multiplied by d^k at round k (1 turns the decay off, an ablation)"""
     budget_usd: float | None = Field(default=None, gt=0.0)
-    on_budget: Literal["stop", "min"] = "stop"       # stop: end the run once spent (the paper, §4); min: I_min on
+    """the run's budget in dollars (null: none)"""
+    on_budget: Literal["stop", "min"] = "stop"
+    """once the budget is spent: stop ends the run (the paper, §4), min goes on at min_actors"""
     variant: Literal["paper", "authors_code"] = "paper"
+    """paper (§5.3), or authors_code: the public code's arithmetic (docs/nitro.md)"""
     hessian: HessianProbeConfig = HessianProbeConfig()
+    """how each round's Hessian is probed"""
 
     @field_validator("max_actors")
     @classmethod
@@ -76,9 +91,13 @@ class HydrozoaScalingConfig(_Frozen):
     """Hydrozoa baseline: double the actors every ``double_every_rounds`` rounds, up to ``max_actors``."""
 
     kind: Literal["hydrozoa"] = "hydrozoa"
+    """the scaler: hydrozoa"""
     initial_actors: int = Field(ge=1, le=MAX_ACTORS)
+    """actors in round 0"""
     max_actors: int = Field(ge=1, le=MAX_ACTORS)
+    """the most actors the doubling reaches"""
     double_every_rounds: int = Field(ge=1)
+    """rounds between doublings"""
 
     @field_validator("max_actors")
     @classmethod
@@ -87,8 +106,12 @@ class HydrozoaScalingConfig(_Frozen):
 
 
 class MaxScalingConfig(_Frozen):
+    """Always ``max_actors`` actor functions (Nitro's upper-bound baseline)."""
+
     kind: Literal["max"] = "max"
+    """the scaler: max"""
     max_actors: int = Field(ge=1, le=MAX_ACTORS)
+    """actor functions every round"""
 
 
 ScalingConfig = Annotated[

@@ -12,32 +12,56 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class DQNConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """DQN with double-Q targets, n-step returns and optional prioritized replay."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True, extra="forbid")
 
     name: Literal["dqn"] = "dqn"
+    """the algorithm: dqn"""
     lr: float = Field(2.3e-3, gt=0)
+    """Adam learning rate"""
     gamma: float = Field(0.99, ge=0, le=1)
-    n_step: int = Field(1, ge=1)                         # the replay computes returns_n / discount_n
-    buffer_capacity: int = Field(100_000, ge=1)          # transitions
+    """discount factor γ"""
+    n_step: int = Field(1, ge=1)
+    """n-step returns: the replay computes returns_n / discount_n over up to n steps"""
+    buffer_capacity: int = Field(100_000, ge=1)
+    """replay capacity in transitions (the oldest are overwritten)"""
     batch_size: int = Field(64, ge=1)
-    learning_starts: int = Field(1_000, ge=0)            # env steps before the first gradient step
-    train_freq: int = Field(256, ge=1)                   # env steps between training phases
-    gradient_steps: int = Field(128, ge=1)               # gradient steps per training phase
+    """transitions per gradient step"""
+    learning_starts: int = Field(1_000, ge=0)
+    """env steps collected before the first gradient step"""
+    train_freq: int = Field(256, ge=1)
+    """env steps between training phases"""
+    gradient_steps: int = Field(128, ge=1)
+    """gradient steps per training phase"""
     # Hard copy (tau = 1) or Polyak average every this many *gradient steps*. SB3 counts env steps;
     # rl-zoo's CartPole 10 env steps inside a 256-step rollout amounts to one copy per training phase.
     target_update_interval: int = Field(128, ge=1)
+    """gradient steps between target updates (SB3 counts env steps)"""
     tau: float = Field(1.0, gt=0, le=1)
-    exploration_fraction: float = Field(0.16, ge=0, le=1)  # of the run's total env steps
+    """target update: 1 copies the online network, < 1 is a Polyak average"""
+    exploration_fraction: float = Field(0.16, ge=0, le=1)
+    """fraction of train.total_env_steps over which ε decays linearly"""
     exploration_initial_eps: float = Field(1.0, ge=0, le=1)
+    """ε at the start"""
     exploration_final_eps: float = Field(0.04, ge=0, le=1)
+    """ε after the decay"""
     double_q: bool = True
-    huber_delta: float = Field(1.0, gt=0)                # SB3's smooth_l1 (beta = 1)
-    max_grad_norm: float | None = Field(10.0, gt=0)      # None disables clipping
+    """double DQN targets: the online network picks a*, the target network values it"""
+    huber_delta: float = Field(1.0, gt=0)
+    """Huber loss δ (SB3's smooth_l1 with β = 1)"""
+    max_grad_norm: float | None = Field(10.0, gt=0)
+    """gradient-norm clip (None: no clipping)"""
     prioritized: bool = False
+    """prioritized replay (Schaul et al. 2016) instead of uniform"""
     per_alpha: float = Field(0.6, ge=0)
-    per_beta0: float = Field(0.4, ge=0, le=1)            # annealed linearly to 1 over the run
-    per_eps: float = Field(1e-6, gt=0)                   # priority = (|td| + eps) ** alpha
-    hidden_sizes: tuple[int, ...] = (256, 256)           # MLP torso; image observations use NatureCNN
+    """PER α: priority exponent"""
+    per_beta0: float = Field(0.4, ge=0, le=1)
+    """PER β at the start, annealed linearly to 1 over the run"""
+    per_eps: float = Field(1e-6, gt=0)
+    """PER ε: priority = (|td| + ε) ** α"""
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    """MLP widths of the Q-network; image observations use a NatureCNN torso"""
     model: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*[:.][A-Za-z_][\w.]*$",
                               description="your torch module instead of the built-in network, pkg.module:Class "
                                           "(README: custom models)")

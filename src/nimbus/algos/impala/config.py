@@ -21,28 +21,49 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class ImpalaConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """IMPALA (V-trace, Espeholt et al. 2018) or IMPACT (Luo et al. 2020): asynchronous actor-critic."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True, extra="forbid")
 
     name: Literal["impala"] = "impala"
+    """the algorithm: impala"""
     variant: Literal["impala", "impact"] = "impala"
+    """impala (V-trace actor-critic) or impact (clipped surrogate against a target network, circular buffer)"""
     lr: float = Field(5e-4, gt=0)
+    """learning rate"""
     gamma: float = Field(0.99, ge=0, le=1)
-    rollout_length: int = Field(50, ge=1)          # T: env steps per actor fragment = rows per time-major column
-    rho_bar: float = Field(1.0, gt=0)              # V-trace ρ̄ (also truncates the pg importance weight)
-    c_bar: float = Field(1.0, gt=0)                # V-trace c̄
-    vf_coef: float = Field(1.0, ge=0)              # × 0.5·(v − V)²
+    """discount factor γ"""
+    rollout_length: int = Field(50, ge=1)
+    """T: env steps per actor fragment, the rows of one time-major column"""
+    rho_bar: float = Field(1.0, gt=0)
+    """V-trace ρ̄ (also truncates the policy-gradient importance weight)"""
+    c_bar: float = Field(1.0, gt=0)
+    """V-trace c̄"""
+    vf_coef: float = Field(1.0, ge=0)
+    """value loss coefficient, × ½·(v − V)²"""
     ent_coef: float = Field(0.01, ge=0)
+    """entropy bonus coefficient"""
     max_grad_norm: float | None = Field(40.0, gt=0)
+    """gradient-norm clip (None: no clipping)"""
     # IMPACT only: clipped surrogate over π/π_target, target network refresh (gradient steps, τ)
     clip_param: float = Field(0.4, gt=0)
-    is_ratio_clip: float = Field(2.0, gt=0)        # RLlib clamps μ/π_target to [0, 2]
-    target_update_interval: int = Field(4, ge=1)     # N learner steps (one gradient step each)
+    """IMPACT: surrogate clip ε over π/π_target"""
+    is_ratio_clip: float = Field(2.0, gt=0)
+    """IMPACT: μ/π_target is clamped to [0, this] (RLlib: 2)"""
+    target_update_interval: int = Field(4, ge=1)
+    """IMPACT: N, learner steps (one gradient step each) between target refreshes"""
     target_tau: float = Field(1.0, gt=0, le=1)
+    """IMPACT: target refresh, 1 copies π, < 1 is a Polyak average"""
     kl_coeff: float = Field(0.0, ge=0)
-    circular_buffer_replays: int = Field(2, ge=1)    # K: each FIFO batch is learned on K times
-    circular_buffer_batches: int = Field(4, ge=1)    # batches held; the learner takes them round-robin
-    hidden_sizes: tuple[int, ...] = (256, 256)     # ActorCritic MLPs; uint8 image obs use a NatureCNN
+    """IMPACT: coefficient of an added KL(π_target ‖ π) loss (RLlib use_kl_loss; 0: off)"""
+    circular_buffer_replays: int = Field(2, ge=1)
+    """IMPACT: K, times each FIFO batch is learned on"""
+    circular_buffer_batches: int = Field(4, ge=1)
+    """IMPACT: batches the circular buffer holds; the learner takes them round-robin"""
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    """MLP widths of the actor-critic; uint8 image observations use a NatureCNN"""
     activation: Literal["tanh", "relu"] = "tanh"
+    """MLP activation"""
 
     @model_validator(mode="after")
     def _impact_differs_from_impala(self) -> "ImpalaConfig":

@@ -22,7 +22,7 @@ Schedule = Literal["constant", "linear"]
 class MarlPPOConfig(BaseModel):
     """The fields IPPO and MAPPO share."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     gamma: float = Field(default=0.99, gt=0.0, le=1.0)
     """Discount factor."""

@@ -40,7 +40,7 @@ class ValueConfigBase(BaseModel):
     γ 0.99, 64-unit hidden layers, ε 1 → 0.05, hard target copy every 200 updates), with DQN's Huber
     loss and gradient-norm clip (algos/dqn/config.py)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     lr: float = Field(5e-4, gt=0)
     """Adam learning rate."""
@@ -88,8 +88,10 @@ class ValueConfigBase(BaseModel):
 
 
 class IQLConfig(ValueConfigBase):
-    name: Literal["iql"] = "iql"
     """Independent Q-learning: one DQN per policy on its own agents' transitions."""
+
+    name: Literal["iql"] = "iql"
+    """The algorithm."""
 
 
 class QPolicy(nn.Module):

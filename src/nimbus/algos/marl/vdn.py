@@ -22,8 +22,10 @@ from nimbus.algos.marl.iql import ValueAlgorithm, ValueConfigBase
 
 
 class VDNConfig(ValueConfigBase):
-    name: Literal["vdn"] = "vdn"
     """Value decomposition: Q_tot = Σ over the team's agents of their Q values, one TD loss."""
+
+    name: Literal["vdn"] = "vdn"
+    """The algorithm."""
 
 
 class VDN(ValueAlgorithm):

@@ -15,27 +15,48 @@ Schedule = Literal["constant", "linear"]
 
 
 class PPOConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """PPO (Schulman et al. 2017) with GAE."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True, extra="forbid")
 
     name: Literal["ppo"] = "ppo"
+    """the algorithm: ppo"""
     gamma: float = Field(default=0.99, gt=0.0, le=1.0)
+    """discount factor γ"""
     gae_lambda: float = Field(default=0.95, ge=0.0, le=1.0)
+    """GAE λ (1: Monte-Carlo returns, 0: one-step TD)"""
     clip_coef: float = Field(default=0.2, gt=0.0)
-    clip_schedule: Schedule = "constant"  # linear: clip_coef · (1 − progress)
+    """surrogate clip ε: the ratio π/π_old is clipped to [1 − ε, 1 + ε]"""
+    clip_schedule: Schedule = "constant"
+    """constant, or linear: clip_coef · (1 − progress) over the run's env steps"""
     lr: float = Field(default=3e-4, gt=0.0)
-    lr_schedule: Schedule = "constant"  # linear: lr · (1 − progress)
+    """Adam learning rate"""
+    lr_schedule: Schedule = "constant"
+    """constant, or linear: lr · (1 − progress) over the run's env steps"""
     num_epochs: int = Field(default=10, gt=0)
+    """passes over each round's batch"""
     minibatch_size: int = Field(default=64, gt=0)
+    """rows per gradient step (at most the rows of one round)"""
     ent_coef: float = Field(default=0.0, ge=0.0)
+    """entropy bonus coefficient"""
     vf_coef: float = Field(default=0.5, ge=0.0)
-    vf_clip: float | None = Field(default=None, gt=0.0)  # None: unclipped value loss
+    """value loss coefficient"""
+    vf_clip: float | None = Field(default=None, gt=0.0)
+    """clip the value loss around the old values by ± this (None: unclipped, as SB3)"""
     max_grad_norm: float = Field(default=0.5, gt=0.0)
-    normalize_advantages: bool = True  # per minibatch, as CleanRL
-    target_kl: float | None = Field(default=None, gt=0.0)  # stop the epochs once approx_kl exceeds it
+    """global gradient-norm clip"""
+    normalize_advantages: bool = True
+    """normalise advantages per minibatch (as CleanRL)"""
+    target_kl: float | None = Field(default=None, gt=0.0)
+    """stop the epochs once approx_kl exceeds it (None: always run num_epochs)"""
     hidden_sizes: tuple[int, ...] = (64, 64)
+    """MLP widths of the actor and the critic; image observations use a NatureCNN torso"""
     activation: Literal["tanh", "relu"] = "tanh"
-    normalize_obs: bool = False  # running mean/std of observations (nimbus.envs.normalize), applied by the actor
+    """MLP activation"""
+    normalize_obs: bool = False
+    """running mean/std normalisation of observations, updated and applied by the actors"""
     adam_eps: float = Field(default=1e-5, gt=0.0)
+    """Adam ε"""
     model: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*[:.][A-Za-z_][\w.]*$",
                               description="your torch module instead of the built-in network, pkg.module:Class "
                                           "(README: custom models)")

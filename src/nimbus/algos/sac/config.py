@@ -14,22 +14,38 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class SACConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """SAC (Haarnoja et al. 2018) with twin critics; the entropy coefficient α is learned by default."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True, extra="forbid")
 
     name: Literal["sac"] = "sac"
-    lr: float = Field(1e-3, gt=0)                  # actor, critic and α (SB3 shares one)
+    """the algorithm: sac"""
+    lr: float = Field(1e-3, gt=0)
+    """Adam learning rate of the actor, the critics and α (SB3 shares one)"""
     gamma: float = Field(0.99, ge=0, le=1)
-    buffer_capacity: int = Field(1_000_000, ge=1)  # transitions
+    """discount factor γ"""
+    buffer_capacity: int = Field(1_000_000, ge=1)
+    """replay capacity in transitions (the oldest are overwritten)"""
     batch_size: int = Field(256, ge=1)
-    learning_starts: int = Field(100, ge=0)        # env steps of uniform random actions first
-    train_freq: int = Field(1, ge=1)               # env steps between training phases
-    gradient_steps: int = Field(1, ge=1)           # gradient steps per training phase
-    tau: float = Field(0.005, gt=0, le=1)          # Polyak factor of the target critics
-    target_update_interval: int = Field(1, ge=1)   # gradient steps
-    autotune_alpha: bool = True                    # learn log α towards target_entropy
-    init_alpha: float = Field(1.0, gt=0)           # α at the start (fixed α when not autotuned)
-    target_entropy: float | None = None            # None: −|A| (Haarnoja et al. 2018b)
+    """transitions per gradient step"""
+    learning_starts: int = Field(100, ge=0)
+    """env steps of uniform random actions before the first gradient step"""
+    train_freq: int = Field(1, ge=1)
+    """env steps between training phases"""
+    gradient_steps: int = Field(1, ge=1)
+    """gradient steps per training phase"""
+    tau: float = Field(0.005, gt=0, le=1)
+    """Polyak factor of the target critics"""
+    target_update_interval: int = Field(1, ge=1)
+    """gradient steps between target updates"""
+    autotune_alpha: bool = True
+    """learn log α towards target_entropy (False: α stays init_alpha)"""
+    init_alpha: float = Field(1.0, gt=0)
+    """entropy coefficient α at the start"""
+    target_entropy: float | None = None
+    """entropy target of the α tuning (None: −|A|, Haarnoja et al. 2018b)"""
     hidden_sizes: tuple[int, ...] = (256, 256)
+    """MLP widths of the actor and the critics"""
 
     @field_validator("hidden_sizes")
     @classmethod
