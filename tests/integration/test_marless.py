@@ -33,10 +33,10 @@ def maps(run_dir: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_ippo_learns_simple_spread(make_shipped_config) -> None:
-    """Measured (docs/marless.md): 60k env steps (~50 s) give -20.0 to -23.1 over 100 greedy episodes (the runs
-    are not bitwise repeatable: which worker serves a rank changes its env slot). The uniform-random policy
-    averages -27.0, with a standard deviation of 1.1 over 40-episode means, so 0.7 over 100-episode means:
-    -24.6 is 3.4 of them above it. (-23.6 over 40 episodes failed once, at -23.63.)"""
+    """Measured (docs/marless.md): 60k env steps (~50 s) give -20.0 to -23.1 over 100 greedy episodes when ranks
+    may start fresh episodes in another worker; with the shipped actors.restore_slots the run repeats: -20.88
+    twice. The uniform-random policy averages -27.0, with a standard deviation of 1.1 over 40-episode means, so
+    0.7 over 100-episode means: -24.6 is 3.4 of them above it. (-23.6 over 40 episodes failed once, at -23.63.)"""
     config = make_shipped_config("marless-ippo-spread", overrides=["train.total_env_steps=60000",
                                                                    "train.eval_episodes=100"])
     result = train(config=config)

@@ -5,8 +5,8 @@ Each agent acts with the policy the request's agent→policy map gives it; infer
 (all envs × all agents of that policy in one forward pass). Like functions/actor.py, a warm worker keeps the
 policy networks and, per actor rank, an *env slot* (the envs, their current observations and global states,
 running per-agent episode returns) in ``context.cache``, so episodes continue across rounds. The driver sends
-``slot_seq``; a slot whose sequence or env count does not match is rebuilt with a fresh seed (unfinished
-episodes are dropped, never counted twice).
+``slot_seq``; a slot whose sequence or env count does not match is restored from the state the request carries
+(``actors.restore_slots``) or rebuilt with a fresh seed (functions/ma_slot.py).
 
 Result arrays, per agent and prefixed ``<agent>/``, R = num_envs × fragment_steps rows, env-major then time
 (row = e × T + t): ``obs``, ``next_obs`` (the final observation at an episode's end, not the reset one),
@@ -35,6 +35,8 @@ from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.functions.actor import derive_seed
+from nimbus.functions.ma_slot import MultiAgentSlot, capture_ma_slot, env_slot
+from nimbus.functions.slot_state import SLOT_META, SlotState, slot_state_from
 from nimbus.functions.weights import load_model
 from nimbus.models.distributions import clip_action
 from nimbus.runtime.base import FunctionContext
@@ -55,9 +57,14 @@ class MultiAgentActorRequest:
     weights_keys: dict[str, str]    # policy → weights/<policy>/<v>
     algo: dict[str, Any]
     env_imports: Sequence[str] = ()
+    snapshot: bool = False          # actors.restore_slots: the result carries the slot (functions/ma_slot.py)
 
-    def to_message(self) -> Message:
-        return Message(header={"ma_actor": dict(vars(self)), "_affinity": f"actor-{self.actor_rank}"})
+    def to_message(self, *, restore: SlotState | None = None) -> Message:
+        """``restore``: the rank's newest slot, for a worker that does not hold it."""
+        header = {"ma_actor": dict(vars(self)), "_affinity": f"actor-{self.actor_rank}"}
+        if restore is None:
+            return Message(header=header)
+        return Message(header={**header, SLOT_META: restore.meta}, arrays=dict(restore.arrays))
 
     @classmethod
     def from_message(cls, message: Message) -> "MultiAgentActorRequest":
@@ -66,23 +73,14 @@ class MultiAgentActorRequest:
         return cls(**fields)
 
 
-@dataclass
-class MultiAgentSlot:
-    envs: list[Any]
-    obs: list[dict[str, np.ndarray]]     # per env: the live agents' current observations
-    states: list[np.ndarray] | None      # per env: the current global state (centralised algorithms)
-    seq: int
-    returns: list[dict[str, float]]      # per env: running episode return per agent
-    lengths: np.ndarray
-
-
 def ma_actor_function(*, context: FunctionContext, request: Message) -> Message:
     req = MultiAgentActorRequest.from_message(request)
     started = time.perf_counter()
     context.cache["store"] = function_store(header=request.header)
     algo, spaces = _algo(context=context, req=req)
     models = _policies(context=context, req=req, algo=algo, spaces=spaces)
-    slot = _env_slot(context=context, req=req, centralised=algo.centralised)
+    slot = env_slot(cache=context.cache, req=req, centralised=algo.centralised,
+                    restore=slot_state_from(message=request))
     torch.default_generator.manual_seed(derive_seed(req.seed, req.actor_rank, req.slot_seq, 1))
     try:
         arrays, episodes, timers = _rollout(algo=algo, models=models, slot=slot, req=req, spaces=spaces)
@@ -94,6 +92,10 @@ def ma_actor_function(*, context: FunctionContext, request: Message) -> Message:
               "agents": sorted(spaces), "episode_returns": episodes[0], "episode_lengths": episodes[1],
               "sampling_s": time.perf_counter() - started, **timers,
               "policy_versions": {policy: int(key.rsplit("/", 1)[1]) for policy, key in req.weights_keys.items()}}
+    state = capture_ma_slot(slot=slot) if req.snapshot else None
+    if state is not None:
+        header[SLOT_META] = state.meta
+        arrays.update(state.arrays)
     return Message(header=header, arrays=arrays)
 
 
@@ -137,27 +139,6 @@ def _policies(*, context: FunctionContext, req: MultiAgentActorRequest, algo: An
             held[policy] = entry
         models[policy] = entry[1]
     return models
-
-
-def _env_slot(*, context: FunctionContext, req: MultiAgentActorRequest, centralised: bool) -> MultiAgentSlot:
-    slots: dict[int, MultiAgentSlot] = context.cache["ma_slots"]
-    slot = slots.get(req.actor_rank)
-    if slot is not None and slot.seq == req.slot_seq and len(slot.envs) == req.num_envs \
-            and (slot.states is not None) == centralised:
-        return slot
-    if slot is not None:
-        for env in slot.envs:
-            env.close()
-    base = derive_seed(req.seed, req.actor_rank, req.slot_seq)
-    envs = [make_parallel_env(env_id=req.env_id, seed=(base + i) % (2**31), kwargs=req.env_kwargs,
-                              imports=req.env_imports) for i in range(req.num_envs)]
-    obs = [env.reset()[0] for env in envs]
-    slot = MultiAgentSlot(envs=envs, obs=[dict(o) for o in obs],
-                          states=[global_state(env=env) for env in envs] if centralised else None,
-                          seq=req.slot_seq, returns=[dict.fromkeys(env.possible_agents, 0.0) for env in envs],
-                          lengths=np.zeros(req.num_envs, dtype=np.int64))
-    slots[req.actor_rank] = slot
-    return slot
 
 
 def _rollout(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentSlot, req: MultiAgentActorRequest,

@@ -43,16 +43,24 @@ def capture_slot(*, slot: Any) -> SlotState:
 
 
 def restore_slot(*, slot: Any, state: SlotState) -> None:
-    if len(state.meta) != len(slot.envs):
-        raise ValueError(f"the saved slot has {len(state.meta)} envs, this one {len(slot.envs)} "
-                         "(env.num_envs_per_actor changed?)")
+    check_env_count(state=state, num_envs=len(slot.envs))
     for i, env in enumerate(slot.envs):
-        head = f"{PREFIX}env.{i}."
-        restore(env=env, arrays={k[len(head):]: v for k, v in state.arrays.items() if k.startswith(head)},
-                meta=state.meta[i])
+        restore(env=env, arrays=env_arrays(state=state, index=i), meta=state.meta[i])
     slot.obs = np.array(state.arrays[f"{PREFIX}obs"])
     slot.episode_returns = np.array(state.arrays[f"{PREFIX}episode_returns"])
     slot.episode_lengths = np.array(state.arrays[f"{PREFIX}episode_lengths"])
+
+
+def check_env_count(*, state: SlotState, num_envs: int) -> None:
+    if len(state.meta) != num_envs:
+        raise ValueError(f"the saved slot has {len(state.meta)} envs, this one {num_envs} "
+                         "(env.num_envs_per_actor changed?)")
+
+
+def env_arrays(*, state: SlotState, index: int) -> dict[str, np.ndarray]:
+    """Env ``index``'s snapshot arrays, their ``slot.env.<index>.`` prefix taken off."""
+    head = f"{PREFIX}env.{index}."
+    return {name[len(head):]: value for name, value in state.arrays.items() if name.startswith(head)}
 
 
 def slot_state_from(*, message: Message) -> SlotState | None:

@@ -30,6 +30,7 @@ import numpy as np
 from nimbus.control.base import RoundMetrics
 from nimbus.data.codec import Message
 from nimbus.functions.ma_actor import MultiAgentActorRequest
+from nimbus.functions.slot_state import SlotState, pop_slot_state
 from nimbus.functions.weights import optim_key, weights_key
 from nimbus.train.build import Shared
 from nimbus.workflows.marl_learning import batch_key, make_learning, results_of
@@ -84,6 +85,7 @@ class MultiAgentWorkflow:
         self.started_s = time.perf_counter()
         self.num_actors = progress.next_actors or parts.scaler.initial()
         self.slot_seq: dict[int, int] = {}
+        self.slot_states: dict[int, SlotState] = {}   # actors.restore_slots: each rank's newest slot
         self._cost_seen = 0
         self._cost_usd = progress.cost_usd_before
         self.learning = make_learning(parts=parts, progress=progress)
@@ -138,11 +140,16 @@ class MultiAgentWorkflow:
                 env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), num_envs=cfg.env.num_envs_per_actor,
                 fragment_steps=cfg.actors.fragment_steps, seed=cfg.seed, actor_rank=rank,
                 slot_seq=slot_seq, agent_policy=dict(agent_policy), weights_keys=keys,
-                algo=cfg.algo.model_dump(mode="json"), env_imports=tuple(cfg.env.imports))
-            futures.append(self.parts.shared.runtime.invoke(spec=self.parts.specs["actor"], request=request.to_message()))
+                algo=cfg.algo.model_dump(mode="json"), env_imports=tuple(cfg.env.imports),
+                snapshot=cfg.actors.restore_slots)
+            futures.append(self.parts.shared.runtime.invoke(
+                spec=self.parts.specs["actor"], request=request.to_message(restore=self.slot_states.get(rank))))
         results = results_of(futures=futures, what="actor")
-        for rank in range(num_actors):
+        for rank, result in enumerate(results):
             self.slot_seq[rank] = self.slot_seq.get(rank, self.progress.slot_seq_base) + 1
+            state = pop_slot_state(header=result.header, arrays=result.arrays)
+            if state is not None:
+                self.slot_states[rank] = state
         return results
 
     def _ingest(self, *, results: list[Message], agent_policy: dict[str, str], active: list[str],

@@ -49,13 +49,14 @@ def put_version_zero(*, store: ShmStore, algo: dict[str, Any], env_id: str, env_
 
 def actor_request(*, store: ShmStore, algo: dict[str, Any], agent_policy: dict[str, str], versions: dict[str, int],
                   rank: int = 0, slot_seq: int = 0, num_envs: int = 2, steps: int = 10, seed: int = 0,
-                  env_id: str = SPREAD, env_kwargs: dict[str, Any] | None = None) -> Message:
+                  env_id: str = SPREAD, env_kwargs: dict[str, Any] | None = None, snapshot: bool = False,
+                  restore: Any = None) -> Message:
     request = MultiAgentActorRequest(
         env_id=env_id, env_kwargs=env_kwargs if env_kwargs is not None else {"N": 3, "max_cycles": 25},
         num_envs=num_envs, fragment_steps=steps, seed=seed, actor_rank=rank, slot_seq=slot_seq,
         agent_policy=agent_policy, weights_keys={p: weights_key(policy=p, version=v) for p, v in versions.items()},
-        algo=algo)
-    return addressed(request.to_message(), store)
+        algo=algo, snapshot=snapshot)
+    return addressed(request.to_message(restore=restore), store)
 
 
 def assemble_batch(*, results: list[Message], agents: list[str], all_agents: list[str],

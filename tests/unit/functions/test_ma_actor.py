@@ -10,7 +10,9 @@ from marl_harness import actor_request, ctx, put_version_zero
 from nimbus.algos.marl import marl_algo_from_dict
 from nimbus.algos.marl.config import IPPOConfig, MAPPOConfig
 from nimbus.envs.parallel import agent_spaces, make_parallel_env
+from nimbus.data.codec import decode, encode
 from nimbus.functions.ma_actor import MultiAgentActorRequest, ma_actor_function
+from nimbus.functions.slot_state import pop_slot_state
 from nimbus.functions.weights import load_model
 
 AGENTS = ["agent_0", "agent_1", "agent_2"]
@@ -131,3 +133,25 @@ def test_an_agent_without_weights_is_named(store) -> None:
                      agent_policy=OWN)
     with pytest.raises(ValueError, match="agent 'agent_2'.*'p_unknown'"):
         run(store, agent_policy={**OWN, "agent_2": "p_unknown"})
+
+
+@pytest.mark.parametrize("algo", [IPPO, MAPPO], ids=["ippo", "mappo"])
+def test_a_worker_without_the_slot_goes_on_from_the_state_the_request_carries(store, algo) -> None:
+    """actors.restore_slots: the slot a result carries, sent through the codec to a worker that never served the
+    rank, continues the rank's episodes exactly as the warm worker does; without it the episodes start anew."""
+    put_version_zero(store=store, algo=algo, env_id="mpe2:simple_spread_v3", env_kwargs={"N": 3, "max_cycles": 25},
+                     agent_policy=OWN)
+    warm_cache: dict = {}
+    first = run(store, algo=algo, cache=warm_cache, slot_seq=0, steps=15, snapshot=True)   # 15 of 25 steps
+    carried = decode(encode(first))
+    state = pop_slot_state(header=carried.header, arrays=carried.arrays)
+    assert state is not None and len(state.meta) == 2
+    warm = run(store, algo=algo, cache=warm_cache, slot_seq=1, steps=20, snapshot=True)
+    moved = run(store, algo=algo, cache={}, slot_seq=1, steps=20, snapshot=True, restore=state)
+    assert warm.header["episode_lengths"] == moved.header["episode_lengths"] == [25, 25]
+    assert warm.header["episode_returns"] == moved.header["episode_returns"]
+    assert sorted(warm.arrays) == sorted(moved.arrays)
+    for name, value in warm.arrays.items():
+        np.testing.assert_array_equal(moved.arrays[name], value, err_msg=name)
+    fresh = run(store, algo=algo, cache={}, slot_seq=1, steps=20)
+    assert fresh.header["episode_lengths"] == []      # new episodes: none ends within 20 steps

@@ -1,0 +1,135 @@
+"""State snapshots of mpe2 Parallel envs, without pickling them: what lets a multi-agent actor rank's episodes
+go on in another worker (``actors.restore_slots``, functions/ma_slot.py), as envs/snapshot.py does for
+gymnasium envs.
+
+An env built by ``make_parallel_env`` is ``ContractCheckedParallel(aec_to_parallel(OrderEnforcing(AssertOutOfBounds(
+raw))))``, with ``raw`` an mpe2 ``SimpleEnv``. A snapshot holds, as arrays plus a JSON-able dict:
+
+* every entity of the world (agents, then landmarks): each attribute of the entity, of its ``state`` and of its
+  ``action`` that is an array (positions, velocities, communication, colours, the action being applied), a plain
+  value, or another entity (``goal_a`` in simple_adversary, stored as that entity's index);
+* the AEC env's bookkeeping (step count, live agents, agent selection, rewards and flags so far, the actions of
+  the current cycle) and its random generator, as numpy's bit-generator state;
+* the wrappers' counters (order enforcement, the contract checker's episode and step, the latest observations).
+
+An env whose world holds anything else, or that is not an mpe2 env, raises ``SnapshotUnsupported``: the actor
+then goes on without snapshots and a worker that lacks the slot starts fresh episodes.
+
+Example::
+
+    arrays, meta = capture_parallel(env=env)
+    restore_parallel(env=other, arrays=arrays, meta=meta)   # other: make_parallel_env(...) of the same id, reset
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nimbus.envs.snapshot import SnapshotUnsupported
+
+_PARTS = ("entity", "state", "action")
+_ENV_FLAGS = ("rewards", "_cumulative_rewards", "terminations", "truncations")
+
+
+def capture_parallel(*, env: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    parallel, order, raw = _layers(env=env)
+    entities = list(raw.world.agents) + list(raw.world.landmarks)
+    index = {id(entity): i for i, entity in enumerate(entities)}
+    arrays: dict[str, np.ndarray] = {}
+    meta_entities = []
+    for i, entity in enumerate(entities):
+        parts = {}
+        for part, obj in _entity_parts(entity=entity):
+            values = {}
+            for name, value in vars(obj).items():
+                if name in ("state", "action") and part == "entity":
+                    continue
+                if isinstance(value, np.ndarray):
+                    arrays[f"e{i}.{part}.{name}"] = value.copy()
+                    values[name] = {"array": True}
+                elif id(value) in index:
+                    values[name] = {"entity": index[id(value)]}
+                elif value is None or isinstance(value, (bool, int, float, str)):
+                    values[name] = {"value": value}
+                else:
+                    raise SnapshotUnsupported(f"no state snapshot for {type(raw).__name__}: entity {entity.name!r} "
+                                              f"holds {part}.{name} of type {type(value).__name__}")
+            parts[part] = values
+        meta_entities.append(parts)
+    for j, action in enumerate(raw.current_actions):
+        if action is not None:
+            arrays[f"current_action.{j}"] = np.array(action)
+    for agent, obs in env.latest_observations.items():
+        arrays[f"latest_obs.{agent}"] = np.array(obs)
+    meta = {"entities": meta_entities, "steps": int(raw.steps), "agents": list(raw.agents),
+            "agent_selection": raw.agent_selection, "selector": dict(vars(raw._agent_selector)),
+            "flags": {name: {a: _plain(v) for a, v in getattr(raw, name).items()} for name in _ENV_FLAGS},
+            "infos": _plain(raw.infos), "num_current_actions": len(raw.current_actions),
+            "rng": raw.np_random.bit_generator.state, "parallel_agents": list(parallel.agents),
+            "order": {"has_reset": order._has_reset, "has_updated": order._has_updated},
+            "checker": {"episode": env._episode, "step": env._step, "seeded": env._seeded}}
+    return arrays, meta
+
+
+def restore_parallel(*, env: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    parallel, order, raw = _layers(env=env)
+    entities = list(raw.world.agents) + list(raw.world.landmarks)
+    if len(entities) != len(meta["entities"]):
+        raise ValueError(f"the snapshot has {len(meta['entities'])} entities, this env {len(entities)} "
+                         "(env.kwargs changed?)")
+    for i, (entity, parts) in enumerate(zip(entities, meta["entities"])):
+        for part, obj in _entity_parts(entity=entity):
+            for name, saved in parts[part].items():
+                if "array" in saved:
+                    value: Any = np.array(arrays[f"e{i}.{part}.{name}"])
+                elif "entity" in saved:
+                    value = entities[saved["entity"]]
+                else:
+                    value = saved["value"]
+                setattr(obj, name, value)
+    raw.steps, raw.agents, raw.agent_selection = meta["steps"], list(meta["agents"]), meta["agent_selection"]
+    for name, value in meta["selector"].items():
+        setattr(raw._agent_selector, name, list(value) if isinstance(value, list) else value)
+    for name, values in meta["flags"].items():
+        setattr(raw, name, dict(values))
+    raw.infos = meta["infos"]
+    raw.current_actions = [np.array(arrays[f"current_action.{j}"]) if f"current_action.{j}" in arrays else None
+                           for j in range(meta["num_current_actions"])]
+    raw.np_random.bit_generator.state = meta["rng"]
+    parallel.agents = list(meta["parallel_agents"])
+    order._has_reset, order._has_updated = meta["order"]["has_reset"], meta["order"]["has_updated"]
+    env._episode, env._step, env._seeded = meta["checker"]["episode"], meta["checker"]["step"], meta["checker"]["seeded"]
+    env.latest_observations = {key.split(".", 1)[1]: np.array(value) for key, value in arrays.items()
+                               if key.startswith("latest_obs.")}
+
+
+def _layers(*, env: Any) -> tuple[Any, Any, Any]:
+    """The aec_to_parallel wrapper, the order-enforcing wrapper and the raw mpe2 env under ``env``."""
+    parallel = getattr(env, "env", None)
+    aec = getattr(parallel, "aec_env", None)
+    raw = getattr(aec, "unwrapped", None)
+    if aec is None or not hasattr(aec, "_has_reset") or not (hasattr(raw, "world") and hasattr(raw, "scenario")) \
+            or not type(raw).__module__.startswith("mpe2"):
+        name = type(next(layer for layer in (raw, aec, parallel, env) if layer is not None)).__name__
+        raise SnapshotUnsupported(f"no state snapshot for {name} (only mpe2 envs can be restored in another worker)")
+    return parallel, aec, raw
+
+
+def _entity_parts(*, entity: Any) -> list[tuple[str, Any]]:
+    return [(part, entity if part == "entity" else getattr(entity, part)) for part in _PARTS
+            if part == "entity" or getattr(entity, part, None) is not None]
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-able copy of rewards, flags and infos (numpy scalars become Python numbers)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise SnapshotUnsupported(f"no state snapshot for a value of type {type(value).__name__}")
