@@ -93,7 +93,9 @@ def _check_multiagent(*, config: NimbusConfig) -> None:
         raise ValueError("policies / pbt: not with train.workflow: multiagent (its policies are the agents', "
                          "mapped by marl.sharing)")
     if config.train.exact_resume:
-        raise ValueError("train.exact_resume: only the sync workflow can resume bitwise; drop it for multiagent")
+        raise ValueError("train.exact_resume is the sync workflow's; drop it for multiagent, where "
+                         "actors.restore_slots saves each rank's env slot with the checkpoint (IPPO and MAPPO then "
+                         "resume bitwise)")
 
 
 def check_evaluation(*, config: NimbusConfig) -> None:

@@ -7,6 +7,8 @@ Layout, one directory per policy (frozen ones too: sharing may hand their agents
         optimizer.safetensors   its optimizer (absent at version 0)
         critic.safetensors      IPPO/MAPPO: the critic and its optimizer (algos/marl/messages.py)
         target.safetensors      IQL/VDN: the target network (absent while it is the weights themselves)
+        actors.safetensors      with ``actors.restore_slots``: every actor rank's env slot and sequence
+                                (functions/ma_slot.py; the same file in every policy's checkpoint)
         manifest.json           counters, and ``extra["marl"]``: every policy's version and critic version, the
                                 agent→policy map, the sharing controller's and actor scaler's state, the next
                                 round's actor count, the learner invocations so far
@@ -14,8 +16,9 @@ Layout, one directory per policy (frozen ones too: sharing may hand their agents
 ``nimbus train --resume RUN_DIR`` takes the newest round that every policy holds a checkpoint of that
 verifies, so a crash between two policies' saves resumes from the round before. What does not come back:
 IQL's and VDN's replay of the last rounds' batches (it refills from the resumed round on; the single-policy
-``train.checkpoint_replay`` is refused for multiagent), and episodes in flight, which restart from seeds of
-the resumed round.
+``train.checkpoint_replay`` is refused for multiagent). With ``actors.restore_slots`` (the shipped configs)
+each rank's episodes go on from its saved slot, so an IPPO or MAPPO run resumed from round k is the run that
+was never stopped; without it, episodes in flight restart from seeds of the resumed round.
 
 Example::
 
@@ -37,6 +40,7 @@ from nimbus.data.codec import Message
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.errors import CheckpointError
 from nimbus.functions.ma_value_learner import target_key
+from nimbus.functions.slot_state import slots_from_message, slots_to_message
 from nimbus.functions.weights import optim_key, weights_key
 from nimbus.train.checkpoint import CheckpointState, Checkpointer, load_checkpoint, saved_policies
 from nimbus.train.resume import progress_extra
@@ -92,6 +96,8 @@ def save_policies(*, parts: MarlParts, progress: MarlProgress, checkpointers: di
     store = parts.shared.store
     extra = {**progress_extra(progress=progress), MARL_KEY: run_state(parts=parts, progress=progress)}
     config = parts.config.model_dump(mode="json")
+    actors = slots_to_message(states=progress.slot_states, slot_seq=progress.slot_seq) \
+        if progress.slot_states else None                   # actors.restore_slots: the ranks' episodes go on
     for policy, checkpointer in checkpointers.items():
         version = progress.versions[policy]
         networks = {"target": _get(store=store, key=target_key(policy=policy, version=version))}
@@ -101,7 +107,7 @@ def save_policies(*, parts: MarlParts, progress: MarlProgress, checkpointers: di
             weights=store.get(key=weights_key(policy=policy, version=version)),
             optimizer=_get(store=store, key=optim_key(policy=policy, version=version)),
             policy_version=version, round=progress.rounds, env_steps=progress.env_steps, episodes=progress.episodes,
-            config=config, extra=extra,
+            config=config, extra=extra, actors=actors,
             parts={name: message for name, message in networks.items() if message is not None}))
 
 
@@ -177,11 +183,13 @@ def publish_policies(*, states: dict[str, CheckpointState], parts: MarlParts) ->
     parts.scaler.load_state_dict(run["scaler"])
     extra = any_state.extra
     versions = {policy: int(version) for policy, version in run["versions"].items()}
+    slots, slot_seq = slots_from_message(message=any_state.actors) if any_state.actors is not None else ({}, {})
     return MarlProgress(
         rounds=any_state.round, env_steps=any_state.env_steps, episodes=any_state.episodes,
         policy_version=sum(versions.values()), recent_returns=[float(r) for r in extra.get("recent_returns", [])],
         nonfinite_in_a_row=int(extra.get("nonfinite_in_a_row", 0)), wall_s_before=float(extra.get("wall_s", 0.0)),
-        cost_usd_before=float(extra.get("cost_usd", 0.0)), slot_seq_base=any_state.round, versions=versions,
+        cost_usd_before=float(extra.get("cost_usd", 0.0)), slot_seq_base=any_state.round, slot_seq=slot_seq,
+        slot_states=slots, versions=versions,
         critic_versions={policy: int(version) for policy, version in run["critic_versions"].items()},
         agent_policy=dict(run["agent_policy"]), learner_invocations=int(run["learner_invocations"]),
         next_actors=int(run["next_actors"]))

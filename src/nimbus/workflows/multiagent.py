@@ -84,8 +84,8 @@ class MultiAgentWorkflow:
         self.stop_requested = False
         self.started_s = time.perf_counter()
         self.num_actors = progress.next_actors or parts.scaler.initial()
-        self.slot_seq: dict[int, int] = {}
-        self.slot_states: dict[int, SlotState] = {}   # actors.restore_slots: each rank's newest slot
+        self.slot_seq: dict[int, int] = dict(progress.slot_seq)          # resumed: as the checkpoint left them
+        self.slot_states: dict[int, SlotState] = dict(progress.slot_states)   # actors.restore_slots: newest per rank
         self._cost_seen = 0
         self._cost_usd = progress.cost_usd_before
         self.learning = make_learning(parts=parts, progress=progress)
@@ -150,6 +150,7 @@ class MultiAgentWorkflow:
             state = pop_slot_state(header=result.header, arrays=result.arrays)
             if state is not None:
                 self.slot_states[rank] = state
+        self.progress.slot_seq, self.progress.slot_states = dict(self.slot_seq), dict(self.slot_states)  # saved
         return results
 
     def _ingest(self, *, results: list[Message], agent_policy: dict[str, str], active: list[str],

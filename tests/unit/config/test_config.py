@@ -109,3 +109,8 @@ def test_exact_resume_is_refused_for_the_async_workflow() -> None:
     data = load_config(path=REPO / "configs" / "dqn-cartpole.yaml").model_dump(mode="json")
     with pytest.raises(ConfigError, match="train.exact_resume: only the sync workflow"):
         parse_config(data=apply_overrides(data=data, overrides=["train.exact_resume=true"]))
+
+
+def test_exact_resume_is_refused_for_multiagent_runs_naming_what_resumes_them() -> None:
+    with pytest.raises(ConfigError, match="drop it for multiagent, where actors.restore_slots saves"):
+        load_config(path=REPO / "configs" / "marless-ippo-spread.yaml", overrides=["train.exact_resume=true"])
