@@ -138,14 +138,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     path, console = Path(args.path), Console()
     if is_multiagent_run(path=path):
-        if args.video:
-            logging.getLogger("nimbus").warning("no video for a multi-agent run: evaluating without it")
-        marl = evaluate_marl_run(path=path, episodes=args.episodes, seed=args.seed, explore=not args.deterministic)
+        marl = evaluate_marl_run(path=path, episodes=args.episodes, seed=args.seed, explore=not args.deterministic,
+                                 video=args.video)
         versions = ", ".join(f"{policy} v{version}" for policy, version in marl.policy_versions.items())
         console.print(f"{versions}: mean global return {marl.mean_return:.2f} ± {marl.std_return:.2f} over "
                       f"{len(marl.returns)} episodes")
         console.print("per agent: " + ", ".join(f"{agent} ({marl.agent_policy[agent]}) {value:.2f}"
                                                 for agent, value in marl.agent_returns.items()))
+        if marl.video_dir is not None:
+            console.print(f"videos: {marl.video_dir}")
         return 0
     for directory in member_directories(path=path) or [path]:
         result = evaluate_checkpoint(path=directory, episodes=args.episodes, seed=args.seed,
