@@ -96,6 +96,9 @@ def _check_multiagent(*, config: NimbusConfig) -> None:
         raise ValueError("train.exact_resume is the sync workflow's; drop it for multiagent, where "
                          "actors.restore_slots saves each rank's env slot with the checkpoint (IPPO and MAPPO then "
                          "resume bitwise)")
+    if config.train.checkpoint_replay and config.algo.name in ("ippo", "mappo"):
+        raise ValueError(f"train.checkpoint_replay: {config.algo.name} is on-policy and keeps no replay; drop it "
+                         "(IQL and VDN keep theirs with it)")
 
 
 def check_evaluation(*, config: NimbusConfig) -> None:

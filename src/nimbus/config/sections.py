@@ -232,7 +232,8 @@ class TrainConfig(Section):
     max_nonfinite_losses: int = Field(default=5, ge=1)
     """stop after this many non-finite updates in a row (each is skipped)"""
     checkpoint_replay: bool = False
-    """checkpoints also keep the replay buffer and the scaler's window (a safetensors file beside each); --resume restores them"""
+    """checkpoints also keep the replay buffer and the scaler's window (a safetensors file beside each), or IQL's and
+    VDN's replay of the last rounds; --resume restores them"""
     exact_resume: bool = False
     """checkpoints also hold every actor's envs mid-episode, so --resume continues bitwise (sync workflow;
     MuJoCo and classic-control envs)"""

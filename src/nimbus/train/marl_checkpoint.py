@@ -9,16 +9,18 @@ Layout, one directory per policy (frozen ones too: sharing may hand their agents
         target.safetensors      IQL/VDN: the target network (absent while it is the weights themselves)
         actors.safetensors      with ``actors.restore_slots``: every actor rank's env slot and sequence
                                 (functions/ma_slot.py; the same file in every policy's checkpoint)
+        replay.<key>.safetensors  with ``train.checkpoint_replay`` (IQL, VDN): one per replay value
         manifest.json           counters, and ``extra["marl"]``: every policy's version and critic version, the
                                 agent→policy map, the sharing controller's and actor scaler's state, the next
                                 round's actor count, the learner invocations so far
 
 ``nimbus train --resume RUN_DIR`` takes the newest round that every policy holds a checkpoint of that
-verifies, so a crash between two policies' saves resumes from the round before. What does not come back:
-IQL's and VDN's replay of the last rounds' batches (it refills from the resumed round on; the single-policy
-``train.checkpoint_replay`` is refused for multiagent). With ``actors.restore_slots`` (the shipped configs)
-each rank's episodes go on from its saved slot, so an IPPO or MAPPO run resumed from round k is the run that
-was never stopped; without it, episodes in flight restart from seeds of the resumed round.
+verifies, so a crash between two policies' saves resumes from the round before. With ``actors.restore_slots``
+(the shipped configs) each rank's episodes go on from its saved slot; without it, episodes in flight restart
+from seeds of the resumed round. With ``train.checkpoint_replay`` IQL's and VDN's replay (the last rounds'
+Store values) is saved as ``replay.<key>.safetensors`` parts, in the checkpoint of the policy that owns it
+(VDN's team replay in the first policy's) and put back under its keys; without it, it refills from the
+resumed round on. With both, a run resumed from round k is bitwise the run that was never stopped.
 
 Example::
 
@@ -88,7 +90,25 @@ def run_state(*, parts: MarlParts, progress: MarlProgress) -> dict[str, Any]:
     return {"versions": dict(progress.versions), "critic_versions": dict(progress.critic_versions),
             "agent_policy": dict(progress.agent_policy), "agents": list(parts.agents),
             "next_actors": progress.next_actors, "learner_invocations": progress.learner_invocations,
-            "sharing": parts.sharing.state_dict(), "scaler": parts.scaler.state_dict()}
+            "sharing": parts.sharing.state_dict(), "scaler": parts.scaler.state_dict(),
+            "replays": {owner: list(keys) for owner, keys in progress.replays.items()}
+            if parts.config.train.checkpoint_replay else {}}
+
+
+def replay_part(*, key: str) -> str:
+    """The checkpoint part (file name without .safetensors) of one replay value: batch/p_agent_0/r4 →
+    replay.batch.p_agent_0.r4."""
+    return "replay." + key.replace("/", ".")
+
+
+def _replay_parts(*, store: Store, replays: dict[str, list[str]], policies: list[str]) -> dict[str, dict[str, Message]]:
+    """Each replay's Store values, in the checkpoint of the policy that owns the replay (IQL); VDN's team replay
+    goes to the first policy's, once."""
+    held: dict[str, dict[str, Message]] = {policy: {} for policy in policies}
+    for owner, keys in replays.items():
+        holder = owner if owner in held else policies[0]
+        held[holder].update({replay_part(key=key): store.get(key=key) for key in keys})
+    return held
 
 
 def save_policies(*, parts: MarlParts, progress: MarlProgress, checkpointers: dict[str, Checkpointer]) -> None:
@@ -98,6 +118,7 @@ def save_policies(*, parts: MarlParts, progress: MarlProgress, checkpointers: di
     config = parts.config.model_dump(mode="json")
     actors = slots_to_message(states=progress.slot_states, slot_seq=progress.slot_seq) \
         if progress.slot_states else None                   # actors.restore_slots: the ranks' episodes go on
+    replays = _replay_parts(store=store, replays=extra[MARL_KEY]["replays"], policies=sorted(checkpointers))
     for policy, checkpointer in checkpointers.items():
         version = progress.versions[policy]
         networks = {"target": _get(store=store, key=target_key(policy=policy, version=version))}
@@ -108,7 +129,8 @@ def save_policies(*, parts: MarlParts, progress: MarlProgress, checkpointers: di
             optimizer=_get(store=store, key=optim_key(policy=policy, version=version)),
             policy_version=version, round=progress.rounds, env_steps=progress.env_steps, episodes=progress.episodes,
             config=config, extra=extra, actors=actors,
-            parts={name: message for name, message in networks.items() if message is not None}))
+            parts={**{name: message for name, message in networks.items() if message is not None},
+                   **replays[policy]}))
 
 
 def _rounds(*, directory: Path) -> set[int]:
@@ -181,6 +203,7 @@ def publish_policies(*, states: dict[str, CheckpointState], parts: MarlParts) ->
                       message=state.parts["critic"])
     parts.sharing.load_state_dict(run["sharing"])
     parts.scaler.load_state_dict(run["scaler"])
+    replays = _publish_replays(states=states, parts=parts, replays=run.get("replays", {}))
     extra = any_state.extra
     versions = {policy: int(version) for policy, version in run["versions"].items()}
     slots, slot_seq = slots_from_message(message=any_state.actors) if any_state.actors is not None else ({}, {})
@@ -192,4 +215,24 @@ def publish_policies(*, states: dict[str, CheckpointState], parts: MarlParts) ->
         slot_states=slots, versions=versions,
         critic_versions={policy: int(version) for policy, version in run["critic_versions"].items()},
         agent_policy=dict(run["agent_policy"]), learner_invocations=int(run["learner_invocations"]),
-        next_actors=int(run["next_actors"]))
+        next_actors=int(run["next_actors"]), replays=replays)
+
+
+def _publish_replays(*, states: dict[str, CheckpointState], parts: MarlParts,
+                     replays: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Put the saved replay values back under their keys (``train.checkpoint_replay``); the replays to go on
+    with. Without them in the checkpoint the replays refill from the resumed round on."""
+    if not parts.config.train.checkpoint_replay:
+        return {}
+    if not replays:
+        log.warning("the checkpoint holds no replay (saved without train.checkpoint_replay): it refills")
+        return {}
+    saved = {name: message for state in states.values() for name, message in state.parts.items()
+             if name.startswith("replay.")}
+    missing = [key for keys in replays.values() for key in keys if replay_part(key=key) not in saved]
+    if missing:
+        raise CheckpointError(f"the checkpoint's replay lacks {', '.join(missing[:4])}")
+    for keys in replays.values():
+        for key in keys:
+            parts.shared.store.put(key=key, message=saved[replay_part(key=key)])
+    return {owner: list(keys) for owner, keys in replays.items()}

@@ -99,7 +99,8 @@ class OnPolicyLearning(_Learning):
 class ValueLearning(_Learning):
     def __init__(self, *, parts: Any, progress: Any) -> None:
         super().__init__(parts=parts, progress=progress)
-        self.replays: dict[str, deque[str]] = {}   # policy (IQL) or TEAM (VDN) → keys, oldest first
+        # policy (IQL) or TEAM (VDN) → keys, oldest first; a resume with train.checkpoint_replay put them back
+        self.replays: dict[str, deque[str]] = {owner: deque(keys) for owner, keys in progress.replays.items()}
 
     def run(self, *, active: list[str], agent_policy: dict[str, str], round: int, rows_per_agent: int
             ) -> tuple[dict[str, dict[str, float]], list[str]]:
@@ -135,6 +136,7 @@ class ValueLearning(_Learning):
         dropped = []
         while len(replay) > keep:
             dropped.append(replay.popleft())
+        self.progress.replays[owner] = list(replay)      # what a checkpoint keeps (train.checkpoint_replay)
         return dropped
 
     def request(self, *, policy: str, agent_policy: dict[str, str], round: int) -> Any:

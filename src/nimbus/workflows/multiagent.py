@@ -55,6 +55,7 @@ class MarlProgress(Progress):
     agent_policy: dict[str, str] = field(default_factory=dict)
     learner_invocations: int = 0
     next_actors: int = 0            # the actor count the next round uses (0: the scaler's initial count)
+    replays: dict[str, list[str]] = field(default_factory=dict)   # IQL/VDN: each replay's Store keys, oldest first
 
 
 @dataclass(frozen=True)

@@ -114,3 +114,9 @@ def test_exact_resume_is_refused_for_the_async_workflow() -> None:
 def test_exact_resume_is_refused_for_multiagent_runs_naming_what_resumes_them() -> None:
     with pytest.raises(ConfigError, match="drop it for multiagent, where actors.restore_slots saves"):
         load_config(path=REPO / "configs" / "marless-ippo-spread.yaml", overrides=["train.exact_resume=true"])
+
+
+def test_checkpoint_replay_is_refused_for_on_policy_multiagent_runs() -> None:
+    with pytest.raises(ConfigError, match="train.checkpoint_replay: ippo is on-policy and keeps no replay"):
+        load_config(path=REPO / "configs" / "marless-ippo-spread.yaml", overrides=["train.checkpoint_replay=true"])
+    load_config(path=REPO / "configs" / "marless-vdn-spread.yaml", overrides=["train.checkpoint_replay=true"])
