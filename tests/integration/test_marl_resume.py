@@ -121,7 +121,7 @@ def test_a_run_resumed_with_its_slots_is_the_run_never_stopped(make_shipped_conf
     rounds + resume + 2 rounds give the same networks, optimizers and slots, bit for bit, as 4 rounds. Fragments
     of 15 steps against episodes of 25: the checkpoint falls mid-episode."""
     overrides = [*SMALL, f"algo={{name: {algo}}}", "actors.fragment_steps=15", "actors.restore_slots=true",
-                 "train.checkpoint_every_rounds=2"]
+                 "train.checkpoint_every_rounds=2", *MOVING_CONTROLLERS]
     whole = train(config=make_shipped_config("marless-ippo-spread", overrides=[*overrides, "train.max_rounds=4"]),
                   run_dir=tmp_path / "whole")
     first = train(config=make_shipped_config("marless-ippo-spread", overrides=[*overrides, "train.max_rounds=2"]),
