@@ -161,3 +161,16 @@ def test_a_value_run_resumed_with_its_replay_is_the_run_never_stopped(make_shipp
     refilled = run("refilled", 4, "train.checkpoint_replay=false", resume_from=first.run_dir)
     assert manifest(refilled.run_dir, "p_agent_0", 4)["files"]["weights.safetensors"] != \
         manifest(whole.run_dir, "p_agent_0", 4)["files"]["weights.safetensors"]
+
+
+def test_a_resume_with_other_envs_per_actor_starts_fresh_episodes(make_shipped_config, tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """Saved slots of 2 envs cannot go on in actors of 3: the resumed run warns and starts fresh episodes
+    instead of failing every actor invocation."""
+    overrides = [*SMALL, "actors.restore_slots=true"]
+    first = train(config=make_shipped_config("marless-ippo-spread", overrides=[*overrides, "train.max_rounds=1"]))
+    assert "actors.safetensors" in manifest(first.run_dir, "p_agent_0", 1)["files"]
+    more = make_shipped_config("marless-ippo-spread", overrides=[*overrides, "train.max_rounds=2",
+                                                                  "env.num_envs_per_actor=3"])
+    resumed = train(config=more, run_dir=tmp_path / "more", resume_from=first.run_dir)
+    assert resumed.summary.rounds == 2 and "every rank starts fresh episodes" in caplog.text

@@ -206,7 +206,7 @@ def publish_policies(*, states: dict[str, CheckpointState], parts: MarlParts) ->
     replays = _publish_replays(states=states, parts=parts, replays=run.get("replays", {}))
     extra = any_state.extra
     versions = {policy: int(version) for policy, version in run["versions"].items()}
-    slots, slot_seq = slots_from_message(message=any_state.actors) if any_state.actors is not None else ({}, {})
+    slots, slot_seq = _saved_slots(state=any_state, config=parts.config)
     return MarlProgress(
         rounds=any_state.round, env_steps=any_state.env_steps, episodes=any_state.episodes,
         policy_version=sum(versions.values()), recent_returns=[float(r) for r in extra.get("recent_returns", [])],
@@ -214,11 +214,25 @@ def publish_policies(*, states: dict[str, CheckpointState], parts: MarlParts) ->
         cost_usd_before=float(extra.get("cost_usd", 0.0)), slot_seq=slot_seq,
         # a rank with no saved slot has never run: with the slots saved it starts at sequence 0, as it would have
         # in the run that was never stopped; without them every rank starts fresh from the resumed round
-        slot_seq_base=0 if any_state.actors is not None else any_state.round,
+        slot_seq_base=0 if slots else any_state.round,
         slot_states=slots, versions=versions,
         critic_versions={policy: int(version) for policy, version in run["critic_versions"].items()},
         agent_policy=dict(run["agent_policy"]), learner_invocations=int(run["learner_invocations"]),
         next_actors=int(run["next_actors"]), replays=replays)
+
+
+def _saved_slots(*, state: CheckpointState, config: NimbusConfig) -> tuple[dict[int, Any], dict[int, int]]:
+    """Every rank's saved env slot and sequence, when this run restores slots and its envs per actor are the
+    checkpoint's; otherwise none (every rank starts fresh episodes from the resumed round)."""
+    if state.actors is None or not config.actors.restore_slots:
+        return {}, {}
+    slots, slot_seq = slots_from_message(message=state.actors)
+    saved_envs = {len(slot.meta) for slot in slots.values()}
+    if saved_envs != {config.env.num_envs_per_actor}:
+        log.warning("the checkpoint's actor slots hold %s envs, this config %d (env.num_envs_per_actor): every "
+                    "rank starts fresh episodes", sorted(saved_envs), config.env.num_envs_per_actor)
+        return {}, {}
+    return slots, slot_seq
 
 
 def _publish_replays(*, states: dict[str, CheckpointState], parts: MarlParts,

@@ -151,6 +151,8 @@ class MultiAgentWorkflow:
             state = pop_slot_state(header=result.header, arrays=result.arrays)
             if state is not None:
                 self.slot_states[rank] = state
+            else:                                    # never send a slot older than the rank's sequence
+                self.slot_states.pop(rank, None)
         self.progress.slot_seq, self.progress.slot_states = dict(self.slot_seq), dict(self.slot_states)  # saved
         return results
 
