@@ -8,6 +8,8 @@ normalisation) and a PPO policy update (10 epochs × 4 minibatches, clip 0.2, en
 * nimbus: ``train()`` on the local backend: 4 actor functions × 4 envs in worker processes, then a critic
   and a policy function per policy (3 of each in flight), with the Store, ledger and metrics as shipped.
   The per-round time is the metrics row's ``round_s`` (actors start → learners done).
+* nimbus, no slot restore: the same with ``actors.restore_slots=false``, what the shipped config's slot
+  capture and hand-over (functions/ma_slot.py) cost per round.
 * peer: one Python process steps the 16 envs one after the other (batched inference per agent), then
   updates the 3 policies one after the other: what a researcher writes first with PettingZoo and torch.
   Its round time spans the same steps.
@@ -45,14 +47,15 @@ GAMMA, LAMBDA, CLIP, ENT, LR, EPOCHS, MINIBATCHES, GRAD_NORM = 0.99, 0.95, 0.2, 
 
 
 # ------------------------------------------------------------------------------------------------ nimbus
-def nimbus_round_times(*, rounds: int, seed: int) -> list[float]:
+def nimbus_round_times(*, rounds: int, seed: int, overrides: tuple[str, ...] = ()) -> list[float]:
     from nimbus.config import load_config
     from nimbus.train.trainer import train
 
     with tempfile.TemporaryDirectory() as root:
         config = load_config(path=CONFIG, overrides=[
             f"seed={seed}", f"train.max_rounds={rounds}", "train.total_env_steps=100000000", "train.eval_episodes=0",
-            f"output.root_dir={root}", "output.status_line=false", "output.tensorboard=false", "output.report=false"])
+            f"output.root_dir={root}", "output.status_line=false", "output.tensorboard=false", "output.report=false",
+            *overrides])
         result = train(config=config)
         rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     return [float(row["round_s"]) for row in rows]
@@ -200,10 +203,13 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "marless_round_time.json")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    runs: dict[str, list[float]] = {"nimbus": [], "peer": []}
-    medians: dict[str, list[float]] = {"nimbus": [], "peer": []}
+    sides = (("nimbus", nimbus_round_times),
+             ("nimbus, no slot restore", lambda **kw: nimbus_round_times(**kw, overrides=("actors.restore_slots=false",))),
+             ("peer", peer_round_times))
+    runs: dict[str, list[float]] = {name: [] for name, _ in sides}
+    medians: dict[str, list[float]] = {name: [] for name, _ in sides}
     for repeat in range(args.repeats):
-        for name, measure in (("nimbus", nimbus_round_times), ("peer", peer_round_times)):
+        for name, measure in sides:
             times = measure(rounds=args.rounds, seed=repeat)[args.warmup:]
             runs[name] += times
             medians[name].append(statistics.median(times))
@@ -211,17 +217,21 @@ def main() -> None:
     summary = {name: stats(values) for name, values in runs.items()}
     speedup = {"per_repeat": [p / n for p, n in zip(medians["peer"], medians["nimbus"])],
                "median_of_medians": statistics.median(medians["peer"]) / statistics.median(medians["nimbus"])}
+    restore_cost = {"per_repeat": [n / o for n, o in zip(medians["nimbus"], medians["nimbus, no slot restore"])],
+                    "median_of_medians": statistics.median(medians["nimbus"])
+                    / statistics.median(medians["nimbus, no slot restore"])}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                     "torch_threads": torch.get_num_threads(), "load_1m_before": load_before,
                     "load_1m_after": os.getloadavg()[0]},
         "rounds": args.rounds, "warmup": args.warmup, "summary_s": summary, "run_medians_s": medians,
-        "speedup_peer_over_nimbus": speedup}, indent=2))
+        "speedup_peer_over_nimbus": speedup, "shipped_over_no_slot_restore": restore_cost}, indent=2))
     print("| side | min (ms) | median (ms) | max (ms) |\n| --- | --- | --- | --- |")
     for name, s in summary.items():
         print(f"| {name} | {s['min'] * 1e3:.0f} | {s['median'] * 1e3:.0f} | {s['max'] * 1e3:.0f} |")
     print(f"peer / nimbus (median of run medians): {speedup['median_of_medians']:.2f}x")
+    print(f"nimbus / nimbus without slot restore: {restore_cost['median_of_medians']:.3f}x")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ Per env id, for ``--num-envs`` envs of one actor slot, ``--repeats`` times:
 * restore: ``restore_slot`` onto the freshly built envs (the extra a reclaimed rank pays to continue
   its episodes instead of starting new ones).
 
+A multi-agent id (``mpe2:simple_spread_v3``) measures a MARLess actor's slot (functions/ma_slot.py) the same
+way, plus ``fragment_ms``: the env steps of one 25-step fragment of the slot with random actions, what a
+round's actor does besides inference, so capture + codec can be read as a share of it (the shipped MARLess
+configs capture every round).
+
 Run:   python benchmarks/slot_restore.py        (writes benchmarks/results/slot_restore.json; ~1 min)
 Smoke: python benchmarks/slot_restore.py --repeats 2 --env-ids CartPole-v1 --out /tmp/slot_restore.json
 """
@@ -27,7 +32,9 @@ import numpy as np
 
 from nimbus.data.codec import Message, decode, encode
 from nimbus.envs.make import make_env
+from nimbus.envs.parallel import make_parallel_env
 from nimbus.functions.actor import EnvSlot
+from nimbus.functions.ma_slot import MultiAgentSlot, capture_ma_slot, restore_ma_slot
 from nimbus.functions.slot_state import capture_slot, restore_slot
 
 
@@ -44,7 +51,47 @@ def _timed_ms(fn) -> tuple[object, float]:
     return out, (time.perf_counter() - t0) * 1e3
 
 
+def build_ma_slot(*, env_id: str, num_envs: int, seed: int) -> MultiAgentSlot:
+    envs = [make_parallel_env(env_id=env_id, seed=seed + i, kwargs={}) for i in range(num_envs)]
+    obs = [dict(env.reset()[0]) for env in envs]
+    return MultiAgentSlot(envs=envs, obs=obs, states=None, seq=0,
+                          returns=[dict.fromkeys(env.possible_agents, 0.0) for env in envs],
+                          lengths=np.zeros(num_envs, dtype=np.int64))
+
+
+def _step_ma(slot: MultiAgentSlot, steps: int) -> None:
+    for _ in range(steps):
+        for e, env in enumerate(slot.envs):
+            obs, *_ = env.step({agent: env.action_space(agent).sample() for agent in env.agents})
+            slot.obs[e] = dict(obs) if env.agents else dict(env.reset()[0])
+
+
+def measure_marl(*, env_id: str, num_envs: int, steps: int, repeats: int) -> dict:
+    rows: dict[str, list[float]] = {"cold_build_ms": [], "capture_ms": [], "codec_ms": [], "restore_ms": [],
+                                    "fragment_ms": []}
+    snapshot_bytes = 0
+    for r in range(repeats):
+        slot = build_ma_slot(env_id=env_id, num_envs=num_envs, seed=r)
+        _step_ma(slot, steps)
+        _, fragment_ms = _timed_ms(lambda: _step_ma(slot, 25))
+        state, capture_ms = _timed_ms(lambda: capture_ma_slot(slot=slot))
+        frame, encode_ms = _timed_ms(lambda: encode(Message(header={"meta": state.meta}, arrays=state.arrays)))
+        _, decode_ms = _timed_ms(lambda: decode(frame, copy=True))
+        fresh, cold_ms = _timed_ms(lambda: build_ma_slot(env_id=env_id, num_envs=num_envs, seed=10_000 + r))
+        _, restore_ms = _timed_ms(lambda: restore_ma_slot(slot=fresh, state=state))
+        for name, value in (("cold_build_ms", cold_ms), ("capture_ms", capture_ms), ("fragment_ms", fragment_ms),
+                            ("codec_ms", encode_ms + decode_ms), ("restore_ms", restore_ms)):
+            rows[name].append(value)
+        snapshot_bytes = len(frame)
+        for env in [*slot.envs, *fresh.envs]:
+            env.close()
+    return {"env_id": env_id, "num_envs": num_envs, "snapshot_bytes": snapshot_bytes, **rows,
+            "median": {k: statistics.median(v) for k, v in rows.items()}}
+
+
 def measure(*, env_id: str, num_envs: int, steps: int, repeats: int) -> dict:
+    if ":" in env_id:
+        return measure_marl(env_id=env_id, num_envs=num_envs, steps=steps, repeats=repeats)
     rows: dict[str, list[float]] = {"cold_build_ms": [], "capture_ms": [], "codec_ms": [], "restore_ms": []}
     snapshot_bytes = 0
     for r in range(repeats):
@@ -72,7 +119,7 @@ def measure(*, env_id: str, num_envs: int, steps: int, repeats: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env-ids", default="CartPole-v1,Hopper-v4")
+    parser.add_argument("--env-ids", default="CartPole-v1,Hopper-v4,mpe2:simple_spread_v3")
     parser.add_argument("--num-envs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=20)
@@ -80,11 +127,13 @@ def main() -> int:
     args = parser.parse_args()
     results = [measure(env_id=e, num_envs=args.num_envs, steps=args.steps, repeats=args.repeats)
                for e in args.env_ids.split(",")]
-    print(f"{'env':14s} {'cold build':>11s} {'restore':>9s} {'capture':>9s} {'codec':>8s} {'bytes':>8s}  (median ms)")
+    print(f"{'env':22s} {'cold build':>11s} {'restore':>9s} {'capture':>9s} {'codec':>8s} {'bytes':>8s} "
+          f"{'fragment':>9s}  (median ms)")
     for r in results:
         m = r["median"]
-        print(f"{r['env_id']:14s} {m['cold_build_ms']:11.2f} {m['restore_ms']:9.3f} {m['capture_ms']:9.3f} "
-              f"{m['codec_ms']:8.3f} {r['snapshot_bytes']:8d}")
+        fragment = f"{m['fragment_ms']:9.2f}" if "fragment_ms" in m else f"{'-':>9s}"
+        print(f"{r['env_id']:22s} {m['cold_build_ms']:11.2f} {m['restore_ms']:9.3f} {m['capture_ms']:9.3f} "
+              f"{m['codec_ms']:8.3f} {r['snapshot_bytes']:8d} {fragment}")
     out = {"benchmark": "slot_restore", "command": " ".join([Path(sys.executable).name] + sys.argv),
            "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
            "results": results, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

@@ -2,6 +2,8 @@
 go on in another worker (``actors.restore_slots``, functions/ma_slot.py), as envs/snapshot.py does for
 gymnasium envs.
 
+The arrays travel packed into one float64 vector with their layout in the dict (``_pack``).
+
 An env built by ``make_parallel_env`` is ``ContractCheckedParallel(aec_to_parallel(OrderEnforcing(AssertOutOfBounds(
 raw))))``, with ``raw`` an mpe2 ``SimpleEnv``. A snapshot holds, as arrays plus a JSON-able dict:
 
@@ -63,18 +65,20 @@ def capture_parallel(*, env: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]
             arrays[f"current_action.{j}"] = np.array(action)
     for agent, obs in env.latest_observations.items():
         arrays[f"latest_obs.{agent}"] = np.array(obs)
-    meta = {"entities": meta_entities, "steps": int(raw.steps), "agents": list(raw.agents),
+    flat, layout = _pack(arrays=arrays, env_name=type(raw).__name__)
+    meta = {"layout": layout,"entities": meta_entities, "steps": int(raw.steps), "agents": list(raw.agents),
             "agent_selection": raw.agent_selection, "selector": dict(vars(raw._agent_selector)),
             "flags": {name: {a: _plain(v) for a, v in getattr(raw, name).items()} for name in _ENV_FLAGS},
             "infos": _plain(raw.infos), "num_current_actions": len(raw.current_actions),
             "rng": raw.np_random.bit_generator.state, "parallel_agents": list(parallel.agents),
             "order": {"has_reset": order._has_reset, "has_updated": order._has_updated},
             "checker": {"episode": env._episode, "step": env._step, "seeded": env._seeded}}
-    return arrays, meta
+    return {"flat": flat}, meta
 
 
 def restore_parallel(*, env: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     parallel, order, raw = _layers(env=env)
+    arrays = _unpack(flat=arrays["flat"], layout=meta["layout"])
     entities = list(raw.world.agents) + list(raw.world.landmarks)
     if len(entities) != len(meta["entities"]):
         raise ValueError(f"the snapshot has {len(meta['entities'])} entities, this env {len(entities)} "
@@ -103,6 +107,30 @@ def restore_parallel(*, env: Any, arrays: dict[str, np.ndarray], meta: dict[str,
     env._episode, env._step, env._seeded = meta["checker"]["episode"], meta["checker"]["step"], meta["checker"]["seeded"]
     env.latest_observations = {key.split(".", 1)[1]: np.array(value) for key, value in arrays.items()
                                if key.startswith("latest_obs.")}
+
+
+def _pack(*, arrays: dict[str, np.ndarray], env_name: str) -> tuple[np.ndarray, list[list[Any]]]:
+    """Every array in one float64 vector (exact for the bool, integer and float32/64 values an mpe2 world holds),
+    and the layout to cut it back: a snapshot of ~40 small arrays per env would cost the codec more than the
+    values themselves."""
+    layout = []
+    for name, value in arrays.items():
+        if value.dtype.kind not in "biuf" or (value.dtype.kind in "iu" and value.size
+                                              and np.abs(value).max() >= 2**53):
+            raise SnapshotUnsupported(f"no state snapshot for {env_name}: {name} has dtype {value.dtype}")
+        layout.append([name, list(value.shape), value.dtype.str])
+    flat = np.concatenate([value.astype(np.float64).ravel() for value in arrays.values()]) if arrays \
+        else np.zeros(0, np.float64)
+    return flat, layout
+
+
+def _unpack(*, flat: np.ndarray, layout: list[list[Any]]) -> dict[str, np.ndarray]:
+    arrays, offset = {}, 0
+    for name, shape, dtype in layout:
+        size = int(np.prod(shape)) if shape else 1
+        arrays[name] = flat[offset:offset + size].astype(np.dtype(dtype)).reshape(shape)
+        offset += size
+    return arrays
 
 
 def _layers(*, env: Any) -> tuple[Any, Any, Any]:

@@ -59,7 +59,7 @@ def env_slot(*, cache: dict[str, Any], req: Any, centralised: bool, restore: Slo
                           returns=[dict.fromkeys(env.possible_agents, 0.0) for env in envs],
                           lengths=np.zeros(req.num_envs, dtype=np.int64))
     if restore is not None:
-        _restore(slot=slot, state=restore)
+        restore_ma_slot(slot=slot, state=restore)
     if centralised:
         slot.states = [global_state(env=env) for env in envs]
     slots[req.actor_rank] = slot
@@ -84,7 +84,8 @@ def capture_ma_slot(*, slot: MultiAgentSlot) -> SlotState | None:
     return SlotState(arrays=arrays, meta=meta)
 
 
-def _restore(*, slot: MultiAgentSlot, state: SlotState) -> None:
+def restore_ma_slot(*, slot: MultiAgentSlot, state: SlotState) -> None:
+    """Put ``state`` into ``slot`` (freshly built envs of the same count): the rank's episodes go on."""
     check_env_count(state=state, num_envs=len(slot.envs))
     for e, env in enumerate(slot.envs):
         restore_parallel(env=env, arrays=env_arrays(state=state, index=e), meta=state.meta[e]["env"])
