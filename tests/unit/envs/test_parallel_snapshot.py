@@ -37,6 +37,9 @@ def test_a_restored_env_steps_as_the_original_through_episode_ends(env_id: str) 
     other = make_parallel_env(env_id=env_id, seed=99, kwargs=kwargs)
     other.reset()
     restore_parallel(env=other, arrays=arrays, meta=json.loads(json.dumps(meta)))
+    again_arrays, again_meta = capture_parallel(env=other)       # the same state, dtypes and layout included
+    assert json.loads(json.dumps(again_meta)) == json.loads(json.dumps(meta))
+    np.testing.assert_array_equal(again_arrays["flat"], arrays["flat"])
     resets = 0
     for _ in range(40):                                            # three episode ends and resets
         if not original.agents:
