@@ -15,7 +15,6 @@ Both return each active policy's scalar stats (loss parts, ``convexity``...) and
 
 from __future__ import annotations
 
-from collections import deque
 from concurrent.futures import Future, wait
 from typing import Any
 
@@ -99,8 +98,9 @@ class OnPolicyLearning(_Learning):
 class ValueLearning(_Learning):
     def __init__(self, *, parts: Any, progress: Any) -> None:
         super().__init__(parts=parts, progress=progress)
-        # policy (IQL) or TEAM (VDN) → keys, oldest first; a resume with train.checkpoint_replay put them back
-        self.replays: dict[str, deque[str]] = {owner: deque(keys) for owner, keys in progress.replays.items()}
+        # progress.replays: policy (IQL) or TEAM (VDN) → keys, oldest first; what a checkpoint keeps
+        # (train.checkpoint_replay), and a resume puts back
+        self.replays: dict[str, list[str]] = progress.replays
 
     def run(self, *, active: list[str], agent_policy: dict[str, str], round: int, rows_per_agent: int
             ) -> tuple[dict[str, dict[str, float]], list[str]]:
@@ -130,13 +130,11 @@ class ValueLearning(_Learning):
         """Add this round's key to ``owner``'s replay; the keys that fall out of it (to delete)."""
         from nimbus.functions.ma_value_learner import replay_rounds
 
-        replay = self.replays.setdefault(owner, deque())
+        replay = self.replays.setdefault(owner, [])
         replay.append(key)
         keep = replay_rounds(capacity_rows=self.parts.config.algo.replay_capacity, rows_per_round=max(1, rows))
-        dropped = []
-        while len(replay) > keep:
-            dropped.append(replay.popleft())
-        self.progress.replays[owner] = list(replay)      # what a checkpoint keeps (train.checkpoint_replay)
+        dropped = replay[:max(0, len(replay) - keep)]
+        del replay[:len(dropped)]
         return dropped
 
     def request(self, *, policy: str, agent_policy: dict[str, str], round: int) -> Any:

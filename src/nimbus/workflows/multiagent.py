@@ -30,7 +30,7 @@ import numpy as np
 from nimbus.control.base import RoundMetrics
 from nimbus.data.codec import Message
 from nimbus.functions.ma_actor import MultiAgentActorRequest
-from nimbus.functions.slot_state import SlotState, pop_slot_state
+from nimbus.functions.slot_state import pop_slot_state
 from nimbus.functions.weights import optim_key, weights_key
 from nimbus.train.build import Shared
 from nimbus.workflows.marl_learning import batch_key, make_learning, results_of
@@ -85,8 +85,6 @@ class MultiAgentWorkflow:
         self.stop_requested = False
         self.started_s = time.perf_counter()
         self.num_actors = progress.next_actors or parts.scaler.initial()
-        self.slot_seq: dict[int, int] = dict(progress.slot_seq)          # resumed: as the checkpoint left them
-        self.slot_states: dict[int, SlotState] = dict(progress.slot_states)   # actors.restore_slots: newest per rank
         self._cost_seen = 0
         self._cost_usd = progress.cost_usd_before
         self.learning = make_learning(parts=parts, progress=progress)
@@ -136,7 +134,7 @@ class MultiAgentWorkflow:
         keys = {p: weights_key(policy=p, version=self.progress.versions[p]) for p in set(agent_policy.values())}
         futures = []
         for rank in range(num_actors):
-            slot_seq = self.slot_seq.get(rank, self.progress.slot_seq_base)  # resumed: fresh seeds from its round
+            slot_seq = self.progress.slot_seq.get(rank, self.progress.slot_seq_base)  # resumed: from the checkpoint
             request = MultiAgentActorRequest(
                 env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), num_envs=cfg.env.num_envs_per_actor,
                 fragment_steps=cfg.actors.fragment_steps, seed=cfg.seed, actor_rank=rank,
@@ -144,16 +142,16 @@ class MultiAgentWorkflow:
                 algo=cfg.algo.model_dump(mode="json"), env_imports=tuple(cfg.env.imports),
                 snapshot=cfg.actors.restore_slots)
             futures.append(self.parts.shared.runtime.invoke(
-                spec=self.parts.specs["actor"], request=request.to_message(restore=self.slot_states.get(rank))))
+                spec=self.parts.specs["actor"], request=request.to_message(restore=self.progress.slot_states.get(rank))))
         results = results_of(futures=futures, what="actor")
+        progress = self.progress    # its slot_seq and slot_states (actors.restore_slots) are what a checkpoint saves
         for rank, result in enumerate(results):
-            self.slot_seq[rank] = self.slot_seq.get(rank, self.progress.slot_seq_base) + 1
+            progress.slot_seq[rank] = progress.slot_seq.get(rank, progress.slot_seq_base) + 1
             state = pop_slot_state(header=result.header, arrays=result.arrays)
             if state is not None:
-                self.slot_states[rank] = state
+                progress.slot_states[rank] = state
             else:                                    # never send a slot older than the rank's sequence
-                self.slot_states.pop(rank, None)
-        self.progress.slot_seq, self.progress.slot_states = dict(self.slot_seq), dict(self.slot_states)  # saved
+                progress.slot_states.pop(rank, None)
         return results
 
     def _ingest(self, *, results: list[Message], agent_policy: dict[str, str], active: list[str],
