@@ -9,7 +9,7 @@ import torch
 
 from nimbus.algos.impala.loss import impact_surrogate_loss
 from nimbus.algos.ppo.loss import policy_loss
-from nimbus.algos.truncation import Truncation, truncated_ratio
+from nimbus.algos.truncation import Truncation, truncate, truncated_fraction, truncated_ratio
 
 INF = float("inf")
 
@@ -64,3 +64,28 @@ def test_impact_surrogate_truncates_pi_over_mu(form, expected_ratio):
                                         truncation=truncation)
     assert loss.item() == pytest.approx(-expected_ratio)
     assert ratio.item() == pytest.approx(1.6 if form is None else expected_ratio)
+
+
+def test_default_truncation_is_the_papers_with_rho_one():
+    """DESIGN.md §3: R = min(|min_i π_i/μ|, ρ) with ρ = 1.0. With no other learner (+inf) a ratio above 1 is
+    capped at 1 and one below is kept; a peer below both decides."""
+    behaviour = torch.log(torch.tensor([0.4, 0.5, 0.4]))
+    ratio = torch.tensor([1.5, 0.8, 1.5])
+    peers = torch.log(torch.tensor([INF, INF, 0.3]))           # peer ratios +inf, +inf, 0.75
+    truncated = truncate(ratio=ratio, behaviour_log_prob=behaviour, truncation=Truncation(peer_log_prob_min=peers))
+    assert truncated.tolist() == pytest.approx([1.0, 0.8, 0.75])
+
+
+@pytest.mark.parametrize(("form", "expected"), [("paper", 0.75), ("code", 0.25)])
+def test_truncated_fraction_is_the_share_of_rows_whose_ratio_changed(form, expected):
+    """Four rows, μ = 0.5, ratios 1.2, 0.8, 1.0, 1.6 against peer ratios +inf, 0.6, 1.4, 1.4.
+    paper min(|min(r, peer)|, 1): 1.0, 0.6, 1.0, 1.0 (rows 0, 1, 3 changed); code min(r, max(peer, 1)):
+    1.2, 0.8, 1.0, 1.4 (row 3 changed). Row 2 sits exactly at ρ and is untouched in both."""
+    behaviour = torch.log(torch.full((4,), 0.5))
+    log_prob = torch.log(torch.tensor([0.6, 0.4, 0.5, 0.8]))
+    peers = torch.log(torch.tensor([INF, 0.3, 0.7, 0.7]))
+    truncation = Truncation(peer_log_prob_min=peers, rho=1.0, form=form)
+    fraction = truncated_fraction(log_prob=log_prob, behaviour_log_prob=behaviour, truncation=truncation)
+    assert fraction == pytest.approx(expected)
+    untouched = Truncation(peer_log_prob_min=torch.full((4,), INF), rho=2.0, form=form)
+    assert truncated_fraction(log_prob=log_prob, behaviour_log_prob=behaviour, truncation=untouched) == 0.0

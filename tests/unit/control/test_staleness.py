@@ -146,3 +146,50 @@ def test_async_applies_every_gradient_at_once_unscaled():
 def test_unknown_rule_is_refused():
     with pytest.raises(ValueError, match="unknown aggregation rule"):
         make_rule(name="bogus", learners=1)
+
+
+def _seed_stellaris(rule, *, delta_max: int):
+    """Round 0 with gradients of staleness 0..delta_max (each applied on arrival), then round 1 starts."""
+    rule.start_round(index=0)
+    for _ in range(delta_max + 1):
+        apply_if_any(rule, arrive(rule, read_version=0))
+    rule.start_round(index=1)
+
+
+@pytest.mark.parametrize("name", ["stellaris", "stellaris_code"])
+def test_stellaris_scales_by_the_configured_root(name):
+    """Eq. 4 with v = 2: a gradient of staleness 4 steps at α0 / 4^(1/2), in round 0 and after."""
+    rule = make_rule(name=name, learners=1, decay=1.0, root=2)
+    rule.start_round(index=0)
+    scales = [apply_if_any(rule, arrive(rule, read_version=0)).aggregation.members[0].scale for _ in range(5)]
+    assert scales == pytest.approx([1.0, 1.0, 2 ** -0.5, 3 ** -0.5, 0.5])
+    rule.start_round(index=1)                                  # δmax 4 (code: mean 2 + 1 = 3)
+    verdict = apply_if_any(rule, arrive(rule, read_version=rule.version - 3))
+    assert [(m.staleness, m.scale) for m in verdict.aggregation.members] == [(3, pytest.approx(3 ** -0.5))]
+
+
+def test_stellaris_default_queue_holds_twice_the_learners():
+    """docs/stellaris.md: max_queue defaults to 2 × learners, so with β = 1 and two learners a gradient of
+    staleness 4 can still be admitted by fresh ones (queued), and one of staleness 5 never can (refused)."""
+    rule = make_rule(name="stellaris", learners=2, decay=1.0)
+    _seed_stellaris(rule, delta_max=1)                         # β_1 = 1, version 2
+    rule.version = 10
+    verdict = arrive(rule, read_version=6)                     # staleness 4 ≤ 1 · 4
+    assert verdict.aggregation is None and verdict.rejected == () and len(rule.queue) == 1
+    verdict = arrive(rule, read_version=5)                     # staleness 5 > 4
+    assert [r.staleness for r in verdict.rejected] == [5] and len(rule.queue) == 1
+    for _ in range(2):
+        assert arrive(rule, read_version=10).aggregation is None   # means 2, 4/3 > 1
+    verdict = arrive(rule, read_version=10)                    # 4 queued, mean 1 ≤ 1: all four aggregated
+    assert sorted(m.staleness for m in verdict.aggregation.members) == [0, 0, 0, 4] and verdict.rejected == ()
+
+
+@pytest.mark.parametrize("name", ["stellaris", "stellaris_code"])
+def test_stellaris_round0_without_any_gradient_seeds_the_floor(name):
+    """A round 0 that delivered no gradient (its learners all failed) still ends: δmax floors at 1 (code: 0 + 1)."""
+    rule = make_rule(name=name, learners=2, decay=0.5)
+    rule.start_round(index=0)
+    rule.start_round(index=1)
+    assert rule.threshold == pytest.approx(0.5)
+    verdict = apply_if_any(rule, arrive(rule, read_version=rule.version))
+    assert [m.staleness for m in verdict.aggregation.members] == [0]

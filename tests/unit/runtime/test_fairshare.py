@@ -71,3 +71,30 @@ def test_next_index_counts_busy_cpus_per_workload_from_the_slots() -> None:
     assert next_index(queue=queue, slots=slots, weights={}) == 0
     slots.append(NS(spec=spec("b", 2.0), attempt=object()))
     assert next_index(queue=queue, slots=slots, weights={"a": 1.0, "b": 1.0}) == 1
+
+
+def test_without_weights_the_pick_is_fifo_however_busy_the_oldest_workload_is() -> None:
+    assert fair_pick(queued=["a", "b"], busy_cpus={"a": 4.0}, weights={}) == 0
+
+
+def test_a_workload_without_a_weight_of_its_own_weighs_one() -> None:
+    """Untagged functions (workload "") and workloads left out of the weights share the pool with weight 1:
+    a at 2 busy CPUs / weight 2 = 1.0 goes before b at 1.5 / 1 and before the untagged "" at 1.2 / 1."""
+    busy = {"a": 2.0, "b": 1.5, "": 1.2}
+    assert fair_pick(queued=["b", "", "a"], busy_cpus=busy, weights={"a": 2.0}) == 2
+    assert fair_pick(queued=["b", ""], busy_cpus=busy, weights={"a": 2.0}) == 1
+
+
+def test_next_index_weighs_busy_cpus_not_busy_workers() -> None:
+    """ARTOS's share is of CPUs: one 4-CPU learner of a outweighs two 1-CPU actors of b."""
+    from types import SimpleNamespace as NS
+
+    from nimbus.runtime.fairshare import next_index
+
+    def slot(workload: str, cpus: float) -> NS:
+        return NS(spec=NS(workload=workload, resources=NS(cpus=cpus)), attempt=object())
+
+    slots = [slot("a", 4.0), slot("b", 1.0), slot("b", 1.0)]
+    queue = [NS(spec=NS(workload="a")), NS(spec=NS(workload="b"))]
+    assert next_index(queue=queue, slots=slots, weights={"a": 1.0, "b": 1.0}) == 1
+    assert next_index(queue=queue, slots=slots, weights={"a": 3.0, "b": 1.0}) == 0   # 4/3 < 2
