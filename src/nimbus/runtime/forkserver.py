@@ -3,7 +3,8 @@ itself, so a cold start costs milliseconds instead of a fresh interpreter import
 
 How it works (``runtime.start_method: fork_server``, the default of the local backend):
 
-* The driver's spawner thread starts ``python -m nimbus.runtime.forkserver`` with one end of a
+* The driver's spawner thread starts ``python -P -m nimbus.runtime.forkserver`` (runtime/interpreter.py: never
+  from the current directory) with one end of a
   ``SOCK_SEQPACKET`` socketpair. The server sets ``PR_SET_PDEATHSIG`` (it dies with that thread, so with
   the driver), imports ``--preload`` modules (numpy, torch, gymnasium for training) and then serves.
 * A spawn request is one codec frame (``Message`` header: worker id, function, entrypoint, spawn time,
@@ -47,6 +48,7 @@ from nimbus.data.codec import Message, decode, encode
 from nimbus.data.shm import PREFIX_ENV
 from nimbus.errors import CodecError
 from nimbus.runtime.base import FunctionSpec
+from nimbus.runtime.interpreter import module_command
 from nimbus.runtime.worker import _set_pdeathsig
 
 log = logging.getLogger(__name__)
@@ -125,7 +127,7 @@ class ForkServer:
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = [sys.executable, "-m", "nimbus.runtime.forkserver", "--fd", str(theirs.fileno()),
+        argv = [*module_command(module="nimbus.runtime.forkserver"), "--fd", str(theirs.fileno()),
                 "--parent-pid", str(os.getpid()), "--preload", ",".join(self._preload)]
         try:
             self._proc = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), env=self._env, stdin=subprocess.DEVNULL)

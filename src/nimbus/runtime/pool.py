@@ -22,7 +22,6 @@ import queue
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from nimbus.data.channel import Inbox, body_segment_prefix
 from nimbus.data.shm import PREFIX_ENV, streaming_copy_env
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.forkserver import ForkedProcess, ForkServer
+from nimbus.runtime.interpreter import module_command
 from nimbus.runtime.janitor import Reaper
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def spawn_worker(*, worker_id: str, spec: FunctionSpec, prefix: str, inline_max_
     """Start a worker bound to ``spec``; it reports ``ready`` on the returned socket."""
     parent_sock, child_sock = socket.socketpair()
     spawned_at = time.time()
-    argv = [sys.executable, "-m", "nimbus.runtime.worker", "--fd", str(child_sock.fileno()),
+    argv = [*module_command(module="nimbus.runtime.worker"), "--fd", str(child_sock.fileno()),
             "--worker-id", worker_id, "--function", spec.name, "--entrypoint", spec.entrypoint,
             "--spawn-time", repr(spawned_at), "--parent-pid", str(os.getpid()),
             "--inline-max-bytes", str(inline_max_bytes),
