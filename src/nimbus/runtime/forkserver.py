@@ -9,7 +9,8 @@ How it works (``runtime.start_method: fork_server``, the default of the local ba
   the driver), imports ``--preload`` modules (numpy, torch, gymnasium for training) and then serves.
 * A spawn request is one codec frame (``Message`` header: worker id, function, entrypoint, spawn time,
   thread count, frame limits) with the worker's end of a fresh socketpair attached as ``SCM_RIGHTS``.
-  Nothing is pickled either way; a message that is not a codec frame makes the server exit with 2.
+  Nothing is pickled either way; a request that is not a valid spawn request (``parse_request``: not a codec
+  frame, a field missing or mistyped, no socket) is refused with an error reply, and the server goes on.
 * The server imports the entrypoint's module into itself the first time it sees it (later forks of that
   function find it imported), forks, and answers one codec frame ``{pid, error}`` with a pidfd of the
   child attached. The child closes the server's socket, takes its environment (thread limits), reseeds
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import math
 import os
 import select
 import signal
@@ -42,6 +44,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import asdict, dataclass, fields
 from typing import Callable
 
 from nimbus.data.codec import Message, decode, encode
@@ -55,6 +58,43 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 1 << 16
 FORKED_EXIT_STATUS = -1  # what ForkedProcess reports once gone: the exit status belongs to the server
 TRAINING_PRELOAD = ("numpy", "torch", "gymnasium")  # what a training run's workers import anyway
+
+
+@dataclass(frozen=True)
+class SpawnRequest:
+    """One fork request, as the server reads it (``parse_request``): every field present and of its type."""
+
+    worker_id: str
+    function: str
+    entrypoint: str
+    prefix: str
+    spawn_time: float
+    threads: int
+    driver_pid: int
+    inline_max_bytes: int
+    compress_min_bytes: int   # -1: never compress
+
+
+_INT_MINIMUM = {"threads": 1, "driver_pid": 1, "inline_max_bytes": 0, "compress_min_bytes": -1}
+
+
+def _field(*, header: dict, name: str, kind: str) -> "str | int | float":
+    value = header.get(name)
+    if kind == "float":
+        valid = type(value) in (int, float) and math.isfinite(value) and value >= 0
+    elif kind == "int":
+        valid = type(value) is int and value >= _INT_MINIMUM[name]
+    else:  # only the prefix may be empty (a server started before the run: each request names its run's)
+        valid = type(value) is str and (bool(value) or name == "prefix")
+    if not valid:
+        raise CodecError(f"spawn request field {name!r} is {value!r}: not a valid {kind}")
+    return float(value) if kind == "float" else value
+
+
+def parse_request(*, data: bytes) -> SpawnRequest:
+    """The request in frame ``data``; CodecError when it is not a frame or a field is missing or wrong."""
+    header = decode(data).header
+    return SpawnRequest(**{f.name: _field(header=header, name=f.name, kind=str(f.type)) for f in fields(SpawnRequest)})
 
 
 class ForkedProcess:
@@ -157,12 +197,12 @@ class ForkServer:
                     compress_min_bytes: int | None) -> "tuple[ForkedProcess, socket.socket, float]":
         parent_sock, child_sock = socket.socketpair()
         spawned_at = time.time()
-        request = {"worker_id": worker_id, "function": spec.name, "entrypoint": spec.entrypoint, "prefix": self._prefix,
-                   "spawn_time": spawned_at, "threads": max(1, int(spec.resources.cpus)),
-                   "driver_pid": os.getpid(), "inline_max_bytes": inline_max_bytes,
-                   "compress_min_bytes": -1 if compress_min_bytes is None else compress_min_bytes}
+        request = SpawnRequest(worker_id=worker_id, function=spec.name, entrypoint=spec.entrypoint, prefix=self._prefix,
+                               spawn_time=spawned_at, threads=max(1, int(spec.resources.cpus)), driver_pid=os.getpid(),
+                               inline_max_bytes=inline_max_bytes,
+                               compress_min_bytes=-1 if compress_min_bytes is None else compress_min_bytes)
         try:
-            socket.send_fds(self._sock, [encode(Message(header=request), compress_min_bytes=None)],
+            socket.send_fds(self._sock, [encode(Message(header=asdict(request)), compress_min_bytes=None)],
                             [child_sock.fileno()])
             data, fds, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE_BYTES, 1)
         except BaseException:
@@ -173,13 +213,17 @@ class ForkServer:
         if not data:
             parent_sock.close()
             raise ConnectionResetError("the fork server closed its socket")
-        reply = decode(data).header
-        if reply.get("error") or len(fds) != 1:
+        try:
+            reply = decode(data).header
+        except CodecError:
+            reply = {"error": "its reply is not a codec frame"}
+        pid = reply.get("pid")
+        if reply.get("error") is not None or type(pid) is not int or pid <= 0 or len(fds) != 1:
             for fd in fds:
                 os.close(fd)
             parent_sock.close()
-            raise OSError(f"fork server could not fork {worker_id}: {reply.get('error')}")
-        return ForkedProcess(pid=int(reply["pid"]), pidfd=fds[0]), parent_sock, spawned_at
+            raise OSError(f"fork server could not fork {worker_id}: {reply.get('error') or reply}")
+        return ForkedProcess(pid=pid, pidfd=fds[0]), parent_sock, spawned_at
 
     def _stop(self) -> None:
         if self._sock is not None:
@@ -228,26 +272,37 @@ def _reseed() -> None:
         torch.manual_seed(torch.initial_seed())
 
 
-def _child(*, server_sock: socket.socket, fd: int, request: dict, server_pid: int) -> int:
+def _child(*, server_sock: socket.socket, fd: int, request: SpawnRequest, server_pid: int) -> int:
     from nimbus.runtime.worker import run
 
     server_sock.close()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    threads = str(int(request["threads"]))
+    threads = str(request.threads)
     os.environ.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
-    if request.get("prefix"):   # the run's segment prefix: a server started before the run claimed one has none
-        os.environ[PREFIX_ENV] = str(request["prefix"])
+    if request.prefix:   # the run's segment prefix: a server started before the run claimed one has none
+        os.environ[PREFIX_ENV] = request.prefix
     _reseed()
-    return run(fd=fd, worker_id=str(request["worker_id"]), function=str(request["function"]),
-               entrypoint=str(request["entrypoint"]), spawn_time=float(request["spawn_time"]), parent_pid=server_pid,
-               driver_pid=int(request["driver_pid"]), inline_max_bytes=int(request["inline_max_bytes"]),
-               compress_min_bytes=int(request["compress_min_bytes"]))
+    return run(fd=fd, worker_id=request.worker_id, function=request.function, entrypoint=request.entrypoint,
+               spawn_time=request.spawn_time, parent_pid=server_pid, driver_pid=request.driver_pid,
+               inline_max_bytes=request.inline_max_bytes, compress_min_bytes=request.compress_min_bytes)
 
 
-def _fork_one(*, sock: socket.socket, fd: int, request: dict) -> None:
-    _import_quietly(str(request["entrypoint"]).partition(":")[0])
+def _refuse(*, sock: socket.socket, fds: list[int], reason: str) -> None:
+    """Answer a request the server will not fork for, closing what came with it; the server goes on."""
+    log.error("fork server: refused a request: %s", reason)
+    for fd in fds:
+        os.close(fd)
+    socket.send_fds(sock, [encode(Message(header={"pid": 0, "error": reason}), compress_min_bytes=None)], [])
+
+
+def _fork_one(*, sock: socket.socket, fd: int, request: SpawnRequest) -> None:
+    _import_quietly(request.entrypoint.partition(":")[0])
     server_pid = os.getpid()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as exc:  # EAGAIN/ENOMEM: this request fails, the server does not
+        _refuse(sock=sock, fds=[fd], reason=f"fork failed: {exc}")
+        return
     if pid == 0:
         code = 1
         try:
@@ -265,7 +320,9 @@ def _fork_one(*, sock: socket.socket, fd: int, request: dict) -> None:
 
 
 def serve(*, sock: socket.socket) -> int:
-    """Fork one worker per request until the driver closes its end (0) or sends a non-frame (2)."""
+    """Fork one worker per request until the driver closes its end (0). A request that is not a valid spawn
+    request (not a codec frame, a field missing or of the wrong type, no socket attached) is answered with an
+    error and forks nothing; the server and its workers go on (nothing in it is ever unpickled)."""
     while True:
         if not select.select([sock], [], [], 1.0)[0]:
             _reap()
@@ -275,14 +332,12 @@ def serve(*, sock: socket.socket) -> int:
         if not data:
             return 0
         try:
-            request = decode(data).header
+            request = parse_request(data=data)
         except CodecError as exc:
-            log.error("fork server: rejected a request: %s", exc)
-            return 2
+            _refuse(sock=sock, fds=fds, reason=f"not a spawn request: {exc}")
+            continue
         if len(fds) != 1:
-            for fd in fds:
-                os.close(fd)
-            socket.send_fds(sock, [encode(Message(header={"pid": 0, "error": "no socket attached"}))], [])
+            _refuse(sock=sock, fds=fds, reason="no socket attached")
             continue
         _fork_one(sock=sock, fd=fds[0], request=request)
 
