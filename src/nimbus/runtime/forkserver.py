@@ -353,13 +353,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    for module in ["nimbus.runtime.worker", *filter(None, args.preload.split(","))]:
+    prepare_template(preload=tuple(filter(None, args.preload.split(","))))
+    return serve(sock=socket.socket(fileno=args.fd))
+
+
+def prepare_template(*, preload: tuple[str, ...]) -> None:
+    """What every forked worker inherits: the ``preload`` modules imported and, with torch, its lazy first-step
+    imports done (``warm_torch_optimizer``: no autograd, no CUDA, so that forked children can use both)."""
+    for module in ["nimbus.runtime.worker", *preload]:
         _import_quietly(module)
-    if "torch" in sys.modules:  # its lazy first-step imports, paid once here instead of in every worker
+    if "torch" in sys.modules:
         from nimbus.runtime.worker import warm_torch_optimizer
 
         warm_torch_optimizer()
-    return serve(sock=socket.socket(fileno=args.fd))
 
 
 if __name__ == "__main__":
