@@ -21,6 +21,9 @@ How it works (``runtime.start_method: fork_server``, the default of the local ba
   the runtime reads them; socket EOF is how the driver learns of a death.
 * P15: driver SIGKILLed -> the server's PDEATHSIG kills it -> every worker's PDEATHSIG kills them; the
   janitor knows the server's pid and every worker's pid as well (the second line).
+* The server runs in its own session, so a SIGTERM to the driver's process group reaches only the driver,
+  which stops the run and retires its workers; ``interrupt`` (the spawner closing) makes every later
+  ``spawn`` fail at once, so a closing runtime never starts a worker or a new server.
 
 Example::
 
@@ -145,6 +148,7 @@ class ForkServer:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
+        self._closing = False   # set by interrupt(): no request is sent and no server is started any more
         self._start()
 
     @property
@@ -170,7 +174,10 @@ class ForkServer:
         argv = [*module_command(module="nimbus.runtime.forkserver"), "--fd", str(theirs.fileno()),
                 "--parent-pid", str(os.getpid()), "--preload", ",".join(self._preload)]
         try:
-            self._proc = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), env=self._env, stdin=subprocess.DEVNULL)
+            # its own session: a SIGTERM to the driver's process group is the driver's to handle (it stops the
+            # run and then its workers), as Ctrl-C is; the server and its workers die with the driver regardless
+            self._proc = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), env=self._env, stdin=subprocess.DEVNULL,
+                                          start_new_session=True)
         except BaseException:
             ours.close()
             raise
@@ -181,17 +188,24 @@ class ForkServer:
 
     def spawn(self, *, worker_id: str, spec: FunctionSpec, inline_max_bytes: int,
               compress_min_bytes: int | None) -> "tuple[ForkedProcess, socket.socket, float]":
-        """Fork a worker bound to ``spec``: (process, the driver's socket to it, spawn wall time)."""
+        """Fork a worker bound to ``spec``: (process, the driver's socket to it, spawn wall time). After
+        ``interrupt`` it raises OSError at once: a closing runtime starts no worker and no new server."""
         with self._lock:
-            try:
-                return self._spawn_once(worker_id=worker_id, spec=spec, inline_max_bytes=inline_max_bytes,
-                                        compress_min_bytes=compress_min_bytes)
-            except (OSError, CodecError) as exc:
-                log.warning("fork server %s failed (%s); starting a new one", self.pid, exc)
-                self._stop()
-                self._start()
-                return self._spawn_once(worker_id=worker_id, spec=spec, inline_max_bytes=inline_max_bytes,
-                                        compress_min_bytes=compress_min_bytes)
+            for restarted in (False, True):
+                if self._closing:
+                    raise OSError(f"the fork server is closing: {worker_id} not started")
+                try:
+                    return self._spawn_once(worker_id=worker_id, spec=spec, inline_max_bytes=inline_max_bytes,
+                                            compress_min_bytes=compress_min_bytes)
+                except (OSError, CodecError) as exc:
+                    if self._closing:
+                        raise OSError(f"the fork server is closing: {worker_id} not started") from exc
+                    if restarted:
+                        raise
+                    log.warning("fork server %s failed (%s); starting a new one", self.pid, exc)
+                    self._stop()
+                    self._start()
+            raise AssertionError("unreachable")
 
     def _spawn_once(self, *, worker_id: str, spec: FunctionSpec, inline_max_bytes: int,
                     compress_min_bytes: int | None) -> "tuple[ForkedProcess, socket.socket, float]":
@@ -224,6 +238,17 @@ class ForkServer:
             parent_sock.close()
             raise OSError(f"fork server could not fork {worker_id}: {reply.get('error') or reply}")
         return ForkedProcess(pid=pid, pidfd=fds[0]), parent_sock, spawned_at
+
+    def interrupt(self) -> None:
+        """From any thread: refuse every later ``spawn`` and wake one blocked waiting for the server's answer (a
+        new server importing torch takes seconds); ``close`` still stops the server, on the owner thread."""
+        self._closing = True
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def _stop(self) -> None:
         if self._sock is not None:

@@ -107,7 +107,7 @@ def spawn_worker(*, worker_id: str, spec: FunctionSpec, prefix: str, inline_max_
             "--compress-min-bytes", str(-1 if compress_min_bytes is None else compress_min_bytes)]
     try:
         proc = subprocess.Popen(argv, pass_fds=(child_sock.fileno(),), env=worker_env(spec=spec, prefix=prefix),
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, start_new_session=True)   # signals: see ForkServer._start
     except BaseException:
         parent_sock.close()
         raise
@@ -134,6 +134,7 @@ class Spawner:
                          "compress_min_bytes": compress_min_bytes}
         self._on_spawned = on_spawned
         self._server: ForkServer | None = None
+        self._closing = False   # close() called: queued spawns are dropped, none is started
         self._queue: queue.SimpleQueue[tuple[str, FunctionSpec] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="nimbus-spawner", daemon=True,
                                         args=(start_method, preload, janitor_track))
@@ -143,6 +144,12 @@ class Spawner:
         self._queue.put((worker_id, spec))
 
     def close(self, *, timeout_s: float = 10.0) -> None:
+        """Start nothing more: spawns still queued are dropped (reported as errors), one in progress is cut
+        short (``ForkServer.interrupt``: no new server either); then the server is stopped on the spawner thread."""
+        self._closing = True
+        server = self._server
+        if server is not None:
+            server.interrupt()
         self._queue.put(None)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=timeout_s)
@@ -175,9 +182,11 @@ class Spawner:
         while (item := self._queue.get()) is not None:
             worker_id, spec = item
             try:
+                if self._closing:
+                    raise RuntimeError(f"the runtime is shutting down: {worker_id} not started")
                 handle, error = self._spawn(worker_id=worker_id, spec=spec), None
             except Exception as exc:  # noqa: BLE001 - reported to the runtime, which retries elsewhere
-                log.error("cannot start worker %s: %s", worker_id, exc)
+                log.log(logging.DEBUG if self._closing else logging.ERROR, "cannot start worker %s: %s", worker_id, exc)
                 handle, error = None, exc
             self._on_spawned(worker_id, handle, error)
         if self._server is not None:
