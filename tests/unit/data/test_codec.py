@@ -104,6 +104,19 @@ def test_truncated_compressed_frame_raises_codec_error() -> None:
         decode(frame[:len(frame) // 2])
 
 
+@pytest.mark.parametrize("extra", [1, 2, 8])
+def test_a_header_length_beyond_the_frame_by_even_one_byte_is_refused(extra: int) -> None:
+    """The length field is checked exactly: a frame that claims ``extra`` header bytes more than it holds is
+    truncated, even when the missing bytes would only have been padding (the header still parses)."""
+    frame = bytearray(encode(Message(header={"a": 1})))
+    (length,) = struct.unpack_from("<Q", frame, PREFIX.size)
+    struct.pack_into("<Q", frame, PREFIX.size, length + extra)
+    with pytest.raises(CodecError, match="truncated inside its header"):
+        decode(bytes(frame))
+    struct.pack_into("<Q", frame, PREFIX.size, length)
+    assert decode(bytes(frame)).header == {"a": 1}
+
+
 def test_wrong_magic_or_version_raises_codec_error() -> None:
     frame = bytearray(encode(Message(arrays={"x": np.ones(2)})))
     with pytest.raises(CodecError, match="magic"):
@@ -170,6 +183,31 @@ def test_shapes_are_bounded_before_anything_is_allocated(shape: str) -> None:
     frame = _raw_frame(b'{"x":{"dtype":"U8","shape":' + shape.encode() + b',"data_offsets":[0,0]}}')
     with pytest.raises(CodecError):
         decode(frame)
+
+
+@pytest.mark.parametrize("dtype", ["X", "F8", "BF16", "f32", "C64", ""])
+def test_an_unknown_dtype_is_refused_not_read_as_bytes(dtype: str) -> None:
+    layout = json.dumps({"x": {"dtype": dtype, "shape": [4], "data_offsets": [0, 4]}}).encode()
+    with pytest.raises(CodecError, match="unknown dtype"):
+        decode(_raw_frame(layout, b"\0" * 8))
+
+
+def test_a_byte_range_larger_than_its_shape_is_refused() -> None:
+    """Exact: 16 bytes for a float32 [3] is a lie in the layout, refused (not 12 of them read, nor a reshape
+    error)."""
+    layout = json.dumps({"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}}).encode()
+    with pytest.raises(CodecError, match="does not match"):
+        decode(_raw_frame(layout, b"\0" * 16))
+
+
+@pytest.mark.parametrize("entry", [{"shape": [True], "data_offsets": [0, 1]},
+                                   {"shape": [1], "data_offsets": [False, True]},
+                                   {"shape": [1], "data_offsets": [0, True]}])
+def test_booleans_are_not_counts(entry: dict) -> None:
+    """JSON true is not 1: a layout with booleans where integers belong is refused, even when they would add up."""
+    layout = json.dumps({"x": {"dtype": "U8", **entry}}).encode()
+    with pytest.raises(CodecError, match="not a list of non-negative integers"):
+        decode(_raw_frame(layout, b"\0" * 8))
 
 
 def test_overflowing_shapes_are_refused() -> None:
