@@ -37,6 +37,7 @@ PREFIX = struct.Struct("<4sBBH")
 DEFAULT_COMPRESS_MIN_BYTES = 1 << 20
 LZ4_MAX_RATIO = 256  # LZ4's format cannot expand more than ~255:1 (all zeros: 242:1 measured)
 MAX_DIMS = 32  # a frame's arrays have at most this many dimensions (numpy's own limit is 64)
+MAX_ARRAY_BYTES = int(np.iinfo(np.intp).max)  # numpy refuses an array whose nonzero dims x itemsize exceed this
 
 _DTYPE_TO_ST = {
     np.dtype(np.float64): "F64", np.dtype(np.float32): "F32", np.dtype(np.float16): "F16",
@@ -192,14 +193,18 @@ def decode(frame: bytes | bytearray | memoryview | np.ndarray, *, copy: bool = F
     if flags & FLAG_LZ4:
         body = _decompress(body, max_bytes=max_decompressed_bytes)
         copy, root = False, None  # already a private buffer
+    if len(body) < 8:
+        raise CodecError(f"frame body of {len(body)} bytes is too short for its header length")
     (header_len,) = struct.unpack_from("<Q", body, 0)
     if 8 + header_len > len(body):
         raise CodecError("frame truncated inside its header")
     meta, entries = _layout(bytes(body[8:8 + header_len]))
     try:
         header = json.loads(meta)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise CodecError(f"frame header is not valid JSON: {exc}") from exc
+    if not isinstance(header, dict):
+        raise CodecError(f"frame header is a JSON {type(header).__name__}, not an object")
     data_start = 8 + header_len
     data = body[data_start:]
     arrays: dict[str, np.ndarray] = {}
@@ -233,7 +238,7 @@ def _layout(raw: bytes) -> tuple[str, list[tuple[str, np.dtype, list[int], int, 
         try:
             text = raw.decode()
             meta, end = _DECODER.raw_decode(text, len(_META_START))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise CodecError(f"frame header is not valid JSON: {exc}") from exc
         rest = text[end:]
         cached = _layouts.get(rest)
@@ -258,6 +263,8 @@ def _parse_layout(raw: bytes) -> tuple[str, list[tuple[str, np.dtype, list[int],
             shape = _counts(name=name, what="shape", values=entry["shape"], length=None)
             if begin > end or end - begin != dtype.itemsize * math.prod(shape):  # exact: no int64 wrap-around
                 raise CodecError(f"array {name!r}: shape {shape} does not match its {end - begin} bytes")
+            if dtype.itemsize * math.prod(d for d in shape if d) > MAX_ARRAY_BYTES:  # [0, 2**70]: empty, unmakeable
+                raise CodecError(f"array {name!r}: shape {shape} is larger than numpy can represent")
             layout.append((name, dtype, shape, begin, end))
     except (ValueError, AttributeError, KeyError, TypeError, RecursionError) as exc:
         raise CodecError(f"frame header is not valid JSON: {exc}") from exc

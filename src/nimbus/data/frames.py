@@ -144,7 +144,7 @@ def _parse_slot_header(frame: bytes | bytearray) -> dict[str, Any]:
         start = PREFIX.size + _SLOT.size
         pool = bytes(frame[start:start + name_len]).decode()
         tag = json.loads(bytes(frame[start + name_len:]))
-    except (struct.error, ValueError) as exc:
+    except (struct.error, ValueError, RecursionError) as exc:
         raise CodecError(f"malformed slot header: {exc}") from exc
     if not isinstance(tag, dict) or len(pool) != name_len:
         raise CodecError("malformed slot header: the tag is not a JSON object or the pool name is cut short")
@@ -161,6 +161,14 @@ def _read_segment(*, name: str, unlink_segment: bool, compressed: bool) -> Messa
     return message  # otherwise the arrays are views that keep the mapping alive until they die
 
 
+def _count(*, meta: dict[str, Any], key: str) -> int:
+    """A non-negative JSON integer field of a channel header (not a bool, float or string)."""
+    value = meta.get(key)
+    if type(value) is not int or value < 0:
+        raise CodecError(f"channel header field {key!r} is {value!r}, not a non-negative integer")
+    return value
+
+
 def _check_name(*, name: Any, source: str, allowed_prefix: str | None) -> str:
     if not isinstance(name, str) or (allowed_prefix is not None and not name.startswith(allowed_prefix)):
         raise CodecError(f"source {source!r} named segment {name!r} outside its prefix {allowed_prefix!r}")
@@ -172,13 +180,13 @@ def _open_slot(*, meta: dict[str, Any], source: str, allowed_prefix: str | None,
     if pools is None:
         raise CodecError(f"source {source!r} announced a pool slot to a receiver that takes none")
     name = _check_name(name=meta["pool"], source=source, allowed_prefix=allowed_prefix)
+    slot, reader, nbytes = (_count(meta=meta, key=key) for key in ("slot", "reader", "nbytes"))
     if name not in pools:
         pools[name] = PoolReader.attach(name=name)
-    slot, compressed = int(meta["slot"]), bool(meta.get("compressed"))
-    message = read_message(reader=pools[name], slot=slot, reader_index=int(meta["reader"]),
-                           nbytes=int(meta["nbytes"]), compressed=compressed,
+    compressed = bool(meta.get("compressed"))
+    message = read_message(reader=pools[name], slot=slot, reader_index=reader, nbytes=nbytes, compressed=compressed,
                            max_decompressed_bytes=max_decompressed_bytes)
-    return Envelope(source=source, tag=meta["tag"], message=message, nbytes=int(meta["nbytes"]),
+    return Envelope(source=source, tag=meta["tag"], message=message, nbytes=nbytes,
                     via_segment=True, compressed=compressed, slot=None if compressed else slot)
 
 
@@ -199,13 +207,15 @@ def open_frame(*, frame: bytes | bytearray, source: str, unlink_segment: bool,
     if "pool" in meta:
         return _open_slot(meta=meta, source=source, allowed_prefix=allowed_prefix, pools=pools,
                           max_decompressed_bytes=max_decompressed_bytes)
-    name = meta.get("segment")
+    name, nbytes = meta.get("segment"), _count(meta=meta, key="nbytes")
     if name is None:
-        message = Message(header=outer.header.get("body", {}), arrays=outer.arrays)
-        return Envelope(source=source, tag=meta["tag"], message=message, nbytes=int(meta["nbytes"]),
-                        via_segment=False, compressed=False)
+        body = outer.header.get("body", {})
+        if not isinstance(body, dict):
+            raise CodecError(f"channel header's inline body header is a {type(body).__name__}, not an object")
+        return Envelope(source=source, tag=meta["tag"], message=Message(header=body, arrays=outer.arrays),
+                        nbytes=nbytes, via_segment=False, compressed=False)
     name = _check_name(name=name, source=source, allowed_prefix=allowed_prefix)
     compressed = bool(meta.get("compressed"))
     message = _read_segment(name=name, unlink_segment=unlink_segment, compressed=compressed)
-    return Envelope(source=source, tag=meta["tag"], message=message, nbytes=int(meta["nbytes"]),
+    return Envelope(source=source, tag=meta["tag"], message=message, nbytes=nbytes,
                     via_segment=True, compressed=compressed)

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from nimbus.data.shm import sweep
+from nimbus.runtime.interpreter import module_command
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class JanitorClient:
         read_fd, self._write_fd = os.pipe()  # both ends non-inheritable: no worker gets the write end
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "nimbus.runtime.janitor", "--fd", str(read_fd), "--prefix", prefix],
+                [*module_command(module="nimbus.runtime.janitor"), "--fd", str(read_fd), "--prefix", prefix],
                 pass_fds=(read_fd,), start_new_session=True, stdin=subprocess.DEVNULL)
         finally:
             os.close(read_fd)

@@ -22,7 +22,6 @@ import queue
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from nimbus.data.channel import Inbox, body_segment_prefix
 from nimbus.data.shm import PREFIX_ENV, streaming_copy_env
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.forkserver import ForkedProcess, ForkServer
+from nimbus.runtime.interpreter import module_command
 from nimbus.runtime.janitor import Reaper
 
 log = logging.getLogger(__name__)
@@ -100,14 +100,14 @@ def spawn_worker(*, worker_id: str, spec: FunctionSpec, prefix: str, inline_max_
     """Start a worker bound to ``spec``; it reports ``ready`` on the returned socket."""
     parent_sock, child_sock = socket.socketpair()
     spawned_at = time.time()
-    argv = [sys.executable, "-m", "nimbus.runtime.worker", "--fd", str(child_sock.fileno()),
+    argv = [*module_command(module="nimbus.runtime.worker"), "--fd", str(child_sock.fileno()),
             "--worker-id", worker_id, "--function", spec.name, "--entrypoint", spec.entrypoint,
             "--spawn-time", repr(spawned_at), "--parent-pid", str(os.getpid()),
             "--inline-max-bytes", str(inline_max_bytes),
             "--compress-min-bytes", str(-1 if compress_min_bytes is None else compress_min_bytes)]
     try:
         proc = subprocess.Popen(argv, pass_fds=(child_sock.fileno(),), env=worker_env(spec=spec, prefix=prefix),
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, start_new_session=True)   # signals: see ForkServer._start
     except BaseException:
         parent_sock.close()
         raise
@@ -134,6 +134,7 @@ class Spawner:
                          "compress_min_bytes": compress_min_bytes}
         self._on_spawned = on_spawned
         self._server: ForkServer | None = None
+        self._closing = False   # close() called: queued spawns are dropped, none is started
         self._queue: queue.SimpleQueue[tuple[str, FunctionSpec] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="nimbus-spawner", daemon=True,
                                         args=(start_method, preload, janitor_track))
@@ -143,6 +144,12 @@ class Spawner:
         self._queue.put((worker_id, spec))
 
     def close(self, *, timeout_s: float = 10.0) -> None:
+        """Start nothing more: spawns still queued are dropped (reported as errors), one in progress is cut
+        short (``ForkServer.interrupt``: no new server either); then the server is stopped on the spawner thread."""
+        self._closing = True
+        server = self._server
+        if server is not None:
+            server.interrupt()
         self._queue.put(None)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=timeout_s)
@@ -175,9 +182,11 @@ class Spawner:
         while (item := self._queue.get()) is not None:
             worker_id, spec = item
             try:
+                if self._closing:
+                    raise RuntimeError(f"the runtime is shutting down: {worker_id} not started")
                 handle, error = self._spawn(worker_id=worker_id, spec=spec), None
             except Exception as exc:  # noqa: BLE001 - reported to the runtime, which retries elsewhere
-                log.error("cannot start worker %s: %s", worker_id, exc)
+                log.log(logging.DEBUG if self._closing else logging.ERROR, "cannot start worker %s: %s", worker_id, exc)
                 handle, error = None, exc
             self._on_spawned(worker_id, handle, error)
         if self._server is not None:

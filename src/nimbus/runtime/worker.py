@@ -102,11 +102,14 @@ def _limit_torch_threads() -> None:
 
 
 def warm_torch_optimizer() -> None:
-    """One optimizer step on a scalar: torch imports its compiler stack lazily on the first ``step()`` (seconds),
-    which belongs in the init phase, not in a learner's first invocation (where it reads as a stall)."""
+    """One optimizer step on a scalar: torch imports its compiler stack lazily on the first ``step()`` (seconds:
+    torch._dynamo, sympy), which belongs in the init phase, not in a learner's first invocation (where it reads
+    as a stall). Fork-safe, so the fork server's template runs it too: the gradient is assigned, not computed
+    (a backward in a process that later forks starts autograd's device threads on a CUDA machine, and every
+    forked child's own backward then fails), and nothing in it touches CUDA (tests/unit/runtime/test_warmup.py)."""
     torch = sys.modules["torch"]
     weight = torch.zeros(1, requires_grad=True)
-    weight.sum().backward()
+    weight.grad = torch.zeros(1)
     torch.optim.SGD([weight], lr=0.0).step()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 import numpy as np
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from nimbus.data.codec import MAGIC, PREFIX, VERSION, Message, decode, encode, encode_into, encoded_size
+from nimbus.data.codec import FLAG_LZ4, MAGIC, PREFIX, VERSION, Message, decode, encode, encode_into, encoded_size
 from nimbus.errors import CodecError
 
 DTYPES = [np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8,
@@ -103,6 +104,19 @@ def test_truncated_compressed_frame_raises_codec_error() -> None:
         decode(frame[:len(frame) // 2])
 
 
+@pytest.mark.parametrize("extra", [1, 2, 8])
+def test_a_header_length_beyond_the_frame_by_even_one_byte_is_refused(extra: int) -> None:
+    """The length field is checked exactly: a frame that claims ``extra`` header bytes more than it holds is
+    truncated, even when the missing bytes would only have been padding (the header still parses)."""
+    frame = bytearray(encode(Message(header={"a": 1})))
+    (length,) = struct.unpack_from("<Q", frame, PREFIX.size)
+    struct.pack_into("<Q", frame, PREFIX.size, length + extra)
+    with pytest.raises(CodecError, match="truncated inside its header"):
+        decode(bytes(frame))
+    struct.pack_into("<Q", frame, PREFIX.size, length)
+    assert decode(bytes(frame)).header == {"a": 1}
+
+
 def test_wrong_magic_or_version_raises_codec_error() -> None:
     frame = bytearray(encode(Message(arrays={"x": np.ones(2)})))
     with pytest.raises(CodecError, match="magic"):
@@ -171,11 +185,79 @@ def test_shapes_are_bounded_before_anything_is_allocated(shape: str) -> None:
         decode(frame)
 
 
+@pytest.mark.parametrize("dtype", ["X", "F8", "BF16", "f32", "C64", ""])
+def test_an_unknown_dtype_is_refused_not_read_as_bytes(dtype: str) -> None:
+    layout = json.dumps({"x": {"dtype": dtype, "shape": [4], "data_offsets": [0, 4]}}).encode()
+    with pytest.raises(CodecError, match="unknown dtype"):
+        decode(_raw_frame(layout, b"\0" * 8))
+
+
+def test_a_byte_range_larger_than_its_shape_is_refused() -> None:
+    """Exact: 16 bytes for a float32 [3] is a lie in the layout, refused (not 12 of them read, nor a reshape
+    error)."""
+    layout = json.dumps({"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}}).encode()
+    with pytest.raises(CodecError, match="does not match"):
+        decode(_raw_frame(layout, b"\0" * 16))
+
+
+@pytest.mark.parametrize("entry", [{"shape": [True], "data_offsets": [0, 1]},
+                                   {"shape": [1], "data_offsets": [False, True]},
+                                   {"shape": [1], "data_offsets": [0, True]}])
+def test_booleans_are_not_counts(entry: dict) -> None:
+    """JSON true is not 1: a layout with booleans where integers belong is refused, even when they would add up."""
+    layout = json.dumps({"x": {"dtype": "U8", **entry}}).encode()
+    with pytest.raises(CodecError, match="not a list of non-negative integers"):
+        decode(_raw_frame(layout, b"\0" * 8))
+
+
 def test_overflowing_shapes_are_refused() -> None:
     """itemsize x prod(shape) is computed exactly: a product that wraps int64 to 8 is not 8 bytes."""
     frame = _raw_frame(b'{"x":{"dtype":"U8","shape":[4294967296,4294967296,8],"data_offsets":[0,8]}}', b"\0" * 8)
     with pytest.raises(CodecError, match="does not match"):
         decode(frame)
+
+
+@pytest.mark.parametrize("shape", [[0, 2 ** 70], [2 ** 62, 2 ** 62, 0], [2 ** 63, 0], [0, 2 ** 63 - 1, 2]])
+def test_empty_shapes_numpy_cannot_make_are_refused(shape: list[int]) -> None:
+    """Regression: prod(shape) == 0 matched the empty byte range, then numpy raised ValueError."""
+    layout = json.dumps({"x": {"dtype": "U8", "shape": shape, "data_offsets": [0, 0]}}).encode()
+    with pytest.raises(CodecError, match="larger than numpy can represent"):
+        decode(_raw_frame(layout))
+
+
+def test_the_largest_empty_shape_numpy_can_make_is_accepted() -> None:
+    layout = json.dumps({"x": {"dtype": "U8", "shape": [0, 2 ** 63 - 1], "data_offsets": [0, 0]}}).encode()
+    assert decode(_raw_frame(layout)).arrays["x"].shape == (0, 2 ** 63 - 1)
+
+
+@pytest.mark.parametrize("body", [b"", b"abc", b"1234567"])
+def test_a_compressed_body_shorter_than_its_header_length_is_refused(body: bytes) -> None:
+    """Regression: an LZ4 body under 8 bytes raised struct.error."""
+    import lz4.frame
+    with pytest.raises(CodecError, match="too short"):
+        decode(PREFIX.pack(MAGIC, VERSION, FLAG_LZ4, 0) + lz4.frame.compress(body))
+
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize("layout", [
+    b'{"__metadata__":{"nimbus":' + b"[" * DEEP + b"]" * DEEP + b"}}",                    # the metadata value itself
+    b'{"__metadata__":{"nimbus":' + json.dumps("[" * DEEP + "]" * DEEP).encode() + b"}}",  # the header it carries
+    b'{"x":' + b"[" * DEEP + b"]" * DEEP + b"}",                                           # an array's entry
+    b'{"__metadata__":' + b'{"a":' * DEEP + b"1" + b"}" * DEEP + b"}"])
+def test_deeply_nested_json_is_refused(layout: bytes) -> None:
+    """Regression: RecursionError escaped the metadata fast path and the header's json.loads."""
+    with pytest.raises(CodecError, match="not valid JSON"):
+        decode(_raw_frame(layout))
+
+
+@pytest.mark.parametrize("meta", ["[1,2]", "3", '"s"', "null", "true"])
+def test_a_header_that_is_not_a_json_object_is_refused(meta: str) -> None:
+    """Regression: metadata "[1,2]" was accepted as a list header."""
+    layout = json.dumps({"__metadata__": {"nimbus": meta}}).encode()
+    with pytest.raises(CodecError, match="not an object"):
+        decode(_raw_frame(layout))
 
 
 def _mutate(frame: bytes, data: st.DataObject) -> bytes:
@@ -222,13 +304,35 @@ def test_only_codec_error_escapes_decode_of_random_bytes(body: bytes, flags: int
 @given(entries=st.dictionaries(
     st.text(max_size=4),
     st.fixed_dictionaries({"dtype": st.sampled_from(["F32", "U8", "BOOL", "F64", "X"]),
-                           "shape": st.lists(st.integers(-3, 1 << 40) | st.integers(0, 4), max_size=5),
+                           "shape": st.lists(st.integers(-3, 1 << 40) | st.integers(0, 4)
+                                             | st.sampled_from([2 ** 62, 2 ** 63, 2 ** 64, 2 ** 70]), max_size=5),
                            "data_offsets": st.lists(st.integers(-8, 1 << 33) | st.integers(0, 64), min_size=2,
                                                     max_size=2)}), max_size=3),
     data=st.binary(max_size=64))
 def test_only_codec_error_escapes_decode_of_a_crafted_layout(entries: dict, data: bytes) -> None:
-    import json
     _decode_or_codec_error(_raw_frame(json.dumps(entries).encode(), data))
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                                        max_size=3), max_leaves=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(meta=json_values, depth=st.sampled_from([0, 1, 5, 3000]), as_string=st.booleans(), flags=st.sampled_from([0, 1]))
+def test_only_codec_error_escapes_decode_of_any_metadata(meta: object, depth: int, as_string: bool, flags: int) -> None:
+    """Whatever JSON the metadata holds (any type, nested deeper than the parser's stack), decode gives a dict
+    header or CodecError."""
+    text = "[" * depth + json.dumps(meta) + "]" * depth
+    layout = b'{"__metadata__":{"nimbus":' + (json.dumps(text) if as_string else text).encode() + b"}}"
+    frame = _raw_frame(layout)
+    if flags:
+        from nimbus.data.codec import compress
+        frame = compress(frame)
+    try:
+        assert isinstance(decode(frame).header, dict)
+    except CodecError:
+        pass
 
 
 def test_a_compressed_frame_claiming_more_than_lz4_can_expand_is_refused_unbounded() -> None:

@@ -57,8 +57,10 @@ def test_fork_server_refuses_a_pickle_without_running_it(tmp_path: Path) -> None
     server = ForkServer(prefix="nimbus_fstest_", preload=(), env=dict(os.environ), janitor_track=pids.append)
     try:
         server._sock.send(evil_pickle(marker))
-        assert server._proc.wait(timeout=20) == 2
-        assert not marker.exists() and pids == [server.pid]
+        data, fds, _, _ = socket.recv_fds(server._sock, 1 << 16, 1)
+        from nimbus.data.codec import decode
+        assert "not a spawn request" in decode(data).header["error"] and fds == []
+        assert server._proc.poll() is None and not marker.exists() and pids == [server.pid]
     finally:
         server.close()
 
@@ -95,7 +97,12 @@ def test_a_request_without_a_socket_is_answered_with_an_error() -> None:
     server = ForkServer(prefix="nimbus_fstest_", preload=(), env=dict(os.environ), janitor_track=lambda pid: None)
     try:
         from nimbus.data.codec import decode, encode
-        server._sock.send(encode(Message(header={"worker_id": "x"})))
+        from dataclasses import asdict
+        from nimbus.runtime.forkserver import SpawnRequest
+        request = SpawnRequest(worker_id="x", function="e", entrypoint="nimbus.runtime.builtin:empty", prefix="",
+                               spawn_time=0.0, threads=1, driver_pid=os.getpid(), inline_max_bytes=0,
+                               compress_min_bytes=-1)
+        server._sock.send(encode(Message(header=asdict(request))))
         data, fds, _, _ = socket.recv_fds(server._sock, 1 << 16, 1)
         assert decode(data).header["error"] == "no socket attached" and fds == []
         time.sleep(0.05)
