@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from nimbus.config import parse_config
@@ -100,3 +101,27 @@ def test_multiagent_marless_scale_up_finds_warm_workers(make_shipped_config) -> 
     later = _actor_attempts(rows, after=first_learner_end)
     assert len(later) == sum(counts[1:]) and not [r for r in later if r.cold]
     assert result.rows[-1].extras["prewarm/scaled_up"] == _increases(counts)
+
+
+def test_a_run_with_prewarm_bills_the_provisioned_time(make_config) -> None:
+    """runtime.prewarm starts the learner and the actors before round 0: provisioned capacity (issue 25.9), billed
+    from each worker's ready to the last round's end, idle or not, and in the run's cost."""
+    from nimbus.cost.pricing import load_pricing
+
+    torch.set_num_threads(1)
+    result = train(config=make_config(overrides=["train.max_rounds=3", "runtime.prewarm=true"]))
+    rows = Ledger.load(path=result.run_dir / "ledger.jsonl")
+    starts = {r.worker_id: r for r in rows if r.outcome == "prewarm" and r.cold}
+    assert {r.function for r in starts.values()} == {"actor", "learner"}
+    last_attempt_end = max(r.end_at for r in rows if r.outcome == "ok")
+    for worker_id, start in starts.items():
+        stretches = [r for r in rows if r.worker_id == worker_id and r.outcome == "prewarm" and not r.cold]
+        assert stretches and all(r.provisioned for r in stretches), worker_id
+        assert stretches[0].start_at == start.end_at                             # from ready ...
+        assert all(a.end_at == b.start_at for a, b in zip(stretches, stretches[1:]))   # ... without a gap ...
+        assert stretches[-1].end_at >= last_attempt_end - 1.0                   # ... to the last round's end
+    assert all(r.provisioned for r in rows if r.outcome == "ok" and r.worker_id in starts)
+    pricing = load_pricing()
+    stretch_usd = sum(pricing.cost_usd(record=r) for r in rows if r.outcome == "prewarm" and not r.cold)
+    assert stretch_usd > 0
+    assert result.summary.serverless_cost_usd == pytest.approx(sum(pricing.cost_usd(record=r) for r in rows))

@@ -99,7 +99,8 @@ def actor_start_samples(*, records: Iterable[Any], function: str) -> list[float]
     for record in records:
         if record.function != function:
             continue
-        if record.outcome == "prewarm" and record.error_type is None:
+        stretch = getattr(record, "provisioned", False) and not record.cold   # provisioned time, not a start
+        if record.outcome == "prewarm" and record.error_type is None and not stretch:
             samples.append(max(0.0, record.end_at - record.queued_at))
         elif record.cold and record.outcome == "ok":
             samples.append(max(0.0, record.start_at - record.queued_at))

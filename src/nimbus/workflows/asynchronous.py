@@ -42,7 +42,7 @@ from nimbus.train.offpolicy_plan import Pacer, plan_for
 from nimbus.functions.probe import round_probe_extras, with_decision
 from nimbus.train.replay_checkpoint import restore_replay
 from nimbus.functions.weights import optim_key, weights_key
-from nimbus.workflows.sync import POLICY, Progress
+from nimbus.workflows.sync import POLICY, Progress, bill_provisioned
 
 log = logging.getLogger(__name__)
 POLL_S = 0.02
@@ -281,6 +281,7 @@ class AsyncWorkflow:
         round_s = now - (self.last_result_s if self.last_result_s is not None else call.started_s)
         self.last_result_s = now
         returns = window.episode_returns
+        bill_provisioned(self.system.runtime)
         extras = {
             "recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns else float("nan"),
             "policy_lag_mean": float(np.mean(call.lags)), "policy_lag_max": float(np.max(call.lags)),
@@ -313,7 +314,7 @@ class AsyncWorkflow:
         self.on_round(row)
 
     def cost_usd(self) -> float:
-        records = self.system.ledger.records(start=self._cost_seen)  # only the new ones: O(1) a round
+        records = self.system.ledger.records_since(start=self._cost_seen)  # only the new ones: O(1) a round
         for record in records:
             self._cost_usd += self.system.pricing.cost_usd(record=record)
         self._cost_seen += len(records)

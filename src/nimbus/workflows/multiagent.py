@@ -35,7 +35,7 @@ from nimbus.functions.slot_state import pop_slot_state
 from nimbus.functions.weights import optim_key, weights_key
 from nimbus.train.build import Shared
 from nimbus.workflows.marl_learning import batch_key, make_learning, results_of
-from nimbus.workflows.sync import Progress
+from nimbus.workflows.sync import Progress, bill_provisioned
 
 log = logging.getLogger(__name__)
 LEARNER_ROLES = ("postprocess", "critic", "policy")
@@ -233,6 +233,7 @@ class MultiAgentWorkflow:
         progress.rounds += 1
         progress.episodes += len(episodes.global_returns)
         progress.recent_returns = (progress.recent_returns + episodes.global_returns)[-self.parts.config.train.return_window:]
+        bill_provisioned(self.parts.shared.runtime)
         costs = self._cost_by_kind()
         extras: dict[str, float] = {
             "marl/policies": float(len(active)), "marl/actors": float(num_actors),
@@ -264,7 +265,7 @@ class MultiAgentWorkflow:
     def _cost_by_kind(self) -> dict[str, float]:
         """This round's dollars per function kind (the ledger rows since the last call)."""
         shared = self.parts.shared
-        records = shared.ledger.records(start=self._cost_seen)
+        records = shared.ledger.records_since(start=self._cost_seen)
         self._cost_seen += len(records)
         by_kind = shared.pricing.cost_breakdown(records=records)
         self._cost_usd += sum(by_kind.values())

@@ -81,6 +81,14 @@ def _prewarmer(*, system: System) -> PrewarmController:
                           actor_spec=system.actor_spec, workload=system.config.name)
 
 
+def bill_provisioned(runtime: Any) -> None:
+    """Before a round's cost is read: the runtime writes pre-warmed workers' provisioned time so far (cost/ledger.py;
+    a runtime without provisioned capacity has nothing to write)."""
+    bill = getattr(runtime, "bill_provisioned", None)
+    if bill is not None:
+        bill()
+
+
 def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[str, float]:
     """Framework overhead: the round minus env stepping + inference (slowest actor) and gradient compute."""
     overhead_s = max(0.0, round_s - actor_work_s - compute_s)
@@ -224,6 +232,7 @@ class SyncWorkflow:
         window = self.system.config.train.return_window
         progress.recent_returns = (progress.recent_returns + state.episode_returns)[-window:]
         returns = state.episode_returns
+        bill_provisioned(self.system.runtime)
         row = RoundMetrics(
             round=state.index, env_steps=progress.env_steps, episodes=progress.episodes,
             return_mean=float(np.mean(returns)) if returns else None,
@@ -247,7 +256,7 @@ class SyncWorkflow:
         self.on_round(row)
 
     def cost_usd(self) -> float:
-        records = self.system.ledger.records(start=self._cost_seen)  # only the new ones: O(1) a round, not O(run)
+        records = self.system.ledger.records_since(start=self._cost_seen)  # only the new ones: O(1) a round, not O(run)
         for record in records:
             self._cost_usd += self.system.pricing.cost_usd(record=record)
         self._cost_seen += len(records)

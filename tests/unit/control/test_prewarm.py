@@ -64,7 +64,8 @@ def _record(**kw):
 
 def test_actor_start_samples_are_prewarms_and_cold_attempts_of_the_actor_only() -> None:
     records = [_record(), _record(cold=True, start_at=12.5), _record(outcome="prewarm", end_at=13.0),
-               _record(function="learner", cold=True), _record(outcome="prewarm", error_type="ImportError")]
+               _record(function="learner", cold=True), _record(outcome="prewarm", error_type="ImportError"),
+               _record(outcome="prewarm", provisioned=True, end_at=60.0)]   # a provisioned stretch: no start-up
     assert actor_start_samples(records=records, function="actor") == pytest.approx([2.5, 3.0])
 
 
