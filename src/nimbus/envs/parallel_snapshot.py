@@ -143,7 +143,8 @@ def _restore_user(*, env: Any, arrays: dict[str, np.ndarray], meta: dict[str, An
     arrays = _unpack(flat=arrays["flat"], layout=meta["layout"])
     env.env.set_state({name[len("user."):]: value for name, value in arrays.items() if name.startswith("user.")})
     env.env.agents = list(meta["agents"])
-    env._episode, env._step, env._seeded = meta["checker"]["episode"], meta["checker"]["step"], meta["checker"]["seeded"]
+    checker = meta["checker"]
+    env._episode, env._step, env._seeded = checker["episode"], checker["step"], checker["seeded"]
     env.latest_observations = {key.split(".", 1)[1]: np.array(value) for key, value in arrays.items()
                                if key.startswith("latest_obs.")}
 

@@ -47,7 +47,8 @@ from nimbus.envs.checks import ContractChecked
 from nimbus.errors import ConfigError, NimbusError
 
 _CLASSIC_EXTRAS = ("steps_beyond_terminated", "last_u")
-_CLASSIC = ("gymnasium.envs.classic_control.cartpole.CartPoleEnv", "gymnasium.envs.classic_control.pendulum.PendulumEnv",
+_CLASSIC = ("gymnasium.envs.classic_control.cartpole.CartPoleEnv",
+            "gymnasium.envs.classic_control.pendulum.PendulumEnv",
             "gymnasium.envs.classic_control.acrobot.AcrobotEnv",
             "gymnasium.envs.classic_control.mountain_car.MountainCarEnv",
             "gymnasium.envs.classic_control.continuous_mountain_car.Continuous_MountainCarEnv")

@@ -61,7 +61,7 @@ def probe_agents(*, config: NimbusConfig) -> tuple[tuple[str, ...], dict[str, En
         env.reset(seed=config.seed)
         spaces = agent_spaces(env=env)
         state_dim = int(np.asarray(global_state(env=env)).size)
-        if config.actors.restore_slots:   # exit 2 unless a snapshot restores this env exactly (envs/parallel_snapshot.py)
+        if config.actors.restore_slots:   # exit 2 unless a snapshot restores it exactly (envs/parallel_snapshot.py)
             require_snapshot(check=lambda: check_parallel_snapshot(env=env, seed=config.seed), env_id=config.env.id,
                              key="actors.restore_slots")
     finally:
