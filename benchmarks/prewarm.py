@@ -11,9 +11,16 @@ alternates per repeat). Reported per run: the update time per round (``round_s``
 median over the rounds after the monitor's first full window), the actor attempts that were cold starts
 and the workers pre-warmed (from the ledger). ARTOS: −7.71 % update time with pre-warming.
 
+Per workflow (``--scenario scale-up``, issue 25.7): each workflow's shipped config with an actor scaler that
+scales up (Hydrozoa 1 → 2 → 4 every 2 rounds; MARLess scaling i_min 1, i_max 4 in the multiagent workflow),
+start-up pre-warming off, the default keep-alive: without pre-warming each scale-up's added actors start cold;
+with it they are pre-warmed when the scaler decides (control/prewarm.py). Reported per run: cold actor attempts,
+workers pre-warmed, mean round time and the run's cost (the pre-warmed workers' provisioned time included).
+
 Full figure (run alone; estimated 8-12 min on 2 quiet cores):
     python benchmarks/prewarm.py --repeats 5          (writes benchmarks/results/prewarm.json)
-Smoke check (< 60 s):  python benchmarks/prewarm.py --smoke
+    python benchmarks/prewarm.py --scenario scale-up --repeats 3   (writes benchmarks/results/prewarm_workflows.json)
+Smoke check (< 60 s):  python benchmarks/prewarm.py --smoke   (add --scenario scale-up: ~2 min)
 """
 
 from __future__ import annotations
@@ -45,16 +52,45 @@ def config(*, root: Path, arm: str, args: argparse.Namespace, rounds: int) -> Ni
     return parse_config(data=apply_overrides(data=base, overrides=overrides))
 
 
-def one_run(*, root: Path, arm: str, args: argparse.Namespace, rounds: int) -> dict:
-    result = train(config=config(root=root, arm=arm, args=args, rounds=rounds))
+SCALE_UP = {   # workflow → (shipped config, overrides that make it scale up)
+    "sync": ("ppo-cartpole", ["actors.scaling={kind: hydrozoa, initial_actors: 1, max_actors: 4, "
+                              "double_every_rounds: 2}", "algo.minibatch_size=64"]),   # 1 actor: 128 rows
+    "async": ("impala-cartpole", ["actors.scaling={kind: hydrozoa, initial_actors: 1, max_actors: 4, "
+                                  "double_every_rounds: 2}"]),
+    "async_learners": ("stellaris-cartpole", ["actors.scaling={kind: hydrozoa, initial_actors: 1, max_actors: 4, "
+                                              "double_every_rounds: 2}"]),
+    "multiagent": ("marless-ippo-spread", ["marl.scaling=marless", "marl.i_min=1", "marl.i_max=4",
+                                          "marl.scaling_window=2"]),
+}
+
+
+def scale_up_config(*, root: Path, arm: str, workflow: str, rounds: int) -> NimbusConfig:
+    name, extra = SCALE_UP[workflow]
+    base = load_config(path=REPO / "configs" / f"{name}.yaml").model_dump(mode="json")
+    base["output"] = {"root_dir": str(root), "tensorboard": False, "report": False, "status_line": False}
+    base["train"]["eval_episodes"] = 0
+    overrides = [*extra, f"name=prewarm-{workflow}-{arm}", "runtime.prewarm=false", "runtime.max_workers=12",
+                 f"train.max_rounds={rounds}", "train.total_env_steps=10000000", "train.target_return=100000",
+                 f"prewarm.mode={'monitor' if arm == 'on' else 'none'}"]
+    if workflow == "multiagent":
+        overrides.remove("train.target_return=100000")
+    return parse_config(data=apply_overrides(data=base, overrides=overrides))
+
+
+def one_run(*, root: Path, arm: str, args: argparse.Namespace, rounds: int, workflow: str | None = None) -> dict:
+    made = config(root=root, arm=arm, args=args, rounds=rounds) if workflow is None else \
+        scale_up_config(root=root, arm=arm, workflow=workflow, rounds=rounds)
+    result = train(config=made)
     rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     round_s = [row["round_s"] for row in rows[SKIP_ROUNDS:]] or [row["round_s"] for row in rows]
     ledger = Ledger.load(path=result.run_dir / "ledger.jsonl")
     actors = [r for r in ledger if r.function == "actor" and r.outcome == "ok"]
-    return {"arm": arm, "rounds": len(rows), "round_s_mean": statistics.mean(round_s),
-            "round_s_median": statistics.median(round_s),
+    return {"arm": arm, "workflow": workflow or "sync", "rounds": len(rows),
+            "round_s_mean": statistics.mean(round_s), "round_s_median": statistics.median(round_s),
             "cold_actor_attempts": sum(r.cold for r in actors), "actor_attempts": len(actors),
-            "prewarmed_workers": sum(r.outcome == "prewarm" for r in ledger), "wall_s": result.summary.wall_s}
+            "prewarmed_workers": sum(r.outcome == "prewarm" and r.cold for r in ledger),
+            "provisioned_s": sum(r.billed_s for r in ledger if r.outcome == "prewarm" and not r.cold),
+            "cost_usd": result.summary.serverless_cost_usd, "wall_s": result.summary.wall_s}
 
 
 def main() -> None:
@@ -66,9 +102,15 @@ def main() -> None:
     parser.add_argument("--stability", type=float, default=0.2, help="λ of the monitor (prewarm.stability)")
     parser.add_argument("--start-method", choices=("fork_server", "spawn"), default="fork_server")
     parser.add_argument("--smoke", action="store_true", help="one repeat of 8 rounds per arm (< 60 s)")
+    parser.add_argument("--scenario", choices=("keep-alive", "scale-up"), default="keep-alive",
+                        help="keep-alive: the sync monitor (above); scale-up: every workflow, on/off")
+    parser.add_argument("--workflows", default="sync,async,async_learners,multiagent", help="for --scenario scale-up")
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "prewarm.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.scenario == "scale-up":
+        scale_up_main(args=args)
+        return
     repeats, rounds = (1, 8) if args.smoke else (args.repeats, args.rounds)
     if args.smoke:
         args.stability = max(args.stability, 1.0)  # a few rounds on a busy machine: let the monitor act at all
@@ -89,6 +131,30 @@ def main() -> None:
     if not args.smoke:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(report, indent=1))
+
+
+def scale_up_main(*, args: argparse.Namespace) -> None:
+    """Every workflow, pre-warming off and on (interleaved), SCALE_UP's configs; one summary line per workflow."""
+    repeats, rounds = (1, 6) if args.smoke else (args.repeats, 10)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="nimbus-prewarm-wf-") as tmp:
+        for workflow in args.workflows.split(","):
+            for repeat in range(repeats):
+                for arm in (("off", "on") if repeat % 2 == 0 else ("on", "off")):
+                    run = {"repeat": repeat, **one_run(root=Path(tmp) / f"{workflow}-{arm}-{repeat}", arm=arm,
+                                                        args=args, rounds=rounds, workflow=workflow)}
+                    runs.append(run)
+                    print(json.dumps(run), flush=True)
+    summary = {}
+    for workflow in args.workflows.split(","):
+        arms = {arm: [r for r in runs if r["workflow"] == workflow and r["arm"] == arm] for arm in ("off", "on")}
+        summary[workflow] = {f"{key}_{arm}": statistics.median(r[key] for r in arms[arm]) for arm in ("off", "on")
+                             for key in ("cold_actor_attempts", "prewarmed_workers", "round_s_mean", "cost_usd")}
+        print(json.dumps({"workflow": workflow, **summary[workflow]}), flush=True)
+    if not args.smoke:
+        out = Path(args.output).with_name("prewarm_workflows.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"rounds": rounds, "repeats": repeats, "runs": runs, "summary": summary}, indent=1))
 
 
 if __name__ == "__main__":

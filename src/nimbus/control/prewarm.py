@@ -19,8 +19,28 @@ pre-warm as many actor workers as will have been reclaimed by then: actors that 
 trigger that fires while actors are still running waits for the last of them (sync rounds: the learner's
 update is what pre-warming overlaps).
 
-``prewarm.mode: none`` makes a controller that observes nothing and never fires. Used by the sync
-workflow (workflows/sync.py) through ``Runtime.prewarm(spec, n)``.
+**Ahead of a scale-up.** An actor scaler (Nitro, Hydrozoa, MARLess) decides the next round's count K at the end
+of a round with k actors; ``scale_up(from_actors=k, to_actors=K)`` pre-warms the K − k workers it adds right
+then, so they start while the driver does the round's end (metrics, controllers, checkpoint), and
+``await_warm()``, called just before the next round's actors are invoked, waits (at most ``READY_WAIT_S``) until
+every actor worker pre-warmed is ready: the invocations then take warm workers instead of starting more
+(a starting worker is not handed work). The count is K − k: workers of an earlier, larger round still within
+their keep-alive are not subtracted.
+
+**Every workflow** (``make_prewarmer`` builds the controller from the config):
+
+* ``sync`` and ``multiagent``: a round is actors then learner(s); ``round_started`` when the actors are invoked,
+  ``actor_finished`` per actor result, ``round_finished`` when the learning ends;
+* ``async_learners`` (Stellaris): a round ends when its batch is taken (``round_finished``), which is when the
+  next round's actors are invoked (``round_started``): the learner finish that matters is the moment the actors
+  are needed again;
+* ``async``: actors run continuously and only ranks the pacer parks go idle. A round is one learner call:
+  ``round_started(num_actors=parked ranks, idle_s=how long each has been parked)`` when it starts, so the
+  trigger warms the parked ranks' workers the keep-alive will have reclaimed by the learner's expected finish
+  (when the pacer releases them); ``round_finished`` at its result.
+
+``prewarm.mode: none`` makes a controller that observes nothing and never fires. Workers are started through
+``Runtime.prewarm(spec, n)``; pre-warmed workers are billed as provisioned capacity (cost/pricing.py).
 
 Example::
 
@@ -79,7 +99,8 @@ def actor_start_samples(*, records: Iterable[Any], function: str) -> list[float]
     for record in records:
         if record.function != function:
             continue
-        if record.outcome == "prewarm" and record.error_type is None:
+        stretch = getattr(record, "provisioned", False) and not record.cold   # provisioned time, not a start
+        if record.outcome == "prewarm" and record.error_type is None and not stretch:
             samples.append(max(0.0, record.end_at - record.queued_at))
         elif record.cold and record.outcome == "ok":
             samples.append(max(0.0, record.start_at - record.queued_at))
@@ -119,16 +140,34 @@ class WorkloadMonitor:
         return prewarm_threshold_s(actor_starts=starts, learner_fins=fins)
 
 
+READY_WAIT_S = 30.0   # the longest a round waits for workers pre-warmed for it (a stuck start must not stall a run)
+
+
+def make_prewarmer(*, config: Any, runtime: Any, ledger: Any, actor_spec: Any, workload: str) -> "PrewarmController":
+    """The controller ``config.prewarm`` asks for (``mode: none``: a disabled one), pre-warming ``actor_spec``'s
+    workers on ``runtime`` and reading start-up times from ``ledger``."""
+    cfg = config.prewarm
+    return PrewarmController(
+        workload=workload, actor_function=actor_spec.name,
+        monitor=WorkloadMonitor(window=cfg.window, stability=cfg.stability),
+        keep_alive_s=config.runtime.keep_alive_s, enabled=cfg.mode == "monitor",
+        prewarm=lambda count: runtime.prewarm(spec=actor_spec, count=count),
+        records_since=lambda start: ledger.records(start=start),
+        wait_warm=lambda wait_s: runtime.prewarm(spec=actor_spec, count=0, wait_s=wait_s))
+
+
 class PrewarmController:
     """One workload's pre-warm trigger: a timer set at each round's start from the monitor's threshold.
 
     ``prewarm(n)`` starts ``n`` actor workers (the runtime's ``prewarm(spec, n)``); ``records_since(i)`` returns
     the workload's ledger rows from the ``i``-th on; ``enabled`` False (``prewarm.mode: none``) makes every
-    method a no-op. ``fired`` counts the triggers that fired, ``warmed`` the workers asked for."""
+    method a no-op. ``wait_warm(wait_s)`` blocks until no pre-warmed worker is still starting. ``fired`` counts the
+    triggers that fired, ``warmed`` the workers they asked for, ``scaled_up`` those asked for ahead of scale-ups."""
 
     def __init__(self, *, workload: str, actor_function: str, monitor: WorkloadMonitor, keep_alive_s: float,
                  prewarm: Callable[[int], None], records_since: Callable[[int], list[Any]],
-                 enabled: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
+                 enabled: bool = True, clock: Callable[[], float] = time.monotonic,
+                 wait_warm: Callable[[float], None] | None = None) -> None:
         self.workload, self.actor_function, self.monitor = workload, actor_function, monitor
         self.keep_alive_s, self.enabled = keep_alive_s, enabled
         self._prewarm, self._records_since, self._clock = prewarm, records_since, clock
@@ -139,16 +178,21 @@ class PrewarmController:
         self._num_actors = 0
         self._seen = 0
         self._due = False  # the trigger fired before every actor had finished: act on the last one
+        self._wait_warm = wait_warm
+        self._awaiting = False  # workers were pre-warmed since the last await_warm()
         self.fired = 0
         self.warmed = 0
+        self.scaled_up = 0
 
-    def round_started(self, *, num_actors: int) -> None:
-        """Actors are being invoked: arm the trigger if the workload is stable."""
+    def round_started(self, *, num_actors: int, idle_s: Sequence[float] = ()) -> None:
+        """Actors are being invoked: arm the trigger if the workload is stable. ``idle_s``: actors of this round
+        that are already idle (the async workflow's parked ranks), each with how long it has been."""
         if not self.enabled:
             return
         with self._lock:
             self._cancel()
-            self._round_start, self._actor_done, self._num_actors = self._clock(), [], num_actors
+            self._round_start, self._num_actors = self._clock(), num_actors
+            self._actor_done = [self._round_start - seconds for seconds in idle_s]
             self._due = False
             threshold = self.monitor.threshold_s(workload=self.workload)
             if threshold is not None:
@@ -201,11 +245,47 @@ class PrewarmController:
                                    keep_alive_s=self.keep_alive_s, next_start_s=next_start)
             self.fired += 1
             self.warmed += count
-        if count > 0:
+        self._start(count)
+
+    def scale_up(self, *, from_actors: int, to_actors: int) -> int:
+        """The scaler decided ``to_actors`` for the next round after ``from_actors``: pre-warm the workers it adds
+        now (module docstring). Returns how many were asked for."""
+        count = max(0, to_actors - from_actors)
+        if not self.enabled or count == 0:
+            return 0
+        with self._lock:
+            self.scaled_up += count
+        self._start(count)
+        return count
+
+    def await_warm(self) -> None:
+        """Just before actors are invoked: wait (at most READY_WAIT_S) for the workers pre-warmed since the last
+        call to be ready, so the invocations take them rather than start more."""
+        with self._lock:
+            awaiting, self._awaiting = self._awaiting, False
+        if awaiting and self._wait_warm is not None:
             try:
-                self._prewarm(count)
-            except Exception as exc:  # noqa: BLE001 - a runtime shutting down; pre-warming is only an optimisation
-                log.warning("prewarm of %d %s workers failed: %s", count, self.actor_function, exc)
+                self._wait_warm(READY_WAIT_S)
+            except Exception as exc:  # noqa: BLE001 - as in _start
+                log.warning("waiting for pre-warmed %s workers failed: %s", self.actor_function, exc)
+
+    def extras(self) -> dict[str, float]:
+        """Counters for a metrics row (empty when disabled): workers asked for by the trigger and ahead of
+        scale-ups, so far."""
+        if not self.enabled:
+            return {}
+        return {"prewarm/warmed": float(self.warmed), "prewarm/scaled_up": float(self.scaled_up),
+                "prewarm/fired": float(self.fired)}
+
+    def _start(self, count: int) -> None:
+        if count <= 0:
+            return
+        with self._lock:
+            self._awaiting = True
+        try:
+            self._prewarm(count)
+        except Exception as exc:  # noqa: BLE001 - a runtime shutting down; pre-warming is only an optimisation
+            log.warning("prewarm of %d %s workers failed: %s", count, self.actor_function, exc)
 
     def close(self) -> None:
         with self._lock:

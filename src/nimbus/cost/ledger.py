@@ -10,6 +10,12 @@ Billing rule (what ``billed_s`` means, applied by ``billed_seconds``):
   its ``"prewarm"`` record (``duration_s`` 0, ``billed_s`` = ``init_s``); its first invocation is warm.
 * A timed-out attempt bills at least ``timeout_s`` (Lambda bills a timed-out function its full
   timeout, P6).
+* Provisioned capacity (Lambda's provisioned concurrency): a worker started ahead of work (pre-warmed or
+  pre-registered) is provisioned from the end of its start until it is retired. The runtime writes that
+  time as ``"prewarm"`` records with ``provisioned`` true and ``cold`` false (``provisioned_record``: one per
+  worker and round, ``bill_provisioned``, and one at its retirement during the run), ``billed_s`` = the
+  stretch; attempts that ran on such a worker have ``provisioned`` true too. Pricing bills both at
+  provisioned rates (cost/pricing.py).
 
 Outcomes: ``ok`` | ``error`` (the function raised) | ``timeout`` | ``worker_died`` | ``prewarm`` |
 ``cancelled`` (in flight when the runtime shut down). Prices live in ``cost/pricing.py``.
@@ -62,6 +68,7 @@ class LedgerRecord:
     device: str = ""     # the device this attempt leased from the device pool (runtime/devices.py); "" if none
     lease_start_at: float | None = None  # when the lease began (placement) and ended (the attempt's end)
     lease_end_at: float | None = None
+    provisioned: bool = False   # ran on (or, outcome "prewarm" and not cold: is the time of) a provisioned worker
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -111,8 +118,8 @@ class Tally:
         c = self._counts
         self._billed_s_by_kind[record.kind] = self._billed_s_by_kind.get(record.kind, 0.0) + record.billed_s
         c["cold_starts"] += record.cold
-        if record.outcome == "prewarm":  # a cold start, not an attempt
-            c["prewarms"] += 1
+        if record.outcome == "prewarm":  # a cold start (or a provisioned stretch: cold false), not an attempt
+            c["prewarms"] += record.cold
             return
         c["invocations"] += record.attempt == 1  # every invocation bills its first attempt exactly once (P14)
         c["attempts"] += 1
@@ -137,7 +144,7 @@ def totals_of(*, records: Iterable[LedgerRecord]) -> LedgerTotals:
 def attempt_record(*, spec: FunctionSpec, invocation_id: str, attempt: int, worker_id: str, cold: bool,
                    init_s: float, queued_at: float, start_at: float, end_at: float, outcome: str,
                    error_type: str | None, device: str = "", lease_start_at: float | None = None,
-                   lease_end_at: float | None = None) -> LedgerRecord:
+                   lease_end_at: float | None = None, provisioned: bool = False) -> LedgerRecord:
     """The record of one attempt of ``spec``, billed by the rule of this module's docstring (``device`` and the
     lease times: the device pool's lease this attempt held, runtime/devices.py)."""
     duration = max(0.0, end_at - start_at)
@@ -149,7 +156,18 @@ def attempt_record(*, spec: FunctionSpec, invocation_id: str, attempt: int, work
                         end_at=end_at, duration_s=duration, billed_s=billed, cpus=spec.resources.cpus,
                         gpus=spec.resources.gpus, memory_mb=spec.resources.memory_mb, outcome=outcome,
                         error_type=error_type, workload=spec.workload, device=device,
-                        lease_start_at=lease_start_at, lease_end_at=lease_end_at)
+                        lease_start_at=lease_start_at, lease_end_at=lease_end_at, provisioned=provisioned)
+
+
+def provisioned_record(*, spec: FunctionSpec, worker_id: str, requested_at: float, start_at: float,
+                       end_at: float) -> LedgerRecord:
+    """A provisioned worker's time from ``start_at`` to ``end_at`` (module docstring): billed whole, idle or not."""
+    duration = max(0.0, end_at - start_at)
+    return LedgerRecord(invocation_id=f"provisioned-{worker_id}-{start_at:.6f}", attempt=0, function=spec.name,
+                        kind=spec.kind, worker_id=worker_id, cold=False, init_s=0.0, queued_at=requested_at,
+                        start_at=start_at, end_at=end_at, duration_s=duration, billed_s=duration,
+                        cpus=spec.resources.cpus, gpus=spec.resources.gpus, memory_mb=spec.resources.memory_mb,
+                        outcome="prewarm", workload=spec.workload, provisioned=True)
 
 
 class Ledger:
@@ -207,6 +225,17 @@ class Ledger:
                 raise LookupError(f"ledger records {start}..{self._dropped - 1} are no longer in memory; "
                                   f"read them from {self._path} (Ledger.load)")
             return self._records[start - self._dropped:]
+
+    def records_since(self, *, start: int) -> list[LedgerRecord]:
+        """``records(start=start)``, reading the file for the ones no longer in memory (a round that wrote more
+        than ``keep_in_memory`` records before its cost was read): what cost accounting needs, every record once."""
+        try:
+            return self.records(start=start)
+        except LookupError:
+            if self._path is None:
+                raise
+            with self._lock:   # every appended line is flushed; no append while reading
+                return Ledger.load(path=self._path)[start:]
 
     def totals(self) -> LedgerTotals:
         with self._lock:

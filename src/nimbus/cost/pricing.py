@@ -8,6 +8,12 @@ instances raise ``ConfigError`` naming the key path.
   bills memory; its CPU share follows memory, so ``cpus`` is not priced separately).
 * A GPU function costs ``gpus x gpu_instance.usd_per_hour x billed_s / 3600`` (gpus 0.25 = a quarter
   of a V100, Stellaris's 4 learners per GPU); its memory is part of the instance.
+* Provisioned capacity (pre-warmed and pre-registered workers, Lambda's provisioned concurrency): a CPU
+  worker's provisioned time (ledger records ``"prewarm"`` with ``provisioned`` and not ``cold``) costs
+  ``memory_mb / 1024 x billed_s x provisioned_usd_per_gb_s`` whether it works or idles, and each attempt it
+  runs ``memory_mb / 1024 x billed_s x provisioned_duration_usd_per_gb_s`` (lower than the on-demand rate). A
+  provisioned GPU worker holds its GPU share all along: its provisioned time costs the GPU rate and its
+  attempts nothing more. Its start (``"prewarm"``, ``cold``) is billed as any cold start's init.
 * Serverful baseline: instances reserved for the whole wall time of the run:
   ``ceil(peak_learner_gpus / learner_instance.gpus)`` learner instances (none without GPUs) plus
   ``ceil(peak_actor_cpus / actor_instance.vcpus)`` actor instances.
@@ -46,6 +52,8 @@ class ServerlessPrices(BaseModel):
     model_config = _STRICT
     cpu_usd_per_gb_s: float = Field(gt=0)
     gpu_instance: str
+    provisioned_usd_per_gb_s: float = Field(default=0.0000041667, gt=0)            # Lambda, x86, us-east-1
+    provisioned_duration_usd_per_gb_s: float = Field(default=0.0000097222, gt=0)
 
 
 class ServerfulChoice(BaseModel):
@@ -65,11 +73,19 @@ class PricingModel(BaseModel):
     serverful: ServerfulChoice
 
     def cost_usd(self, *, record: LedgerRecord) -> float:
-        """What one ledger record costs."""
+        """What one ledger record costs (module docstring)."""
+        stretch = record.provisioned and record.outcome == "prewarm" and not record.cold
+        attempt_on_provisioned = record.provisioned and record.outcome != "prewarm"
         if record.gpus > 0:
             gpu = self.instances[self.serverless.gpu_instance]
-            return record.gpus / gpu.gpus * gpu.usd_per_hour * record.billed_s / 3600.0
-        return record.memory_mb / 1024.0 * record.billed_s * self.serverless.cpu_usd_per_gb_s
+            held = 0.0 if attempt_on_provisioned else record.billed_s
+            return record.gpus / gpu.gpus * gpu.usd_per_hour * held / 3600.0
+        rate = self.serverless.cpu_usd_per_gb_s
+        if stretch:
+            rate = self.serverless.provisioned_usd_per_gb_s
+        elif attempt_on_provisioned:
+            rate = self.serverless.provisioned_duration_usd_per_gb_s
+        return record.memory_mb / 1024.0 * record.billed_s * rate
 
     def cost_breakdown(self, *, records: Iterable[LedgerRecord]) -> dict[str, float]:
         """Dollars per function kind (actor, learner, parameter, ...)."""

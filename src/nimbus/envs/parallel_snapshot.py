@@ -14,8 +14,14 @@ raw))))``, with ``raw`` an mpe2 ``SimpleEnv``. A snapshot holds, as arrays plus 
   the current cycle) and its random generator, as numpy's bit-generator state;
 * the wrappers' counters (order enforcement, the contract checker's episode and step, the latest observations).
 
-An env whose world holds anything else, or that is not an mpe2 env, raises ``SnapshotUnsupported``: the actor
-then goes on without snapshots and a worker that lacks the slot starts fresh episodes.
+A user's ParallelEnv whose class defines ``get_state()`` and ``set_state(state)`` (envs/snapshot.py's contract: a
+dict of names to numeric arrays, everything a step or reset reads) is captured through them instead, with its
+live ``agents`` and the contract checker's counters and latest observations.
+
+An env whose world holds anything else, or that is neither an mpe2 env nor a user's under the contract, raises
+``SnapshotUnsupported`` naming the reason; ``check_parallel_snapshot`` runs a trial capture, which the
+multi-agent trainer does at build time, so ``actors.restore_slots`` on such an env is a config error before any
+worker starts.
 
 Example::
 
@@ -29,13 +35,22 @@ from typing import Any
 
 import numpy as np
 
-from nimbus.envs.snapshot import SnapshotUnsupported
+from nimbus.envs.snapshot import SnapshotUnsupported, has_user_state, user_state_arrays
 
 _PARTS = ("entity", "state", "action")
 _ENV_FLAGS = ("rewards", "_cumulative_rewards", "terminations", "truncations")
 
 
+def check_parallel_snapshot(*, env: Any, seed: int) -> None:
+    """Raise SnapshotUnsupported unless ``env`` (made by make_parallel_env) can be snapshotted: a trial capture
+    after a reset."""
+    env.reset(seed=seed)
+    capture_parallel(env=env)
+
+
 def capture_parallel(*, env: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    if has_user_state(getattr(env, "env", None)):
+        return _capture_user(env=env)
     parallel, order, raw = _layers(env=env)
     entities = list(raw.world.agents) + list(raw.world.landmarks)
     index = {id(entity): i for i, entity in enumerate(entities)}
@@ -77,6 +92,12 @@ def capture_parallel(*, env: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]
 
 
 def restore_parallel(*, env: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    if (meta.get("path") == "user") != has_user_state(getattr(env, "env", None)):
+        raise SnapshotUnsupported(f"a {meta.get('path', 'mpe2')} snapshot cannot be restored into "
+                                  f"{type(getattr(env, 'env', env)).__name__} (env.id changed?)")
+    if meta.get("path") == "user":
+        _restore_user(env=env, arrays=arrays, meta=meta)
+        return
     parallel, order, raw = _layers(env=env)
     arrays = _unpack(flat=arrays["flat"], layout=meta["layout"])
     entities = list(raw.world.agents) + list(raw.world.landmarks)
@@ -105,6 +126,25 @@ def restore_parallel(*, env: Any, arrays: dict[str, np.ndarray], meta: dict[str,
     parallel.agents = list(meta["parallel_agents"])
     order._has_reset, order._has_updated = meta["order"]["has_reset"], meta["order"]["has_updated"]
     env._episode, env._step, env._seeded = meta["checker"]["episode"], meta["checker"]["step"], meta["checker"]["seeded"]
+    env.latest_observations = {key.split(".", 1)[1]: np.array(value) for key, value in arrays.items()
+                               if key.startswith("latest_obs.")}
+
+
+def _capture_user(*, env: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    raw = env.env
+    arrays = user_state_arrays(raw=raw)
+    arrays.update({f"latest_obs.{agent}": np.array(obs) for agent, obs in env.latest_observations.items()})
+    flat, layout = _pack(arrays=arrays, env_name=type(raw).__name__)
+    return {"flat": flat}, {"path": "user", "layout": layout, "agents": list(raw.agents),
+                            "checker": {"episode": env._episode, "step": env._step, "seeded": env._seeded}}
+
+
+def _restore_user(*, env: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    arrays = _unpack(flat=arrays["flat"], layout=meta["layout"])
+    env.env.set_state({name[len("user."):]: value for name, value in arrays.items() if name.startswith("user.")})
+    env.env.agents = list(meta["agents"])
+    checker = meta["checker"]
+    env._episode, env._step, env._seeded = checker["episode"], checker["step"], checker["seeded"]
     env.latest_observations = {key.split(".", 1)[1]: np.array(value) for key, value in arrays.items()
                                if key.startswith("latest_obs.")}
 

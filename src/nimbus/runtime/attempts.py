@@ -16,7 +16,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from nimbus.cost.ledger import Ledger, Tally, attempt_record
+from nimbus.cost.ledger import Ledger, Tally, attempt_record, provisioned_record
 from nimbus.data.codec import Message
 from nimbus.errors import FunctionFailed
 from nimbus.runtime.base import FunctionSpec
@@ -82,7 +82,8 @@ def bill(*, ledger: Ledger, tally: Tally, worker: Any, attempt: Attempt | None, 
         queued_at=attempt.invocation.queued_at if attempt else worker.requested_at,
         start_at=start_at, end_at=end_at, outcome=outcome, error_type=error_type,
         device=lease.device if lease else "", lease_start_at=lease.start_at if lease else None,
-        lease_end_at=lease.end_at if lease else None)
+        lease_end_at=lease.end_at if lease else None,
+        provisioned=bool(getattr(worker, "prewarm", False)))   # a pre-warmed or pre-registered worker (ledger.py)
     ledger.append(record=record)
     tally.add(record=record)
 
@@ -131,6 +132,41 @@ class AttemptEndings:
                 error_type: str | None) -> None:
         bill(ledger=self._ledger, tally=self._tally, worker=worker, attempt=attempt, outcome=outcome,
              start_at=start_at, end_at=end_at, error_type=error_type)
+        if attempt is None and outcome == "prewarm" and error_type is None:   # ready: provisioned from now on
+            self._provisioned_since()[worker.worker_id] = end_at
+
+    # ---- provisioned capacity (cost/ledger.py): pre-warmed and pre-registered workers' time, billed whole ----
+
+    def bill_provisioned(self) -> None:
+        """Write every provisioned worker's time since it was last billed (the workflows call this once a round,
+        before reading the round's cost)."""
+        with self._lock:
+            now = time.time()
+            for worker in list(self._pool.slots.values()):
+                self._bill_stretch(worker, now=now)
+
+    def _on_retire(self, worker: Any) -> None:
+        """The pool retires ``worker`` (the pool's ``on_retire``): bill its last stretch, unless the runtime is
+        shutting down (the run's cost was read already)."""
+        if not self._closed:
+            self._bill_stretch(worker, now=time.time())
+        self._provisioned_since().pop(worker.worker_id, None)
+
+    def _bill_stretch(self, worker: Any, *, now: float) -> None:
+        since = self._provisioned_since().get(worker.worker_id)
+        if since is None or now <= since:
+            return
+        record = provisioned_record(spec=worker.spec, worker_id=worker.worker_id, requested_at=worker.requested_at,
+                                    start_at=since, end_at=now)
+        self._ledger.append(record=record)
+        self._tally.add(record=record)
+        self._provisioned_since()[worker.worker_id] = now
+
+    def _provisioned_since(self) -> dict[str, float]:
+        """Worker id → when its provisioned time was last billed (created on first use: this is a mixin)."""
+        if "_provisioned" not in self.__dict__:
+            self._provisioned: dict[str, float] = {}
+        return self._provisioned
 
     def _end_attempt(self, worker: Any, *, outcome: str, start_at: float, end_at: float, retire: bool,
                      error: dict[str, Any] | None = None, message: Message | None = None) -> list[Action]:

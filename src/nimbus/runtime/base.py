@@ -81,6 +81,10 @@ class Runtime(Protocol):
         """Start ``count`` warm workers for ``spec`` ahead of need (their cold starts are billed)."""
         ...
 
+    def bill_provisioned(self) -> None:
+        """Write the ledger records of pre-warmed workers' provisioned time so far (cost/ledger.py)."""
+        ...
+
     def shutdown(self) -> None:
         """Stop every worker and remove every shared-memory segment of the run."""
         ...

@@ -85,6 +85,9 @@ class StampedRuntime:
     def stats(self) -> Any:
         return self.inner.stats()
 
+    def bill_provisioned(self) -> None:
+        self.inner.bill_provisioned()
+
     def shutdown(self) -> None:
         self.inner.shutdown()
 

@@ -113,6 +113,7 @@ class LocalRuntime(AttemptEndings):
             keep_alive_s=keep_alive_s, init_timeout_s=init_timeout_s, inline_max_bytes=inline_max_bytes,
             compress_min_bytes=compress_min_bytes, on_spawned=self._on_spawned, start_method=start_method,
             preload=preload)
+        self._pool.on_retire = self._on_retire   # provisioned capacity: bill a pre-warmed worker's last stretch
         self._monitor = threading.Thread(target=self._monitor_loop, name="nimbus-monitor", daemon=True)
         self._monitor.start()
 

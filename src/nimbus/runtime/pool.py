@@ -236,6 +236,7 @@ class WorkerPool:
                  start_method: str = "spawn", preload: tuple[str, ...] = ()) -> None:
         self.slots: dict[str, WorkerSlot] = {}
         self.max_workers = max_workers
+        self.on_retire: Callable[[WorkerSlot], None] | None = None  # the owner bills a provisioned worker's time
         self._inbox, self._changed, self._prefix = inbox, changed, prefix
         self._keep_alive_s, self._init_timeout_s = keep_alive_s, init_timeout_s
         self._next_id = 0
@@ -340,6 +341,8 @@ class WorkerPool:
         slot.state = "dead"
         slot.attempt = None
         self.slots.pop(slot.worker_id, None)
+        if slot.prewarm and self.on_retire is not None:
+            self.on_retire(slot)
         if slot.handle is not None:
             self._inbox.remove_source(source=slot.worker_id)
             self._reaper.kill(proc=slot.handle.proc)

@@ -81,6 +81,7 @@ class RayRuntime(AttemptEndings):
         self._pool = RayPool(changed=self._changed, max_workers=max_workers, keep_alive_s=keep_alive_s,
                              init_timeout_s=init_timeout_s, worker_env=dict(worker_env or {}),
                              compress_min_bytes=compress_min_bytes, on_ready=self._post_ready)
+        self._pool.on_retire = self._on_retire   # provisioned capacity: bill a pre-warmed worker's last stretch
         if self.start.started:
             self._pool.track_ray_processes()
         self._monitor = threading.Thread(target=self._monitor_loop, name="nimbus-ray-monitor", daemon=True)

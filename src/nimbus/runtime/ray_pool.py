@@ -69,6 +69,7 @@ class RayPool:
         self._ray = ray
         self.slots: dict[str, RaySlot] = {}
         self.max_workers = max_workers
+        self.on_retire: Callable[[RaySlot], None] | None = None  # the owner bills a provisioned worker's time
         self.init_timeout_s = init_timeout_s
         self._changed, self._keep_alive_s = changed, keep_alive_s
         self._env = {PREFIX_ENV: run_prefix(), **worker_env}
@@ -187,6 +188,8 @@ class RayPool:
             return
         slot.state, slot.attempt, slot.ref = "dead", None, None
         self.slots.pop(slot.worker_id, None)
+        if slot.prewarm and self.on_retire is not None:
+            self.on_retire(slot)
         if slot.node_id == self._local_node and slot.pid:
             self._janitor.untrack(pid=slot.pid)
         self._doomed.append(slot.handle)

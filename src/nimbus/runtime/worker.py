@@ -17,8 +17,12 @@ The process (``main``):
 5. exits when its socket hits EOF, and exits with status 2 on a frame that is not a valid codec or
    channel frame (P11), never interpreting it.
 
-``torch.set_num_threads(OMP_NUM_THREADS)`` is called only if the function imported torch: this module
-never imports torch, so an empty function's worker stays light.
+``cpus`` caps the function's threads, so that what is billed is what runs (``OMP_NUM_THREADS`` = max(1,
+floor(cpus)), set by the pool, the fork server and Ray): once numpy or torch is loaded, threadpoolctl sets every
+BLAS and OpenMP pool to that many threads (a forked worker's pools were sized by the template, not by its
+spec), and ``torch.set_num_threads`` is set to it and clamped to it for good, so a function asking for more
+(a learner's ``torch_threads``) gets at most ``cpus``. Checked at ready and after each invocation until done:
+this module never imports torch or numpy, so an empty function's worker stays light.
 """
 
 
@@ -86,15 +90,42 @@ def _load(entrypoint: str) -> Callable[..., Message]:
 
 
 _torch_threads_set = False
+_pools_capped = False
+
+
+def _thread_cap() -> int:
+    return max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
+
+
+def _cap_pools() -> None:
+    """Every BLAS/OpenMP pool loaded so far at ``cpus`` threads (threadpoolctl), once numpy or torch is loaded."""
+    global _pools_capped
+    if not _pools_capped and ("numpy" in sys.modules or "torch" in sys.modules):
+        import threadpoolctl
+
+        threadpoolctl.threadpool_limits(limits=_thread_cap())
+        _pools_capped = True
+
+
+def _clamp_torch_threads(torch: Any) -> None:
+    """``torch.set_num_threads(n)`` sets min(n, cap) from now on in this worker (module docstring)."""
+    original, cap = torch.set_num_threads, _thread_cap()
+
+    def set_num_threads(n: int) -> None:
+        original(max(1, min(int(n), cap)))
+
+    torch.set_num_threads = set_num_threads
 
 
 def _limit_torch_threads() -> None:
-    """Apply OMP_NUM_THREADS to torch once the function has imported it (never import it here), and make
-    every optimizer step a progress heartbeat (liveness.py)."""
+    """Cap the function's threads at ``cpus`` once it has imported numpy or torch (never import them here), and
+    make every optimizer step a progress heartbeat (liveness.py)."""
     global _torch_threads_set
+    _cap_pools()
     if not _torch_threads_set and "torch" in sys.modules:
         torch = sys.modules["torch"]
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        _clamp_torch_threads(torch)
+        torch.set_num_threads(_thread_cap())
         optimizer = importlib.import_module("torch.optim.optimizer")
         optimizer.register_optimizer_step_post_hook(lambda *_: liveness.beat())
         warm_torch_optimizer()

@@ -35,6 +35,7 @@ from nimbus.data.store import Store
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.data.triggers import StoreEvents
 from nimbus.envs.make import make_env
+from nimbus.envs.snapshot import check_snapshot, require_snapshot
 from nimbus.errors import ConfigError
 from nimbus.runtime.base import FunctionSpec, Resources, Runtime
 from nimbus.runtime.factory import StampedRuntime, make_runtime
@@ -124,6 +125,19 @@ def probe_spaces(*, config: NimbusConfig) -> EnvSpaces:
     return spaces
 
 
+def check_snapshots(*, config: NimbusConfig) -> None:
+    """``actors.restore_slots`` / ``train.exact_resume`` need an env a snapshot restores exactly (envs/snapshot.py):
+    else exit 2 naming the env and the reason, before any worker starts."""
+    key = "actors.restore_slots" if config.actors.restore_slots else "train.exact_resume"
+    if config.actors.restore_slots or config.train.exact_resume:
+        env = make_env(env_id=config.env.id, seed=config.seed, kwargs=config.env.kwargs, imports=config.env.imports,
+                       wrappers=config.env.wrappers)
+        try:
+            require_snapshot(check=lambda: check_snapshot(env=env), env_id=config.env.id, key=key)
+        finally:
+            env.close()
+
+
 @dataclass(frozen=True)
 class Shared:
     """What every policy of a run shares: one pool of workers, one ledger, one Store."""
@@ -195,6 +209,7 @@ def policy_data(*, config: NimbusConfig) -> PolicyData:
     """Spaces, algorithm (a user's ``algo.model`` checked here), actor-scaling controller, replay strategy and
     the buffer they size."""
     spaces = probe_spaces(config=config)
+    check_snapshots(config=config)
     algo = make_algorithm(config=config.algo)
     if getattr(config.algo, "model", None) is not None:  # algo.model's contract, checked before any worker starts
         algo.make_model(spaces=spaces)

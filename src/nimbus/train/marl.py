@@ -27,6 +27,8 @@ from nimbus.control.sharing import SharingController, space_signature
 from nimbus.data.codec import Message
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
+from nimbus.envs.parallel_snapshot import check_parallel_snapshot
+from nimbus.envs.snapshot import require_snapshot
 from nimbus.errors import CheckpointError, ConfigError
 from nimbus.functions.weights import weights_key
 from nimbus.train.build import build_shared, function_spec, make_run_dir, role_spec
@@ -59,6 +61,9 @@ def probe_agents(*, config: NimbusConfig) -> tuple[tuple[str, ...], dict[str, En
         env.reset(seed=config.seed)
         spaces = agent_spaces(env=env)
         state_dim = int(np.asarray(global_state(env=env)).size)
+        if config.actors.restore_slots:   # exit 2 unless a snapshot restores it exactly (envs/parallel_snapshot.py)
+            require_snapshot(check=lambda: check_parallel_snapshot(env=env, seed=config.seed), env_id=config.env.id,
+                             key="actors.restore_slots")
     finally:
         env.close()
     return tuple(sorted(spaces)), spaces, state_dim

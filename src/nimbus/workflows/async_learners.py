@@ -110,6 +110,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
             return
         indices = self.system.replay.select(buffer=self.system.buffer)
         self.system.replay.consumed(indices=indices)
+        self.prewarmer.round_finished()   # the actors are needed again now (control/prewarm.py)
         self.round.actors_done_s = time.perf_counter()
         key = f"batch/{self.policy}/r{self.round.index}"
         self.system.store.put(key=key, message=Message(header={"round": self.round.index},

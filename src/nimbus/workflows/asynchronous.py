@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from nimbus.control.base import RoundMetrics
+from nimbus.control.prewarm import make_prewarmer
 from nimbus.data.codec import Message
 from nimbus.data.fragment_replay import FIFO, Circular
 from nimbus.data.replay import ReplayBatch
@@ -41,7 +42,7 @@ from nimbus.train.offpolicy_plan import Pacer, plan_for
 from nimbus.functions.probe import round_probe_extras, with_decision
 from nimbus.train.replay_checkpoint import restore_replay
 from nimbus.functions.weights import optim_key, weights_key
-from nimbus.workflows.sync import POLICY, Progress
+from nimbus.workflows.sync import POLICY, Progress, bill_provisioned
 
 log = logging.getLogger(__name__)
 POLL_S = 0.02
@@ -105,6 +106,8 @@ class AsyncWorkflow:
         self.window = Window(started_s=time.perf_counter())
         self._cost_seen, self._cost_usd = 0, progress.cost_usd_before
         self.table = self._bind()
+        self.prewarmer = make_prewarmer(config=cfg, runtime=system.runtime, ledger=system.ledger,
+                                        actor_spec=system.actor_spec, workload=cfg.name)   # prewarm.mode
 
     def _bind(self) -> TriggerTable:
         table, wf = TriggerTable(), self.wf
@@ -213,6 +216,7 @@ class AsyncWorkflow:
 
     def _pump(self) -> None:
         """Start the learner and every actor that may run now."""
+        learner_before = self.learner
         self._start_learner()
         now = time.perf_counter()   # the longest-parked rank first: rank 0 must not take every free slot
         waiting = sorted((r for r in range(self.decision.num_actors) if r not in self.running),
@@ -221,7 +225,13 @@ class AsyncWorkflow:
             if not self._may_start_actor():
                 self.idle_since.setdefault(rank, time.perf_counter())
                 continue
+            self.prewarmer.await_warm()   # workers pre-warmed (a scale-up's) take these invocations
             self._invoke_actor(rank)
+        if self.learner is not None and self.learner is not learner_before:
+            now = time.perf_counter()      # a learner call is a round: the parked ranks wait for its end
+            parked = [r for r in range(self.decision.num_actors) if r not in self.running]
+            self.prewarmer.round_started(num_actors=len(parked),
+                                         idle_s=[now - self.idle_since.get(r, now) for r in parked])
 
     # ------------------------------------------------------------------------------------ events
     def _on_actor(self, *, future: Future, rank: int) -> None:
@@ -247,6 +257,7 @@ class AsyncWorkflow:
     def _on_learner(self, *, future: Future) -> None:
         call, self.learner = self.learner, None
         result: Message = future.result()
+        self.prewarmer.round_finished()
         header = result.header
         self.progress.nonfinite_in_a_row = self.progress.nonfinite_in_a_row + 1 if header["nonfinite"] else 0
         limit = self.system.config.train.max_nonfinite_losses
@@ -270,6 +281,7 @@ class AsyncWorkflow:
         round_s = now - (self.last_result_s if self.last_result_s is not None else call.started_s)
         self.last_result_s = now
         returns = window.episode_returns
+        bill_provisioned(self.system.runtime)
         extras = {
             "recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns else float("nan"),
             "policy_lag_mean": float(np.mean(call.lags)), "policy_lag_max": float(np.max(call.lags)),
@@ -278,6 +290,7 @@ class AsyncWorkflow:
             "actor_work_s": window.actor_work_s, "actor_parked_s": window.parked_s,
             "buffer_rows": float(self.system.buffer.size_rows), "actors_running": float(len(self.running)),
             "actors_heard_from": float(len(call.heard_from)), "actors_decided": float(self.decision.num_actors),
+            **self.prewarmer.extras(),
             **round_probe_extras(extras=header.get("extras", {}), round_s=round_s)}
         row = RoundMetrics(
             round=progress.rounds, env_steps=progress.env_steps, episodes=progress.episodes,
@@ -293,6 +306,7 @@ class AsyncWorkflow:
         self.window = Window(started_s=now, ranks_ran=set(self.running))
         before = self.decision.num_actors
         self.decision = self.system.scaler.decide(metrics=row)   # Nitro reads this update's probe
+        self.prewarmer.scale_up(from_actors=before, to_actors=self.decision.num_actors)   # boosted ranks start warm
         boosted = range(before, self.decision.num_actors)       # boosted ranks start from the newest version
         self.actor_version.forget(ranks=[rank for rank in boosted if rank not in self.running])
         row = with_decision(row=row, decision=self.decision)     # + its signals and next_num_actors
@@ -300,7 +314,7 @@ class AsyncWorkflow:
         self.on_round(row)
 
     def cost_usd(self) -> float:
-        records = self.system.ledger.records(start=self._cost_seen)  # only the new ones: O(1) a round
+        records = self.system.ledger.records_since(start=self._cost_seen)  # only the new ones: O(1) a round
         for record in records:
             self._cost_usd += self.system.pricing.cost_usd(record=record)
         self._cost_seen += len(records)
@@ -351,6 +365,7 @@ class AsyncWorkflow:
                     log.info("async workflow: env-step budget spent and nothing left to learn; stopping")
                     return
         finally:
+            self.prewarmer.close()
             lost = self.replay.lost_fragments if isinstance(self.replay, (FIFO, Circular)) else 0
             (self.system.run_dir / "policy_lag.json").write_text(
                 json.dumps({"policy_lag_rows": self.policy_lag_histogram(), "lost_fragments": lost}))

@@ -28,13 +28,14 @@ from typing import Any, Callable
 import numpy as np
 
 from nimbus.control.base import RoundMetrics
+from nimbus.control.prewarm import make_prewarmer
 from nimbus.data.codec import Message
 from nimbus.functions.ma_actor import MultiAgentActorRequest
 from nimbus.functions.slot_state import pop_slot_state
 from nimbus.functions.weights import optim_key, weights_key
 from nimbus.train.build import Shared
 from nimbus.workflows.marl_learning import batch_key, make_learning, results_of
-from nimbus.workflows.sync import Progress
+from nimbus.workflows.sync import Progress, bill_provisioned
 
 log = logging.getLogger(__name__)
 LEARNER_ROLES = ("postprocess", "critic", "policy")
@@ -88,6 +89,8 @@ class MultiAgentWorkflow:
         self._cost_seen = 0
         self._cost_usd = progress.cost_usd_before
         self.learning = make_learning(parts=parts, progress=progress)
+        self.prewarmer = make_prewarmer(config=parts.config, runtime=parts.shared.runtime, ledger=parts.shared.ledger,
+                                        actor_spec=parts.specs["actor"], workload=parts.config.name)  # prewarm.mode
         self._map_log = open(parts.run_dir / "marl.jsonl", "a", buffering=1)
 
     # ----------------------------------------------------------------------------------- the loop
@@ -98,6 +101,7 @@ class MultiAgentWorkflow:
                 self.progress.last_row = row
                 self.on_round(row)
         finally:
+            self.prewarmer.close()
             self._map_log.close()
 
     def _round(self) -> RoundMetrics:
@@ -112,6 +116,7 @@ class MultiAgentWorkflow:
             self.parts.config.actors.fragment_steps
         stats, stale = self.learning.run(active=active, agent_policy=agent_policy, round=index,
                                          rows_per_agent=rows_per_agent)
+        self.prewarmer.round_finished()
         self.progress.policy_version = sum(self.progress.versions.values())
         learned = time.perf_counter()
         self._forget(active=active, stale=stale)
@@ -123,6 +128,7 @@ class MultiAgentWorkflow:
             self._apply_map(old=agent_policy, new=new_map)
         self.parts.scaler.observe(convexity=convexity)
         used_actors, self.num_actors = self.num_actors, self.parts.scaler.decide()
+        self.prewarmer.scale_up(from_actors=used_actors, to_actors=self.num_actors)  # warm when the next round starts
         self.progress.next_actors = self.num_actors
         return self._row(index=index, started=started, sampled=sampled, ingested=ingested, learned=learned,
                          episodes=episodes, stats=stats, active=active, agent_policy=agent_policy,
@@ -133,6 +139,8 @@ class MultiAgentWorkflow:
         cfg = self.parts.config
         keys = {p: weights_key(policy=p, version=self.progress.versions[p]) for p in set(agent_policy.values())}
         futures = []
+        self.prewarmer.await_warm()
+        self.prewarmer.round_started(num_actors=num_actors)
         for rank in range(num_actors):
             slot_seq = self.progress.slot_seq.get(rank, self.progress.slot_seq_base)  # resumed: from the checkpoint
             request = MultiAgentActorRequest(
@@ -143,6 +151,7 @@ class MultiAgentWorkflow:
                 snapshot=cfg.actors.restore_slots)
             futures.append(self.parts.shared.runtime.invoke(
                 spec=self.parts.specs["actor"], request=request.to_message(restore=self.progress.slot_states.get(rank))))
+            futures[-1].add_done_callback(lambda _: self.prewarmer.actor_finished())
         results = results_of(futures=futures, what="actor")
         progress = self.progress    # its slot_seq and slot_states (actors.restore_slots) are what a checkpoint saves
         for rank, result in enumerate(results):
@@ -224,6 +233,7 @@ class MultiAgentWorkflow:
         progress.rounds += 1
         progress.episodes += len(episodes.global_returns)
         progress.recent_returns = (progress.recent_returns + episodes.global_returns)[-self.parts.config.train.return_window:]
+        bill_provisioned(self.parts.shared.runtime)
         costs = self._cost_by_kind()
         extras: dict[str, float] = {
             "marl/policies": float(len(active)), "marl/actors": float(num_actors),
@@ -233,6 +243,7 @@ class MultiAgentWorkflow:
             **{f"marl/return/{agent}": value for agent, value in episodes.agent_means.items()},
             **{f"marl/{k}": float(v) for k, v in self.parts.sharing.state().items()},
             **{f"marl/{k}": float(v) for k, v in self.parts.scaler.state().items()},
+            **self.prewarmer.extras(),
         }
         if episodes.global_returns:
             extras["marl/global_return"] = float(np.mean(episodes.global_returns))
@@ -254,7 +265,7 @@ class MultiAgentWorkflow:
     def _cost_by_kind(self) -> dict[str, float]:
         """This round's dollars per function kind (the ledger rows since the last call)."""
         shared = self.parts.shared
-        records = shared.ledger.records(start=self._cost_seen)
+        records = shared.ledger.records_since(start=self._cost_seen)
         self._cost_seen += len(records)
         by_kind = shared.pricing.cost_breakdown(records=records)
         self._cost_usd += sum(by_kind.values())

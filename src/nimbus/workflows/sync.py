@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from nimbus.control.base import RoundMetrics, ScalingDecision
-from nimbus.control.prewarm import PrewarmController, WorkloadMonitor
+from nimbus.control.prewarm import PrewarmController, make_prewarmer
 from nimbus.data.codec import Message
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TriggerTable
 from nimbus.errors import NimbusError
@@ -75,14 +75,18 @@ class Progress:
 
 
 def _prewarmer(*, system: System) -> PrewarmController:
-    """``prewarm.mode: monitor``: pre-warm actor workers during the learner's update (control/prewarm.py)."""
-    cfg = system.config.prewarm
-    return PrewarmController(
-        workload=system.config.name, actor_function=system.actor_spec.name,
-        monitor=WorkloadMonitor(window=cfg.window, stability=cfg.stability),
-        keep_alive_s=system.config.runtime.keep_alive_s, enabled=cfg.mode == "monitor",
-        prewarm=lambda count: system.runtime.prewarm(spec=system.actor_spec, count=count),
-        records_since=lambda start: system.ledger.records(start=start))
+    """``prewarm.mode: monitor``: pre-warm actor workers during the learner's update and ahead of a scale-up
+    (control/prewarm.py)."""
+    return make_prewarmer(config=system.config, runtime=system.runtime, ledger=system.ledger,
+                          actor_spec=system.actor_spec, workload=system.config.name)
+
+
+def bill_provisioned(runtime: Any) -> None:
+    """Before a round's cost is read: the runtime writes pre-warmed workers' provisioned time so far (cost/ledger.py;
+    a runtime without provisioned capacity has nothing to write)."""
+    bill = getattr(runtime, "bill_provisioned", None)
+    if bill is not None:
+        bill()
 
 
 def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[str, float]:
@@ -130,6 +134,7 @@ class SyncWorkflow:
         cfg, version = self.system.config, self.progress.policy_version
         self.round = RoundState(index=self.progress.rounds, policy_version=version, decision=self.decision,
                                 started_s=time.perf_counter())
+        self.prewarmer.await_warm()   # workers pre-warmed for this round (a scale-up's): ready before invoking
         self.prewarmer.round_started(num_actors=self.decision.num_actors)
         self.data_trigger.n_actors = self.decision.num_actors
         self.data_trigger.size_rows = self._rows(self.decision.num_actors)
@@ -227,6 +232,7 @@ class SyncWorkflow:
         window = self.system.config.train.return_window
         progress.recent_returns = (progress.recent_returns + state.episode_returns)[-window:]
         returns = state.episode_returns
+        bill_provisioned(self.system.runtime)
         row = RoundMetrics(
             round=state.index, env_steps=progress.env_steps, episodes=progress.episodes,
             return_mean=float(np.mean(returns)) if returns else None,
@@ -241,14 +247,16 @@ class SyncWorkflow:
                     else float("nan"), **_overhead(round_s=now - state.started_s, actor_work_s=state.work_s,
                                                    compute_s=header["compute_s"]),
                     **round_probe_extras(extras=header.get("extras", {}), round_s=now - state.started_s),
-                    **(extras or {})})
+                    **self.prewarmer.extras(), **(extras or {})})
+        before = self.decision.num_actors   # the actors now running or last run (async_learners: the next round's)
         self.decision = self.system.scaler.decide(metrics=row)   # reads this round's probe (Nitro)
+        self.prewarmer.scale_up(from_actors=before, to_actors=self.decision.num_actors)
         row = with_decision(row=row, decision=self.decision)     # + its signals and next_num_actors
         progress.last_row = row
         self.on_round(row)
 
     def cost_usd(self) -> float:
-        records = self.system.ledger.records(start=self._cost_seen)  # only the new ones: O(1) a round, not O(run)
+        records = self.system.ledger.records_since(start=self._cost_seen)  # only the new ones: O(1) a round, not O(run)
         for record in records:
             self._cost_usd += self.system.pricing.cost_usd(record=record)
         self._cost_seen += len(records)

@@ -64,7 +64,8 @@ def _record(**kw):
 
 def test_actor_start_samples_are_prewarms_and_cold_attempts_of_the_actor_only() -> None:
     records = [_record(), _record(cold=True, start_at=12.5), _record(outcome="prewarm", end_at=13.0),
-               _record(function="learner", cold=True), _record(outcome="prewarm", error_type="ImportError")]
+               _record(function="learner", cold=True), _record(outcome="prewarm", error_type="ImportError"),
+               _record(outcome="prewarm", provisioned=True, end_at=60.0)]   # a provisioned stretch: no start-up
     assert actor_start_samples(records=records, function="actor") == pytest.approx([2.5, 3.0])
 
 
@@ -138,3 +139,38 @@ def test_mode_none_never_arms_a_trigger() -> None:
         controller.round_started(num_actors=1)
         controller.round_finished()
     assert controller.monitor.windows(workload="w") == ([], []) and controller._timer is None
+
+
+def test_a_scale_up_prewarms_the_actors_it_adds_and_the_next_round_waits_for_them() -> None:
+    warmed, waits = [], []
+    controller = PrewarmController(workload="w", actor_function="actor", monitor=WorkloadMonitor(), keep_alive_s=60.0,
+                                   prewarm=warmed.append, records_since=lambda start: [], wait_warm=waits.append)
+    controller.await_warm()
+    assert waits == []                                   # nothing pre-warmed: no wait
+    assert controller.scale_up(from_actors=4, to_actors=4) == 0 and controller.scale_up(from_actors=4, to_actors=2) == 0
+    assert controller.scale_up(from_actors=2, to_actors=7) == 5
+    assert warmed == [5] and controller.scaled_up == 5
+    controller.await_warm()
+    controller.await_warm()                              # once per pre-warm
+    assert waits == [pytest.approx(30.0)]
+    assert controller.extras() == {"prewarm/warmed": 0.0, "prewarm/scaled_up": 5.0, "prewarm/fired": 0.0}
+    off = PrewarmController(workload="w", actor_function="actor", monitor=WorkloadMonitor(), keep_alive_s=60.0,
+                            prewarm=warmed.append, records_since=lambda start: [], enabled=False)
+    assert off.scale_up(from_actors=1, to_actors=8) == 0 and off.extras() == {} and warmed == [5]
+
+
+def test_parked_actors_count_as_idle_since_they_were_parked() -> None:
+    """The async workflow: a learner call is a round whose actors are the ranks parked when it starts."""
+    clock, warmed = _Clock(), []
+    monitor = _fed(starts=[0.5] * 5, fins=[4.0] * 5)
+    controller = PrewarmController(workload="w", actor_function="actor", monitor=monitor, keep_alive_s=2.0,
+                                   prewarm=warmed.append, records_since=lambda start: [], clock=clock)
+    controller.round_started(num_actors=3, idle_s=[3.0, 1.0, 0.0])   # parked 3 s, 1 s and just now
+    controller._timer.cancel()
+    controller.fire()   # by the learner's finish (4 s): idle 7 s, 5 s and 4 s, all past the keep-alive of 2 s
+    assert warmed == [3]
+    controller.round_started(num_actors=2, idle_s=[0.0, 0.0])
+    controller._timer.cancel()
+    controller.keep_alive_s = 10.0
+    controller.fire()   # idle 4 s by then, under a keep-alive of 10 s: still warm
+    assert warmed == [3]

@@ -87,3 +87,27 @@ def test_a_bounded_ledger_keeps_totals_and_the_file_whole(tmp_path) -> None:
         ledger.records()
     ledger.close()
     assert Ledger.load(path=tmp_path / "ledger.jsonl") == full.records()
+
+
+def test_records_since_reads_the_file_for_records_no_longer_in_memory(tmp_path) -> None:
+    """Cost accounting reads every record once, even when a round wrote more than the ledger keeps in memory
+    (pre-warmed workers' provisioned time adds records every round)."""
+    ledger = Ledger(path=tmp_path / "ledger.jsonl", keep_in_memory=2)
+    for i in range(9):
+        ledger.append(record=record(invocation_id=f"i{i}"))
+    with pytest.raises(LookupError):
+        ledger.records(start=1)
+    assert [r.invocation_id for r in ledger.records_since(start=1)] == [f"i{i}" for i in range(1, 9)]
+    assert [r.invocation_id for r in ledger.records_since(start=8)] == ["i8"]      # in memory: no file read
+    memory_only = Ledger(keep_in_memory=1)
+    for i in range(4):
+        memory_only.append(record=record(invocation_id=f"i{i}"))
+    with pytest.raises(LookupError):     # no file to read them from
+        memory_only.records_since(start=0)
+
+
+def test_provisioned_stretches_are_not_starts_nor_attempts() -> None:
+    stretch = record(outcome="prewarm", attempt=0, cold=False, provisioned=True)
+    start = record(outcome="prewarm", attempt=0, cold=True, provisioned=True)
+    totals = totals_of(records=[start, stretch, stretch])
+    assert (totals.prewarms, totals.cold_starts, totals.attempts) == (1, 1, 0)

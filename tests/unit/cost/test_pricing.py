@@ -67,3 +67,35 @@ def test_round_trip_of_the_default_file_and_yaml_errors(tmp_path: Path) -> None:
     broken.write_text("serverless: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_pricing(path=broken)
+
+
+PROVISIONED, PROVISIONED_DURATION = 0.0000041667, 0.0000097222
+
+
+def test_pre_warmed_capacity_is_priced_as_provisioned_not_free() -> None:
+    """Lambda's provisioned concurrency: the provisioned time at its own rate, idle or not, and each invocation on
+    it at the lower duration rate; the worker's start is a cold start's init as before."""
+    import dataclasses
+
+    pricing = load_pricing()
+    stretch = dataclasses.replace(record(billed_s=100.0), outcome="prewarm", attempt=0, provisioned=True)
+    assert pricing.cost_usd(record=stretch) == pytest.approx(100 * PROVISIONED)
+    on_it = dataclasses.replace(record(), provisioned=True)
+    assert pricing.cost_usd(record=on_it) == pytest.approx(10 * PROVISIONED_DURATION)
+    start = dataclasses.replace(record(billed_s=0.5), outcome="prewarm", attempt=0, cold=True, provisioned=True)
+    assert pricing.cost_usd(record=start) == pytest.approx(0.5 * LAMBDA)
+    gpu_stretch = dataclasses.replace(stretch, gpus=0.25, billed_s=3600.0)
+    assert pricing.cost_usd(record=gpu_stretch) == pytest.approx(3.06 / 4)   # the GPU share held all along
+    assert pricing.cost_usd(record=dataclasses.replace(on_it, gpus=0.25)) == 0.0   # already in the stretch
+    assert pricing.serverless.provisioned_usd_per_gb_s == PROVISIONED
+
+
+def test_an_older_pricing_file_without_provisioned_rates_loads_with_lambdas(tmp_path: Path) -> None:
+    from importlib import resources
+
+    data = yaml.safe_load(resources.files("nimbus.cost").joinpath("pricing.yaml").read_text())
+    for key in ("provisioned_usd_per_gb_s", "provisioned_duration_usd_per_gb_s"):
+        del data["serverless"][key]
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    pricing = load_pricing(path=tmp_path / "p.yaml")
+    assert pricing.serverless.provisioned_duration_usd_per_gb_s == PROVISIONED_DURATION

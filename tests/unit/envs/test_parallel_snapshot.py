@@ -75,3 +75,63 @@ class _Custom(ParallelEnv):
 def test_an_env_that_is_not_mpe2_is_refused_by_name() -> None:
     with pytest.raises(SnapshotUnsupported, match="_Custom"):
         capture_parallel(env=make_parallel_env(env_id=f"{__name__}:_Custom", seed=0, kwargs={}))
+
+
+class _HiddenGoal(ParallelEnv):
+    """A user's Parallel env whose goal (drawn at reset) no observation shows."""
+
+    metadata = {"name": "hidden_goal"}
+    possible_agents = ["a", "b"]
+
+    def __init__(self) -> None:
+        self.agents = list(self.possible_agents)
+        self.rng = np.random.default_rng(0)
+
+    def observation_space(self, agent):
+        return spaces.Box(-10, 10, (1,), np.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(3)
+
+    def reset(self, seed=None, options=None):
+        self.rng = np.random.default_rng(seed)
+        self.agents, self.pos, self.goal = list(self.possible_agents), np.zeros(2), self.rng.uniform(-5, 5)
+        return {a: np.zeros(1, np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        for i, agent in enumerate(self.possible_agents):
+            self.pos[i] += actions[agent] - 1
+        obs = {a: np.array([self.pos[i]], np.float32) for i, a in enumerate(self.possible_agents)}
+        rewards = {a: -abs(self.pos[i] - self.goal) for i, a in enumerate(self.possible_agents)}
+        flags = {a: False for a in self.possible_agents}
+        return obs, rewards, flags, dict(flags), {a: {} for a in self.possible_agents}
+
+
+class _HiddenGoalWithState(_HiddenGoal):
+    def get_state(self):
+        return {"pos": self.pos.copy(), "goal": np.array(self.goal)}
+
+    def set_state(self, state):
+        self.pos, self.goal = np.array(state["pos"]), float(state["goal"])
+
+
+def test_a_user_parallel_env_with_hidden_state_is_refused_and_restores_with_the_contract() -> None:
+    from nimbus.envs.parallel_snapshot import check_parallel_snapshot
+
+    with pytest.raises(SnapshotUnsupported, match="_HiddenGoal"):
+        check_parallel_snapshot(env=make_parallel_env(env_id=f"{__name__}:_HiddenGoal", seed=0, kwargs={}), seed=0)
+    rng = np.random.default_rng(0)
+    a = make_parallel_env(env_id=f"{__name__}:_HiddenGoalWithState", seed=0, kwargs={})
+    a.reset(seed=1)
+    _advance(a, rng, 4)
+    arrays, meta = capture_parallel(env=a)
+    json.dumps(meta)
+    b = make_parallel_env(env_id=f"{__name__}:_HiddenGoalWithState", seed=0, kwargs={})
+    b.reset(seed=2)
+    restore_parallel(env=b, arrays=arrays, meta=meta)
+    for _ in range(20):
+        actions = _actions(a, rng)
+        got_a, got_b = a.step(actions), b.step(actions)
+        for part_a, part_b in zip(got_a, got_b):
+            assert json.dumps({k: np.asarray(v).tolist() for k, v in part_a.items()}) == \
+                json.dumps({k: np.asarray(v).tolist() for k, v in part_b.items()})
