@@ -1,9 +1,9 @@
-"""The README's config reference, generated from the validated models.
+"""The config reference (docs/config.md), generated from the validated models.
 
-``python -m nimbus.config.reference`` prints it; ``--write README.md`` updates the README in place.
+``python -m nimbus.config.reference`` prints it; ``--write docs/config.md`` updates the page in place.
 
-A test compares the README's reference block with this output, so a new config key cannot ship
-undocumented.
+A test compares docs/config.md's reference block with this output, so a new config key cannot ship
+undocumented; the README links the page.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def reference_markdown() -> str:
 
 
 def write_into(*, path: Path) -> None:
-    """Replace the reference block in ``path`` (the README) with the current reference."""
+    """Replace the reference block in ``path`` (docs/config.md) with the current reference."""
     text = path.read_text()
     start, stop = text.index(BEGIN), text.index(END) + len(END)
     path.write_text(text[:start] + reference_markdown() + text[stop:])
