@@ -14,23 +14,16 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from nimbus.algos.registry import AlgoConfig
 from nimbus.config.root import NimbusConfig
 from nimbus.control.config import ScalingConfig
 from nimbus.errors import ConfigError
 
 
 def _union_tags() -> set[str]:
-    """Discriminator values pydantic inserts into error locations of tagged unions (dropped for users)."""
-    tags: set[str] = set()
-    for union in (AlgoConfig, ScalingConfig):
-        inner = union.__args__[0] if hasattr(union, "__metadata__") else union
-        for member in getattr(inner, "__args__", (inner,)):
-            for field_name in ("name", "kind"):
-                field = getattr(member, "model_fields", {}).get(field_name)
-                if field is not None and field.default is not None:
-                    tags.add(str(field.default))
-    return tags
+    """Discriminator values pydantic inserts into error locations of tagged unions (dropped for users): the
+    scaler kinds of ``actors.scaling`` (``algo`` is picked by name before validation, config/algo.py)."""
+    inner = ScalingConfig.__args__[0]
+    return {str(member.model_fields["kind"].default) for member in inner.__args__}
 
 
 def format_validation_error(error: ValidationError) -> str:

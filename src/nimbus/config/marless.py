@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from nimbus.config.base import ConfigSection
 
 
-class MarlessConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
+class MarlessConfig(ConfigSection):
     sharing: Literal["none", "static", "marless"] = "none"
     """none: one policy per agent; static: one policy for all agents with the same spaces from round 0;
     marless: the performance-decrease detector switches sharing on and off (§4.3)"""

@@ -17,6 +17,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from nimbus.config.algo import ALGO_SECTIONS, ALGO_VALIDATOR, algo_section
+
 BEGIN = "<!-- config-reference:begin -->"
 END = "<!-- config-reference:end -->"
 
@@ -29,6 +31,13 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     for arg in typing.get_args(annotation):
         found += _models_in(arg)
     return found
+
+
+def _algo_members(field: FieldInfo) -> list[type[BaseModel]]:
+    """The ``algo`` section (config/algo.py) stands for every algorithm's config, each imported here."""
+    if ALGO_VALIDATOR not in field.metadata:
+        return []
+    return [algo_section(name=name) for name in ALGO_SECTIONS]
 
 
 def _type_name(annotation: Any) -> str:
@@ -70,7 +79,7 @@ def _rows(model: type[BaseModel], prefix: str, defaults: BaseModel | None = None
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
         value = getattr(defaults, name) if defaults is not None else _default_value(field)
-        members = _models_in(field.annotation)
+        members = _algo_members(field) or _models_in(field.annotation)
         if len(members) == 1:
             meaning = field.description or _first_line(members[0].__doc__)
             shown = "" if isinstance(value, BaseModel) or value is _NO_DEFAULT else f"`{value!r}`"

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from nimbus.algos.registry import AlgoConfig
+from nimbus.config.algo import AlgoSection
 from nimbus.config.async_workflow import AsyncWorkflowConfig
 from nimbus.config.devices import DevicesConfig, PrewarmConfig
 from nimbus.config.marless import MarlessConfig
@@ -28,7 +28,7 @@ class NimbusConfig(Section):
     """seeds envs, policy sampling and minibatch order (same seed: same run, on CPU in sync mode)"""
     env: EnvConfig = Field(default_factory=EnvConfig)
     """the environment every actor builds"""
-    algo: AlgoConfig
+    algo: AlgoSection
     """the algorithm and its hyperparameters; ``name`` picks the member"""
     actors: ActorsConfig = Field(default_factory=ActorsConfig)
     """the actor functions: how many (``scaling``), how much each collects, their resources"""

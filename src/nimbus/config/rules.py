@@ -19,10 +19,6 @@ import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from nimbus.algos.dqn.config import DQNConfig
-from nimbus.algos.impala.config import ImpalaConfig
-from nimbus.algos.sac.config import SACConfig
-
 if TYPE_CHECKING:
     from nimbus.config import NimbusConfig, RuntimeConfig, StoreConfig
 
@@ -53,11 +49,11 @@ def check_workflow(*, config: NimbusConfig) -> None:
         raise ValueError("train.workflow: async runs on runtime.backend: local with store.backend: shm for now "
                          "(its learner reads the shared-memory buffer in place); got "
                          f"{config.runtime.backend} / {config.store.backend}")
-    if isinstance(config.algo, ImpalaConfig) and config.actors.fragment_steps != config.algo.rollout_length:
+    if config.algo.name == "impala" and config.actors.fragment_steps != config.algo.rollout_length:
         raise ValueError(f"actors.fragment_steps ({config.actors.fragment_steps}) must equal "
                          f"algo.rollout_length ({config.algo.rollout_length}): IMPALA learns on whole fragments")
     rows = config.env.num_envs_per_actor * config.actors.fragment_steps
-    if isinstance(config.algo, (DQNConfig, SACConfig)) and \
+    if config.algo.name in ("dqn", "sac") and \
             (capacity := config.algo.buffer_capacity) < 2 * rows * _max_actors(config=config):
         raise ValueError(f"algo.buffer_capacity ({capacity}) must hold at least two fragments per actor "
                          f"({2 * rows * _max_actors(config=config)} rows)")
@@ -70,7 +66,7 @@ def _check_async_learners(*, config: NimbusConfig) -> None:
     if algo.name not in ("ppo", "impala"):
         raise ValueError(f"train.workflow: async_learners runs ppo or impala (variant impact); algo.name {algo.name} "
                          f"needs {'async' if algo.name in OFF_POLICY else 'sync'}")
-    if isinstance(algo, ImpalaConfig):
+    if algo.name == "impala":
         if algo.variant != "impact":
             raise ValueError("algo.variant: async_learners runs impala as variant impact (Stellaris's truncation acts "
                              "on IMPACT's ratio; plain IMPALA has none)")
