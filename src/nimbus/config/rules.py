@@ -191,6 +191,10 @@ def _is_loopback(host: str | None) -> bool:
         return False  # a name: it may resolve anywhere
 
 
-def _max_actors(*, config: "NimbusConfig") -> int:
-    scaling = config.actors.scaling
+def peak_actors(*, scaling: Any) -> int:
+    """The most actors ``actors.scaling`` may run in one round."""
     return int(max(getattr(scaling, name, 1) for name in ("num_actors", "max_actors", "initial_actors")))
+
+
+def _max_actors(*, config: "NimbusConfig") -> int:
+    return peak_actors(scaling=config.actors.scaling)

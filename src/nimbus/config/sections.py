@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_core import PydanticUndefined
 
 from nimbus.config.base import ConfigSection
-from nimbus.config.bounds import MAX_RETRIES
+from nimbus.config.bounds import MAX_ACTORS, MAX_INLINE_BYTES, MAX_RETRIES
 from nimbus.control.config import ScalingConfig
 
 
@@ -96,7 +96,7 @@ class ActorsConfig(Section):
     function: FunctionConfig = Field(default_factory=FunctionConfig)
     restore_slots: bool = False
     """results carry the rank's env slot; a worker lacking it (reclaimed, new, retry) restores it: episodes go on"""
-    preregister: int = Field(default=0, ge=0)
+    preregister: int = Field(default=0, ge=0, le=MAX_ACTORS)
     """local only: actor workers started before round 0, then stopped (SIGSTOP) until scaling up wakes them"""
 
 
@@ -189,8 +189,8 @@ class StoreConfig(Section):
 
 
 class ChannelConfig(Section):
-    inline_max_bytes: int = Field(default=64 * 1024, ge=0)
-    """bodies up to this size travel inside the header frame instead of shared memory"""
+    inline_max_bytes: int = Field(default=64 * 1024, ge=0, le=MAX_INLINE_BYTES)
+    """bodies up to this size travel inside the header frame instead of shared memory (at most 32 MiB)"""
     compress_min_bytes: int | None = Field(default=1 << 20, ge=0)
     """LZ4-compress bodies of at least this size (null: never)"""
 

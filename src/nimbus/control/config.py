@@ -16,14 +16,10 @@ from typing import TYPE_CHECKING, Annotated, Literal, Union
 from pydantic import Field, ValidationInfo, field_validator
 
 from nimbus.config.base import ConfigSection
+from nimbus.config.bounds import MAX_ACTORS
 
 if TYPE_CHECKING:   # the scalers import torch (Nitro's probe): loaded by make_scaler, not by reading a config
     from nimbus.control.base import ActorScaler
-
-# Actor functions one run may have at once: far beyond serverless concurrency quotas (AWS Lambda's default is
-# 1,000 per region), so a larger count is a typo; refused at load time with its key path, before any buffer
-# is sized from it.
-MAX_ACTORS = 100_000
 
 
 class _Frozen(ConfigSection):
