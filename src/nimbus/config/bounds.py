@@ -33,3 +33,10 @@ MAX_INLINE_BYTES = 32 << 20
 """``channel.inline_max_bytes``: a body up to this size travels inside its header frame, and the worker's
 Outbox refuses more than half of the transport's frame limit (64 MiB, runtime/transport.py
 DEFAULT_MAX_FRAME_BYTES; data/channel.py): beyond it every worker died at start-up."""
+
+MAX_CONFIG_BYTES = 1 << 20
+"""A config file (or one ``--set`` value) is at most 1 MiB of YAML; the shipped ones are under 2 KiB."""
+
+MAX_CONFIG_VALUES = 100_000
+"""Values (mappings, lists and scalars) a config file expands to, YAML aliases followed: a 542-byte alias
+bomb in ``env.kwargs`` expands to ~4·10⁸ and grew past 1.9 GB before this bound (config/yaml_loader.py)."""
