@@ -30,6 +30,7 @@ _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 def check_workflow(*, config: NimbusConfig) -> None:
     """Config rules of the workflows (raised as ValueError, so pydantic reports them at load time)."""
     name, workflow = config.algo.name, config.train.workflow
+    _check_learning_starts(algo=config.algo)
     if workflow == "sync" and name in OFF_POLICY:
         raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: async")
     if workflow == "async_learners":
@@ -57,6 +58,16 @@ def check_workflow(*, config: NimbusConfig) -> None:
             (capacity := config.algo.buffer_capacity) < 2 * rows * _max_actors(config=config):
         raise ValueError(f"algo.buffer_capacity ({capacity}) must hold at least two fragments per actor "
                          f"({2 * rows * _max_actors(config=config)} rows)")
+
+
+def _check_learning_starts(*, algo: Any) -> None:
+    """A replay holds at most its capacity (data/replay.py Uniform, functions/ma_value_learner.py): with
+    learning_starts above it no gradient step would ever run (DQN, SAC, IQL, VDN)."""
+    capacity_key = {"dqn": "buffer_capacity", "sac": "buffer_capacity", "iql": "replay_capacity",
+                    "vdn": "replay_capacity"}.get(algo.name)
+    if capacity_key is not None and algo.learning_starts > (capacity := getattr(algo, capacity_key)):
+        raise ValueError(f"algo.learning_starts ({algo.learning_starts}) exceeds algo.{capacity_key} ({capacity}): "
+                         "the replay never holds that many rows, so no gradient step would run")
 
 
 def _check_async_learners(*, config: NimbusConfig) -> None:

@@ -133,11 +133,17 @@ def _describe(value: Any) -> str:
 _UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
 
 
-def unknown_kwarg(*, error: TypeError, kwargs: dict[str, Any], env_id: str) -> ConfigError | None:
-    """The ConfigError (exit 2, naming ``env.kwargs.<key>``) for an env constructor's TypeError about one of
-    ``kwargs``; None when the TypeError is about something else (then it is the env's own bug: re-raise it)."""
+class UnknownEnvKwarg(ConfigError, TypeError):
+    """An ``env.kwargs`` key the env's constructor does not take: a ConfigError (exit 2, naming the key) that
+    is also the constructor's TypeError, so code probing an optional keyword (``render_mode`` for video)
+    still catches it and falls back."""
+
+
+def unknown_kwarg(*, error: TypeError, kwargs: dict[str, Any], env_id: str) -> UnknownEnvKwarg | None:
+    """The error naming ``env.kwargs.<key>`` for an env constructor's TypeError about one of ``kwargs``; None
+    when the TypeError is about something else (then it is the env's own bug: re-raise it)."""
     match = _UNEXPECTED_KEYWORD.search(str(error))
     if match is None or match.group(1) not in kwargs:
         return None
-    return ConfigError(f"env.kwargs.{match.group(1)}: {env_id} takes no argument {match.group(1)!r} "
+    return UnknownEnvKwarg(f"env.kwargs.{match.group(1)}: {env_id} takes no argument {match.group(1)!r} "
                        f"(its constructor: {error})")

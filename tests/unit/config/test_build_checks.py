@@ -30,8 +30,9 @@ class _BrokenInit(gym.Env):
 
 def test_an_unknown_env_kwarg_is_a_config_error_naming_it() -> None:
     config = load_config(path=PPO, overrides=["env.kwargs={foo: 1}"])
-    with pytest.raises(ConfigError, match=r"env\.kwargs\.foo: CartPole-v1 takes no argument 'foo'"):
+    with pytest.raises(ConfigError, match=r"env\.kwargs\.foo: CartPole-v1 takes no argument 'foo'") as caught:
         probe_spaces(config=config)
+    assert isinstance(caught.value, TypeError)   # code probing an optional keyword (render_mode) still falls back
 
 
 def test_a_multi_agent_env_names_the_unknown_kwarg_too() -> None:

@@ -78,6 +78,4 @@ class DQNConfig(ConfigSection):
     def _check(self) -> DQNConfig:
         if self.batch_size > self.buffer_capacity:
             raise ValueError(f"batch_size ({self.batch_size}) exceeds buffer_capacity ({self.buffer_capacity})")
-        if self.learning_starts > self.buffer_capacity:   # the replay never holds more: no gradient step would ever run
-            raise ValueError(f"learning_starts ({self.learning_starts}) exceeds buffer_capacity ({self.buffer_capacity})")
         return self

@@ -83,8 +83,6 @@ class ValueConfigBase(ConfigSection):
     def _check(self) -> ValueConfigBase:
         if self.batch_size > self.replay_capacity:
             raise ValueError(f"batch_size ({self.batch_size}) exceeds replay_capacity ({self.replay_capacity})")
-        if self.learning_starts > self.replay_capacity:   # the replay never holds more: no gradient step would ever run
-            raise ValueError(f"learning_starts ({self.learning_starts}) exceeds replay_capacity ({self.replay_capacity})")
         return self
 
 
