@@ -23,7 +23,7 @@ def _start_fork_server_early(*, paths: list[Path], overrides: list[str]) -> None
     runs on the local backend's fork server (the defaults, or ``--set runtime.backend=local`` /
     ``runtime.start_method=fork_server``); the validated config decides everything else, and a server nobody
     adopts (a refused config) is closed at exit."""
-    import yaml
+    from nimbus.config.yaml_loader import parse_yaml
 
     chosen = {}
     for override in overrides:
@@ -33,9 +33,9 @@ def _start_fork_server_early(*, paths: list[Path], overrides: list[str]) -> None
         elif key.strip() == "runtime":   # the whole section: not worth parsing here
             return
     for path in paths:
-        try:
-            data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError):
+        try:   # the bounded loader (config/yaml_loader.py): an alias bomb or deep nesting is load_config's exit 2
+            data = parse_yaml(text=path.read_text(), source=str(path))
+        except (OSError, ConfigError):
             return
         runtime = data.get("runtime") if isinstance(data, dict) else None
         runtime = {**(runtime if isinstance(runtime, dict) else {}), **chosen}

@@ -173,10 +173,10 @@ def test_unknown_config_key_exits_2_naming_the_path(tmp_path: Path) -> None:
     ("train: {max_rounds: three}\n", ["train.max_rounds", "valid integer"]),
     ("env: {num_envs_per_actor: -4}\n", ["env.num_envs_per_actor", "greater than or equal to 1"]),
     ("actors: {scaling: {kind: fixed, num_actors: 100000000000000000000}}\n",
-     ["actors.scaling.num_actors", "less than or equal to 100000"]),
+     ["actors.scaling.num_actors", "less than or equal to 1024"]),
     ("algo: {name: ppo\n", ["not valid YAML"]),
     ("algo: {name: ppo}\nenv: {id: CartPole-v1, num_envs_per_actor: 100000}\n"
-     "actors: {scaling: {kind: fixed, num_actors: 100000}, fragment_steps: 100000}\n", ["shared memory", "actors.scaling", "env.num_envs_per_actor", "actors.fragment_steps"]),
+     "actors: {scaling: {kind: fixed, num_actors: 1024}, fragment_steps: 100000}\n", ["shared memory", "actors.scaling", "env.num_envs_per_actor", "actors.fragment_steps"]),
 ], ids=["wrong-type", "negative-count", "count-beyond-any-quota", "yaml-error", "buffer-beyond-memory"])
 def test_bad_config_exits_2_naming_the_key_before_anything_starts(tmp_path: Path, yaml_text: str,
                                                                    expected: list[str]) -> None:

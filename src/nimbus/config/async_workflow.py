@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from nimbus.config.base import ConfigSection
 
 
-class AsyncWorkflowConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
+class AsyncWorkflowConfig(ConfigSection):
     learner_trigger: Literal["data", "time"] = "data"
     """data: the learner fires when train_rows new rows arrived (DataKeyTrigger); time: every learner_period_s"""
     train_rows: int | None = Field(default=None, ge=1)

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from nimbus.config.base import ConfigSection
 
 LEARNER_SIDE_KINDS = ("learner", "gradient_learner", "parameter", "critic", "policy", "postprocess")
 
 
-class DevicesConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
+class DevicesConfig(ConfigSection):
     pool: Literal["none", "on_demand"] = "none"
     """on_demand: learner-side functions lease a device per invocation and release it after (ARTOS 4.3)"""
     kind: Literal["auto", "cuda", "cpu"] = "auto"
@@ -37,9 +37,7 @@ class DevicesConfig(BaseModel):
     """FunctionSpec kinds that lease a device (local runtime only)"""
 
 
-class PrewarmConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
+class PrewarmConfig(ConfigSection):
     mode: Literal["none", "monitor"] = "none"
     """monitor: pre-warm actor workers during the learner's update once the workload is stable (sync workflow)"""
     window: int = Field(default=5, ge=2)

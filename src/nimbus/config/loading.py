@@ -8,29 +8,24 @@ Example::
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from nimbus.algos.registry import AlgoConfig
 from nimbus.config.root import NimbusConfig
+from nimbus.config.yaml_loader import parse_yaml
 from nimbus.control.config import ScalingConfig
 from nimbus.errors import ConfigError
 
 
 def _union_tags() -> set[str]:
-    """Discriminator values pydantic inserts into error locations of tagged unions (dropped for users)."""
-    tags: set[str] = set()
-    for union in (AlgoConfig, ScalingConfig):
-        inner = union.__args__[0] if hasattr(union, "__metadata__") else union
-        for member in getattr(inner, "__args__", (inner,)):
-            for field_name in ("name", "kind"):
-                field = getattr(member, "model_fields", {}).get(field_name)
-                if field is not None and field.default is not None:
-                    tags.add(str(field.default))
-    return tags
+    """Discriminator values pydantic inserts into error locations of tagged unions (dropped for users): the
+    scaler kinds of ``actors.scaling`` (``algo`` is picked by name before validation, config/algo.py)."""
+    inner = ScalingConfig.__args__[0]
+    return {str(member.model_fields["kind"].default) for member in inner.__args__}
 
 
 def format_validation_error(error: ValidationError) -> str:
@@ -48,7 +43,7 @@ def format_validation_error(error: ValidationError) -> str:
 
 def apply_overrides(*, data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``key.path=value`` overrides (values parsed as YAML) to a nested dict, returning a copy."""
-    result = yaml.safe_load(yaml.safe_dump(data)) or {}
+    result = copy.deepcopy(data) or {}
     for override in overrides:
         if "=" not in override:
             raise ConfigError(f"override {override!r}: expected key.path=value")
@@ -60,10 +55,7 @@ def apply_overrides(*, data: dict[str, Any], overrides: list[str]) -> dict[str, 
             if not isinstance(child, dict):
                 raise ConfigError(f"{path}: {key!r} is not a section")
             node = child
-        try:
-            node[keys[-1]] = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: value {raw!r} is not valid YAML ({exc})") from exc
+        node[keys[-1]] = parse_yaml(text=raw, source=f"--set {path}")
     return result
 
 
@@ -77,11 +69,10 @@ def parse_config(*, data: dict[str, Any]) -> NimbusConfig:
 def load_config(*, path: Path, overrides: list[str] | None = None) -> NimbusConfig:
     """Read, override and validate a YAML config. Raises ConfigError naming the key path."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        text = Path(path).read_text()
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data = parse_yaml(text=text, source=str(path))   # bounded: no alias bomb, no 1.1 "3e-4" strings
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     return parse_config(data=apply_overrides(data=data, overrides=overrides or []))

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from nimbus.config.base import ConfigSection
+from nimbus.config.bounds import MAX_ACTORS
 
 
-class MarlessConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
+class MarlessConfig(ConfigSection):
     sharing: Literal["none", "static", "marless"] = "none"
     """none: one policy per agent; static: one policy for all agents with the same spaces from round 0;
     marless: the performance-decrease detector switches sharing on and off (§4.3)"""
@@ -38,9 +39,9 @@ class MarlessConfig(BaseModel):
     """Monte-Carlo samples per KL(p_i ‖ p_j) estimate"""
     scaling: Literal["fixed", "marless"] = "fixed"
     """fixed: actors.scaling's count every round; marless: per-policy I_j from each policy's convexity (§4.4)"""
-    i_max: int = Field(default=8, ge=1)
+    i_max: int = Field(default=8, ge=1, le=MAX_ACTORS)
     """I_max: the most actor functions a round uses (the paper's 50, scaled to this machine)"""
-    i_min: int | None = Field(default=None, ge=1)
+    i_min: int | None = Field(default=None, ge=1, le=MAX_ACTORS)
     """I_min (default I_max / N agents, at least 1)"""
     beta: float = Field(default=0.5, ge=0, le=1)
     """β in I_threshold = β (I_max − I_min): at or above it the round takes max_j I_j, below it the mean"""

@@ -1,9 +1,9 @@
-"""The README's config reference, generated from the validated models.
+"""The config reference (docs/config.md), generated from the validated models.
 
-``python -m nimbus.config.reference`` prints it; ``--write README.md`` updates the README in place.
+``python -m nimbus.config.reference`` prints it; ``--write docs/config.md`` updates the page in place.
 
-A test compares the README's reference block with this output, so a new config key cannot ship
-undocumented.
+A test compares docs/config.md's reference block with this output, so a new config key cannot ship
+undocumented; the README links the page.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from nimbus.config.algo import ALGO_SECTIONS, ALGO_VALIDATOR, algo_section
+
 BEGIN = "<!-- config-reference:begin -->"
 END = "<!-- config-reference:end -->"
 
@@ -29,6 +31,13 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     for arg in typing.get_args(annotation):
         found += _models_in(arg)
     return found
+
+
+def _algo_members(field: FieldInfo) -> list[type[BaseModel]]:
+    """The ``algo`` section (config/algo.py) stands for every algorithm's config, each imported here."""
+    if ALGO_VALIDATOR not in field.metadata:
+        return []
+    return [algo_section(name=name) for name in ALGO_SECTIONS]
 
 
 def _type_name(annotation: Any) -> str:
@@ -70,7 +79,7 @@ def _rows(model: type[BaseModel], prefix: str, defaults: BaseModel | None = None
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
         value = getattr(defaults, name) if defaults is not None else _default_value(field)
-        members = _models_in(field.annotation)
+        members = _algo_members(field) or _models_in(field.annotation)
         if len(members) == 1:
             meaning = field.description or _first_line(members[0].__doc__)
             shown = "" if isinstance(value, BaseModel) or value is _NO_DEFAULT else f"`{value!r}`"
@@ -126,7 +135,7 @@ def reference_markdown() -> str:
 
 
 def write_into(*, path: Path) -> None:
-    """Replace the reference block in ``path`` (the README) with the current reference."""
+    """Replace the reference block in ``path`` (docs/config.md) with the current reference."""
     text = path.read_text()
     start, stop = text.index(BEGIN), text.index(END) + len(END)
     path.write_text(text[:start] + reference_markdown() + text[stop:])

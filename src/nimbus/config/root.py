@@ -9,11 +9,12 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from nimbus.algos.registry import AlgoConfig
+from nimbus.config.algo import AlgoSection
 from nimbus.config.async_workflow import AsyncWorkflowConfig
+from nimbus.config.bounds import MAX_SEED, RANK_STRIDE
 from nimbus.config.devices import DevicesConfig, PrewarmConfig
 from nimbus.config.marless import MarlessConfig
-from nimbus.config.rules import check_cluster, check_evaluation, check_pipeline, check_workflow
+from nimbus.config.rules import check_cluster, check_evaluation, check_pipeline, check_workflow, peak_actors
 from nimbus.config.sections import (ActorsConfig, ChannelConfig, CostConfig, EnvConfig, FunctionConfig,
                                     FunctionsConfig, LearnerConfig, OutputConfig, PipelineConfig, ROLES,
                                     RuntimeConfig, Section, StoreConfig, TrainConfig)
@@ -24,11 +25,11 @@ from nimbus.control.population_config import PBTConfig, PolicyConfig, check_popu
 class NimbusConfig(Section):
     name: str = Field(default="run", pattern=r"^[A-Za-z0-9_.-]+$")
     """run name, the prefix of the run directory"""
-    seed: int = Field(default=0, ge=0)
-    """seeds envs, policy sampling and minibatch order (same seed: same run, on CPU in sync mode)"""
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    """seeds envs, policy sampling and minibatch order (same seed: same run, on CPU in sync mode); 32-bit"""
     env: EnvConfig = Field(default_factory=EnvConfig)
     """the environment every actor builds"""
-    algo: AlgoConfig
+    algo: AlgoSection
     """the algorithm and its hyperparameters; ``name`` picks the member"""
     actors: ActorsConfig = Field(default_factory=ActorsConfig)
     """the actor functions: how many (``scaling``), how much each collects, their resources"""
@@ -79,6 +80,9 @@ class NimbusConfig(Section):
         check_population(algo=self.algo, policies=self.policies, pbt=self.pbt, workflow=self.train.workflow,
                          pipelined=self.pipeline.minibatch or self.pipeline.dual_stage,
                          exact_resume=self.train.exact_resume)
+        if (self.policies or self.pbt is not None) and (peak := peak_actors(scaling=self.actors.scaling)) > RANK_STRIDE:
+            raise ValueError(f"actors.scaling: {peak} actors per member exceed {RANK_STRIDE}, the actor ranks each "
+                             "member of policies / pbt owns (config/bounds.py RANK_STRIDE)")
         return self
 
     @model_validator(mode="after")

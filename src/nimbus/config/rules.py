@@ -19,10 +19,6 @@ import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from nimbus.algos.dqn.config import DQNConfig
-from nimbus.algos.impala.config import ImpalaConfig
-from nimbus.algos.sac.config import SACConfig
-
 if TYPE_CHECKING:
     from nimbus.config import NimbusConfig, RuntimeConfig, StoreConfig
 
@@ -34,6 +30,7 @@ _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 def check_workflow(*, config: NimbusConfig) -> None:
     """Config rules of the workflows (raised as ValueError, so pydantic reports them at load time)."""
     name, workflow = config.algo.name, config.train.workflow
+    _check_learning_starts(algo=config.algo)
     if workflow == "sync" and name in OFF_POLICY:
         raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: async")
     if workflow == "async_learners":
@@ -53,14 +50,24 @@ def check_workflow(*, config: NimbusConfig) -> None:
         raise ValueError("train.workflow: async runs on runtime.backend: local with store.backend: shm for now "
                          "(its learner reads the shared-memory buffer in place); got "
                          f"{config.runtime.backend} / {config.store.backend}")
-    if isinstance(config.algo, ImpalaConfig) and config.actors.fragment_steps != config.algo.rollout_length:
+    if config.algo.name == "impala" and config.actors.fragment_steps != config.algo.rollout_length:
         raise ValueError(f"actors.fragment_steps ({config.actors.fragment_steps}) must equal "
                          f"algo.rollout_length ({config.algo.rollout_length}): IMPALA learns on whole fragments")
     rows = config.env.num_envs_per_actor * config.actors.fragment_steps
-    if isinstance(config.algo, (DQNConfig, SACConfig)) and \
+    if config.algo.name in ("dqn", "sac") and \
             (capacity := config.algo.buffer_capacity) < 2 * rows * _max_actors(config=config):
         raise ValueError(f"algo.buffer_capacity ({capacity}) must hold at least two fragments per actor "
                          f"({2 * rows * _max_actors(config=config)} rows)")
+
+
+def _check_learning_starts(*, algo: Any) -> None:
+    """A replay holds at most its capacity (data/replay.py Uniform, functions/ma_value_learner.py): with
+    learning_starts above it no gradient step would ever run (DQN, SAC, IQL, VDN)."""
+    capacity_key = {"dqn": "buffer_capacity", "sac": "buffer_capacity", "iql": "replay_capacity",
+                    "vdn": "replay_capacity"}.get(algo.name)
+    if capacity_key is not None and algo.learning_starts > (capacity := getattr(algo, capacity_key)):
+        raise ValueError(f"algo.learning_starts ({algo.learning_starts}) exceeds algo.{capacity_key} ({capacity}): "
+                         "the replay never holds that many rows, so no gradient step would run")
 
 
 def _check_async_learners(*, config: NimbusConfig) -> None:
@@ -70,7 +77,7 @@ def _check_async_learners(*, config: NimbusConfig) -> None:
     if algo.name not in ("ppo", "impala"):
         raise ValueError(f"train.workflow: async_learners runs ppo or impala (variant impact); algo.name {algo.name} "
                          f"needs {'async' if algo.name in OFF_POLICY else 'sync'}")
-    if isinstance(algo, ImpalaConfig):
+    if algo.name == "impala":
         if algo.variant != "impact":
             raise ValueError("algo.variant: async_learners runs impala as variant impact (Stellaris's truncation acts "
                              "on IMPACT's ratio; plain IMPALA has none)")
@@ -195,6 +202,10 @@ def _is_loopback(host: str | None) -> bool:
         return False  # a name: it may resolve anywhere
 
 
-def _max_actors(*, config: "NimbusConfig") -> int:
-    scaling = config.actors.scaling
+def peak_actors(*, scaling: Any) -> int:
+    """The most actors ``actors.scaling`` may run in one round."""
     return int(max(getattr(scaling, name, 1) for name in ("num_actors", "max_actors", "initial_actors")))
+
+
+def _max_actors(*, config: "NimbusConfig") -> int:
+    return peak_actors(scaling=config.actors.scaling)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_core import PydanticUndefined
 
+from nimbus.config.base import ConfigSection
+from nimbus.config.bounds import MAX_ACTORS, MAX_INLINE_BYTES, MAX_RETRIES
 from nimbus.control.config import ScalingConfig
 
 
@@ -19,8 +21,7 @@ def _default_scaling() -> ScalingConfig:
     return FixedScalingConfig(kind="fixed", num_actors=2)
 
 
-class Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+class Section(ConfigSection):
 
     @model_validator(mode="before")
     @classmethod
@@ -82,8 +83,8 @@ class FunctionConfig(Section):
     """memory size; CPU functions are billed per GB-second like AWS Lambda"""
     timeout_s: float = Field(default=120.0, gt=0)
     """hard limit per attempt; the worker is killed and the attempt billed in full"""
-    max_retries: int = Field(default=3, ge=0)
-    """retries of a failed, crashed or timed-out attempt (on another worker)"""
+    max_retries: int = Field(default=3, ge=0, le=MAX_RETRIES)
+    """retries of a failed, crashed or timed-out attempt (on another worker); at most 100 (config/bounds.py)"""
     heartbeat_s: float | None = Field(default=5.0, gt=0)
     """liveness (local): env and optimizer steps beat; silent for 3x this = stalled: killed, retried; null: off"""
 
@@ -95,7 +96,7 @@ class ActorsConfig(Section):
     function: FunctionConfig = Field(default_factory=FunctionConfig)
     restore_slots: bool = False
     """results carry the rank's env slot; a worker lacking it (reclaimed, new, retry) restores it: episodes go on"""
-    preregister: int = Field(default=0, ge=0)
+    preregister: int = Field(default=0, ge=0, le=MAX_ACTORS)
     """local only: actor workers started before round 0, then stopped (SIGSTOP) until scaling up wakes them"""
 
 
@@ -171,8 +172,8 @@ class StoreConfig(Section):
     """redis only: name of an environment variable holding the password"""
     fallback: Literal["none", "shm"] = "none"
     """redis only: if Redis is unreachable at start, use shm (one machine) instead of failing"""
-    max_retries: int = Field(default=3, ge=0)
-    """redis only: retries of a failed connection or command, with exponential back-off and jitter"""
+    max_retries: int = Field(default=3, ge=0, le=MAX_RETRIES)
+    """redis only: retries of a failed connection or command, with exponential back-off and jitter (at most 100)"""
     backoff_base_s: float = Field(default=0.05, gt=0)
     """redis only: first back-off delay"""
     backoff_cap_s: float = Field(default=1.0, gt=0)
@@ -188,8 +189,8 @@ class StoreConfig(Section):
 
 
 class ChannelConfig(Section):
-    inline_max_bytes: int = Field(default=64 * 1024, ge=0)
-    """bodies up to this size travel inside the header frame instead of shared memory"""
+    inline_max_bytes: int = Field(default=64 * 1024, ge=0, le=MAX_INLINE_BYTES)
+    """bodies up to this size travel inside the header frame instead of shared memory (at most 32 MiB)"""
     compress_min_bytes: int | None = Field(default=1 << 20, ge=0)
     """LZ4-compress bodies of at least this size (null: never)"""
 

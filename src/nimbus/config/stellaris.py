@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from nimbus.config.base import ConfigSection
 
 
-class StellarisConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
+class StellarisConfig(ConfigSection):
     rule: Literal["stellaris", "stellaris_code", "sync", "softsync", "ssp", "async"] = "stellaris"
     """gradient aggregation rule (control/staleness.py)"""
     learners: int = Field(default=3, ge=1)

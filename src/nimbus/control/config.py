@@ -11,23 +11,19 @@ The section is a discriminated union on ``kind``; one config line switches the s
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
-from nimbus.control.base import ActorScaler
-from nimbus.control.nitro import NitroScaler
-from nimbus.control.nitro_authors import AuthorsCodeNitroScaler
-from nimbus.control.scaling import FixedScaler, HydrozoaScaler, MaxScaler
+from nimbus.config.base import ConfigSection
+from nimbus.config.bounds import MAX_ACTORS
 
-# Actor functions one run may have at once: far beyond serverless concurrency quotas (AWS Lambda's default is
-# 1,000 per region), so a larger count is a typo; refused at load time with its key path, before any buffer
-# is sized from it.
-MAX_ACTORS = 100_000
+if TYPE_CHECKING:   # the scalers import torch (Nitro's probe): loaded by make_scaler, not by reading a config
+    from nimbus.control.base import ActorScaler
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+class _Frozen(ConfigSection):
+    """Config models of this module: frozen, unknown keys and non-finite or boolean numbers refused."""
 
 
 def _not_below(value: int, info: ValidationInfo, *, lower_field: str) -> int:
@@ -122,6 +118,10 @@ ScalingConfig = Annotated[
 
 def make_scaler(*, config: ScalingConfig) -> ActorScaler:
     """The actor scaler a validated config describes."""
+    from nimbus.control.nitro import NitroScaler
+    from nimbus.control.nitro_authors import AuthorsCodeNitroScaler
+    from nimbus.control.scaling import FixedScaler, HydrozoaScaler, MaxScaler
+
     if isinstance(config, FixedScalingConfig):
         return FixedScaler(num_actors=config.num_actors)
     if isinstance(config, NitroScalingConfig):

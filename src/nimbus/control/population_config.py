@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from nimbus.config.base import ConfigSection
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+class _Frozen(ConfigSection):
+    """Config models of this module: frozen, unknown keys and non-finite or boolean numbers refused."""
 
 
 class PolicyConfig(_Frozen):
@@ -93,6 +95,9 @@ def _check_algo_value(*, algo: BaseModel, key: str, value: Any, key_path: str, v
     """``key`` must be a field of the algorithm's config and ``value`` valid for it."""
     if key == "name" or key not in type(algo).model_fields:
         raise ValueError(f"{key_path}: {key!r} is not a hyperparameter of algo {getattr(algo, 'name', '?')}")
+    current = getattr(algo, key)
+    if isinstance(current, int) and not isinstance(current, bool) and isinstance(value, float) and value.is_integer():
+        value = int(value)   # a range's bound of an integer key (members' values are rounded: train/population.py)
     try:
         type(algo).model_validate({**algo.model_dump(), key: value})
     except ValidationError as exc:

@@ -17,12 +17,13 @@ Example::
 
 from __future__ import annotations
 
+import re
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 
-from nimbus.errors import EnvContractError
+from nimbus.errors import ConfigError, EnvContractError
 from nimbus.liveness import beat
 
 OLD_STEP_API_HINT = (
@@ -127,3 +128,22 @@ def _describe(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"a bare array of shape {value.shape}"
     return f"a {type(value).__name__}"
+
+
+_UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
+
+
+class UnknownEnvKwarg(ConfigError, TypeError):
+    """An ``env.kwargs`` key the env's constructor does not take: a ConfigError (exit 2, naming the key) that
+    is also the constructor's TypeError, so code probing an optional keyword (``render_mode`` for video)
+    still catches it and falls back."""
+
+
+def unknown_kwarg(*, error: TypeError, kwargs: dict[str, Any], env_id: str) -> UnknownEnvKwarg | None:
+    """The error naming ``env.kwargs.<key>`` for an env constructor's TypeError about one of ``kwargs``; None
+    when the TypeError is about something else (then it is the env's own bug: re-raise it)."""
+    match = _UNEXPECTED_KEYWORD.search(str(error))
+    if match is None or match.group(1) not in kwargs:
+        return None
+    return UnknownEnvKwarg(f"env.kwargs.{match.group(1)}: {env_id} takes no argument {match.group(1)!r} "
+                       f"(its constructor: {error})")

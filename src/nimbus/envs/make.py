@@ -25,7 +25,7 @@ import gymnasium as gym
 from gymnasium.error import DependencyNotInstalled
 from gymnasium.wrappers import TimeLimit
 
-from nimbus.envs.checks import ContractChecked
+from nimbus.envs.checks import ContractChecked, unknown_kwarg
 from nimbus.envs.custom import apply_wrappers, check_observation_space, import_modules, registered_id
 from nimbus.envs.registry import list_envs, required_extra
 from nimbus.errors import ConfigError
@@ -38,8 +38,9 @@ def make_env(*, env_id: str, seed: int, kwargs: dict[str, Any] | None = None, ac
     """A gymnasium env for `env_id`, contract-checked, seeded with `seed` on its first reset.
 
     ``imports`` are imported first (they register the user's ids); ``wrappers`` go on top of the time limit.
-    Raises ConfigError for an unknown id (listing close matches), a missing pip extra (naming it), or an
-    observation space that is not a Box (naming the wrapper that fixes it).
+    Raises ConfigError for an unknown id (listing close matches), a missing pip extra (naming it), an
+    ``env.kwargs`` key the env does not take (naming it), or an observation space that is not a Box (naming
+    the wrapper that fixes it).
     """
     import_modules(modules=imports, key="env.imports")
     _check_known(env_id=registered_id(env_id=env_id))
@@ -47,6 +48,8 @@ def make_env(*, env_id: str, seed: int, kwargs: dict[str, Any] | None = None, ac
         made = gym.make(env_id, disable_env_checker=True, **(kwargs or {}))
     except (DependencyNotInstalled, ImportError) as err:
         raise _missing_dependency(env_id=env_id, err=err) from err
+    except TypeError as err:   # an env.kwargs key the constructor does not take: exit 2 naming it
+        raise unknown_kwarg(error=err, kwargs=kwargs or {}, env_id=env_id) or err from None
     max_episode_steps = made.spec.max_episode_steps if made.spec is not None else None
     env: gym.Env = ContractChecked(made.unwrapped, env_id=env_id, seed=seed, actor_rank=actor_rank)
     if max_episode_steps is not None:

@@ -23,6 +23,7 @@ import torch
 from nimbus.algos.base import Algorithm, EnvSpaces
 from nimbus.algos.registry import make_algorithm
 from nimbus.config import FunctionConfig, NimbusConfig, dump_config
+from nimbus.config.bounds import MAX_ACTORS
 from nimbus.config.rules import OFF_POLICY
 from nimbus.control.base import ActorScaler
 from nimbus.control.config import make_scaler
@@ -188,6 +189,7 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
 def build_shared(*, config: NimbusConfig, run_dir: Path, shm_prefix: str | None = None) -> Shared:
     """The pool of workers, the ledger, the Store and pricing; ``shm_prefix``: the run's claimed prefix (claimed
     here when None)."""
+    check_devices(config=config)   # before any worker (the multi-agent run builds no PolicyData)
     shm_prefix = shm_prefix or claim_run_prefix()
     swept = sweep_orphans()  # segments of drivers that died together with their janitor
     if swept:
@@ -205,9 +207,23 @@ def build_shared(*, config: NimbusConfig, run_dir: Path, shm_prefix: str | None 
                   pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None))
 
 
+def check_devices(*, config: NimbusConfig) -> None:
+    """Exit 2 before anything starts for devices this machine lacks: ``learner.device: cuda`` or
+    ``devices.kind: cuda`` with no CUDA device visible to torch, where the functions run here (local
+    runtime, or a private Ray; a Ray cluster's learners may sit on other nodes' GPUs)."""
+    here = config.runtime.backend == "local" or config.runtime.address == "local"
+    if not here or torch.cuda.is_available():
+        return
+    if config.learner.device == "cuda":
+        raise ConfigError("learner.device: cuda, but torch sees no CUDA device on this machine (use auto or cpu)")
+    if config.devices.pool == "on_demand" and config.devices.kind == "cuda":
+        raise ConfigError("devices.kind: cuda, but torch sees no CUDA device on this machine (use auto or cpu)")
+
+
 def policy_data(*, config: NimbusConfig) -> PolicyData:
     """Spaces, algorithm (a user's ``algo.model`` checked here), actor-scaling controller, replay strategy and
     the buffer they size."""
+    check_devices(config=config)
     spaces = probe_spaces(config=config)
     check_snapshots(config=config)
     algo = make_algorithm(config=config.algo)
@@ -255,7 +271,7 @@ def build_policy(*, config: NimbusConfig, shared: Shared, run_dir: Path, policy:
 def _create_buffer(*, spec: dict, capacity_rows: int, offpolicy: bool) -> Buffer:
     """The run's buffer, or a ConfigError naming the settings that sized it when shared memory cannot hold it."""
     try:
-        return Buffer.create(spec=spec, capacity_rows=capacity_rows)
+        return Buffer.create(spec=spec, capacity_rows=capacity_rows, max_actors=MAX_ACTORS)  # the bound config checks
     except SharedMemoryTooSmall as exc:
         sized_by = "algo.buffer_capacity, or the actors and fragments kept in flight" if offpolicy else (
             "2 rounds of actors.scaling (peak actors) × env.num_envs_per_actor × actors.fragment_steps")

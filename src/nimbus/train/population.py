@@ -31,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from nimbus.config import NimbusConfig
+from nimbus.config.bounds import RANK_STRIDE  # member i's actor ranks start at i·RANK_STRIDE (own env slots, seeds)
 from nimbus.control.base import RoundMetrics
 from nimbus.control.pbt import exploit_source, explore, initial_values, ranked
 from nimbus.data.buffer import Buffer
@@ -46,7 +47,6 @@ from nimbus.train.trainer import (PREWARM_WAIT_S, RunSummary, TrainResult, _publ
 from nimbus.workflows.sync import Progress, SyncWorkflow
 
 log = logging.getLogger(__name__)
-RANK_STRIDE = 1000  # member i's actor ranks start at i·RANK_STRIDE: own env slots, affinity keys and env seeds
 
 
 def weights_sha256(*, message: Message) -> str:

@@ -47,3 +47,26 @@ def test_workflows_do_not_import_the_trainer_and_config_rules_import_only_data()
         assert not {m for m in nimbus_imports(path) if _under(m, "nimbus.train.trainer", "nimbus.cli")}, path.name
     rules = set().union(*(nimbus_imports(path) for path in (PACKAGE / "config").glob("*.py")))
     assert {m for m in rules if _under(m, "nimbus.train", "nimbus.runtime", "nimbus.functions")} == set()
+
+
+def test_importing_config_loads_neither_torch_nor_any_algorithm() -> None:
+    """Issue 24: reading a config is data only; an algorithm's section is imported when a config names it."""
+    code = "import sys, nimbus.config; print(' '.join(sorted(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "nimbus.config" in loaded
+    heavy = [m for m in loaded if _under(m, "torch", "nimbus.algos", "nimbus.control.nitro", "nimbus.analysis")]
+    assert heavy == [], f"import nimbus.config loaded {len(heavy)} of them: {heavy[:5]}"
+
+
+def test_the_config_finds_every_registered_algorithm_by_name() -> None:
+    from nimbus.algos.registry import ALGO_CONFIGS
+    from nimbus.config import parse_config
+    from nimbus.config.algo import ALGO_SECTIONS, algo_section
+
+    assert {name: algo_section(name=name) for name in ALGO_SECTIONS} == ALGO_CONFIGS
+    for name, cls in ALGO_CONFIGS.items():
+        workflow = {"dqn": "async", "sac": "async", "impala": "async"}.get(name, "multiagent" if name in (
+            "ippo", "mappo", "iql", "vdn") else "sync")
+        config = parse_config(data={"algo": {"name": name}, "train": {"workflow": workflow},
+                                    "actors": {"fragment_steps": 50 if name == "impala" else 128}})
+        assert type(config.algo) is cls

@@ -1,17 +1,23 @@
-"""The README's config reference is generated from the models; it must match the code."""
+"""The config reference (docs/config.md) is generated from the models; it must match the code."""
 
 from pathlib import Path
 
 from nimbus.config.reference import BEGIN, END, reference_markdown
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+REPO = Path(__file__).resolve().parents[3]
+PAGE = REPO / "docs" / "config.md"
 
 
-def test_readme_config_reference_is_current() -> None:
-    text = README.read_text()
+def test_the_config_reference_page_is_current() -> None:
+    text = PAGE.read_text()
     block = text[text.index(BEGIN):text.index(END) + len(END)]
     assert block == reference_markdown(), \
-        "README config reference is stale: regenerate it with `python -m nimbus.config.reference --write README.md`"
+        "docs/config.md is stale: regenerate it with `python -m nimbus.config.reference --write docs/config.md`"
+
+
+def test_the_readme_links_the_reference_instead_of_holding_it() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert BEGIN not in readme and "(docs/config.md)" in readme
 
 
 def test_every_key_and_section_in_the_reference_says_what_it_means() -> None:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from nimbus.config.base import ConfigSection
 
 
-class DQNConfig(BaseModel):
+class DQNConfig(ConfigSection):
     """DQN with double-Q targets, n-step returns and optional prioritized replay."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True, extra="forbid")
 
     name: Literal["dqn"] = "dqn"
     """the algorithm: dqn"""

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from nimbus.config.base import ConfigSection
 
 
-class ImpalaConfig(BaseModel):
+class ImpalaConfig(ConfigSection):
     """IMPALA (V-trace, Espeholt et al. 2018) or IMPACT (Luo et al. 2020): asynchronous actor-critic."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True, extra="forbid")
 
     name: Literal["impala"] = "impala"
     """the algorithm: impala"""

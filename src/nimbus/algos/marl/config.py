@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from nimbus.config.base import ConfigSection
 
 Schedule = Literal["constant", "linear"]
 
 
-class MarlPPOConfig(BaseModel):
+class MarlPPOConfig(ConfigSection):
     """The fields IPPO and MAPPO share."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     gamma: float = Field(default=0.99, gt=0.0, le=1.0)
     """Discount factor."""

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Literal
 import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from torch import nn
 
 from nimbus.algos.base import ActOutput, EnvSpaces
 from nimbus.algos.dqn.loss import double_q_target, linear_schedule
+from nimbus.config.base import ConfigSection
 from nimbus.errors import ConfigError
 from nimbus.models.qnet import QNetwork
 
@@ -35,12 +36,10 @@ if TYPE_CHECKING:
     from nimbus.data.codec import Message
 
 
-class ValueConfigBase(BaseModel):
+class ValueConfigBase(ConfigSection):
     """The fields IQL and VDN share. Defaults follow EPyMARL's MPE settings for IQL/VDN (lr 5e-4,
     γ 0.99, 64-unit hidden layers, ε 1 → 0.05, hard target copy every 200 updates), with DQN's Huber
     loss and gradient-norm clip (algos/dqn/config.py)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     lr: float = Field(5e-4, gt=0)
     """Adam learning rate."""

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from nimbus.config.base import ConfigSection
 
 Schedule = Literal["constant", "linear"]
 
 
-class PPOConfig(BaseModel):
+class PPOConfig(ConfigSection):
     """PPO (Schulman et al. 2017) with GAE."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True, extra="forbid")
 
     name: Literal["ppo"] = "ppo"
     """the algorithm: ppo"""

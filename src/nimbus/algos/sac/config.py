@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from nimbus.config.base import ConfigSection
 
 
-class SACConfig(BaseModel):
+class SACConfig(ConfigSection):
     """SAC (Haarnoja et al. 2018) with twin critics; the entropy coefficient α is learned by default."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True, frozen=True, extra="forbid")
 
     name: Literal["sac"] = "sac"
     """the algorithm: sac"""
