@@ -4,11 +4,14 @@ retried, and fails once its retries are spent; one that reports progress runs as
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
 
+from nimbus import liveness
 from nimbus.data.codec import Message
+from nimbus.data.frames import Envelope
 from nimbus.errors import FunctionFailed
 from nimbus.runtime.base import FunctionSpec
 
@@ -53,3 +56,71 @@ def test_optimizer_steps_beat_for_a_learner(make_runtime) -> None:
                         heartbeat_s=0.3, kind="learner")
     header = runtime.invoke(spec=spec, request=Message(header={"seconds": 2.0})).result(timeout=60).header
     assert header["steps"] > 10 and [r.outcome for r in ledger.records()] == ["ok"]
+
+
+def test_stalled_after_three_silent_intervals_not_more(make_runtime) -> None:
+    """The rule is 3 intervals: a function silent for 6 (1.5 s at heartbeat_s=0.25) is killed, although it
+    would have finished had the rule been 9 intervals (2.25 s) — margins of 0.75 s either side."""
+    runtime, ledger = make_runtime()
+    spec = FunctionSpec(name="pause", entrypoint=B + "sleep", timeout_s=60, max_retries=0, heartbeat_s=0.25)
+    runtime.prewarm(spec=spec, count=1, wait_s=30)
+    future = runtime.invoke(spec=spec, request=Message(header={"seconds": 1.5}))
+    with pytest.raises(FunctionFailed, match="Stalled"):
+        future.result(timeout=30)
+    assert [r.error_type for r in ledger.records() if r.outcome != "prewarm"] == ["Stalled"]
+
+
+def test_beats_of_a_superseded_attempt_do_not_keep_a_silent_one_alive(make_runtime) -> None:
+    """Heartbeat frames tagged with an earlier attempt of the invocation (or another invocation) reach the
+    worker that runs the current, silent attempt: they count for nothing, and each attempt stalls."""
+    runtime, ledger = make_runtime()
+    spec = FunctionSpec(name="hung", entrypoint=B + "sleep", timeout_s=120, max_retries=1, heartbeat_s=0.3)
+    future = runtime.invoke(spec=spec, request=Message(header={"seconds": 3600}))
+    done = threading.Event()
+
+    def stale_beats() -> None:
+        while not done.wait(0.05):
+            for worker in [w for w in list(runtime._pool.slots.values()) if w.state == "busy" and w.attempt]:
+                invocation_id, number = worker.attempt.invocation.invocation_id, worker.attempt.number
+                for tag in ({"invocation_id": invocation_id, "attempt": number - 1},
+                            {"invocation_id": "another-" + invocation_id, "attempt": number}):
+                    runtime._on_envelope(Envelope(source=worker.worker_id, tag={"op": "heartbeat", **tag},
+                                                  message=Message(), nbytes=0, via_segment=False, compressed=False))
+
+    feeder = threading.Thread(target=stale_beats, daemon=True)
+    feeder.start()
+    try:
+        with pytest.raises(FunctionFailed, match="Stalled"):
+            future.result(timeout=30)
+    finally:
+        done.set()
+        feeder.join(timeout=5)
+    assert [r.error_type for r in ledger.records()] == ["Stalled", "Stalled"]
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def monotonic(self) -> float:
+        return self.now_s
+
+
+def test_beat_forwards_at_most_one_per_interval_and_nothing_outside_a_worker(monkeypatch) -> None:
+    """The worker's side of the rule: the first beat after each interval is sent, the rest are not; after
+    ``install(send=None)`` (between invocations, in the driver) nothing is."""
+    clock, sent = _Clock(), []
+    monkeypatch.setattr(liveness, "time", clock)
+    liveness.install(send=lambda: sent.append(clock.now_s), interval_s=1.0)
+    try:
+        for _ in range(50):  # 5 s of beats every 0.1 s
+            clock.now_s += 0.1
+            liveness.beat()
+        assert len(sent) in (4, 5) and all(b - a >= 1.0 - 1e-9 for a, b in zip(sent, sent[1:]))
+        liveness.install(send=None)
+        clock.now_s += 10.0
+        liveness.beat()
+        assert len(sent) in (4, 5)
+    finally:
+        liveness.install(send=None)
+
