@@ -137,3 +137,23 @@ def test_a_hessian_probe_far_longer_than_three_intervals_completes(make_runtime)
     assert header["probe_s"] > 3 * 3 * 0.3 and header["num_hvps"] >= 30
     assert abs(header["lambda_max"] - 4.0) < 1e-3 and abs(header["lambda_min"] + 2.0) < 1e-3  # 2 x scale's ends
     assert [r.outcome for r in ledger.records()] == ["ok"]
+
+
+def test_every_ppo_minibatch_beats_even_one_whose_step_is_skipped() -> None:
+    """A PPO update whose minibatches are all non-finite takes no optimizer step (so the worker's optimizer
+    hook never beats), yet it is progress: each minibatch beats."""
+    import torch
+
+    from nimbus.algos.ppo.learner import _gradient_step
+
+    sent: list[int] = []
+    weight = torch.zeros(3, requires_grad=True)
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    liveness.install(send=lambda: sent.append(1), interval_s=0.0)
+    try:
+        for _ in range(3):
+            assert _gradient_step(model=torch.nn.ParameterList([weight]), optimizer=optimizer,
+                                  loss=(weight * float("nan")).sum(), max_grad_norm=0.5) is None
+    finally:
+        liveness.install(send=None)
+    assert len(sent) == 3
