@@ -17,6 +17,10 @@ Sign convention. Nitro's R = −λmax/λmin is defined on the Hessian of the sur
 quantity being maximised (§5.2, Eq. 2). ``loss_fn`` is whatever scalar you pass: pass the objective
 (e.g. ``-ppo_loss``) to get the paper's R. The Hessian of the loss is the negated Hessian, so its
 ratio is the reciprocal, 1/R: the ordering of rounds is reversed. This module does not guess.
+
+Liveness (RELIABILITY.md P5). A probe is one long stretch without optimizer steps (25.7 s at paper
+scale): it reports progress (``nimbus.liveness.beat``) after the objective's gradient graph is built
+and after every HVP, so a worker with ``heartbeat_s`` is stalled only if a single HVP takes 3 intervals.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ try:  # ships with scikit-learn, a nimbus dependency
     from threadpoolctl import ThreadpoolController
 except ImportError:  # pragma: no cover
     ThreadpoolController = None
+
+from nimbus.liveness import beat
 
 #: Keys of :meth:`HessianProbe.to_extras`, read by ``nimbus.control.nitro`` from ``RoundMetrics.extras``.
 HESSIAN_RATIO_KEY = "hessian_ratio"
@@ -118,6 +124,7 @@ class _HessianOperator:
         if loss.ndim != 0:
             raise ValueError(f"loss_fn must return a scalar, got shape {tuple(loss.shape)}")
         grads = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)
+        beat()  # progress (P5): the forward and the create_graph backward, often the probe's longest step
         # A gradient that is None or constant in θ contributes a zero block row: skip it.
         self._live = [i for i, g in enumerate(grads) if g is not None and g.requires_grad]
         self._grads = [grads[i] for i in self._live]
@@ -136,6 +143,7 @@ class _HessianOperator:
             self._grads, self.params, grad_outputs=[chunks[i] for i in self._live],
             retain_graph=True, allow_unused=True,
         )
+        beat()  # progress (P5): one HVP (a Lanczos step, or a column of the dense Hessian)
         return torch.cat([(h if h is not None else torch.zeros_like(p)).reshape(-1) for h, p in zip(hv, self.params)])
 
 

@@ -27,7 +27,9 @@ Failure behaviour (RELIABILITY P11, P12):
   the URL (its password redacted);
 * refused credentials raise ``StoreAuthError`` at once (no retry);
 * ``OOM command not allowed`` (``maxmemory`` with ``noeviction``) is back-pressure: the write waits
-  with back-off up to ``full_wait_s`` for consumers to delete keys, then raises ``StoreFull``;
+  with back-off up to ``full_wait_s`` for consumers to delete keys, then raises ``StoreFull``, whose
+  message gives Redis's used memory and ``maxmemory``, the size of the refused write, and what to change
+  (Redis's ``maxmemory``, ``store.keep_versions``, ``store.full_wait_s``), not the raw Redis reply;
 * a missing value whose run sentinel is gone too means Redis restarted empty or was flushed:
   ``StoreUnavailable``, not a silent ``KeyNotFound``;
 * a value that is not a codec frame (e.g. a pickle planted by someone else) raises ``CodecError``;
@@ -177,7 +179,7 @@ class RedisStore:
             self._lease(pipe=pipe, keys=list(frames))
             return pipe.execute()
 
-        results = self._write(write)
+        results = self._write(write, nbytes=sum(len(frame) for frame in frames.values()))
         taken = [key for key, ok in zip(frames, results) if not ok]
         if taken:
             raise KeyExists(f"store keys {taken} already hold values; values are immutable")
@@ -318,8 +320,9 @@ class RedisStore:
             log.warning("Redis at %s evicts keys (maxmemory-policy=%s): nimbus values may vanish; "
                         "use noeviction so a full Redis applies back-pressure instead", self._where, policy)
 
-    def _write(self, write: Callable[[], T]) -> T:
-        """Run a write, waiting with back-off while Redis is out of memory (back-pressure), up to full_wait_s."""
+    def _write(self, write: Callable[[], T], *, nbytes: int = 0) -> T:
+        """Run a write of ``nbytes`` of values, waiting with back-off while Redis is out of memory
+        (back-pressure), up to full_wait_s; then StoreFull."""
         deadline = time.monotonic() + self.settings.full_wait_s
         delay = self.settings.backoff_base_s
         while True:
@@ -329,10 +332,25 @@ class RedisStore:
                 if not _out_of_memory(exc):
                     raise
                 if time.monotonic() >= deadline:
-                    raise StoreFull(f"Redis at {self._where} is full (maxmemory reached, policy noeviction) and "
-                                    f"stayed full for store.full_wait_s={self.settings.full_wait_s}s: {exc}") from None
+                    raise StoreFull(self._full_message(nbytes=nbytes)) from None
                 time.sleep(min(delay * (1 + random.random()), max(0.0, deadline - time.monotonic())))
                 delay = min(delay * 2, self.settings.backoff_cap_s)
+
+    def _full_message(self, *, nbytes: int) -> str:
+        """Why a write was refused after the back-pressure wait, with Redis's numbers and what to change."""
+        try:
+            memory = self._redis.info("memory")
+            used, limit = int(memory["used_memory"]), int(memory["maxmemory"])
+            numbers = f"used_memory {used / 1e6:.1f} MB of maxmemory {limit / 1e6:.1f} MB"
+        except (redis.RedisError, KeyError, ValueError):  # INFO may be forbidden by the ACL
+            limit, numbers = 0, "maxmemory reached"
+        advice = ("raise Redis's maxmemory (CONFIG SET maxmemory <bytes>, or maxmemory in redis.conf) or "
+                  "keep fewer versions in it (store.keep_versions), or wait longer for consumers (store.full_wait_s)")
+        if 0 < limit < nbytes:
+            advice = f"this one write is larger than maxmemory: raise Redis's maxmemory above {nbytes / 1e6:.1f} MB"
+        return (f"Redis at {self._where} is full ({numbers}, policy noeviction): a write of {nbytes / 1e6:.2f} MB "
+                f"was refused and no consumer freed room within store.full_wait_s={self.settings.full_wait_s}s; "
+                f"{advice}")
 
     def _call(self, op: Callable[[], T]) -> T:
         """Run one redis-py call (which retries connection errors itself); map failures to nimbus errors."""

@@ -100,6 +100,39 @@ def optimizer_steps(*, context: FunctionContext, request: Message) -> Message:
     return Message(header=_who(context, steps=steps))
 
 
+def hessian_probe(*, context: FunctionContext, request: Message) -> Message:
+    """Nitro's Hessian probe (analysis/hessian.py) on ``header["num_params"]`` parameters, where every backward
+    node waits ``header["hvp_delay_s"]``: a stand-in for a large network's slow Hessian-vector products. Calls
+    no ``beat`` itself (the probe's own progress is what liveness sees). Imports torch here."""
+    import torch
+
+    from nimbus.analysis.hessian import extreme_eigenvalues
+
+    delay_s = float(request.header["hvp_delay_s"])
+
+    class SlowIdentity(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            time.sleep(delay_s)
+            return SlowIdentity.apply(grad)  # differentiable: the HVP's second backward waits too
+
+    weight = torch.linspace(-1.0, 1.0, int(request.header["num_params"]), requires_grad=True)
+    scale = torch.linspace(-1.0, 2.0, weight.numel())
+
+    def objective() -> torch.Tensor:
+        y = SlowIdentity.apply(weight)
+        return (scale * y * y).sum()
+
+    probe = extreme_eigenvalues(loss_fn=objective, params=[weight],
+                                max_iterations=int(request.header["max_iterations"]))
+    return Message(header=_who(context, num_hvps=probe.num_hvps, probe_s=probe.seconds,
+                               lambda_max=probe.lambda_max, lambda_min=probe.lambda_min))
+
+
 def _bump(path: Path) -> int:
     """Increment the counter file at ``path`` (atomically across processes); returns the new value."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)

@@ -20,6 +20,10 @@ The same semantics as the local backend (runtime/local.py), so the same config r
   (outcome ``timeout``, billed at least ``timeout_s``). A dead actor (its process killed, its node
   lost) ends the attempt as ``worker_died``. Both are retried on another worker up to
   ``max_retries``; errors raised by the function are retried unless marked not retryable.
+* **Liveness (P5)**: the local rule — a busy worker whose spec has ``heartbeat_s`` and that counts no
+  progress beat for ``SILENT_BEATS`` (3) intervals is named, killed (outcome ``timeout``, error
+  ``Stalled``) and retried; the driver polls the actor for its beat count once per interval, and only
+  the attempt it runs now counts (runtime/ray_liveness.py).
 * **Exactly once**: a result is accepted only if it is the ObjectRef of the attempt its worker runs
   now; late or superseded results are dropped and counted (``stats().dropped_results``). The
   accepted result carries ``_invocation_id`` and ``_attempt``.
@@ -50,10 +54,12 @@ from typing import Any
 from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
+from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.fairshare import next_index
 from nimbus.runtime.local import RuntimeStats
 from nimbus.runtime.ray_cluster import connect_ray
+from nimbus.runtime.ray_liveness import RayLiveness
 from nimbus.runtime.ray_pool import RayPool, RaySlot
 from nimbus.runtime.ray_worker import read_frame, split_result, to_frame
 
@@ -78,6 +84,7 @@ class RayRuntime(AttemptEndings):
         self._weights: dict[str, float] = {}  # workload → fair-share weight (runtime/fairshare.py); empty: FIFO
         self._events: deque[Action] = deque()  # posted by Ray callbacks, run by the monitor under the lock
         self._tally, self._counts, self._closed = Tally(), {"failed": 0, "dropped": 0}, False
+        self._liveness = RayLiveness()
         self._pool = RayPool(changed=self._changed, max_workers=max_workers, keep_alive_s=keep_alive_s,
                              init_timeout_s=init_timeout_s, worker_env=dict(worker_env or {}),
                              compress_min_bytes=compress_min_bytes, on_ready=self._post_ready)
@@ -193,8 +200,10 @@ class RayRuntime(AttemptEndings):
         invocation = attempt.invocation
         attempt.dispatched_at = time.time()
         self._pool.set_busy(worker, timeout_s=invocation.spec.timeout_s)
-        ref = worker.handle.invoke.remote(invocation.body, invocation.invocation_id, attempt.number)
+        ref = worker.handle.invoke.remote(invocation.body, invocation.invocation_id, attempt.number,
+                                          invocation.spec.heartbeat_s)
         worker.ref = ref
+        self._liveness.watch(worker_id=worker.worker_id, attempt=attempt, heartbeat_s=invocation.spec.heartbeat_s)
         ref.future().add_done_callback(lambda future, w=worker, r=ref: self._post(lambda: self._on_result(w, r, future)))
 
     # ---- attempt endings (lock held) --------------------------------------------------------------
@@ -261,6 +270,39 @@ class RayRuntime(AttemptEndings):
         for action in actions:
             action()
 
+    # ---- liveness (P5; lock held) -------------------------------------------------------------------
+
+    def _poll_progress(self, now: float) -> None:
+        """Ask each busy watched worker for its beat count; the reply is an event for the monitor."""
+        for worker_id in self._liveness.due_polls(now=now):
+            worker = self._pool.slots[worker_id]
+            ref = worker.handle.progress.remote()
+            self._liveness.polling(worker_id=worker_id, ref=ref)
+            ref.future().add_done_callback(lambda future, w=worker, a=worker.attempt: self._post(
+                lambda: self._on_progress(w, a, future)))
+
+    def _on_progress(self, worker: RaySlot, attempt: Attempt, future: Future) -> list[Action]:
+        try:
+            report = read_frame(future.result()).header
+        except Exception:  # noqa: BLE001 - the actor died: its invoke's result reports that
+            report = None
+        self._liveness.heard(worker_id=worker.worker_id, attempt=attempt, report=report)
+        return []
+
+    def _stalled(self, now: float) -> list[Action]:
+        """Watched workers silent for SILENT_BEATS intervals: named, killed, their attempts retried."""
+        actions: list[Action] = []
+        self._liveness.forget_ended(running={w.worker_id: w.attempt for w in self._pool.slots.values()
+                                             if w.state == "busy"})
+        for worker_id in self._liveness.stalled(now=now):
+            worker = self._pool.slots[worker_id]
+            detail = (f"{worker.spec.name} attempt {worker.attempt.number} on worker {worker_id} sent no heartbeat "
+                      f"for {SILENT_BEATS} x heartbeat_s={worker.spec.heartbeat_s} s (stalled); killed")
+            log.error("liveness: %s", detail)
+            actions += self._kill_attempt(worker, error_type="Stalled", detail=detail)
+        self._poll_progress(now)
+        return actions
+
     # ---- monitor thread ---------------------------------------------------------------------------
 
     def _monitor_loop(self) -> None:
@@ -280,7 +322,9 @@ class RayRuntime(AttemptEndings):
                         self._lock.acquire()
                     continue
                 if not self._events:
-                    self._changed.wait(timeout=self._pool.next_check_s(now=time.monotonic()))
+                    now = time.monotonic()
+                    self._changed.wait(timeout=min(self._pool.next_check_s(now=now),
+                                                   self._liveness.next_check_s(now=now)))
 
     def _check(self, now: float) -> list[Action]:
         """Deadlines: keep-alive reclaim, init limits, function timeouts."""
@@ -298,4 +342,4 @@ class RayRuntime(AttemptEndings):
                 actions += self._kill_attempt(worker, error_type="FunctionTimeout", detail=(
                     f"{worker.spec.name} attempt {worker.attempt.number} exceeded timeout_s={worker.spec.timeout_s} "
                     f"on worker {worker.worker_id}; killed"))
-        return actions
+        return actions + self._stalled(now)

@@ -138,7 +138,7 @@ class RayPool:
         requested_at = time.time()
         handle = self._actor_class.options(
             num_cpus=need["CPU"], num_gpus=need["GPU"], memory=int(need["memory"]), max_restarts=0,
-            max_task_retries=0, max_concurrency=1).remote(
+            max_task_retries=0, max_concurrency=2).remote(  # 2: progress() beside invoke (P5)
             worker_id, spec.name, spec.entrypoint, requested_at, env, self._compress_min_bytes)
         slot = RaySlot(worker_id=worker_id, spec=spec, handle=handle, prewarm=prewarm, requested_at=requested_at,
                        deadline=time.monotonic() + self.init_timeout_s, need=need)

@@ -13,7 +13,7 @@ Requests and results travel as codec frames in uint8 arrays (Ray stores them in 
 hands out read-only views; frames under ~100 KiB are inlined and copied). Ray also serialises, with
 its own pickle, the plain values nimbus passes beside them: this class's constructor arguments
 (worker id, function name, entrypoint, a timestamp, and ``env``, which carries the Redis password
-when the run has one — docs/cluster.md §4), each invocation's id and attempt number, and the
+when the run has one — docs/cluster.md §4), each invocation's id, attempt number and ``heartbeat_s``, and the
 Channel's tag dicts and the Store's keys (data/ray_channel.py, data/ray_store.py). All of them are
 str, int, float, dict and list values or uint8 arrays; Ray unpickles them inside its own processes,
 under Ray's trust model. nimbus itself never unpickles anything.
@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from nimbus import liveness
 from nimbus.data.codec import Message, decode, encode
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.worker import _invoke, _limit_torch_threads, _load, error_report
@@ -61,6 +62,7 @@ class FunctionWorker:
         self._worker_id, self._function = worker_id, function
         self._compress_min_bytes = compress_min_bytes
         self._cache: dict[str, Any] = {}
+        self._progress: dict[str, Any] = {"invocation_id": None, "attempt": 0, "beats": 0}
         try:
             self._fn, self._error = _load(entrypoint), None
         except Exception as exc:  # noqa: BLE001 - reported by ready(); the driver bills and retries
@@ -76,18 +78,31 @@ class FunctionWorker:
                   "node_id": ray.get_runtime_context().get_node_id()}
         return to_frame(Message(header=header), compress_min_bytes=None)
 
-    def invoke(self, request: Any, invocation_id: str, attempt: int) -> np.ndarray:
-        """Run one attempt; the outcome (and any error) is in the answer's report, never raised."""
+    def invoke(self, request: Any, invocation_id: str, attempt: int, heartbeat_s: float | None = None) -> np.ndarray:
+        """Run one attempt; the outcome (and any error) is in the answer's report, never raised. With
+        ``heartbeat_s``, the attempt's progress beats are counted for ``progress()`` (P5)."""
         context = FunctionContext(worker_id=self._worker_id, function=self._function,
                                   invocation_id=invocation_id, attempt=attempt, cache=self._cache)
         if self._fn is None:
             result, report = Message(), {"outcome": "error", "error": self._error,
                                          "start_at": time.time(), "end_at": time.time()}
         else:
-            result, report = _invoke(fn=self._fn, context=context, request=read_frame(request))
+            progress = {"invocation_id": invocation_id, "attempt": attempt, "beats": 0}
+            self._progress = progress
+            if heartbeat_s is not None:
+                liveness.install(send=lambda: progress.update(beats=progress["beats"] + 1), interval_s=heartbeat_s)
+            try:
+                result, report = _invoke(fn=self._fn, context=context, request=read_frame(request))
+            finally:
+                liveness.install(send=None)
             _limit_torch_threads()
         header = {REPORT_KEY: report, "body": result.header}
         return to_frame(Message(header=header, arrays=result.arrays), compress_min_bytes=self._compress_min_bytes)
+
+    def progress(self) -> np.ndarray:
+        """The running (or last) attempt's beat count, ``{invocation_id, attempt, beats}``; answered on the
+        actor's second thread while ``invoke`` runs (max_concurrency=2, runtime/ray_pool.py)."""
+        return to_frame(Message(header=dict(self._progress)), compress_min_bytes=None)
 
 
 def split_result(message: Message) -> tuple[dict[str, Any], Message]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import socket
 import threading
 import time
@@ -136,11 +137,15 @@ def test_full_redis_applies_back_pressure_then_stops_clearly(redis_server) -> No
     store = RedisStore(settings=settings(server.url, full_wait_s=1.0), owner=True)
     big = Message(arrays={"x": np.random.default_rng(0).integers(0, 255, 512 * 1024, dtype=np.uint8)})
     written = []
-    with pytest.raises(StoreFull, match="maxmemory"):
+    with pytest.raises(StoreFull, match="maxmemory") as full:
         for i in range(64):
             store.put(key=f"batch/main/{i}", message=big)
             written.append(i)
     assert 0 < len(written) < 64
+    message = str(full.value)  # Redis's numbers and what to do, not the raw reply (its Lua script, "OOM ...")
+    assert re.search(r"used_memory [\d.]+ MB of maxmemory 3\.1 MB", message) and "a write of 0.52 MB" in message
+    assert "CONFIG SET maxmemory" in message and "store.keep_versions" in message and "store.full_wait_s=1.0" in message
+    assert "EVAL" not in message and "redis.call" not in message
     freer = threading.Timer(0.3, lambda: store.delete_many(keys=[f"batch/main/{i}" for i in written]))
     freer.start()
     started = time.monotonic()
@@ -276,3 +281,13 @@ def test_the_drivers_put_resent_after_a_lost_reply_succeeds_and_others_are_still
         store.put(key="weights/main/1", message=weights(4))
     store.close()
 
+
+
+def test_a_value_larger_than_maxmemory_is_refused_with_the_size_to_set(redis_server) -> None:
+    """No consumer can ever make room for a value larger than maxmemory: the message says so."""
+    server = redis_server(maxmemory="2mb")
+    store = RedisStore(settings=settings(server.url, full_wait_s=0.2), owner=True)
+    huge = Message(arrays={"x": np.random.default_rng(0).integers(0, 255, 3 * 1024 * 1024, dtype=np.uint8)})
+    with pytest.raises(StoreFull, match=r"larger than maxmemory: raise Redis's maxmemory above 3\.1 MB"):
+        store.put(key="weights/main/0", message=huge)
+    store.close()

@@ -25,6 +25,7 @@ from torch import nn
 from nimbus.algos.base import LossOutput
 from nimbus.algos.ppo.config import PPOConfig, Schedule
 from nimbus.algos.truncation import Truncation
+from nimbus.liveness import beat
 from nimbus.algos.ppo.loss import explained_variance, normalize_advantages, ppo_loss
 from nimbus.models.mlp import ActorCritic
 
@@ -136,6 +137,7 @@ def ppo_update(
 
 def _gradient_step(*, model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float) -> float | None:
     """Backward, clip, step; returns the pre-clip gradient norm, or None (no step) if it is not finite."""
+    beat()  # progress per minibatch (P5), a skipped one too; the optimizer hook beats again after the step
     optimizer.zero_grad(set_to_none=True)
     if not torch.isfinite(loss):
         logger.warning("skipping a PPO minibatch: non-finite loss %s", loss.item())
