@@ -87,3 +87,17 @@ def test_a_bounded_ledger_keeps_totals_and_the_file_whole(tmp_path) -> None:
         ledger.records()
     ledger.close()
     assert Ledger.load(path=tmp_path / "ledger.jsonl") == full.records()
+
+
+def test_load_skips_a_torn_last_row_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """#28.6: a driver killed mid-row (or a full disk) leaves a torn last line; the report still reads the rest."""
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path=path)
+    for attempt in (1, 2):
+        ledger.append(record=record(attempt=attempt))
+    ledger.close()
+    with open(path, "a") as handle:
+        handle.write(record(attempt=3).to_json()[:40])
+    with caplog.at_level("WARNING"):
+        assert Ledger.load(path=path) == ledger.records()
+    assert "line 3 is not JSON (a torn last line); skipped" in caplog.text
