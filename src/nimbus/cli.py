@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from nimbus.errors import ConfigError, NimbusError
+from nimbus.train.rundir import RunDirError
 
 console = Console(stderr=True)
 
@@ -255,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as exc:
-        console.print(f"[bold red]config error[/]: {exc}", highlight=False)
+        label = "run directory" if isinstance(exc, RunDirError) else "config error"
+        console.print(f"[bold red]{label}[/]: {exc}", highlight=False)
         return 2
     except NimbusError as exc:
         console.print(f"[bold red]run failed[/]: {exc}", highlight=False)
