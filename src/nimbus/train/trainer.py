@@ -31,7 +31,7 @@ from nimbus.train.remote import run_unless_store_lost
 from nimbus.train.rundir import claim_run_dir
 from nimbus.functions.slot_state import slots_to_message
 from nimbus.train.resume import (check_compatible, load_resume_state, progress_extra, progress_from,
-                                 publish_checkpoint)
+                                 publish_checkpoint, resume_notice)
 from nimbus.train.evaluate import evaluate_policy
 from nimbus.train.periodic_eval import PeriodicEvaluator
 from nimbus.functions.weights import model_to_message, optim_key, weights_key
@@ -185,6 +185,8 @@ def _train_one(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None)
             publish_checkpoint(state=resumed, system=system)
             log.warning("resuming from round %d (policy version %d, %d env steps)", resumed.round,
                         resumed.policy_version, resumed.env_steps)
+            if (notice := resume_notice(state=resumed, current=config.model_dump(mode="json"))) is not None:
+                log.warning("%s", notice)
         if config.runtime.prewarm:  # ready before round 0, so round 0 needs no extra cold starts
             system.runtime.prewarm(spec=system.learner_spec, count=1)
             system.runtime.prewarm(spec=system.actor_spec, count=peak_actors(config=config),
