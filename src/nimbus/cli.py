@@ -206,9 +206,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="*", help="the YAML config (default with --resume: RUN_DIR/config.yaml); "
                    "several: independent workloads sharing one pool of workers (fair share by runtime.share_weight)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint: weights, "
-                   "optimizer, counters; raise train.total_env_steps with --set to train longer")
+                   "optimizer, counters; raise train.total_env_steps with --set to train longer (schedules keep "
+                   "the run's original horizon)")
     p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value")
-    p.add_argument("--run-dir", help="write the run here instead of runs/<name>-<timestamp>")
+    p.add_argument("--run-dir", help="write the run here instead of runs/<name>-<timestamp> (a new or empty "
+                   "directory; one process at a time)")
     p.set_defaults(func=_cmd_train)
     p = sub.add_parser("report", help="re-render report.png and the summary from a run directory")
     p.add_argument("run_dir")
