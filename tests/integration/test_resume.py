@@ -239,4 +239,4 @@ def test_raising_total_env_steps_on_resume_keeps_the_original_schedules(
     assert expected[1][0] < expected[0][0] < make_config(overrides=linear).algo.lr   # the schedule anneals
     assert "train.total_env_steps: 2048 → 4096" in caplog.text
     assert "schedules stay anchored to the run's original 2048 env steps" in caplog.text
-    assert load_checkpoint(path=first.run_dir).extra["schedule_env_steps"] == 2048   # kept through later resumes
+    assert load_checkpoint(path=resumed.run_dir).extra["schedule_env_steps"] == 2048   # kept for the next resume

@@ -114,7 +114,8 @@ def _replay_parts(*, store: Store, replays: dict[str, list[str]], policies: list
 def save_policies(*, parts: MarlParts, progress: MarlProgress, checkpointers: dict[str, Checkpointer]) -> None:
     """Each policy's newest networks and optimizer states, and the run's state (train/checkpoint.py: atomic)."""
     store = parts.shared.store
-    extra = {**progress_extra(progress=progress), MARL_KEY: run_state(parts=parts, progress=progress)}
+    extra = {**progress_extra(progress=progress, total_env_steps=parts.config.train.total_env_steps),
+             MARL_KEY: run_state(parts=parts, progress=progress)}
     config = parts.config.model_dump(mode="json")
     actors = slots_to_message(states=progress.slot_states, slot_seq=progress.slot_seq) \
         if progress.slot_states else None                   # actors.restore_slots: the ranks' episodes go on

@@ -156,11 +156,13 @@ def resume_notice(*, state: CheckpointState, current: dict) -> str | None:
     return f"resuming with a config that differs from the checkpoint's: {shown}{anchored}"
 
 
-def progress_extra(*, progress: Progress) -> dict:
-    """What ``progress_from`` needs besides the counters (the checkpoint manifest's ``extra``)."""
+def progress_extra(*, progress: Progress, total_env_steps: int) -> dict:
+    """What ``progress_from`` needs besides the counters (the checkpoint manifest's ``extra``); ``total_env_steps``:
+    this session's, the schedules' horizon unless a resume restored the run's original one."""
     last = progress.last_row
     return {"recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns else None,
             "recent_returns": [float(r) for r in progress.recent_returns],
-            "nonfinite_in_a_row": progress.nonfinite_in_a_row, "schedule_env_steps": progress.schedule_env_steps,
+            "nonfinite_in_a_row": progress.nonfinite_in_a_row,
+            "schedule_env_steps": progress.schedule_env_steps or total_env_steps,
             "wall_s": last.wall_s if last is not None else progress.wall_s_before,
             "cost_usd": last.cost_usd if last is not None else progress.cost_usd_before}

@@ -123,7 +123,7 @@ def save_checkpoint(*, system: System, progress: Progress, pacer: Pacer | None =
     """The newest version's weights and optimizer state, counters and, with ``train.checkpoint_replay``, the
     replay buffer (``pacer``: the async workflow's) and the scaler's window in a file beside it."""
     version = progress.policy_version
-    extra = progress_extra(progress=progress)
+    extra = progress_extra(progress=progress, total_env_steps=system.config.train.total_env_steps)
     if system.config.train.checkpoint_replay:
         async_parts = dict(buffer=system.buffer, replay=system.replay, pacer=pacer) if pacer is not None else {}
         directory = system.checkpointer.directory
