@@ -15,7 +15,8 @@ PY = sys.executable
 TESTS = ["tests/unit/train/test_checkpoint.py", "tests/unit/train/test_ckptfile.py"]
 C, F = "src/nimbus/train/checkpoint.py", "src/nimbus/train/ckptfile.py"
 MUTANTS = {
-    "M1 skip sha check": (C, "if hashlib.sha256(data).hexdigest() != digest:", "if False and hashlib.sha256(data).hexdigest() != digest:"),
+    "M1 skip sha check": (C, "if hashlib.sha256(data).hexdigest() != digest:",
+                          "if False and hashlib.sha256(data).hexdigest() != digest:"),
     "M2 skip file fsync": (C, "        os.fsync(handle.fileno())", "        pass"),
     "M3 copy instead of atomic rename": (C, "os.rename(tmp, final)", "shutil.copytree(tmp, final)"),
     "M4 keep-last-N off by one": (C, "[:-self.keep]", "[:-self.keep - 1]"),
@@ -48,7 +49,8 @@ def main() -> None:
             shutil.copytree(WT / "src", Path(tmp) / "src")
             (Path(tmp) / rel).write_text(text.replace(old, new, 1))
             proc = subprocess.run([PY, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *TESTS], cwd=WT,
-                                  env={**os.environ, "PYTHONPATH": f"{tmp}/src"}, capture_output=True, text=True)
+                                  env={**os.environ, "PYTHONPATH": f"{tmp}/src"}, capture_output=True,
+                                  text=True)
             verdict = "KILLED" if proc.returncode != 0 else "SURVIVED"
             failed = [l for l in proc.stdout.splitlines() if l.startswith("FAILED")]
             print(f"{name}: {verdict} {failed[:1]}", flush=True)
