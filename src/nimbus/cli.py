@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from nimbus.errors import ConfigError, NimbusError
+from nimbus.train.rundir import RunDirError
 
 console = Console(stderr=True)
 
@@ -205,9 +206,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="*", help="the YAML config (default with --resume: RUN_DIR/config.yaml); "
                    "several: independent workloads sharing one pool of workers (fair share by runtime.share_weight)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint: weights, "
-                   "optimizer, counters; raise train.total_env_steps with --set to train longer")
+                   "optimizer, counters; raise train.total_env_steps with --set to train longer (schedules keep "
+                   "the run's original horizon)")
     p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value")
-    p.add_argument("--run-dir", help="write the run here instead of runs/<name>-<timestamp>")
+    p.add_argument("--run-dir", help="write the run here instead of runs/<name>-<timestamp> (a new or empty "
+                   "directory; one process at a time)")
     p.set_defaults(func=_cmd_train)
     p = sub.add_parser("report", help="re-render report.png and the summary from a run directory")
     p.add_argument("run_dir")
@@ -255,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as exc:
-        console.print(f"[bold red]config error[/]: {exc}", highlight=False)
+        label = "run directory" if isinstance(exc, RunDirError) else "config error"
+        console.print(f"[bold red]{label}[/]: {exc}", highlight=False)
         return 2
     except NimbusError as exc:
         console.print(f"[bold red]run failed[/]: {exc}", highlight=False)

@@ -219,3 +219,24 @@ def test_a_planted_pickle_checkpoint_is_refused_without_side_effect(make_config,
         load_checkpoint(path=newest)
     resumed = train(config=make_config(overrides=["train.max_rounds=3"]), resume_from=first.run_dir)
     assert resumed.summary.rounds == 3 and not marker.exists()
+
+
+def test_raising_total_env_steps_on_resume_keeps_the_original_schedules(
+        make_config, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """#28.10: the learning rate and clip coefficient of a resumed round are those the original run's linear
+    schedules give at that step, not re-scaled to the raised ``train.total_env_steps``; the resume says what
+    changed (a warning listing the changed keys)."""
+    linear = ["algo.lr_schedule=linear", "algo.clip_schedule=linear", "train.total_env_steps=2048",
+              "train.checkpoint_every_rounds=2", "train.target_return=null"]
+    uninterrupted = train(config=make_config(overrides=[*linear, "train.max_rounds=6"]), run_dir=tmp_path / "whole")
+    first = train(config=make_config(overrides=[*linear, "train.max_rounds=4"]), run_dir=tmp_path / "run")
+    with caplog.at_level("WARNING"):
+        resumed = train(config=make_config(overrides=[*linear, "train.max_rounds=6", "train.total_env_steps=4096"]),
+                        resume_from=first.run_dir)
+    assert [row.round for row in resumed.rows] == [4, 5]
+    expected = [(row.losses["lr"], row.losses["clip_coef"]) for row in uninterrupted.rows[4:6]]
+    assert [(row.losses["lr"], row.losses["clip_coef"]) for row in resumed.rows] == expected
+    assert expected[1][0] < expected[0][0] < make_config(overrides=linear).algo.lr   # the schedule anneals
+    assert "train.total_env_steps: 2048 → 4096" in caplog.text
+    assert "schedules stay anchored to the run's original 2048 env steps" in caplog.text
+    assert load_checkpoint(path=resumed.run_dir).extra["schedule_env_steps"] == 2048   # kept for the next resume

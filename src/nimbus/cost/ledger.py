@@ -36,6 +36,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from nimbus.data.jsonl import read_jsonl
+
 if TYPE_CHECKING:
     from nimbus.runtime.base import FunctionSpec
 
@@ -79,7 +81,10 @@ class LedgerRecord:
 
     @classmethod
     def from_json(cls, line: str) -> "LedgerRecord":
-        data = json.loads(line)
+        return cls.from_dict(json.loads(line))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "LedgerRecord":
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -249,6 +254,6 @@ class Ledger:
 
     @staticmethod
     def load(*, path: Path) -> list[LedgerRecord]:
-        """Read a ledger file back (e.g. for a report)."""
-        with open(path, encoding="utf-8") as f:
-            return [LedgerRecord.from_json(line) for line in f if line.strip()]
+        """Read a ledger file back (e.g. for a report); a torn last line (a killed driver, a full disk) or another
+        line that is not a record is skipped with a warning (data/jsonl.py)."""
+        return [LedgerRecord.from_dict(row) for row in read_jsonl(path=path) if isinstance(row, dict)]

@@ -9,12 +9,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nimbus.data.jsonl import read_jsonl
 from nimbus.report.panels import _no_data, _series
 
 
@@ -24,7 +24,7 @@ def is_marl(rows: list[dict[str, Any]]) -> bool:
 
 def read_maps(*, run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "marl.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [row for row in read_jsonl(path=path) if isinstance(row, dict)] if path.exists() else []
 
 
 def plot_agent_returns(ax: Any, rows: list[dict[str, Any]]) -> None:

@@ -4,7 +4,6 @@ member failures marked, and each member's hyperparameters over env steps. Rebuil
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +12,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from nimbus.data.jsonl import read_jsonl  # noqa: E402
 from nimbus.train.metrics import read_metrics  # noqa: E402
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [row for row in read_jsonl(path=path) if isinstance(row, dict)] if path.exists() else []
 
 
 def render_population(*, run_dir: Path) -> Path:

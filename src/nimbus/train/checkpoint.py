@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -40,6 +41,9 @@ from nimbus.train.ckptfile import read_message, write_bytes
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: codec frames as files (older nimbus); 2: plain safetensors files
 MANIFEST_FIELDS = ("policy_version", "round", "env_steps", "episodes", "config", "extra")
+MANIFEST_TYPES = {"files": dict, "policy_version": int, "round": int, "env_steps": int, "episodes": int,
+                  "config": dict}   # what a manifest must hold (``extra`` is optional: older manifests lack it)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 RESERVED_FILES = ("weights.safetensors", "optimizer.safetensors", "actors.safetensors")
 log = logging.getLogger(__name__)
 
@@ -99,11 +103,19 @@ class Checkpointer:
                 shutil.rmtree(final)
             os.rename(tmp, final)
             _fsync_dir(self.directory)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+                raise CheckpointError(self._disk_full(round=state.round, exc=exc)) from None
             raise
         self._prune()
         return final
+
+    def _disk_full(self, *, round: int, exc: OSError) -> str:
+        kept = self.list()
+        previous = f"the previous checkpoint {kept[-1]} is kept" if kept else "there is no previous checkpoint"
+        return (f"checkpoint of round {round} not written to {self.directory}: {exc.strerror or exc} (disk full); "
+                f"its temporary files were removed and {previous}")
 
     def _prune(self) -> None:
         for stale in self.list()[:-self.keep]:
@@ -112,8 +124,10 @@ class Checkpointer:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def list(self) -> list[Path]:
-        """Complete checkpoint directories, oldest first."""
-        return sorted(p for p in self.directory.glob("ckpt-*") if p.is_dir())
+        """Complete checkpoint directories, oldest first: by the round in the name, never by the name itself
+        (``ckpt-1000000`` comes after ``ckpt-999999``)."""
+        return sorted((p for p in self.directory.glob("ckpt-*") if p.is_dir() and _round_of(p) is not None),
+                      key=_round_of)
 
     def load_latest(self) -> CheckpointState:
         """The newest checkpoint that verifies; earlier ones are tried if the newest is corrupt."""
@@ -130,6 +144,12 @@ class Checkpointer:
         raise CheckpointError(f"no checkpoint in {self.directory} verifies")
 
 
+def _round_of(path: Path) -> int | None:
+    """The round of a ``ckpt-<round>`` directory; None for any other name."""
+    suffix = path.name.removeprefix("ckpt-")
+    return int(suffix) if suffix.isdigit() else None
+
+
 def saved_policies(*, run_dir: Path) -> list[str]:
     """The policies of a run of several (``policies/<name>/checkpoints``: members, or a multi-agent run's
     policies), sorted; empty for a run of one policy."""
@@ -144,14 +164,7 @@ def load_checkpoint(*, path: Path) -> CheckpointState:
         path = path / "checkpoints"
     if not (path / "manifest.json").exists() and any(path.glob("ckpt-*")):
         return Checkpointer(directory=path).load_latest()
-    try:
-        manifest = json.loads((path / "manifest.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: manifest.json unreadable: {exc}") from exc
-    found = manifest.get("format_version")
-    if found not in READABLE_VERSIONS:
-        raise CheckpointError(f"{path}: checkpoint format version {found} is not supported by this nimbus "
-                              f"(it reads format version {' and '.join(map(str, READABLE_VERSIONS))})")
+    manifest = _read_manifest(path=path)
     messages: dict[str, Message] = {}
     for name, digest in manifest["files"].items():
         try:
@@ -171,3 +184,30 @@ def load_checkpoint(*, path: Path) -> CheckpointState:
                            actors=messages.get("actors.safetensors"),
                            parts={name.removesuffix(".safetensors"): message for name, message in messages.items()
                                   if name not in RESERVED_FILES})
+
+
+def _read_manifest(*, path: Path) -> dict[str, Any]:
+    """The manifest of one checkpoint directory, checked for the keys and types loading needs: anything else is
+    a CheckpointError (so ``load_latest`` falls back), an unknown format version one that names both versions."""
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: manifest.json unreadable: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{path}: manifest.json is not a JSON object")
+    found = manifest.get("format_version")
+    if found not in READABLE_VERSIONS:
+        raise CheckpointError(f"{path}: checkpoint format version {found} is not supported by this nimbus "
+                              f"(it reads format version {' and '.join(map(str, READABLE_VERSIONS))})")
+    for key, kind in MANIFEST_TYPES.items():
+        if not isinstance(manifest.get(key), kind) or isinstance(manifest.get(key), bool):
+            raise CheckpointError(f"{path}: manifest.json has no valid {key!r} "
+                                  f"(expected {kind.__name__}, found {type(manifest.get(key)).__name__})")
+    if not isinstance(manifest.get("extra", {}), dict):
+        raise CheckpointError(f"{path}: manifest.json's 'extra' is not an object")
+    files = manifest["files"]
+    if "weights.safetensors" not in files or not all(isinstance(d, str) for d in files.values()) \
+            or any(Path(name).name != name for name in files):
+        raise CheckpointError(f"{path}: manifest.json's 'files' must name weights.safetensors and give each "
+                              f"file (a plain name) a SHA-256")
+    return manifest

@@ -45,7 +45,7 @@ from nimbus.functions.ma_value_learner import target_key
 from nimbus.functions.slot_state import slots_from_message, slots_to_message
 from nimbus.functions.weights import optim_key, weights_key
 from nimbus.train.checkpoint import CheckpointState, Checkpointer, load_checkpoint, saved_policies
-from nimbus.train.resume import progress_extra
+from nimbus.train.resume import progress_extra, resume_notice, schedule_horizon
 from nimbus.workflows.multiagent import MarlParts, MarlProgress, critic_key
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,8 @@ def _replay_parts(*, store: Store, replays: dict[str, list[str]], policies: list
 def save_policies(*, parts: MarlParts, progress: MarlProgress, checkpointers: dict[str, Checkpointer]) -> None:
     """Each policy's newest networks and optimizer states, and the run's state (train/checkpoint.py: atomic)."""
     store = parts.shared.store
-    extra = {**progress_extra(progress=progress), MARL_KEY: run_state(parts=parts, progress=progress)}
+    extra = {**progress_extra(progress=progress, total_env_steps=parts.config.train.total_env_steps),
+             MARL_KEY: run_state(parts=parts, progress=progress)}
     config = parts.config.model_dump(mode="json")
     actors = slots_to_message(states=progress.slot_states, slot_seq=progress.slot_seq) \
         if progress.slot_states else None                   # actors.restore_slots: the ranks' episodes go on
@@ -207,6 +208,8 @@ def publish_policies(*, states: dict[str, CheckpointState], parts: MarlParts) ->
     extra = any_state.extra
     versions = {policy: int(version) for policy, version in run["versions"].items()}
     slots, slot_seq = _saved_slots(state=any_state, config=parts.config)
+    if (notice := resume_notice(state=any_state, current=parts.config.model_dump(mode="json"))) is not None:
+        log.warning("%s", notice)
     return MarlProgress(
         rounds=any_state.round, env_steps=any_state.env_steps, episodes=any_state.episodes,
         policy_version=sum(versions.values()), recent_returns=[float(r) for r in extra.get("recent_returns", [])],
@@ -218,7 +221,7 @@ def publish_policies(*, states: dict[str, CheckpointState], parts: MarlParts) ->
         slot_states=slots, versions=versions,
         critic_versions={policy: int(version) for policy, version in run["critic_versions"].items()},
         agent_policy=dict(run["agent_policy"]), learner_invocations=int(run["learner_invocations"]),
-        next_actors=int(run["next_actors"]), replays=replays)
+        next_actors=int(run["next_actors"]), replays=replays, schedule_env_steps=schedule_horizon(state=any_state))
 
 
 def _saved_slots(*, state: CheckpointState, config: NimbusConfig) -> tuple[dict[int, Any], dict[int, int]]:

@@ -24,13 +24,14 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 
 
 from nimbus.control.base import RoundMetrics
+from nimbus.data.jsonl import read_jsonl
 
 log = logging.getLogger(__name__)
 
 
 def read_metrics(*, path: Path) -> list[dict[str, Any]]:
-    """Rows of a metrics.jsonl file (used by the report and by tests)."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """Rows of a metrics.jsonl file (used by the report and by tests); a torn last line is skipped with a warning."""
+    return [row for row in read_jsonl(path=path) if isinstance(row, dict)]
 
 
 OWN_PREFIXES = ("staleness/", "eval/")   # extras logged under their own name, not control/

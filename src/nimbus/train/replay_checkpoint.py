@@ -37,6 +37,7 @@ from nimbus.data.buffer import Buffer
 from nimbus.control.nitro import WindowedScaler
 from nimbus.data.codec import MAGIC, PREFIX, VERSION, Message, decode, encode
 from nimbus.errors import CheckpointError
+from nimbus.train.checkpoint import DISK_FULL
 
 FILE_KEY, SHA_KEY = "replay_file", "replay_sha256"
 PACER_FIELDS = ("rows_ingested", "steps_started", "rows_taken")
@@ -93,11 +94,19 @@ def save_replay(*, directory: Path, round: int, message: Message) -> dict[str, s
     name = f"replay-{round:06d}.safetensors"
     data = encode(message, compress_min_bytes=None)[PREFIX.size:]   # the frame's body: a plain safetensors file
     tmp = directory / f".tmp-{name}"
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, directory / name)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, directory / name)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno in DISK_FULL:   # the checkpoint is not written either: the previous pair is kept
+            raise CheckpointError(f"replay file of round {round} not written to {directory}: {exc.strerror} "
+                                  f"(disk full); its temporary file was removed and the previous checkpoint is "
+                                  f"kept") from None
+        raise
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

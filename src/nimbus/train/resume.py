@@ -117,14 +117,52 @@ def progress_from(*, state: CheckpointState) -> Progress:
                     recent_returns=[float(r) for r in extra.get("recent_returns", [])],
                     nonfinite_in_a_row=int(extra.get("nonfinite_in_a_row", 0)),
                     wall_s_before=float(extra.get("wall_s", 0.0)), cost_usd_before=float(extra.get("cost_usd", 0.0)),
-                    slot_seq_base=state.round, slot_seq=slot_seq, slot_states=dict(slots), restore_slots=slots)
+                    slot_seq_base=state.round, slot_seq=slot_seq, slot_states=dict(slots), restore_slots=slots,
+                    schedule_env_steps=schedule_horizon(state=state))
 
 
-def progress_extra(*, progress: Progress) -> dict:
-    """What ``progress_from`` needs besides the counters (the checkpoint manifest's ``extra``)."""
+def schedule_horizon(*, state: CheckpointState) -> int | None:
+    """The env steps the run's schedules (learning rate, clip, ε) anneal over: its first session's
+    ``train.total_env_steps``, kept through every resume, so raising it on ``--resume`` trains longer without
+    re-scaling the schedules of the run it continues."""
+    saved = state.extra.get("schedule_env_steps") or state.config.get("train", {}).get("total_env_steps")
+    return int(saved) if isinstance(saved, (int, float)) and saved > 0 else None
+
+
+def config_changes(*, saved: dict, current: dict, prefix: str = "") -> list[str]:
+    """``key.path: old → new`` for every config value that differs between the checkpoint's run and this one."""
+    changes = []
+    for key in sorted(saved.keys() | current.keys()):
+        old, new = saved.get(key, "absent"), current.get(key, "absent")
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes += config_changes(saved=old, current=new, prefix=f"{prefix}{key}.")
+        elif old != new:
+            changes.append(f"{prefix}{key}: {old!r} → {new!r}")
+    return changes
+
+
+def resume_notice(*, state: CheckpointState, current: dict) -> str | None:
+    """What a resume changes (a warning): the config keys whose values differ from the checkpoint's run, and
+    the horizon the schedules keep; None when nothing changed."""
+    changes = config_changes(saved=state.config, current=current)
+    if not changes:
+        return None
+    shown = "; ".join(changes[:MAX_DIFFERENCES_SHOWN]) + (
+        f"; and {len(changes) - MAX_DIFFERENCES_SHOWN} more" if len(changes) > MAX_DIFFERENCES_SHOWN else "")
+    horizon = schedule_horizon(state=state)
+    anchored = f" (learning-rate, clip and ε schedules stay anchored to the run's original {horizon} env steps: " \
+               f"a linear schedule has reached its end there)" if horizon is not None and \
+        current.get("train", {}).get("total_env_steps") != horizon else ""
+    return f"resuming with a config that differs from the checkpoint's: {shown}{anchored}"
+
+
+def progress_extra(*, progress: Progress, total_env_steps: int) -> dict:
+    """What ``progress_from`` needs besides the counters (the checkpoint manifest's ``extra``); ``total_env_steps``:
+    this session's, the schedules' horizon unless a resume restored the run's original one."""
     last = progress.last_row
     return {"recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns else None,
             "recent_returns": [float(r) for r in progress.recent_returns],
             "nonfinite_in_a_row": progress.nonfinite_in_a_row,
+            "schedule_env_steps": progress.schedule_env_steps or total_env_steps,
             "wall_s": last.wall_s if last is not None else progress.wall_s_before,
             "cost_usd": last.cost_usd if last is not None else progress.cost_usd_before}

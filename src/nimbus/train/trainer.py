@@ -25,12 +25,13 @@ from nimbus.config import NimbusConfig
 from nimbus.control.base import RoundMetrics
 from nimbus.control.nitro import BUDGET_STOP_KEY
 from nimbus.train.build import System, build, make_run_dir, peak_actors
-from nimbus.errors import StoreUnavailable
+from nimbus.errors import CheckpointError, StoreUnavailable
 from nimbus.train.checkpoint import CheckpointState
 from nimbus.train.remote import run_unless_store_lost
+from nimbus.train.rundir import claim_run_dir
 from nimbus.functions.slot_state import slots_to_message
 from nimbus.train.resume import (check_compatible, load_resume_state, progress_extra, progress_from,
-                                 publish_checkpoint)
+                                 publish_checkpoint, resume_notice)
 from nimbus.train.evaluate import evaluate_policy
 from nimbus.train.periodic_eval import PeriodicEvaluator
 from nimbus.functions.weights import model_to_message, optim_key, weights_key
@@ -122,7 +123,7 @@ def save_checkpoint(*, system: System, progress: Progress, pacer: Pacer | None =
     """The newest version's weights and optimizer state, counters and, with ``train.checkpoint_replay``, the
     replay buffer (``pacer``: the async workflow's) and the scaler's window in a file beside it."""
     version = progress.policy_version
-    extra = progress_extra(progress=progress)
+    extra = progress_extra(progress=progress, total_env_steps=system.config.train.total_env_steps)
     if system.config.train.checkpoint_replay:
         async_parts = dict(buffer=system.buffer, replay=system.replay, pacer=pacer) if pacer is not None else {}
         directory = system.checkpointer.directory
@@ -141,17 +142,31 @@ def save_checkpoint(*, system: System, progress: Progress, pacer: Pacer | None =
 
 def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Path | None = None) -> TrainResult:
     """Train per ``config``; with ``resume_from`` (a run directory or checkpoint), continue from its newest
-    checkpoint instead of version 0 (train/resume.py says what comes back)."""
-    if config.train.workflow == "multiagent":  # MARLess: one policy per agent, shared by the controller (train/marl.py)
-        from nimbus.train.marl import train_multiagent
-        return train_multiagent(config=config, run_dir=run_dir, resume_from=resume_from)
-    if config.policies or config.pbt is not None:  # several policies over one pool (train/population.py)
-        from nimbus.train.population import train_population
-        return train_population(config=config, run_dir=run_dir, resume_from=resume_from)
+    checkpoint instead of version 0 (train/resume.py says what comes back). The run directory is this process's
+    alone while it runs, and a new run never reuses one that holds files (train/rundir.py)."""
+    if resume_from is not None and not Path(resume_from).exists():
+        raise CheckpointError(f"cannot resume from {resume_from}: no such directory")
+    in_place = resume_from is not None and _is_run_directory(path=Path(resume_from)) and \
+        (run_dir is None or Path(run_dir).resolve() == Path(resume_from).resolve())
+    run_dir = Path(resume_from) if in_place else Path(run_dir) if run_dir is not None else make_run_dir(config=config)
+    with claim_run_dir(run_dir=run_dir, resuming=in_place):
+        if config.train.workflow == "multiagent":  # MARLess: one policy per agent, shared by the controller
+            from nimbus.train.marl import train_multiagent
+            return train_multiagent(config=config, run_dir=run_dir, resume_from=resume_from)
+        if config.policies or config.pbt is not None:  # several policies over one pool (train/population.py)
+            from nimbus.train.population import train_population
+            return train_population(config=config, run_dir=run_dir, resume_from=resume_from)
+        return _train_one(config=config, run_dir=run_dir, resume_from=resume_from)
+
+
+def _is_run_directory(*, path: Path) -> bool:
+    """A run's own directory (resumed in place), not one of its ``checkpoints/`` or ``ckpt-*`` directories."""
+    return (path / "checkpoints").is_dir() or (path / "policies").is_dir()
+
+
+def _train_one(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None) -> TrainResult:
+    """One policy's run in the claimed ``run_dir``."""
     resumed = load_resume_state(path=resume_from) if resume_from is not None else None
-    run_dir = run_dir or (Path(resume_from) if resumed is not None and (Path(resume_from) / "checkpoints").is_dir()
-                          else make_run_dir(config=config))
-    run_dir.mkdir(parents=True, exist_ok=True)
     system = build(config=config, run_dir=run_dir)
     rows: deque[RoundMetrics] = deque(maxlen=ROWS_IN_MEMORY)  # bounded: a long run's driver stays flat (P13)
     most_actors = 1  # the most actors any round used (the serverful baseline reserves them for the whole run)
@@ -170,6 +185,8 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
             publish_checkpoint(state=resumed, system=system)
             log.warning("resuming from round %d (policy version %d, %d env steps)", resumed.round,
                         resumed.policy_version, resumed.env_steps)
+            if (notice := resume_notice(state=resumed, current=config.model_dump(mode="json"))) is not None:
+                log.warning("%s", notice)
         if config.runtime.prewarm:  # ready before round 0, so round 0 needs no extra cold starts
             system.runtime.prewarm(spec=system.learner_spec, count=1)
             system.runtime.prewarm(spec=system.actor_spec, count=peak_actors(config=config),

@@ -46,7 +46,7 @@ from nimbus.functions.gradient_learner import GradientRequest
 from nimbus.functions.parameter import ParameterRequest
 from nimbus.functions.weights import optim_key, weights_key
 from nimbus.train.build import System, role_spec
-from nimbus.workflows.sync import Progress, RoundState, SyncWorkflow
+from nimbus.workflows.sync import Progress, RoundState, SyncWorkflow, schedule_fraction
 
 log = logging.getLogger(__name__)
 PARAMETER_ENTRYPOINT = "nimbus.functions.parameter:parameter_function"
@@ -155,7 +155,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         request = self._gradient_request(
             version=version, batch_key=batch.key, grad_key=grad_key, peer_versions=peers,
             truncation=cfg.stellaris.truncation_form(), rho=cfg.stellaris.rho,
-            progress=min(1.0, self.progress.env_steps / cfg.train.total_env_steps))
+            progress=schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps))
         flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, peers=tuple(peers))
         self.in_flight[slot] = flight
         self.owner[grad_key] = batch
@@ -183,7 +183,8 @@ class AsyncLearnersWorkflow(SyncWorkflow):
                                    keys=[m.key for m in aggregation.members],
                                    scales=[m.scale for m in aggregation.members],
                                    separate_steps=aggregation.separate_steps,
-                                   progress=min(1.0, self.progress.env_steps / cfg.train.total_env_steps))
+                                   progress=schedule_fraction(progress=self.progress,
+                                                              total_env_steps=cfg.train.total_env_steps))
         self.parameter_busy = True
         future = self.system.runtime.invoke(spec=self.parameter_spec, request=request.to_message())
         self._watch(kind="parameter", future=future, meta=(aggregation, batch))

@@ -42,7 +42,7 @@ from nimbus.train.offpolicy_plan import Pacer, plan_for
 from nimbus.functions.probe import round_probe_extras, with_decision
 from nimbus.train.replay_checkpoint import restore_replay
 from nimbus.functions.weights import optim_key, weights_key
-from nimbus.workflows.sync import POLICY, Progress, bill_provisioned
+from nimbus.workflows.sync import POLICY, Progress, bill_provisioned, schedule_fraction
 
 log = logging.getLogger(__name__)
 POLL_S = 0.02
@@ -194,7 +194,7 @@ class AsyncWorkflow:
             env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), env_imports=list(cfg.env.imports),
             env_wrappers=list(cfg.env.wrappers), algo=cfg.algo.model_dump(mode="json"),
             policy=POLICY, policy_version=version, has_optimizer_state=version > 0, buffer=buffer.descriptor(),
-            progress=min(1.0, self.progress.env_steps / cfg.train.total_env_steps), seed=cfg.seed,
+            progress=schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps), seed=cfg.seed,
             device=cfg.learner.device, torch_threads=cfg.learner.torch_threads,
             return_td_errors=self.plan.prioritized, row_group=self.plan.row_group,
             probe=self.system.probe.to_header() if self.system.probe else None)  # Nitro (functions/probe.py)

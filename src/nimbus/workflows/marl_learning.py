@@ -21,6 +21,7 @@ from typing import Any
 from nimbus.data.codec import Message
 from nimbus.errors import NimbusError
 from nimbus.functions.ma_learner import MarlLearnerRequest
+from nimbus.workflows.sync import schedule_fraction
 
 TEAM = "team"   # VDN's joint rows: post/team/r<k>
 
@@ -56,7 +57,7 @@ class _Learning:
         return self.parts.sharing.needs_convexity or self.parts.scaler.needs_convexity
 
     def _progress_fraction(self) -> float:
-        return min(1.0, self.progress.env_steps / self.parts.config.train.total_env_steps)
+        return schedule_fraction(progress=self.progress, total_env_steps=self.parts.config.train.total_env_steps)
 
     def _invoke(self, *, role: str, requests: list[Message]) -> list[Message]:
         runtime, spec = self.parts.shared.runtime, self.parts.specs[role]

@@ -26,7 +26,7 @@ import numpy as np
 
 from nimbus.functions.learner import LearnerRequest
 from nimbus.functions.pipeline_learner import PIPELINE_KEY, StreamRequest
-from nimbus.workflows.sync import POLICY, SyncWorkflow
+from nimbus.workflows.sync import POLICY, SyncWorkflow, schedule_fraction
 
 
 class PipelinedSyncWorkflow(SyncWorkflow):
@@ -50,7 +50,7 @@ class PipelinedSyncWorkflow(SyncWorkflow):
             return  # the trigger fires again as later actors land; the learner is already streaming them
         self.round_stream["learner_invoked"] = True
         cfg, version = self.system.config, self.progress.policy_version
-        progress = min(1.0, self.progress.env_steps / cfg.train.total_env_steps)
+        progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
         request = LearnerRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
                                  env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
                                  algo=cfg.algo.model_dump(mode="json"), policy=POLICY, policy_version=version,

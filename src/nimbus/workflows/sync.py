@@ -72,6 +72,13 @@ class Progress:
     restore_slots: dict[int, Any] = field(default_factory=dict)  # exact resume: each rank's first request rebuilds
     restore_replay: Any = None     # train.checkpoint_replay: the replay file's Message (train/replay_checkpoint.py)
     eval_return: float | None = None   # the last periodic evaluation's mean return (train/periodic_eval.py)
+    schedule_env_steps: int | None = None   # a resumed run: its original horizon, which schedules keep (train/resume.py)
+
+
+def schedule_fraction(*, progress: Progress, total_env_steps: int) -> float:
+    """How far the run is along its schedules (learning rate, clip, ε): env steps over the horizon they anneal
+    over, ``train.total_env_steps`` of the run as it started — a resume that raises it keeps the original."""
+    return min(1.0, progress.env_steps / (progress.schedule_env_steps or total_env_steps))
 
 
 def _prewarmer(*, system: System) -> PrewarmController:
@@ -166,7 +173,7 @@ class SyncWorkflow:
         assert indices is not None, "DataKeyTrigger fired but the replay strategy has no batch"
         self.system.replay.consumed(indices=indices)
         self.round.actors_done_s = time.perf_counter()
-        progress = min(1.0, self.progress.env_steps / cfg.train.total_env_steps)
+        progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
         shipped = ship_batch(system=self.system, policy=self.policy, version=version, indices=indices)  # ray: via Store
         request = LearnerRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
                                  env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),

@@ -111,3 +111,17 @@ def test_provisioned_stretches_are_not_starts_nor_attempts() -> None:
     start = record(outcome="prewarm", attempt=0, cold=True, provisioned=True)
     totals = totals_of(records=[start, stretch, stretch])
     assert (totals.prewarms, totals.cold_starts, totals.attempts) == (1, 1, 0)
+
+
+def test_load_skips_a_torn_last_row_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """#28.6: a driver killed mid-row (or a full disk) leaves a torn last line; the report still reads the rest."""
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path=path)
+    for attempt in (1, 2):
+        ledger.append(record=record(attempt=attempt))
+    ledger.close()
+    with open(path, "a") as handle:
+        handle.write(record(attempt=3).to_json()[:40])
+    with caplog.at_level("WARNING"):
+        assert Ledger.load(path=path) == ledger.records()
+    assert "line 3 is not JSON (a torn last line); skipped" in caplog.text

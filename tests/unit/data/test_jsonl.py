@@ -1,0 +1,49 @@
+"""Torn JSON-lines files (#28.6): readers skip a line that is not JSON with a warning; a resume cuts a torn tail
+before appending, and keeps a complete last row that only lacks its newline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nimbus.data.jsonl import cut_torn_tail, read_jsonl
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"round": 0}\n{"round": 1}\n{"round": 2, "env_st')
+    with caplog.at_level("WARNING"):
+        assert read_jsonl(path=path) == [{"round": 0}, {"round": 1}]
+    assert f"{path} line 3 is not JSON (a torn last line); skipped" in caplog.text
+
+
+def test_a_corrupt_middle_line_is_skipped_and_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "ledger.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2, "b\n\n{"a": 3}\n')
+    with caplog.at_level("WARNING"):
+        assert read_jsonl(path=path) == [{"a": 1}, {"a": 3}]
+    assert f"{path} line 2 is not JSON (a corrupt line); skipped" in caplog.text
+
+
+def test_cut_torn_tail_cuts_only_the_torn_row(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"round": 0}\n{"round": 1, "ret')
+    with caplog.at_level("WARNING"):
+        assert cut_torn_tail(path=path) is True
+    assert path.read_text() == '{"round": 0}\n' and "ended in a torn line (17 bytes" in caplog.text
+    with open(path, "a") as handle:
+        handle.write(json.dumps({"round": 1}) + "\n")
+    assert read_jsonl(path=path) == [{"round": 0}, {"round": 1}]
+
+
+def test_cut_torn_tail_keeps_a_complete_row_without_its_newline(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"round": 0}\n{"round": 1}')
+    assert cut_torn_tail(path=path) is False
+    assert path.read_text() == '{"round": 0}\n{"round": 1}\n'
+    whole = '{"round": 0}\n'
+    path.write_text(whole)
+    assert cut_torn_tail(path=path) is False and path.read_text() == whole
+    assert cut_torn_tail(path=tmp_path / "absent.jsonl") is False
