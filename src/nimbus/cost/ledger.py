@@ -62,6 +62,7 @@ class LedgerRecord:
     device: str = ""     # the device this attempt leased from the device pool (runtime/devices.py); "" if none
     lease_start_at: float | None = None  # when the lease began (placement) and ended (the attempt's end)
     lease_end_at: float | None = None
+    device_peak_bytes: int | None = None  # the lease's peak CUDA memory (max_memory_allocated); None off CUDA
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -137,7 +138,7 @@ def totals_of(*, records: Iterable[LedgerRecord]) -> LedgerTotals:
 def attempt_record(*, spec: FunctionSpec, invocation_id: str, attempt: int, worker_id: str, cold: bool,
                    init_s: float, queued_at: float, start_at: float, end_at: float, outcome: str,
                    error_type: str | None, device: str = "", lease_start_at: float | None = None,
-                   lease_end_at: float | None = None) -> LedgerRecord:
+                   lease_end_at: float | None = None, device_peak_bytes: int | None = None) -> LedgerRecord:
     """The record of one attempt of ``spec``, billed by the rule of this module's docstring (``device`` and the
     lease times: the device pool's lease this attempt held, runtime/devices.py)."""
     duration = max(0.0, end_at - start_at)
@@ -149,7 +150,8 @@ def attempt_record(*, spec: FunctionSpec, invocation_id: str, attempt: int, work
                         end_at=end_at, duration_s=duration, billed_s=billed, cpus=spec.resources.cpus,
                         gpus=spec.resources.gpus, memory_mb=spec.resources.memory_mb, outcome=outcome,
                         error_type=error_type, workload=spec.workload, device=device,
-                        lease_start_at=lease_start_at, lease_end_at=lease_end_at)
+                        lease_start_at=lease_start_at, lease_end_at=lease_end_at,
+                        device_peak_bytes=device_peak_bytes)
 
 
 class Ledger:

@@ -1,0 +1,107 @@
+"""The learner-side functions on a CUDA-like device, proved on CPU (issue 25.2): each runs in-process under
+tests/device_audit.py (which fails any op CUDA refuses: a CPU/device mix, numpy() of a device tensor), with
+the lease's device from its context, and names the device it used. The numerics on a real GPU are the
+``gpu`` tests' (tests/gpu/)."""
+
+from __future__ import annotations
+
+import uuid
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from nimbus.algos.base import EnvSpaces
+from nimbus.algos.dqn import DQN, DQNConfig
+from nimbus.algos.ppo.algorithm import PPO
+from nimbus.algos.ppo.config import PPOConfig
+from nimbus.algos.sac import SAC, SACConfig
+from nimbus.data.buffer import Buffer
+from nimbus.data.codec import Message
+from nimbus.data.replay import Uniform
+from nimbus.data.store import ShmStore
+from nimbus.data.stores import STORE_HEADER
+from nimbus.functions.learner import LearnerRequest, learner_function
+from nimbus.functions.offpolicy_learner import OffPolicyLearnerRequest, offpolicy_learner_function
+from nimbus.functions.probe import ProbeRequest
+from nimbus.functions.weights import model_to_message, optim_key, weights_key
+from nimbus.runtime.base import FunctionContext
+from tests.algo_batches import host_batch
+from tests.device_audit import DeviceAudit
+
+PROBE = ProbeRequest(subset_size=32, max_iterations=4, tolerance=1e-3).to_header()
+
+
+def spaces_of(env_id: str) -> EnvSpaces:
+    env = gym.make(env_id)
+    return EnvSpaces(observation=env.observation_space, action=env.action_space)
+
+
+def leased_context(*, cache: dict | None = None) -> FunctionContext:
+    return FunctionContext(worker_id="w0", function="learner", invocation_id=uuid.uuid4().hex, attempt=1,
+                           cache={} if cache is None else cache, device="cpu:0")
+
+
+def _filled(*, algo, spaces: EnvSpaces) -> Buffer:
+    buffer = Buffer.create(spec=algo.buffer_spec(spaces=spaces), capacity_rows=64, max_actors=2)
+    rows = host_batch(algo=algo, spaces=spaces, seed=0)
+    if "obs" in rows:
+        rows["obs"] = rows["obs"][:, :spaces.observation.shape[0]]
+    buffer.ingest(invocation_id=uuid.uuid4().hex, actor_rank=0, policy_version=0, arrays=rows)
+    return buffer
+
+
+def _published_on_cpu(store: ShmStore, *, version: int) -> None:
+    for key in (weights_key(policy="main", version=version), optim_key(policy="main", version=version)):
+        for array in store.get(key=key).arrays.values():
+            assert isinstance(array, np.ndarray) and array.flags["C_CONTIGUOUS"]
+
+
+def test_the_ppo_learner_and_its_hessian_probe_mix_no_devices(store: ShmStore) -> None:
+    spaces = spaces_of("CartPole-v1")
+    algo = PPO(config=PPOConfig(num_epochs=2, minibatch_size=32))
+    store.put(key=weights_key(policy="main", version=0),
+              message=model_to_message(model=algo.make_model(spaces=spaces), version=0))
+    cache: dict = {}
+    with _filled(algo=algo, spaces=spaces) as buffer:
+        for version in (0, 1):   # the second one warm: its model was placed by the first
+            request = LearnerRequest(env_id="CartPole-v1", env_kwargs={}, algo=algo.config.model_dump(mode="json"),
+                                     policy="main", policy_version=version, has_optimizer_state=version > 0,
+                                     buffer=buffer.descriptor(), progress=0.0, seed=0, device="cuda",
+                                     torch_threads=1, probe=PROBE).to_message(indices=np.arange(64))
+            request.header[STORE_HEADER] = {"backend": "shm", "namespace": store.namespace}
+            with DeviceAudit():
+                result = learner_function(context=leased_context(cache=cache), request=request)
+            assert result.header["device"] == "cpu"   # the lease (cpu:0), not learner.device (cuda)
+            assert np.isfinite(result.header["extras"]["hessian_lambda_max"])
+            _published_on_cpu(store, version=version + 1)
+
+
+def _offpolicy(*, store: ShmStore, algo, env_id: str, td_errors: bool) -> Message:
+    spaces = spaces_of(env_id)
+    store.put(key=weights_key(policy="main", version=0),
+              message=model_to_message(model=algo.make_model(spaces=spaces), version=0))
+    with _filled(algo=algo, spaces=spaces) as buffer:
+        batch = Uniform(batch_rows=32, seed=0).sample(buffer=buffer)
+        request = OffPolicyLearnerRequest(
+            env_id=env_id, env_kwargs={}, algo=algo.config.model_dump(mode="json"), policy="main",
+            policy_version=0, has_optimizer_state=False, buffer=buffer.descriptor(), progress=0.5, seed=0,
+            device="cuda", torch_threads=1, return_td_errors=td_errors, probe=PROBE).to_batch_message(batch=batch)
+        request.header[STORE_HEADER] = {"backend": "shm", "namespace": store.namespace}
+        with DeviceAudit():
+            result = offpolicy_learner_function(context=leased_context(), request=request)
+    assert result.header["device"] == "cpu"
+    _published_on_cpu(store, version=1)
+    return result
+
+
+def test_the_dqn_learner_with_td_errors_mixes_no_devices(store: ShmStore) -> None:
+    algo = DQN(config=DQNConfig(hidden_sizes=(8,), batch_size=16, buffer_capacity=64, prioritized=True))
+    result = _offpolicy(store=store, algo=algo, env_id="CartPole-v1", td_errors=True)
+    assert result.arrays["td_errors"].shape == (32,)
+
+
+def test_the_sac_learner_mixes_no_devices(store: ShmStore) -> None:
+    algo = SAC(config=SACConfig(hidden_sizes=(8,), batch_size=16, buffer_capacity=64, learning_starts=0))
+    result = _offpolicy(store=store, algo=algo, env_id="Pendulum-v1", td_errors=False)
+    assert result.header["stats"]["num_gradient_steps"] == 2
