@@ -105,3 +105,46 @@ def test_the_sac_learner_mixes_no_devices(store: ShmStore) -> None:
     algo = SAC(config=SACConfig(hidden_sizes=(8,), batch_size=16, buffer_capacity=64, learning_starts=0))
     result = _offpolicy(store=store, algo=algo, env_id="Pendulum-v1", td_errors=False)
     assert result.header["stats"]["num_gradient_steps"] == 2
+
+
+def test_the_multi_agent_critic_and_policy_learners_mix_no_devices(store: ShmStore) -> None:
+    """MAPPO (centralised critic, ValueNorm) then the policy with its probe, on a leased device."""
+    from marl_harness import ctx
+    from test_ma_learner import MAPPO, request, round_zero
+    from nimbus.functions.ma_learner import critic_function, policy_function, postprocess_function
+
+    agents, _ = round_zero(store, algo=MAPPO, agent_policy=dict.fromkeys(["agent_0", "agent_1", "agent_2"],
+                                                                          "p_agent_0"))
+    req = request(store, algo=MAPPO, agents=agents, probe={"subset_size": 32, "max_iterations": 4, "tolerance": 1e-3})
+    postprocess_function(context=ctx("postprocess"), request=req)
+    for function in (critic_function, policy_function):
+        context = ctx(function.__name__)
+        context.device = "cpu:0"
+        with DeviceAudit():
+            header = function(context=context, request=req).header
+        assert header["device"] == "cpu"
+
+
+def test_the_multi_agent_value_learner_mixes_no_devices(store: ShmStore) -> None:
+    """VDN: the trained policy's nets, the other policy's fixed nets and the replay on the leased device, twice
+    (the second warm), with the probe."""
+    import test_ma_value_learner as harness
+    from nimbus.algos.marl.vdn import VDN, VDNConfig
+    from nimbus.functions.ma_value_learner import team_post_key, value_policy_function
+
+    algo = VDN(config=harness.small(VDNConfig, gradient_steps=3, batch_size=16))
+    harness.setup_policies(store=store, algo=algo, agent_policy=harness.OWN)
+    policies = harness.load_policies(store=store, algo=algo, agent_policy=harness.OWN, versions={"p_agent_0": 0,
+                                                                                                   "p_agent_1": 0})
+    harness.put_round(store=store, algo=algo, round=0, agent_policy=harness.OWN, rows=harness.game_rows(
+        policies=policies, algo=algo, num_envs=8, rng=np.random.default_rng(0)))
+    worker = leased_context()
+    for policy in ("p_agent_0", "p_agent_1"):
+        request = harness.learner_request(algo=algo, policy=policy, round=0, agent_policy=harness.OWN,
+                                          versions={"p_agent_0": 0, "p_agent_1": 0},
+                                          replay_keys=[team_post_key(round=0)],
+                                          probe={"subset_size": 16, "max_iterations": 4, "tolerance": 1e-3})
+        with DeviceAudit():
+            header = value_policy_function(context=worker, request=harness.with_store(request.to_message(),
+                                                                                      store)).header
+        assert header["device"] == "cpu" and header["gradient_steps_run"] == 3
