@@ -148,3 +148,29 @@ def test_the_multi_agent_value_learner_mixes_no_devices(store: ShmStore) -> None
             header = value_policy_function(context=worker, request=harness.with_store(request.to_message(),
                                                                                       store)).header
         assert header["device"] == "cpu" and header["gradient_steps_run"] == 3
+
+
+def test_the_stellaris_gradient_and_parameter_functions_mix_no_devices(store: ShmStore) -> None:
+    """PPO gradients with truncation by a peer (its model on the device too), then the parameter function."""
+    import test_stellaris_functions as harness
+
+    torch.manual_seed(0)
+    model = harness.algo().make_model(spaces=harness.spaces())
+    harness.publish(store, model=model, version=0)
+    harness.publish(store, model=model, version=5)   # a peer's version (truncation reads it)
+    harness.batch(store, model)
+    cache: dict = {}
+    for key in ("grad/main/0", "grad/main/1"):
+        with DeviceAudit():
+            header = learner_header(harness.gradient_learner_function, cache=cache,
+                                    request=harness.grad_request(store, version=0, key=key, peers=[5]))
+        assert header["device"] == "cpu" and not header["nonfinite"]
+    with DeviceAudit():
+        header = learner_header(harness.parameter_function, cache={}, request=harness.param_request(
+            store, version=0, keys=["grad/main/0", "grad/main/1"], scales=[1.0, 0.5]))
+    assert header["published"] and header["device"] == "cpu"
+    _published_on_cpu(store, version=1)
+
+
+def learner_header(function, *, cache: dict, request: Message) -> dict:
+    return function(context=leased_context(cache=cache), request=request).header
