@@ -62,7 +62,9 @@ def test_the_cuda_update_equals_the_cpu_update(name: str, monkeypatch: pytest.Mo
 
 
 def test_the_device_loader_stages_pinned_minibatches_on_the_gpu_in_order() -> None:
-    batch = {"obs": torch.arange(40.0).reshape(20, 2), "actions": torch.arange(20)}
+    """Host columns are pinned and copied without blocking; a column already on the GPU is only gathered."""
+    batch = {"obs": torch.arange(40.0).reshape(20, 2), "actions": torch.arange(20),
+             "on_gpu": torch.arange(20.0, device=CUDA)}
     order = torch.randperm(20, generator=torch.Generator().manual_seed(0))
     loader = DeviceLoader(batch=batch, index_batches=[order[i:i + 6] for i in range(0, 20, 6)], device=CUDA)
     seen = list(loader)
@@ -71,6 +73,7 @@ def test_the_device_loader_stages_pinned_minibatches_on_the_gpu_in_order() -> No
         assert minibatch["obs"].device.type == "cuda"
         assert torch.equal(minibatch["obs"].cpu(), batch["obs"][rows])
         assert torch.equal(minibatch["actions"].cpu(), batch["actions"][rows])
+        assert torch.equal(minibatch["on_gpu"].cpu(), batch["on_gpu"].cpu()[rows])
 
 
 def test_a_lease_leaves_the_gpu_as_it_found_it(store) -> None:
