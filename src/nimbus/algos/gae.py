@@ -38,7 +38,7 @@ def compute_gae(
     deltas = rewards.to(f64) + gamma * next_values.to(f64) * not_terminal - values.to(f64)
     decay = gamma * gae_lambda * (1.0 - cut.to(f64))
     advantages = _reverse_discounted_sum(deltas=deltas.tolist(), decay=decay.tolist())
-    advantages_t = torch.tensor(advantages, dtype=f64)
+    advantages_t = torch.tensor(advantages, dtype=f64, device=values.device)  # the scan ran on the host
     returns = advantages_t + values.to(f64)
     return advantages_t.to(values.dtype), returns.to(values.dtype)
 

@@ -33,6 +33,8 @@ class DevicesConfig(ConfigSection):
     """the pool's devices: every visible CUDA device (cuda), cpu_slots CPU slots (cpu), cuda if any else cpu (auto)"""
     cpu_slots: int = Field(default=1, ge=1)
     """learner slots when the pool runs over CPUs: at most this many learner-side functions run at once"""
+    learners_per_device: int = Field(default=1, ge=1)
+    """learner-side functions that share one GPU at once (Stellaris runs 4); CPU slots are cpu_slots"""
     kinds: tuple[str, ...] = LEARNER_SIDE_KINDS
     """FunctionSpec kinds that lease a device (local runtime only)"""
 

@@ -71,6 +71,7 @@ class LedgerRecord:
     lease_start_at: float | None = None  # when the lease began (placement) and ended (the attempt's end)
     lease_end_at: float | None = None
     provisioned: bool = False   # ran on (or, outcome "prewarm" and not cold: is the time of) a provisioned worker
+    device_peak_bytes: int | None = None  # the lease's peak CUDA memory (max_memory_allocated); None off CUDA
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -149,7 +150,8 @@ def totals_of(*, records: Iterable[LedgerRecord]) -> LedgerTotals:
 def attempt_record(*, spec: FunctionSpec, invocation_id: str, attempt: int, worker_id: str, cold: bool,
                    init_s: float, queued_at: float, start_at: float, end_at: float, outcome: str,
                    error_type: str | None, device: str = "", lease_start_at: float | None = None,
-                   lease_end_at: float | None = None, provisioned: bool = False) -> LedgerRecord:
+                   lease_end_at: float | None = None, provisioned: bool = False,
+                   device_peak_bytes: int | None = None) -> LedgerRecord:
     """The record of one attempt of ``spec``, billed by the rule of this module's docstring (``device`` and the
     lease times: the device pool's lease this attempt held, runtime/devices.py)."""
     duration = max(0.0, end_at - start_at)
@@ -161,7 +163,8 @@ def attempt_record(*, spec: FunctionSpec, invocation_id: str, attempt: int, work
                         end_at=end_at, duration_s=duration, billed_s=billed, cpus=spec.resources.cpus,
                         gpus=spec.resources.gpus, memory_mb=spec.resources.memory_mb, outcome=outcome,
                         error_type=error_type, workload=spec.workload, device=device,
-                        lease_start_at=lease_start_at, lease_end_at=lease_end_at, provisioned=provisioned)
+                        lease_start_at=lease_start_at, lease_end_at=lease_end_at, provisioned=provisioned,
+                        device_peak_bytes=device_peak_bytes)
 
 
 def provisioned_record(*, spec: FunctionSpec, worker_id: str, requested_at: float, start_at: float,

@@ -34,6 +34,7 @@ from nimbus.data.stores import function_store
 from nimbus.envs.make import make_env
 from nimbus.functions.gradient_algos import GradientAlgo, gradient_algo_for
 from nimbus.functions.learner import resolve_device
+from nimbus.runtime.devices import place
 from nimbus.functions.weights import load_model, weights_key
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.faults import fault_point
@@ -98,6 +99,7 @@ def gradient_learner_function(*, context: FunctionContext, request: Message) -> 
         fault_point(name="gradient.published")
     return Message(header={"grad_key": req.grad_key, "read_version": req.policy_version, "stats": out.stats,
                            "nonfinite": not finite, "compute_s": time.perf_counter() - started,
+                           "device": str(state["device"]),
                            "rows": int(minibatch[gradient_algo.behaviour_key].numel())})
 
 
@@ -112,8 +114,9 @@ def _state(*, context: FunctionContext, req: GradientRequest) -> dict[str, Any]:
         env.close()
         cache.clear()
         cache.update(gradient_algo=req.algo, gradient_env=(req.env_id, list(req.env_wrappers)),
-                     algo=make_algorithm(config=config), spaces=spaces, device=resolve_device(requested=req.device),
-                     models={}, batch=None)
+                     algo=make_algorithm(config=config), spaces=spaces, models={}, batch=None)
+    cache["device"] = resolve_device(requested=req.device, leased=context.device)
+    place(cache=cache, device=cache["device"])  # the warm models left the device at the last lease's end
     return cache
 
 

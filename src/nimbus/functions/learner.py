@@ -34,6 +34,7 @@ from nimbus.data.store import Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.make import make_env
 from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.devices import place, torch_device
 from nimbus.runtime.faults import armed, fault_point
 from nimbus.functions.actor import derive_seed
 from nimbus.functions.probe import ProbeRequest, probe_policy
@@ -77,10 +78,10 @@ def init_worker() -> None:
     import torch._dynamo  # noqa: F401
 
 
-def resolve_device(*, requested: str) -> torch.device:
-    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda")
-    return torch.device("cpu")
+def resolve_device(*, requested: str, leased: str | None = None) -> torch.device:
+    """The device the update runs on: the device pool's lease (``FunctionContext.device``) when there is one,
+    else ``learner.device`` (runtime/devices.py ``torch_device``)."""
+    return torch_device(leased=leased, requested=requested)
 
 
 def learner_function(*, context: FunctionContext, request: Message) -> Message:
@@ -114,7 +115,7 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
               "transfer_s": transfer_s, "learning_s": time.perf_counter() - started - transfer_s,
-              "compute_s": compute_s,
+              "compute_s": compute_s, "device": str(state["device"]),
               "rows": int(len(request.arrays["indices"]))}
     return Message(header=header)
 
@@ -146,11 +147,12 @@ def _learner_state(*, context: FunctionContext, req: LearnerRequest, store: Stor
         spaces = EnvSpaces(observation=probe.observation_space, action=probe.action_space)
         probe.close()
         algo = make_algorithm(config=config)
-        device = resolve_device(requested=req.device)
-        model = algo.make_model(spaces=spaces).to(device)
+        model = algo.make_model(spaces=spaces)
         cache.clear()
-        cache.update(algo_config=req.algo, env_id=(req.env_id, list(req.env_wrappers)), algo=algo, model=model, device=device, spaces=spaces,
-                     optimizer=algo.make_optimizer(model=model), version=None, store=store, buffers={})
+        cache.update(algo_config=req.algo, env_id=(req.env_id, list(req.env_wrappers)), algo=algo, model=model,
+                     spaces=spaces, optimizer=algo.make_optimizer(model=model), version=None, store=store, buffers={})
+    cache["device"] = resolve_device(requested=req.device, leased=context.device)
+    place(cache=cache, device=cache["device"])  # a warm model left the device at its last lease's end
     if cache["version"] != (req.policy, req.policy_version):  # several policies share learner workers
         store: Store = cache["store"]
         extras = load_model(model=cache["model"], message=store.get(key=weights_key(policy=req.policy,

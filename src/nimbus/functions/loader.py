@@ -81,7 +81,9 @@ class DeviceLoader:
         if stream is None:
             return {key: value.to(self.device) for key, value in gathered.items()}, None
         with torch.cuda.stream(stream):
-            staged = {key: value.pin_memory().to(self.device, non_blocking=True) for key, value in gathered.items()}
+            # a host column is pinned, then copied without blocking; one already on the GPU is only gathered
+            staged = {key: value if value.is_cuda else value.pin_memory().to(self.device, non_blocking=True)
+                      for key, value in gathered.items()}
             ready = torch.cuda.Event()
             ready.record(stream)
         return staged, ready

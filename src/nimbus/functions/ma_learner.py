@@ -50,6 +50,7 @@ from nimbus.functions.probe import ProbeRequest, probe_policy
 from nimbus.functions.weights import load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message, \
     weights_key
 from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.devices import PLACED_KEY, place, torch_device
 from nimbus.runtime.faults import fault_point
 
 DEFAULT_PROBE = ProbeRequest(subset_size=256, max_iterations=30, tolerance=1e-3)
@@ -109,16 +110,17 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
     load_critic(critic=critic, optimizer=optimizer,
                 message=store.get(key=f"critic/{req.policy}/{req.critic_version}"))
     batch = store.get(key=req.batch_key).arrays
-    inputs, next_inputs = _critic_inputs(algo=algo, store=store, req=req, batch=batch)
+    device = state["device"]
+    inputs, next_inputs = _critic_inputs(algo=algo, store=store, req=req, batch=batch, device=device)
     with torch.no_grad():
         values, next_values = critic.values(inputs), critic.values(next_inputs)
+    rows = {name: torch.as_tensor(np.array(batch[name]), device=device) for name in ("terminated", "cut")}
     advantages, returns = compute_gae(
-        rewards=torch.as_tensor(np.array(batch["rewards"], np.float32)), values=values, next_values=next_values,
-        terminated=torch.as_tensor(np.array(batch["terminated"])), cut=torch.as_tensor(np.array(batch["cut"])),
-        gamma=algo.config.gamma, gae_lambda=algo.config.gae_lambda)
+        rewards=torch.as_tensor(np.array(batch["rewards"], np.float32), device=device), values=values,
+        next_values=next_values, **rows, gamma=algo.config.gamma, gae_lambda=algo.config.gae_lambda)
     store.put(key=req.key(prefix="adv"), writer=context.invocation_id,
-              message=Message(header={"round": req.round}, arrays={"advantages": advantages.numpy(),
-                                                                    "returns": returns.numpy()}))
+              message=Message(header={"round": req.round}, arrays={"advantages": advantages.cpu().numpy(),
+                                                                    "returns": returns.cpu().numpy()}))
     if algo.config.value_norm:
         critic.return_norm.update(returns)
     fit = _fit_critic(algo=algo, critic=critic, optimizer=optimizer, inputs=inputs, req=req,
@@ -128,7 +130,7 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
               message=critic_to_message(critic=critic, optimizer=optimizer, version=new_version))
     return Message(header={"critic_version": new_version, "value_loss": fit,
                            "explained_variance": explained_variance(values=values, returns=returns),
-                           "adv_key": req.key(prefix="adv"), "rows": int(len(returns)),
+                           "adv_key": req.key(prefix="adv"), "rows": int(len(returns)), "device": str(device),
                            "critic_s": time.perf_counter() - started})
 
 
@@ -139,7 +141,7 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
     store: Store = function_store(header=request.header)
     algo, model = state["algo"], state["policy"]
     optimizer = _load_policy(store=store, req=req, algo=algo, model=model)
-    batch = _policy_batch(store=store, req=req)
+    batch = _policy_batch(store=store, req=req, device=state["device"])
     stats = _fit_policy(algo=algo, model=model, optimizer=optimizer, batch=batch, req=req)
     new_version = req.weights_version + 1
     put_all(store=store, writer=context.invocation_id, items={
@@ -150,7 +152,8 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     convexity = extras.get(HESSIAN_RATIO_KEY, math.nan)
     return Message(header={"policy_version": new_version, **stats, "convexity": convexity, "extras": extras,
-                           "rows": int(batch["obs"].shape[0]), "policy_s": time.perf_counter() - started})
+                           "rows": int(batch["obs"].shape[0]), "policy_s": time.perf_counter() - started,
+                           "device": str(state["device"])})
 
 
 def _state(*, context: FunctionContext, req: MarlLearnerRequest) -> dict[str, Any]:
@@ -178,16 +181,17 @@ def _state(*, context: FunctionContext, req: MarlLearnerRequest) -> dict[str, An
                            "critic": algo.make_critic(spaces=spaces[agent], state_dim=cache["state_dim"],
                                                       num_agents=len(req.all_agents))
                            if hasattr(algo, "make_critic") else None}
-    return {"algo": cache["algo"], **nets[signature]}
+        cache.pop(PLACED_KEY, None)  # the new nets are on the CPU
+    device = torch_device(leased=context.device, requested="cpu")  # the lease's device; the CPU without a pool
+    place(cache=cache, device=device)  # the warm nets left the device at the last lease's end
+    return {"algo": cache["algo"], "device": device, **nets[signature]}
 
 
-def _critic_inputs(*, algo: Any, store: Store, req: MarlLearnerRequest,
-                   batch: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-    if algo.centralised:
-        post = store.get(key=req.key(prefix="post")).arrays
-        return torch.as_tensor(np.array(post["critic_obs"])), torch.as_tensor(np.array(post["next_critic_obs"]))
-    return (torch.as_tensor(np.array(batch["obs"], np.float32)),
-            torch.as_tensor(np.array(batch["next_obs"], np.float32)))
+def _critic_inputs(*, algo: Any, store: Store, req: MarlLearnerRequest, batch: dict[str, np.ndarray],
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    arrays, names = (store.get(key=req.key(prefix="post")).arrays, ("critic_obs", "next_critic_obs")) \
+        if algo.centralised else (batch, ("obs", "next_obs"))
+    return tuple(torch.as_tensor(np.array(arrays[name], np.float32), device=device) for name in names)
 
 
 def _minibatches(*, rows: int, num_minibatches: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -225,14 +229,13 @@ def _load_policy(*, store: Store, req: MarlLearnerRequest, algo: Any, model: nn.
     return optimizer
 
 
-def _policy_batch(*, store: Store, req: MarlLearnerRequest) -> dict[str, torch.Tensor]:
+def _policy_batch(*, store: Store, req: MarlLearnerRequest, device: torch.device) -> dict[str, torch.Tensor]:
     batch = store.get(key=req.batch_key).arrays
     adv = store.get(key=req.key(prefix="adv")).arrays
-    return {"obs": torch.as_tensor(np.array(batch["obs"], np.float32)),
-            "actions": torch.as_tensor(np.array(batch["actions"])),
-            "logp": torch.as_tensor(np.array(batch["logp"], np.float32)),
-            "rewards": torch.as_tensor(np.array(batch["rewards"], np.float32)),
-            "advantages": torch.as_tensor(np.array(adv["advantages"]))}
+    arrays = {"obs": np.array(batch["obs"], np.float32), "actions": np.array(batch["actions"]),
+              "logp": np.array(batch["logp"], np.float32), "rewards": np.array(batch["rewards"], np.float32),
+              "advantages": np.array(adv["advantages"])}
+    return {name: torch.as_tensor(value, device=device) for name, value in arrays.items()}
 
 
 def _fit_policy(*, algo: Any, model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],

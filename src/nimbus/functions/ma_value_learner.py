@@ -72,6 +72,7 @@ from nimbus.functions.probe import ProbeRequest, probe_policy
 from nimbus.functions.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
                                       weights_key)
 from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.devices import place, torch_device
 
 VALUE_HEADER = "value_learner"
 POSTPROCESS_HEADER = "vdn_postprocess"
@@ -192,12 +193,15 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
     config = algo.config
     version = req.policy_versions[req.policy]
     spaces = spaces_from_header(req.spaces[req.policy])
+    device = torch_device(leased=context.device, requested="cpu")  # the lease's device; the CPU without a pool
+    place(cache=context.cache, device=device)  # the warm replay and fixed nets left it at the last lease's end
     online, target, grad_steps = _own_networks(store=store, algo=algo, spaces=spaces, policy=req.policy,
-                                               version=version)
+                                               version=version, device=device)
     optimizer = algo.make_optimizer(model=online)
     _load_optimizer_if_any(store=store, optimizer=optimizer, key=optim_key(policy=req.policy, version=version))
-    replay = _replay(context=context, store=store, keys=req.replay_keys, capacity=config.replay_capacity)
-    objective = _objective(context=context, store=store, algo=algo, req=req, online=online, target=target)
+    replay = _replay(context=context, store=store, keys=req.replay_keys, capacity=config.replay_capacity,
+                     device=device)
+    objective = _objective(context=context, store=store, algo=algo, req=req, target=target, device=device)
     generator = torch.Generator().manual_seed(derive_seed(req.seed, zlib.crc32(req.policy.encode()), version,
                                                           req.round))
     stats = _train(online=online, target=target, optimizer=optimizer, objective=objective, replay=replay,
@@ -216,7 +220,7 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
     return Message(header={"policy": req.policy, "policy_version": new_version, **stats,
                            "epsilon": float(online.epsilon), "replay_rows": _rows(replay),
                            "convexity": float(extras.get(HESSIAN_RATIO_KEY, math.nan)), "extras": extras,
-                           "policy_s": time.perf_counter() - started})
+                           "policy_s": time.perf_counter() - started, "device": str(device)})
 
 
 # --- helpers ---
@@ -238,11 +242,12 @@ def _algo(*, context: FunctionContext, config: dict[str, Any], store: Store) -> 
     return context.cache["value_algo"]
 
 
-def _own_networks(*, store: Store, algo: ValueAlgorithm, spaces: EnvSpaces, policy: str,
-                  version: int) -> tuple[QPolicy, QPolicy, int]:
-    """(online, target, grad_steps) of ``policy`` at ``version``, fresh modules (the update mutates them)."""
+def _own_networks(*, store: Store, algo: ValueAlgorithm, spaces: EnvSpaces, policy: str, version: int,
+                  device: torch.device) -> tuple[QPolicy, QPolicy, int]:
+    """(online, target, grad_steps) of ``policy`` at ``version``, fresh modules on ``device`` (the update mutates
+    them)."""
     message = store.get(key=weights_key(policy=policy, version=version))
-    online = algo.make_policy(spaces=spaces)
+    online = algo.make_policy(spaces=spaces).to(device)
     load_model(model=online, message=message)
     target = copy.deepcopy(online).requires_grad_(False)
     try:
@@ -253,11 +258,12 @@ def _own_networks(*, store: Store, algo: ValueAlgorithm, spaces: EnvSpaces, poli
 
 
 def _fixed_networks(*, context: FunctionContext, store: Store, algo: ValueAlgorithm, spaces: EnvSpaces,
-                    policy: str, version: int) -> tuple[QPolicy, QPolicy]:
+                    policy: str, version: int, device: torch.device) -> tuple[QPolicy, QPolicy]:
     """Another policy's (online, target) at ``version``, read-only; cached per warm worker (keys are immutable)."""
     cache: dict[tuple[str, int], tuple[QPolicy, QPolicy]] = context.cache["value_fixed"]
     if (policy, version) not in cache:
-        online, target, _ = _own_networks(store=store, algo=algo, spaces=spaces, policy=policy, version=version)
+        online, target, _ = _own_networks(store=store, algo=algo, spaces=spaces, policy=policy, version=version,
+                                          device=device)
         if len(cache) > 64:   # older versions are never read again
             cache.clear()
         cache[(policy, version)] = (online.requires_grad_(False), target)
@@ -271,7 +277,8 @@ def _load_optimizer_if_any(*, store: Store, optimizer: torch.optim.Optimizer, ke
         pass   # version 0 (or a policy copied by sharing): a fresh Adam
 
 
-def _replay(*, context: FunctionContext, store: Store, keys: Sequence[str], capacity: int) -> dict[str, torch.Tensor]:
+def _replay(*, context: FunctionContext, store: Store, keys: Sequence[str], capacity: int,
+            device: torch.device) -> dict[str, torch.Tensor]:
     """The replay: the values under ``keys`` concatenated in order, the newest ``capacity`` rows kept."""
     if context.cache.get("value_replay_keys") != list(keys):
         held: dict[str, dict[str, np.ndarray]] = context.cache.get("value_replay_parts", {})
@@ -279,7 +286,8 @@ def _replay(*, context: FunctionContext, store: Store, keys: Sequence[str], capa
                                                      store.get(key=key).arrays.items()} for key in keys}
         joined = join_replay(parts=[parts[key] for key in keys], capacity=capacity)
         context.cache.update(value_replay_keys=list(keys), value_replay_parts=parts,
-                             value_replay={name: torch.as_tensor(value) for name, value in joined.items()})
+                             value_replay={name: torch.as_tensor(value, device=device)
+                                           for name, value in joined.items()})
     return context.cache["value_replay"]
 
 
@@ -342,7 +350,7 @@ class _Objective:
 
 
 def _objective(*, context: FunctionContext, store: Store, algo: ValueAlgorithm, req: ValueLearnerRequest,
-               online: QPolicy, target: QPolicy) -> _Objective:
+               target: QPolicy, device: torch.device) -> _Objective:
     if algo.name == "iql":
         return _Objective(kind="iql", config=algo.config, target=target)
     team: list[tuple[str, QPolicy | None, QPolicy]] = []
@@ -353,7 +361,7 @@ def _objective(*, context: FunctionContext, store: Store, algo: ValueAlgorithm, 
         else:
             fixed_online, fixed_target = _fixed_networks(
                 context=context, store=store, algo=algo, spaces=spaces_from_header(req.spaces[policy]),
-                policy=policy, version=req.policy_versions[policy])
+                policy=policy, version=req.policy_versions[policy], device=device)
             team.append((agent, fixed_online, fixed_target))
     return _Objective(kind="vdn", config=algo.config, target=target, team=team)
 

@@ -79,6 +79,7 @@ def offpolicy_learner_function(*, context: FunctionContext, request: Message) ->
     header = {"policy_version": new_version, "stats": stats, "nonfinite": nonfinite, "transfer_s": transfer_s,
               "extras": extras,
               "learning_s": time.perf_counter() - started - transfer_s, "compute_s": compute_s,
+              "device": str(state["device"]),
               "rows": int(kept.sum()), "stale_rows": int((~kept).sum())}
     arrays = {"kept": kept} if req.return_td_errors else {}
     if td_errors is not None and not nonfinite:

@@ -85,7 +85,8 @@ def parameter_function(*, context: FunctionContext, request: Message) -> Message
     state["models"]["param"] = ((model_req.policy, new_version), model)
     state["param_optimizer"] = ((model_req.policy, new_version), optimizer)
     return Message(header={"published": True, "policy_version": new_version, "refused": refused,
-                           "applied": len(gradients), "parameter_s": time.perf_counter() - started})
+                           "applied": len(gradients), "parameter_s": time.perf_counter() - started,
+                           "device": str(state["device"])})
 
 
 def _usable_gradients(*, store: Store, model: nn.Module, keys: Sequence[str],

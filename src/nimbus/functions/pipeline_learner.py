@@ -15,6 +15,7 @@ while the driver is mid-ingest is simply retried.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator
@@ -107,7 +108,9 @@ def pipelined_learner_function(*, context: FunctionContext, request: Message) ->
     req = LearnerRequest.from_message(request)
     stream = StreamRequest(**request.header[PIPELINE_KEY])
     started = time.perf_counter()
-    state = _learner_state(context=context, req=req, store=function_store(header=request.header))
+    # the CPU whatever the lease: the stream's stages are CPU-bound; the lease still serialises learners
+    state = _learner_state(context=dataclasses.replace(context, device="cpu"), req=req,
+                           store=function_store(header=request.header))
     model, optimizer = state["model"], state["optimizer"]
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("the pipelined learner runs on the CPU; use learner.device: cpu (or pipeline off)")

@@ -82,7 +82,7 @@ def bill(*, ledger: Ledger, tally: Tally, worker: Any, attempt: Attempt | None, 
         queued_at=attempt.invocation.queued_at if attempt else worker.requested_at,
         start_at=start_at, end_at=end_at, outcome=outcome, error_type=error_type,
         device=lease.device if lease else "", lease_start_at=lease.start_at if lease else None,
-        lease_end_at=lease.end_at if lease else None,
+        lease_end_at=lease.end_at if lease else None, device_peak_bytes=lease.peak_bytes if lease else None,
         provisioned=bool(getattr(worker, "prewarm", False)))   # a pre-warmed or pre-registered worker (ledger.py)
     ledger.append(record=record)
     tally.add(record=record)

@@ -297,6 +297,8 @@ class LocalRuntime(AttemptEndings):
                     self._pool.heard_from(worker, heartbeat_s=attempt.invocation.spec.heartbeat_s)
                 return  # a beat changes no schedule
             elif tag.get("op") == "result" and self._current(worker, tag):
+                if attempt.lease is not None:
+                    attempt.lease.peak_bytes = tag.get("device_peak_bytes")
                 actions = self._end_attempt(worker, outcome=tag["outcome"], start_at=float(tag["start_at"]),
                                             end_at=float(tag["end_at"]), retire=False, error=tag.get("error"),
                                             message=envelope.message)

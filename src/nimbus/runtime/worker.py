@@ -46,6 +46,7 @@ from nimbus.data.codec import Message, encoded_size
 from nimbus.data.shm import PREFIX_ENV
 from nimbus.errors import CodecError
 from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.devices import lease_ended, lease_started
 from nimbus.runtime.transport import recv_frame
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,24 @@ def _invoke(*, fn: Callable[..., Message], context: FunctionContext, request: Me
                     "start_at": start_at, "end_at": time.time(), "outcome": outcome, "error": error}
 
 
+def _lease_started(*, device: str | None) -> None:
+    try:
+        lease_started(device=device)
+    except Exception:  # noqa: BLE001 - the function then fails on the device itself, with its own error
+        log.exception("could not reset the peak memory of %s", device)
+
+
+def _lease_ended(*, device: str | None, cache: dict[str, Any]) -> int | None:
+    """The lease's peak device memory; the function's models leave the device (runtime/devices.py). A failure
+    to offload drops the warm cache (its next invocation rebuilds it) rather than keep the device."""
+    try:
+        return lease_ended(device=device, cache=cache)
+    except Exception:  # noqa: BLE001 - the device must be left whatever the function left behind
+        log.exception("could not move the warm cache off %s; dropping it", device)
+        cache.clear()
+        return None
+
+
 def serve(*, sock: socket.socket, outbox: Outbox, fn: Callable[..., Message], worker_id: str,
           function: str, driver_prefix: str) -> int:
     """Answer invocations until EOF (0) or a bad frame (2)."""
@@ -188,7 +207,9 @@ def serve(*, sock: socket.socket, outbox: Outbox, fn: Callable[..., Message], wo
         context = FunctionContext(worker_id=worker_id, function=function, invocation_id=str(tag["invocation_id"]),
                                   attempt=int(tag["attempt"]), cache=cache, device=tag.get("device"))
         _forward_beats(outbox=outbox, tag=tag)
+        _lease_started(device=context.device)
         result, report = _invoke(fn=fn, context=context, request=envelope.message)
+        report["device_peak_bytes"] = _lease_ended(device=context.device, cache=cache)
         liveness.install(send=None)
         report["first"] = first
         first = False

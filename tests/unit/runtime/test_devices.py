@@ -5,11 +5,13 @@ from __future__ import annotations
 
 
 import pytest
+import torch
 
 from nimbus.config.devices import DevicesConfig
 from nimbus.data.codec import Message
 from nimbus.runtime.base import FunctionSpec, Resources
-from nimbus.runtime.devices import DevicePool, device_pool, pool_devices
+from nimbus.runtime.devices import (PLACED_KEY, DevicePool, device_pool, lease_ended, place, pool_devices,
+                                    torch_device)
 
 LEARNER = FunctionSpec(name="learner", entrypoint="nimbus.runtime.builtin:sleep", kind="learner", timeout_s=20.0,
                        resources=Resources(cpus=1))
@@ -81,3 +83,70 @@ def test_a_failed_attempt_gives_its_device_back(make_runtime) -> None:
     assert ok.header["device"] == "cpu:0" and pool.free() == 1
     failed = next(r for r in ledger.records() if r.function == "bad")
     assert failed.outcome == "error" and failed.device == "cpu:0" and failed.lease_end_at is not None
+
+
+# ---- a lease places work (issue 25.3) ------------------------------------------------------------------
+
+
+def test_several_learners_share_one_gpu_by_a_config_line() -> None:
+    assert pool_devices(kind="auto", cpu_slots=1, cuda_count=2, learners_per_device=2) == \
+        ("cuda:0", "cuda:0", "cuda:1", "cuda:1")
+    config = DevicesConfig(pool="on_demand", kind="cpu", cpu_slots=3, learners_per_device=4)
+    assert device_pool(config=config).devices == ("cpu:0", "cpu:1", "cpu:2")  # CPU slots are cpu_slots
+    pool = DevicePool(devices=("cuda:0", "cuda:0"), kinds=frozenset({"learner"}))
+    spec = LEARNER
+    first = pool.acquire(spec=spec, invocation_id="a", now=0.0)
+    second = pool.acquire(spec=spec, invocation_id="b", now=0.0)
+    assert (first.device, second.device) == ("cuda:0", "cuda:0")
+    assert pool.acquire(spec=spec, invocation_id="c", now=0.0) is None
+    pool.release(lease=first, now=1.0)
+    assert pool.free() == 1 and pool.held() == [second]
+
+
+def test_the_lease_decides_the_device_and_learner_device_only_without_one() -> None:
+    assert torch_device(leased="cpu:3", requested="cuda") == torch.device("cpu")
+    assert torch_device(leased="cuda:1", requested="cpu") == torch.device("cuda:1")
+    assert torch_device(leased=None, requested="cpu") == torch.device("cpu")
+    assert torch_device(leased=None, requested="auto") == \
+        torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_place_moves_models_optimizer_state_and_cached_tensors_but_not_adams_step() -> None:
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    cache = {"model": model, "optimizer": optimizer, "models": {"peer": (("p", 1), torch.nn.Linear(2, 2))},
+             "batch": ("key", {"obs": torch.ones(4)}), "rows": [torch.zeros(2)], "name": "x"}
+    meta = torch.device("meta")  # a device other than the CPU that every torch build has
+    assert place(cache=cache, device=meta)
+    assert {p.device for p in model.parameters()} == {meta}
+    assert cache["models"]["peer"][1].weight.device == meta
+    assert cache["batch"][1]["obs"].device == meta and cache["rows"][0].device == meta
+    for state in optimizer.state.values():
+        assert state["exp_avg"].device == meta and state["exp_avg_sq"].device == meta
+        assert state["step"].device.type == "cpu"  # torch keeps a non-capturable Adam's step on the CPU
+    assert not place(cache=cache, device=meta)  # already there: nothing moves
+
+
+class _Recording(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.moved_to: list[torch.device] = []
+
+    def to(self, device: torch.device) -> "_Recording":  # type: ignore[override]
+        self.moved_to.append(device)
+        return self
+
+
+def test_a_cuda_lease_ends_with_the_models_off_the_device_and_its_peak_memory(monkeypatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: calls.append(f"peak {device}") or 4096)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty"))
+    model = _Recording()
+    cache = {"model": model, PLACED_KEY: "cuda:0"}
+    assert lease_ended(device="cuda:0", cache=cache) == 4096
+    assert model.moved_to == [torch.device("cpu")] and cache[PLACED_KEY] == "cpu"
+    assert calls == ["peak cuda:0", "empty"]
+    assert lease_ended(device="cpu:0", cache=cache) is None and model.moved_to == [torch.device("cpu")]
+    assert lease_ended(device=None, cache=cache) is None

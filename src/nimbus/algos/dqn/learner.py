@@ -72,5 +72,5 @@ def dqn_update(*, model: DQNModel, optimizer: torch.optim.Optimizer, batch: dict
     means = {k: v / max(steps, 1) for k, v in totals.items()}
     stats = DQNUpdateStats(**means, num_gradient_steps=steps, total_gradient_steps=int(model.num_grad_steps),
                            num_target_updates=target_updates)
-    errors = torch.cat(td_errors).float().numpy() if td_errors else np.zeros(0, np.float32)
+    errors = torch.cat(td_errors).float().cpu().numpy() if td_errors else np.zeros(0, np.float32)
     return DQNUpdate(stats=stats, td_errors=errors)

@@ -160,7 +160,7 @@ def iql_targets(*, rewards: torch.Tensor, terminated: torch.Tensor, q_next_onlin
 
 def next_values(*, q_next_online: torch.Tensor, q_next_target: torch.Tensor, double_q: bool) -> torch.Tensor:
     """Q̄(o', a*) per row [B] (a* as in ``iql_targets``), no grad."""
-    zeros = torch.zeros(q_next_target.shape[0])
+    zeros = torch.zeros(q_next_target.shape[0], device=q_next_target.device)
     return double_q_target(q_next_online=q_next_online, q_next_target=q_next_target, returns_n=zeros,
                            discount_n=torch.ones_like(zeros), double_q=double_q)
 
