@@ -96,11 +96,11 @@ def test_wrappers_apply_in_order_outermost_last() -> None:
     assert obs.dtype == np.float32
 
 
-def test_readme_example_blocks_are_the_example_files() -> None:
-    """The README shows examples/corridor.py and corridor.yaml verbatim (and test_cli trains that config)."""
-    readme = (EXAMPLES.parent / "README.md").read_text()
+def test_guide_example_blocks_are_the_example_files() -> None:
+    """docs/guide.md shows examples/corridor.py and corridor.yaml verbatim (and test_cli trains that config)."""
+    guide = (EXAMPLES.parent / "docs" / "guide.md").read_text()
     for name in ("corridor.py", "corridor.yaml"):
         marker = f"<!-- example:examples/{name} -->\n```{'python' if name.endswith('.py') else 'yaml'}\n"
-        start = readme.index(marker) + len(marker)
-        assert readme[start:readme.index("```", start)] == (EXAMPLES / name).read_text(), name
+        start = guide.index(marker) + len(marker)
+        assert guide[start:guide.index("```", start)] == (EXAMPLES / name).read_text(), name
     assert len((EXAMPLES / "corridor.py").read_text().splitlines()) <= 25
