@@ -6,16 +6,19 @@ Exit codes: 0 success (also after SIGINT with a final checkpoint), 1 run failure
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from nimbus.errors import ConfigError, NimbusError
 from nimbus.train.rundir import RunDirError
 
 console = Console(stderr=True)
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)   # a full disk or quota, wherever the run writes
 
 
 def _start_fork_server_early(*, paths: list[Path], overrides: list[str]) -> None:
@@ -259,10 +262,17 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ConfigError as exc:
         label = "run directory" if isinstance(exc, RunDirError) else "config error"
-        console.print(f"[bold red]{label}[/]: {exc}", highlight=False)
+        console.print(f"[bold red]{label}[/]: {escape(str(exc))}", highlight=False)
         return 2
     except NimbusError as exc:
-        console.print(f"[bold red]run failed[/]: {exc}", highlight=False)
+        console.print(f"[bold red]run failed[/]: {escape(str(exc))}", highlight=False)
+        return 1
+    except OSError as exc:
+        if exc.errno not in DISK_FULL_ERRNOS:
+            raise
+        console.print(f"[bold red]disk full[/]: {escape(str(exc))}. The run stopped; its checkpoints that were "
+                      "written are kept (a save cut short leaves none half-written). Free space, then continue "
+                      "with `nimbus train --resume RUN_DIR`.", highlight=False)
         return 1
 
 
