@@ -36,7 +36,7 @@ import numpy as np
 
 from nimbus.data.codec import Message, decode, encode
 from nimbus.runtime.base import FunctionContext
-from nimbus.runtime.worker import _invoke, _limit_torch_threads, _load, error_report
+from nimbus.runtime.worker import _limit_torch_threads, error_report, invoke_function, load_entrypoint
 
 log = logging.getLogger(__name__)
 REPORT_KEY = "_nimbus_report"
@@ -62,7 +62,7 @@ class FunctionWorker:
         self._compress_min_bytes = compress_min_bytes
         self._cache: dict[str, Any] = {}
         try:
-            self._fn, self._error = _load(entrypoint), None
+            self._fn, self._error = load_entrypoint(entrypoint), None
         except Exception as exc:  # noqa: BLE001 - reported by ready(); the driver bills and retries
             self._fn, self._error = None, error_report(exc)
         self._init_s = max(0.0, time.time() - requested_at)
@@ -84,7 +84,7 @@ class FunctionWorker:
             result, report = Message(), {"outcome": "error", "error": self._error,
                                          "start_at": time.time(), "end_at": time.time()}
         else:
-            result, report = _invoke(fn=self._fn, context=context, request=read_frame(request))
+            result, report = invoke_function(fn=self._fn, context=context, request=read_frame(request))
             _limit_torch_threads()
         header = {REPORT_KEY: report, "body": result.header}
         return to_frame(Message(header=header, arrays=result.arrays), compress_min_bytes=self._compress_min_bytes)
