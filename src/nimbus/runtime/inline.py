@@ -51,7 +51,7 @@ from nimbus import liveness
 from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import Message, decode, encode
 from nimbus.data.stores import close_function_stores
-from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation
+from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, resolve
 from nimbus.runtime.base import FunctionContext, FunctionSpec, Resources, RuntimeStats
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.worker import error_report, invoke_function, load_entrypoint
@@ -191,10 +191,15 @@ class InlineRuntime(AttemptEndings):
                 if not self._queue:
                     return
                 job = self._queue.popleft()
-            if isinstance(job, _Prewarm):
-                self._prewarm(job)
-            elif not job.future.cancelled():
-                self._run(self._attempt(job))
+            try:
+                if isinstance(job, _Prewarm):
+                    self._prewarm(job)
+                elif not job.future.cancelled():
+                    self._run(self._attempt(job))
+            except Exception as exc:  # noqa: BLE001 - a bug here must not leave a future pending forever
+                log.exception("inline runtime: %s failed outside its function", getattr(job, "spec", job))
+                if isinstance(job, Invocation):
+                    resolve(job.future, error=exc)
 
     def _loaded(self, spec: FunctionSpec) -> bool:
         slot = self._slots.get((spec.name, spec.entrypoint, spec.resources))

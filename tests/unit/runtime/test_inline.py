@@ -209,3 +209,19 @@ def test_inline_with_the_ray_store_is_refused_naming_store_backend() -> None:
     parsed = parse_config(data={"algo": {"name": "dqn"}, "runtime": {"backend": "inline"},
                                 "train": {"workflow": "async"}})
     assert parsed.runtime.backend == "inline"
+
+
+def test_a_failure_outside_the_function_fails_its_future_and_the_runtime_goes_on() -> None:
+    class BrokenPool(DevicePool):
+        def acquire(self, **kwargs):
+            raise RuntimeError("device pool broke")
+
+    inline = InlineRuntime(ledger=Ledger(), devices=BrokenPool(devices=("cpu:0",), kinds=frozenset({"learner"})))
+    try:
+        broken = FunctionSpec(name="sleep", entrypoint="nimbus.runtime.builtin:sleep", kind="learner")
+        with pytest.raises(RuntimeError, match="device pool broke"):
+            inline.invoke(spec=broken, request=Message(header={"seconds": 0})).result(timeout=30)
+        fine = FunctionSpec(name="sleep", entrypoint="nimbus.runtime.builtin:sleep")
+        assert inline.invoke(spec=fine, request=Message(header={"seconds": 0})).result(timeout=30).header["slept_s"] == 0
+    finally:
+        inline.shutdown()
