@@ -56,6 +56,18 @@ def test_sync_rounds_collect_actors_x_envs_x_steps_and_a_seeded_run_repeats(tmp_
     assert list_segments(prefix=run_prefix()) == []
 
 
+def test_a_seeded_sync_run_inline_equals_the_same_run_on_forked_workers(tmp_path: Path) -> None:
+    """Inline runs the functions' own code through the codec, with the driver's RNGs and threads kept apart: the
+    numbers a sync run produces are the local backend's, bit for bit (the one test here that forks workers)."""
+    overrides = ["actors.scaling={kind: fixed, num_actors: 2}", "env.num_envs_per_actor=2", "actors.fragment_steps=16",
+                 "algo.num_epochs=2", "algo.minibatch_size=32", "train.max_rounds=2"]
+    runs = {backend: train(config=inline_config(name="ppo-cartpole", run_root=tmp_path / backend,
+                                                overrides=[*overrides, f"runtime.backend={backend}"]))
+            for backend in ("inline", "local")}
+    inline, local = ([(r.env_steps, r.losses, r.return_mean) for r in runs[b].rows] for b in ("inline", "local"))
+    assert len(inline) == 2 and inline == local
+
+
 # ---------------------------------------------------------------------------------------------- async (off-policy)
 def test_async_rows_carry_the_policy_lag_of_the_rows_the_learner_read(tmp_path: Path) -> None:
     config = inline_config(name="dqn-cartpole", run_root=tmp_path, overrides=[
