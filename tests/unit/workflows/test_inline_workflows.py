@@ -1,7 +1,8 @@
 """Each workflow's logic end to end through ``train()`` on ``runtime.backend: inline`` (runtime/inline.py): no
 worker is forked, so a run of a few rounds takes seconds. The forked and Ray backends keep their integration tests
 (tests/integration); what these check is the workflow, not the backend: rows per round, policy lag and
-heard-from versions, Stellaris's admitted and refused gradients, MARLess's learner split and sharing map."""
+heard-from versions, Stellaris's admitted and refused gradients, MARLess's learner split and sharing map, PBT's
+exploit and lineage."""
 
 from __future__ import annotations
 
@@ -170,3 +171,37 @@ def test_marless_dynamic_sharing_changes_the_map_and_the_learner_invocations(tmp
     assert counts["critic"] + counts["policy"] == 2 * sum(policies)   # a critic and a policy function per policy
     maps = [m["agent_policy"] for m in marl_maps(result)]
     assert len(set(maps[2].values())) == 2 and len(set(maps[0].values())) == 3
+
+
+# ------------------------------------------------------------------------------------------------ PBT
+def test_pbt_exploit_copies_the_top_members_weights_and_records_lineage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nimbus.functions.weights import weights_key
+    from nimbus.train import population as population_module
+
+    observed: list[tuple[str, str]] = []
+    close = population_module.Population.close
+
+    def close_after_reading_back(self) -> None:  # before the Store goes: hash both sides of every exploit
+        for event in map(json.loads, (self.run_dir / "lineage.jsonl").read_text().splitlines()):
+            if event["event"] == "exploit":
+                mine = self.shared.store.get(key=weights_key(policy=event["member"], version=event["version"]))
+                theirs = self.shared.store.get(key=weights_key(policy=event["source"], version=event["source_version"]))
+                observed.append((population_module.weights_sha256(message=mine),
+                                 population_module.weights_sha256(message=theirs)))
+        close(self)
+
+    monkeypatch.setattr(population_module.Population, "close", close_after_reading_back)
+    config = inline_config(name="ppo-cartpole", run_root=tmp_path, overrides=[
+        "train.max_rounds=3", "algo.minibatch_size=64", "algo.num_epochs=2", "env.num_envs_per_actor=2",
+        "actors.fragment_steps=32", "actors.scaling={kind: fixed, num_actors: 1}", "store.keep_versions=50",
+        "pbt={members: 4, interval_rounds: 1, fraction: 0.5, hyperparameters: {lr: {low: 1.0e-5, high: 1.0e-2, log: true}}}"])
+    run_dir = train(config=config).run_dir
+    exploits = [e for e in map(json.loads, (run_dir / "lineage.jsonl").read_text().splitlines())
+                if e["event"] == "exploit"]
+    assert exploits and len(observed) == len(exploits)
+    for event, (mine, theirs) in zip(exploits, observed):
+        assert mine == theirs == event["weights_sha256"] == event["source_weights_sha256"]
+        assert event["member"] != event["source"]
+    members = json.loads((run_dir / "population.json").read_text())["members"]
+    assert set(members) == {f"member{i}" for i in range(4)} and all(m["rounds"] == 3 for m in members.values())
