@@ -2,7 +2,7 @@
 worker is forked, so a run of a few rounds takes seconds. The forked and Ray backends keep their integration tests
 (tests/integration); what these check is the workflow, not the backend: rows per round, policy lag and
 heard-from versions, Stellaris's admitted and refused gradients, MARLess's learner split and sharing map, PBT's
-exploit and lineage."""
+exploit and lineage, and several workloads' costs on one pool."""
 
 from __future__ import annotations
 
@@ -205,3 +205,25 @@ def test_pbt_exploit_copies_the_top_members_weights_and_records_lineage(
         assert event["member"] != event["source"]
     members = json.loads((run_dir / "population.json").read_text())["members"]
     assert set(members) == {f"member{i}" for i in range(4)} and all(m["rounds"] == 3 for m in members.values())
+
+
+# ------------------------------------------------------------------------------------------- workloads (one pool)
+def test_two_workloads_on_one_pool_bill_separately_and_their_costs_sum_to_the_pool(tmp_path: Path) -> None:
+    from nimbus.cost.ledger import Ledger
+    from nimbus.cost.pricing import load_pricing
+    from nimbus.train.workloads import train_workloads
+
+    small = ["train.max_rounds=2", "env.num_envs_per_actor=2", "actors.fragment_steps=16", "algo.num_epochs=2",
+             "algo.minibatch_size=32"]
+    configs = [inline_config(name="ppo-cartpole", run_root=tmp_path, overrides=[*small, f"name={name}"])
+               for name in ("cartA", "cartB")]
+    results = train_workloads(configs=configs)
+    pool = Ledger.load(path=next(tmp_path.glob("pool-*")) / "ledger.jsonl")
+    assert {r.function for r in pool} == {"cartA/actor", "cartA/learner", "cartB/actor", "cartB/learner"}
+    pricing = load_pricing(path=None)
+    for result, name in zip(results, ("cartA", "cartB")):
+        own = Ledger.load(path=result.run_dir / "ledger.jsonl")
+        assert {r.workload for r in own} == {name} and len(own) == sum(r.workload == name for r in pool)
+        assert result.summary.serverless_cost_usd == pytest.approx(sum(pricing.cost_usd(record=r) for r in own))
+    assert sum(r.summary.serverless_cost_usd for r in results) == pytest.approx(
+        sum(pricing.cost_usd(record=r) for r in pool))
