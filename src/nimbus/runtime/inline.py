@@ -122,9 +122,8 @@ class InlineRuntime(AttemptEndings):
 
     def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
         """Queue one invocation; the future holds the accepted result or raises FunctionFailed."""
-        invocation = Invocation(invocation_id=uuid.uuid4().hex, spec=spec, body=encode(request, compress_min_bytes=None),
-                                future=Future(),
-                                queued_at=time.time())
+        invocation = Invocation(invocation_id=uuid.uuid4().hex, spec=spec, future=Future(), queued_at=time.time(),
+                                body=encode(request, compress_min_bytes=None))
         self._submit(invocation)
         return invocation.future
 

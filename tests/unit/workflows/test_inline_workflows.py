@@ -195,7 +195,8 @@ def test_pbt_exploit_copies_the_top_members_weights_and_records_lineage(
     config = inline_config(name="ppo-cartpole", run_root=tmp_path, overrides=[
         "train.max_rounds=3", "algo.minibatch_size=64", "algo.num_epochs=2", "env.num_envs_per_actor=2",
         "actors.fragment_steps=32", "actors.scaling={kind: fixed, num_actors: 1}", "store.keep_versions=50",
-        "pbt={members: 4, interval_rounds: 1, fraction: 0.5, hyperparameters: {lr: {low: 1.0e-5, high: 1.0e-2, log: true}}}"])
+        "pbt={members: 4, interval_rounds: 1, fraction: 0.5, "
+        "hyperparameters: {lr: {low: 1.0e-5, high: 1.0e-2, log: true}}}"])
     run_dir = train(config=config).run_dir
     exploits = [e for e in map(json.loads, (run_dir / "lineage.jsonl").read_text().splitlines())
                 if e["event"] == "exploit"]
