@@ -46,7 +46,7 @@ def check_workflow(*, config: NimbusConfig) -> None:
                          "replay buffer is not checkpointed); drop it, --resume still continues the run")
     if name not in OFF_POLICY:
         raise ValueError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; algo.name {name} needs sync")
-    if config.runtime.backend != "local" or config.store.backend != "shm":
+    if config.runtime.backend not in ("local", "inline") or config.store.backend != "shm":
         raise ValueError("train.workflow: async runs on runtime.backend: local with store.backend: shm for now "
                          "(its learner reads the shared-memory buffer in place); got "
                          f"{config.runtime.backend} / {config.store.backend}")
@@ -147,7 +147,7 @@ def check_pipeline(*, config: Any) -> None:
 
 def check_cluster(*, runtime: "RuntimeConfig", store: "StoreConfig") -> None:
     """Raise ValueError (naming the keys) for runtime/store combinations that cannot work."""
-    on_one_machine = runtime.backend == "local" or runtime.address == "local"
+    on_one_machine = runtime.backend in ("local", "inline") or runtime.address == "local"
     if store.backend == "ray" and runtime.backend != "ray":
         raise ValueError("store.backend: ray needs runtime.backend: ray (only Ray workers reach the object store)")
     if store.backend == "shm" and not on_one_machine:

@@ -93,6 +93,14 @@ def function_store(*, header: dict[str, Any]) -> Store:
     return _opened[cache_key]
 
 
+def close_function_stores() -> None:
+    """Close every Store ``function_store`` opened in this process (an in-process runtime's shutdown: its
+    functions ran in the driver, whose process outlives them)."""
+    while _opened:
+        _, store = _opened.popitem()
+        store.close()
+
+
 def store_password(*, config: Any) -> str | None:
     """The Redis password from ``store.password`` or the variable ``store.password_env`` names."""
     if config.password is not None:

@@ -66,8 +66,28 @@ class FunctionContext:
 FunctionCallable = Callable[..., Message]
 
 
+@dataclass(frozen=True)
+class RuntimeStats:
+    """Counters of one runtime. ``failures`` counts failed attempts; ``failed_invocations`` the futures
+    that raised FunctionFailed."""
+
+    workers_alive: int
+    workers_idle: int
+    workers_asleep: int
+    busy_cpus: float
+    queued: int
+    cold_starts: int
+    warm_starts: int
+    retries: int
+    failures: int
+    timeouts: int
+    failed_invocations: int
+    dropped_results: int
+
+
 class Runtime(Protocol):
-    """Runs functions. Implementations: ``LocalRuntime`` (embedded), ``RayRuntime`` (clusters)."""
+    """Runs functions. Implementations: ``LocalRuntime`` (embedded), ``RayRuntime`` (clusters),
+    ``InlineRuntime`` (in the driver, one call at a time: tests)."""
 
     def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
         """Start one invocation; the future holds the result or raises ``FunctionFailed``."""

@@ -1,12 +1,12 @@
 """Choosing the Runtime backend from ``config.runtime`` — and the rules that tie runtime and store together.
 
-``make_runtime`` returns a ``LocalRuntime`` (default) or a ``RayRuntime``; ``StampedRuntime`` wraps
-either so that every request carries the headers every function needs (``_store``: the descriptor
+``make_runtime`` returns a ``LocalRuntime`` (default), a ``RayRuntime`` or an ``InlineRuntime``
+(runtime/inline.py); ``StampedRuntime`` wraps any of them so that every request carries the headers every function needs (``_store``: the descriptor
 from which a function opens the run's Store, data/stores.py), whichever workflow sends it.
 
 Rules checked at config load (``nimbus.config.rules.check_cluster``; errors name the keys):
 
-* ``store.backend: ray`` needs ``runtime.backend: ray`` (only Ray workers reach the object store);
+* ``store.backend: ray`` needs ``runtime.backend: ray`` (only Ray workers reach the object store; so not inline);
 * ``store.backend: shm`` lives on one machine: with ``runtime.backend: ray`` it needs
   ``runtime.address: local`` (every actor on this machine) — use redis or ray across machines;
 * ``store.fallback: shm`` is refused where shm would not reach the functions, for the same reason;
@@ -48,6 +48,10 @@ def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str
                           max_workers=rc.max_workers, keep_alive_s=rc.keep_alive_s, init_timeout_s=rc.init_timeout_s,
                           compress_min_bytes=config.channel.compress_min_bytes, worker_env=worker_env)
     from nimbus.runtime.devices import device_pool
+    if rc.backend == "inline":
+        from nimbus.runtime.inline import InlineRuntime
+
+        return InlineRuntime(ledger=ledger, devices=device_pool(config=config.devices))
     from nimbus.runtime.forkserver import TRAINING_PRELOAD
     from nimbus.runtime.local import LocalRuntime
 

@@ -47,7 +47,6 @@ import time
 import uuid
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 from nimbus.cost.ledger import Ledger, Tally
@@ -56,32 +55,13 @@ from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.data.shm import run_prefix
 from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
-from nimbus.runtime.base import FunctionSpec
+from nimbus.runtime.base import FunctionSpec, RuntimeStats
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.fairshare import next_index
 from nimbus.runtime.transport import send_frame
 from nimbus.runtime.pool import same_pool, WorkerHandle, WorkerPool, WorkerSlot
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RuntimeStats:
-    """Counters of one runtime. ``failures`` counts failed attempts; ``failed_invocations`` the futures
-    that raised FunctionFailed."""
-
-    workers_alive: int
-    workers_idle: int
-    workers_asleep: int
-    busy_cpus: float
-    queued: int
-    cold_starts: int
-    warm_starts: int
-    retries: int
-    failures: int
-    timeouts: int
-    failed_invocations: int
-    dropped_results: int
 
 
 class LocalRuntime(AttemptEndings):

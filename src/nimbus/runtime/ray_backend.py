@@ -55,9 +55,8 @@ from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
 from nimbus.liveness import SILENT_BEATS
-from nimbus.runtime.base import FunctionSpec
+from nimbus.runtime.base import FunctionSpec, RuntimeStats
 from nimbus.runtime.fairshare import next_index
-from nimbus.runtime.local import RuntimeStats
 from nimbus.runtime.ray_cluster import connect_ray
 from nimbus.runtime.ray_liveness import RayLiveness
 from nimbus.runtime.ray_pool import RayPool, RaySlot

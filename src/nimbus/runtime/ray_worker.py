@@ -37,7 +37,7 @@ import numpy as np
 from nimbus import liveness
 from nimbus.data.codec import Message, decode, encode
 from nimbus.runtime.base import FunctionContext
-from nimbus.runtime.worker import _invoke, _limit_torch_threads, _load, error_report
+from nimbus.runtime.worker import _limit_torch_threads, error_report, invoke_function, load_entrypoint
 
 log = logging.getLogger(__name__)
 REPORT_KEY = "_nimbus_report"
@@ -64,7 +64,7 @@ class FunctionWorker:
         self._cache: dict[str, Any] = {}
         self._progress: dict[str, Any] = {"invocation_id": None, "attempt": 0, "beats": 0}
         try:
-            self._fn, self._error = _load(entrypoint), None
+            self._fn, self._error = load_entrypoint(entrypoint), None
         except Exception as exc:  # noqa: BLE001 - reported by ready(); the driver bills and retries
             self._fn, self._error = None, error_report(exc)
         self._init_s = max(0.0, time.time() - requested_at)
@@ -92,7 +92,7 @@ class FunctionWorker:
             if heartbeat_s is not None:
                 liveness.install(send=lambda: progress.update(beats=progress["beats"] + 1), interval_s=heartbeat_s)
             try:
-                result, report = _invoke(fn=self._fn, context=context, request=read_frame(request))
+                result, report = invoke_function(fn=self._fn, context=context, request=read_frame(request))
             finally:
                 liveness.install(send=None)
             _limit_torch_threads()

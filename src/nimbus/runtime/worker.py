@@ -78,7 +78,8 @@ def _set_pdeathsig() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _load(entrypoint: str) -> Callable[..., Message]:
+def load_entrypoint(entrypoint: str) -> Callable[..., Message]:
+    """Import ``package.module:callable`` and run the module's ``INIT_HOOK`` if it has one (a cold start)."""
     module_name, _, attr = entrypoint.partition(":")
     module = importlib.import_module(module_name)
     fn = getattr(module, attr or "main")
@@ -155,7 +156,9 @@ def _forward_beats(*, outbox: Outbox, tag: dict) -> None:
     liveness.install(send=lambda: outbox.send(message=Message(), tag=beat_tag), interval_s=float(interval_s))
 
 
-def _invoke(*, fn: Callable[..., Message], context: FunctionContext, request: Message) -> tuple[Message, dict]:
+def invoke_function(*, fn: Callable[..., Message], context: FunctionContext,
+                    request: Message) -> tuple[Message, dict]:
+    """Run one attempt; returns the result (empty on error) and its report (outcome, times, error)."""
     start_at = time.time()
     try:
         result = fn(context=context, request=request)
@@ -208,7 +211,7 @@ def serve(*, sock: socket.socket, outbox: Outbox, fn: Callable[..., Message], wo
                                   attempt=int(tag["attempt"]), cache=cache, device=tag.get("device"))
         _forward_beats(outbox=outbox, tag=tag)
         _lease_started(device=context.device)
-        result, report = _invoke(fn=fn, context=context, request=envelope.message)
+        result, report = invoke_function(fn=fn, context=context, request=envelope.message)
         report["device_peak_bytes"] = _lease_ended(device=context.device, cache=cache)
         liveness.install(send=None)
         report["first"] = first
@@ -253,7 +256,7 @@ def run(*, fd: int, worker_id: str, function: str, entrypoint: str, spawn_time: 
     outbox = Outbox(sock=sock, prefix=prefix, inline_max_bytes=inline_max_bytes,
                     compress_min_bytes=None if compress_min_bytes < 0 else compress_min_bytes, direct_any=True)
     try:
-        fn, error = _load(entrypoint), None
+        fn, error = load_entrypoint(entrypoint), None
     except Exception as exc:  # noqa: BLE001 - the driver bills and retries it
         fn, error = None, error_report(exc)
     _limit_torch_threads()

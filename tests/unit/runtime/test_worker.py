@@ -56,11 +56,11 @@ def test_worker_env_limits_threads() -> None:
 
 def test_entrypoint_module_init_worker_runs_once_at_load(tmp_path: Path, monkeypatch) -> None:
     """A function module's optional ``init_worker()`` runs when the worker loads it (Lambda's init phase)."""
-    from nimbus.runtime.worker import _load
+    from nimbus.runtime.worker import load_entrypoint
 
     (tmp_path / "nimbus_init_probe.py").write_text(
         "CALLS = []\n\ndef init_worker():\n    CALLS.append(1)\n\ndef fn(*, context, request):\n    return request\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    fn = _load("nimbus_init_probe:fn")
+    fn = load_entrypoint("nimbus_init_probe:fn")
     import nimbus_init_probe
     assert callable(fn) and nimbus_init_probe.CALLS == [1]
