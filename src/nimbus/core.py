@@ -25,10 +25,12 @@ if TYPE_CHECKING:
 
     import numpy as np
 
+    from nimbus.config.root import NimbusConfig
     from nimbus.control.base import RoundMetrics, ScalingDecision
     from nimbus.data.codec import Message
     from nimbus.data.frames import Envelope
     from nimbus.runtime.base import FunctionSpec, RuntimeStats
+    from nimbus.train.build import Shared
     from nimbus.train.checkpoint import CheckpointState
     from nimbus.workflows.sync import Progress
 
@@ -211,14 +213,16 @@ class Workflow(Protocol):
     AsyncLearnersWorkflow and MultiAgentWorkflow share ``progress`` and ``cost_usd()``; their ``run`` takes
     only ``should_stop`` (``on_round`` goes to the constructor), they stop when ``stop_requested`` is set, and
     train/trainer.py, train/marl.py, train/population.py and train/workloads.py do the building, version 0,
-    checkpoints and evaluation around them.
+    checkpoints and evaluation around them. Small additive methods cannot close the gap: ``build``, ``start``,
+    ``state`` and ``evaluate`` need train/ code that workflows/ may not import (it sits above them), so they
+    arrive with the run loop's move (plan24 §3).
 
     Example (the run loop, once workflows implement it)::
 
         workflow = WorkflowClass.build(config=config, shared=shared, run_dir=run_dir, policy="main",
                                        resumed=None)
         workflow.start()                         # version 0 or the checkpoint's versions; prewarm
-        workflow.run(should_stop=stop_rule, on_round=lambda row: metrics.write(row))
+        workflow.run(should_stop=stop_rule, on_round=lambda row: metrics.write(row=row, runtime={}))
         checkpointer.save(state=workflow.state())
         summary = {"return": workflow.evaluate(episodes=10, seed=1, explore=False),
                    "cost_usd": workflow.cost_usd()}
@@ -228,7 +232,7 @@ class Workflow(Protocol):
     progress: Progress
 
     @classmethod
-    def build(cls, *, config: Any, shared: Any, run_dir: Path, policy: str,
+    def build(cls, *, config: NimbusConfig, shared: Shared, run_dir: Path, policy: str,
               resumed: CheckpointState | None) -> Workflow: ...
 
     def start(self) -> None: ...
