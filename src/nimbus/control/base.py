@@ -13,7 +13,8 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+
+from nimbus.core import ActorScaler as ActorScaler, Controller as Controller  # the contracts live in core.py
 
 
 @dataclass(frozen=True)
@@ -46,16 +47,3 @@ class ScalingDecision:
     num_actors: int
     reason: str
     signals: dict[str, float] = field(default_factory=dict)
-
-
-D = TypeVar("D", covariant=True)
-
-
-class Controller(Protocol[D]):
-    def decide(self, *, metrics: RoundMetrics) -> D: ...
-
-
-class ActorScaler(Controller[ScalingDecision], Protocol):
-    """Chooses the actor count. ``initial()`` is the count for round 0, before any metrics exist."""
-
-    def initial(self) -> ScalingDecision: ...

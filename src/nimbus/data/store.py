@@ -31,8 +31,8 @@ import hashlib
 import logging
 import re
 import struct
-from typing import Protocol
 
+from nimbus.core import Store as Store  # the contract itself lives in core.py
 from nimbus.data.codec import Message, decode, encode_into, encoded_size, frame_plan
 from nimbus.data.shm import SHM_DIR, Segment, list_segments, run_prefix, sweep, unlink
 
@@ -61,31 +61,6 @@ class KeyNotFound(KeyError):
 
 class KeyExists(ValueError):
     """A put of a key that already holds a value (values are immutable, except to their own writer)."""
-
-
-class Store(Protocol):
-    """Versioned immutable keyed objects.
-
-    Example::
-
-        store.put(key="weights/main/3", message=Message(header={"policy_version": 3}, arrays=w))
-        key = store.latest(prefix="weights/main")       # "weights/main/3"
-        weights = store.get(key=key).arrays              # read-only arrays
-        store.delete(key="weights/main/2")
-        store.put(key="weights/main/4", message=m, writer=context.invocation_id)  # a retry may redo it
-    """
-
-    def put(self, *, key: str, message: Message, writer: str | None = None) -> None: ...
-
-    def get(self, *, key: str) -> Message: ...
-
-    def latest(self, *, prefix: str) -> str | None: ...
-
-    def keys(self, *, prefix: str) -> list[str]: ...
-
-    def delete(self, *, key: str) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def validate_key(key: str) -> str:

@@ -24,31 +24,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable
 
 import numpy as np
 
+from nimbus.core import Trigger as Trigger  # the contract itself lives in core.py
 from nimbus.data.buffer import Buffer
 from nimbus.data.store import key_version, under_prefix, validate_key
 
 logger = logging.getLogger(__name__)
 
 MAX_POLL_PASSES = 64
-
-
-class Trigger(Protocol):
-    """A condition over the buffer, the store or the clock.
-
-    Example::
-
-        trigger = TimeTrigger(period_s=1.0)
-        if trigger.check(now_s=time.monotonic()):   # True once per period; re-arms itself
-            sync_weights()
-    """
-
-    def check(self, *, now_s: float) -> bool: ...
-
-    def reset(self) -> None: ...
 
 
 class DataKeyTrigger:

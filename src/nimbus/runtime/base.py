@@ -21,10 +21,10 @@ Example::
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
+from nimbus.core import Runtime as Runtime  # the contract itself lives in core.py
 from nimbus.data.codec import Message
 
 
@@ -83,28 +83,3 @@ class RuntimeStats:
     timeouts: int
     failed_invocations: int
     dropped_results: int
-
-
-class Runtime(Protocol):
-    """Runs functions. Implementations: ``LocalRuntime`` (embedded), ``RayRuntime`` (clusters),
-    ``InlineRuntime`` (in the driver, one call at a time: tests)."""
-
-    def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
-        """Start one invocation; the future holds the result or raises ``FunctionFailed``."""
-        ...
-
-    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
-        """Start one invocation per request."""
-        ...
-
-    def prewarm(self, *, spec: FunctionSpec, count: int) -> None:
-        """Start ``count`` warm workers for ``spec`` ahead of need (their cold starts are billed)."""
-        ...
-
-    def bill_provisioned(self) -> None:
-        """Write the ledger records of pre-warmed workers' provisioned time so far (cost/ledger.py)."""
-        ...
-
-    def shutdown(self) -> None:
-        """Stop every worker and remove every shared-memory segment of the run."""
-        ...

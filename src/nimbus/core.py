@@ -1,0 +1,250 @@
+"""The core interfaces of nimbus: read this file first.
+
+Each Protocol names what every implementation has and what callers use today; an implementation may
+add more (a runtime's ``preregister``, a store's ``put_many``). Every method is keyword-only, like the code.
+This module imports only ``typing``: the type names it mentions are imported under TYPE_CHECKING.
+tests/unit/test_core.py checks every implementation against its protocol, method by method.
+
+    Runtime     runs functions on warm workers         runtime/local.py, inline.py, ray_backend.py, factory.py
+    Store       versioned immutable keyed objects      data/store.py (shm), stores.py, redis_store.py, ray_store.py
+    Outbox      the sending side of a Channel          data/channel.py, ray_channel.py
+    Inbox       the receiving side of a Channel        data/inbox.py, ray_channel.py
+    Buffer      rows actors ingest and learners read   data/buffer.py
+    Trigger     a condition that fires an action       data/triggers.py
+    Controller  a per-round decision from metrics      control/scaling.py, nitro.py, nitro_authors.py
+    Workflow    the target of the one run loop         none yet (see its docstring)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+    from pathlib import Path
+
+    import numpy as np
+
+    from nimbus.config.root import NimbusConfig
+    from nimbus.control.base import RoundMetrics, ScalingDecision
+    from nimbus.data.codec import Message
+    from nimbus.data.frames import Envelope
+    from nimbus.runtime.base import FunctionSpec, RuntimeStats
+    from nimbus.train.build import Shared
+    from nimbus.train.checkpoint import CheckpointState
+    from nimbus.workflows.sync import Progress
+
+D = TypeVar("D", covariant=True)
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """Runs functions (``fn(*, context, request) -> Message``) on warm workers; every attempt is a ledger record.
+
+    Example::
+
+        runtime = LocalRuntime(ledger=Ledger(), capacity_cpus=2)     # or InlineRuntime, RayRuntime
+        spec = FunctionSpec(name="echo", entrypoint="nimbus.runtime.builtin:echo")
+        result = runtime.invoke(spec=spec, request=Message(header={"x": 1})).result()
+        runtime.prewarm(spec=spec, count=2)      # warm workers ahead of need (their cold starts are billed)
+        runtime.shutdown()
+    """
+
+    def invoke(self, *, spec: FunctionSpec, request: Message) -> Future[Message]: ...
+
+    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> list[Future[Message]]: ...
+
+    def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None: ...
+
+    def bill_provisioned(self) -> None: ...
+
+    def stats(self) -> RuntimeStats: ...
+
+    def shutdown(self) -> None: ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Versioned immutable keyed objects (weights, optimizer state, shipped batches).
+
+    Example::
+
+        store.put(key="weights/main/3", message=Message(header={"policy_version": 3}, arrays=w))
+        key = store.latest(prefix="weights/main")       # "weights/main/3"
+        weights = store.get(key=key).arrays              # read-only arrays
+        store.delete(key="weights/main/2")
+        store.put(key="weights/main/4", message=m, writer=context.invocation_id)  # a retry may redo it
+    """
+
+    def put(self, *, key: str, message: Message, writer: str | None = None) -> None: ...
+
+    def get(self, *, key: str) -> Message: ...
+
+    def latest(self, *, prefix: str) -> str | None: ...
+
+    def keys(self, *, prefix: str) -> list[str]: ...
+
+    def delete(self, *, key: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Outbox(Protocol):
+    """The sending side of a Channel: messages go out in order, small ones batched (Outbox returns False
+    when it dropped one; RayOutbox returns None).
+
+    Example::
+
+        outbox.send(message=Message(header={"env_steps": 256}, arrays=rows), tag={"rank": 0})
+        outbox.flush(timeout_s=5.0)              # True when everything sent has left
+        outbox.close()
+    """
+
+    def send(self, *, message: Message, tag: dict[str, Any]) -> bool | None: ...
+
+    def flush(self, *, timeout_s: float | None = None) -> bool: ...
+
+    def close(self, *, timeout_s: float = 5.0) -> None: ...
+
+
+@runtime_checkable
+class Inbox(Protocol):
+    """The receiving side of a Channel: envelopes from every source, one queue.
+
+    Example::
+
+        envelope = inbox.get(timeout_s=1.0)      # raises queue.Empty on timeout
+        rows, rank = envelope.message.arrays, envelope.tag["rank"]
+        inbox.close()
+    """
+
+    def get(self, *, timeout_s: float | None = None) -> Envelope: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Buffer(Protocol):
+    """Rows that actors' results are ingested into (once per invocation id) and learners read by position.
+
+    Example::
+
+        accepted = buffer.ingest(invocation_id=header["_invocation_id"], actor_rank=0, policy_version=3,
+                                 arrays={"obs": obs, "reward": reward})   # False: a duplicate, nothing changed
+        positions = buffer.positions_since(seq=0)
+        batch = buffer.read(indices=positions, keys=["obs"])
+        buffer.mark_read(indices=positions)
+        descriptor = buffer.descriptor()         # what a learner passes to Buffer.attach
+    """
+
+    def ingest(self, *, invocation_id: str, actor_rank: int, policy_version: int,
+               arrays: dict[str, np.ndarray]) -> bool: ...
+
+    def read(self, *, indices: np.ndarray, keys: list[str] | None = None) -> dict[str, np.ndarray]: ...
+
+    def read_meta(self, *, indices: np.ndarray) -> dict[str, np.ndarray]: ...
+
+    def mark_read(self, *, indices: np.ndarray) -> None: ...
+
+    def positions_since(self, *, seq: int) -> np.ndarray: ...
+
+    def descriptor(self) -> dict[str, Any]: ...
+
+    def close(self, *, unlink: bool | None = None) -> None: ...
+
+    @property
+    def capacity_rows(self) -> int: ...
+
+    @property
+    def size_rows(self) -> int: ...
+
+    @property
+    def total_rows_ingested(self) -> int: ...
+
+
+@runtime_checkable
+class Trigger(Protocol):
+    """A condition over the buffer, the store or the clock; a TriggerTable binds each to an action.
+
+    Example::
+
+        trigger = TimeTrigger(period_s=1.0)
+        if trigger.check(now_s=time.monotonic()):   # True once per period; re-arms itself
+            sync_weights()
+        table.bind(name="invoke_learner", trigger=DataKeyTrigger(...), action=invoke_learner)
+    """
+
+    def check(self, *, now_s: float) -> bool: ...
+
+    def reset(self) -> None: ...
+
+
+@runtime_checkable
+class Controller(Protocol[D]):
+    """Decides once per round from the row just emitted. The seeds' baselines are controllers too.
+
+    Example::
+
+        scaler = FixedScaler(num_actors=4)
+        decision = scaler.decide(metrics=row)     # ScalingDecision(num_actors=4, reason="fixed")
+    """
+
+    def decide(self, *, metrics: RoundMetrics) -> D: ...
+
+
+@runtime_checkable
+class ActorScaler(Controller["ScalingDecision"], Protocol):
+    """A Controller that chooses the actor count; ``initial()`` is round 0's, before any metrics exist.
+
+    Example::
+
+        decision = scaler.initial()              # then scaler.decide(metrics=row) after every round
+    """
+
+    def initial(self) -> ScalingDecision: ...
+
+
+@runtime_checkable
+class Workflow(Protocol):
+    """The target that the one run loop (issue 24 step 2, a later step) will drive, member by member.
+
+    **No workflow implements it yet.** Today SyncWorkflow, PipelinedSyncWorkflow, AsyncWorkflow,
+    AsyncLearnersWorkflow and MultiAgentWorkflow share ``progress`` and ``cost_usd()``; their ``run`` takes
+    only ``should_stop`` (``on_round`` goes to the constructor), they stop when ``stop_requested`` is set, and
+    train/trainer.py, train/marl.py, train/population.py and train/workloads.py do the building, version 0,
+    checkpoints and evaluation around them. Small additive methods cannot close the gap: ``build``, ``start``,
+    ``state`` and ``evaluate`` need train/ code that workflows/ may not import (it sits above them), so they
+    arrive with the run loop's move (plan24 §3).
+
+    Example (the run loop, once workflows implement it)::
+
+        workflow = WorkflowClass.build(config=config, shared=shared, run_dir=run_dir, policy="main",
+                                       resumed=None)
+        workflow.start()                         # version 0 or the checkpoint's versions; prewarm
+        workflow.run(should_stop=stop_rule, on_round=lambda row: metrics.write(row=row, runtime={}))
+        checkpointer.save(state=workflow.state())
+        summary = {"return": workflow.evaluate(episodes=10, seed=1, explore=False),
+                   "cost_usd": workflow.cost_usd()}
+        workflow.close()
+    """
+
+    progress: Progress
+
+    @classmethod
+    def build(cls, *, config: NimbusConfig, shared: Shared, run_dir: Path, policy: str,
+              resumed: CheckpointState | None) -> Workflow: ...
+
+    def start(self) -> None: ...
+
+    def run(self, *, should_stop: Callable[[Progress], bool], on_round: Callable[[RoundMetrics], None]) -> None: ...
+
+    def request_stop(self) -> None: ...
+
+    def state(self) -> CheckpointState: ...
+
+    def evaluate(self, *, episodes: int, seed: int, explore: bool) -> float | None: ...
+
+    def cost_usd(self) -> float: ...
+
+    def close(self) -> None: ...
