@@ -26,8 +26,10 @@ import pytest
 import torch
 
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
-from nimbus.train.checkpoint import load_checkpoint
+from nimbus.train.checkpoint import CheckpointState, load_checkpoint, saved_policies
+from nimbus.train.metrics import read_metrics
 from nimbus.train.trainer import train
+from nimbus.train.workloads import train_workloads
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
@@ -46,6 +48,24 @@ CASES: dict[str, tuple[str, list[str]]] = {   # case → (shipped config, overri
     "pipelined_ppo_cartpole": ("ppo-cartpole", ["train.max_rounds=5", "pipeline.dual_stage=true",
                                                 "pipeline.loader=true"]),
 }
+
+
+# The loops issue 24 rewrites (plan24 step 0b), traced from what the run writes: every metrics.jsonl row (its
+# timing and cost keys aside) and a hash of every policy's or member's checkpoint (weights, optimizer, parts).
+# Only this machine kind's snapshots are compared: a kind with none skips them. Each case repeated bitwise
+# across two runs on an AMD EPYC before it was recorded. Stellaris runs inline (runtime/inline.py): on workers
+# the next round's actors pull whichever version the parameter function has published by then, so even one
+# learner slot does not repeat (round 2 differed); inline, the invocations run in submission order.
+TWO_POLICIES = "policies=[{name: a, algo: {lr: 1.0e-3}}, {name: b, algo: {lr: 3.0e-4}}]"
+RUN_CASES: dict[str, tuple[str, list[str]]] = {   # case → (shipped config, overrides)
+    "marless_ippo_spread": ("marless-ippo-spread", ["train.max_rounds=3"]),
+    "marless_vdn_spread": ("marless-vdn-spread", ["train.max_rounds=3"]),
+    "policies_two_ppo": ("ppo-cartpole", ["train.max_rounds=3", "actors.restore_slots=true", TWO_POLICIES]),
+    "stellaris_cartpole": ("stellaris-cartpole", ["train.max_rounds=3", "stellaris.learners=1",
+                                                  "runtime.backend=inline"]),
+    "workloads_two_ppo": ("ppo-cartpole", ["train.max_rounds=3", "actors.restore_slots=true"]),  # cartA, cartB
+}
+TIMING = ("_s", "_usd", "_share")   # wall time, cost and their ratios: never repeat
 
 
 def _config(*, name: str, overrides: list[str], tmp_path: Path) -> NimbusConfig:
@@ -72,6 +92,33 @@ def _trace(*, config: NimbusConfig) -> dict[str, Any]:
              "losses": {key: row.losses[key] for key in sorted(row.losses)}} for row in result.rows]
     weights = load_checkpoint(path=result.run_dir).weights.arrays
     return {"rows": rows, "weights_sha256": weights_sha256(arrays=weights)}
+
+
+def state_sha256(*, state: CheckpointState) -> str:
+    """A hash of a checkpoint's weights, optimizer state and named parts (critic, target, replay...)."""
+    messages = {"weights": state.weights, "optimizer": state.optimizer, **state.parts}
+    return weights_sha256(arrays={f"{name}/{key}": array for name, message in messages.items()
+                                  if message is not None for key, array in message.arrays.items()})
+
+
+def _row(record: dict[str, Any]) -> dict[str, Any]:
+    untimed = {key: value for key, value in record.items() if key not in ("runtime", "extras", "losses")
+               and not key.endswith(TIMING)}
+    return untimed | {part: {k: v for k, v in sorted(record[part].items()) if not k.endswith(TIMING)}
+                      for part in ("losses", "extras")}
+
+
+def run_trace(*, run_dir: Path) -> dict[str, Any]:
+    """A run directory's rows and checkpoint hash, or its policies' (``policies/<name>/``), nested."""
+    trace: dict[str, Any] = {}
+    if (run_dir / "metrics.jsonl").exists():
+        trace["rows"] = [_row(record) for record in read_metrics(path=run_dir / "metrics.jsonl")]
+    policies = saved_policies(run_dir=run_dir)
+    if policies:
+        trace["policies"] = {name: run_trace(run_dir=run_dir / "policies" / name) for name in policies}
+    else:
+        trace["state_sha256"] = state_sha256(state=load_checkpoint(path=run_dir))
+    return trace
 
 
 def machine_kind() -> str:
@@ -124,3 +171,26 @@ def test_traces_within_the_tolerance_match_and_a_moved_loss_does_not() -> None:
     moved["rows"][2]["losses"]["value_loss"] *= 1.01
     moved["rows"][3]["env_steps"] += 1
     assert len(close_to(got=moved, want=reference)) == 2
+
+
+@pytest.mark.parametrize("case", sorted(RUN_CASES))
+def test_loops_issue_24_rewrites_match_their_snapshots_bitwise(case: str, make_shipped_config) -> None:
+    if case.startswith("marless"):
+        pytest.importorskip("mpe2", reason="the MARLess cases need the [mpe] extra")
+    path = SNAPSHOTS / machine_kind() / f"{case}.json"
+    recording = os.environ.get("NIMBUS_RECORD_SNAPSHOTS") == "1"
+    if not path.exists() and not recording:
+        pytest.skip(f"no {case} snapshot of machine kind {machine_kind()}: record one with NIMBUS_RECORD_SNAPSHOTS=1")
+    name, overrides = RUN_CASES[case]
+    if case == "workloads_two_ppo":   # two workloads on one pool (train/workloads.py)
+        configs = [make_shipped_config(name, [f"name={workload}", f"seed={seed}", *overrides])
+                   for seed, workload in enumerate(("cartA", "cartB"))]
+        raw = {config.name: run_trace(run_dir=result.run_dir)
+               for config, result in zip(configs, train_workloads(configs=configs))}
+    else:
+        raw = run_trace(run_dir=train(config=make_shipped_config(name, overrides)).run_dir)
+    trace = json.loads(json.dumps(raw))   # NaN losses compare equal: json gives every NaN one float object
+    if recording:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(trace, indent=1) + "\n")
+    assert trace == json.loads(path.read_text())

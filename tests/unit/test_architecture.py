@@ -1,0 +1,253 @@
+"""The import graph follows the layers (issue 24 item 4, DESIGN.md §4, docs/architecture.md).
+
+Every module under src/nimbus is parsed with ``ast``: module-level and lazy (in-function) imports count; imports
+under ``if TYPE_CHECKING:`` are exempt from the layer and circle checks. Checked: (a) no module imports a higher
+layer than its own (``LAYERS``, low to high), (b) no import circle between modules (Tarjan's strongly connected
+components), (c) no private name (``_x``) imported from another module, (d) ``import nimbus.config`` loads
+neither torch nor any algorithm nor anything above the config layer. Today's violations are listed in
+``ALLOWED_*`` with the issue 24 step that removes each (plan: _notes/plan24.md §2 and §5): the test passes
+today, fails on any new violation, and fails on an entry that no longer occurs (delete it: the lists only shrink).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nimbus
+
+PACKAGE = Path(nimbus.__file__).resolve().parent
+
+# Low to high: a module may import its own layer and lower ones. "" is the nimbus package itself. Today's names
+# for plan24 §2's order: data < cost (cost.ledger writes through data.jsonl, nothing in data imports cost) and
+# analysis < runtime (hessian imports only liveness; runtime.builtin runs it) follow the code; report sits
+# below the technique packages as in the plan; control < functions (functions.probe reads control.base,
+# control imports no function).
+LAYERS: list[tuple[str, ...]] = [
+    ("", "errors", "liveness"), ("config",), ("data",), ("cost",), ("analysis",), ("runtime",), ("envs",),
+    ("models",), ("algos",), ("report",), ("control",), ("functions",), ("workflows",), ("train",), ("bench",),
+    ("cli",),
+]
+# Config sections that live beside their technique belong to the config layer (plan24 §0): every
+# ``nimbus.<...>.config`` module, plus these.
+CONFIG_MODULES = {"nimbus.control.population_config"}   # becomes pbt/config in step 1
+
+S1, S2A, S2B, S2C, S2E = (f"removed by: issue 24 step {n}" for n in ("1", "2A", "2B", "2C", "2E"))
+ALLOWED_UPWARD: dict[str, str] = {   # "importer -> imported": why, and what removes it
+    "nimbus.data.broadcast -> nimbus.runtime.transport": f"transport moves to data/transport; {S1}",
+    "nimbus.data.channel -> nimbus.runtime.transport": f"transport moves to data/transport; {S1}",
+    "nimbus.data.inbox -> nimbus.runtime.transport": f"transport moves to data/transport; {S1}",
+    "nimbus.envs.parallel -> nimbus.algos.base": f"EnvSpaces moves to envs/spaces.py; {S1}",
+    "nimbus.algos.marl.messages -> nimbus.functions.weights": f"weights moves to models/weights; {S1}",
+    "nimbus.algos.marl.iql -> nimbus.functions.weights": f"(lazy) weights moves to models/weights; {S1}",
+    "nimbus.report.compare -> nimbus.train.metrics": f"train/metrics moves to report/metrics; {S1}",
+    "nimbus.report.population -> nimbus.train.metrics": f"train/metrics moves to report/metrics; {S1}",
+    "nimbus.report.render -> nimbus.train.metrics": f"train/metrics moves to report/metrics; {S1}",
+    "nimbus.control.config -> nimbus.control.nitro": f"(lazy, make_scaler) splits to nitro/scalers.py; {S2E}",
+    "nimbus.control.config -> nimbus.control.nitro_authors": f"(lazy, make_scaler) to nitro/scalers.py; {S2E}",
+    "nimbus.control.config -> nimbus.control.scaling": f"(lazy, make_scaler) to nitro/scalers.py; {S2E}",
+    "nimbus.workflows.sync -> nimbus.train.build": f"System moves to onpolicy/system; {S2B}",
+    "nimbus.workflows.sync -> nimbus.train.remote": f"remote moves to roles/remote; {S1}",
+    "nimbus.workflows.asynchronous -> nimbus.train.build": f"System from onpolicy/system; {S2B}",
+    "nimbus.workflows.asynchronous -> nimbus.train.offpolicy_plan": f"moves into offpolicy/plan; {S1}",
+    "nimbus.workflows.asynchronous -> nimbus.train.replay_checkpoint": f"moves into offpolicy/; {S1}",
+    "nimbus.workflows.async_learners -> nimbus.train.build": f"System, role_spec: onpolicy/system, roles/specs; {S2B}",
+    "nimbus.workflows.multiagent -> nimbus.train.build": f"Shared moves to types.py; {S1}",
+}
+ALLOWED_CIRCLES: dict[frozenset[str], str] = {   # every module of one strongly connected component
+    frozenset({"nimbus.bench.transports", "nimbus.bench.raybench", "nimbus.bench.redisbench"}):
+        f"(lazy) a Transport base in bench/transport_base.py; {S2A}",
+    frozenset({"nimbus.functions.learner", "nimbus.functions.pipeline_learner"}):
+        f"(lazy hand-off) the shared helpers move to roles/learner.py; {S2B}",
+    frozenset({"nimbus.train.trainer", "nimbus.train.marl", "nimbus.train.population"}):
+        f"(lazy) one run loop that imports no workflow; {S2C}",
+}
+_ROLES_A = "public in roles/actor.py (env_slot, policy_at, spaces_of, step_all)"
+_ROLES_L = "public in roles/learner.py (cpu_copy, learner_state, restore_state; _probe → nitro/probe)"
+_RUN = "public in run/ (signals.Interrupt, stop.stop_reason, summary.summarise, onpolicy/system.publish_initial)"
+_WORKER = "public in runtime/worker.py (set_pdeathsig, limit_torch_threads)"
+ALLOWED_PRIVATE: dict[str, str] = {   # "importer -> module:name"
+    **{f"nimbus.functions.offpolicy_actor -> nimbus.functions.actor:{n}": f"{_ROLES_A}; {S2B}"
+       for n in ("_env_slot", "_policy", "_spaces_of", "_step_all")},
+    **{f"nimbus.functions.offpolicy_learner -> nimbus.functions.learner:{n}": f"{_ROLES_L}; {S2B}"
+       for n in ("_cpu", "_learner_state", "_probe", "_restore")},
+    **{f"nimbus.functions.pipeline_learner -> nimbus.functions.learner:{n}": f"{_ROLES_L}; {S2B}"
+       for n in ("_learner_state", "_probe", "_restore")},
+    **{f"nimbus.functions.parameter -> nimbus.functions.gradient_learner:{n}": f"public in stellaris/learner; {S2B}"
+       for n in ("_model_at", "_state")},
+    **{f"nimbus.functions.pipeline -> nimbus.algos.ppo.learner:{n}": f"MEAN_STATS, gradient_step; {S2A}"
+       for n in ("_MEAN_STATS", "_gradient_step")},
+    **{f"nimbus.report.marl -> nimbus.report.panels:{n}": f"no_data, series; {S2A}" for n in ("_no_data", "_series")},
+    "nimbus.runtime.forkserver -> nimbus.runtime.worker:_set_pdeathsig": f"{_WORKER}; {S2A}",
+    "nimbus.runtime.ray_worker -> nimbus.runtime.worker:_limit_torch_threads": f"{_WORKER}; {S2A}",
+    **{f"nimbus.train.marl -> nimbus.train.trainer:{n}": f"{_RUN}; {S2C}" for n in ("_Interrupt", "_should_stop")},
+    **{f"nimbus.train.{m} -> nimbus.train.trainer:{n}": f"{_RUN}; {S2C}" for m in ("population", "workloads")
+       for n in ("_publish_initial", "_should_stop", "_summarise")},
+    "nimbus.train.workloads -> nimbus.train.build:_run_namespace": f"public run/build.run_namespace; {S2C}",
+}
+
+
+def module_files() -> dict[str, tuple[Path, bool]]:
+    """Module name → (file, is a package's ``__init__``) for every module of the package."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = ["nimbus", *path.relative_to(PACKAGE).with_suffix("").parts]
+        is_package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def _imports(*, tree: ast.AST, exempt: bool = False):
+    """(node, under TYPE_CHECKING) for every import, at any depth; an ``if TYPE_CHECKING:`` body is exempt."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child, exempt
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            for node in child.body:
+                yield from _imports(tree=ast.Module(body=[node], type_ignores=[]), exempt=True)
+            for node in child.orelse:
+                yield from _imports(tree=ast.Module(body=[node], type_ignores=[]), exempt=exempt)
+        else:
+            yield from _imports(tree=child, exempt=exempt)
+
+
+@functools.lru_cache(maxsize=1)
+def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]], set[str]]:
+    """(edges, TYPE_CHECKING-only edges, private names as ``importer -> module:name``) between nimbus modules."""
+    modules = module_files()
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    typing_only: dict[str, set[str]] = {name: set() for name in modules}
+    private: set[str] = set()
+    for name, (path, is_package) in modules.items():
+        for node, exempt in _imports(tree=ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:   # relative: from the importer's package up (level - 1) packages
+                    package = name.split(".") if is_package else name.split(".")[:-1]
+                    base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+                private |= {f"{name} -> {base}:{a.name}" for a in node.names if base.startswith("nimbus")
+                            and a.name.startswith("_") and not a.name.startswith("__") and base != name}
+            for target in targets:
+                if target in modules and target != name:
+                    (typing_only if exempt else edges)[name].add(target)
+    return edges, typing_only, private
+
+
+def layer_of(module: str) -> int:
+    if module.rsplit(".", 1)[-1] == "config" and module != "nimbus.config" or module in CONFIG_MODULES:
+        module = "nimbus.config"
+    package = module.split(".")[1] if "." in module else ""
+    found = [i for i, layer in enumerate(LAYERS) if package in layer]
+    assert found, f"package nimbus.{package} is in no layer: add it to LAYERS in {Path(__file__).name}"
+    return found[0]
+
+
+def upward_imports() -> set[str]:
+    edges, _, _ = import_graph()
+    return {f"{a} -> {b}" for a, targets in edges.items() for b in targets if layer_of(b) > layer_of(a)}
+
+
+def circles(*, edges: dict[str, set[str]]) -> set[frozenset[str]]:
+    """Tarjan's strongly connected components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: set[frozenset[str]] = set()
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(edges.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = {stack.pop()}
+            while node not in component:
+                component.add(stack.pop())
+            if len(component) > 1:
+                found.add(frozenset(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _unexpected(*, found: set, allowed: dict) -> tuple[list, list]:
+    return sorted(found - allowed.keys(), key=str), sorted(allowed.keys() - found, key=str)
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    new, gone = _unexpected(found=upward_imports(), allowed=ALLOWED_UPWARD)
+    assert new == [], f"imports up the layers (LAYERS in {Path(__file__).name}): {new}"
+    assert gone == [], f"no longer imported: delete them from ALLOWED_UPWARD: {gone}"
+
+
+def test_no_import_circle_between_modules() -> None:
+    edges, _, _ = import_graph()
+    new, gone = _unexpected(found=circles(edges=edges), allowed=ALLOWED_CIRCLES)
+    assert new == [], f"import circles: {[sorted(c) for c in new]}"
+    assert gone == [], f"circles no longer there: delete them from ALLOWED_CIRCLES: {[sorted(c) for c in gone]}"
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    _, _, private = import_graph()
+    new, gone = _unexpected(found=private, allowed=ALLOWED_PRIVATE)
+    assert new == [], f"private names imported from another module (make them public): {new}"
+    assert gone == [], f"no longer imported: delete them from ALLOWED_PRIVATE: {gone}"
+
+
+def test_every_allowed_entry_says_what_removes_it() -> None:
+    reasons = [*ALLOWED_UPWARD.values(), *ALLOWED_CIRCLES.values(), *ALLOWED_PRIVATE.values()]
+    assert [r for r in reasons if "removed by: issue 24 step" not in r] == []
+
+
+def test_the_checks_see_lazy_imports_and_exempt_type_checking_ones() -> None:
+    edges, typing_only, _ = import_graph()
+    assert "nimbus.train.marl" in edges["nimbus.train.trainer"]              # lazy, inside train()
+    assert "nimbus.control.base" in typing_only["nimbus.control.config"]     # under TYPE_CHECKING only
+    assert "nimbus.control.base" not in edges["nimbus.control.config"]
+    assert circles(edges={"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {frozenset("abc")}
+
+
+def _loaded_by(statement: str) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
+    code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env=env).stdout.split()
+
+
+def test_importing_config_loads_neither_torch_nor_any_algorithm_nor_anything_above_config() -> None:
+    """Reading a config is data only; an algorithm's section is imported when a config names it."""
+    loaded = _loaded_by("import nimbus.config")
+    assert "nimbus.config" in loaded
+    heavy = [m for m in loaded if m == "torch" or m.startswith(("torch.", "nimbus.algos"))]
+    assert heavy == [], f"import nimbus.config loaded {len(heavy)} of them: {heavy[:5]}"
+    packages = {m.rsplit(".", 1)[0] for m in loaded}   # a package's __init__ loads with its modules
+    above = [m for m in loaded if m.startswith("nimbus") and m not in packages
+             and layer_of(m) > layer_of("nimbus.config")]
+    assert above == []
+
+
+def test_the_config_finds_every_registered_algorithm_by_name() -> None:
+    from nimbus.algos.registry import ALGO_CONFIGS
+    from nimbus.config import parse_config
+    from nimbus.config.algo import ALGO_SECTIONS, algo_section
+
+    assert {name: algo_section(name=name) for name in ALGO_SECTIONS} == ALGO_CONFIGS
+    for name, cls in ALGO_CONFIGS.items():
+        workflow = {"dqn": "async", "sac": "async", "impala": "async"}.get(name, "multiagent" if name in (
+            "ippo", "mappo", "iql", "vdn") else "sync")
+        config = parse_config(data={"algo": {"name": name}, "train": {"workflow": workflow},
+                                    "actors": {"fragment_steps": 50 if name == "impala" else 128}})
+        assert type(config.algo) is cls
