@@ -22,13 +22,14 @@ import nimbus
 
 PACKAGE = Path(nimbus.__file__).resolve().parent
 
-# Low to high: a module may import its own layer and lower ones. "" is the nimbus package itself. Today's names
+# Low to high: a module may import its own layer and lower ones. "" is the nimbus package itself; core.py (the
+# protocols, imports nothing at run time) sits at the bottom. Today's names
 # for plan24 §2's order: data < cost (cost.ledger writes through data.jsonl, nothing in data imports cost) and
 # analysis < runtime (hessian imports only liveness; runtime.builtin runs it) follow the code; report sits
 # below the technique packages as in the plan; control < functions (functions.probe reads control.base,
 # control imports no function).
 LAYERS: list[tuple[str, ...]] = [
-    ("", "errors", "liveness"), ("config",), ("data",), ("cost",), ("analysis",), ("runtime",), ("envs",),
+    ("", "core", "errors", "liveness"), ("config",), ("data",), ("cost",), ("analysis",), ("runtime",), ("envs",),
     ("models",), ("algos",), ("report",), ("control",), ("functions",), ("workflows",), ("train",), ("bench",),
     ("cli",),
 ]
