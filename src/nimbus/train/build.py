@@ -210,11 +210,13 @@ def build_shared(*, config: NimbusConfig, run_dir: Path, shm_prefix: str | None 
 def check_devices(*, config: NimbusConfig) -> None:
     """Exit 2 before anything starts for devices this machine lacks: ``learner.device: cuda`` or
     ``devices.kind: cuda`` with no CUDA device visible to torch, where the functions run here (local
-    runtime, or a private Ray; a Ray cluster's learners may sit on other nodes' GPUs)."""
+    runtime, or a private Ray; a Ray cluster's learners may sit on other nodes' GPUs). With a device pool
+    (``devices.pool: on_demand``) learner-side functions compute on their lease's device, so ``learner.device``
+    is not checked then (runtime/devices.py)."""
     here = config.runtime.backend == "local" or config.runtime.address == "local"
     if not here or torch.cuda.is_available():
         return
-    if config.learner.device == "cuda":
+    if config.learner.device == "cuda" and config.devices.pool != "on_demand":   # a pool's lease decides instead
         raise ConfigError("learner.device: cuda, but torch sees no CUDA device on this machine (use auto or cpu)")
     if config.devices.pool == "on_demand" and config.devices.kind == "cuda":
         raise ConfigError("devices.kind: cuda, but torch sees no CUDA device on this machine (use auto or cpu)")
