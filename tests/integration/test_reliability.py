@@ -19,12 +19,9 @@ from nimbus.errors import FunctionFailed, NimbusError
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
 from nimbus.train.metrics import read_metrics
 from nimbus.train.trainer import train
+from support import ledger_rows
 
 ROWS_PER_ACTOR = 4 * 32
-
-
-def ledger_rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
 
 
 def only_run_dir(root: Path) -> Path:

@@ -6,7 +6,6 @@ import os
 import pickle
 import socket
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from nimbus.data.shm import Segment, list_segments, run_prefix
 from nimbus.data.slots import SlotPool, write_message
 from nimbus.errors import CodecError
 from nimbus.runtime.transport import LENGTH
+from support import wait_for
 
 
 MiB = 1 << 20
@@ -30,13 +30,6 @@ class _Evil:
 
     def __reduce__(self):
         return (os.system, (f"touch {self.path}",))
-
-
-def wait_for(predicate, *, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not predicate():
-        time.sleep(0.01)
-    return predicate()
 
 
 @pytest.fixture
@@ -115,7 +108,7 @@ def test_pickle_from_a_peer_drops_it_without_running(tmp_path: Path) -> None:
     inbox = Inbox(on_close=lambda source, error: closed.append((source, type(error).__name__)))
     inbox.add_source(source="evil", sock=b)
     a.sendall(LENGTH.pack(len(payload)) + payload)
-    assert wait_for(lambda: bool(closed), timeout_s=5)
+    assert wait_for(lambda: bool(closed), timeout_s=5, interval_s=0.01)
     assert closed == [("evil", "CodecError")] and not marker.exists()
     inbox.close(), a.close()
 

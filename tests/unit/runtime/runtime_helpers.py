@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import pickle
-import time
 from pathlib import Path
-from typing import Callable
+
+from support import wait_for  # noqa: F401  (tests/support.py; the runtime tests import it from here)
 
 
 def pid_alive(pid: int) -> bool:
@@ -16,15 +16,6 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def wait_for(predicate: Callable[[], bool], *, timeout_s: float, interval_s: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
 
 
 class _Evil:
