@@ -1,5 +1,5 @@
 """Plain helpers shared by tests in several folders (fixtures live in the conftest files): polling for a
-condition, reading a run's ledger, a Python child under this test's shared-memory prefix."""
+condition, a run's directory and ledger, a Python child under this test's shared-memory prefix."""
 
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ def wait_for(predicate: Callable[[], bool], *, timeout_s: float, interval_s: flo
 def ledger_rows(run_dir: Path) -> list[dict]:
     """Every row of a run's cost ledger (``<run_dir>/ledger.jsonl``), in order."""
     return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
+
+
+def only_run_dir(root: Path) -> Path:
+    """The one run directory under ``root`` (an output root after a single run)."""
+    (run_dir,) = [p for p in root.iterdir() if p.is_dir()]
+    return run_dir
 
 
 def run_python(code: str, prefix: str) -> str:
