@@ -1,10 +1,12 @@
 """Plain helpers shared by tests in several folders (fixtures live in the conftest files): polling for a
-condition, a run's directory and ledger, a Python child under this test's shared-memory prefix."""
+condition, a run's directory and ledger, a Python child under this test's shared-memory prefix, a pickle
+that must never be unpickled."""
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -41,3 +43,19 @@ def run_python(code: str, prefix: str) -> str:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
+
+
+class _Evil:
+    """Unpickling this runs ``touch <path>``: the side effect P11 tests (never unpickle what crossed a process
+    boundary) look for."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def evil_pickle(path: Path) -> bytes:
+    """A pickle that touches ``path`` if anyone unpickles it."""
+    return pickle.dumps(_Evil(path))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import pickle
 import socket
 import threading
 from pathlib import Path
@@ -18,18 +17,10 @@ from nimbus.data.shm import Segment, list_segments, run_prefix
 from nimbus.data.slots import SlotPool, write_message
 from nimbus.errors import CodecError
 from nimbus.runtime.transport import LENGTH
-from support import wait_for
+from support import evil_pickle, wait_for
 
 
 MiB = 1 << 20
-
-
-class _Evil:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.path}",))
 
 
 @pytest.fixture
@@ -102,7 +93,7 @@ def test_encode_errors_are_reported_and_leave_nothing(pair) -> None:
 
 def test_pickle_from_a_peer_drops_it_without_running(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    payload = pickle.dumps(_Evil(marker))
+    payload = evil_pickle(marker)
     a, b = socket.socketpair()
     closed = []
     inbox = Inbox(on_close=lambda source, error: closed.append((source, type(error).__name__)))
