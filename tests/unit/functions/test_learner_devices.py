@@ -28,7 +28,7 @@ from nimbus.functions.weights import model_to_message, optim_key, weights_key
 from nimbus.runtime.base import FunctionContext
 from tests.algo_batches import host_batch
 from tests.device_audit import DeviceAudit
-from function_helpers import cartpole_spaces, on_store, publish
+from tests.unit.functions.function_helpers import cartpole_spaces, on_store, publish
 
 PROBE = ProbeRequest(subset_size=32, max_iterations=4, tolerance=1e-3).to_header()
 
