@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -12,10 +11,7 @@ import pytest
 from nimbus.data.buffer import Buffer
 from nimbus.errors import FunctionFailed
 from nimbus.train.trainer import train
-
-
-def _ledger(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
+from support import ledger_rows
 
 
 def test_env_sleeping_forever_in_step_is_named_and_stops_the_run(make_config, caplog) -> None:
@@ -54,7 +50,7 @@ def test_sigkill_of_one_of_four_actors_and_the_retry_samples_a_current_policy(ma
                                     f"fail_at_step: {steps_before_kill}}}"])
     result = train(config=config)
     assert result.summary.rounds == 5 and result.summary.env_steps == 5 * 4 * 2 * 32  # training went on
-    rows = _ledger(result.run_dir)
+    rows = ledger_rows(result.run_dir)
     (died,) = [r for r in rows if r["outcome"] == "worker_died"]
     (retry,) = [r for r in rows if r["invocation_id"] == died["invocation_id"] and r["attempt"] == 2]
     assert retry["outcome"] == "ok" and retry["worker_id"] != died["worker_id"]  # served elsewhere

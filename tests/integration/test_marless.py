@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from cluster_fixtures import ray_local  # noqa: F401  (fixture)
+from support import ledger_rows
 from nimbus.control.marless_scaling import actor_count
 from nimbus.errors import ConfigError
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
@@ -21,10 +22,6 @@ pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
 RANDOM_FLOOR = -27.6   # uniform-random per-agent episode return, simple_spread N=3, max_cycles 25 (docs/marless.md)
 SMALL = ["env.num_envs_per_actor=2", "actors.scaling={kind: fixed, num_actors: 1}", "algo.num_epochs=2",
          "train.eval_episodes=0"]
-
-
-def ledger_rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
 
 
 def maps(run_dir: Path) -> list[dict]:

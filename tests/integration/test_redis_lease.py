@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from cluster_fixtures import redis_server  # noqa: F401  (fixture)
+from support import wait_for
 
 pytestmark = pytest.mark.redis
 REPO = Path(__file__).resolve().parents[2]
@@ -22,15 +23,6 @@ LEASE_S = 1.5
 
 def _run_keys(client: redis.Redis) -> list[str]:
     return sorted(k.decode() for k in client.scan_iter("nimbus:*", count=1000))
-
-
-def _wait_for(condition, *, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def test_a_sigkilled_drivers_keys_are_gone_after_the_lease(redis_server, tmp_path: Path) -> None:
@@ -49,7 +41,8 @@ def test_a_sigkilled_drivers_keys_are_gone_after_the_lease(redis_server, tmp_pat
 
         # Alive for several leases: the driver renews them, so the run keeps going on its own keys.
         started = time.monotonic()
-        assert _wait_for(lambda: rounds() >= 3 and time.monotonic() - started > 3 * LEASE_S, timeout_s=180), \
+        assert wait_for(lambda: rounds() >= 3 and time.monotonic() - started > 3 * LEASE_S, timeout_s=180,
+                        interval_s=0.05), \
             proc.stderr.read()[-3000:] if proc.poll() is not None else "no rounds"
         assert proc.poll() is None
         keys = _run_keys(client)
@@ -59,4 +52,5 @@ def test_a_sigkilled_drivers_keys_are_gone_after_the_lease(redis_server, tmp_pat
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its janitor and workers: no clean-up runs
         proc.wait(timeout=30)
     assert _run_keys(client)  # nothing deleted them...
-    assert _wait_for(lambda: _run_keys(client) == [], timeout_s=LEASE_S + 2)  # ...the lease expired them
+    # ...the lease expired them
+    assert wait_for(lambda: _run_keys(client) == [], timeout_s=LEASE_S + 2, interval_s=0.05)

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from cluster_fixtures import redis_server  # noqa: F401  (fixture)
+from support import only_run_dir
 from nimbus.cli import main as cli_main
 from nimbus.errors import StoreFull, StoreUnavailable
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
@@ -26,11 +27,6 @@ ROWS_PER_ROUND = 2 * 4 * 32
 def redis_overrides(url: str, *extra: str) -> list[str]:
     return ["store.backend=redis", f"store.url={url}", "store.max_retries=2", "store.backoff_base_s=0.02",
             "store.backoff_cap_s=0.2", "store.timeout_s=1.0", *extra]
-
-
-def only_run_dir(root: Path) -> Path:
-    (run_dir,) = [p for p in root.iterdir() if p.is_dir()]
-    return run_dir
 
 
 def test_a_run_on_redis_keeps_the_key_space_bounded_and_leaves_nothing(make_config, redis_server) -> None:

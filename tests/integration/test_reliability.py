@@ -19,17 +19,9 @@ from nimbus.errors import FunctionFailed, NimbusError
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
 from nimbus.train.metrics import read_metrics
 from nimbus.train.trainer import train
+from support import ledger_rows, only_run_dir
 
 ROWS_PER_ACTOR = 4 * 32
-
-
-def ledger_rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
-
-
-def only_run_dir(root: Path) -> Path:
-    (run_dir,) = [p for p in root.iterdir() if p.is_dir()]
-    return run_dir
 
 
 def test_flaky_actor_is_retried_and_counted_once(make_config, tmp_path: Path) -> None:

@@ -9,15 +9,12 @@ from pathlib import Path
 import pytest
 
 from cluster_fixtures import ray_local  # noqa: F401  (fixture)
+from support import ledger_rows
 from nimbus.errors import ConfigError
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
 from nimbus.train.metrics import read_metrics
 from nimbus.train.trainer import train
-
-
-def ledger_rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow

@@ -19,18 +19,12 @@ from nimbus.data.shm import PREFIX_ENV, SharedMemoryTooSmall, list_segments
 
 SPEC = {"obs": KeySpec(shape=(2,), dtype="float32"), "reward": KeySpec(shape=(), dtype="float32"),
         "done": KeySpec(shape=(), dtype="bool")}
+BUFFER_ROWS, BUFFER_ACTORS = 8, 4  # the ``buf`` fixture's (tests/unit/data/conftest.py)
 
 
 def rows(n: int, start: int = 0) -> dict[str, np.ndarray]:
     steps = np.arange(start, start + n, dtype=np.float32)
     return {"obs": np.stack([steps, -steps], axis=1), "reward": steps, "done": steps % 2 == 0}
-
-
-@pytest.fixture
-def buf():
-    buffer = Buffer.create(spec=SPEC, capacity_rows=8, max_actors=4)
-    yield buffer
-    buffer.close()
 
 
 def test_ingest_then_read(buf: Buffer) -> None:

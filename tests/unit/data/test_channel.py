@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import pickle
 import socket
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,24 +17,10 @@ from nimbus.data.shm import Segment, list_segments, run_prefix
 from nimbus.data.slots import SlotPool, write_message
 from nimbus.errors import CodecError
 from nimbus.runtime.transport import LENGTH
+from support import evil_pickle, wait_for
 
 
 MiB = 1 << 20
-
-
-class _Evil:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.path}",))
-
-
-def wait_for(predicate, *, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not predicate():
-        time.sleep(0.01)
-    return predicate()
 
 
 @pytest.fixture
@@ -109,13 +93,13 @@ def test_encode_errors_are_reported_and_leave_nothing(pair) -> None:
 
 def test_pickle_from_a_peer_drops_it_without_running(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    payload = pickle.dumps(_Evil(marker))
+    payload = evil_pickle(marker)
     a, b = socket.socketpair()
     closed = []
     inbox = Inbox(on_close=lambda source, error: closed.append((source, type(error).__name__)))
     inbox.add_source(source="evil", sock=b)
     a.sendall(LENGTH.pack(len(payload)) + payload)
-    assert wait_for(lambda: bool(closed), timeout_s=5)
+    assert wait_for(lambda: bool(closed), timeout_s=5, interval_s=0.01)
     assert closed == [("evil", "CodecError")] and not marker.exists()
     inbox.close(), a.close()
 

@@ -21,6 +21,7 @@ from nimbus.data.codec import Message
 from nimbus.data.frames import body_segment_prefix, new_segment_name
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.data.slots import SlotPool
+from support import wait_for
 
 SENDER = r"""
 import socket, sys, time
@@ -73,13 +74,6 @@ def _spawn(script: str, *args: int | str, fds: tuple[int, ...]) -> subprocess.Po
                             stdout=subprocess.PIPE, text=True)
 
 
-def _wait_for(predicate, *, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not predicate():
-        time.sleep(0.01)
-    return predicate()
-
-
 def test_a_sender_killed_mid_message_leaks_no_segment_and_loses_no_other_senders_message() -> None:
     got: dict[str, list[int]] = {"good": [], "dying": []}
     closed: dict[str, str | None] = {}
@@ -95,7 +89,7 @@ def test_a_sender_killed_mid_message_leaks_no_segment_and_loses_no_other_senders
     assert procs["dying"].stdout.readline().strip() == "mid-message"
     os.kill(procs["dying"].pid, signal.SIGKILL)
     assert procs["good"].wait(timeout=60) == 0 and procs["dying"].wait(timeout=10) == -signal.SIGKILL
-    assert _wait_for(lambda: len(closed) == 2, timeout_s=10)
+    assert wait_for(lambda: len(closed) == 2, timeout_s=10, interval_s=0.01)
     assert got["good"] == [(i, i % 251) for i in range(200)]  # every message of the other sender, intact
     assert got["dying"] == [(i, i) for i in range(3)]  # the complete ones; the half message is discarded
     inbox.close()
@@ -154,7 +148,7 @@ def test_a_broadcast_reader_killed_mid_message_is_reclaimed_and_the_others_get_e
     for version in range(2, 10):  # blocks until the dead reader is noticed and its slots reclaimed
         assert caster.publish(message=Message(arrays={"w": weights}), tag={"version": version, "i": version}) == 2
     assert time.monotonic() - started < 20 and caster.alive == (0, 2)
-    assert _wait_for(lambda: received[0] == received[2] == list(range(10)), timeout_s=10)
+    assert wait_for(lambda: received[0] == received[2] == list(range(10)), timeout_s=10, interval_s=0.01)
     holder.wait(timeout=10)
     assert pool.stats().reclaimed == 2
     caster.close()

@@ -14,12 +14,7 @@ from protocol_helpers import assert_implements
 from nimbus.data.replay import FullBatch, ReplayStrategy
 
 SPEC = {"x": KeySpec(shape=(), dtype="int64"), "obs": KeySpec(shape=(2,), dtype="float32")}
-
-
-@pytest.fixture
-def buf():
-    with Buffer.create(spec=SPEC, capacity_rows=16, max_actors=8) as buffer:
-        yield buffer
+BUFFER_ROWS, BUFFER_ACTORS = 16, 8  # the ``buf`` fixture's (tests/unit/data/conftest.py)
 
 
 def ingest(buf: Buffer, *, actor: int, version: int, n: int, inv: str | None = None) -> None:

@@ -13,13 +13,7 @@ import pytest
 
 from nimbus.data.shm import (PREFIX_ENV, Segment, list_segments, run_prefix, segment_name, streaming_copy_env,
                              sweep, unlink)
-
-
-def run_python(code: str, prefix: str) -> str:
-    env = {**os.environ, PREFIX_ENV: prefix}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+from support import run_python
 
 
 def test_run_prefix_comes_from_the_environment(prefix: str) -> None:

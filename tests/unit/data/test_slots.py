@@ -23,17 +23,13 @@ from nimbus.data.codec import Message
 from nimbus.data.frames import body_segment_prefix, new_segment_name
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.data.slots import PoolReader, SlotPool
+from support import wait_for
+
+POLL = {"timeout_s": 5.0, "interval_s": 0.005}  # wait_for: up to 5 s, every 5 ms
 
 MiB = 1 << 20
 DTYPES = [np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8,
           np.uint64, np.uint32, np.uint16, np.uint8, np.bool_]
-
-
-def wait_for(predicate, *, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not predicate():
-        time.sleep(0.005)
-    return predicate()
 
 
 def new_pool(*, num_slots: int = 2, slot_bytes: int = MiB, max_readers: int = 1) -> SlotPool:
@@ -83,7 +79,7 @@ def test_round_trip_over_shapes_and_dtypes_and_slot_release() -> None:
             if envelope.slot is not None and any(array.size for array in arrays.values()):
                 assert pool.busy() == 1  # views alive: the slot is held
             del envelope, got
-            assert wait_for(lambda: pool.busy() == 0)  # released when the last view died
+            assert wait_for(lambda: pool.busy() == 0, **POLL)  # released when the last view died
 
         round_trip()
         assert outbox.stats().via_slot > 0
@@ -99,7 +95,7 @@ def test_a_surviving_view_or_tensor_keeps_the_slot() -> None:
         assert pool.busy() == 1  # still read through the tensor
         assert float(tensor[0, 1]) == 10 * 256 + 1
         del tensor
-        assert wait_for(lambda: pool.busy() == 0)
+        assert wait_for(lambda: pool.busy() == 0, **POLL)
 
 
 def test_compressed_bodies_free_their_slot_at_once() -> None:
@@ -108,7 +104,7 @@ def test_compressed_bodies_free_their_slot_at_once() -> None:
         outbox.send(message=Message(arrays={"z": zeros}), tag={})
         envelope = inbox.get(timeout_s=10)
         assert envelope.compressed and envelope.slot is None
-        assert wait_for(lambda: pool.busy() == 0)  # decompressed into private memory
+        assert wait_for(lambda: pool.busy() == 0, **POLL)  # decompressed into private memory
         np.testing.assert_array_equal(envelope.message.arrays["z"], zeros)
 
 
@@ -170,10 +166,10 @@ def test_bounded_inbox_queue_drops_and_counts() -> None:
         for i in range(20):
             outbox.send(message=Message(arrays={"x": np.full(1 << 12, i, np.uint8)}), tag={"i": i})
         assert outbox.flush(timeout_s=5)
-        assert wait_for(lambda: inbox.stats().received == 20)
+        assert wait_for(lambda: inbox.stats().received == 20, **POLL)
         assert inbox.stats().dropped_full == 19 and inbox.stats().pending == 1
         assert inbox.get(timeout_s=1).tag == {"i": 0}
-        assert wait_for(lambda: pool.busy() == 0)  # dropped envelopes gave their slots back
+        assert wait_for(lambda: pool.busy() == 0, **POLL)  # dropped envelopes gave their slots back
 
 
 def test_bounded_inbox_blocks_without_losing_anything() -> None:
@@ -204,7 +200,7 @@ def test_broadcast_slot_is_freed_only_by_the_last_reader() -> None:
     for k in range(3):
         assert pool.busy() == 1
         envelopes.pop()
-    assert wait_for(lambda: pool.busy() == 0)
+    assert wait_for(lambda: pool.busy() == 0, **POLL)
     caster.close()
     for inbox in inboxes:
         inbox.close()

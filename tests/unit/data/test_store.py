@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import _posixshmem
 import numpy as np
 import pytest
 
 from nimbus.data.codec import Message
-from nimbus.data.shm import PREFIX_ENV, Segment, list_segments
+from nimbus.data.shm import Segment, list_segments
 from nimbus.data.store import MAX_KEY_CHARS, KeyExists, KeyNotFound, ShmStore, Store, key_version
+from support import run_python
 
 
 @pytest.fixture
@@ -25,13 +24,6 @@ def store():
 def weights(version: int) -> Message:
     return Message(header={"policy_version": version},
                    arrays={"w": np.full((3, 2), version, np.float32), "b": np.arange(4, dtype=np.int64)})
-
-
-def run_python(code: str, prefix: str) -> str:
-    env = {**os.environ, PREFIX_ENV: prefix}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 def test_shm_store_is_a_store(store: ShmStore) -> None:

@@ -15,12 +15,7 @@ from nimbus.data.triggers import (DataKeyTrigger, ObjectKeyTrigger, StoreEvents,
                                   TriggerTable)
 
 SPEC = {"obs": KeySpec(shape=(2,), dtype="float32"), "reward": KeySpec(shape=(), dtype="float32")}
-
-
-@pytest.fixture
-def buf():
-    with Buffer.create(spec=SPEC, capacity_rows=64, max_actors=8) as buffer:
-        yield buffer
+BUFFER_ROWS, BUFFER_ACTORS = 64, 8  # the ``buf`` fixture's (tests/unit/data/conftest.py)
 
 
 def ingest(buf: Buffer, *, inv: str, actor: int, n: int, version: int = 0) -> bool:

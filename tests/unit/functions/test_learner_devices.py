@@ -28,6 +28,7 @@ from nimbus.functions.weights import model_to_message, optim_key, weights_key
 from nimbus.runtime.base import FunctionContext
 from tests.algo_batches import host_batch
 from tests.device_audit import DeviceAudit
+from tests.unit.functions.function_helpers import cartpole_spaces, on_store, publish
 
 PROBE = ProbeRequest(subset_size=32, max_iterations=4, tolerance=1e-3).to_header()
 
@@ -145,8 +146,7 @@ def test_the_multi_agent_value_learner_mixes_no_devices(store: ShmStore) -> None
                                           replay_keys=[team_post_key(round=0)],
                                           probe={"subset_size": 16, "max_iterations": 4, "tolerance": 1e-3})
         with DeviceAudit():
-            header = value_policy_function(context=worker, request=harness.with_store(request.to_message(),
-                                                                                      store)).header
+            header = value_policy_function(context=worker, request=on_store(request.to_message(), store)).header
         assert header["device"] == "cpu" and header["gradient_steps_run"] == 3
 
 
@@ -155,9 +155,9 @@ def test_the_stellaris_gradient_and_parameter_functions_mix_no_devices(store: Sh
     import test_stellaris_functions as harness
 
     torch.manual_seed(0)
-    model = harness.algo().make_model(spaces=harness.spaces())
-    harness.publish(store, model=model, version=0)
-    harness.publish(store, model=model, version=5)   # a peer's version (truncation reads it)
+    model = harness.algo().make_model(spaces=cartpole_spaces())
+    publish(store, model=model, version=0)
+    publish(store, model=model, version=5)   # a peer's version (truncation reads it)
     harness.batch(store, model)
     cache: dict = {}
     for key in ("grad/main/0", "grad/main/1"):

@@ -16,13 +16,12 @@ from nimbus.algos.marl.iql import IQL, IQLConfig, initial_messages, iql_targets
 from nimbus.algos.marl.vdn import VDN, VDNConfig, vdn_q_tot, vdn_targets
 from nimbus.data.codec import Message
 from nimbus.data.store import KeyExists, ShmStore
-from nimbus.data.stores import STORE_HEADER
 from nimbus.errors import EnvContractError
 from nimbus.functions.ma_value_learner import (ValueLearnerRequest, VDNPostprocessRequest, align_team_rows,
                                                join_replay, spaces_header, target_key, team_post_key,
                                                value_policy_function, vdn_postprocess_function)
 from nimbus.functions.weights import load_model, model_to_message, weights_key
-from nimbus.runtime.base import FunctionContext
+from function_helpers import ctx, on_store
 
 AGENTS = ["agent_0", "agent_1"]
 HORIZON = 5                    # steps per episode of the coordination game
@@ -34,22 +33,6 @@ SPACES = EnvSpaces(observation=gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.fl
 @pytest.fixture(autouse=True)
 def one_torch_thread() -> None:
     torch.set_num_threads(1)   # tests/conftest.py restores the count afterwards
-
-
-@pytest.fixture
-def store():
-    store = ShmStore(namespace=uuid.uuid4().hex[:8], owner=True)
-    yield store
-    store.close()
-
-
-def context(name: str, invocation_id: str | None = None) -> FunctionContext:
-    return FunctionContext(worker_id="w0", function=name, invocation_id=invocation_id or uuid.uuid4().hex, attempt=1)
-
-
-def with_store(message: Message, store: ShmStore) -> Message:
-    message.header[STORE_HEADER] = {"backend": "shm", "namespace": store.namespace}
-    return message
 
 
 # --- the actor's per-agent rows and the driver's per-policy batch, as the MARL contract lays them out ---
@@ -103,7 +86,7 @@ def test_align_joins_rows_of_the_same_env_and_step_across_policies_and_actors(st
     store.put(key="batch/p_agent_1/r3", message=driver_batch(per_agent=per_agent, agents=["agent_1"], all_agents=AGENTS))
     request = VDNPostprocessRequest(round=3, all_agents=AGENTS, batch_keys=["batch/p_agent_1/r3", "batch/p_agent_0/r3"],
                                     post_key=team_post_key(round=3))
-    result = vdn_postprocess_function(context=context("postprocess"), request=with_store(request.to_message(), store))
+    result = vdn_postprocess_function(context=ctx("postprocess"), request=on_store(request.to_message(), store))
     joint = store.get(key="post/team/r3").arrays
     assert result.header["rows"] == 16 and result.header["post_key"] == "post/team/r3"
     code_0, code_1 = joint["agent_0/obs"][:, 0], joint["agent_1/obs"][:, 0]
@@ -222,7 +205,7 @@ def put_round(*, store: ShmStore, algo, round: int, rows: dict[str, dict[str, np
         keys.append(key)
     if algo.name == "vdn":
         request = VDNPostprocessRequest(round=round, all_agents=AGENTS, batch_keys=keys, post_key=team_post_key(round=round))
-        vdn_postprocess_function(context=context("postprocess"), request=with_store(request.to_message(), store))
+        vdn_postprocess_function(context=ctx("postprocess"), request=on_store(request.to_message(), store))
     return keys
 
 
@@ -235,7 +218,7 @@ def train_game(*, store: ShmStore, algo, agent_policy: dict[str, str], rounds: i
     history: dict[str, list[str]] = {}
     returns, losses = [greedy_team_return(policies=load_policies(store=store, algo=algo, agent_policy=agent_policy,
                                                                  versions=versions), algo=algo)], []
-    worker = context("policy")
+    worker = ctx("policy")
     for round in range(rounds):
         policies = load_policies(store=store, algo=algo, agent_policy=agent_policy, versions=versions)
         batch_keys = put_round(store=store, algo=algo, round=round,
@@ -248,7 +231,7 @@ def train_game(*, store: ShmStore, algo, agent_policy: dict[str, str], rounds: i
             request = learner_request(algo=algo, policy=policy, round=round, agent_policy=agent_policy,
                                       versions=versions, replay_keys=history[policy], progress=(round + 1) / rounds)
             worker.invocation_id = uuid.uuid4().hex
-            results.append(value_policy_function(context=worker, request=with_store(request.to_message(), store)))
+            results.append(value_policy_function(context=worker, request=on_store(request.to_message(), store)))
         assert batch_keys
         for result in results:
             versions[result.header["policy"]] = result.header["policy_version"]
@@ -293,7 +276,7 @@ def run_iql_rounds(*, store: ShmStore, algo, rounds: int) -> list[Message]:
                   agent_policy={"agent_0": "p0", "agent_1": "p0"})
         request = learner_request(algo=algo, policy="p0", round=round, agent_policy={"agent_0": "p0", "agent_1": "p0"},
                                   versions={"p0": round}, replay_keys=[f"batch/p0/r{k}" for k in range(round + 1)])
-        results.append(value_policy_function(context=context("policy"), request=with_store(request.to_message(), store)))
+        results.append(value_policy_function(context=ctx("policy"), request=on_store(request.to_message(), store)))
     return results
 
 
@@ -353,13 +336,13 @@ def test_a_retry_replaces_its_own_puts_and_recomputes_the_same_version(store: Sh
     request = learner_request(algo=algo, policy="p_agent_0", round=0, agent_policy=OWN, versions=versions,
                               replay_keys=[team_post_key(round=0)])
     invocation = uuid.uuid4().hex
-    first = value_policy_function(context=context("policy", invocation), request=with_store(request.to_message(), store))
+    first = value_policy_function(context=ctx("policy", invocation), request=on_store(request.to_message(), store))
     published = q_params(store.get(key=weights_key(policy="p_agent_0", version=1)))
-    again = value_policy_function(context=context("policy", invocation), request=with_store(request.to_message(), store))
+    again = value_policy_function(context=ctx("policy", invocation), request=on_store(request.to_message(), store))
     assert again.header["policy_loss"] == first.header["policy_loss"]
     assert same(q_params(store.get(key=weights_key(policy="p_agent_0", version=1))), published)
     with pytest.raises(KeyExists):
-        value_policy_function(context=context("policy"), request=with_store(request.to_message(), store))
+        value_policy_function(context=ctx("policy"), request=on_store(request.to_message(), store))
 
 
 def test_vdn_trains_its_own_policy_against_the_others_at_their_requested_versions(store: ShmStore) -> None:
@@ -380,7 +363,7 @@ def test_vdn_trains_its_own_policy_against_the_others_at_their_requested_version
         request = learner_request(algo=algo, policy="p_agent_0", round=0, agent_policy=OWN,
                                   versions={"p_agent_0": 0, "p_agent_1": version_of_other},
                                   replay_keys=[team_post_key(round=0)])
-        result = value_policy_function(context=context("policy"), request=with_store(request.to_message(), store))
+        result = value_policy_function(context=ctx("policy"), request=on_store(request.to_message(), store))
         assert result.header["policy_version"] == 1 and result.header["gradient_steps_run"] == 3
         losses.append(result.header["policy_loss"])
     assert losses[0] != losses[1]                  # Q_tot read p_agent_1 at the requested version
@@ -395,14 +378,14 @@ def test_convexity_is_probed_only_when_asked(store: ShmStore) -> None:
     request = learner_request(algo=algo, policy="p0", round=1, agent_policy={"agent_0": "p0", "agent_1": "p0"},
                               versions={"p0": 1}, replay_keys=["batch/p0/r0"],
                               probe={"subset_size": 32, "max_iterations": 30, "tolerance": 1e-3})
-    probed = value_policy_function(context=context("policy"), request=with_store(request.to_message(), store))
+    probed = value_policy_function(context=ctx("policy"), request=on_store(request.to_message(), store))
     extras = probed.header["extras"]
     assert extras["probe_rows"] == 32 and extras["hessian_lambda_max"] >= extras["hessian_lambda_min"]
     assert extras["hessian_lambda_min"] < 0          # the TD objective (−loss) curves down somewhere
     assert probed.header["convexity"] == pytest.approx(-extras["hessian_lambda_max"] / extras["hessian_lambda_min"])
     request = learner_request(algo=algo, policy="p0", round=2, agent_policy={"agent_0": "p0", "agent_1": "p0"},
                               versions={"p0": 2}, replay_keys=["batch/p0/r0"], probe=True)
-    default = value_policy_function(context=context("policy"), request=with_store(request.to_message(), store))
+    default = value_policy_function(context=ctx("policy"), request=on_store(request.to_message(), store))
     assert default.header["extras"]["probe_rows"] == 40   # DEFAULT_PROBE's 256 rows: all 40 of the replay
 
 
@@ -485,7 +468,7 @@ def test_value_learning_beats_random_on_simple_spread(store: ShmStore, algo_cls,
         if algo.name == "vdn":
             post = VDNPostprocessRequest(round=round, all_agents=agents, batch_keys=keys,
                                          post_key=team_post_key(round=round))
-            vdn_postprocess_function(context=context("postprocess"), request=with_store(post.to_message(), store))
+            vdn_postprocess_function(context=ctx("postprocess"), request=on_store(post.to_message(), store))
         results = []
         for policy in sorted(versions):
             own = team_post_key(round=round) if algo.name == "vdn" else f"batch/{policy}/r{round}"
@@ -496,7 +479,7 @@ def test_value_learning_beats_random_on_simple_spread(store: ShmStore, algo_cls,
                 agent_policy=agent_policy,
                 policy_versions=dict(versions), replay_keys=history[policy],
                 spaces={p: spaces_header(spaces=spaces) for p in versions}, seed=1, progress=(round + 1) / rounds)
-            results.append(value_policy_function(context=context("policy"), request=with_store(request.to_message(), store)))
+            results.append(value_policy_function(context=ctx("policy"), request=on_store(request.to_message(), store)))
         for result in results:
             versions[result.header["policy"]] = result.header["policy_version"]
         if (round + 1) % 20 == 0:

@@ -2,42 +2,24 @@
 
 from __future__ import annotations
 
-import uuid
-
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.data.codec import Message
 from nimbus.data.store import ShmStore
-from nimbus.data.stores import STORE_HEADER
 from nimbus.functions.gradient_learner import GRAD_PREFIX, GradientRequest, gradient_learner_function
 from nimbus.functions.parameter import ParameterRequest, parameter_function
-from nimbus.functions.weights import load_model, model_to_message, optim_key, weights_key
-from nimbus.runtime.base import FunctionContext
+from nimbus.functions.weights import load_model, optim_key, weights_key
+from function_helpers import cartpole_spaces, ctx, on_store, publish
 
 ROWS = 64
 
 
 def algo() -> PPO:
     return PPO(config=PPOConfig(hidden_sizes=(8,), minibatch_size=ROWS, lr=0.01))
-
-
-def spaces() -> EnvSpaces:
-    env = gym.make("CartPole-v1")
-    return EnvSpaces(observation=env.observation_space, action=env.action_space)
-
-
-def ctx(name: str, invocation: str | None = None) -> FunctionContext:
-    return FunctionContext(worker_id="w0", function=name, invocation_id=invocation or uuid.uuid4().hex, attempt=1)
-
-
-def publish(store: ShmStore, *, model: torch.nn.Module, version: int) -> None:
-    store.put(key=weights_key(policy="main", version=version), message=model_to_message(model=model, version=version))
 
 
 def batch(store: ShmStore, model: torch.nn.Module) -> str:
@@ -59,9 +41,7 @@ def grad_request(store: ShmStore, *, version: int, key: str, peers=(), truncatio
                               policy="main", policy_version=version, batch_key="batch/main/r0", grad_key=key,
                               peer_versions=list(peers), truncation=truncation, rho=1.0, progress=0.0, device="cpu",
                               torch_threads=1)
-    message = request.to_message(positions=np.arange(ROWS))
-    message.header[STORE_HEADER] = {"backend": "shm", "namespace": store.namespace}
-    return message
+    return on_store(request.to_message(positions=np.arange(ROWS)), store)
 
 
 def param_request(store: ShmStore, *, version: int, keys, scales, separate=False) -> Message:
@@ -69,16 +49,14 @@ def param_request(store: ShmStore, *, version: int, keys, scales, separate=False
                                       policy="main", policy_version=version, batch_key="", grad_key="",
                                       peer_versions=(), truncation="none", rho=1.0, progress=0.0, device="cpu",
                                       torch_threads=1)))
-    message = ParameterRequest(model=model, policy_version=version, has_optimizer_state=False, keys=list(keys),
-                               scales=list(scales), separate_steps=separate, progress=0.0).to_message()
-    message.header[STORE_HEADER] = {"backend": "shm", "namespace": store.namespace}
-    return message
+    return on_store(ParameterRequest(model=model, policy_version=version, has_optimizer_state=False, keys=list(keys),
+                                     scales=list(scales), separate_steps=separate, progress=0.0).to_message(), store)
 
 
 @pytest.fixture
 def model(store):
     torch.manual_seed(0)
-    model = algo().make_model(spaces=spaces())
+    model = algo().make_model(spaces=cartpole_spaces())
     publish(store, model=model, version=0)
     batch(store, model)
     return model
@@ -109,7 +87,7 @@ def test_a_retry_of_the_same_invocation_replaces_its_own_gradient(store, model):
 
 
 def test_truncation_by_a_peer_changes_the_gradient(store, model):
-    drifted = algo().make_model(spaces=spaces())
+    drifted = algo().make_model(spaces=cartpole_spaces())
     drifted.load_state_dict(model.state_dict())
     with torch.no_grad():
         for param in drifted.parameters():
@@ -134,14 +112,14 @@ def test_parameter_function_applies_the_scaled_mean_once(store, model):
     assert result.header["published"] and result.header["policy_version"] == 1 and result.header["applied"] == 2
     # by hand: p.grad = mean(1.0·g, 0.5·g) = 0.75·g, clipped to 0.5, one Adam step
     grads = store.get(key="grad/main/0").arrays
-    expected = algo().make_model(spaces=spaces())
+    expected = algo().make_model(spaces=cartpole_spaces())
     expected.load_state_dict(model.state_dict())
     optimizer = algo().make_optimizer(model=expected)
     for name, param in expected.named_parameters():
         param.grad = torch.as_tensor(np.array(grads[GRAD_PREFIX + name])) * 0.75
     torch.nn.utils.clip_grad_norm_(expected.parameters(), 0.5)
     optimizer.step()
-    published = algo().make_model(spaces=spaces())
+    published = algo().make_model(spaces=cartpole_spaces())
     load_model(model=published, message=store.get(key=weights_key(policy="main", version=1)))
     for (name, want), got in zip(expected.state_dict().items(), published.state_dict().values()):
         assert torch.allclose(want, got, atol=1e-6), name

@@ -3,53 +3,30 @@ cross-learner truncation of π/μ) and the parameter function's target refresh, 
 
 from __future__ import annotations
 
-import uuid
-
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.impala.algorithm import Impala
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.impala.loss import batch_loss
 from nimbus.data.codec import Message
 from nimbus.data.store import ShmStore
-from nimbus.data.stores import STORE_HEADER
 from nimbus.functions.gradient_algos import ImpactGradients, PPOGradients
 from nimbus.functions.gradient_learner import GRAD_PREFIX, GradientRequest, gradient_learner_function
 from nimbus.functions.parameter import ParameterRequest, parameter_function
-from nimbus.functions.weights import load_model, model_to_message, weights_key
+from nimbus.functions.weights import load_model, weights_key
 from nimbus.algos.ppo.config import PPOConfig
-from nimbus.runtime.base import FunctionContext
+from function_helpers import cartpole_spaces, ctx, on_store, publish
 
 T, COLUMNS = 8, 6
 CONFIG = ImpalaConfig(variant="impact", rollout_length=T, hidden_sizes=(8,), lr=0.01, target_update_interval=2)
-
-
-def spaces() -> EnvSpaces:
-    env = gym.make("CartPole-v1")
-    return EnvSpaces(observation=env.observation_space, action=env.action_space)
-
-
-def ctx(name: str) -> FunctionContext:
-    return FunctionContext(worker_id="w0", function=name, invocation_id=uuid.uuid4().hex, attempt=1)
-
-
-def publish(store: ShmStore, *, model: torch.nn.Module, version: int) -> None:
-    store.put(key=weights_key(policy="main", version=version), message=model_to_message(model=model, version=version))
 
 
 def model_fields(*, version: int, peers=(), truncation: str = "none", key: str = "") -> GradientRequest:
     return GradientRequest(env_id="CartPole-v1", env_kwargs={}, algo=CONFIG.model_dump(mode="json"), policy="main",
                            policy_version=version, batch_key="batch/main/r0", grad_key=key, peer_versions=list(peers),
                            truncation=truncation, rho=1.0, progress=0.0, device="cpu", torch_threads=1)
-
-
-def on_store(message: Message, store: ShmStore) -> Message:
-    message.header[STORE_HEADER] = {"backend": "shm", "namespace": store.namespace}
-    return message
 
 
 def grad(store: ShmStore, *, version: int, key: str, columns, peers=(), truncation: str = "none") -> Message:
@@ -85,7 +62,7 @@ def flat_rows(model: torch.nn.Module) -> dict[str, np.ndarray]:
 @pytest.fixture
 def model(store):
     torch.manual_seed(0)
-    model = Impala(config=CONFIG).make_model(spaces=spaces())
+    model = Impala(config=CONFIG).make_model(spaces=cartpole_spaces())
     with torch.no_grad():   # π ≠ π_target from the start, so the surrogate's ratio is not 1
         for param in model.net.parameters():
             param.add_(0.3 * torch.randn_like(param))
@@ -126,7 +103,7 @@ def test_the_learner_puts_the_impact_gradient_of_its_columns_and_no_target_gradi
 
 @pytest.mark.parametrize("form", ["paper", "code"])
 def test_a_peer_truncates_the_impact_ratio(store, model, form):
-    drifted = Impala(config=CONFIG).make_model(spaces=spaces())
+    drifted = Impala(config=CONFIG).make_model(spaces=cartpole_spaces())
     drifted.load_state_dict(model.state_dict())
     with torch.no_grad():
         for param in drifted.net.parameters():
@@ -142,7 +119,7 @@ def test_a_peer_truncates_the_impact_ratio(store, model, form):
 
 def test_the_parameter_function_refreshes_the_target_every_n_steps_and_publishes_it(store, model):
     def published(version: int) -> torch.nn.Module:
-        held = Impala(config=CONFIG).make_model(spaces=spaces())
+        held = Impala(config=CONFIG).make_model(spaces=cartpole_spaces())
         load_model(model=held, message=store.get(key=weights_key(policy="main", version=version)))
         return held
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import pickle
-import time
 from pathlib import Path
-from typing import Callable
+
+from support import evil_pickle, wait_for  # noqa: F401  (tests/support.py; the runtime tests import them from here)
 
 
 def pid_alive(pid: int) -> bool:
@@ -16,26 +14,3 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def wait_for(predicate: Callable[[], bool], *, timeout_s: float, interval_s: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
-
-
-class _Evil:
-    """Unpickling this runs ``touch <path>``: the side effect P11 tests look for."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.path}",))
-
-
-def evil_pickle(path: Path) -> bytes:
-    return pickle.dumps(_Evil(path))

@@ -1,0 +1,61 @@
+"""Plain helpers shared by tests in several folders (fixtures live in the conftest files): polling for a
+condition, a run's directory and ledger, a Python child under this test's shared-memory prefix, a pickle
+that must never be unpickled."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from nimbus.data.shm import PREFIX_ENV
+
+
+def wait_for(predicate: Callable[[], bool], *, timeout_s: float, interval_s: float = 0.02) -> bool:
+    """Polls ``predicate`` every ``interval_s`` until it is true or ``timeout_s`` has passed; its last answer."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()
+
+
+def ledger_rows(run_dir: Path) -> list[dict]:
+    """Every row of a run's cost ledger (``<run_dir>/ledger.jsonl``), in order."""
+    return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
+
+
+def only_run_dir(root: Path) -> Path:
+    """The one run directory under ``root`` (an output root after a single run)."""
+    (run_dir,) = [p for p in root.iterdir() if p.is_dir()]
+    return run_dir
+
+
+def run_python(code: str, prefix: str) -> str:
+    """Runs ``code`` in a fresh interpreter under the shared-memory ``prefix``; its stripped stdout."""
+    env = {**os.environ, PREFIX_ENV: prefix}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+class _Evil:
+    """Unpickling this runs ``touch <path>``: the side effect P11 tests (never unpickle what crossed a process
+    boundary) look for."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def evil_pickle(path: Path) -> bytes:
+    """A pickle that touches ``path`` if anyone unpickles it."""
+    return pickle.dumps(_Evil(path))
