@@ -11,6 +11,7 @@ import pytest
 from cluster_fixtures import ray_local  # noqa: F401  (fixture)
 from support import ledger_rows
 from nimbus.errors import ConfigError
+from nimbus.cost.ledger import FAILED_OUTCOMES
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
 from nimbus.train.metrics import read_metrics
@@ -50,8 +51,10 @@ def test_an_actor_slower_than_the_learners_still_finds_the_weights_it_was_given(
     result = train(config=config)
     assert read_counter(path=counter) == 5
     actors = [r for r in ledger_rows(result.run_dir) if r["function"] == "actor" and r["outcome"] != "prewarm"]
-    # a retry may land on a worker that cached the version and hide a lost key: no attempt may fail
-    assert [r for r in actors if r["outcome"] != "ok"] == []
+    # a retry may land on a worker that cached the version and hide a lost key: no attempt may fail. An actor still
+    # in flight when the run ends is billed "cancelled" by shutdown: not a failure (under load one often is)
+    assert [(r["outcome"], r["error_type"]) for r in actors if r["outcome"] in FAILED_OUTCOMES] == []
+    assert sum(r["outcome"] == "ok" for r in actors) >= 3 * config.actors.scaling.num_actors
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
     assert len(rows) == 3
     assert rows[-1]["policy_version"] - rows[0]["policy_version"] > config.store.keep_versions
