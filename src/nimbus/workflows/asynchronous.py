@@ -42,7 +42,7 @@ from nimbus.train.offpolicy_plan import Pacer, plan_for
 from nimbus.functions.probe import round_probe_extras, with_decision
 from nimbus.train.replay_checkpoint import restore_replay
 from nimbus.functions.weights import optim_key, weights_key
-from nimbus.workflows.sync import POLICY, Progress, bill_provisioned, schedule_fraction
+from nimbus.workflows.sync import POLICY, Progress, schedule_fraction
 
 log = logging.getLogger(__name__)
 POLL_S = 0.02
@@ -281,7 +281,7 @@ class AsyncWorkflow:
         round_s = now - (self.last_result_s if self.last_result_s is not None else call.started_s)
         self.last_result_s = now
         returns = window.episode_returns
-        bill_provisioned(self.system.runtime)
+        self.system.runtime.bill_provisioned()   # pre-warmed time so far, before the round's cost is read
         extras = {
             "recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns else float("nan"),
             "policy_lag_mean": float(np.mean(call.lags)), "policy_lag_max": float(np.max(call.lags)),

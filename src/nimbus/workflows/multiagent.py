@@ -35,7 +35,7 @@ from nimbus.functions.slot_state import pop_slot_state
 from nimbus.functions.weights import optim_key, weights_key
 from nimbus.train.build import Shared
 from nimbus.workflows.marl_learning import batch_key, make_learning, results_of
-from nimbus.workflows.sync import Progress, bill_provisioned
+from nimbus.workflows.sync import Progress
 
 log = logging.getLogger(__name__)
 LEARNER_ROLES = ("postprocess", "critic", "policy")
@@ -233,7 +233,7 @@ class MultiAgentWorkflow:
         progress.rounds += 1
         progress.episodes += len(episodes.global_returns)
         progress.recent_returns = (progress.recent_returns + episodes.global_returns)[-self.parts.config.train.return_window:]
-        bill_provisioned(self.parts.shared.runtime)
+        self.parts.shared.runtime.bill_provisioned()   # pre-warmed time so far, before the round's cost is read
         costs = self._cost_by_kind()
         extras: dict[str, float] = {
             "marl/policies": float(len(active)), "marl/actors": float(num_actors),

@@ -88,14 +88,6 @@ def _prewarmer(*, system: System) -> PrewarmController:
                           actor_spec=system.actor_spec, workload=system.config.name)
 
 
-def bill_provisioned(runtime: Any) -> None:
-    """Before a round's cost is read: the runtime writes pre-warmed workers' provisioned time so far (cost/ledger.py;
-    a runtime without provisioned capacity has nothing to write)."""
-    bill = getattr(runtime, "bill_provisioned", None)
-    if bill is not None:
-        bill()
-
-
 def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[str, float]:
     """Framework overhead: the round minus env stepping + inference (slowest actor) and gradient compute."""
     overhead_s = max(0.0, round_s - actor_work_s - compute_s)
@@ -239,7 +231,7 @@ class SyncWorkflow:
         window = self.system.config.train.return_window
         progress.recent_returns = (progress.recent_returns + state.episode_returns)[-window:]
         returns = state.episode_returns
-        bill_provisioned(self.system.runtime)
+        self.system.runtime.bill_provisioned()   # pre-warmed time so far, before the round's cost is read
         row = RoundMetrics(
             round=state.index, env_steps=progress.env_steps, episodes=progress.episodes,
             return_mean=float(np.mean(returns)) if returns else None,
