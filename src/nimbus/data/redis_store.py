@@ -216,10 +216,14 @@ class RedisStore:
         self.delete_many(keys=[key])
 
     def delete_many(self, *, keys: list[str]) -> None:
+        """Index entries first, then the values, in one round trip but not in MULTI: a full Redis refuses every
+        command queued inside MULTI (so a transactional delete could never free room, P12), while DEL and ZREM
+        alone are allowed. Readers find keys through the index, so none sees an entry whose value is gone that
+        it could not also see with a transaction (a key read just before its delete)."""
         def remove() -> list[Any]:
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.delete(*[self._value_key(validate_key(k)) for k in keys], *[self._writer_key(k) for k in keys])
+            pipe = self._redis.pipeline(transaction=False)
             pipe.zrem(self._index, *keys)
+            pipe.delete(*[self._value_key(validate_key(k)) for k in keys], *[self._writer_key(k) for k in keys])
             return pipe.execute()
 
         if keys:

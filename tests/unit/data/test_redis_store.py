@@ -291,3 +291,19 @@ def test_a_value_larger_than_maxmemory_is_refused_with_the_size_to_set(redis_ser
     with pytest.raises(StoreFull, match=r"larger than maxmemory: raise Redis's maxmemory above 3\.1 MB"):
         store.put(key="weights/main/0", message=huge)
     store.close()
+
+
+def test_a_consumer_frees_room_in_a_redis_already_over_maxmemory(redis_server) -> None:
+    """P12: once used memory is over maxmemory (a write can overshoot it), Redis refuses every command queued in
+    MULTI, so a transactional delete could never free room; the delete must still go through."""
+    server = redis_server(maxmemory="64mb")
+    store = RedisStore(settings=settings(server.url, full_wait_s=0.2), owner=True)
+    big = Message(arrays={"x": np.random.default_rng(0).integers(0, 255, 512 * 1024, dtype=np.uint8)})
+    store.put_many(items={f"batch/main/{i}": big for i in range(6)})
+    redis.Redis.from_url(server.url).config_set("maxmemory", "3mb")   # now well over it
+    with pytest.raises(StoreFull):
+        store.put(key="batch/main/9", message=big)
+    store.delete_many(keys=[f"batch/main/{i}" for i in range(6)])
+    assert store.keys(prefix="batch/main") == []
+    store.put(key="batch/main/9", message=big)   # room again
+    store.close()
