@@ -44,7 +44,7 @@ OVERRIDES = ["actors.function.cpus=0.5", "learner.function.cpus=1", "train.targe
 
 def run_child(*, backend: str, seed: int, out_dir: Path) -> dict:
     from nimbus.config import load_config
-    from nimbus.train.trainer import train
+    from nimbus.run.loop import train
 
     ray_start_s = 0.0
     if backend == "ray":

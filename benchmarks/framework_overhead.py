@@ -52,7 +52,7 @@ CASES: dict[str, dict] = {
 
 def run_case(*, case: str, seed: int, out_dir: Path) -> list[dict]:
     from nimbus.config import load_config
-    from nimbus.train.trainer import train
+    from nimbus.run.loop import train
 
     spec = CASES[case]
     config = load_config(path=REPO / "configs" / "ppo-cartpole.yaml", overrides=[

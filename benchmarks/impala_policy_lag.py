@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_once(*, actors: int, steps: int, ahead: str, seed: int, out_dir: Path) -> dict:
     from nimbus.config import load_config
-    from nimbus.train.trainer import train
+    from nimbus.run.loop import train
 
     base = load_config(path=REPO / "configs" / "impala-cartpole.yaml")
     fragment_rows = base.env.num_envs_per_actor * base.actors.fragment_steps

@@ -27,7 +27,7 @@ from nimbus.algos.base import EnvSpaces
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.bench.transfer import environment
-from nimbus.functions.pipeline import PipelineOptions, StreamingPPOUpdate
+from nimbus.onpolicy.pipeline import PipelineOptions, StreamingPPOUpdate
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nitro_ablation import spread  # noqa: E402
 
 from nimbus.config import load_config  # noqa: E402
-from nimbus.train.trainer import train  # noqa: E402
+from nimbus.run.loop import train  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "marless-ippo-spread.yaml"

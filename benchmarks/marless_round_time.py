@@ -9,7 +9,7 @@ normalisation) and a PPO policy update (10 epochs × 4 minibatches, clip 0.2, en
   and a policy function per policy (3 of each in flight), with the Store, ledger and metrics as shipped.
   The per-round time is the metrics row's ``round_s`` (actors start → learners done).
 * nimbus, no slot restore: the same with ``actors.restore_slots=false``, what the shipped config's slot
-  capture and hand-over (functions/ma_slot.py) cost per round.
+  capture and hand-over (marless/slot.py) cost per round.
 * peer: one Python process steps the 16 envs one after the other (batched inference per agent), then
   updates the 3 policies one after the other: what a researcher writes first with PettingZoo and torch.
   Its round time spans the same steps.
@@ -49,7 +49,7 @@ GAMMA, LAMBDA, CLIP, ENT, LR, EPOCHS, MINIBATCHES, GRAD_NORM = 0.99, 0.95, 0.2, 
 # ------------------------------------------------------------------------------------------------ nimbus
 def nimbus_round_times(*, rounds: int, seed: int, overrides: tuple[str, ...] = ()) -> list[float]:
     from nimbus.config import load_config
-    from nimbus.train.trainer import train
+    from nimbus.run.loop import train
 
     with tempfile.TemporaryDirectory() as root:
         config = load_config(path=CONFIG, overrides=[

@@ -27,11 +27,11 @@ from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.config import parse_config
 from nimbus.data.store import ShmStore
 from nimbus.runtime.base import FunctionContext
-from nimbus.functions.actor import ActorRequest, actor_function
-from nimbus.train.build import probe_spaces
-from nimbus.train.checkpoint import load_checkpoint
-from nimbus.functions.probe import ProbeRequest, probe_policy
-from nimbus.functions.weights import load_model, weights_key
+from nimbus.onpolicy.actor import ActorRequest, actor_function
+from nimbus.run.build import probe_spaces
+from nimbus.data.checkpoint import load_checkpoint
+from nimbus.nitro.probe import ProbeRequest, probe_policy
+from nimbus.models.weights import load_model, weights_key
 
 log = logging.getLogger("nitro_probe_sweep")
 

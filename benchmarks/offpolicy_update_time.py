@@ -40,7 +40,7 @@ GOAL = 0.7
 
 def run_once(*, config_name: str, lockstep: bool, steps: int, seed: int, out_dir: Path) -> dict:
     from nimbus.config import load_config
-    from nimbus.train.trainer import train
+    from nimbus.run.loop import train
 
     config = load_config(path=REPO / "configs" / f"{config_name}.yaml", overrides=[
         f"seed={seed}", f"train.total_env_steps={steps}", "train.target_return=null", "train.eval_episodes=0",

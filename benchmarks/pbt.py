@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 from nimbus.config import NimbusConfig, apply_overrides, parse_config
-from nimbus.control.pbt import initial_values
-from nimbus.control.population_config import MutationConfig
-from nimbus.train.evaluate import evaluate_checkpoint
-from nimbus.train.trainer import train
+from nimbus.pbt.explore import initial_values
+from nimbus.pbt.config import MutationConfig
+from nimbus.run.evaluate import evaluate_checkpoint
+from nimbus.run.loop import train
 
 REPO = Path(__file__).resolve().parents[1]
 LR = MutationConfig(low=1e-5, high=1e-2, log=True)

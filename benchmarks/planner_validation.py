@@ -24,7 +24,7 @@ from pathlib import Path
 from nimbus.config import apply_overrides, load_config, parse_config
 from nimbus.cost.planner import profile_runs, simulate
 from nimbus.cost.pricing import load_pricing
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 
 ROOT = Path(__file__).resolve().parent.parent
 

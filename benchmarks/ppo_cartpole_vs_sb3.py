@@ -4,7 +4,7 @@ Both sides use rl-baselines3-zoo's tuned CartPole-v1 PPO hyperparameters: 8 envs
 functions x 4 envs), n_steps 32, batch 256, gae_lambda 0.8, gamma 0.98, n_epochs 20, ent_coef 0,
 lr linear from 0.001, clip linear from 0.2, schedules over rl-zoo's n_timesteps = 100k env steps.
 
-* nimbus: ``nimbus.train.trainer.train`` on configs/ppo-cartpole.yaml (local backend, tensorboard and
+* nimbus: ``nimbus.run.loop.train`` on configs/ppo-cartpole.yaml (local backend, tensorboard and
   status line as shipped; no report rendering, no final evaluation), ``train.target_return=475``,
   ``train.return_window=100``. The clock starts just before ``train()`` (so it includes building the
   system, spawning and pre-warming the workers) and stops when the round that reached the target
@@ -50,7 +50,7 @@ ZOO = {"n_envs": 8, "n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma"
 # ------------------------------------------------------------------------------------------- children
 def run_nimbus(*, seed: int, cap_steps: int, out_dir: Path) -> dict:
     from nimbus.config import load_config
-    from nimbus.train.trainer import train
+    from nimbus.run.loop import train
 
     config = load_config(path=REPO / "configs" / "ppo-cartpole.yaml", overrides=[
         f"seed={seed}", f"train.target_return={TARGET}", f"train.return_window={WINDOW}",

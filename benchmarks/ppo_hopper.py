@@ -67,7 +67,7 @@ def cpu_s() -> float:
 
 def run_nimbus(*, steps: int, seed: int, pipelined: bool, out_dir: Path, envs_per_actor: int = 1) -> dict:
     from nimbus.config import parse_config
-    from nimbus.train.trainer import train
+    from nimbus.run.loop import train
 
     data = {"name": "ppo-hopper-bench", "seed": seed, "env": {"id": "Hopper-v5", "num_envs_per_actor": envs_per_actor},
             "algo": {"name": "ppo", "lr": 3e-4, "num_epochs": 10, "minibatch_size": 64, "gamma": 0.99,

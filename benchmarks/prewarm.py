@@ -4,7 +4,7 @@ Both arms train the shipped PPO CartPole config for ``--rounds`` rounds with a k
 shorter than the learner's update (``--epochs`` PPO epochs make it longer), so actor workers are reclaimed
 while the learner runs and the next round's actors cold-start unless pre-warmed:
 * ``off``: ``prewarm.mode: none``;
-* ``on``:  ``prewarm.mode: monitor`` (control/prewarm.py: window 5, λ ``--stability``).
+* ``on``:  ``prewarm.mode: monitor`` (runtime/prewarm.py: window 5, λ ``--stability``).
 Start-up pre-warming (``runtime.prewarm``) is off in both, and ``runtime.max_workers`` leaves room for the
 pre-warmed workers beside the ones the keep-alive is about to reclaim. Arms are interleaved (their order
 alternates per repeat). Reported per run: the update time per round (``round_s`` of metrics.jsonl; mean and
@@ -14,7 +14,7 @@ and the workers pre-warmed (from the ledger). ARTOS: −7.71 % update time with 
 Per workflow (``--scenario scale-up``, issue 25.7): each workflow's shipped config with an actor scaler that
 scales up (Hydrozoa 1 → 2 → 4 every 2 rounds; MARLess scaling i_min 1, i_max 4 in the multiagent workflow),
 start-up pre-warming off, the default keep-alive: without pre-warming each scale-up's added actors start cold;
-with it they are pre-warmed when the scaler decides (control/prewarm.py). Reported per run: cold actor attempts,
+with it they are pre-warmed when the scaler decides (runtime/prewarm.py). Reported per run: cold actor attempts,
 workers pre-warmed, mean round time and the run's cost (the pre-warmed workers' provisioned time included).
 
 Full figure (run alone; estimated 8-12 min on 2 quiet cores):
@@ -35,7 +35,7 @@ import torch
 
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.cost.ledger import Ledger
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 
 REPO = Path(__file__).resolve().parents[1]
 SKIP_ROUNDS = 6  # round 0's start-up, then the monitor's first full window (5 rounds)

@@ -47,7 +47,7 @@ ZOO = {"learning_rate": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "lear
 
 def run_nimbus(*, seed: int, cap_steps: int, out_dir: Path) -> dict:
     from nimbus.config import load_config
-    from nimbus.train.trainer import train
+    from nimbus.run.loop import train
 
     config = load_config(path=REPO / "configs" / "sac-pendulum.yaml", overrides=[
         f"seed={seed}", f"train.target_return={TARGET}", f"train.return_window={WINDOW}",

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.cost.ledger import Ledger
-from nimbus.train.trainer import train
-from nimbus.train.workloads import train_workloads
+from nimbus.run.loop import train
+from nimbus.run.workloads import train_workloads
 
 REPO = Path(__file__).resolve().parents[1]
 

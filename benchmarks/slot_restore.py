@@ -8,7 +8,7 @@ Per env id, for ``--num-envs`` envs of one actor slot, ``--repeats`` times:
 * restore: ``restore_slot`` onto the freshly built envs (the extra a reclaimed rank pays to continue
   its episodes instead of starting new ones).
 
-A multi-agent id (``mpe2:simple_spread_v3``) measures a MARLess actor's slot (functions/ma_slot.py) the same
+A multi-agent id (``mpe2:simple_spread_v3``) measures a MARLess actor's slot (marless/slot.py) the same
 way, plus ``fragment_ms``: the env steps of one 25-step fragment of the slot with random actions, what a
 round's actor does besides inference, so capture + codec can be read as a share of it (the shipped MARLess
 configs capture every round).
@@ -33,9 +33,9 @@ import numpy as np
 from nimbus.data.codec import Message, decode, encode
 from nimbus.envs.make import make_env
 from nimbus.envs.parallel import make_parallel_env
-from nimbus.functions.actor import EnvSlot
-from nimbus.functions.ma_slot import MultiAgentSlot, capture_ma_slot, restore_ma_slot
-from nimbus.functions.slot_state import capture_slot, restore_slot
+from nimbus.onpolicy.actor import EnvSlot
+from nimbus.marless.slot import MultiAgentSlot, capture_ma_slot, restore_ma_slot
+from nimbus.envs.slot_state import capture_slot, restore_slot
 
 
 def build_slot(*, env_id: str, num_envs: int, seed: int) -> EnvSlot:

@@ -1,7 +1,7 @@
 """Two workloads on one device pool vs each holding its own learner slot (issue 14, Measure; ARTOS Fig. 14).
 
 Both arms train the same two PPO CartPole workloads (seeds 0 and 1, ``--rounds`` rounds each) together on one
-pool (``nimbus train a.yaml b.yaml``, train/workloads.py) with the device pool over CPU learner slots:
+pool (``nimbus train a.yaml b.yaml``, run/workloads.py) with the device pool over CPU learner slots:
 * ``pool``: ``devices: {pool: on_demand, kind: cpu, cpu_slots: 1}``: the two learners take turns on one slot,
   each holding it only for an update; its held time is the sum of the ledger's leases;
 * ``own``: ``cpu_slots: 2``, one slot per workload, held for the workload's whole run (a Ray-style reservation,
@@ -29,7 +29,7 @@ import torch
 
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.cost.ledger import Ledger, LedgerRecord
-from nimbus.train.workloads import train_workloads
+from nimbus.run.workloads import train_workloads
 
 REPO = Path(__file__).resolve().parents[1]
 

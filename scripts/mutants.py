@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ATTEMPTS, STALENESS = "src/nimbus/runtime/attempts.py", "src/nimbus/control/staleness.py"
+ATTEMPTS, STALENESS = "src/nimbus/runtime/attempts.py", "src/nimbus/stellaris/rules.py"
 TRUNCATION, FAIRSHARE = "src/nimbus/algos/truncation.py", "src/nimbus/runtime/fairshare.py"
 RUNTIME_TESTS = ("tests/unit/runtime/test_attempts.py", "tests/unit/runtime/test_local.py",
                  "tests/unit/runtime/test_affinity.py", "tests/unit/runtime/test_exactly_once.py")
-STALENESS_TESTS = ("tests/unit/control/test_staleness.py",)
-TRUNCATION_TESTS = ("tests/unit/algos/test_is_truncation.py", "tests/unit/functions/test_stellaris_functions.py",
-                    "tests/unit/functions/test_stellaris_impact.py")
+STALENESS_TESTS = ("tests/unit/stellaris/test_staleness.py",)
+TRUNCATION_TESTS = ("tests/unit/algos/test_is_truncation.py", "tests/unit/stellaris/test_stellaris_functions.py",
+                    "tests/unit/stellaris/test_stellaris_impact.py")
 FAIRSHARE_TESTS = ("tests/unit/runtime/test_fairshare.py",)
 SAVED = Path(tempfile.gettempdir()) / f"nimbus-mutants-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]}"
 
@@ -88,7 +88,7 @@ MUTANTS: tuple[Mutant, ...] = (
             if worker.affinity is None:
                 return worker
 """, "", RUNTIME_TESTS, "a new key takes another key's warm worker although an unbound one is idle"),
-    # ---- control/staleness.py: aggregation rules (P7, DESIGN.md §3) ----
+    # ---- stellaris/rules.py: aggregation rules (P7, DESIGN.md §3) ----
     Mutant("S1", STALENESS, "return self.applied_per_slot[slot] - slowest <= self.bound",
            "return self.applied_per_slot[slot] - slowest < self.bound", STALENESS_TESTS, "SSP bound off by one"),
     Mutant("S2", STALENESS, "slowest = min(self.applied_per_slot[s] for s in range(self.learners))",

@@ -1,4 +1,4 @@
-"""Hand-made mutants of train/checkpoint.py and ckptfile.py: each is applied to a copy of src/ and the checkpoint
+"""Hand-made mutants of data/checkpoint.py and ckptfile.py: each is applied to a copy of src/ and the checkpoint
 unit tests run against it; a mutant the tests pass is reported SURVIVED.
 
     .venv/bin/python scripts/mutate_checkpoint.py [M1 M5 ...]
@@ -12,8 +12,8 @@ from pathlib import Path
 
 WT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-TESTS = ["tests/unit/train/test_checkpoint.py", "tests/unit/train/test_ckptfile.py"]
-C, F = "src/nimbus/train/checkpoint.py", "src/nimbus/train/ckptfile.py"
+TESTS = ["tests/unit/data/test_checkpoint.py", "tests/unit/data/test_ckptfile.py"]
+C, F = "src/nimbus/data/checkpoint.py", "src/nimbus/data/ckptfile.py"
 MUTANTS = {
     "M1 skip sha check": (C, "if hashlib.sha256(data).hexdigest() != digest:",
                           "if False and hashlib.sha256(data).hexdigest() != digest:"),

@@ -40,7 +40,7 @@ _NUMPY = {torch.Tensor.numpy, torch.Tensor.__array__}
 
 # numpy() views taken only after the code checked ``tensor.device.type == "cpu"`` itself (on CUDA the check
 # sends it elsewhere; on this CPU stand-in it cannot), as (file suffix, function name)
-_DEVICE_CHECKED = {("nimbus/functions/weights.py", "_copy_into")}
+_DEVICE_CHECKED = {("nimbus/models/weights.py", "_copy_into")}
 
 
 def _guarded_by_a_device_check() -> bool:

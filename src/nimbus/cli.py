@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from nimbus.errors import ConfigError, NimbusError
-from nimbus.train.rundir import RunDirError
+from nimbus.run.rundir import RunDirError
 
 console = Console(stderr=True)
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)   # a full disk or quota, wherever the run writes
@@ -56,10 +56,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     _start_fork_server_early(paths=config_paths, overrides=args.set or [])
     from nimbus.config import load_config
     from nimbus.report.render import print_summary
-    from nimbus.train.trainer import train
+    from nimbus.run.loop import train
 
     resume = Path(args.resume) if args.resume else None
-    if len(args.config) > 1:  # several workloads on one pool (train/workloads.py)
+    if len(args.config) > 1:  # several workloads on one pool (run/workloads.py)
         return _train_workloads(args)
     args.config = args.config[0] if args.config else None
     if args.config is None and resume is None:
@@ -77,7 +77,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _train_workloads(args: argparse.Namespace) -> int:
     from nimbus.config import load_config
     from nimbus.report.render import print_summary
-    from nimbus.train.workloads import train_workloads
+    from nimbus.run.workloads import train_workloads
 
     if args.resume or args.run_dir:
         raise ConfigError("--resume and --run-dir take one config; several configs each get their own run dir")
@@ -95,7 +95,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from nimbus.report.render import print_summary, render_report
 
     if (Path(args.run_dir) / "population.json").exists():  # several policies / PBT: one curve per member
-        from nimbus.report.population import render_population
+        from nimbus.pbt.report import render_population
         Console().print(f"report: {render_population(run_dir=Path(args.run_dir))}")
         return 0
     path = render_report(run_dir=Path(args.run_dir))
@@ -137,8 +137,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     """One policy's run; each member of a run of several policies; a multi-agent run's agents together."""
-    from nimbus.train.evaluate import evaluate_checkpoint, member_directories
-    from nimbus.train.marl_evaluate import evaluate_marl_run, is_multiagent_run
+    from nimbus.run.evaluate import evaluate_checkpoint, member_directories
+    from nimbus.marless.evaluate import evaluate_marl_run, is_multiagent_run
 
     path, console = Path(args.path), Console()
     if is_multiagent_run(path=path):
@@ -165,9 +165,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     """One policy's run; each member of a run of several policies; each policy in use of a multi-agent run."""
-    from nimbus.train.evaluate import member_directories
-    from nimbus.train.export import export_marl_run, export_run
-    from nimbus.train.marl_evaluate import is_multiagent_run
+    from nimbus.run.evaluate import member_directories
+    from nimbus.run.export import export_marl_run, export_run
+    from nimbus.marless.evaluate import is_multiagent_run
 
     run_dir, output = Path(args.run_dir), Path(args.output) if args.output else None
     if is_multiagent_run(path=run_dir):

@@ -11,7 +11,7 @@ tests/unit/test_core.py checks every implementation against its protocol, method
     Inbox       the receiving side of a Channel        data/inbox.py, ray_channel.py
     Buffer      rows actors ingest and learners read   data/buffer.py
     Trigger     a condition that fires an action       data/triggers.py
-    Controller  a per-round decision from metrics      control/scaling.py, nitro.py, nitro_authors.py
+    Controller  a per-round decision from metrics      nitro/baselines.py, nitro.py, nitro_authors.py
     Workflow    the target of the one run loop         none yet (see its docstring)
 """
 
@@ -26,13 +26,13 @@ if TYPE_CHECKING:
     import numpy as np
 
     from nimbus.config.root import NimbusConfig
-    from nimbus.control.base import RoundMetrics, ScalingDecision
+    from nimbus.types import RoundMetrics, ScalingDecision
     from nimbus.data.codec import Message
     from nimbus.data.frames import Envelope
     from nimbus.runtime.base import FunctionSpec, RuntimeStats
-    from nimbus.train.build import Shared
-    from nimbus.train.checkpoint import CheckpointState
-    from nimbus.workflows.sync import Progress
+    from nimbus.run.build import Shared
+    from nimbus.data.checkpoint import CheckpointState
+    from nimbus.onpolicy.sync import Progress
 
 D = TypeVar("D", covariant=True)
 
@@ -212,7 +212,7 @@ class Workflow(Protocol):
     **No workflow implements it yet.** Today SyncWorkflow, PipelinedSyncWorkflow, AsyncWorkflow,
     AsyncLearnersWorkflow and MultiAgentWorkflow share ``progress`` and ``cost_usd()``; their ``run`` takes
     only ``should_stop`` (``on_round`` goes to the constructor), they stop when ``stop_requested`` is set, and
-    train/trainer.py, train/marl.py, train/population.py and train/workloads.py do the building, version 0,
+    run/loop.py, marless/train.py, pbt/population.py and run/workloads.py do the building, version 0,
     checkpoints and evaluation around them. Small additive methods cannot close the gap: ``build``, ``start``,
     ``state`` and ``evaluate`` need train/ code that workflows/ may not import (it sits above them), so they
     arrive with the run loop's move (plan24 §3).

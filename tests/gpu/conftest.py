@@ -3,4 +3,4 @@
 from __future__ import annotations
 
 from tests.integration.conftest import make_config  # noqa: F401 - a fixture
-from tests.unit.functions.conftest import store  # noqa: F401 - a fixture
+from tests.unit.conftest import store  # noqa: F401 - a fixture

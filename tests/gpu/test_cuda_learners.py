@@ -23,15 +23,15 @@ import pytest
 import torch
 
 from nimbus.cost.ledger import Ledger
-from nimbus.functions.learner import LearnerRequest, learner_function
-from nimbus.functions.loader import DeviceLoader
-from nimbus.functions.weights import model_to_message, weights_key
 from nimbus.data.stores import STORE_HEADER
+from nimbus.models.weights import model_to_message, weights_key
+from nimbus.onpolicy.learner import LearnerRequest, learner_function
+from nimbus.onpolicy.loader import DeviceLoader
+from nimbus.run.loop import train
+from nimbus.run.workloads import train_workloads
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import lease_ended, lease_started
 from nimbus.runtime.faults import FAULTS_ENV
-from nimbus.train.trainer import train
-from nimbus.train.workloads import train_workloads
 from tests.algo_batches import CASES, make_case, run_update
 
 pytestmark = pytest.mark.gpu
@@ -79,7 +79,7 @@ def test_the_device_loader_stages_pinned_minibatches_on_the_gpu_in_order() -> No
 def test_a_lease_leaves_the_gpu_as_it_found_it(store) -> None:
     """The learner computes on the leased GPU; at the lease's end its warm model and optimizer state are on the
     CPU and the allocator holds what it held before; the next lease moves them back and updates warm."""
-    from tests.unit.functions.test_learner_devices import _filled, spaces_of
+    from tests.unit.onpolicy.test_learner_devices import _filled, spaces_of
     from nimbus.algos.ppo.algorithm import PPO
     from nimbus.algos.ppo.config import PPOConfig
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from nimbus.cost.ledger import Ledger
-from nimbus.train.trainer import train
-from nimbus.train.workloads import train_workloads
+from nimbus.run.loop import train
+from nimbus.run.workloads import train_workloads
 
 # A learner update of ~0.4-0.6 s here (200 epochs; 60 took 0.13 s on a quiet machine, too short to reclaim
 # anything); actors idle that long lose their worker at keep-alive 0.25 s.

@@ -141,9 +141,9 @@ def test_export_runs_without_nimbus_and_acts_as_eval(run_dir: Path, tmp_path: Pa
     # and, observation by observation, eval's own policy picks the exported policy's actions
     from nimbus.algos.base import EnvSpaces
     from nimbus.config import parse_config
-    from nimbus.train.build import probe_spaces
-    from nimbus.train.checkpoint import load_checkpoint
-    from nimbus.train.evaluate import load_policy
+    from nimbus.run.build import probe_spaces
+    from nimbus.data.checkpoint import load_checkpoint
+    from nimbus.run.evaluate import load_policy
 
     state = load_checkpoint(path=run_dir)
     config = parse_config(data=state.config)
@@ -173,9 +173,9 @@ def test_eval_video_without_gl_warns_once_and_evaluates(tmp_path: Path) -> None:
         from pathlib import Path
         from nimbus.algos.registry import make_algorithm
         from nimbus.config import parse_config
-        from nimbus.train.build import probe_spaces
-        from nimbus.train.checkpoint import Checkpointer, CheckpointState
-        from nimbus.functions.weights import model_to_message
+        from nimbus.run.build import probe_spaces
+        from nimbus.data.checkpoint import Checkpointer, CheckpointState
+        from nimbus.models.weights import model_to_message
         config = parse_config(data={{"env": {{"id": "Hopper-v5"}}, "algo": {{"name": "ppo"}}}})
         model = make_algorithm(config=config.algo).make_model(spaces=probe_spaces(config=config))
         Checkpointer(directory=Path("{run}") / "checkpoints").save(state=CheckpointState(

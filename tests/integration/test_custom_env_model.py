@@ -10,8 +10,8 @@ import gymnasium as gym
 import pytest
 
 from nimbus.config import load_config
-from nimbus.train.checkpoint import load_checkpoint
-from nimbus.train.trainer import train
+from nimbus.data.checkpoint import load_checkpoint
+from nimbus.run.loop import train
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

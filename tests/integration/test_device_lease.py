@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from nimbus.cost.ledger import Ledger
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 
 
 def test_the_learner_computes_on_the_leased_device_whatever_learner_device_says(make_config) -> None:

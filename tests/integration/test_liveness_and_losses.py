@@ -10,7 +10,7 @@ import pytest
 
 from nimbus.data.buffer import Buffer
 from nimbus.errors import FunctionFailed
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 from support import ledger_rows
 
 

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.marl import make_marl_algo
+from nimbus.algos.multiagent import make_marl_algo
 from nimbus.config import parse_config
 from nimbus.envs.parallel import agent_spaces, make_parallel_env
-from nimbus.functions.weights import load_model
-from nimbus.train.marl_checkpoint import load_policies
-from nimbus.train.marl_evaluate import evaluate_marl_run
-from nimbus.train.trainer import train
+from nimbus.marless.checkpoint import load_policies
+from nimbus.marless.evaluate import evaluate_marl_run
+from nimbus.models.weights import load_model
+from nimbus.run.loop import train
 from test_cli import nimbus
 
 pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")

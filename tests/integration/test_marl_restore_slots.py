@@ -1,11 +1,11 @@
 """``actors.restore_slots`` for MARLess runs: a multi-agent actor rank's episodes survive its worker being
-reclaimed (functions/ma_slot.py), so the run is the same as one whose workers stayed warm."""
+reclaimed (marless/slot.py), so the run is the same as one whose workers stayed warm."""
 
 from __future__ import annotations
 
 import pytest
 
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 
 pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
 # fragments of 15 steps against episodes of 25: a reclaimed rank is mid-episode at every other round's start

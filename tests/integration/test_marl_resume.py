@@ -1,4 +1,4 @@
-"""``--resume`` of a MARLess run (train/marl_checkpoint.py): every policy's networks, the agent→policy map and
+"""``--resume`` of a MARLess run (marless/checkpoint.py): every policy's networks, the agent→policy map and
 the controllers come back exactly, the counters go on, a crash between two policies' saves resumes from the
 round before, and a checkpoint of other agents or another network is refused."""
 
@@ -12,10 +12,10 @@ import pytest
 from safetensors.numpy import load_file
 
 from nimbus.errors import CheckpointError
-from nimbus.train.marl_checkpoint import load_policies, policy_directory
-from nimbus.train.metrics import read_metrics
-from nimbus.train.trainer import train
-from nimbus.workflows import multiagent
+from nimbus.marless import workflow as multiagent
+from nimbus.marless.checkpoint import load_policies, policy_directory
+from nimbus.report.metrics import read_metrics
+from nimbus.run.loop import train
 
 pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
 POLICIES = ["p_agent_0", "p_agent_1", "p_agent_2"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from nimbus.config import parse_config
-from nimbus.train.metrics import read_metrics
-from nimbus.train.trainer import train
+from nimbus.report.metrics import read_metrics
+from nimbus.run.loop import train
 
 NITRO = ("actors.scaling={kind: nitro, min_actors: 1, max_actors: 4, "
          "hessian: {subset_size: 256, max_iterations: 30}}")

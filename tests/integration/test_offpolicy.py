@@ -12,7 +12,7 @@ import pytest
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.errors import ConfigError
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 
 REPO = Path(__file__).resolve().parents[2]
 

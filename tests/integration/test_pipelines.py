@@ -4,7 +4,7 @@ mini-batch pipeline (a different epoch-1 shuffle) runs, consumes every row once 
 from __future__ import annotations
 
 from nimbus.data.shm import list_segments, run_prefix
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 
 
 def _trace(result) -> list[tuple]:

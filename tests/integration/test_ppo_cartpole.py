@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from nimbus.data.shm import list_segments, run_prefix
 from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import load_pricing
 from nimbus.data.codec import Message
-from nimbus.train.evaluate import evaluate_checkpoint, evaluate_policy
-from nimbus.train.metrics import read_metrics
-from nimbus.train.trainer import train
+from nimbus.data.shm import list_segments, run_prefix
+from nimbus.report.metrics import read_metrics
+from nimbus.run.evaluate import evaluate_checkpoint, evaluate_policy
+from nimbus.run.loop import train
 
 
 @pytest.mark.slow
@@ -62,7 +62,7 @@ def test_run_directory_contents_and_checkpoint_evaluation(make_config) -> None:
 
 def test_observation_normalisation_travels_with_the_weights(make_config) -> None:
     """algo.normalize_obs: the published statistics count every accepted row once and evaluate consistently."""
-    from nimbus.train.checkpoint import load_checkpoint
+    from nimbus.data.checkpoint import load_checkpoint
 
     config = make_config(overrides=["algo.normalize_obs=true", "train.max_rounds=5", "train.eval_episodes=3"])
     result = train(config=config)
@@ -83,7 +83,8 @@ def test_observation_normalisation_travels_with_the_weights(make_config) -> None
 def test_a_long_run_keeps_only_the_newest_rows_in_memory(make_config, monkeypatch) -> None:
     """P13: TrainResult.rows and the driver's ledger are bounded; metrics.jsonl, ledger.jsonl and the
     totals keep everything."""
-    from nimbus.train import build, trainer
+    from nimbus.run import build
+    from nimbus.run import loop as trainer
 
     monkeypatch.setattr(trainer, "ROWS_IN_MEMORY", 3)
     monkeypatch.setattr(build, "LEDGER_RECORDS_IN_MEMORY", 4)

@@ -10,7 +10,7 @@ import torch
 
 from nimbus.config import parse_config
 from nimbus.cost.ledger import Ledger, LedgerRecord
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 
 NITRO = ("actors.scaling={kind: nitro, min_actors: 1, max_actors: 3, "
          "hessian: {subset_size: 256, max_iterations: 30}}")

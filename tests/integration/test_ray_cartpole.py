@@ -10,7 +10,7 @@ import pytest
 
 from cluster_fixtures import ray_local, redis_server  # noqa: F401  (fixtures)
 from nimbus.data.shm import list_segments, run_prefix
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 
 pytestmark = pytest.mark.ray
 # 2 actors × 0.5 CPU + a 1-CPU learner keep all three warm within Ray's 2 logical CPUs.

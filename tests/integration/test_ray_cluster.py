@@ -8,8 +8,8 @@ import pytest
 from cluster_fixtures import ray_two_nodes  # noqa: F401  (module-scoped fixture)
 from nimbus.cost.ledger import Ledger
 from nimbus.data.codec import Message
+from nimbus.run.loop import train
 from nimbus.runtime.base import FunctionSpec, Resources
-from nimbus.train.trainer import train
 
 pytestmark = pytest.mark.ray
 

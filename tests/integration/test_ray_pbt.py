@@ -9,7 +9,7 @@ import pytest
 
 from cluster_fixtures import ray_local  # noqa: F401  (fixture)
 from nimbus.data.shm import list_segments, run_prefix
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 
 pytestmark = pytest.mark.ray
 PBT = ["runtime.backend=ray", "actors.function.cpus=0.5", "learner.function.cpus=1", "train.max_rounds=3",

@@ -1,4 +1,4 @@
-"""Two workloads on one Ray pool (train/workloads.py with runtime.backend: ray): the same configs as on the
+"""Two workloads on one Ray pool (run/workloads.py with runtime.backend: ray): the same configs as on the
 local backend, each workload its own run dir and ledger, every row tagged, the pool's rows the sum."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from cluster_fixtures import ray_local  # noqa: F401  (fixture)
 from nimbus.cost.ledger import Ledger
-from nimbus.train.workloads import train_workloads
+from nimbus.run.workloads import train_workloads
 
 pytestmark = pytest.mark.ray
 ON_RAY = ["runtime.backend=ray", "actors.function.cpus=0.5", "learner.function.cpus=0.5", "train.max_rounds=3",

@@ -16,9 +16,9 @@ import pytest
 
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.errors import FunctionFailed, NimbusError
+from nimbus.report.metrics import read_metrics
+from nimbus.run.loop import train
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
-from nimbus.train.metrics import read_metrics
-from nimbus.train.trainer import train
 from support import ledger_rows, only_run_dir
 
 ROWS_PER_ACTOR = 4 * 32

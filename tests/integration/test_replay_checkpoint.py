@@ -10,9 +10,9 @@ import pytest
 from safetensors.numpy import load_file
 
 from nimbus.config import apply_overrides, load_config, parse_config
+from nimbus.data.checkpoint import load_checkpoint
 from nimbus.errors import CheckpointError
-from nimbus.train.checkpoint import load_checkpoint
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -3,7 +3,7 @@ worker being reclaimed, so the run is the same as one whose workers stayed warm.
 
 from __future__ import annotations
 
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 
 BASE = ["train.max_rounds=5", "actors.scaling.num_actors=2", "algo.num_epochs=2"]
 

@@ -19,11 +19,11 @@ import pytest
 
 from nimbus.cli import main
 from nimbus.config import dump_config
+from nimbus.data.checkpoint import load_checkpoint
 from nimbus.errors import CheckpointError
+from nimbus.report.metrics import read_metrics
+from nimbus.run.loop import train
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
-from nimbus.train.checkpoint import load_checkpoint
-from nimbus.train.metrics import read_metrics
-from nimbus.train.trainer import train
 
 
 def _adam_steps(run_dir: Path) -> float:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from nimbus.data import checkpoint as ckpt_mod
+from nimbus.data.checkpoint import Checkpointer
 from nimbus.errors import CheckpointError
-from nimbus.train import checkpoint as ckpt_mod
-from nimbus.train.checkpoint import Checkpointer
-from nimbus.train.trainer import train
+from nimbus.run.loop import train
 
 REPO = Path(__file__).resolve().parents[2]
 QUIET = ["--set", "output.status_line=false", "--set", "train.eval_episodes=0", "--set", "output.report=false"]

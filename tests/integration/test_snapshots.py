@@ -26,10 +26,10 @@ import pytest
 import torch
 
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
-from nimbus.train.checkpoint import CheckpointState, load_checkpoint, saved_policies
-from nimbus.train.metrics import read_metrics
-from nimbus.train.trainer import train
-from nimbus.train.workloads import train_workloads
+from nimbus.data.checkpoint import CheckpointState, load_checkpoint, saved_policies
+from nimbus.report.metrics import read_metrics
+from nimbus.run.loop import train
+from nimbus.run.workloads import train_workloads
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
@@ -182,7 +182,7 @@ def test_loops_issue_24_rewrites_match_their_snapshots_bitwise(case: str, make_s
     if not path.exists() and not recording:
         pytest.skip(f"no {case} snapshot of machine kind {machine_kind()}: record one with NIMBUS_RECORD_SNAPSHOTS=1")
     name, overrides = RUN_CASES[case]
-    if case == "workloads_two_ppo":   # two workloads on one pool (train/workloads.py)
+    if case == "workloads_two_ppo":   # two workloads on one pool (run/workloads.py)
         configs = [make_shipped_config(name, [f"name={workload}", f"seed={seed}", *overrides])
                    for seed, workload in enumerate(("cartA", "cartB"))]
         raw = {config.name: run_trace(run_dir=result.run_dir)

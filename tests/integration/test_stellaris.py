@@ -10,12 +10,12 @@ import pytest
 
 from cluster_fixtures import ray_local  # noqa: F401  (fixture)
 from support import ledger_rows
-from nimbus.errors import ConfigError
 from nimbus.cost.ledger import FAILED_OUTCOMES
 from nimbus.data.shm import list_segments, run_prefix
+from nimbus.errors import ConfigError
+from nimbus.report.metrics import read_metrics
+from nimbus.run.loop import train
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
-from nimbus.train.metrics import read_metrics
-from nimbus.train.trainer import train
 
 
 @pytest.mark.slow

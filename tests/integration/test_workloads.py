@@ -1,4 +1,4 @@
-"""Several workloads on one pool (train/workloads.py): each its own run dir, ledger rows tagged with their
+"""Several workloads on one pool (run/workloads.py): each its own run dir, ledger rows tagged with their
 workload and summing to the pool's, both learn."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from nimbus.config import NimbusConfig
 from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import load_pricing
 from nimbus.errors import ConfigError
-from nimbus.train.workloads import train_workloads
+from nimbus.run.workloads import train_workloads
 
 
 def _two(make_config, overrides: list[str]) -> list[NimbusConfig]:

@@ -23,48 +23,55 @@ import nimbus
 PACKAGE = Path(nimbus.__file__).resolve().parent
 
 # Low to high: a module may import its own layer and lower ones. "" is the nimbus package itself; core.py (the
-# protocols, imports nothing at run time) sits at the bottom. Today's names
-# for plan24 §2's order: data < cost (cost.ledger writes through data.jsonl, nothing in data imports cost) and
-# analysis < runtime (hessian imports only liveness; runtime.builtin runs it) follow the code; report sits
-# below the technique packages as in the plan; control < functions (functions.probe reads control.base,
-# control imports no function).
+# protocols) and types.py (the plain data they name) import nothing above them. data < cost (cost.ledger writes
+# through data.jsonl, nothing in data imports cost) and analysis < runtime (hessian imports only liveness;
+# runtime.builtin runs it) follow the code. roles/ (what every technique's functions share) and report/ sit below
+# the technique folders; run/ (the run loop) above them.
+TECHNIQUES = ("nitro", "onpolicy", "offpolicy", "stellaris", "marless", "pbt")
 LAYERS: list[tuple[str, ...]] = [
-    ("", "core", "errors", "liveness"), ("config",), ("data",), ("cost",), ("analysis",), ("runtime",), ("envs",),
-    ("models",), ("algos",), ("report",), ("control",), ("functions",), ("workflows",), ("train",), ("bench",),
-    ("cli",),
+    ("", "core", "types", "errors", "liveness"), ("config",), ("data",), ("cost",), ("analysis",), ("runtime",),
+    ("envs",), ("models",), ("algos",), ("roles",), ("report",), TECHNIQUES, ("run",), ("bench",), ("cli",),
 ]
+# Technique folders share one layer; one imports another only along these edges (docs/architecture.md): every
+# learner calls Nitro's probe, Stellaris's workflow extends the on-policy one, PBT members are on-policy workflows.
+TECHNIQUE_EDGES: dict[str, set[str]] = {
+    "nitro": set(), "onpolicy": {"nitro"}, "offpolicy": {"onpolicy", "nitro"}, "stellaris": {"onpolicy", "nitro"},
+    "pbt": {"onpolicy", "nitro"}, "marless": {"nitro"},
+}
 # Config sections that live beside their technique belong to the config layer (plan24 §0): every
 # ``nimbus.<...>.config`` module, plus these.
-CONFIG_MODULES = {"nimbus.control.population_config"}   # becomes pbt/config in step 1
+CONFIG_MODULES: set[str] = set()
 
 S1, S2A, S2B, S2C, S2E = (f"removed by: issue 24 step {n}" for n in ("1", "2A", "2B", "2C", "2E"))
 ALLOWED_UPWARD: dict[str, str] = {   # "importer -> imported": why, and what removes it
-    "nimbus.data.broadcast -> nimbus.runtime.transport": f"transport moves to data/transport; {S1}",
-    "nimbus.data.channel -> nimbus.runtime.transport": f"transport moves to data/transport; {S1}",
-    "nimbus.data.inbox -> nimbus.runtime.transport": f"transport moves to data/transport; {S1}",
-    "nimbus.envs.parallel -> nimbus.algos.base": f"EnvSpaces moves to envs/spaces.py; {S1}",
-    "nimbus.algos.marl.messages -> nimbus.functions.weights": f"weights moves to models/weights; {S1}",
-    "nimbus.algos.marl.iql -> nimbus.functions.weights": f"(lazy) weights moves to models/weights; {S1}",
-    "nimbus.report.compare -> nimbus.train.metrics": f"train/metrics moves to report/metrics; {S1}",
-    "nimbus.report.population -> nimbus.train.metrics": f"train/metrics moves to report/metrics; {S1}",
-    "nimbus.report.render -> nimbus.train.metrics": f"train/metrics moves to report/metrics; {S1}",
-    "nimbus.control.config -> nimbus.control.nitro": f"(lazy, make_scaler) splits to nitro/scalers.py; {S2E}",
-    "nimbus.control.config -> nimbus.control.nitro_authors": f"(lazy, make_scaler) to nitro/scalers.py; {S2E}",
-    "nimbus.control.config -> nimbus.control.scaling": f"(lazy, make_scaler) to nitro/scalers.py; {S2E}",
-    "nimbus.workflows.sync -> nimbus.train.build": f"System moves to onpolicy/system; {S2B}",
-    "nimbus.workflows.sync -> nimbus.train.remote": f"remote moves to roles/remote; {S1}",
-    "nimbus.workflows.asynchronous -> nimbus.train.build": f"System from onpolicy/system; {S2B}",
-    "nimbus.workflows.asynchronous -> nimbus.train.offpolicy_plan": f"moves into offpolicy/plan; {S1}",
-    "nimbus.workflows.asynchronous -> nimbus.train.replay_checkpoint": f"moves into offpolicy/; {S1}",
-    "nimbus.workflows.async_learners -> nimbus.train.build": f"System, role_spec: onpolicy/system, roles/specs; {S2B}",
-    "nimbus.workflows.multiagent -> nimbus.train.build": f"Shared moves to types.py; {S1}",
+    "nimbus.envs.parallel -> nimbus.algos.base": f"EnvSpaces moves to envs/spaces.py; {S2A}",
+    "nimbus.nitro.config -> nimbus.nitro.scaler": f"(lazy, make_scaler) splits to nitro/scalers.py; {S2E}",
+    "nimbus.nitro.config -> nimbus.nitro.scaler_authors": f"(lazy, make_scaler) to nitro/scalers.py; {S2E}",
+    "nimbus.nitro.config -> nimbus.nitro.baselines": f"(lazy, make_scaler) to nitro/scalers.py; {S2E}",
+    "nimbus.report.render -> nimbus.marless.report": f"technique panels found by name; {S2A}",
+    "nimbus.onpolicy.sync -> nimbus.run.build": f"System moves to onpolicy/system; {S2B}",
+    "nimbus.offpolicy.workflow -> nimbus.run.build": f"System from onpolicy/system; {S2B}",
+    "nimbus.stellaris.workflow -> nimbus.run.build": f"System, role_spec: onpolicy/system, roles/specs; {S2B}",
+    "nimbus.marless.workflow -> nimbus.run.build": f"Shared moves to types.py; {S2A}",
+    "nimbus.marless.checkpoint -> nimbus.run.resume": f"the one loop resumes every workflow; {S2C}",
+    "nimbus.marless.train -> nimbus.run.build": f"becomes MultiAgentWorkflow.build under the one loop; {S2C}",
+    "nimbus.marless.train -> nimbus.run.loop": f"becomes MultiAgentWorkflow.build under the one loop; {S2C}",
+    "nimbus.pbt.population -> nimbus.run.build": f"a population is a controller the one loop runs; {S2C}",
+    "nimbus.pbt.population -> nimbus.run.loop": f"a population is a controller the one loop runs; {S2C}",
+    "nimbus.pbt.population -> nimbus.run.resume": f"a population is a controller the one loop runs; {S2C}",
+}
+ALLOWED_TECHNIQUE: dict[str, str] = {   # "importer -> imported" between technique folders, off TECHNIQUE_EDGES
+    **{f"nimbus.marless.{m} -> nimbus.onpolicy.actor": f"derive_seed moves to roles/actor; {S2B}"
+       for m in ("actor", "learner", "slot", "value_learner")},
+    "nimbus.marless.learning -> nimbus.onpolicy.sync": f"schedule_fraction moves to types.py; {S2A}",
+    "nimbus.marless.workflow -> nimbus.onpolicy.sync": f"Progress moves to types.py; {S2A}",
 }
 ALLOWED_CIRCLES: dict[frozenset[str], str] = {   # every module of one strongly connected component
     frozenset({"nimbus.bench.transports", "nimbus.bench.raybench", "nimbus.bench.redisbench"}):
         f"(lazy) a Transport base in bench/transport_base.py; {S2A}",
-    frozenset({"nimbus.functions.learner", "nimbus.functions.pipeline_learner"}):
+    frozenset({"nimbus.onpolicy.learner", "nimbus.onpolicy.pipeline_learner"}):
         f"(lazy hand-off) the shared helpers move to roles/learner.py; {S2B}",
-    frozenset({"nimbus.train.trainer", "nimbus.train.marl", "nimbus.train.population"}):
+    frozenset({"nimbus.run.loop", "nimbus.marless.train", "nimbus.pbt.population"}):
         f"(lazy) one run loop that imports no workflow; {S2C}",
 }
 _ROLES_A = "public in roles/actor.py (env_slot, policy_at, spaces_of, step_all)"
@@ -72,23 +79,23 @@ _ROLES_L = "public in roles/learner.py (cpu_copy, learner_state, restore_state; 
 _RUN = "public in run/ (signals.Interrupt, stop.stop_reason, summary.summarise, onpolicy/system.publish_initial)"
 _WORKER = "public in runtime/worker.py (set_pdeathsig, limit_torch_threads)"
 ALLOWED_PRIVATE: dict[str, str] = {   # "importer -> module:name"
-    **{f"nimbus.functions.offpolicy_actor -> nimbus.functions.actor:{n}": f"{_ROLES_A}; {S2B}"
+    **{f"nimbus.offpolicy.actor -> nimbus.onpolicy.actor:{n}": f"{_ROLES_A}; {S2B}"
        for n in ("_env_slot", "_policy", "_spaces_of", "_step_all")},
-    **{f"nimbus.functions.offpolicy_learner -> nimbus.functions.learner:{n}": f"{_ROLES_L}; {S2B}"
+    **{f"nimbus.offpolicy.learner -> nimbus.onpolicy.learner:{n}": f"{_ROLES_L}; {S2B}"
        for n in ("_cpu", "_learner_state", "_probe", "_restore")},
-    **{f"nimbus.functions.pipeline_learner -> nimbus.functions.learner:{n}": f"{_ROLES_L}; {S2B}"
+    **{f"nimbus.onpolicy.pipeline_learner -> nimbus.onpolicy.learner:{n}": f"{_ROLES_L}; {S2B}"
        for n in ("_learner_state", "_probe", "_restore")},
-    **{f"nimbus.functions.parameter -> nimbus.functions.gradient_learner:{n}": f"public in stellaris/learner; {S2B}"
+    **{f"nimbus.stellaris.parameter -> nimbus.stellaris.learner:{n}": f"public in stellaris/learner; {S2B}"
        for n in ("_model_at", "_state")},
-    **{f"nimbus.functions.pipeline -> nimbus.algos.ppo.learner:{n}": f"MEAN_STATS, gradient_step; {S2A}"
+    **{f"nimbus.onpolicy.pipeline -> nimbus.algos.ppo.learner:{n}": f"MEAN_STATS, gradient_step; {S2A}"
        for n in ("_MEAN_STATS", "_gradient_step")},
-    **{f"nimbus.report.marl -> nimbus.report.panels:{n}": f"no_data, series; {S2A}" for n in ("_no_data", "_series")},
+    **{f"nimbus.marless.report -> nimbus.report.panels:{n}": f"no_data, series; {S2A}" for n in ("_no_data", "_series")},
     "nimbus.runtime.forkserver -> nimbus.runtime.worker:_set_pdeathsig": f"{_WORKER}; {S2A}",
     "nimbus.runtime.ray_worker -> nimbus.runtime.worker:_limit_torch_threads": f"{_WORKER}; {S2A}",
-    **{f"nimbus.train.marl -> nimbus.train.trainer:{n}": f"{_RUN}; {S2C}" for n in ("_Interrupt", "_should_stop")},
-    **{f"nimbus.train.{m} -> nimbus.train.trainer:{n}": f"{_RUN}; {S2C}" for m in ("population", "workloads")
+    **{f"nimbus.marless.train -> nimbus.run.loop:{n}": f"{_RUN}; {S2C}" for n in ("_Interrupt", "_should_stop")},
+    **{f"nimbus.{m} -> nimbus.run.loop:{n}": f"{_RUN}; {S2C}" for m in ("pbt.population", "run.workloads")
        for n in ("_publish_initial", "_should_stop", "_summarise")},
-    "nimbus.train.workloads -> nimbus.train.build:_run_namespace": f"public run/build.run_namespace; {S2C}",
+    "nimbus.run.workloads -> nimbus.run.build:_run_namespace": f"public run/build.run_namespace; {S2C}",
 }
 
 
@@ -194,6 +201,21 @@ def test_no_module_imports_a_higher_layer() -> None:
     assert gone == [], f"no longer imported: delete them from ALLOWED_UPWARD: {gone}"
 
 
+def technique_imports() -> set[str]:
+    """Imports between two technique folders (their config sections aside) that TECHNIQUE_EDGES does not allow."""
+    edges, _, _ = import_graph()
+    folder = {m: m.split(".")[1] for m in edges if m.count(".") >= 2}
+    return {f"{a} -> {b}" for a, targets in edges.items() for b in targets
+            if folder.get(a) in TECHNIQUES and folder.get(b) in TECHNIQUES and folder[a] != folder[b]
+            and not b.endswith(".config") and folder[b] not in TECHNIQUE_EDGES[folder[a]]}
+
+
+def test_technique_folders_import_one_another_only_along_the_allowed_edges() -> None:
+    new, gone = _unexpected(found=technique_imports(), allowed=ALLOWED_TECHNIQUE)
+    assert new == [], f"imports between technique folders off TECHNIQUE_EDGES: {new}"
+    assert gone == [], f"no longer imported: delete them from ALLOWED_TECHNIQUE: {gone}"
+
+
 def test_no_import_circle_between_modules() -> None:
     edges, _, _ = import_graph()
     new, gone = _unexpected(found=circles(edges=edges), allowed=ALLOWED_CIRCLES)
@@ -209,15 +231,16 @@ def test_no_private_name_is_imported_from_another_module() -> None:
 
 
 def test_every_allowed_entry_says_what_removes_it() -> None:
-    reasons = [*ALLOWED_UPWARD.values(), *ALLOWED_CIRCLES.values(), *ALLOWED_PRIVATE.values()]
+    reasons = [*ALLOWED_UPWARD.values(), *ALLOWED_TECHNIQUE.values(), *ALLOWED_CIRCLES.values(),
+               *ALLOWED_PRIVATE.values()]
     assert [r for r in reasons if "removed by: issue 24 step" not in r] == []
 
 
 def test_the_checks_see_lazy_imports_and_exempt_type_checking_ones() -> None:
     edges, typing_only, _ = import_graph()
-    assert "nimbus.train.marl" in edges["nimbus.train.trainer"]              # lazy, inside train()
-    assert "nimbus.control.base" in typing_only["nimbus.control.config"]     # under TYPE_CHECKING only
-    assert "nimbus.control.base" not in edges["nimbus.control.config"]
+    assert "nimbus.marless.train" in edges["nimbus.run.loop"]              # lazy, inside train()
+    assert "nimbus.types" in typing_only["nimbus.nitro.config"]     # under TYPE_CHECKING only
+    assert "nimbus.types" not in edges["nimbus.nitro.config"]
     assert circles(edges={"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {frozenset("abc")}
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from nimbus import cli
 from nimbus.errors import CheckpointError, ConfigError, NimbusError
-from nimbus.train.rundir import RunDirError
+from nimbus.run.rundir import RunDirError
 
 BRACKETED = "add `env.wrappers: [gymnasium.wrappers.FlattenObservation]` to flatten it [bold]"
 

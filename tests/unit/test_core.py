@@ -14,9 +14,6 @@ from typing import Any
 import pytest
 
 from nimbus import core
-from nimbus.control.nitro import NitroScaler
-from nimbus.control.nitro_authors import AuthorsCodeNitroScaler
-from nimbus.control.scaling import FixedScaler, HydrozoaScaler, MaxScaler
 from nimbus.data.buffer import Buffer
 from nimbus.data.channel import Outbox
 from nimbus.data.inbox import Inbox
@@ -26,6 +23,9 @@ from nimbus.data.redis_store import RedisStore
 from nimbus.data.store import ShmStore
 from nimbus.data.stores import MirroredStore
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TimeTrigger, TransferTrigger
+from nimbus.nitro.baselines import FixedScaler, HydrozoaScaler, MaxScaler
+from nimbus.nitro.scaler import NitroScaler
+from nimbus.nitro.scaler_authors import AuthorsCodeNitroScaler
 from nimbus.runtime.factory import StampedRuntime
 from nimbus.runtime.inline import InlineRuntime
 from nimbus.runtime.local import LocalRuntime
@@ -131,7 +131,7 @@ def test_every_annotation_in_core_names_a_real_type() -> None:
 
 
 def test_the_old_protocol_names_are_the_core_ones() -> None:
-    from nimbus.control.base import ActorScaler, Controller
+    from nimbus.types import ActorScaler, Controller
     from nimbus.data.store import Store
     from nimbus.data.triggers import Trigger
     from nimbus.runtime.base import Runtime
@@ -143,11 +143,11 @@ def test_the_old_protocol_names_are_the_core_ones() -> None:
 def test_no_workflow_implements_workflow_yet_as_its_docstring_says() -> None:
     """The docstring says which workflows implement Workflow today (none) and what they share (progress,
     cost_usd). When a workflow gains the run loop's methods, this fails: update the docstring with it."""
-    from nimbus.workflows.async_learners import AsyncLearnersWorkflow
-    from nimbus.workflows.asynchronous import AsyncWorkflow
-    from nimbus.workflows.multiagent import MultiAgentWorkflow
-    from nimbus.workflows.pipelined import PipelinedSyncWorkflow
-    from nimbus.workflows.sync import SyncWorkflow
+    from nimbus.stellaris.workflow import AsyncLearnersWorkflow
+    from nimbus.offpolicy.workflow import AsyncWorkflow
+    from nimbus.marless.workflow import MultiAgentWorkflow
+    from nimbus.onpolicy.pipelined import PipelinedSyncWorkflow
+    from nimbus.onpolicy.sync import SyncWorkflow
 
     target = set(members(core.Workflow))
     assert target == {"progress", "build", "start", "run", "request_stop", "state", "evaluate", "cost_usd", "close"}

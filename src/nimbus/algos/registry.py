@@ -22,10 +22,10 @@ from nimbus.algos.dqn.algorithm import DQN
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.impala.algorithm import Impala
 from nimbus.algos.impala.config import ImpalaConfig
-from nimbus.algos.marl import MARL_ALGO_CONFIGS
-from nimbus.algos.marl.config import IPPOConfig, MAPPOConfig
-from nimbus.algos.marl.iql import IQLConfig
-from nimbus.algos.marl.vdn import VDNConfig
+from nimbus.algos.multiagent import MARL_ALGO_CONFIGS
+from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
+from nimbus.algos.multiagent.iql import IQLConfig
+from nimbus.algos.multiagent.vdn import VDNConfig
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.algos.sac.algorithm import SAC
@@ -37,7 +37,7 @@ AlgoConfig = Annotated[Union[PPOConfig, DQNConfig, ImpalaConfig, SACConfig,  # n
 
 ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ppo": PPOConfig, "dqn": DQNConfig, "impala": ImpalaConfig,
                                             "sac": SACConfig, **MARL_ALGO_CONFIGS}
-# the multi-agent ones validate here but are built by nimbus.algos.marl.make_marl_algo (train.workflow: multiagent)
+# the multi-agent ones validate here but are built by nimbus.algos.multiagent.make_marl_algo (train.workflow: multiagent)
 
 _BUILDERS: dict[str, Callable[[Any], Algorithm]] = {
     "ppo": lambda config: PPO(config=config),

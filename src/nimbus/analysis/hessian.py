@@ -42,7 +42,7 @@ except ImportError:  # pragma: no cover
 
 from nimbus.liveness import beat
 
-#: Keys of :meth:`HessianProbe.to_extras`, read by ``nimbus.control.nitro`` from ``RoundMetrics.extras``.
+#: Keys of :meth:`HessianProbe.to_extras`, read by ``nimbus.nitro.scaler`` from ``RoundMetrics.extras``.
 HESSIAN_RATIO_KEY = "hessian_ratio"
 HESSIAN_LAMBDA_MAX_KEY = "hessian_lambda_max"
 HESSIAN_LAMBDA_MIN_KEY = "hessian_lambda_min"

@@ -40,12 +40,12 @@ from nimbus.data.codec import Message
 from nimbus.data.shm import run_prefix
 from nimbus.data.store import ShmStore
 from nimbus.envs.make import make_env
+from nimbus.models.weights import model_to_message, weights_key
+from nimbus.onpolicy.actor import ActorRequest, actor_function
 from nimbus.runtime.base import FunctionContext, FunctionSpec, Resources
 from nimbus.runtime.local import LocalRuntime
-from nimbus.functions.actor import ActorRequest, actor_function
-from nimbus.functions.weights import model_to_message, weights_key
 
-ACTOR_ENTRYPOINT = "nimbus.functions.actor:actor_function"
+ACTOR_ENTRYPOINT = "nimbus.onpolicy.actor:actor_function"
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ ALGO_SECTIONS: dict[str, str] = {
     "dqn": "nimbus.algos.dqn.config:DQNConfig",
     "impala": "nimbus.algos.impala.config:ImpalaConfig",
     "sac": "nimbus.algos.sac.config:SACConfig",
-    "ippo": "nimbus.algos.marl.config:IPPOConfig",
-    "mappo": "nimbus.algos.marl.config:MAPPOConfig",
-    "iql": "nimbus.algos.marl.iql:IQLConfig",
-    "vdn": "nimbus.algos.marl.vdn:VDNConfig",
+    "ippo": "nimbus.algos.multiagent.config:IPPOConfig",
+    "mappo": "nimbus.algos.multiagent.config:MAPPOConfig",
+    "iql": "nimbus.algos.multiagent.iql:IQLConfig",
+    "vdn": "nimbus.algos.multiagent.vdn:VDNConfig",
 }
 """Every algorithm's config class by ``algo.name``, as ``module:Class`` (imported on first use)."""
 

@@ -9,13 +9,13 @@ its limit from here, so the two cannot drift apart.
 from __future__ import annotations
 
 MAX_ACTORS = 1024
-"""Actor ranks a run's buffer keeps per-rank counters for (``Buffer.create(max_actors=...)``, train/build.py):
+"""Actor ranks a run's buffer keeps per-rank counters for (``Buffer.create(max_actors=...)``, run/build.py):
 every actor count (``actors.scaling``'s num/min/max/initial actors, ``actors.preregister``, ``marl.i_max`` and
 ``marl.i_min``) is at most this."""
 
 RANK_STRIDE = 1000
 """A population's member i has the actor ranks [i · RANK_STRIDE, (i + 1) · RANK_STRIDE) (its own env slots,
-affinity keys and env seeds; train/population.py): with ``policies`` or ``pbt``, each member's actor count is
+affinity keys and env seeds; pbt/population.py): with ``policies`` or ``pbt``, each member's actor count is
 at most this."""
 
 MAX_RETRIES = 100
@@ -31,7 +31,7 @@ and many envs take."""
 
 MAX_INLINE_BYTES = 32 << 20
 """``channel.inline_max_bytes``: a body up to this size travels inside its header frame, and the worker's
-Outbox refuses more than half of the transport's frame limit (64 MiB, runtime/transport.py
+Outbox refuses more than half of the transport's frame limit (64 MiB, data/transport.py
 DEFAULT_MAX_FRAME_BYTES; data/channel.py): beyond it every worker died at start-up."""
 
 MAX_CONFIG_BYTES = 1 << 20

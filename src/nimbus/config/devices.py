@@ -5,7 +5,7 @@ one device of a shared pool for the duration of each invocation and release it a
 devices are time-multiplexed across learners and workloads (runtime/devices.py). ``devices.kind: auto`` uses
 every visible CUDA device and, with none, ``cpu_slots`` CPU learner slots, so the same pool runs everywhere.
 
-``prewarm.mode: monitor`` runs ARTOS's workload monitor (control/prewarm.py): windows of actor start-up
+``prewarm.mode: monitor`` runs ARTOS's workload monitor (runtime/prewarm.py): windows of actor start-up
 times and learner finish times; once stable, actor workers are pre-warmed during the learner's update so
 that they are warm when it finishes.
 

@@ -17,8 +17,8 @@ from pydantic import ValidationError
 
 from nimbus.config.root import NimbusConfig
 from nimbus.config.yaml_loader import parse_yaml
-from nimbus.control.config import ScalingConfig
 from nimbus.errors import ConfigError
+from nimbus.nitro.config import ScalingConfig
 
 
 def _union_tags() -> set[str]:

@@ -10,16 +10,16 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from nimbus.config.algo import AlgoSection
-from nimbus.config.async_workflow import AsyncWorkflowConfig
 from nimbus.config.bounds import MAX_SEED, RANK_STRIDE
 from nimbus.config.devices import DevicesConfig, PrewarmConfig
-from nimbus.config.marless import MarlessConfig
 from nimbus.config.rules import check_cluster, check_evaluation, check_pipeline, check_workflow, peak_actors
 from nimbus.config.sections import (ActorsConfig, ChannelConfig, CostConfig, EnvConfig, FunctionConfig,
                                     FunctionsConfig, LearnerConfig, OutputConfig, PipelineConfig, ROLES,
                                     RuntimeConfig, Section, StoreConfig, TrainConfig)
-from nimbus.config.stellaris import StellarisConfig
-from nimbus.control.population_config import PBTConfig, PolicyConfig, check_population
+from nimbus.marless.config import MarlessConfig
+from nimbus.offpolicy.config import AsyncWorkflowConfig
+from nimbus.pbt.config import PBTConfig, PolicyConfig, check_population
+from nimbus.stellaris.config import StellarisConfig
 
 
 class NimbusConfig(Section):
@@ -58,11 +58,11 @@ class NimbusConfig(Section):
     prewarm: PrewarmConfig = Field(default_factory=PrewarmConfig)
     """ARTOS's workload monitor: pre-warm actors during the learner's update (config/devices.py)"""
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
-    """ARTOS's pipelines and Stellaris's loader for sync PPO, off by default (functions/pipeline.py, docs/dataplane.md)"""
+    """ARTOS's pipelines and Stellaris's loader for sync PPO, off by default (onpolicy/pipeline.py, docs/dataplane.md)"""
     functions: FunctionsConfig = Field(default_factory=FunctionsConfig)
     """resources, timeout and retries per function role"""
     policies: list[PolicyConfig] = Field(default_factory=list)
-    """several named policies in one run (empty: one policy, main); see train/population.py"""
+    """several named policies in one run (empty: one policy, main); see pbt/population.py"""
     pbt: PBTConfig | None = None
     """population-based training over generated members (docs/pbt.md)"""
 

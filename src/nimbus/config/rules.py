@@ -61,7 +61,7 @@ def check_workflow(*, config: NimbusConfig) -> None:
 
 
 def _check_learning_starts(*, algo: Any) -> None:
-    """A replay holds at most its capacity (data/replay.py Uniform, functions/ma_value_learner.py): with
+    """A replay holds at most its capacity (data/replay.py Uniform, marless/value_learner.py): with
     learning_starts above it no gradient step would ever run (DQN, SAC, IQL, VDN)."""
     capacity_key = {"dqn": "buffer_capacity", "sac": "buffer_capacity", "iql": "replay_capacity",
                     "vdn": "replay_capacity"}.get(algo.name)
@@ -109,7 +109,7 @@ def _check_multiagent(*, config: NimbusConfig) -> None:
 
 
 def check_evaluation(*, config: NimbusConfig) -> None:
-    """Periodic evaluation (train.eval_every_env_steps) runs in the single-policy trainer (train/periodic_eval.py)."""
+    """Periodic evaluation (train.eval_every_env_steps) runs in the single-policy trainer (run/periodic_eval.py)."""
     train = config.train
     if train.target_eval_return is not None and train.eval_every_env_steps is None:
         raise ValueError("train.target_eval_return needs train.eval_every_env_steps (the evaluations it stops on)")

@@ -13,11 +13,11 @@ from pydantic_core import PydanticUndefined
 
 from nimbus.config.base import ConfigSection
 from nimbus.config.bounds import MAX_ACTORS, MAX_INLINE_BYTES, MAX_RETRIES
-from nimbus.control.config import ScalingConfig
+from nimbus.nitro.config import ScalingConfig
 
 
 def _default_scaling() -> ScalingConfig:
-    from nimbus.control.config import FixedScalingConfig
+    from nimbus.nitro.config import FixedScalingConfig
     return FixedScalingConfig(kind="fixed", num_actors=2)
 
 
@@ -197,7 +197,7 @@ class ChannelConfig(Section):
 
 
 class PipelineConfig(Section):
-    """ARTOS's on-policy pipelines and Stellaris's loader (functions/pipeline.py, docs/dataplane.md); PPO, sync."""
+    """ARTOS's on-policy pipelines and Stellaris's loader (onpolicy/pipeline.py, docs/dataplane.md); PPO, sync."""
 
     minibatch: bool = False
     """mini-batch pipeline: the learner starts at the first actor's rows; epoch 1 steps as blocks arrive"""

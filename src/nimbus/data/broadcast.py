@@ -25,7 +25,7 @@ from typing import Any
 from nimbus.data.codec import Message, encoded_size, frame_plan
 from nimbus.data.frames import slot_header_frame
 from nimbus.data.slots import OnFull, SlotPool, SlotsExhausted, write_message
-from nimbus.runtime.transport import DEFAULT_MAX_FRAME_BYTES, peer_closed, send_frame
+from nimbus.data.transport import DEFAULT_MAX_FRAME_BYTES, peer_closed, send_frame
 
 log = logging.getLogger(__name__)
 

@@ -48,8 +48,8 @@ from nimbus.data.frames import (DEFAULT_INLINE_MAX_BYTES, Body, Envelope, body_s
 from nimbus.data.inbox import Inbox, InboxStats
 from nimbus.data.shm import run_prefix
 from nimbus.data.slots import OnFull, SlotPool, SlotsExhausted, SlotStats, write_message
+from nimbus.data.transport import DEFAULT_MAX_FRAME_BYTES, peer_closed, send_frames
 from nimbus.errors import CodecError
-from nimbus.runtime.transport import DEFAULT_MAX_FRAME_BYTES, peer_closed, send_frames
 
 log = logging.getLogger(__name__)
 _BATCH_BYTES = 1 << 20  # post the headers of queued bodies together until this many body bytes wait

@@ -18,8 +18,8 @@ from typing import Any, Callable
 from nimbus.data.frames import Envelope, open_frame
 from nimbus.data.shm import sweep
 from nimbus.data.slots import OnFull, PoolReader
+from nimbus.data.transport import DEFAULT_MAX_FRAME_BYTES, FrameReader
 from nimbus.errors import CodecError
-from nimbus.runtime.transport import DEFAULT_MAX_FRAME_BYTES, FrameReader
 
 log = logging.getLogger(__name__)
 

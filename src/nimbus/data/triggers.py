@@ -264,7 +264,7 @@ class TransferTrigger:
     Bound to a producer-side cache (ARTOS: the scalable cache buffer on the actor's worker). ``offer``
     adds columns to the cache; ``check`` fires when every key of the next stage is cached; ``take``
     then hands over that stage's columns (and forgets them). Keys in no stage are never sent. The
-    dual-stage pipeline is ``TransferTrigger(keys_in_order=(GAE keys, the rest))`` (functions/pipeline.py);
+    dual-stage pipeline is ``TransferTrigger(keys_in_order=(GAE keys, the rest))`` (onpolicy/pipeline.py);
     one stage with every key is the unpipelined transfer.
 
     Example::

@@ -1,5 +1,5 @@
 """State snapshots of mpe2 Parallel envs, without pickling them: what lets a multi-agent actor rank's episodes
-go on in another worker (``actors.restore_slots``, functions/ma_slot.py), as envs/snapshot.py does for
+go on in another worker (``actors.restore_slots``, marless/slot.py), as envs/snapshot.py does for
 gymnasium envs.
 
 The arrays travel packed into one float64 vector with their layout in the dict (``_pack``).

@@ -27,7 +27,7 @@ import yaml  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from nimbus.errors import NimbusError  # noqa: E402
-from nimbus.train.metrics import read_metrics  # noqa: E402
+from nimbus.report.metrics import read_metrics  # noqa: E402
 
 X_AXES = (("env_steps", "env steps"), ("wall_s", "wall time (s)"), ("cost_usd", "cost so far (USD, serverless)"))
 

@@ -20,9 +20,9 @@ from rich.table import Table  # noqa: E402
 
 from nimbus.cost.ledger import Ledger  # noqa: E402
 from nimbus.cost.pricing import load_pricing  # noqa: E402
-from nimbus.report.marl import is_marl, plot_agent_returns, plot_marl_costs, plot_policy_map, read_maps  # noqa: E402
+from nimbus.marless.report import is_marl, plot_agent_returns, plot_marl_costs, plot_policy_map, read_maps  # noqa: E402
+from nimbus.report.metrics import read_metrics  # noqa: E402
 from nimbus.report.panels import plot_cost_per_round, plot_ratio_and_score, plot_staleness, scaling_budget  # noqa: E402
-from nimbus.train.metrics import read_metrics  # noqa: E402
 
 
 def cost_by_kind(*, run_dir: Path) -> dict[str, float]:
@@ -53,7 +53,7 @@ def render_report(*, run_dir: Path) -> Path:
     run_dir = Path(run_dir)
     rows = read_metrics(path=run_dir / "metrics.jsonl")
     costs = cost_by_kind(run_dir=run_dir)
-    marl = is_marl(rows)   # MARLess runs: a fourth row of panels (report/marl.py)
+    marl = is_marl(rows)   # MARLess runs: a fourth row of panels (marless/report.py)
     fig, axes = plt.subplots(4 if marl else 3, 2, figsize=(12, 16 if marl else 12))
     _plot_returns(axes[0, 0], rows, "env_steps", "env steps")
     _plot_returns(axes[0, 1], rows, "wall_s", "wall time (s)")

@@ -53,12 +53,12 @@ from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.channel import DEFAULT_INLINE_MAX_BYTES, Envelope, Inbox, discard_body, header_frame, prepare_body
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.data.shm import run_prefix
+from nimbus.data.transport import send_frame
 from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
 from nimbus.runtime.base import FunctionSpec, RuntimeStats
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.fairshare import next_index
-from nimbus.runtime.transport import send_frame
 from nimbus.runtime.pool import same_pool, WorkerHandle, WorkerPool, WorkerSlot
 
 log = logging.getLogger(__name__)

@@ -44,10 +44,10 @@ from nimbus import liveness
 from nimbus.data.channel import Outbox, body_segment_prefix, open_frame
 from nimbus.data.codec import Message, encoded_size
 from nimbus.data.shm import PREFIX_ENV
+from nimbus.data.transport import recv_frame
 from nimbus.errors import CodecError
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import lease_ended, lease_started
-from nimbus.runtime.transport import recv_frame
 
 log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1

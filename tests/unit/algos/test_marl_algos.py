@@ -9,21 +9,21 @@ import torch
 from pydantic import TypeAdapter, ValidationError
 
 from nimbus.algos.base import EnvSpaces
-from nimbus.algos.marl import (MARL_ALGO_CONFIGS, critic_to_message, initial_messages, load_critic, make_marl_algo,
+from nimbus.algos.multiagent import (MARL_ALGO_CONFIGS, critic_to_message, initial_messages, load_critic, make_marl_algo,
                                marl_algo_from_dict)
-from nimbus.algos.marl.config import IPPOConfig, MAPPOConfig
-from nimbus.algos.marl.ppo import centralised_inputs
+from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
+from nimbus.algos.multiagent.ppo import centralised_inputs
 from nimbus.algos.registry import ALGO_CONFIGS, AlgoConfig, make_algorithm
 from nimbus.errors import ConfigError
-from nimbus.functions.weights import load_model
+from nimbus.models.weights import load_model
 
 DISCRETE = EnvSpaces(observation=gym.spaces.Box(-1, 1, (6,), np.float32), action=gym.spaces.Discrete(5))
 BOX = EnvSpaces(observation=gym.spaces.Box(-1, 1, (6,), np.float32), action=gym.spaces.Box(-1, 1, (2,), np.float32))
 
 
 def test_registration_and_roles() -> None:
-    from nimbus.algos.marl.iql import IQLConfig
-    from nimbus.algos.marl.vdn import VDNConfig
+    from nimbus.algos.multiagent.iql import IQLConfig
+    from nimbus.algos.multiagent.vdn import VDNConfig
     assert MARL_ALGO_CONFIGS == {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig, "vdn": VDNConfig}
     assert all(ALGO_CONFIGS[name] is config for name, config in MARL_ALGO_CONFIGS.items())
     iql, vdn = marl_algo_from_dict(algo={"name": "iql"}), marl_algo_from_dict(algo={"name": "vdn"})
@@ -111,7 +111,7 @@ def test_critic_message_round_trips_with_its_optimizer() -> None:
 
 
 def test_return_norm_merges_batches_into_the_statistics_of_their_union() -> None:
-    from nimbus.algos.marl.networks import ReturnNorm
+    from nimbus.algos.multiagent.networks import ReturnNorm
     generator = torch.Generator().manual_seed(0)
     parts = [torch.randn(n, generator=generator) * 7 - 20 for n in (5, 40, 13)]
     norm = ReturnNorm()

@@ -9,10 +9,10 @@ import torch
 from pydantic import ValidationError
 
 from nimbus.algos.base import EnvSpaces
-from nimbus.algos.marl.iql import IQL, IQLConfig, initial_messages
-from nimbus.algos.marl.vdn import VDN, VDNConfig
+from nimbus.algos.multiagent.iql import IQL, IQLConfig, initial_messages
+from nimbus.algos.multiagent.vdn import VDN, VDNConfig
 from nimbus.errors import ConfigError
-from nimbus.functions.weights import load_model
+from nimbus.models.weights import load_model
 
 SPACES = EnvSpaces(observation=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), action=gym.spaces.Discrete(3))
 

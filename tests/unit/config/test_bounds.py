@@ -60,7 +60,7 @@ def test_the_seed_fits_what_torch_is_seeded_with() -> None:
 
 
 def test_inline_bodies_are_at_most_what_the_workers_outbox_takes() -> None:
-    from nimbus.runtime.transport import DEFAULT_MAX_FRAME_BYTES
+    from nimbus.data.transport import DEFAULT_MAX_FRAME_BYTES
 
     assert MAX_INLINE_BYTES == DEFAULT_MAX_FRAME_BYTES // 2    # data/channel.py's Outbox refuses more
     with pytest.raises(ConfigError, match=r"channel\.inline_max_bytes: Input should be less than or equal to"):
@@ -77,7 +77,7 @@ def test_learning_starts_fits_in_the_replay(algo: str, capacity: str) -> None:
 
 
 def test_the_buffer_is_built_with_the_bound_the_config_checks() -> None:
-    from nimbus.train.build import policy_data
+    from nimbus.run.build import policy_data
 
     config = load_config(path=PPO, overrides=[f"actors.scaling.num_actors={MAX_ACTORS}", "actors.fragment_steps=1",
                                               "env.num_envs_per_actor=1", "algo.minibatch_size=64"])

@@ -15,8 +15,8 @@ from nimbus.data.codec import Message, decode
 from nimbus.data.frames import new_segment_name, slot_header_frame
 from nimbus.data.shm import Segment, list_segments, run_prefix
 from nimbus.data.slots import SlotPool, write_message
+from nimbus.data.transport import LENGTH
 from nimbus.errors import CodecError
-from nimbus.runtime.transport import LENGTH
 from support import evil_pickle, wait_for
 
 

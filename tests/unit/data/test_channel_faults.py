@@ -31,7 +31,7 @@ from nimbus.data.codec import Message
 from nimbus.data.frames import new_segment_name, slot_header_frame
 from nimbus.data.shm import run_prefix
 from nimbus.data.slots import SlotPool, write_message
-from nimbus.runtime.transport import LENGTH
+from nimbus.data.transport import LENGTH
 
 sock, mode, count = socket.socket(fileno=int(sys.argv[1])), sys.argv[2], int(sys.argv[3])
 pool = SlotPool.create(name=new_segment_name(prefix=run_prefix()), num_slots=4, slot_bytes=1 << 20)

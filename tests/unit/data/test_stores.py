@@ -10,8 +10,8 @@ from nimbus.data.codec import Message
 from nimbus.data.store import KeyNotFound, ShmStore
 from nimbus.data.stores import MirroredStore, function_store, put_all, store_descriptor
 from nimbus.errors import ConfigError, FunctionFailed, StoreFull, StoreUnavailable
+from nimbus.roles.remote import store_failure
 from nimbus.runtime.factory import StampedRuntime
-from nimbus.train.remote import store_failure
 
 
 def config(**sections) -> dict:

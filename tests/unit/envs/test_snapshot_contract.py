@@ -15,7 +15,7 @@ from nimbus.config import load_config
 from nimbus.envs.make import make_env
 from nimbus.envs.snapshot import SnapshotUnsupported, capture, check_snapshot, restore
 from nimbus.errors import ConfigError
-from nimbus.train.build import build, check_snapshots
+from nimbus.run.build import build, check_snapshots
 
 REPO = Path(__file__).resolve().parents[3]
 

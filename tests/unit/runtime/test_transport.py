@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from nimbus.data.codec import Message, decode, encode
+from nimbus.data.transport import LENGTH, FrameReader, recv_frame, send_frame
 from nimbus.errors import CodecError
-from nimbus.runtime.transport import LENGTH, FrameReader, recv_frame, send_frame
 
 from runtime_helpers import evil_pickle
 

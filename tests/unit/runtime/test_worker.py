@@ -8,8 +8,8 @@ from pathlib import Path
 
 from nimbus.data.channel import open_frame
 from nimbus.data.shm import run_prefix
+from nimbus.data.transport import LENGTH, recv_frame
 from nimbus.runtime.base import FunctionSpec, Resources
-from nimbus.runtime.transport import LENGTH, recv_frame
 from nimbus.runtime.pool import spawn_worker, worker_env
 from runtime_helpers import evil_pickle
 

@@ -1,0 +1,184 @@
+"""IQL (independent Q-learning, Tan 1993 / Tampuu et al. 2017) as a MARLess algorithm (MARLess §4.2, Fig. 5a).
+
+Every policy is a Q-network over its agent's own observation; agents act ε-greedily on it. The only
+learner role is the *policy function* (marless/value_learner.py): a double-DQN loss per policy on
+its agents' transitions, sampled from an off-policy replay of the last rounds' batches. ε lives in the
+model as a buffer, so it travels with the weights the learner publishes (the learner sets it from the
+run's progress); the target network and the gradient-step count live in the Store beside the weights
+(``target/<policy>/<v>``, the weights header's ``grad_steps``).
+
+``ValueConfigBase`` and ``ValueAlgorithm`` are shared with VDN (algos/multiagent/vdn.py).
+
+Example::
+
+    algo = IQL(config=IQLConfig())
+    model = algo.make_policy(spaces=spaces)
+    out = algo.act(model=model, obs=torch.as_tensor(obs), explore=True)   # ε-greedy, ε from the weights
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from pydantic import Field, field_validator, model_validator
+from torch import nn
+
+from nimbus.algos.base import ActOutput, EnvSpaces
+from nimbus.algos.dqn.loss import double_q_target, linear_schedule
+from nimbus.config.base import ConfigSection
+from nimbus.errors import ConfigError
+from nimbus.models.qnet import QNetwork
+
+if TYPE_CHECKING:
+    from nimbus.data.codec import Message
+
+
+class ValueConfigBase(ConfigSection):
+    """The fields IQL and VDN share. Defaults follow EPyMARL's MPE settings for IQL/VDN (lr 5e-4,
+    γ 0.99, 64-unit hidden layers, ε 1 → 0.05, hard target copy every 200 updates), with DQN's Huber
+    loss and gradient-norm clip (algos/dqn/config.py)."""
+
+    lr: float = Field(5e-4, gt=0)
+    """Adam learning rate."""
+    gamma: float = Field(0.99, ge=0, le=1)
+    """Discount."""
+    batch_size: int = Field(256, ge=1)
+    """Rows per gradient step (IQL: one agent's transitions; VDN: joint team transitions)."""
+    gradient_steps: int = Field(50, ge=1)
+    """Gradient steps per learner invocation (one invocation per policy per round)."""
+    replay_capacity: int = Field(50_000, ge=1)
+    """Rows the replay holds: the newest rows of the last rounds' batches; older ones are dropped."""
+    learning_starts: int = Field(1_000, ge=0)
+    """Replay rows needed before the first gradient step (before that the invocation publishes v+1 with
+    only ε updated)."""
+    exploration_initial_eps: float = Field(1.0, ge=0, le=1)
+    """ε at the start of the run."""
+    exploration_final_eps: float = Field(0.05, ge=0, le=1)
+    """ε after ``exploration_fraction`` of the run."""
+    exploration_fraction: float = Field(0.5, ge=0, le=1)
+    """Fraction of the run (progress 0..1) over which ε decays linearly."""
+    target_update_period: int = Field(200, ge=1)
+    """Gradient steps between hard copies of the online network into the target, counted across
+    invocations."""
+    double_q: bool = True
+    """Double DQN targets (the online network picks a', the target network values it)."""
+    huber_delta: float = Field(10.0, gt=0)
+    """Huber loss threshold (MPE returns are tens in magnitude; a large δ is close to MSE)."""
+    max_grad_norm: float | None = Field(10.0, gt=0)
+    """Gradient-norm clip; None disables it."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """The Q-network's MLP torso."""
+
+    @field_validator("hidden_sizes")
+    @classmethod
+    def _positive_widths(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value or any(width <= 0 for width in value):
+            raise ValueError(f"hidden_sizes needs at least one layer, every width > 0; got {list(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> ValueConfigBase:
+        if self.batch_size > self.replay_capacity:
+            raise ValueError(f"batch_size ({self.batch_size}) exceeds replay_capacity ({self.replay_capacity})")
+        return self
+
+
+class IQLConfig(ValueConfigBase):
+    """Independent Q-learning: one DQN per policy on its own agents' transitions."""
+
+    name: Literal["iql"] = "iql"
+    """The algorithm."""
+
+
+class QPolicy(nn.Module):
+    """A policy of a value-based MARL algorithm: the Q-network ``q`` and the exploration rate ``epsilon``."""
+
+    def __init__(self, *, q: nn.Module, epsilon: float) -> None:
+        super().__init__()
+        self.q = q
+        self.register_buffer("epsilon", torch.tensor(float(epsilon)))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q(obs)
+
+
+class ValueAlgorithm:
+    """The MarlAlgorithm protocol (MARL contract) for Q-learning policies; subclasses set name and roles."""
+
+    name = "value"
+    roles: tuple[str, ...] = ("policy",)
+    centralised = False   # neither IQL nor VDN reads the global state
+    on_policy = False
+
+    def __init__(self, *, config: ValueConfigBase) -> None:
+        self.config = config
+
+    def make_policy(self, *, spaces: EnvSpaces) -> QPolicy:
+        if not isinstance(spaces.action, gym.spaces.Discrete):
+            raise ConfigError(f"algo.name: {self.name} needs Discrete action spaces, got {spaces.action}")
+        q = QNetwork(observation_space=spaces.observation, num_actions=int(spaces.action.n),
+                     hidden_sizes=self.config.hidden_sizes)
+        return QPolicy(q=q, epsilon=self.config.exploration_initial_eps)
+
+    def make_optimizer(self, *, model: QPolicy) -> torch.optim.Optimizer:
+        return torch.optim.Adam(model.q.parameters(), lr=self.config.lr)
+
+    def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool) -> ActOutput:
+        """Greedy actions; with ``explore``, each replaced by a uniform one with probability ε (the model's)."""
+        with torch.no_grad():
+            q_values = model.q(obs)
+            actions = q_values.argmax(dim=1)
+            if explore:
+                eps = float(model.epsilon)
+                random_actions = torch.randint(q_values.shape[1], actions.shape)
+                actions = torch.where(torch.rand(actions.shape) < eps, random_actions, actions)
+        return ActOutput(actions=actions.cpu().numpy().astype(np.int64))
+
+    def epsilon_at(self, *, progress: float) -> float:
+        c = self.config
+        return linear_schedule(start=c.exploration_initial_eps, end=c.exploration_final_eps,
+                               fraction=c.exploration_fraction, progress=progress)
+
+
+class IQL(ValueAlgorithm):
+    name = "iql"
+    roles = ("policy",)
+
+
+# --- the TD targets: pure functions over tensors ---
+
+
+def iql_targets(*, rewards: torch.Tensor, terminated: torch.Tensor, q_next_online: torch.Tensor,
+                q_next_target: torch.Tensor, gamma: float, double_q: bool) -> torch.Tensor:
+    """y = r + γ(1 − terminated)·Q̄(o', a*), a* from the online (double) or the target network. [B]."""
+    return double_q_target(q_next_online=q_next_online, q_next_target=q_next_target, returns_n=rewards,
+                           discount_n=gamma * (1.0 - terminated.float()), double_q=double_q)
+
+
+def next_values(*, q_next_online: torch.Tensor, q_next_target: torch.Tensor, double_q: bool) -> torch.Tensor:
+    """Q̄(o', a*) per row [B] (a* as in ``iql_targets``), no grad."""
+    zeros = torch.zeros(q_next_target.shape[0], device=q_next_target.device)
+    return double_q_target(q_next_online=q_next_online, q_next_target=q_next_target, returns_n=zeros,
+                           discount_n=torch.ones_like(zeros), double_q=double_q)
+
+
+def initial_messages(*, algo: ValueAlgorithm, spaces: EnvSpaces, state_dim: int, num_agents: int,
+                     seed: int) -> dict[str, Message]:
+    """Version 0 of a policy: ``weights`` (the Q-network, ε at its initial value; header ``grad_steps`` 0).
+
+    The target network of version 0 is the weights themselves (the learner reads ``weights/<p>/0`` when
+    ``target/<p>/0`` is absent), so there is no separate ``target`` message. ``state_dim`` and
+    ``num_agents`` are unused (neither IQL nor VDN has a centralised network). The same as the generic
+    version-0 weights plus the ``grad_steps`` header (the learner reads a missing one as 0).
+    """
+    from nimbus.models.weights import model_to_message   # on first use: importing the config loads no data code
+
+    del state_dim, num_agents
+    with torch.random.fork_rng(devices=[]):   # seeded, the caller's RNG untouched
+        torch.manual_seed(seed)
+        message = model_to_message(model=algo.make_policy(spaces=spaces), version=0)
+    message.header["grad_steps"] = 0
+    return {"weights": message}

@@ -1,0 +1,84 @@
+"""IPPO and MAPPO as one `MarlPPO` algorithm (MARLess §4.2, Fig. 5): math only, no Store, no env.
+
+The learner split: MAPPO runs ``postprocess`` (builds the centralised critic inputs), ``critic`` (GAE with
+the critic's values, then fits the critic) and ``policy`` (the clipped surrogate); IPPO runs ``critic`` and
+``policy``, its critic reading the agent's own observation. The functions that do this are in
+marless/learner.py; this module gives them the networks, the critic inputs and the losses.
+
+Example::
+
+    algo = make_marl_algo(config=IPPOConfig())
+    policy = algo.make_policy(spaces=spaces)
+    step = algo.act(model=policy, obs=torch.as_tensor(obs), explore=True)   # extras {"logp": ...}
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from nimbus.algos.base import ActOutput, EnvSpaces, LossOutput
+from nimbus.algos.multiagent.config import MarlPPOConfig
+from nimbus.algos.multiagent.networks import PolicyNet, ValueNet
+from nimbus.algos.ppo.loss import normalize_advantages, policy_loss
+
+
+class MarlPPO:
+    """PPO with a separate critic; ``centralised``: the critic input is state ⊕ one-hot(agent index) (MAPPO)."""
+
+    on_policy = True
+
+    def __init__(self, *, config: MarlPPOConfig) -> None:
+        self.config = config
+        self.name: str = config.name  # type: ignore[attr-defined]
+        self.centralised = self.name == "mappo"
+        self.roles: tuple[str, ...] = ("postprocess", "critic", "policy") if self.centralised else ("critic", "policy")
+
+    def make_policy(self, *, spaces: EnvSpaces) -> PolicyNet:
+        """A fresh policy network (initialised from torch's global RNG: seed it first)."""
+        return PolicyNet(observation_space=spaces.observation, action_space=spaces.action,
+                         hidden_sizes=self.config.hidden_sizes, activation=self.config.activation)
+
+    def critic_input_dim(self, *, spaces: EnvSpaces, state_dim: int, num_agents: int) -> int:
+        """Own observation size (IPPO) or state_dim + num_agents (MAPPO)."""
+        if self.centralised:
+            return state_dim + num_agents
+        return int(np.prod(spaces.observation.shape))
+
+    def make_critic(self, *, spaces: EnvSpaces, state_dim: int, num_agents: int) -> ValueNet:
+        return ValueNet(in_features=self.critic_input_dim(spaces=spaces, state_dim=state_dim, num_agents=num_agents),
+                        hidden_sizes=self.config.critic_hidden_sizes, activation=self.config.activation)
+
+    def make_optimizer(self, *, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+        return torch.optim.Adam(model.parameters(), lr=lr, eps=self.config.adam_eps)
+
+    def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool) -> ActOutput:
+        """Batch-first actions (unclipped for Box spaces) with extras ``logp`` (float32), as numpy."""
+        with torch.no_grad():
+            action, log_prob = model.act(torch.as_tensor(obs), explore=explore)
+        return ActOutput(actions=action.numpy(), extras={"logp": log_prob.float().numpy()})
+
+    def loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
+        """The policy loss (clipped surrogate − ent_coef · entropy) on ``batch`` (obs, actions, logp, advantages)
+        at the nominal clip; the advantages normalised over ``batch`` when configured. Its negation is the
+        objective whose Hessian the convexity probe reads."""
+        return self.policy_loss(model=model, batch=batch, clip_coef=self.config.clip_coef)
+
+    def policy_loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor], clip_coef: float) -> LossOutput:
+        new_log_prob, entropy = model.evaluate(batch["obs"], actions=batch["actions"])
+        advantages = batch["advantages"]
+        if self.config.normalize_advantages:
+            advantages = normalize_advantages(advantages)
+        pg_loss, approx_kl, clip_fraction = policy_loss(new_log_prob=new_log_prob, old_log_prob=batch["logp"],
+                                                        advantages=advantages, clip_coef=clip_coef)
+        entropy_mean = entropy.mean()
+        stats = {"policy_loss": pg_loss.item(), "entropy": entropy_mean.item(), "approx_kl": approx_kl.item(),
+                 "clip_fraction": clip_fraction.item()}
+        return LossOutput(loss=pg_loss - self.config.ent_coef * entropy_mean, stats=stats)
+
+
+def centralised_inputs(*, state: np.ndarray, agent_index: np.ndarray, num_agents: int) -> np.ndarray:
+    """MAPPO's critic input per row: state ⊕ one-hot(agent_index), float32 [R, state_dim + num_agents]."""
+    one_hot = np.zeros((len(agent_index), num_agents), dtype=np.float32)
+    one_hot[np.arange(len(agent_index)), agent_index.astype(np.int64)] = 1.0
+    return np.concatenate([np.asarray(state, dtype=np.float32).reshape(len(agent_index), -1), one_hot], axis=1)

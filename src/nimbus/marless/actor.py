@@ -1,0 +1,256 @@
+"""The multi-agent actor function: one fragment of ``num_envs`` PettingZoo Parallel envs, every agent acting
+with its policy's weights (MARLess §4.1: one actor feeds several policies).
+
+Each agent acts with the policy the request's agent→policy map gives it; inference is batched per policy
+(all envs × all agents of that policy in one forward pass). Like onpolicy/actor.py, a warm worker keeps the
+policy networks and, per actor rank, an *env slot* (the envs, their current observations and global states,
+running per-agent episode returns) in ``context.cache``, so episodes continue across rounds. The driver sends
+``slot_seq``; a slot whose sequence or env count does not match is restored from the state the request carries
+(``actors.restore_slots``) or rebuilt with a fresh seed (marless/slot.py).
+
+Result arrays, per agent and prefixed ``<agent>/``, R = num_envs × fragment_steps rows, env-major then time
+(row = e × T + t): ``obs``, ``next_obs`` (the final observation at an episode's end, not the reset one),
+``actions``, ``logp`` (on-policy algorithms), ``rewards``, ``terminated``, ``truncated``, ``cut`` (terminated |
+truncated | last step of the fragment). Shared, when the algorithm is centralised: ``state``, ``next_state``.
+An env ends its episode when no agent is live; an agent that finished before the others gets padding
+rows (its last observation, action 0, reward 0, terminated) until the env resets.
+
+Header: actor_rank, env_steps, agents (sorted possible agents), episode_returns {agent: [...]},
+episode_lengths [...], sampling_s, env_s, inference_s, policy_versions {policy: v}.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from nimbus.algos.base import EnvSpaces
+from nimbus.algos.multiagent import marl_algo_from_dict
+from nimbus.data.codec import Message
+from nimbus.data.stores import function_store
+from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
+from nimbus.envs.slot_state import SLOT_META, SlotState, slot_state_from
+from nimbus.marless.slot import MultiAgentSlot, capture_ma_slot, env_slot
+from nimbus.models.distributions import clip_action
+from nimbus.models.weights import load_model
+from nimbus.onpolicy.actor import derive_seed
+from nimbus.runtime.base import FunctionContext
+
+COLUMNS = ("obs", "next_obs", "actions", "logp", "rewards", "terminated", "truncated")
+
+
+@dataclass(frozen=True)
+class MultiAgentActorRequest:
+    env_id: str
+    env_kwargs: dict[str, Any]
+    num_envs: int
+    fragment_steps: int
+    seed: int
+    actor_rank: int
+    slot_seq: int
+    agent_policy: dict[str, str]    # agent → policy
+    weights_keys: dict[str, str]    # policy → weights/<policy>/<v>
+    algo: dict[str, Any]
+    env_imports: Sequence[str] = ()
+    snapshot: bool = False          # actors.restore_slots: the result carries the slot (marless/slot.py)
+
+    def to_message(self, *, restore: SlotState | None = None) -> Message:
+        """``restore``: the rank's newest slot, for a worker that does not hold it."""
+        header = {"ma_actor": dict(vars(self)), "_affinity": f"actor-{self.actor_rank}"}
+        if restore is None:
+            return Message(header=header)
+        return Message(header={**header, SLOT_META: restore.meta}, arrays=dict(restore.arrays))
+
+    @classmethod
+    def from_message(cls, message: Message) -> "MultiAgentActorRequest":
+        fields = dict(message.header["ma_actor"])
+        fields["env_imports"] = tuple(fields.get("env_imports", ()))
+        return cls(**fields)
+
+
+def ma_actor_function(*, context: FunctionContext, request: Message) -> Message:
+    req = MultiAgentActorRequest.from_message(request)
+    started = time.perf_counter()
+    context.cache["store"] = function_store(header=request.header)
+    algo, spaces = _algo(context=context, req=req)
+    models = _policies(context=context, req=req, algo=algo, spaces=spaces)
+    slot = env_slot(cache=context.cache, req=req, centralised=algo.centralised,
+                    restore=slot_state_from(message=request))
+    torch.default_generator.manual_seed(derive_seed(req.seed, req.actor_rank, req.slot_seq, 1))
+    try:
+        arrays, episodes, timers = _rollout(algo=algo, models=models, slot=slot, req=req, spaces=spaces)
+    except BaseException:
+        context.cache.get("ma_slots", {}).pop(req.actor_rank, None)  # env state is now unknown
+        raise
+    slot.seq += 1
+    header = {"actor_rank": req.actor_rank, "env_steps": req.num_envs * req.fragment_steps,
+              "agents": sorted(spaces), "episode_returns": episodes[0], "episode_lengths": episodes[1],
+              "sampling_s": time.perf_counter() - started, **timers,
+              "policy_versions": {policy: int(key.rsplit("/", 1)[1]) for policy, key in req.weights_keys.items()}}
+    state = capture_ma_slot(slot=slot) if req.snapshot else None
+    if state is not None:
+        header[SLOT_META] = state.meta
+        arrays.update(state.arrays)
+    return Message(header=header, arrays=arrays)
+
+
+def _algo(*, context: FunctionContext, req: MultiAgentActorRequest) -> tuple[Any, dict[str, EnvSpaces]]:
+    """The algorithm and each agent's spaces, cached while the algo dict and the env stay the same."""
+    cache = context.cache
+    env_key = (req.env_id, dict(req.env_kwargs), list(req.env_imports))
+    if cache.get("ma_algo_config") != req.algo or cache.get("ma_env") != env_key:
+        probe = make_parallel_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports)
+        spaces = agent_spaces(env=probe)
+        probe.close()
+        slots = cache.get("ma_slots", {}) if cache.get("ma_env") == env_key else {}
+        cache.update(ma_algo_config=req.algo, ma_env=env_key, ma_algo=marl_algo_from_dict(algo=req.algo),
+                     ma_spaces=spaces, ma_models={}, ma_slots=slots)
+        torch.set_num_threads(1)
+    return cache["ma_algo"], cache["ma_spaces"]
+
+
+def _policies(*, context: FunctionContext, req: MultiAgentActorRequest, algo: Any,
+              spaces: dict[str, EnvSpaces]) -> dict[str, torch.nn.Module]:
+    """One network per policy in use, holding the weights its key names (reloaded only when the key changes)."""
+    held: dict[str, tuple[str, torch.nn.Module]] = context.cache["ma_models"]
+    for agent in sorted(spaces):
+        policy = req.agent_policy.get(agent)
+        if policy is None or policy not in req.weights_keys:
+            raise ValueError(f"agent {agent!r} maps to policy {policy!r}, which has no weights key in the request "
+                             f"(weights_keys: {sorted(req.weights_keys)})")
+    models = {}
+    for policy in sorted(set(req.agent_policy.values())):
+        agent = next(a for a in sorted(req.agent_policy) if req.agent_policy[a] == policy)
+        key = req.weights_keys[policy]
+        entry = held.get(policy)
+        if entry is None or entry[0] != key:
+            model = entry[1] if entry is not None else algo.make_policy(spaces=spaces[agent])
+            try:
+                load_model(model=model, message=context.cache["store"].get(key=key))
+            except Exception:
+                held.pop(policy, None)
+                raise
+            entry = (key, model)
+            held[policy] = entry
+        models[policy] = entry[1]
+    return models
+
+
+def _rollout(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentSlot, req: MultiAgentActorRequest,
+             spaces: dict[str, EnvSpaces]) -> tuple[dict[str, np.ndarray], tuple[dict[str, list[float]], list[int]],
+                                                    dict[str, float]]:
+    """Step every env ``fragment_steps`` times; per-agent env-major rows, finished episodes, timers."""
+    num_envs, steps = req.num_envs, req.fragment_steps
+    agents = sorted(spaces)
+    buffers = {agent: _agent_buffers(space=spaces[agent], num_envs=num_envs, steps=steps) for agent in agents}
+    states = None
+    if slot.states is not None:
+        state_dim = slot.states[0].shape[0]
+        states = {"state": np.zeros((num_envs, steps, state_dim), np.float32),
+                  "next_state": np.zeros((num_envs, steps, state_dim), np.float32)}
+    timers = {"env_s": 0.0, "inference_s": 0.0}
+    episode_returns: dict[str, list[float]] = {agent: [] for agent in agents}
+    episode_lengths: list[int] = []
+    for t in range(steps):
+        tick = time.perf_counter()
+        actions = _act_all(algo=algo, models=models, slot=slot, req=req, buffers=buffers, t=t)
+        tock = time.perf_counter()
+        timers["inference_s"] += tock - tick
+        for e, env in enumerate(slot.envs):
+            _step_env(env=env, e=e, t=t, slot=slot, actions=actions[e], buffers=buffers, states=states,
+                      spaces=spaces, episode_returns=episode_returns, episode_lengths=episode_lengths)
+        timers["env_s"] += time.perf_counter() - tock
+    arrays: dict[str, np.ndarray] = {}
+    for agent in agents:
+        columns = buffers[agent]
+        columns["cut"] = columns["terminated"] | columns["truncated"]
+        columns["cut"][:, -1] = True
+        if not algo.on_policy:
+            columns.pop("logp")
+        for name, value in columns.items():
+            arrays[f"{agent}/{name}"] = value.reshape(num_envs * steps, *value.shape[2:])
+    for name, value in (states or {}).items():
+        arrays[name] = value.reshape(num_envs * steps, -1)
+    return arrays, (episode_returns, episode_lengths), timers
+
+
+def _agent_buffers(*, space: EnvSpaces, num_envs: int, steps: int) -> dict[str, np.ndarray]:
+    obs_shape = tuple(space.observation.shape)
+    discrete = not space.action.shape
+    action_shape = () if discrete else tuple(space.action.shape)
+    lead = (num_envs, steps)
+    return {"obs": np.zeros(lead + obs_shape, np.float32), "next_obs": np.zeros(lead + obs_shape, np.float32),
+            "actions": np.zeros(lead + action_shape, np.int64 if discrete else np.float32),
+            "logp": np.zeros(lead, np.float32), "rewards": np.zeros(lead, np.float32),
+            "terminated": np.zeros(lead, bool), "truncated": np.zeros(lead, bool)}
+
+
+def _act_all(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentSlot, req: MultiAgentActorRequest,
+             buffers: dict[str, dict[str, np.ndarray]], t: int) -> list[dict[str, Any]]:
+    """Per env, the actions of its live agents; one forward pass per policy over all its (env, agent) pairs."""
+    actions: list[dict[str, Any]] = [{} for _ in slot.envs]
+    by_policy: dict[str, list[tuple[int, str]]] = {}
+    for e, obs in enumerate(slot.obs):
+        for agent in obs:
+            by_policy.setdefault(req.agent_policy[agent], []).append((e, agent))
+    for policy, pairs in by_policy.items():
+        batch = np.stack([slot.obs[e][agent] for e, agent in pairs]).astype(np.float32, copy=False)
+        out = algo.act(model=models[policy], obs=torch.as_tensor(batch), explore=True)
+        logp = out.extras.get("logp")
+        for j, (e, agent) in enumerate(pairs):
+            columns = buffers[agent]
+            columns["obs"][e, t] = batch[j]
+            columns["actions"][e, t] = out.actions[j]
+            if logp is not None:
+                columns["logp"][e, t] = logp[j]
+            actions[e][agent] = out.actions[j]
+    return actions
+
+
+def _step_env(*, env: Any, e: int, t: int, slot: MultiAgentSlot, actions: dict[str, Any],
+              buffers: dict[str, dict[str, np.ndarray]], states: dict[str, np.ndarray] | None,
+              spaces: dict[str, EnvSpaces], episode_returns: dict[str, list[float]], episode_lengths: list[int]) -> None:
+    """One step of env ``e``: fill row t for every agent, then reset the env when no agent is live."""
+    env_actions = {agent: _env_action(action=a, space=spaces[agent].action) for agent, a in actions.items()}
+    if states is not None:
+        states["state"][e, t] = slot.states[e]
+    obs, rewards, terminations, truncations, _ = env.step(env_actions)
+    for agent, columns in buffers.items():
+        if agent in actions:
+            columns["next_obs"][e, t] = obs[agent]
+            columns["rewards"][e, t] = rewards[agent]
+            columns["terminated"][e, t] = bool(terminations[agent])
+            columns["truncated"][e, t] = bool(truncations[agent])
+            slot.returns[e][agent] += float(rewards[agent])
+        else:  # finished before the other agents: a padding row
+            last = slot.obs[e].get(agent, columns["next_obs"][e, t - 1] if t > 0 else columns["obs"][e, t])
+            columns["obs"][e, t] = columns["next_obs"][e, t] = last
+            columns["terminated"][e, t] = True
+    slot.lengths[e] += 1
+    live = {agent: o for agent, o in obs.items() if agent in env.agents}
+    if states is not None:
+        states["next_state"][e, t] = global_state(env=env)
+    if env.agents:
+        slot.obs[e] = live
+        if states is not None:
+            slot.states[e] = states["next_state"][e, t]
+        return
+    for agent in episode_returns:
+        episode_returns[agent].append(slot.returns[e][agent])
+        slot.returns[e][agent] = 0.0
+    episode_lengths.append(int(slot.lengths[e]))
+    slot.lengths[e] = 0
+    slot.obs[e] = dict(env.reset()[0])
+    if states is not None:
+        slot.states[e] = global_state(env=env)
+
+
+def _env_action(*, action: np.ndarray, space: Any) -> Any:
+    if not space.shape:
+        return int(action)
+    return clip_action(action=np.asarray(action), space=space)

@@ -1,0 +1,61 @@
+"""The ``marl:`` config section: MARLess's dynamic learner sharing and per-policy actor scaling (MARLess §4.3-4.4).
+
+Read only when ``train.workflow: multiagent`` (marless/workflow.py, docs/marless.md). Policies are named
+after agents (``p_<agent>``); ``sharing`` maps agents onto fewer of them, ``scaling`` sets the actor count.
+Each ablation arm of the paper is one line: ``sharing: none | static | marless`` and ``scaling: fixed | marless``.
+
+Example (YAML)::
+
+    train: {workflow: multiagent}
+    algo: {name: ippo}
+    env: {id: "mpe2:simple_spread_v3", kwargs: {N: 6}}
+    marl: {sharing: marless, gamma: 0.1, scaling: marless, i_max: 8}
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from nimbus.config.base import ConfigSection
+from nimbus.config.bounds import MAX_ACTORS
+
+
+class MarlessConfig(ConfigSection):
+    sharing: Literal["none", "static", "marless"] = "none"
+    """none: one policy per agent; static: one policy for all agents with the same spaces from round 0;
+    marless: the performance-decrease detector switches sharing on and off (§4.3)"""
+    window: int = Field(default=10, ge=2)
+    """W: rounds in the detector's tolerant window (least-squares slope of the global normalised reward)"""
+    gamma: float = 0.1
+    """γ: toggle sharing when the window is full and its slope k < γ (0.1 for MPE in the paper; docs/marless.md
+    says what it does at this scale)"""
+    pca_dims: int = Field(default=4, ge=1)
+    """PCA components of the agents' (observation, action) samples before the per-agent KDE"""
+    kde_bandwidth: float = Field(default=0.5, gt=0)
+    """Gaussian KDE bandwidth in the PCA space (after whitening to unit variance)"""
+    kl_samples: int = Field(default=256, ge=16)
+    """Monte-Carlo samples per KL(p_i ‖ p_j) estimate"""
+    scaling: Literal["fixed", "marless"] = "fixed"
+    """fixed: actors.scaling's count every round; marless: per-policy I_j from each policy's convexity (§4.4)"""
+    i_max: int = Field(default=8, ge=1, le=MAX_ACTORS)
+    """I_max: the most actor functions a round uses (the paper's 50, scaled to this machine)"""
+    i_min: int | None = Field(default=None, ge=1, le=MAX_ACTORS)
+    """I_min (default I_max / N agents, at least 1)"""
+    beta: float = Field(default=0.5, ge=0, le=1)
+    """β in I_threshold = β (I_max − I_min): at or above it the round takes max_j I_j, below it the mean"""
+    scaling_window: int = Field(default=10, ge=2)
+    """rounds of each policy's convexity C kept for S_j = (C_max − C_t) / (C_max − C_min)"""
+    agent_policy: dict[str, str] = Field(default_factory=dict)
+    """initial agent → policy map (values ``p_<agent>``; empty: one policy per agent); checked against the env's
+    agents when the run starts (an unknown agent or policy exits 2)"""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "MarlessConfig":
+        if self.i_min is not None and self.i_min > self.i_max:
+            raise ValueError(f"i_min ({self.i_min}) must be ≤ i_max ({self.i_max})")
+        for agent, policy in self.agent_policy.items():
+            if not policy.startswith("p_"):
+                raise ValueError(f"agent_policy.{agent}: policies are named p_<agent> (got {policy!r})")
+        return self

@@ -1,0 +1,143 @@
+"""Evaluate a multi-agent run's policies together: at the end of ``train.workflow: multiagent`` and for
+``nimbus eval RUN_DIR`` of such a run.
+
+Every agent acts with the policy the agent→policy map gives it, on one PettingZoo parallel env, for whole
+episodes. An episode's global return is the mean over agents of their returns (MARLess's metric); each
+agent's mean return over the episodes is reported beside it.
+
+Example::
+
+    result = evaluate_marl_run(path=run_dir, episodes=10, seed=12345, explore=False)
+    result.mean_return, result.agent_returns["agent_0"]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from nimbus.algos.multiagent import make_marl_algo
+from nimbus.config import NimbusConfig
+from nimbus.data.codec import Message
+from nimbus.envs.parallel import agent_spaces, make_parallel_env
+from nimbus.marless.checkpoint import is_multiagent, load_run
+from nimbus.models.weights import load_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MarlEvalResult:
+    mean_return: float                 # global return (mean over agents), mean over episodes
+    std_return: float
+    returns: list[float]               # each episode's global return
+    agent_returns: dict[str, float]    # each agent's mean return over the episodes
+    policy_versions: dict[str, int]    # the policy each agent used, at which version ("p_agent_0": 4)
+    agent_policy: dict[str, str]
+    video_dir: Path | None = None      # where the episodes were recorded; None without video or without frames
+
+
+def evaluate_agents(*, config: NimbusConfig, algo: Any, weights: dict[str, Message], agent_policy: dict[str, str],
+                    episodes: int, seed: int, explore: bool = False, video_dir: Path | None = None) -> MarlEvalResult:
+    """``episodes`` episodes on seeds ``seed``, ``seed + 1``...; ``weights``: each policy in use, by name;
+    ``video_dir``: record each episode there as ``eval-episode-<k>.mp4``."""
+    env = _make_env(config=config, seed=seed, render=video_dir is not None)
+    torch.manual_seed(seed)
+    totals, per_agent = [], {}
+    try:
+        env.reset(seed=seed)
+        recorder = _recorder(env=env, video_dir=video_dir) if video_dir is not None else None
+        spaces = agent_spaces(env=env)
+        models = {}
+        for agent, policy in sorted(agent_policy.items()):
+            if policy not in models:
+                model = algo.make_policy(spaces=spaces[agent])
+                load_model(model=model, message=weights[policy])
+                models[policy] = model.eval()
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            returns = {agent: 0.0 for agent in agent_policy}
+            frames = [env.render()] if recorder is not None else []
+            while env.agents:
+                actions = {}
+                with torch.no_grad():
+                    for agent in env.agents:
+                        out = algo.act(model=models[agent_policy[agent]], explore=explore,
+                                       obs=torch.as_tensor(obs[agent], dtype=torch.float32)[None])
+                        action = out.actions[0]
+                        actions[agent] = action.item() if np.ndim(action) == 0 else action
+                obs, rewards, _, _, _ = env.step(actions)
+                for agent, reward in rewards.items():
+                    returns[agent] += float(reward)
+                frames += [env.render()] if recorder is not None else []
+            if recorder is not None:
+                recorder(frames=frames, episode=episode)
+            totals.append(float(np.mean(list(returns.values()))))
+            for agent, value in returns.items():
+                per_agent.setdefault(agent, []).append(value)
+    finally:
+        env.close()
+    return MarlEvalResult(mean_return=float(np.mean(totals)), std_return=float(np.std(totals)), returns=totals,
+                          agent_returns={agent: float(np.mean(values)) for agent, values in sorted(per_agent.items())},
+                          policy_versions={policy: int(weights[policy].header.get("policy_version", -1))
+                                           for policy in sorted(set(agent_policy.values()))},
+                          agent_policy=dict(agent_policy), video_dir=video_dir if recorder is not None else None)
+
+
+def _make_env(*, config: NimbusConfig, seed: int, render: bool) -> Any:
+    kwargs = dict(config.env.kwargs)
+    if render:
+        try:
+            return make_parallel_env(env_id=config.env.id, seed=seed, kwargs={**kwargs, "render_mode": "rgb_array"},
+                                     imports=config.env.imports)
+        except TypeError as err:   # a factory of your own without render_mode: no frames, _recorder says so
+            log.debug("%s does not take render_mode: %s", config.env.id, err)
+    return make_parallel_env(env_id=config.env.id, seed=seed, kwargs=kwargs, imports=config.env.imports)
+
+
+def _recorder(*, env: Any, video_dir: Path) -> Callable[..., None] | None:
+    """A function writing one episode's frames as ``video_dir/eval-episode-<k>.mp4``; None, with one warning,
+    where the env cannot render (an env of your own without rgb_array, no moviepy)."""
+    try:
+        from gymnasium.utils.save_video import save_video
+
+        frame = env.render()
+        if not isinstance(frame, np.ndarray) or frame.ndim != 3:
+            raise RuntimeError(f"render() returned {type(frame).__name__}, not an RGB frame")
+    except Exception as err:  # noqa: BLE001 - no frames or no moviepy: evaluation goes on without video
+        log.warning("no video: %s cannot render (%s: %s); evaluating without it. Video needs "
+                    "`pip install nimbus-rl[video]`", env.env_id, type(err).__name__, err)
+        return None
+    fps = env.metadata.get("render_fps", 10) if isinstance(env.metadata, dict) else 10
+
+    def record(*, frames: list[np.ndarray], episode: int) -> None:
+        save_video(frames, str(video_dir), episode_trigger=lambda _: True, episode_index=episode,
+                   name_prefix="eval", fps=fps)
+    return record
+
+
+def is_multiagent_run(*, path: Path) -> bool:
+    """Whether ``path`` is the directory of a ``train.workflow: multiagent`` run (its checkpoints' config)."""
+    for manifest in sorted((Path(path) / "policies").glob("*/checkpoints/ckpt-*/manifest.json"))[:1]:
+        try:
+            return is_multiagent(config=json.loads(manifest.read_text())["config"])
+        except (OSError, ValueError, KeyError):
+            return False
+    return False
+
+
+def evaluate_marl_run(*, path: Path, episodes: int, seed: int, explore: bool = False,
+                      video: bool = False) -> MarlEvalResult:
+    """The newest round every policy of the run at ``path`` has a checkpoint of, evaluated with the map it had;
+    ``video``: the episodes recorded into ``<run dir>/videos``."""
+    run = load_run(path=path)
+    return evaluate_agents(config=run.config, algo=make_marl_algo(config=run.config.algo),
+                           agent_policy=run.agent_policy, episodes=episodes, seed=seed, explore=explore,
+                           video_dir=Path(path) / "videos" if video else None,
+                           weights={policy: run.states[policy].weights for policy in set(run.agent_policy.values())})

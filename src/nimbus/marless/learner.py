@@ -1,0 +1,283 @@
+"""The on-policy multi-agent learner functions (MARLess §4.2, Fig. 5): post-processing, critic, policy.
+
+A policy's round runs the algorithm's roles in order, each its own invocation (a function kind of its own
+in the ledger): MAPPO ``postprocess`` → ``critic`` → ``policy``; IPPO ``critic`` → ``policy``. They share
+one request (`MarlLearnerRequest`) and talk through the Store:
+
+- ``postprocess_function`` (MAPPO) reads ``batch/<policy>/r<k>`` and puts ``post/<policy>/r<k>``:
+  ``critic_obs`` = state ⊕ one-hot(agent_index) and ``next_critic_obs`` = next_state ⊕ one-hot.
+- ``critic_function`` computes V(x) and V(x') with critic version v (x = own obs for IPPO, the post-processed
+  input for MAPPO), GAE per agent segment (``cut`` ends a segment; ``terminated`` bootstraps 0, a truncation
+  bootstraps V(next_obs)), puts ``adv/<policy>/r<k>`` (advantages, returns), then fits the critic on the
+  returns (epochs × minibatches) and puts ``critic/<policy>/<v+1>`` (network + optimizer state).
+  Header: value_loss, explained_variance, critic_s, critic_version.
+- ``policy_function`` runs PPO's clipped surrogate on the advantages (epochs × minibatches), puts
+  ``weights/<policy>/<v+1>`` and ``optim/<policy>/<v+1>``, and, when the request asks (``probe``), measures
+  the convexity C = −λmax/λmin of the policy objective's Hessian on a subset of the rows (nitro/probe.py,
+  analysis/hessian.py). Header: policy_loss, entropy, approx_kl, clip_fraction, convexity (NaN unprobed),
+  policy_s, policy_version.
+
+Every put is tagged with the invocation id, so a retried invocation may redo its puts (data/store.py).
+A non-finite loss or gradient skips that minibatch (the weights are kept), as ppo_update does.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from nimbus.algos.base import EnvSpaces
+from nimbus.algos.gae import compute_gae
+from nimbus.algos.multiagent import marl_algo_from_dict
+from nimbus.algos.multiagent.messages import critic_to_message, load_critic
+from nimbus.algos.multiagent.ppo import centralised_inputs
+from nimbus.algos.ppo.learner import scheduled
+from nimbus.algos.ppo.loss import explained_variance, value_loss
+from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
+from nimbus.data.codec import Message
+from nimbus.data.store import KeyNotFound, Store
+from nimbus.data.stores import function_store, put_all
+from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
+from nimbus.models.weights import load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message, \
+    weights_key
+from nimbus.nitro.probe import ProbeRequest, probe_policy
+from nimbus.onpolicy.actor import derive_seed
+from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.devices import PLACED_KEY, place, torch_device
+from nimbus.runtime.faults import fault_point
+
+DEFAULT_PROBE = ProbeRequest(subset_size=256, max_iterations=30, tolerance=1e-3)
+
+
+@dataclass(frozen=True)
+class MarlLearnerRequest:
+    env_id: str
+    env_kwargs: dict[str, Any]
+    algo: dict[str, Any]
+    policy: str
+    round: int
+    agents: dict[str, int]          # the agents mapped to this policy → index into all_agents
+    all_agents: Sequence[str]       # sorted possible agents
+    batch_key: str                  # batch/<policy>/r<k>
+    weights_version: int            # the policy function reads it and publishes weights_version + 1
+    critic_version: int             # the critic function reads it and publishes critic_version + 1
+    seed: int
+    progress: float = 0.0           # 0..1 through the run, for linear schedules
+    probe: bool | dict[str, Any] = False   # True or a ProbeRequest header: measure the convexity after the update
+    env_imports: Sequence[str] = ()
+
+    def to_message(self) -> Message:
+        return Message(header={"marl_learner": dict(vars(self)), "_affinity": f"learner-{self.policy}"})
+
+    @classmethod
+    def from_message(cls, message: Message) -> "MarlLearnerRequest":
+        return cls(**message.header["marl_learner"])
+
+    def key(self, *, prefix: str) -> str:
+        """``<prefix>/<policy>/r<round>`` (post, adv)."""
+        return f"{prefix}/{self.policy}/r{self.round}"
+
+
+def postprocess_function(*, context: FunctionContext, request: Message) -> Message:
+    req = MarlLearnerRequest.from_message(request)
+    started = time.perf_counter()
+    store = function_store(header=request.header)
+    batch = store.get(key=req.batch_key).arrays
+    num_agents = len(req.all_agents)
+    index = np.asarray(batch["agent_index"])
+    post = {"critic_obs": centralised_inputs(state=batch["state"], agent_index=index, num_agents=num_agents),
+            "next_critic_obs": centralised_inputs(state=batch["next_state"], agent_index=index, num_agents=num_agents)}
+    store.put(key=req.key(prefix="post"), message=Message(header={"round": req.round}, arrays=post),
+              writer=context.invocation_id)
+    return Message(header={"post_key": req.key(prefix="post"), "rows": int(len(index)),
+                           "postprocess_s": time.perf_counter() - started})
+
+
+def critic_function(*, context: FunctionContext, request: Message) -> Message:
+    req = MarlLearnerRequest.from_message(request)
+    started = time.perf_counter()
+    state = _state(context=context, req=req)
+    store: Store = function_store(header=request.header)
+    algo, critic = state["algo"], state["critic"]
+    optimizer = algo.make_optimizer(model=critic, lr=algo.config.critic_lr)
+    load_critic(critic=critic, optimizer=optimizer,
+                message=store.get(key=f"critic/{req.policy}/{req.critic_version}"))
+    batch = store.get(key=req.batch_key).arrays
+    device = state["device"]
+    inputs, next_inputs = _critic_inputs(algo=algo, store=store, req=req, batch=batch, device=device)
+    with torch.no_grad():
+        values, next_values = critic.values(inputs), critic.values(next_inputs)
+    rows = {name: torch.as_tensor(np.array(batch[name]), device=device) for name in ("terminated", "cut")}
+    advantages, returns = compute_gae(
+        rewards=torch.as_tensor(np.array(batch["rewards"], np.float32), device=device), values=values,
+        next_values=next_values, **rows, gamma=algo.config.gamma, gae_lambda=algo.config.gae_lambda)
+    store.put(key=req.key(prefix="adv"), writer=context.invocation_id,
+              message=Message(header={"round": req.round}, arrays={"advantages": advantages.cpu().numpy(),
+                                                                    "returns": returns.cpu().numpy()}))
+    if algo.config.value_norm:
+        critic.return_norm.update(returns)
+    fit = _fit_critic(algo=algo, critic=critic, optimizer=optimizer, inputs=inputs, req=req,
+                      values=critic.return_norm.normalize(values), returns=critic.return_norm.normalize(returns))
+    new_version = req.critic_version + 1
+    store.put(key=f"critic/{req.policy}/{new_version}", writer=context.invocation_id,
+              message=critic_to_message(critic=critic, optimizer=optimizer, version=new_version))
+    return Message(header={"critic_version": new_version, "value_loss": fit,
+                           "explained_variance": explained_variance(values=values, returns=returns),
+                           "adv_key": req.key(prefix="adv"), "rows": int(len(returns)), "device": str(device),
+                           "critic_s": time.perf_counter() - started})
+
+
+def policy_function(*, context: FunctionContext, request: Message) -> Message:
+    req = MarlLearnerRequest.from_message(request)
+    started = time.perf_counter()
+    state = _state(context=context, req=req)
+    store: Store = function_store(header=request.header)
+    algo, model = state["algo"], state["policy"]
+    optimizer = _load_policy(store=store, req=req, algo=algo, model=model)
+    batch = _policy_batch(store=store, req=req, device=state["device"])
+    stats = _fit_policy(algo=algo, model=model, optimizer=optimizer, batch=batch, req=req)
+    new_version = req.weights_version + 1
+    put_all(store=store, writer=context.invocation_id, items={
+        weights_key(policy=req.policy, version=new_version): model_to_message(model=model, version=new_version),
+        optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
+                                                                                version=new_version)})
+    fault_point(name="marl.policy.published")
+    extras = _probe(algo=algo, model=model, batch=batch, req=req)
+    convexity = extras.get(HESSIAN_RATIO_KEY, math.nan)
+    return Message(header={"policy_version": new_version, **stats, "convexity": convexity, "extras": extras,
+                           "rows": int(batch["obs"].shape[0]), "policy_s": time.perf_counter() - started,
+                           "device": str(state["device"])})
+
+
+def _state(*, context: FunctionContext, req: MarlLearnerRequest) -> dict[str, Any]:
+    """The algorithm and a policy and critic network shaped for this policy's agents, cached per (algo, env, policy
+    shape); the weights are loaded from the Store by each invocation."""
+    cache = context.cache
+    agent = next(iter(sorted(req.agents, key=req.agents.get)))
+    env_key = (req.env_id, dict(req.env_kwargs), list(req.env_imports))
+    if cache.get("marl_algo") != req.algo or cache.get("marl_env") != env_key:
+        torch.set_num_threads(1)
+        env = make_parallel_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports)
+        env.reset()
+        spaces = agent_spaces(env=env)
+        state_dim = int(global_state(env=env).shape[0])
+        env.close()
+        cache.clear()
+        cache.update(marl_algo=req.algo, marl_env=env_key, algo=marl_algo_from_dict(algo=req.algo),
+                     spaces=spaces, state_dim=state_dim, nets={})
+    spaces: dict[str, EnvSpaces] = cache["spaces"]
+    signature = (str(spaces[agent].observation), str(spaces[agent].action), len(req.all_agents))
+    nets = cache["nets"]
+    if signature not in nets:
+        algo = cache["algo"]
+        nets[signature] = {"policy": algo.make_policy(spaces=spaces[agent]),
+                           "critic": algo.make_critic(spaces=spaces[agent], state_dim=cache["state_dim"],
+                                                      num_agents=len(req.all_agents))
+                           if hasattr(algo, "make_critic") else None}
+        cache.pop(PLACED_KEY, None)  # the new nets are on the CPU
+    device = torch_device(leased=context.device, requested="cpu")  # the lease's device; the CPU without a pool
+    place(cache=cache, device=device)  # the warm nets left the device at the last lease's end
+    return {"algo": cache["algo"], "device": device, **nets[signature]}
+
+
+def _critic_inputs(*, algo: Any, store: Store, req: MarlLearnerRequest, batch: dict[str, np.ndarray],
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    arrays, names = (store.get(key=req.key(prefix="post")).arrays, ("critic_obs", "next_critic_obs")) \
+        if algo.centralised else (batch, ("obs", "next_obs"))
+    return tuple(torch.as_tensor(np.array(arrays[name], np.float32), device=device) for name in names)
+
+
+def _minibatches(*, rows: int, num_minibatches: int, generator: torch.Generator) -> list[torch.Tensor]:
+    order = torch.randperm(rows, generator=generator)
+    size = max(1, math.ceil(rows / num_minibatches))
+    return [order[start:start + size] for start in range(0, rows, size)]
+
+
+def _fit_critic(*, algo: Any, critic: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
+                values: torch.Tensor, returns: torch.Tensor, req: MarlLearnerRequest) -> float:
+    """Epochs × minibatches of the (optionally clipped) value loss on the critic's own units (standardised with
+    ``value_norm``); the mean loss over the steps taken."""
+    config = algo.config
+    _set_lr(optimizer=optimizer, lr=scheduled(value=config.critic_lr, schedule=config.lr_schedule,
+                                              progress=req.progress))
+    generator = torch.Generator().manual_seed(derive_seed(req.seed, req.round, 4))
+    losses = []
+    for _ in range(config.num_epochs):
+        for rows in _minibatches(rows=len(returns), num_minibatches=config.num_minibatches, generator=generator):
+            loss = value_loss(new_values=critic(inputs[rows]), old_values=values[rows], returns=returns[rows],
+                              vf_clip=config.vf_clip)
+            if _step(model=critic, optimizer=optimizer, loss=loss, max_grad_norm=config.max_grad_norm):
+                losses.append(loss.item())
+    return float(np.mean(losses)) if losses else math.nan
+
+
+def _load_policy(*, store: Store, req: MarlLearnerRequest, algo: Any, model: nn.Module) -> torch.optim.Optimizer:
+    load_model(model=model, message=store.get(key=weights_key(policy=req.policy, version=req.weights_version)))
+    optimizer = algo.make_optimizer(model=model, lr=algo.config.lr)
+    try:
+        message = store.get(key=optim_key(policy=req.policy, version=req.weights_version))
+    except KeyNotFound:  # version 0, or a policy just split off its group: a fresh optimizer
+        return optimizer
+    load_optimizer(optimizer=optimizer, message=message)
+    return optimizer
+
+
+def _policy_batch(*, store: Store, req: MarlLearnerRequest, device: torch.device) -> dict[str, torch.Tensor]:
+    batch = store.get(key=req.batch_key).arrays
+    adv = store.get(key=req.key(prefix="adv")).arrays
+    arrays = {"obs": np.array(batch["obs"], np.float32), "actions": np.array(batch["actions"]),
+              "logp": np.array(batch["logp"], np.float32), "rewards": np.array(batch["rewards"], np.float32),
+              "advantages": np.array(adv["advantages"])}
+    return {name: torch.as_tensor(value, device=device) for name, value in arrays.items()}
+
+
+def _fit_policy(*, algo: Any, model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
+                req: MarlLearnerRequest) -> dict[str, float]:
+    """PPO epochs × minibatches; the mean of each loss statistic over the steps taken (NaN if none)."""
+    config = algo.config
+    _set_lr(optimizer=optimizer, lr=scheduled(value=config.lr, schedule=config.lr_schedule, progress=req.progress))
+    generator = torch.Generator().manual_seed(derive_seed(req.seed, req.round, 5))
+    totals: dict[str, list[float]] = {"policy_loss": [], "entropy": [], "approx_kl": [], "clip_fraction": []}
+    for _ in range(config.num_epochs):
+        for rows in _minibatches(rows=batch["obs"].shape[0], num_minibatches=config.num_minibatches,
+                                 generator=generator):
+            out = algo.policy_loss(model=model, batch={key: value[rows] for key, value in batch.items()},
+                                   clip_coef=config.clip_coef)
+            if _step(model=model, optimizer=optimizer, loss=out.loss, max_grad_norm=config.max_grad_norm):
+                for key in totals:
+                    totals[key].append(out.stats[key])
+    return {key: float(np.mean(values)) if values else math.nan for key, values in totals.items()}
+
+
+def _step(*, model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float) -> bool:
+    """Backward, clip, step; False (no step) when the loss or the gradient norm is not finite."""
+    optimizer.zero_grad(set_to_none=True)
+    if not torch.isfinite(loss):
+        return False
+    loss.backward()
+    if not math.isfinite(nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm).item()):
+        optimizer.zero_grad(set_to_none=True)
+        return False
+    optimizer.step()
+    return True
+
+
+def _set_lr(*, optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def _probe(*, algo: Any, model: nn.Module, batch: dict[str, torch.Tensor], req: MarlLearnerRequest) -> dict[str, float]:
+    """The convexity probe of the updated policy when the request asks; {} otherwise."""
+    if not req.probe:
+        return {}
+    request = DEFAULT_PROBE if req.probe is True else ProbeRequest.from_header(req.probe)
+    return probe_policy(algo=algo, model=model, batch=batch, request=request,
+                        seed=derive_seed(req.seed, req.round, 6))

@@ -1,0 +1,159 @@
+"""The learner side of a MARLess round (MARLess §4.2, Fig. 5): which functions run, with which requests, and
+which Store keys the round leaves behind.
+
+* ``OnPolicyLearning`` (IPPO, MAPPO): each role of the algorithm in order (postprocess → critic → policy),
+  one invocation per active policy and role, the policies of a role concurrently; the round's
+  ``batch/``, ``post/`` and ``adv/`` values are dropped once the policy functions have returned.
+* ``ValueLearning`` (IQL, VDN): an off-policy replay of the last rounds' batches. IQL's policy function
+  for p reads p's last ``replay_rounds`` batches; VDN's post-processing function (once per round, for the
+  team) joins every policy's batch into ``post/team/r<k>`` and each policy function reads the last rounds
+  of those. A key that leaves every replay is deleted.
+
+Both return each active policy's scalar stats (loss parts, ``convexity``...) and advance the versions in
+``progress``.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, wait
+from typing import Any
+
+from nimbus.data.codec import Message
+from nimbus.errors import NimbusError
+from nimbus.marless.learner import MarlLearnerRequest
+from nimbus.onpolicy.sync import schedule_fraction
+
+TEAM = "team"   # VDN's joint rows: post/team/r<k>
+
+
+def batch_key(*, policy: str, round: int) -> str:
+    return f"batch/{policy}/r{round}"
+
+
+def results_of(*, futures: list[Future], what: str) -> list[Message]:
+    """Every future's result, in order; the first failure (after the runtime's retries) stops the run."""
+    wait(futures)
+    out = []
+    for future in futures:
+        try:
+            out.append(future.result())
+        except Exception as exc:
+            raise NimbusError(f"a {what} function failed after its retries: {exc}") from exc
+    return out
+
+
+def scalar_stats(*, header: dict[str, Any]) -> dict[str, float]:
+    """A learner result's numeric fields, bookkeeping (versions, row counts, ``_``-private) left out."""
+    return {k: float(v) for k, v in header.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and not k.endswith("_version") and k != "rows" and not k.startswith("_")}
+
+
+class _Learning:
+    def __init__(self, *, parts: Any, progress: Any) -> None:
+        self.parts, self.progress = parts, progress
+
+    @property
+    def probe(self) -> bool:
+        return self.parts.sharing.needs_convexity or self.parts.scaler.needs_convexity
+
+    def _progress_fraction(self) -> float:
+        return schedule_fraction(progress=self.progress, total_env_steps=self.parts.config.train.total_env_steps)
+
+    def _invoke(self, *, role: str, requests: list[Message]) -> list[Message]:
+        runtime, spec = self.parts.shared.runtime, self.parts.specs[role]
+        futures = [runtime.invoke(spec=spec, request=request) for request in requests]
+        self.progress.learner_invocations += len(futures)
+        return results_of(futures=futures, what=role)
+
+    def _members(self, *, policy: str, agent_policy: dict[str, str]) -> dict[str, int]:
+        agents = list(self.parts.agents)
+        return {a: agents.index(a) for a in agents if agent_policy[a] == policy}
+
+
+class OnPolicyLearning(_Learning):
+    def run(self, *, active: list[str], agent_policy: dict[str, str], round: int, rows_per_agent: int
+            ) -> tuple[dict[str, dict[str, float]], list[str]]:
+        stats: dict[str, dict[str, float]] = {policy: {} for policy in active}
+        for role in self.parts.algo.roles:
+            requests = [self.request(policy=p, agent_policy=agent_policy, round=round).to_message() for p in active]
+            for policy, result in zip(active, self._invoke(role=role, requests=requests)):
+                stats[policy].update(scalar_stats(header=result.header))
+                if role == "policy":
+                    self.progress.versions[policy] += 1
+                elif role == "critic":
+                    self.progress.critic_versions[policy] += 1
+        stale = [f"{prefix}/{policy}/r{round}" for policy in active for prefix in ("batch", "post", "adv")]
+        return stats, stale
+
+    def request(self, *, policy: str, agent_policy: dict[str, str], round: int) -> MarlLearnerRequest:
+        cfg = self.parts.config
+        return MarlLearnerRequest(
+            env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), algo=cfg.algo.model_dump(mode="json"), policy=policy,
+            round=round, agents=self._members(policy=policy, agent_policy=agent_policy),
+            all_agents=tuple(self.parts.agents), batch_key=batch_key(policy=policy, round=round),
+            weights_version=self.progress.versions[policy], critic_version=self.progress.critic_versions.get(policy, 0),
+            seed=cfg.seed + round, progress=self._progress_fraction(), probe=self.probe,
+            env_imports=tuple(cfg.env.imports))
+
+
+class ValueLearning(_Learning):
+    def __init__(self, *, parts: Any, progress: Any) -> None:
+        super().__init__(parts=parts, progress=progress)
+        # progress.replays: policy (IQL) or TEAM (VDN) → keys, oldest first; what a checkpoint keeps
+        # (train.checkpoint_replay), and a resume puts back
+        self.replays: dict[str, list[str]] = progress.replays
+
+    def run(self, *, active: list[str], agent_policy: dict[str, str], round: int, rows_per_agent: int
+            ) -> tuple[dict[str, dict[str, float]], list[str]]:
+        from nimbus.marless.value_learner import VDNPostprocessRequest
+
+        stale: list[str] = []
+        if "postprocess" in self.parts.algo.roles:   # VDN: the team's joint rows, once per round
+            post_key = f"post/{TEAM}/r{round}"
+            self._invoke(role="postprocess", requests=[VDNPostprocessRequest(
+                round=round, all_agents=tuple(self.parts.agents), post_key=post_key,
+                batch_keys=tuple(batch_key(policy=p, round=round) for p in active)).to_message()])
+            stale += [batch_key(policy=p, round=round) for p in active]
+            stale += self._remember(owner=TEAM, key=post_key, rows=rows_per_agent)
+        else:
+            for policy in active:
+                members = sum(p == policy for p in agent_policy.values())
+                stale += self._remember(owner=policy, key=batch_key(policy=policy, round=round),
+                                        rows=rows_per_agent * members)
+        requests = [self.request(policy=p, agent_policy=agent_policy, round=round).to_message() for p in active]
+        stats = {}
+        for policy, result in zip(active, self._invoke(role="policy", requests=requests)):
+            stats[policy] = scalar_stats(header=result.header)
+            self.progress.versions[policy] += 1
+        return stats, stale
+
+    def _remember(self, *, owner: str, key: str, rows: int) -> list[str]:
+        """Add this round's key to ``owner``'s replay; the keys that fall out of it (to delete)."""
+        from nimbus.marless.value_learner import replay_rounds
+
+        replay = self.replays.setdefault(owner, [])
+        replay.append(key)
+        keep = replay_rounds(capacity_rows=self.parts.config.algo.replay_capacity, rows_per_round=max(1, rows))
+        dropped = replay[:max(0, len(replay) - keep)]
+        del replay[:len(dropped)]
+        return dropped
+
+    def request(self, *, policy: str, agent_policy: dict[str, str], round: int) -> Any:
+        """The policy function's ValueLearnerRequest (marless/value_learner.py)."""
+        from nimbus.marless.value_learner import ValueLearnerRequest, spaces_header
+
+        cfg, spaces = self.parts.config, self.parts.spaces
+        in_use = sorted(set(agent_policy.values()))
+        owner = TEAM if "postprocess" in self.parts.algo.roles else policy
+        return ValueLearnerRequest(
+            policy=policy, round=round, algo=cfg.algo.model_dump(mode="json"),
+            agents=self._members(policy=policy, agent_policy=agent_policy), all_agents=tuple(self.parts.agents),
+            agent_policy=dict(agent_policy), policy_versions={p: self.progress.versions[p] for p in in_use},
+            replay_keys=tuple(self.replays.get(owner, ())),
+            spaces={p: spaces_header(spaces=spaces[p.removeprefix("p_")]) for p in in_use},
+            seed=cfg.seed + round, progress=self._progress_fraction(), probe=self.probe)
+
+
+def make_learning(*, parts: Any, progress: Any) -> _Learning:
+    return OnPolicyLearning(parts=parts, progress=progress) if parts.algo.on_policy else \
+        ValueLearning(parts=parts, progress=progress)

@@ -1,0 +1,405 @@
+"""MARLess's learner functions for the value-based algorithms IQL and VDN (MARLess §4.2, Fig. 5a and 5c).
+
+Two FunctionContext functions, each its own function kind in the ledger:
+
+* ``vdn_postprocess_function`` (VDN's *post-processing function*, once per round for the team): reads
+  the round's batches of every policy (``batch/<policy>/r<k>``, rows tagged with ``agent_index``),
+  aligns the team's per-agent rows per (env, t) into joint rows and puts ``post/team/r<k>``: per agent
+  ``<agent>/obs``, ``<agent>/next_obs``, ``<agent>/actions``, ``<agent>/terminated``; for the team
+  ``rewards`` (the sum of the agents' rewards), ``terminated`` (every agent terminated), ``truncated``.
+  Alignment: every agent's rows, taken in batch order, run over the same (actor, env, t) sequence (the
+  actor writes each agent's rows env-major then time, actors in rank order), so the j-th row of each
+  agent is the same step. That needs a row for every agent at every step: the actor writes padding rows
+  (terminated, reward 0) for an agent that finished before the others; unequal row counts raise
+  EnvContractError. The team's ``terminated`` holds once every agent has terminated; until then the
+  finished agents' terminated flags mask their next values out of the target.
+
+* ``value_policy_function`` (the *policy function*, per policy and round): the off-policy replay is the
+  concatenation of the Store values the request lists in ``replay_keys`` (the driver keeps the last
+  ``replay_rounds`` rounds' keys, oldest first: ``batch/<policy>/r<k>`` for IQL, ``post/team/r<k>`` for
+  VDN), cut to the newest ``replay_capacity`` rows. Each of ``gradient_steps`` steps samples
+  ``batch_size`` rows uniformly (with replacement) and takes an Adam step on a Huber TD loss:
+
+  - IQL: Q_p(o, u) against y = r + γ(1 − terminated) Q̄_p(o', argmax_u' Q_p(o', u')) (double DQN).
+  - VDN: Q_tot = Σ_a Q_{policy(a)}(o_a, u_a) over the team's agents, against
+    y = R + γ Σ_a (1 − terminated_a) Q̄_{policy(a)}(o'_a, argmax Q_{policy(a)}(o'_a, ·)), R = the team reward.
+    The function for policy p trains p's parameters only. The other policies' Q-networks (and their
+    targets) are read from the Store at the versions the request names (the versions of the round's
+    start) and held fixed: with one policy per agent the round is one block-coordinate (Jacobi) step
+    of VDN, each policy's function running independently of the others, as MARLess invokes one policy
+    function per policy; with one shared policy (full sharing) it is exactly VDN's joint update.
+
+  Truncation bootstraps (from ``next_obs``, the true final observation); termination does not.
+  Target network: ``target/<policy>/<v>`` is the target in effect when ``weights/<policy>/<v>`` was
+  published (absent: the weights themselves, e.g. at version 0 or for a policy copied by sharing). It
+  becomes a copy of the online network every ``target_update_period`` gradient steps, counted across
+  invocations by the weights header's ``grad_steps``. The function publishes ``weights/<p>/<v+1>``
+  (ε set from the run's progress, header ``grad_steps``), ``optim/<p>/<v+1>`` and ``target/<p>/<v+1>``,
+  every put tagged with the invocation id, and samples with a generator seeded from (seed, policy,
+  version, round): a retried attempt recomputes the same values and replaces its own puts.
+
+With ``probe`` (True, or a ProbeRequest header) in the request, the convexity C = −λmax/λmin of the Hessian of the TD objective (the
+negated loss) w.r.t. the policy's parameters is probed after the update on a subset of the replay
+(nitro/probe.py); else ``convexity`` is NaN.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from nimbus.algos.base import EnvSpaces, LossOutput
+from nimbus.algos.dqn.loss import td_loss
+from nimbus.algos.multiagent.iql import IQL, IQLConfig, QPolicy, ValueAlgorithm, iql_targets, next_values
+from nimbus.algos.multiagent.vdn import VDN, VDNConfig, vdn_q_tot, vdn_targets
+from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
+from nimbus.data.codec import Message
+from nimbus.data.store import KeyNotFound, Store
+from nimbus.data.stores import function_store, put_all
+from nimbus.errors import EnvContractError
+from nimbus.models.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
+                                      weights_key)
+from nimbus.nitro.probe import ProbeRequest, probe_policy
+from nimbus.onpolicy.actor import derive_seed
+from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.devices import place, torch_device
+
+VALUE_HEADER = "value_learner"
+POSTPROCESS_HEADER = "vdn_postprocess"
+TEAM = "team"
+AGENT_COLUMNS = ("obs", "next_obs", "actions", "terminated")   # per agent in a joint (VDN) row
+DEFAULT_PROBE = ProbeRequest(subset_size=256, max_iterations=30, tolerance=1e-3)   # as marless/learner.py
+
+
+def target_key(*, policy: str, version: int) -> str:
+    return f"target/{policy}/{version}"
+
+
+def team_post_key(*, round: int) -> str:
+    return f"post/{TEAM}/r{round}"
+
+
+def replay_rounds(*, capacity_rows: int, rows_per_round: int) -> int:
+    """How many rounds' batches the driver keeps in ``replay_keys`` to fill ``capacity_rows`` (at least 1)."""
+    return max(1, math.ceil(capacity_rows / max(1, rows_per_round)))
+
+
+def spaces_header(*, spaces: EnvSpaces) -> dict[str, Any]:
+    """An agent's observation and (Discrete) action space as JSON-able fields for a request header."""
+    return {"obs_shape": list(spaces.observation.shape), "obs_dtype": np.dtype(spaces.observation.dtype).name,
+            "num_actions": int(spaces.action.n)}
+
+
+def spaces_from_header(header: dict[str, Any]) -> EnvSpaces:
+    dtype = np.dtype(header["obs_dtype"])
+    low, high = (0, 255) if dtype == np.uint8 else (-np.inf, np.inf)
+    return EnvSpaces(observation=gym.spaces.Box(low, high, tuple(header["obs_shape"]), dtype),
+                     action=gym.spaces.Discrete(header["num_actions"]))
+
+
+@dataclass(frozen=True)
+class ValueLearnerRequest:
+    policy: str                       # the policy this invocation trains
+    round: int
+    algo: dict[str, Any]              # IQLConfig / VDNConfig as a dict
+    agents: dict[str, int]            # the agents mapped to ``policy`` → index into all_agents (informational)
+    all_agents: Sequence[str]         # every agent, sorted: VDN's team
+    agent_policy: dict[str, str]      # agent → policy for every agent (VDN reads the others' Q-networks)
+    policy_versions: dict[str, int]   # the version of each policy to read; ``policy``'s is the one updated
+    replay_keys: Sequence[str]        # the replay: Store keys of the last rounds' batches, oldest first
+    spaces: dict[str, dict[str, Any]]  # policy → spaces_header(...), for every policy in agent_policy
+    seed: int
+    progress: float                   # 0..1 through the run: ε's schedule
+    torch_threads: int = 1
+    probe: bool | dict[str, Any] | None = False   # True (DEFAULT_PROBE) or a ProbeRequest header: convexity
+
+    def to_message(self) -> Message:
+        return Message(header={VALUE_HEADER: dict(vars(self)), "_affinity": f"learner-{self.policy}"})
+
+    @classmethod
+    def from_message(cls, message: Message) -> "ValueLearnerRequest":
+        return cls(**message.header[VALUE_HEADER])
+
+
+@dataclass(frozen=True)
+class VDNPostprocessRequest:
+    round: int
+    all_agents: Sequence[str]          # every agent, sorted (``agent_index`` indexes this list)
+    batch_keys: Sequence[str]          # this round's batch/<policy>/r<k> of every policy with agents
+    post_key: str                      # where the joint rows go: post/team/r<k>
+
+    def to_message(self) -> Message:
+        return Message(header={POSTPROCESS_HEADER: dict(vars(self)), "_affinity": "postprocess-team"})
+
+    @classmethod
+    def from_message(cls, message: Message) -> "VDNPostprocessRequest":
+        return cls(**message.header[POSTPROCESS_HEADER])
+
+
+# --- joint rows for VDN (the TD targets are in algos/multiagent/iql.py and vdn.py) ---
+
+
+def align_team_rows(*, rows: dict[str, np.ndarray], all_agents: Sequence[str]) -> dict[str, np.ndarray]:
+    """Per-agent rows (``agent_index`` into ``all_agents``) → joint rows, the j-th row of each agent together."""
+    index = np.asarray(rows["agent_index"])
+    selections = [np.flatnonzero(index == i) for i in range(len(all_agents))]
+    counts = {agent: int(sel.size) for agent, sel in zip(all_agents, selections, strict=True)}
+    if len(set(counts.values())) != 1 or not selections or selections[0].size == 0:
+        raise EnvContractError(f"VDN needs every agent at every step; rows per agent: {counts}")
+    joint: dict[str, np.ndarray] = {}
+    for agent, sel in zip(all_agents, selections, strict=True):
+        for column in AGENT_COLUMNS:
+            joint[f"{agent}/{column}"] = np.asarray(rows[column])[sel]
+    joint["rewards"] = np.sum([np.asarray(rows["rewards"])[sel] for sel in selections], axis=0).astype(np.float32)
+    joint["terminated"] = np.all([np.asarray(rows["terminated"])[sel] for sel in selections], axis=0)
+    joint["truncated"] = np.any([np.asarray(rows["truncated"])[sel] for sel in selections], axis=0)
+    return joint
+
+
+# --- the functions ---
+
+
+def vdn_postprocess_function(*, context: FunctionContext, request: Message) -> Message:
+    req = VDNPostprocessRequest.from_message(request)
+    started = time.perf_counter()
+    store = function_store(header=request.header)
+    parts = [store.get(key=key).arrays for key in req.batch_keys]
+    columns = ("agent_index", "rewards", "truncated", *AGENT_COLUMNS)
+    rows = {column: np.concatenate([np.asarray(part[column]) for part in parts]) for column in columns}
+    joint = align_team_rows(rows=rows, all_agents=req.all_agents)
+    store.put(key=req.post_key, message=Message(header={"round": req.round, "agents": list(req.all_agents)},
+                                                arrays=joint), writer=context.invocation_id)
+    return Message(header={"post_key": req.post_key, "rows": int(joint["rewards"].shape[0]),
+                           "team_reward_mean": float(joint["rewards"].mean()),
+                           "postprocess_s": time.perf_counter() - started})
+
+
+def value_policy_function(*, context: FunctionContext, request: Message) -> Message:
+    req = ValueLearnerRequest.from_message(request)
+    started = time.perf_counter()
+    torch.set_num_threads(req.torch_threads)
+    store = function_store(header=request.header)
+    algo = _algo(context=context, config=req.algo, store=store)
+    config = algo.config
+    version = req.policy_versions[req.policy]
+    spaces = spaces_from_header(req.spaces[req.policy])
+    device = torch_device(leased=context.device, requested="cpu")  # the lease's device; the CPU without a pool
+    place(cache=context.cache, device=device)  # the warm replay and fixed nets left it at the last lease's end
+    online, target, grad_steps = _own_networks(store=store, algo=algo, spaces=spaces, policy=req.policy,
+                                               version=version, device=device)
+    optimizer = algo.make_optimizer(model=online)
+    _load_optimizer_if_any(store=store, optimizer=optimizer, key=optim_key(policy=req.policy, version=version))
+    replay = _replay(context=context, store=store, keys=req.replay_keys, capacity=config.replay_capacity,
+                     device=device)
+    objective = _objective(context=context, store=store, algo=algo, req=req, target=target, device=device)
+    generator = torch.Generator().manual_seed(derive_seed(req.seed, zlib.crc32(req.policy.encode()), version,
+                                                          req.round))
+    stats = _train(online=online, target=target, optimizer=optimizer, objective=objective, replay=replay,
+                   config=config, grad_steps=grad_steps, generator=generator)
+    online.epsilon.fill_(algo.epsilon_at(progress=req.progress))
+    new_version = version + 1
+    weights = model_to_message(model=online, version=new_version)
+    weights.header["grad_steps"] = stats["grad_steps"]
+    put_all(store=store, writer=context.invocation_id, items={
+        weights_key(policy=req.policy, version=new_version): weights,
+        optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
+                                                                                version=new_version),
+        target_key(policy=req.policy, version=new_version): model_to_message(model=target, version=new_version),
+    })
+    extras = _probe(objective=objective, online=online, replay=replay, req=req, version=version)
+    return Message(header={"policy": req.policy, "policy_version": new_version, **stats,
+                           "epsilon": float(online.epsilon), "replay_rows": _rows(replay),
+                           "convexity": float(extras.get(HESSIAN_RATIO_KEY, math.nan)), "extras": extras,
+                           "policy_s": time.perf_counter() - started, "device": str(device)})
+
+
+# --- helpers ---
+
+
+def _algo(*, context: FunctionContext, config: dict[str, Any], store: Store) -> ValueAlgorithm:
+    """The algorithm for ``config``; a new config or another run's Store also drops the cached replay and networks."""
+    if context.cache.get("value_algo_config") != config or context.cache.get("value_store") is not store:
+        for key in ("value_replay_keys", "value_replay_parts", "value_replay"):
+            context.cache.pop(key, None)
+        name = config["name"]
+        if name == "iql":
+            algo: ValueAlgorithm = IQL(config=IQLConfig.model_validate(config))
+        elif name == "vdn":
+            algo = VDN(config=VDNConfig.model_validate(config))
+        else:
+            raise ValueError(f"value_policy_function runs iql or vdn, not {name!r}")
+        context.cache.update(value_algo_config=config, value_algo=algo, value_fixed={}, value_store=store)
+    return context.cache["value_algo"]
+
+
+def _own_networks(*, store: Store, algo: ValueAlgorithm, spaces: EnvSpaces, policy: str, version: int,
+                  device: torch.device) -> tuple[QPolicy, QPolicy, int]:
+    """(online, target, grad_steps) of ``policy`` at ``version``, fresh modules on ``device`` (the update mutates
+    them)."""
+    message = store.get(key=weights_key(policy=policy, version=version))
+    online = algo.make_policy(spaces=spaces).to(device)
+    load_model(model=online, message=message)
+    target = copy.deepcopy(online).requires_grad_(False)
+    try:
+        load_model(model=target, message=store.get(key=target_key(policy=policy, version=version)))
+    except KeyNotFound:
+        pass   # version 0, or a policy copied by sharing: the target starts as the weights
+    return online, target, int(message.header.get("grad_steps", 0))
+
+
+def _fixed_networks(*, context: FunctionContext, store: Store, algo: ValueAlgorithm, spaces: EnvSpaces,
+                    policy: str, version: int, device: torch.device) -> tuple[QPolicy, QPolicy]:
+    """Another policy's (online, target) at ``version``, read-only; cached per warm worker (keys are immutable)."""
+    cache: dict[tuple[str, int], tuple[QPolicy, QPolicy]] = context.cache["value_fixed"]
+    if (policy, version) not in cache:
+        online, target, _ = _own_networks(store=store, algo=algo, spaces=spaces, policy=policy, version=version,
+                                          device=device)
+        if len(cache) > 64:   # older versions are never read again
+            cache.clear()
+        cache[(policy, version)] = (online.requires_grad_(False), target)
+    return cache[(policy, version)]
+
+
+def _load_optimizer_if_any(*, store: Store, optimizer: torch.optim.Optimizer, key: str) -> None:
+    try:
+        load_optimizer(optimizer=optimizer, message=store.get(key=key))
+    except KeyNotFound:
+        pass   # version 0 (or a policy copied by sharing): a fresh Adam
+
+
+def _replay(*, context: FunctionContext, store: Store, keys: Sequence[str], capacity: int,
+            device: torch.device) -> dict[str, torch.Tensor]:
+    """The replay: the values under ``keys`` concatenated in order, the newest ``capacity`` rows kept."""
+    if context.cache.get("value_replay_keys") != list(keys):
+        held: dict[str, dict[str, np.ndarray]] = context.cache.get("value_replay_parts", {})
+        parts = {key: held[key] if key in held else {name: np.array(value) for name, value in
+                                                     store.get(key=key).arrays.items()} for key in keys}
+        joined = join_replay(parts=[parts[key] for key in keys], capacity=capacity)
+        context.cache.update(value_replay_keys=list(keys), value_replay_parts=parts,
+                             value_replay={name: torch.as_tensor(value, device=device)
+                                           for name, value in joined.items()})
+    return context.cache["value_replay"]
+
+
+def join_replay(*, parts: Sequence[dict[str, np.ndarray]], capacity: int) -> dict[str, np.ndarray]:
+    """The rounds' rows concatenated in order (oldest first), keeping the newest ``capacity`` rows and the
+    columns every part has."""
+    if not parts:
+        return {}
+    names = [name for name in parts[0] if all(name in part for part in parts)]
+    return {name: np.concatenate([part[name] for part in parts])[-capacity:] for name in names}
+
+
+def _rows(replay: dict[str, torch.Tensor]) -> int:
+    return int(replay["rewards"].shape[0]) if "rewards" in replay else 0
+
+
+class _Objective:
+    """The TD loss of one policy's online network on a batch of replay rows (IQL or VDN), as ``loss(model, batch)``
+    so the Hessian probe can use it too; ``last`` keeps the latest step's TD stats."""
+
+    def __init__(self, *, kind: str, config: Any, target: QPolicy,
+                 team: list[tuple[str, QPolicy | None, QPolicy]] | None = None) -> None:
+        self.kind, self.config, self.target, self.team = kind, config, target, team
+
+    def loss(self, *, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
+        if self.kind == "iql":
+            return self._iql(model=model, batch=batch)
+        return self._vdn(model=model, batch=batch)
+
+    def _iql(self, *, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
+        c = self.config
+        with torch.no_grad():
+            q_next_target = self.target.q(batch["next_obs"])
+            q_next_online = model.q(batch["next_obs"]) if c.double_q else q_next_target
+            y = iql_targets(rewards=batch["rewards"], terminated=batch["terminated"], q_next_online=q_next_online,
+                            q_next_target=q_next_target, gamma=c.gamma, double_q=c.double_q)
+        out = td_loss(q_values=model.q(batch["obs"]), actions=batch["actions"], targets=y, huber_delta=c.huber_delta)
+        return LossOutput(loss=out.loss, stats={"q_mean": float(out.q_taken.mean()),
+                                                "td_abs": float(out.td_errors.abs().mean())})
+
+    def _vdn(self, *, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
+        c = self.config
+        taken, following, terminated = [], [], []
+        for agent, online, target in self.team or []:
+            net = model if online is None else online      # None: the policy being trained
+            q = net.q(batch[f"{agent}/obs"])
+            taken.append(q.gather(1, batch[f"{agent}/actions"].long().view(-1, 1)).squeeze(1))
+            with torch.no_grad():
+                q_next_target = (self.target if online is None else target).q(batch[f"{agent}/next_obs"])
+                q_next_online = net.q(batch[f"{agent}/next_obs"]) if c.double_q else q_next_target
+                following.append(next_values(q_next_online=q_next_online, q_next_target=q_next_target,
+                                             double_q=c.double_q))
+            terminated.append(batch[f"{agent}/terminated"])
+        q_tot = vdn_q_tot(q_taken_per_agent=torch.stack(taken))
+        y = vdn_targets(team_rewards=batch["rewards"], next_values_per_agent=torch.stack(following),
+                        terminated_per_agent=torch.stack(terminated), gamma=c.gamma)
+        loss = nn.functional.huber_loss(q_tot, y, delta=c.huber_delta)
+        return LossOutput(loss=loss, stats={"q_mean": float(q_tot.detach().mean()),
+                                            "td_abs": float((y - q_tot.detach()).abs().mean())})
+
+
+def _objective(*, context: FunctionContext, store: Store, algo: ValueAlgorithm, req: ValueLearnerRequest,
+               target: QPolicy, device: torch.device) -> _Objective:
+    if algo.name == "iql":
+        return _Objective(kind="iql", config=algo.config, target=target)
+    team: list[tuple[str, QPolicy | None, QPolicy]] = []
+    for agent in req.all_agents:
+        policy = req.agent_policy[agent]
+        if policy == req.policy:
+            team.append((agent, None, target))
+        else:
+            fixed_online, fixed_target = _fixed_networks(
+                context=context, store=store, algo=algo, spaces=spaces_from_header(req.spaces[policy]),
+                policy=policy, version=req.policy_versions[policy], device=device)
+            team.append((agent, fixed_online, fixed_target))
+    return _Objective(kind="vdn", config=algo.config, target=target, team=team)
+
+
+def _train(*, online: QPolicy, target: QPolicy, optimizer: torch.optim.Optimizer, objective: _Objective,
+           replay: dict[str, torch.Tensor], config: Any, grad_steps: int, generator: torch.Generator) -> dict[str, Any]:
+    """``gradient_steps`` uniform-minibatch steps (none while the replay is below ``learning_starts``)."""
+    rows = _rows(replay)
+    losses, q_means, td_abs, refreshes, nonfinite = [], [], [], 0, 0
+    if rows >= max(config.learning_starts, 1):
+        for _ in range(config.gradient_steps):
+            index = torch.randint(rows, (config.batch_size,), generator=generator)
+            out = objective.loss(model=online, batch={name: value[index] for name, value in replay.items()})
+            if not torch.isfinite(out.loss):
+                nonfinite += 1
+                continue
+            optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            if config.max_grad_norm is not None:
+                nn.utils.clip_grad_norm_(online.q.parameters(), config.max_grad_norm)
+            optimizer.step()
+            grad_steps += 1
+            if grad_steps % config.target_update_period == 0:
+                target.load_state_dict(online.state_dict())
+                refreshes += 1
+            losses.append(float(out.loss.detach()))
+            q_means.append(out.stats["q_mean"])
+            td_abs.append(out.stats["td_abs"])
+    mean = (lambda values: float(np.mean(values)) if values else math.nan)
+    return {"policy_loss": mean(losses), "q_mean": mean(q_means), "td_abs": mean(td_abs), "grad_steps": grad_steps,
+            "gradient_steps_run": len(losses), "target_refreshes": refreshes, "nonfinite_steps": nonfinite,
+            "nonfinite": nonfinite > 0}
+
+
+def _probe(*, objective: _Objective, online: QPolicy, replay: dict[str, torch.Tensor], req: ValueLearnerRequest,
+           version: int) -> dict[str, float]:
+    if not req.probe or _rows(replay) == 0:
+        return {}
+    request = DEFAULT_PROBE if req.probe is True else ProbeRequest.from_header(req.probe)
+    return probe_policy(algo=objective, model=online, batch=replay, request=request,  # type: ignore[arg-type]
+                        seed=derive_seed(req.seed, zlib.crc32(req.policy.encode()), version, 3))

@@ -1,0 +1,317 @@
+"""The ``multiagent`` workflow (MARLess §4, Fig. 4): rounds of multi-agent actors, then each policy's learner
+functions, then the sharing and actor-scaling controllers.
+
+    round k:  I actor functions            each runs env copies with ALL agents; an agent acts with the policy
+              (marless/actor.py)      the agent→policy map gives it; its rows come back under <agent>/
+              ingest                       every active policy's rows (its agents', actors in rank order) →
+                                           Store ``batch/<policy>/r<k>``
+              learner roles per policy     in the algorithm's order (MARLess Fig. 5): postprocess → critic →
+                                           policy; the policies of one role run concurrently, each its own
+                                           invocation (``kind`` = role in the ledger)
+              controllers                  the detector may toggle sharing (a new agent→policy map: fewer
+                                           policies, fewer learner invocations); the scaler sets I for k+1
+
+A frozen policy (its agents share another's) is neither sampled with nor trained. Switching sharing off
+gives every agent its own policy again, whose next version is a copy of its group policy's newest weights
+(and critic and optimizer states), so no agent starts over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from nimbus.data.codec import Message
+from nimbus.envs.slot_state import pop_slot_state
+from nimbus.marless.actor import MultiAgentActorRequest
+from nimbus.marless.learning import batch_key, make_learning, results_of
+from nimbus.models.weights import optim_key, weights_key
+from nimbus.onpolicy.sync import Progress
+from nimbus.run.build import Shared
+from nimbus.runtime.prewarm import make_prewarmer
+from nimbus.types import RoundMetrics
+
+log = logging.getLogger(__name__)
+LEARNER_ROLES = ("postprocess", "critic", "policy")
+VERSIONED_KEYS = ("weights/{policy}/{version}", "optim/{policy}/{version}", "target/{policy}/{version}")
+SAMPLES_PER_AGENT = 512  # (obs, action) rows per agent kept for the similarity measure (marless/sharing.py)
+
+
+def critic_key(*, policy: str, version: int) -> str:
+    return f"critic/{policy}/{version}"
+
+
+@dataclass
+class MarlProgress(Progress):
+    """A run's counters plus each policy's versions and the agent→policy map."""
+
+    versions: dict[str, int] = field(default_factory=dict)          # policy network, per policy
+    critic_versions: dict[str, int] = field(default_factory=dict)   # critic network (actor-critic algos)
+    agent_policy: dict[str, str] = field(default_factory=dict)
+    learner_invocations: int = 0
+    next_actors: int = 0            # the actor count the next round uses (0: the scaler's initial count)
+    replays: dict[str, list[str]] = field(default_factory=dict)   # IQL/VDN: each replay's Store keys, oldest first
+
+
+@dataclass(frozen=True)
+class MarlParts:
+    """What the workflow drives: the pool, the functions by role, the controllers and the sinks."""
+
+    config: Any                      # NimbusConfig
+    shared: Shared
+    run_dir: Path
+    agents: tuple[str, ...]          # sorted possible agents
+    spaces: dict[str, Any]           # agent → EnvSpaces
+    algo: Any                        # nimbus.algos.multiagent MarlAlgorithm
+    specs: dict[str, Any]            # role → FunctionSpec ("actor", and the algorithm's roles)
+    sharing: Any                     # marless/sharing.py SharingController
+    scaler: Any                      # marless/scaling.py MarlessActorScaler
+    metrics: Any                     # report/metrics.py MetricsSink
+
+
+class MultiAgentWorkflow:
+    """Runs MARLess rounds until ``should_stop`` says so; ``on_round`` receives each round's row."""
+
+    def __init__(self, *, parts: MarlParts, progress: MarlProgress,
+                 on_round: Callable[[RoundMetrics], None]) -> None:
+        self.parts = parts
+        self.progress = progress
+        self.on_round = on_round
+        self.stop_requested = False
+        self.started_s = time.perf_counter()
+        self.num_actors = progress.next_actors or parts.scaler.initial()
+        self._cost_seen = 0
+        self._cost_usd = progress.cost_usd_before
+        self.learning = make_learning(parts=parts, progress=progress)
+        self.prewarmer = make_prewarmer(config=parts.config, runtime=parts.shared.runtime, ledger=parts.shared.ledger,
+                                        actor_spec=parts.specs["actor"], workload=parts.config.name)  # prewarm.mode
+        self._map_log = open(parts.run_dir / "marl.jsonl", "a", buffering=1)
+
+    # ----------------------------------------------------------------------------------- the loop
+    def run(self, *, should_stop: Callable[[Progress], bool]) -> None:
+        try:
+            while not self.stop_requested and not should_stop(self.progress):
+                row = self._round()
+                self.progress.last_row = row
+                self.on_round(row)
+        finally:
+            self.prewarmer.close()
+            self._map_log.close()
+
+    def _round(self) -> RoundMetrics:
+        index, started = self.progress.rounds, time.perf_counter()
+        agent_policy = dict(self.progress.agent_policy)
+        active = sorted(set(agent_policy.values()))
+        results = self._sample(agent_policy=agent_policy, num_actors=self.num_actors)
+        sampled = time.perf_counter()
+        episodes = self._ingest(results=results, agent_policy=agent_policy, active=active, round=index)
+        ingested = time.perf_counter()
+        rows_per_agent = self.num_actors * self.parts.config.env.num_envs_per_actor * \
+            self.parts.config.actors.fragment_steps
+        stats, stale = self.learning.run(active=active, agent_policy=agent_policy, round=index,
+                                         rows_per_agent=rows_per_agent)
+        self.prewarmer.round_finished()
+        self.progress.policy_version = sum(self.progress.versions.values())
+        learned = time.perf_counter()
+        self._forget(active=active, stale=stale)
+        convexity = {policy: stats[policy].get("convexity", float("nan")) for policy in active}
+        new_map = self.parts.sharing.decide(round=index, agent_returns=episodes.agent_means,
+                                            samples=episodes.samples,
+                                            convexity={agent: convexity[agent_policy[agent]] for agent in agent_policy})
+        if new_map is not None and new_map != agent_policy:
+            self._apply_map(old=agent_policy, new=new_map)
+        self.parts.scaler.observe(convexity=convexity)
+        used_actors, self.num_actors = self.num_actors, self.parts.scaler.decide()
+        self.prewarmer.scale_up(from_actors=used_actors, to_actors=self.num_actors)  # warm when the next round starts
+        self.progress.next_actors = self.num_actors
+        return self._row(index=index, started=started, sampled=sampled, ingested=ingested, learned=learned,
+                         episodes=episodes, stats=stats, active=active, agent_policy=agent_policy,
+                         num_actors=used_actors)
+
+    # ----------------------------------------------------------------------------------- sampling
+    def _sample(self, *, agent_policy: dict[str, str], num_actors: int) -> list[Message]:
+        cfg = self.parts.config
+        keys = {p: weights_key(policy=p, version=self.progress.versions[p]) for p in set(agent_policy.values())}
+        futures = []
+        self.prewarmer.await_warm()
+        self.prewarmer.round_started(num_actors=num_actors)
+        for rank in range(num_actors):
+            slot_seq = self.progress.slot_seq.get(rank, self.progress.slot_seq_base)  # resumed: from the checkpoint
+            request = MultiAgentActorRequest(
+                env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), num_envs=cfg.env.num_envs_per_actor,
+                fragment_steps=cfg.actors.fragment_steps, seed=cfg.seed, actor_rank=rank,
+                slot_seq=slot_seq, agent_policy=dict(agent_policy), weights_keys=keys,
+                algo=cfg.algo.model_dump(mode="json"), env_imports=tuple(cfg.env.imports),
+                snapshot=cfg.actors.restore_slots)
+            futures.append(self.parts.shared.runtime.invoke(
+                spec=self.parts.specs["actor"], request=request.to_message(restore=self.progress.slot_states.get(rank))))
+            futures[-1].add_done_callback(lambda _: self.prewarmer.actor_finished())
+        results = results_of(futures=futures, what="actor")
+        progress = self.progress    # its slot_seq and slot_states (actors.restore_slots) are what a checkpoint saves
+        for rank, result in enumerate(results):
+            progress.slot_seq[rank] = progress.slot_seq.get(rank, progress.slot_seq_base) + 1
+            state = pop_slot_state(header=result.header, arrays=result.arrays)
+            if state is not None:
+                progress.slot_states[rank] = state
+            else:                                    # never send a slot older than the rank's sequence
+                progress.slot_states.pop(rank, None)
+        return results
+
+    def _ingest(self, *, results: list[Message], agent_policy: dict[str, str], active: list[str],
+                round: int) -> "Episodes":
+        """Each active policy's batch into the Store; per-agent returns and similarity samples."""
+        agents = list(self.parts.agents)
+        episodes = Episodes.collect(results=results, agents=agents)
+        self.progress.env_steps += sum(int(r.header["env_steps"]) for r in results)
+        for policy in active:
+            members = [a for a in agents if agent_policy[a] == policy]
+            self.parts.shared.store.put(key=batch_key(policy=policy, round=round),
+                                        message=policy_batch(results=results, members=members, agents=agents))
+        for agent in agents:
+            obs = np.concatenate([r.arrays[f"{agent}/obs"] for r in results])
+            actions = np.concatenate([r.arrays[f"{agent}/actions"] for r in results])
+            rows = np.concatenate([obs.reshape(len(obs), -1), actions.reshape(len(actions), -1)], axis=1)
+            episodes.samples[agent] = rows[-SAMPLES_PER_AGENT:].astype(np.float64)
+        return episodes
+
+    def _forget(self, *, active: list[str], stale: list[str]) -> None:
+        """The keys the learners are done with, and versions older than ``store.keep_versions`` (every policy
+        keeps its newest, trained or frozen)."""
+        store, keep = self.parts.shared.store, self.parts.config.store.keep_versions
+        stale = list(stale)
+        for policy in active:
+            version = self.progress.versions[policy] - keep
+            if version >= 0:
+                stale += [key.format(policy=policy, version=version) for key in VERSIONED_KEYS]
+            critic = self.progress.critic_versions.get(policy, -1) - keep
+            if critic >= 0:
+                stale.append(critic_key(policy=policy, version=critic))
+            for key in stale:
+                try:
+                    store.delete(key=key)
+                except KeyError:
+                    pass
+
+    # ----------------------------------------------------------------------------------- sharing
+    def _apply_map(self, *, old: dict[str, str], new: dict[str, str]) -> None:
+        """Adopt a new agent→policy map. A policy that comes back into use continues from the weights its first
+        agent trained with until now (copied as a new version, so no worker's cache holds a stale one)."""
+        returning = sorted(set(new.values()) - set(old.values()))
+        for policy in returning:
+            first = min(agent for agent, p in new.items() if p == policy)
+            self._copy_policy(source=old[first], target=policy)
+        self.progress.agent_policy = dict(new)
+        log.info("agent→policy map: %s", new)
+
+    def _copy_policy(self, *, source: str, target: str) -> None:
+        store, progress = self.parts.shared.store, self.progress
+        version = progress.versions[target] + 1
+        source_version = progress.versions[source]
+        store.put(key=weights_key(policy=target, version=version),
+                  message=store.get(key=weights_key(policy=source, version=source_version)))
+        if source_version > 0:
+            store.put(key=optim_key(policy=target, version=version),
+                      message=store.get(key=optim_key(policy=source, version=source_version)))
+        progress.versions[target] = version
+        if source in progress.critic_versions:
+            critic_version = progress.critic_versions[target] + 1
+            store.put(key=critic_key(policy=target, version=critic_version),
+                      message=store.get(key=critic_key(policy=source, version=progress.critic_versions[source])))
+            progress.critic_versions[target] = critic_version
+
+    # ----------------------------------------------------------------------------------- the row
+    def _row(self, *, index: int, started: float, sampled: float, ingested: float, learned: float,
+             episodes: "Episodes", stats: dict[str, dict[str, float]], active: list[str],
+             agent_policy: dict[str, str], num_actors: int) -> RoundMetrics:
+        progress, now = self.progress, time.perf_counter()
+        progress.rounds += 1
+        progress.episodes += len(episodes.global_returns)
+        progress.recent_returns = (progress.recent_returns + episodes.global_returns)[-self.parts.config.train.return_window:]
+        self.parts.shared.runtime.bill_provisioned()   # pre-warmed time so far, before the round's cost is read
+        costs = self._cost_by_kind()
+        extras: dict[str, float] = {
+            "marl/policies": float(len(active)), "marl/actors": float(num_actors),
+            "marl/learner_invocations": float(len(active) * len(self.parts.algo.roles)),
+            "marl/actor_cost_usd": costs.get("actor", 0.0),
+            "marl/learner_cost_usd": sum(v for k, v in costs.items() if k in LEARNER_ROLES),
+            **{f"marl/return/{agent}": value for agent, value in episodes.agent_means.items()},
+            **{f"marl/{k}": float(v) for k, v in self.parts.sharing.state().items()},
+            **{f"marl/{k}": float(v) for k, v in self.parts.scaler.state().items()},
+            **self.prewarmer.extras(),
+        }
+        if episodes.global_returns:
+            extras["marl/global_return"] = float(np.mean(episodes.global_returns))
+        losses = {f"{policy}/{k}": v for policy in active for k, v in stats[policy].items()}
+        self._map_log.write(json.dumps({"round": index, "agent_policy": agent_policy, "actors": num_actors,
+                                        "policies": active}) + "\n")
+        returns = episodes.global_returns
+        return RoundMetrics(
+            round=index, env_steps=progress.env_steps, episodes=progress.episodes,
+            return_mean=float(np.mean(returns)) if returns else None,
+            return_min=float(np.min(returns)) if returns else None,
+            return_max=float(np.max(returns)) if returns else None,
+            num_actors=num_actors, num_learners=len(active), policy_version=progress.policy_version,
+            sampling_s=sampled - started, transfer_s=ingested - sampled, learning_s=learned - ingested,
+            round_s=now - started, wall_s=now - self.started_s + progress.wall_s_before, cost_usd=self.cost_usd(),
+            losses=losses,
+            extras=extras)
+
+    def _cost_by_kind(self) -> dict[str, float]:
+        """This round's dollars per function kind (the ledger rows since the last call)."""
+        shared = self.parts.shared
+        records = shared.ledger.records_since(start=self._cost_seen)
+        self._cost_seen += len(records)
+        by_kind = shared.pricing.cost_breakdown(records=records)
+        self._cost_usd += sum(by_kind.values())
+        return by_kind
+
+    def cost_usd(self) -> float:
+        return self._cost_usd
+
+
+@dataclass
+class Episodes:
+    """One round's finished episodes: per-agent mean return, each episode's global return (mean over agents)."""
+
+    agent_means: dict[str, float]
+    global_returns: list[float]
+    samples: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def collect(cls, *, results: list[Message], agents: list[str]) -> "Episodes":
+        per_agent: dict[str, list[float]] = {agent: [] for agent in agents}
+        global_returns: list[float] = []
+        for result in results:
+            returns = result.header["episode_returns"]
+            for agent in agents:
+                per_agent[agent] += [float(x) for x in returns.get(agent, [])]
+            counts = {len(returns.get(agent, [])) for agent in agents}
+            if len(counts) == 1:   # every agent's episodes end together (MPE): the global return per episode
+                global_returns += [float(np.mean([returns[agent][i] for agent in agents])) for i in range(counts.pop())]
+        means = {agent: float(np.mean(values)) for agent, values in per_agent.items() if values}
+        return cls(agent_means=means, global_returns=global_returns)
+
+
+def policy_batch(*, results: list[Message], members: list[str], agents: list[str]) -> Message:
+    """One policy's rows: every member agent's (agent order; actors in rank order within an agent), with
+    ``agent_index`` (into ``agents``) and, when the actors recorded it, the global state of each row."""
+    columns: dict[str, list[np.ndarray]] = {}
+    for agent in members:
+        prefix = f"{agent}/"
+        for result in results:
+            rows = 0
+            for name, array in result.arrays.items():
+                if name.startswith(prefix):
+                    columns.setdefault(name[len(prefix):], []).append(array)
+                    rows = len(array)
+            columns.setdefault("agent_index", []).append(np.full(rows, agents.index(agent), dtype=np.int64))
+            for shared in ("state", "next_state"):
+                if shared in result.arrays:
+                    columns.setdefault(shared, []).append(result.arrays[shared])
+    return Message(header={"members": members}, arrays={k: np.concatenate(v) for k, v in columns.items()})

@@ -1,0 +1,73 @@
+"""Nitro's actor scaler as the authors' public code does it (``variant: authors_code``; DESIGN §3).
+
+Transcribed from IntelliSys-Lab/Nitro, ``Nitro.py`` (commit 2c725a94) with ``utils.eval_hessian`` and
+``config.py``; nimbus's names on the left, theirs in the comments. Per round, after the update::
+
+    R_code = 1 / R                      # eval_hessian probes RLlib's policy.loss = −objective, so its
+                                        # −λmax/λmin is the reciprocal of our R (objective's −λmax/λmin)
+    decay = d ** k                      # decay_factor = Nitro_decay_factor ** round_id; round_id starts at 1
+    r = R_code * decay;  window.append(r)
+    S = (r − min W) / (max W − min W) if len(W) > 1 else 1.0
+    floor = int(clip(I_max · decay ** k, I_min, I_max))       # = I_max · d^(k²), truncated
+    I = int(clip(I_max · S, floor, I_max))                     # truncated, not rounded
+    window.append(R_code)               # hessian_history['ratio'].append(hessian_eigen_ratio): the raw value too
+
+and the first round runs ``num_rollout_workers_serverful`` = 16 of ``num_rollout_workers_max`` = 64
+actors, i.e. I_max // 4 here (clipped to [I_min, I_max]). So the window (maxlen n = 6) holds the decayed
+and the raw value of each of the last three rounds, and high R_code (= low R) scores as boostable.
+
+Where the public code has no answer, nimbus decides (docs/nitro.md):
+
+* ``max W == min W`` with more than one value: ``Nitro.py`` divides 0 by 0 and ``int(nan)`` raises; the
+  authors' ``Nitro_local.py`` scores such a window 1.0, which is what this class does.
+* An unusable probe (R not finite, R = 0, λmin ≥ 0) is skipped as in the paper variant: nothing enters
+  the window and the round gets I_min (no evidence). The public code has no such guard.
+* The budget (``Budget``: I_min once spent; ``on_budget: stop`` ends the run) is nimbus's, shared with the
+  paper variant; the public config's budget is infinite.
+
+Example::
+
+    scaler = AuthorsCodeNitroScaler(min_actors=8, max_actors=64)
+    scaler.initial().num_actors                   # 16
+    scaler.decide(metrics=row).num_actors         # row.round = 0 is their round_id 1
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nimbus.nitro.scaler import WindowedScaler, read_ratio, unusable_probe
+from nimbus.types import RoundMetrics, ScalingDecision
+
+
+class AuthorsCodeNitroScaler(WindowedScaler):
+    """The public code's scaler (module docstring); same constructor and signals as ``NitroScaler``."""
+
+    variant = "authors_code"
+
+    def initial(self) -> ScalingDecision:
+        first = min(max(self.max_actors // 4, self.min_actors), self.max_actors)   # 16 of 64 in their config
+        return ScalingDecision(num_actors=first, reason="initial: authors_code serverful count")
+
+    def decide(self, *, metrics: RoundMetrics) -> ScalingDecision:
+        ratio = read_ratio(metrics)
+        self.budget.observe(cost_usd=metrics.cost_usd)
+        signals = self.budget.signals(cost_usd=metrics.cost_usd)
+        skip_reason = unusable_probe(ratio, metrics.extras) or ("ratio is 0" if ratio == 0.0 else None)
+        if skip_reason is not None:
+            return self._skip(skip_reason, signals)
+        round_id = metrics.round + 1                       # their round_id starts at 1
+        code_ratio = 1.0 / ratio                           # their R: the loss's −λmax/λmin
+        decay_factor = self.decay**round_id
+        value = code_ratio * decay_factor
+        self._window.append(value)
+        high, low = float(np.max(self._window)), float(np.min(self._window))
+        score = 1.0 if len(self._window) == 1 or high == low else (value - low) / (high - low)
+        floor = int(np.clip(self.max_actors * decay_factor**round_id, self.min_actors, self.max_actors))
+        num_actors = int(np.clip(self.max_actors * score, floor, self.max_actors))
+        self._window.append(code_ratio)
+        signals.update(hessian_ratio=ratio, window_value=value, score=score, window_min=low, window_max=high,
+                       window_len=float(len(self._window)), decay_factor=decay_factor, floor_actors=float(floor),
+                       skipped_probes=float(self._skipped_probes), target_actors=self.max_actors * score)
+        return self._finish(num_actors, "authors_code floor" if num_actors == floor else "authors_code score",
+                            signals)

@@ -1,0 +1,294 @@
+"""The ``sync`` on-policy workflow as ARTOS trigger → action bindings (ARTOS Table 3).
+
+    ObjectKeyTrigger(weights/<policy>/*)      → invoke N actor functions with the new policy_version
+    DataKeyTrigger(n=N actors, size=N·E·T)    → invoke the learner function on the FullBatch rows
+    learner result (weights v+1 in the Store) → end of round: metrics, controllers, checkpoint
+
+The driver's event loop only moves events: a finished actor's rollout is ingested into the Buffer
+(idempotent per invocation id), a finished learner's new version is announced on StoreEvents, and
+the trigger table is polled. No algorithm-specific control code lives here.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from nimbus.data.codec import Message
+from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TriggerTable
+from nimbus.envs.obsnorm import merge, moments_arrays, pop_moments
+from nimbus.envs.slot_state import SlotState, pop_slot_state
+from nimbus.errors import NimbusError
+from nimbus.models.weights import optim_key, weights_key
+from nimbus.nitro.probe import round_probe_extras, with_decision
+from nimbus.onpolicy.actor import ActorRequest
+from nimbus.onpolicy.learner import LearnerRequest
+from nimbus.roles.remote import finish_learner_round, ship_batch
+from nimbus.run.build import System
+from nimbus.runtime.prewarm import PrewarmController, make_prewarmer
+from nimbus.types import RoundMetrics, ScalingDecision
+
+log = logging.getLogger(__name__)
+POLICY = "main"  # the policy of a one-policy run (a population names each member: pbt/population.py)
+
+
+@dataclass
+class RoundState:
+    """What the driver accumulates during one round."""
+
+    index: int
+    policy_version: int
+    decision: ScalingDecision
+    started_s: float
+    actors_done_s: float | None = None
+    episode_returns: list[float] = field(default_factory=list)
+    env_steps: int = 0
+    sampling_s: float = 0.0
+    ingest_s: float = 0.0
+    work_s: float = 0.0  # slowest actor's env stepping + policy inference: the round's critical path
+    obs_moments: Any = None  # merged raw-observation moments of the accepted fragments (algo.normalize_obs)
+
+
+@dataclass
+class Progress:
+    rounds: int = 0
+    env_steps: int = 0
+    episodes: int = 0
+    policy_version: int = 0
+    recent_returns: list[float] = field(default_factory=list)
+    nonfinite_in_a_row: int = 0
+    last_row: RoundMetrics | None = None
+    wall_s_before: float = 0.0     # a resumed run: wall time and cost of the sessions before this one
+    cost_usd_before: float = 0.0
+    slot_seq_base: int = 0         # a resumed run: env slots start here, so its envs reset with fresh seeds
+    slot_seq: dict[int, int] = field(default_factory=dict)      # per actor rank, as of the last finished round
+    slot_states: dict[int, Any] = field(default_factory=dict)   # train.exact_resume: SlotState per rank, ditto
+    restore_slots: dict[int, Any] = field(default_factory=dict)  # exact resume: each rank's first request rebuilds
+    restore_replay: Any = None     # train.checkpoint_replay: the replay file's Message (offpolicy/replay_checkpoint.py)
+    eval_return: float | None = None   # the last periodic evaluation's mean return (run/periodic_eval.py)
+    schedule_env_steps: int | None = None   # a resumed run: its original horizon, which schedules keep (run/resume.py)
+
+
+def schedule_fraction(*, progress: Progress, total_env_steps: int) -> float:
+    """How far the run is along its schedules (learning rate, clip, ε): env steps over the horizon they anneal
+    over, ``train.total_env_steps`` of the run as it started — a resume that raises it keeps the original."""
+    return min(1.0, progress.env_steps / (progress.schedule_env_steps or total_env_steps))
+
+
+def _prewarmer(*, system: System) -> PrewarmController:
+    """``prewarm.mode: monitor``: pre-warm actor workers during the learner's update and ahead of a scale-up
+    (runtime/prewarm.py)."""
+    return make_prewarmer(config=system.config, runtime=system.runtime, ledger=system.ledger,
+                          actor_spec=system.actor_spec, workload=system.config.name)
+
+
+def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[str, float]:
+    """Framework overhead: the round minus env stepping + inference (slowest actor) and gradient compute."""
+    overhead_s = max(0.0, round_s - actor_work_s - compute_s)
+    return {"overhead_s": overhead_s, "overhead_share": overhead_s / max(round_s, 1e-9),
+            "actor_work_s": actor_work_s, "compute_s": compute_s}
+
+
+class SyncWorkflow:
+    """Runs rounds until ``should_stop`` says so. ``on_round`` receives each finished round's row."""
+
+    def __init__(self, *, system: System, progress: Progress, on_round: Callable[[RoundMetrics], None]) -> None:
+        self.system = system
+        self.progress = progress
+        self.on_round = on_round
+        self.policy = system.policy
+        self.rank_base = system.rank_base  # population members' actor ranks are disjoint (env slots, affinity, seeds)
+        self.adopt_version: Callable[[int], int] = lambda version: version  # PBT's exploit may publish another
+        self.events: queue.Queue[tuple[str, Future, Any]] = queue.Queue()
+        self.started_s = time.perf_counter()
+        self.decision = system.scaler.initial()
+        self.round: RoundState | None = None
+        self.slot_seq: dict[int, int] = dict(progress.slot_seq)
+        self.slot_states: dict[int, SlotState] = dict(progress.slot_states)
+        self.restore_slots: dict[int, SlotState] = dict(progress.restore_slots)
+        self.stop_requested = False
+        self._cost_seen = 0
+        self._cost_usd = progress.cost_usd_before
+        self.table = TriggerTable()
+        self.data_trigger = DataKeyTrigger(buffer=system.buffer, n_actors=self.decision.num_actors,
+                                           size_rows=self._rows(self.decision.num_actors))
+        self.table.bind(name="invoke_actors",
+                        trigger=ObjectKeyTrigger(store_events=system.store_events, key_prefix=f"weights/{self.policy}/"),
+                        action=self._invoke_actors)
+        self.table.bind(name="invoke_learner", trigger=self.data_trigger, action=self._invoke_learner)
+        self.prewarmer = _prewarmer(system=system)  # ARTOS workload monitor (prewarm.mode; no-op for none)
+
+    # ----------------------------------------------------------------------------------- actions
+    def _rows(self, num_actors: int) -> int:
+        cfg = self.system.config
+        return num_actors * cfg.env.num_envs_per_actor * cfg.actors.fragment_steps
+
+    def _invoke_actors(self) -> None:
+        cfg, version = self.system.config, self.progress.policy_version
+        self.round = RoundState(index=self.progress.rounds, policy_version=version, decision=self.decision,
+                                started_s=time.perf_counter())
+        self.prewarmer.await_warm()   # workers pre-warmed for this round (a scale-up's): ready before invoking
+        self.prewarmer.round_started(num_actors=self.decision.num_actors)
+        self.data_trigger.n_actors = self.decision.num_actors
+        self.data_trigger.size_rows = self._rows(self.decision.num_actors)
+        self.data_trigger.reset()
+        for rank in range(self.decision.num_actors):
+            request = ActorRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
+                                   env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
+                                   num_envs=cfg.env.num_envs_per_actor, fragment_steps=cfg.actors.fragment_steps,
+                                   seed=cfg.seed, actor_rank=self.rank_base + rank,
+                                   slot_seq=self.slot_seq.get(rank, self.progress.slot_seq_base),
+                                   policy_version=version, weights_key=weights_key(policy=self.policy, version=version),
+                                   algo=cfg.algo.model_dump(mode="json"),
+                                   snapshot=cfg.train.exact_resume or cfg.actors.restore_slots)
+            message = request.to_message(restore=self._slot_to_restore(rank))
+            future = self.system.runtime.invoke(spec=self.system.actor_spec, request=message)
+            self._watch(kind="actor", future=future, meta=rank)
+
+    def _slot_to_restore(self, rank: int) -> "SlotState | None":
+        """A resumed run's saved slot (first request only); with ``actors.restore_slots`` the rank's newest slot on
+        every request, which the actor uses only when its worker lacks the slot (reclaimed, new, or a retry)."""
+        restore = self.restore_slots.pop(rank, None)
+        if restore is None and self.system.config.actors.restore_slots:
+            restore = self.slot_states.get(rank)
+        return restore
+
+    def _invoke_learner(self) -> None:
+        cfg, version = self.system.config, self.progress.policy_version
+        indices = self.system.replay.select(buffer=self.system.buffer)
+        assert indices is not None, "DataKeyTrigger fired but the replay strategy has no batch"
+        self.system.replay.consumed(indices=indices)
+        self.round.actors_done_s = time.perf_counter()
+        progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
+        shipped = ship_batch(system=self.system, policy=self.policy, version=version, indices=indices)  # ray: via Store
+        request = LearnerRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
+                                 env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
+                                 algo=cfg.algo.model_dump(mode="json"), policy=self.policy, policy_version=version,
+                                 has_optimizer_state=version > 0, buffer=self.system.buffer.descriptor(),
+                                 progress=progress, seed=cfg.seed, device=cfg.learner.device,
+                                 torch_threads=cfg.learner.torch_threads,
+                                 probe=self.system.probe.to_header() if self.system.probe else None,
+                                 batch_key=shipped)
+        future = self.system.runtime.invoke(spec=self.system.learner_spec, request=request.to_message(indices=indices, obs_moments=moments_arrays(rms=self.round.obs_moments)))
+        self._watch(kind="learner", future=future, meta=version)
+
+    def _watch(self, *, kind: str, future: Future, meta: Any) -> None:
+        future.add_done_callback(lambda f: self.events.put((kind, f, meta)))
+
+    # ------------------------------------------------------------------------------------ events
+    def _on_actor(self, *, future: Future, rank: int) -> None:
+        result: Message = future.result()  # raises FunctionFailed when retries are spent
+        self.prewarmer.actor_finished()
+        started = time.perf_counter()
+        header = result.header
+        moments = pop_moments(arrays=result.arrays)  # not a buffer column
+        slot_state = pop_slot_state(header=header, arrays=result.arrays)  # nor is the env slot (exact resume)
+        accepted = self.system.buffer.ingest(invocation_id=header.get("_invocation_id", f"{self.round.index}-{rank}"),
+                                             actor_rank=rank, policy_version=header["policy_version"],
+                                             arrays=result.arrays)
+        if accepted:
+            self.slot_seq[rank] = self.slot_seq.get(rank, self.progress.slot_seq_base) + 1
+            if slot_state is not None:
+                self.slot_states[rank] = slot_state
+            self.round.obs_moments = merge(into=self.round.obs_moments, other=moments)
+            self.round.episode_returns.extend(header["episode_returns"])
+            self.round.env_steps += header["env_steps"]
+            self.round.sampling_s = max(self.round.sampling_s, header["sampling_s"])
+            self.round.work_s = max(self.round.work_s, header["env_s"] + header["inference_s"])
+        self.round.ingest_s += time.perf_counter() - started
+
+    def _on_learner(self, *, future: Future, version: int) -> None:
+        result: Message = future.result()
+        self.prewarmer.round_finished()
+        header = result.header
+        new_version = header["policy_version"]
+        self.progress.nonfinite_in_a_row = self.progress.nonfinite_in_a_row + 1 if header["nonfinite"] else 0
+        limit = self.system.config.train.max_nonfinite_losses
+        if self.progress.nonfinite_in_a_row >= limit:
+            raise NimbusError(f"{limit} learner updates in a row produced a non-finite loss or gradient; stopping")
+        finish_learner_round(system=self.system, policy=self.policy, version=version, new_version=new_version)
+        self.progress.policy_version = new_version  # before on_round: a checkpoint there holds this round's version
+        self._finish_round(header=header)
+        new_version = self.adopt_version(new_version)  # a controller may replace the policy (PBT exploit)
+        self._forget_old_versions(current=new_version)
+        self.progress.policy_version = new_version
+        self.system.store_events.notify(key=weights_key(policy=self.policy, version=new_version))
+
+    def _finish_round(self, *, header: dict[str, Any], extras: dict[str, float] | None = None,
+                      num_learners: int = 1) -> None:
+        now = time.perf_counter()
+        state, progress = self.round, self.progress
+        progress.rounds += 1
+        progress.slot_seq, progress.slot_states = dict(self.slot_seq), dict(self.slot_states)  # what a checkpoint saves
+        progress.env_steps += state.env_steps
+        progress.episodes += len(state.episode_returns)
+        window = self.system.config.train.return_window
+        progress.recent_returns = (progress.recent_returns + state.episode_returns)[-window:]
+        returns = state.episode_returns
+        self.system.runtime.bill_provisioned()   # pre-warmed time so far, before the round's cost is read
+        row = RoundMetrics(
+            round=state.index, env_steps=progress.env_steps, episodes=progress.episodes,
+            return_mean=float(np.mean(returns)) if returns else None,
+            return_min=float(np.min(returns)) if returns else None,
+            return_max=float(np.max(returns)) if returns else None,
+            num_actors=state.decision.num_actors, num_learners=num_learners, policy_version=header["policy_version"],
+            sampling_s=state.sampling_s, transfer_s=state.ingest_s + header["transfer_s"],
+            learning_s=header["learning_s"], round_s=now - state.started_s,
+            wall_s=now - self.started_s + progress.wall_s_before,
+            cost_usd=self.cost_usd(), losses=header["stats"],
+            extras={"recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns
+                    else float("nan"), **_overhead(round_s=now - state.started_s, actor_work_s=state.work_s,
+                                                   compute_s=header["compute_s"]),
+                    **round_probe_extras(extras=header.get("extras", {}), round_s=now - state.started_s),
+                    **self.prewarmer.extras(), **(extras or {})})
+        before = self.decision.num_actors   # the actors now running or last run (async_learners: the next round's)
+        self.decision = self.system.scaler.decide(metrics=row)   # reads this round's probe (Nitro)
+        self.prewarmer.scale_up(from_actors=before, to_actors=self.decision.num_actors)
+        row = with_decision(row=row, decision=self.decision)     # + its signals and next_num_actors
+        progress.last_row = row
+        self.on_round(row)
+
+    def cost_usd(self) -> float:
+        records = self.system.ledger.records_since(start=self._cost_seen)  # only the new ones: O(1) a round, not O(run)
+        for record in records:
+            self._cost_usd += self.system.pricing.cost_usd(record=record)
+        self._cost_seen += len(records)
+        return self._cost_usd
+
+    def _forget_old_versions(self, *, current: int) -> None:
+        keep = self.system.config.store.keep_versions
+        stale = current - keep
+        if stale >= 0:
+            for key in (weights_key(policy=self.policy, version=stale), optim_key(policy=self.policy, version=stale)):
+                try:
+                    self.system.store.delete(key=key)
+                except KeyError:
+                    pass
+
+    # -------------------------------------------------------------------------------------- loop
+    def run(self, *, should_stop: Callable[[Progress], bool]) -> None:
+        """Drive rounds until ``should_stop(progress)`` at a round boundary or ``stop_requested``."""
+        self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
+        self.table.poll(now_s=time.monotonic())
+        while not self.stop_requested:
+            try:
+                kind, future, meta = self.events.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if self.handle(kind=kind, future=future, meta=meta) and should_stop(self.progress):
+                return
+            self.table.poll(now_s=time.monotonic())
+
+    def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
+        """Move one finished function's event into the round; True when it ended the round (a learner)."""
+        if kind == "actor":
+            self._on_actor(future=future, rank=meta)
+            return False
+        self._on_learner(future=future, version=meta)
+        return True

@@ -1,0 +1,58 @@
+"""Periodic evaluation during training (``train.eval_every_env_steps``): SB3's EvalCallback for nimbus.
+
+Every ``eval_every_env_steps`` env steps the trainer plays ``train.eval_episodes`` full episodes with the
+newest published policy, in the driver, on a fresh env seeded ``seed + 20_000`` (the same episodes each
+time, so evaluations compare across the run). ``train.eval_explore: false`` acts greedily (DQN without ε,
+the mode of a PPO/SAC distribution). The result lands in the round row's extras (``eval/return_mean``,
+``eval/return_std``, ``eval/policy_version``, ``eval/s``: metrics.jsonl and TensorBoard) and in
+``Progress.eval_return``, which ``train.target_eval_return`` stops on.
+
+The driver is busy while it evaluates: the functions already running go on, but none is started. The
+evaluation is not a function invocation, so the ledger does not bill it.
+
+Example::
+
+    evaluator = PeriodicEvaluator(config=config, env_steps=progress.env_steps)
+    scalars = evaluator.maybe_evaluate(store=system.store, policy=system.policy, progress=progress)
+    row.extras.update(scalars)        # {} when no evaluation was due
+"""
+
+from __future__ import annotations
+
+import time
+
+from nimbus.config import NimbusConfig
+from nimbus.data.store import Store
+from nimbus.models.weights import weights_key
+from nimbus.onpolicy.sync import Progress
+from nimbus.run.evaluate import evaluate_policy
+
+EVAL_SEED_OFFSET = 20_000   # periodic evaluations: seed + this (the final one uses seed + 10_000)
+
+
+class PeriodicEvaluator:
+    """Evaluates when the run's env steps cross the next multiple of ``train.eval_every_env_steps``."""
+
+    def __init__(self, *, config: NimbusConfig, env_steps: int) -> None:
+        every = config.train.eval_every_env_steps
+        if every is None:
+            raise ValueError("PeriodicEvaluator needs train.eval_every_env_steps")
+        self.config, self.every = config, every
+        self.next_at = self._mark_after(env_steps)   # a resumed run evaluates at the next multiple
+
+    def maybe_evaluate(self, *, store: Store, policy: str, progress: Progress) -> dict[str, float]:
+        """Evaluate if due; the scalars for the round row, or {} when no evaluation was due."""
+        if progress.env_steps < self.next_at:
+            return {}
+        self.next_at = self._mark_after(progress.env_steps)   # a round that crossed several marks: one evaluation
+        started = time.perf_counter()
+        result = evaluate_policy(config=self.config, weights=store.get(key=weights_key(
+            policy=policy, version=progress.policy_version)), episodes=self.config.train.eval_episodes,
+            seed=self.config.seed + EVAL_SEED_OFFSET, explore=self.config.train.eval_explore)
+        progress.eval_return = result.mean_return
+        return {"eval/return_mean": result.mean_return, "eval/return_std": result.std_return,
+                "eval/policy_version": float(result.policy_version), "eval/s": time.perf_counter() - started}
+
+    def _mark_after(self, env_steps: int) -> int:
+        """The first multiple of ``every`` above ``env_steps``."""
+        return (env_steps // self.every + 1) * self.every

@@ -1,0 +1,125 @@
+"""What Stellaris's learner and parameter functions need to know of an algorithm: PPO and IMPACT.
+
+``train.workflow: async_learners`` cuts each round's batch into gradient tasks, has learner functions
+compute one gradient per task (stellaris/learner.py) and a parameter function step the
+optimizer (stellaris/parameter.py). The parts that differ per algorithm live here:
+
+* **tasks**: PPO's own minibatch epochs over rows (``num_epochs`` × ``minibatch_size``, rows shuffled per
+  epoch). IMPACT learns on time-major [T, B] batches, so a task is a set of whole env columns (each a
+  fragment of ``rollout_length`` steps, V-trace needs the sequence): per replay the B columns are shuffled
+  and cut into ``learners`` groups, and the batch is replayed ``circular_buffer_replays`` (K) times — IMPACT's
+  circular buffer with the round's batch as its one entry (``circular_buffer_batches`` does not apply).
+* **loss** on a task, with the cross-learner IS truncation (Eq. 2) on π/μ, and **log π(a|s)** of a peer
+  policy for that truncation, in the loss's shape.
+* **after each optimizer step**: IMPACT counts the step and refreshes its target network every
+  ``target_update_interval`` steps (algos/impala/learner.py ``advance_target``). The target network is part
+  of the model's state, so each published version carries the target it was trained against.
+
+Example::
+
+    gradient_algo = gradient_algo_for(name="impala")
+    tasks = gradient_algo.tasks(config=cfg, rows=512, learners=3, generator=torch.Generator().manual_seed(0))
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from nimbus.algos.base import LossOutput
+from nimbus.algos.impala.learner import advance_target
+from nimbus.algos.impala.loss import batch_loss, time_major_log_prob
+from nimbus.algos.ppo.learner import minibatch_loss, scheduled
+from nimbus.algos.truncation import Truncation
+
+
+class GradientAlgo(Protocol):
+    behaviour_key: str    # the batch column holding log μ(a|s)
+
+    def tasks(self, *, config: Any, rows: int, learners: int, generator: torch.Generator) -> list[np.ndarray]: ...
+
+    def select(self, *, batch: dict[str, torch.Tensor], positions: torch.Tensor) -> dict[str, torch.Tensor]: ...
+
+    def loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor], config: Any, progress: float,
+             truncation: Truncation | None) -> LossOutput: ...
+
+    def log_prob(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+    def learning_rate(self, *, config: Any, progress: float) -> float: ...
+
+    def after_step(self, *, model: torch.nn.Module, config: Any) -> None: ...
+
+
+class PPOGradients:
+    """Rows of the post-processed (GAE) batch; PPO's loss with its scheduled clip; no state after a step."""
+
+    behaviour_key = "log_prob"
+
+    def tasks(self, *, config: Any, rows: int, learners: int, generator: torch.Generator) -> list[np.ndarray]:
+        size = min(config.minibatch_size, rows)
+        tasks = []
+        for _ in range(config.num_epochs):
+            order = torch.randperm(rows, generator=generator).numpy()
+            tasks.extend(order[start:start + size] for start in range(0, rows, size))
+        return tasks
+
+    def select(self, *, batch: dict[str, torch.Tensor], positions: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {key: value[positions] for key, value in batch.items()}
+
+    def loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor], config: Any, progress: float,
+             truncation: Truncation | None) -> LossOutput:
+        clip_coef = scheduled(value=config.clip_coef, schedule=config.clip_schedule, progress=progress)
+        return minibatch_loss(model=model, batch=batch, config=config, clip_coef=clip_coef,  # type: ignore[arg-type]
+                              truncation=truncation)
+
+    def log_prob(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        log_prob, _, _ = model.evaluate(batch["obs"], actions=batch["actions"])  # type: ignore[operator]
+        return log_prob
+
+    def learning_rate(self, *, config: Any, progress: float) -> float:
+        return scheduled(value=config.lr, schedule=config.lr_schedule, progress=progress)
+
+    def after_step(self, *, model: torch.nn.Module, config: Any) -> None:
+        return None
+
+
+class ImpactGradients:
+    """Whole env columns of the time-major batch; IMPACT's V-trace loss over its target network."""
+
+    behaviour_key = "behaviour_log_prob"
+
+    def tasks(self, *, config: Any, rows: int, learners: int, generator: torch.Generator) -> list[np.ndarray]:
+        columns = rows // config.rollout_length
+        per_task = -(-columns // max(1, min(learners, columns)))
+        tasks = []
+        for _ in range(config.circular_buffer_replays):
+            order = torch.randperm(columns, generator=generator).numpy()
+            tasks.extend(np.sort(order[start:start + per_task]) for start in range(0, columns, per_task))
+        return tasks
+
+    def select(self, *, batch: dict[str, torch.Tensor], positions: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {key: value[:, positions] for key, value in batch.items()}
+
+    def loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor], config: Any, progress: float,
+             truncation: Truncation | None) -> LossOutput:
+        out = batch_loss(model=model, batch=batch, config=config, truncation=truncation)  # type: ignore[arg-type]
+        return LossOutput(loss=out.loss, stats=out.stats)
+
+    def log_prob(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return time_major_log_prob(net=model.net, batch=batch)  # type: ignore[arg-type]
+
+    def learning_rate(self, *, config: Any, progress: float) -> float:
+        return config.lr
+
+    def after_step(self, *, model: torch.nn.Module, config: Any) -> None:
+        advance_target(model=model, config=config)  # type: ignore[arg-type]
+
+
+GRADIENT_ALGOS: dict[str, GradientAlgo] = {"ppo": PPOGradients(), "impala": ImpactGradients()}
+
+
+def gradient_algo_for(*, name: str) -> GradientAlgo:
+    """The gradient-task parts of ``algo.name`` (the config rules admit only these to async_learners)."""
+    return GRADIENT_ALGOS[name]

@@ -1,0 +1,154 @@
+"""Stellaris's learner function: the PPO or IMPACT gradient of one task at the newest weights, put in the Store.
+
+It reads the weights of ``policy_version`` (the newest the driver knew at launch), the round's batch
+from the Store key ``batch_key`` (post-processed once per warm worker: PPO's GAE uses the actors'
+values and IMPACT's layout is time-major, so neither depends on the version), computes the loss on the
+task ``positions`` (PPO: rows; IMPACT: env columns; stellaris/gradients.py) and puts the
+gradient under ``grad_key`` tagged with the version it read. It never steps an optimizer: the
+parameter function aggregates (stellaris/parameter.py).
+
+IS truncation (``truncation``: ``paper`` or ``code``, Stellaris Eq. 2): the ratio is truncated by
+the other learners' policies, ``peer_versions`` = the versions the learners in flight at launch
+read (their published weights); see algos/truncation.py. The put is tagged with the invocation id,
+so a retried attempt replaces its own gradient and the key still holds one gradient (P1).
+
+Result header: ``grad_key``, ``read_version``, ``stats`` (loss parts, ``truncated_fraction``),
+``nonfinite`` (a non-finite loss or gradient: nothing is put), ``compute_s``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from nimbus.algos.base import EnvSpaces
+from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
+from nimbus.algos.truncation import Truncation
+from nimbus.data.codec import Message
+from nimbus.data.stores import function_store
+from nimbus.envs.make import make_env
+from nimbus.models.weights import load_model, weights_key
+from nimbus.onpolicy.learner import resolve_device
+from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.devices import place
+from nimbus.runtime.faults import fault_point
+from nimbus.stellaris.gradients import GradientAlgo, gradient_algo_for
+
+GRAD_PREFIX = "grad."
+
+
+@dataclass(frozen=True)
+class GradientRequest:
+    env_id: str
+    env_kwargs: dict[str, Any]
+    algo: dict[str, Any]
+    policy: str
+    policy_version: int            # the weights this gradient is computed at
+    batch_key: str                 # the round's rows in the Store
+    grad_key: str                  # where the gradient goes (one key per gradient task)
+    peer_versions: Sequence[int]   # the other learners' versions, for the IS truncation
+    truncation: str                # paper | code | none
+    rho: float
+    progress: float
+    device: str
+    torch_threads: int
+    env_imports: Sequence[str] = ()
+    env_wrappers: Sequence[str] = ()
+
+    def to_message(self, *, positions: np.ndarray) -> Message:
+        return Message(header={"gradient": dict(vars(self)), "_affinity": f"gradient-{self.policy}"},
+                       arrays={"positions": positions.astype(np.int64)})
+
+    @classmethod
+    def from_message(cls, message: Message) -> "GradientRequest":
+        return cls(**message.header["gradient"])
+
+
+def gradient_to_message(*, model: torch.nn.Module, read_version: int) -> Message:
+    return Message(header={"read_version": read_version},
+                   arrays={GRAD_PREFIX + name: p.grad.detach().cpu().numpy() for name, p in model.named_parameters()
+                           if p.grad is not None})
+
+
+def gradient_learner_function(*, context: FunctionContext, request: Message) -> Message:
+    req = GradientRequest.from_message(request)
+    store = function_store(header=request.header)
+    state = _state(context=context, req=req)
+    model = _model_at(state=state, store=store, policy=req.policy, version=req.policy_version, slot="self")
+    batch = _batch(state=state, store=store, key=req.batch_key)
+    started = time.perf_counter()
+    gradient_algo = gradient_algo_for(name=req.algo["name"])
+    positions = torch.as_tensor(request.arrays["positions"], device=state["device"])
+    minibatch = gradient_algo.select(batch=batch, positions=positions)
+    truncation = _truncation(state=state, store=store, req=req, minibatch=minibatch, gradient_algo=gradient_algo)
+    model.zero_grad(set_to_none=True)
+    out = gradient_algo.loss(model=model, batch=minibatch, config=state["algo"].config, progress=req.progress,
+                             truncation=truncation)
+    finite = bool(torch.isfinite(out.loss))
+    if finite:
+        out.loss.backward()
+        finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
+    if finite:
+        store.put(key=req.grad_key, message=gradient_to_message(model=model, read_version=req.policy_version),
+                  writer=context.invocation_id)
+        fault_point(name="gradient.published")
+    return Message(header={"grad_key": req.grad_key, "read_version": req.policy_version, "stats": out.stats,
+                           "nonfinite": not finite, "compute_s": time.perf_counter() - started,
+                           "device": str(state["device"]),
+                           "rows": int(minibatch[gradient_algo.behaviour_key].numel())})
+
+
+def _state(*, context: FunctionContext, req: GradientRequest) -> dict[str, Any]:
+    cache = context.cache
+    if cache.get("gradient_algo") != req.algo or cache.get("gradient_env") != (req.env_id, list(req.env_wrappers)):
+        torch.set_num_threads(req.torch_threads)
+        config = ALGO_CONFIGS[req.algo["name"]].model_validate(req.algo)
+        env = make_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports,
+                       wrappers=req.env_wrappers)
+        spaces = EnvSpaces(observation=env.observation_space, action=env.action_space)
+        env.close()
+        cache.clear()
+        cache.update(gradient_algo=req.algo, gradient_env=(req.env_id, list(req.env_wrappers)),
+                     algo=make_algorithm(config=config), spaces=spaces, models={}, batch=None)
+    cache["device"] = resolve_device(requested=req.device, leased=context.device)
+    place(cache=cache, device=cache["device"])  # the warm models left the device at the last lease's end
+    return cache
+
+
+def _model_at(*, state: dict[str, Any], store: Any, policy: str, version: int, slot: str) -> torch.nn.Module:
+    """The model of ``slot`` ("self" or a peer) holding ``version``; loaded only when it holds another."""
+    models: dict[str, tuple[tuple[str, int], torch.nn.Module]] = state["models"]
+    held = models.get(slot)
+    if held is None:
+        held = ((policy, -1), state["algo"].make_model(spaces=state["spaces"]).to(state["device"]))
+    if held[0] != (policy, version):
+        load_model(model=held[1], message=store.get(key=weights_key(policy=policy, version=version)))
+        held = ((policy, version), held[1])
+    models[slot] = held
+    return held[1]
+
+
+def _batch(*, state: dict[str, Any], store: Any, key: str) -> dict[str, torch.Tensor]:
+    if state["batch"] is None or state["batch"][0] != key:
+        arrays = store.get(key=key).arrays
+        rows = {name: torch.as_tensor(np.array(value), device=state["device"]) for name, value in arrays.items()}
+        state["batch"] = (key, state["algo"].postprocess(batch=rows))
+    return state["batch"][1]
+
+
+def _truncation(*, state: dict[str, Any], store: Any, req: GradientRequest, minibatch: dict[str, torch.Tensor],
+                gradient_algo: GradientAlgo) -> Truncation | None:
+    if req.truncation == "none":
+        return None
+    peer_min = torch.full_like(minibatch[gradient_algo.behaviour_key], float("inf"))
+    for index, version in enumerate(sorted(set(req.peer_versions))):
+        peer = _model_at(state=state, store=store, policy=req.policy, version=version, slot=f"peer{index}")
+        with torch.no_grad():
+            log_prob = gradient_algo.log_prob(model=peer, batch=minibatch)
+        peer_min = torch.minimum(peer_min, log_prob)
+    return Truncation(peer_log_prob_min=peer_min, rho=req.rho, form=req.truncation)

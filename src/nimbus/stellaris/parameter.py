@@ -1,0 +1,147 @@
+"""Stellaris's parameter function: aggregate admitted gradients, step the optimizer, publish version v+1.
+
+The driver's aggregation rule (stellaris/rules.py) chose the members: gradient keys with their
+scales (1/δ^(1/v) for the staleness-aware rules, else 1). Each gradient is checked before use: a
+parameter missing, a shape that differs from the model's, or a NaN/Inf value refuses that gradient
+(counted in ``refused``, never applied). The rest are combined:
+
+* one step (the paper): p.grad = mean_i(scale_i · g_i), clipped to ``max_grad_norm``, one Adam step;
+  so with Adam the scale acts through the gradient's share of the mean, not as a learning rate
+  (docs/stellaris.md says what this means);
+* ``separate_steps`` (the authors' code): one clipped step per gradient, in the order given, each
+  with p.grad = scale_i · g_i.
+
+After each optimizer step the algorithm's own bookkeeping runs (stellaris/gradients.py): IMPACT
+counts the step and refreshes its target network every ``target_update_interval`` steps, so the target
+travels with the weights of each version. Gradients cover the trainable parameters only (a target
+network's are frozen).
+
+Weights and optimizer state of v+1 are put with the invocation id as writer (a retry replaces its own
+puts, P1). With no usable gradient nothing is published and the header says ``published: false``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from nimbus.data.codec import Message
+from nimbus.data.store import Store
+from nimbus.data.stores import function_store
+from nimbus.models.weights import load_optimizer, optim_key
+from nimbus.onpolicy.learner import LearnerRequest, publish_version
+from nimbus.runtime.base import FunctionContext
+from nimbus.stellaris.gradients import gradient_algo_for
+from nimbus.stellaris.learner import GRAD_PREFIX, GradientRequest, _model_at, _state
+
+
+@dataclass(frozen=True)
+class ParameterRequest:
+    model: dict[str, Any]          # a GradientRequest's header fields (env, algo, policy, device) for the model
+    policy_version: int            # the version the step starts from; it publishes policy_version + 1
+    has_optimizer_state: bool
+    keys: Sequence[str]
+    scales: Sequence[float]
+    separate_steps: bool
+    progress: float
+
+    def to_message(self) -> Message:
+        return Message(header={"parameter": dict(vars(self)), "_affinity": f"parameter-{self.model['policy']}"})
+
+    @classmethod
+    def from_message(cls, message: Message) -> "ParameterRequest":
+        return cls(**message.header["parameter"])
+
+
+def parameter_function(*, context: FunctionContext, request: Message) -> Message:
+    req = ParameterRequest.from_message(request)
+    started = time.perf_counter()
+    model_req = GradientRequest(**req.model)
+    store = function_store(header=request.header)
+    state = _state(context=context, req=model_req)
+    model = _model_at(state=state, store=store, policy=model_req.policy, version=req.policy_version, slot="param")
+    optimizer = _optimizer(state=state, store=store, model=model, req=req, policy=model_req.policy)
+    gradients, refused = _usable_gradients(store=store, model=model, keys=req.keys, scales=req.scales)
+    if not gradients:
+        return Message(header={"published": False, "policy_version": req.policy_version, "refused": refused,
+                               "applied": 0, "parameter_s": time.perf_counter() - started})
+    config = state["algo"].config
+    gradient_algo = gradient_algo_for(name=config.name)
+    for group in optimizer.param_groups:
+        group["lr"] = gradient_algo.learning_rate(config=config, progress=req.progress)
+    steps = [gradients] if not req.separate_steps else [[g] for g in gradients]
+    for step in steps:
+        _step(model=model, optimizer=optimizer, gradients=step, max_grad_norm=config.max_grad_norm)
+        gradient_algo.after_step(model=model, config=config)
+    publish_version(store=store, state=state, req=_as_learner_request(req=req, policy=model_req.policy),
+                    model=model, optimizer=optimizer, writer=context.invocation_id)
+    new_version = req.policy_version + 1
+    state["models"]["param"] = ((model_req.policy, new_version), model)
+    state["param_optimizer"] = ((model_req.policy, new_version), optimizer)
+    return Message(header={"published": True, "policy_version": new_version, "refused": refused,
+                           "applied": len(gradients), "parameter_s": time.perf_counter() - started,
+                           "device": str(state["device"])})
+
+
+def _usable_gradients(*, store: Store, model: nn.Module, keys: Sequence[str],
+                      scales: Sequence[float]) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, str]]]:
+    """The scaled gradients that match the model's parameters and are finite; the others named with a reason."""
+    shapes = {name: tuple(p.shape) for name, p in _trainable(model)}
+    usable, refused = [], []
+    for key, scale in zip(keys, scales):
+        arrays = store.get(key=key).arrays
+        grads = {name[len(GRAD_PREFIX):]: np.asarray(a) for name, a in arrays.items() if name.startswith(GRAD_PREFIX)}
+        reason = _problem(grads=grads, shapes=shapes)
+        if reason is not None:
+            refused.append({"key": key, "reason": reason})
+            continue
+        usable.append({name: torch.from_numpy(np.array(g)) * scale for name, g in grads.items()})
+    return usable, refused
+
+
+def _problem(*, grads: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> str | None:
+    if grads.keys() != shapes.keys():
+        return f"parameters differ: {sorted(set(grads) ^ set(shapes))[:3]}"
+    for name, grad in grads.items():
+        if tuple(grad.shape) != shapes[name]:
+            return f"{name}: shape {tuple(grad.shape)}, the model's is {shapes[name]}"
+        if not np.isfinite(grad).all():
+            return f"{name}: not finite"
+    return None
+
+
+def _trainable(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+
+
+def _step(*, model: nn.Module, optimizer: torch.optim.Optimizer, gradients: list[dict[str, torch.Tensor]],
+          max_grad_norm: float | None) -> None:
+    trainable = _trainable(model)
+    for name, param in trainable:
+        param.grad = (sum(g[name] for g in gradients) / len(gradients)).to(param.device, param.dtype)
+    nn.utils.clip_grad_norm_([p for _, p in trainable], max_grad_norm if max_grad_norm is not None else float("inf"))
+    optimizer.step()
+
+
+def _optimizer(*, state: dict[str, Any], store: Store, model: nn.Module, req: ParameterRequest,
+               policy: str) -> torch.optim.Optimizer:
+    held = state.get("param_optimizer")
+    if held is not None and held[0] == (policy, req.policy_version) and state["models"]["param"][1] is model:
+        return held[1]
+    optimizer = state["algo"].make_optimizer(model=model)
+    if req.has_optimizer_state:
+        load_optimizer(optimizer=optimizer, message=store.get(key=optim_key(policy=policy, version=req.policy_version)))
+    return optimizer
+
+
+def _as_learner_request(*, req: ParameterRequest, policy: str) -> LearnerRequest:
+    """publish_version reads only the policy and version of its request."""
+    return LearnerRequest(env_id="", env_kwargs={}, algo={}, policy=policy, policy_version=req.policy_version,
+                          has_optimizer_state=True, buffer={}, progress=req.progress, seed=0, device="cpu",
+                          torch_threads=1)

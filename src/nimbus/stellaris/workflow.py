@@ -1,0 +1,334 @@
+"""The ``async_learners`` workflow (Stellaris §IV, Fig. 4) as trigger → action bindings over the sync parts.
+
+    DataKeyTrigger(n=N actors, size=N·E·T) → take the batch: its rows go to the Store (``batch/<policy>/r<k>``),
+                                            cut into gradient tasks (epochs × minibatches, PPO's own
+                                            split), and the next round's actors start at once with the
+                                            newest weights (they pull the newest version before sampling)
+    a learner slot is free                  → invoke a learner function on the next task at the newest
+      (and the rule's may_launch)             version (stellaris/learner.py); up to
+                                              ``stellaris.learners`` in flight
+    a gradient lands                        → the aggregation rule (stellaris/rules.py) queues, refuses
+                                              (P7, counted) or aggregates: the parameter function
+                                              (stellaris/parameter.py) steps and publishes v+1
+    every task of a batch is settled        → the round's metrics row (staleness, threshold, admitted,
+                                              refused, aggregations, truncated fraction, learners)
+
+One parameter function runs at a time; gradients that land meanwhile wait and are offered when it
+returns, so a queued gradient's staleness cannot change while it waits. A learner slot stays taken
+until the rule has taken its gradient: without this back-pressure, learners that produce gradients
+faster than the parameter function applies them grow a backlog, and staleness with it, without bound. A round is one batch: its
+row is written when every gradient computed on it has been applied or refused (rows stay in round
+order). The next batch is taken once every task of the earlier ones has been launched — a rule may
+still hold some of their gradients, waiting for fresher ones that only the next batch can bring —
+and its actors start then, so at most two rounds of rows are in the on-policy buffer (the learners
+read theirs from the Store).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from nimbus.data.codec import Message
+from nimbus.data.triggers import TriggerTable
+from nimbus.errors import NimbusError
+from nimbus.models.weights import optim_key, weights_key
+from nimbus.onpolicy.sync import Progress, RoundState, SyncWorkflow, schedule_fraction
+from nimbus.run.build import System, role_spec
+from nimbus.stellaris.gradients import gradient_algo_for
+from nimbus.stellaris.learner import GradientRequest
+from nimbus.stellaris.parameter import ParameterRequest
+from nimbus.stellaris.rules import Aggregation, Arrival, Rejection, make_rule
+from nimbus.types import RoundMetrics
+
+log = logging.getLogger(__name__)
+PARAMETER_ENTRYPOINT = "nimbus.stellaris.parameter:parameter_function"
+
+
+@dataclass
+class Batch:
+    """One round's batch while its gradients are computed and aggregated."""
+
+    round: RoundState
+    key: str
+    tasks: list[np.ndarray]
+    outstanding: int
+    learning_started_s: float
+    stats: list[dict[str, float]] = field(default_factory=list)
+    staleness: list[int] = field(default_factory=list)
+    admitted: int = 0
+    refused: int = 0
+    aggregations: int = 0
+    learners_invoked: int = 0
+    parameter_s: float = 0.0
+    compute_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class InFlight:
+    slot: int
+    batch: Batch
+    read_version: int
+    grad_key: str
+    peers: tuple[int, ...] = ()    # versions it reads for the IS truncation: kept until it has finished
+
+
+class AsyncLearnersWorkflow(SyncWorkflow):
+    """Stellaris: several learner functions in flight, a parameter function aggregates by a rule."""
+
+    def __init__(self, *, system: System, progress: Progress, on_round: Callable[[RoundMetrics], None]) -> None:
+        super().__init__(system=system, progress=progress, on_round=on_round)
+        cfg = system.config.stellaris
+        self.cfg = cfg
+        self.rule = make_rule(name=cfg.rule, learners=cfg.learners, decay=cfg.decay, root=cfg.root,
+                              softsync_k=cfg.softsync_k, ssp_bound=cfg.ssp_bound, max_queue=cfg.max_queue)
+        self.rule.version = progress.policy_version
+        self.gradient_spec = system.learner_spec
+        self.parameter_spec = role_spec(config=system.config, role="parameter", entrypoint=PARAMETER_ENTRYPOINT)
+        self.table = TriggerTable()   # no ObjectKeyTrigger: actors start when a batch is taken, not per version
+        self.table.bind(name="take_batch", trigger=self.data_trigger, action=self._take_batch)
+        self.batches: list[Batch] = []
+        self.in_flight: dict[int, InFlight] = {}
+        self.arrivals: list[tuple[InFlight, dict[str, Any]]] = []   # landed while a parameter function ran
+        self.parameter_busy = False
+        self.batch_ready = False                  # the next batch arrived while this one is still learned
+        self.owner: dict[str, Batch] = {}         # gradient key → the batch it was computed on
+        self.task_ids = itertools.count()
+        self.next_round = progress.rounds
+
+    # ------------------------------------------------------------------------------- actions
+    def _take_batch(self) -> None:
+        if any(b.tasks for b in self.batches):   # the previous batch still has tasks: taken when they are launched
+            self.batch_ready = True
+            return
+        indices = self.system.replay.select(buffer=self.system.buffer)
+        self.system.replay.consumed(indices=indices)
+        self.prewarmer.round_finished()   # the actors are needed again now (runtime/prewarm.py)
+        self.round.actors_done_s = time.perf_counter()
+        key = f"batch/{self.policy}/r{self.round.index}"
+        self.system.store.put(key=key, message=Message(header={"round": self.round.index},
+                                                       arrays=self.system.buffer.read(indices=indices)))
+        tasks = self._tasks(rows=len(indices))
+        self.batches.append(Batch(round=self.round, key=key, tasks=tasks, outstanding=len(tasks),
+                                  learning_started_s=time.perf_counter()))
+        self.rule.start_round(index=self.round.index)
+        self._invoke_actors()     # the next round samples with the newest weights while this one is learned
+        self._launch_learners()
+
+    def _invoke_actors(self) -> None:
+        super()._invoke_actors()
+        self.round.index = self.next_round   # rounds overlap: the next one starts before this one's row
+        self.next_round += 1
+
+    def _tasks(self, *, rows: int) -> list[np.ndarray]:
+        """The algorithm's gradient tasks over the batch (PPO: minibatch epochs; IMPACT: env columns × K replays),
+        seeded per round (stellaris/gradients.py)."""
+        generator = torch.Generator().manual_seed(self.system.config.seed * 1_000_003 + self.round.index)
+        return gradient_algo_for(name=self.system.config.algo.name).tasks(
+            config=self.system.config.algo, rows=rows, learners=self.cfg.learners, generator=generator)
+
+    def _launch_learners(self) -> None:
+        batch = next((b for b in self.batches if b.tasks), None)
+        if batch is None:
+            if self.batch_ready:      # every task of the earlier batches launched: the next batch starts
+                self.batch_ready = False
+                self._take_batch()
+            return
+        for slot in range(self.cfg.learners):
+            if not batch.tasks:
+                return
+            if slot in self.in_flight or not self.rule.may_launch(slot=slot):
+                continue
+            self._launch(slot=slot, batch=batch, positions=batch.tasks.pop(0))
+
+    def _launch(self, *, slot: int, batch: Batch, positions: np.ndarray) -> None:
+        cfg, version = self.system.config, self.progress.policy_version
+        grad_key = f"grad/{self.policy}/{next(self.task_ids)}"
+        peers = sorted({f.read_version for f in self.in_flight.values()} - {version})
+        request = self._gradient_request(
+            version=version, batch_key=batch.key, grad_key=grad_key, peer_versions=peers,
+            truncation=cfg.stellaris.truncation_form(), rho=cfg.stellaris.rho,
+            progress=schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps))
+        flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, peers=tuple(peers))
+        self.in_flight[slot] = flight
+        self.owner[grad_key] = batch
+        self.rule.launched(slot=slot)
+        batch.learners_invoked += 1
+        future = self.system.runtime.invoke(spec=self.gradient_spec, request=request.to_message(positions=positions))
+        self._watch(kind="gradient", future=future, meta=flight)
+
+    def _gradient_request(self, *, version: int, batch_key: str, grad_key: str, peer_versions: list[int] | tuple,
+                          truncation: str, rho: float, progress: float) -> GradientRequest:
+        """A learner's request; the parameter function reuses its env, algo and device fields for its model."""
+        cfg = self.system.config
+        return GradientRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), algo=cfg.algo.model_dump(mode="json"),
+                               policy=self.policy, policy_version=version, batch_key=batch_key, grad_key=grad_key,
+                               peer_versions=peer_versions, truncation=truncation, rho=rho, progress=progress,
+                               device=cfg.learner.device, torch_threads=cfg.learner.torch_threads,
+                               env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers))
+
+    def _aggregate(self, *, aggregation: Aggregation, batch: Batch) -> None:
+        cfg = self.system.config
+        version = self.progress.policy_version
+        model = dict(vars(self._gradient_request(version=version, batch_key="", grad_key="", peer_versions=(),
+                                                 truncation="none", rho=1.0, progress=0.0)))
+        request = ParameterRequest(model=model, policy_version=version, has_optimizer_state=version > 0,
+                                   keys=[m.key for m in aggregation.members],
+                                   scales=[m.scale for m in aggregation.members],
+                                   separate_steps=aggregation.separate_steps,
+                                   progress=schedule_fraction(progress=self.progress,
+                                                              total_env_steps=cfg.train.total_env_steps))
+        self.parameter_busy = True
+        future = self.system.runtime.invoke(spec=self.parameter_spec, request=request.to_message())
+        self._watch(kind="parameter", future=future, meta=(aggregation, batch))
+
+    # -------------------------------------------------------------------------------- events
+    def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
+        if kind == "actor":
+            self._on_actor(future=future, rank=meta)
+            return False
+        if kind == "gradient":
+            self._on_gradient(future=future, flight=meta)
+        else:
+            self._on_parameter(future=future, aggregation=meta[0], batch=meta[1])
+        ended = self._finish_settled_batches()
+        self._offer_waiting()
+        self._launch_learners()
+        return ended
+
+    def _on_gradient(self, *, future: Future, flight: InFlight) -> None:
+        header = future.result().header   # raises FunctionFailed when retries are spent
+        flight.batch.stats.append(header["stats"])
+        flight.batch.compute_s += header["compute_s"]
+        if header["nonfinite"]:
+            self._count_nonfinite(nonfinite=True)
+            del self.in_flight[flight.slot]
+            self.owner.pop(flight.grad_key)
+            flight.batch.refused += 1
+            flight.batch.outstanding -= 1
+            return
+        self.arrivals.append((flight, header))
+
+    def _offer_waiting(self) -> None:
+        while self.arrivals and not self.parameter_busy:
+            flight, _ = self.arrivals.pop(0)
+            del self.in_flight[flight.slot]   # the slot holds its gradient until the rule has taken it (back-pressure)
+            verdict = self.rule.offer(arrival=Arrival(key=flight.grad_key, slot=flight.slot,
+                                                      read_version=flight.read_version))
+            self._refuse(rejections=verdict.rejected)
+            if verdict.aggregation is not None:
+                self._aggregate(aggregation=verdict.aggregation, batch=flight.batch)
+
+    def _refuse(self, *, rejections: tuple[Rejection, ...]) -> None:
+        for rejection in rejections:
+            batch = self._batch_of(key=rejection.key)
+            batch.refused += 1
+            batch.staleness.append(rejection.staleness)
+            batch.outstanding -= 1
+            self._delete(keys=[rejection.key])
+            log.debug("gradient %s refused: %s", rejection.key, rejection.reason)
+
+    def _on_parameter(self, *, future: Future, aggregation: Aggregation, batch: Batch) -> None:
+        header = future.result().header
+        self.parameter_busy = False
+        keys = [m.key for m in aggregation.members]
+        refused_keys = {r["key"] for r in header["refused"]}
+        for member in aggregation.members:
+            owner = self._batch_of(key=member.key)
+            owner.outstanding -= 1
+            owner.staleness.append(member.staleness)
+            if member.key in refused_keys:
+                owner.refused += 1
+            else:
+                owner.admitted += 1
+        batch.aggregations += 1
+        batch.parameter_s += header["parameter_s"]
+        self._delete(keys=keys)
+        self._count_nonfinite(nonfinite=bool(refused_keys))
+        if header["published"]:
+            self.rule.applied(aggregation=aggregation)
+            self.progress.policy_version = header["policy_version"]
+            self._forget_unused_versions()
+
+    def _count_nonfinite(self, *, nonfinite: bool) -> None:
+        self.progress.nonfinite_in_a_row = self.progress.nonfinite_in_a_row + 1 if nonfinite else 0
+        limit = self.system.config.train.max_nonfinite_losses
+        if self.progress.nonfinite_in_a_row >= limit:
+            raise NimbusError(f"{limit} gradients in a row were non-finite or refused by the parameter function; "
+                              "stopping")
+
+    def _batch_of(self, *, key: str) -> Batch:
+        return self.owner.pop(key)
+
+    # ------------------------------------------------------------------------------ rounds
+    def _finish_settled_batches(self) -> bool:
+        ended = False
+        while self.batches and self.batches[0].outstanding == 0 and not self.batches[0].tasks:
+            batch = self.batches.pop(0)
+            self.system.store.delete(key=batch.key)
+            self._finish_batch(batch=batch)
+            ended = True
+        return ended
+
+    def _finish_batch(self, *, batch: Batch) -> None:
+        stats = _mean_stats(batch.stats)
+        header = {"policy_version": self.progress.policy_version, "stats": stats,
+                  "transfer_s": 0.0, "learning_s": time.perf_counter() - batch.learning_started_s,
+                  "compute_s": batch.compute_s, "extras": {}}
+        self.round, current = batch.round, self.round
+        try:
+            self._finish_round(header=header, extras=self._staleness_extras(batch=batch),
+                               num_learners=self.cfg.learners)
+        finally:
+            self.round = current
+
+    def _staleness_extras(self, *, batch: Batch) -> dict[str, float]:
+        staleness = batch.staleness or [0]
+        threshold = self.rule.threshold
+        return {"staleness/mean": float(np.mean(staleness)), "staleness/max": float(np.max(staleness)),
+                "staleness/threshold": float("nan") if threshold is None else float(threshold),
+                "staleness/admitted": float(batch.admitted), "staleness/rejected": float(batch.refused),
+                "staleness/aggregations": float(batch.aggregations),
+                "staleness/learners_invoked": float(batch.learners_invoked),
+                "staleness/learners_in_flight": float(len(self.in_flight)),
+                "staleness/truncated_fraction": float(np.mean([s.get("truncated_fraction", 0.0)
+                                                               for s in batch.stats] or [0.0])),
+                "staleness/parameter_s": batch.parameter_s}
+
+    def _forget_unused_versions(self) -> None:
+        """Delete versions older than ``store.keep_versions`` that neither a learner in flight nor the sampling
+        round's actors (a retry re-reads its weights) still read."""
+        keep = self.system.config.store.keep_versions
+        needed = {v for f in self.in_flight.values() for v in (f.read_version, *f.peers)}
+        needed.add(self.round.policy_version)
+        floor = min(needed | {self.progress.policy_version - keep + 1})
+        for version in range(max(0, floor - 4 * self.cfg.learners), floor):
+            for key in (weights_key(policy=self.policy, version=version), optim_key(policy=self.policy, version=version)):
+                self._delete(keys=[key])
+
+    def _delete(self, *, keys: list[str]) -> None:
+        for key in keys:
+            try:
+                self.system.store.delete(key=key)
+            except KeyError:
+                pass
+
+    # -------------------------------------------------------------------------------- loop
+    def run(self, *, should_stop: Callable[[Progress], bool]) -> None:
+        """Start the first round's actors, then move events until ``should_stop`` at a round's end."""
+        self._invoke_actors()
+        super().run(should_stop=should_stop)
+
+
+def _mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
+    if not stats:
+        return {}
+    keys = set().union(*stats)
+    return {key: float(np.mean([s[key] for s in stats if key in s])) for key in sorted(keys)}

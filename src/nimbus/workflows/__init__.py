@@ -1,1 +1,0 @@
-"""nimbus.workflows: driver-side trigger → action bindings (sync, async, pipelined)."""

@@ -1,0 +1,105 @@
+"""Periodic evaluation (train.eval_every_env_steps): when it runs, what it evaluates, what it stops."""
+
+from pathlib import Path
+
+import pytest
+
+from nimbus.algos.base import EnvSpaces
+from nimbus.algos.registry import make_algorithm
+from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
+from nimbus.data.codec import Message
+from nimbus.envs.make import make_env
+from nimbus.errors import ConfigError
+from nimbus.models.weights import model_to_message, weights_key
+from nimbus.onpolicy.sync import Progress
+from nimbus.run.evaluate import evaluate_policy
+from nimbus.run.loop import _should_stop
+from nimbus.run.periodic_eval import PeriodicEvaluator
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def dqn_config(*overrides: str) -> NimbusConfig:
+    data = load_config(path=REPO / "configs" / "dqn-cartpole.yaml").model_dump(mode="json")
+    return parse_config(data=apply_overrides(data=data, overrides=["train.eval_every_env_steps=1000",
+                                                                   "train.eval_episodes=3", *overrides]))
+
+
+class DictStore:
+    """Only what the evaluator reads: get(key) of a published version; any other key is a KeyError."""
+
+    def __init__(self, items: dict[str, Message]) -> None:
+        self.items, self.reads = items, []
+
+    def get(self, *, key: str) -> Message:
+        self.reads.append(key)
+        return self.items[key]
+
+
+def published(config: NimbusConfig, version: int) -> DictStore:
+    env = make_env(env_id=config.env.id, seed=0)
+    model = make_algorithm(config=config.algo).make_model(
+        spaces=EnvSpaces(observation=env.observation_space, action=env.action_space))
+    return DictStore({weights_key(policy="main", version=version): model_to_message(model=model, version=version)})
+
+
+def test_evaluates_only_when_the_env_steps_cross_the_next_multiple() -> None:
+    config = dqn_config()
+    store = published(config, version=7)
+    evaluator = PeriodicEvaluator(config=config, env_steps=0)
+    progress = Progress(env_steps=999, policy_version=7)
+    assert evaluator.maybe_evaluate(store=store, policy="main", progress=progress) == {}
+    assert store.reads == [] and progress.eval_return is None
+    progress.env_steps = 2_300          # one round crossed two marks: one evaluation, the next at 3000
+    scalars = evaluator.maybe_evaluate(store=store, policy="main", progress=progress)
+    assert store.reads == [weights_key(policy="main", version=7)] and scalars["eval/policy_version"] == 7.0
+    assert progress.eval_return == scalars["eval/return_mean"] and evaluator.next_at == 3_000
+    progress.env_steps = 2_999
+    assert evaluator.maybe_evaluate(store=store, policy="main", progress=progress) == {}
+
+
+def test_a_resumed_run_evaluates_at_the_next_multiple() -> None:
+    assert PeriodicEvaluator(config=dqn_config(), env_steps=12_345).next_at == 13_000
+
+
+@pytest.mark.parametrize("explore", [True, False])
+def test_plays_the_configured_episodes_greedily_or_as_in_training(explore: bool) -> None:
+    config = dqn_config(f"train.eval_explore={str(explore).lower()}")
+    store = published(config, version=0)
+    progress = Progress(env_steps=1_000)
+    scalars = PeriodicEvaluator(config=config, env_steps=0).maybe_evaluate(store=store, policy="main",
+                                                                          progress=progress)
+    weights = store.items[weights_key(policy="main", version=0)]
+    expected = evaluate_policy(config=config, weights=weights, episodes=3, seed=config.seed + 20_000, explore=explore)
+    other = evaluate_policy(config=config, weights=weights, episodes=3, seed=config.seed + 20_000,
+                            explore=not explore)
+    # a fresh DQN's epsilon is 1: sampled actions are uniform, greedy ones one fixed action (CartPole ends in ~10)
+    assert expected.mean_return != other.mean_return
+    assert scalars["eval/return_mean"] == expected.mean_return
+    assert scalars["eval/return_std"] == expected.std_return
+
+
+def test_the_run_stops_on_the_target_eval_return() -> None:
+    config = dqn_config("train.target_eval_return=475")
+    progress = Progress(env_steps=10_000)
+    assert _should_stop(config=config, progress=progress) is None
+    progress.eval_return = 474.9
+    assert _should_stop(config=config, progress=progress) is None
+    progress.eval_return = 475.0
+    assert _should_stop(config=config, progress=progress) == "target_eval_return"
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["train.eval_every_env_steps=null", "train.target_eval_return=475"],
+     "train.target_eval_return needs train.eval_every_env_steps"),
+    (["train.eval_episodes=0"], "train.eval_every_env_steps needs train.eval_episodes"),
+])
+def test_config_errors_name_the_key(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        dqn_config(*overrides)
+
+
+def test_periodic_evaluation_is_refused_for_several_policies() -> None:
+    data = load_config(path=REPO / "configs" / "marless-ippo-spread.yaml").model_dump(mode="json")
+    with pytest.raises(ConfigError, match="periodic evaluation runs for one policy"):
+        parse_config(data=apply_overrides(data=data, overrides=["train.eval_every_env_steps=1000"]))
