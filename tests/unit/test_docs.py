@@ -1,7 +1,8 @@
 """The README is a front page, every relative link in the docs resolves, and the README's commands are the Makefile's.
 
 Links are checked as GitHub renders them: ``[text](target)`` and ``[label]: target`` outside code, relative to
-the file that holds them. A relative link names a file and no anchor: anchors break silently when a heading
+the file that holds them. A relative link names a file or a folder (GitHub lists a folder, e.g. a technique's
+src/nimbus/<technique>/) and no anchor: anchors break silently when a heading
 moves, which is what the docs restructure (issue 24) does.
 """
 
@@ -14,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 README_MAX_BYTES = 15 * 1024            # issue 24.6: a front page of at most ~15 KB; the rest lives in docs/
 TWO_COMMANDS = ("make run", "make test")
+TECHNIQUE_FOLDERS = ("stellaris", "nitro", "marless", "pbt", "onpolicy", "offpolicy")   # TECHNIQUES, test_architecture.py
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
@@ -33,7 +35,7 @@ def link_targets(*, text: str) -> list[str]:
 
 
 def broken_links(*, path: Path, root: Path = REPO) -> list[str]:
-    """Relative links of ``path`` that carry an anchor or do not name an existing file under ``root``."""
+    """Relative links of ``path`` that carry an anchor or name no existing file or folder under ``root``."""
     broken = []
     for target in link_targets(text=path.read_text()):
         if _EXTERNAL.match(target):
@@ -42,7 +44,7 @@ def broken_links(*, path: Path, root: Path = REPO) -> list[str]:
             broken.append(f"{target} (an anchor)")
             continue
         resolved = (path.parent / target).resolve()
-        if not resolved.is_file() or root.resolve() not in resolved.parents:
+        if not (resolved.is_file() or resolved.is_dir()) or root.resolve() not in resolved.parents:
             broken.append(f"{target} (no such file)")
     return broken
 
@@ -67,6 +69,15 @@ def test_the_readme_is_a_front_page() -> None:
     assert size <= README_MAX_BYTES, f"README.md is {size} bytes; move how-to detail to docs/ (bound {README_MAX_BYTES})"
 
 
+
+def test_the_readme_links_every_technique_folder() -> None:
+    """Issue 24's "done when": the README's technique table links each technique's folder."""
+    targets = link_targets(text=README.read_text())
+    missing = [f"src/nimbus/{name}/" for name in TECHNIQUE_FOLDERS if f"src/nimbus/{name}/" not in targets]
+    assert missing == [], f"README.md does not link {missing}"
+    assert all((REPO / "src" / "nimbus" / name).is_dir() for name in TECHNIQUE_FOLDERS)
+
+
 @pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
 def test_every_relative_link_names_an_existing_file(path: Path) -> None:
     assert broken_links(path=path) == []
@@ -74,16 +85,19 @@ def test_every_relative_link_names_an_existing_file(path: Path) -> None:
 
 def test_the_link_check_sees_what_is_broken(tmp_path: Path) -> None:
     text = ("[ok](config.md) [gone](nowhere.md) [anchored](config.md#keys) ![img](missing.png)\n"
+            "[folder](../src/pkg/) [no folder](../src/gone/)\n"
             "`[code](skipped.md)`\n```\n[block](skipped.md)\n```\n[ref]: also-missing.md\n[web](https://x.org/a#b)\n")
     docs = tmp_path / "repo" / "docs"
     docs.mkdir(parents=True)
     (docs / "config.md").write_text("# keys\n")
+    (tmp_path / "repo" / "src" / "pkg").mkdir(parents=True)
     (tmp_path / "elsewhere.md").write_text("a file, but outside the repository\n")
     (docs / "page.md").write_text(text + "[outside](../../elsewhere.md)\n")
     targets = link_targets(text=text)
     assert "skipped.md" not in targets and "https://x.org/a#b" in targets
     assert broken_links(path=docs / "page.md", root=tmp_path / "repo") == [
         "nowhere.md (no such file)", "config.md#keys (an anchor)", "missing.png (no such file)",
+        "../src/gone/ (no such file)",
         "../../elsewhere.md (no such file)", "also-missing.md (no such file)"]
 
 
