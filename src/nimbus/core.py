@@ -11,7 +11,7 @@ tests/unit/test_core.py checks every implementation against its protocol, method
     Inbox       the receiving side of a Channel        data/inbox.py, ray_channel.py
     Buffer      rows actors ingest and learners read   data/buffer.py
     Trigger     a condition that fires an action       data/triggers.py
-    Controller  a per-round decision from metrics      nitro/baselines.py, nitro.py, nitro_authors.py
+    Controller  a per-round decision from metrics      nitro/baselines.py, scaler.py, scaler_authors.py
     Workflow    the target of the one run loop         none yet (see its docstring)
 """
 
@@ -214,7 +214,7 @@ class Workflow(Protocol):
     only ``should_stop`` (``on_round`` goes to the constructor), they stop when ``stop_requested`` is set, and
     run/loop.py, marless/train.py, pbt/population.py and run/workloads.py do the building, version 0,
     checkpoints and evaluation around them. Small additive methods cannot close the gap: ``build``, ``start``,
-    ``state`` and ``evaluate`` need train/ code that workflows/ may not import (it sits above them), so they
+    ``state`` and ``evaluate`` need run/ code that the technique folders may not import (it sits above them), so they
     arrive with the run loop's move (plan24 §3).
 
     Example (the run loop, once workflows implement it)::

@@ -14,7 +14,7 @@ to two *stages* (``TransferTrigger`` keys in order) as it arrives:
 
 Exactness: the update is a pure function of (weights, batch, generator state, options). Feeding the
 blocks one by one as they arrive, or all at once, runs the same operations in the same order, so the
-pipelined update *equals* the unpipelined one with the same options (tests/unit/train/test_pipeline.py);
+pipelined update *equals* the unpipelined one with the same options (tests/unit/onpolicy/test_pipeline.py);
 with ``minibatch`` off the schedule is ``ppo_update``'s own (one ``randperm`` of the batch per epoch
 from the same generator), and per-block GAE equals whole-batch GAE (blocks end with cut = True), so
 it equals ``algo.postprocess`` + ``ppo_update`` too. With ``minibatch`` on, epoch 1's shuffle is
