@@ -127,11 +127,19 @@ def _cmd_envs(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from nimbus.report.compare import compare_runs, comparison_table
+    from nimbus.report import compare
 
-    rows = compare_runs(run_dirs=[Path(d) for d in args.run_dirs], output=Path(args.output))
-    Console().print(comparison_table(rows=rows))
-    Console().print(f"figure: {args.output}")
+    run_dirs = [Path(d) for d in args.run_dirs]
+    rows = compare.compare_runs(run_dirs=run_dirs, output=Path(args.output), group_by=args.group_by)
+    profile = compare.profile_path(output=Path(args.output))
+    groups, improvements = compare.group_statistics(run_dirs=run_dirs, score=args.score, group_by=args.group_by,
+                                                    profile=profile)
+    console = Console()
+    console.print(compare.comparison_table(rows=rows))
+    console.print(compare.statistics_table(groups=groups, score=args.score))
+    if improvements:
+        console.print(compare.improvement_table(improvements=improvements))
+    console.print(f"figures: {escape(str(args.output))}, {escape(str(profile))}")
     return 0
 
 
@@ -238,7 +246,13 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_export)
     p = sub.add_parser("compare", help="return vs env steps, wall time and cost for several runs, and a table")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--output", default="compare.png", help="figure path (default: ./compare.png)")
+    p.add_argument("--output", default="compare.png", help="figure path (default: ./compare.png); the performance "
+                   "profile goes beside it as <stem>-profile.png")
+    p.add_argument("--score", default="final_return", choices=["final_return", "eval_return", "return_per_usd"],
+                   help="the per-run number the statistics across seeds use (default: final_return)")
+    p.add_argument("--group-by", default="config", choices=["config", "name"],
+                   help="config: runs whose configs differ only in seed are one group (default); name: runs of "
+                   "one config name, each env a stratum of the bootstrap")
     p.set_defaults(func=_cmd_compare)
     p = sub.add_parser("plan", help="predict time per round and cost at another scale from runs' ledgers")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="profiled runs (several sizes fit better)")
