@@ -1,4 +1,4 @@
-"""``nimbus`` command line: train, report, envs, eval, export, compare, plan.
+"""``nimbus`` command line: train, report, envs, eval, export, compare, sweep, plan.
 
 Exit codes: 0 success (also after SIGINT with a final checkpoint), 1 run failure, 2 bad config/usage.
 """
@@ -192,6 +192,23 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from nimbus.sweep.study import SweepOptions, run_sweep
+
+    options = SweepOptions(trials=args.trials, seeds=args.seeds, objective=args.objective)
+    result = run_sweep(config_path=Path(args.config), space_path=Path(args.space), options=options,
+                       sweep_dir=Path(args.dir) if args.dir else None, overrides=args.set or [])
+    console = Console()
+    console.print(f"sweep directory: {escape(str(result.sweep_dir))} ({result.finished} trials; trials.csv, sweep.png)")
+    if result.best_config_path is None:
+        console.print("no trial completed: no best config")
+        return 1
+    console.print(f"best {args.objective}: {result.best_value:,.4g} with "
+                  f"{escape(', '.join(f'{k}={v}' for k, v in result.best_values.items()))}")
+    console.print(f"best config: {escape(str(result.best_config_path))}")
+    return 0
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from nimbus.cost.planner import profile_runs, simulate
     from nimbus.cost.pricing import load_pricing
@@ -254,6 +271,18 @@ def make_parser() -> argparse.ArgumentParser:
                    help="config: runs whose configs differ only in seed are one group (default); name: runs of "
                    "one config name, each env a stratum of the bootstrap")
     p.set_defaults(func=_cmd_compare)
+    p = sub.add_parser("sweep", help="hyperparameter search (Optuna TPE, median pruning) for return or return per "
+                       "dollar; resumes when run again")
+    p.add_argument("config")
+    p.add_argument("--space", required=True, help="YAML: config key -> {float: [lo, hi], log: true} | "
+                   "{int: [lo, hi]} | {choice: [...]}")
+    p.add_argument("--trials", type=int, required=True, help="trials to finish (an interrupted one runs again)")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per trial, trained at once on one pool (default 1)")
+    p.add_argument("--objective", default="return", choices=["return", "return_per_usd"])
+    p.add_argument("--dir", help="sweep directory (default: <output.root_dir>/sweep-<name>); the same directory "
+                   "resumes the sweep")
+    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a base config value")
+    p.set_defaults(func=_cmd_sweep)
     p = sub.add_parser("plan", help="predict time per round and cost at another scale from runs' ledgers")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="profiled runs (several sizes fit better)")
     p.add_argument("--actors", type=int, required=True)

@@ -1,0 +1,244 @@
+"""``nimbus sweep CONFIG --space SPACE.yaml --trials N --seeds K``: hyperparameter search on Optuna, for return or
+return per dollar.
+
+Each trial samples the space (TPE, seeded with the config's seed), trains K seeds of that config at once as
+workloads on one pool (run/workloads.py: fair share, one ledger), and scores the mean over seeds of each run's
+final evaluation return (its training return when it does not evaluate), or of return / serverless cost
+(``--objective return_per_usd``, from the ledger). A median pruner reads the seeds' mean moving return after
+every round and stops a trial that falls below the median of earlier trials at that round. The study lives in
+``SWEEP_DIR/study.db`` (SQLite): the same command resumes an interrupted sweep, re-running the trial it was in.
+Each trial's runs are under ``SWEEP_DIR/trials/``; ``trials.csv`` and ``sweep.png`` list and plot every trial;
+``best.yaml`` is the best trial's config.
+
+Example::
+
+    result = run_sweep(config_path=Path("configs/ppo-cartpole.yaml"), space_path=Path("space.yaml"),
+                       options=SweepOptions(trials=20, seeds=3, objective="return_per_usd"), sweep_dir=None)
+    result.best_config_path
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from nimbus.config import NimbusConfig, dump_config, parse_config
+from nimbus.config.yaml_loader import parse_yaml
+from nimbus.errors import ConfigError
+from nimbus.sweep.space import Space, load_space, with_values
+
+if TYPE_CHECKING:
+    from nimbus.run.summary import TrainResult
+    from nimbus.types import RoundMetrics
+
+log = logging.getLogger(__name__)
+Objective = Literal["return", "return_per_usd"]
+TrainSeeds = Callable[..., "list[TrainResult]"]   # (configs=..., after_round=...) -> one result per config
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    trials: int
+    seeds: int
+    objective: Objective = "return"
+    warmup_rounds: int = 2           # the pruner judges no trial before this many rounds
+    startup_trials: int = 2          # ... nor before this many trials have finished
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    sweep_dir: Path
+    best_value: float | None
+    best_values: dict[str, Any]       # the best trial's space values
+    best_config_path: Path | None
+    finished: int                     # trials complete or pruned (or failed) in the study
+
+
+class PruneOnRound:
+    """After every round of a trial's seeds: once all K have finished round r, report their mean moving return at
+    r to Optuna; stop the trial (every seed) when the pruner says so."""
+
+    def __init__(self, *, trial: Any, seeds: int) -> None:
+        self.trial, self.seeds = trial, seeds
+        self.values: dict[int, dict[int, float]] = {}
+        self.pruned = False
+
+    def __call__(self, i: int, row: RoundMetrics) -> bool:
+        value = row.extras.get("recent_return_mean", row.return_mean)
+        if value is None:
+            return False
+        by_seed = self.values.setdefault(row.round, {})
+        by_seed[i] = float(value)
+        if len(by_seed) == self.seeds and not self.pruned:
+            self.trial.report(sum(by_seed.values()) / self.seeds, step=row.round)
+            self.pruned = bool(self.trial.should_prune())
+        return self.pruned
+
+
+def score_of(*, results: list[TrainResult], objective: Objective) -> float | None:
+    """The mean over seeds of each run's evaluation return (else training return), or of return per dollar."""
+    scores = []
+    for result in results:
+        value = result.summary.eval_return if result.summary.eval_return is not None else result.summary.final_return
+        if value is None:
+            return None
+        if objective == "return_per_usd":
+            cost = result.summary.serverless_cost_usd
+            if not cost > 0:
+                return None
+            value = value / cost
+        scores.append(value)
+    return sum(scores) / len(scores)
+
+
+def trial_configs(*, base: dict[str, Any], values: dict[str, Any], seeds: int, number: int,
+                  trials_dir: Path) -> list[NimbusConfig]:
+    """The K configs of one trial: the space's values, seeds base+0 … base+K−1, runs under the sweep directory."""
+    first_seed = int(base.get("seed", 0))
+    name = str(base.get("name", "run"))
+    output = {**base.get("output", {}), "root_dir": str(trials_dir), "status_line": False, "report": False}
+    return [parse_config(data=with_values(base={**base, "output": output}, values={
+        **values, "seed": first_seed + k, "name": f"{name}-t{number}-s{k}"})) for k in range(seeds)]
+
+
+def _default_train_seeds(**kwargs: Any) -> list[TrainResult]:
+    from nimbus.run.workloads import train_workloads
+
+    return train_workloads(**kwargs)
+
+
+class Sweep:
+    """One sweep directory's Optuna study and what it writes."""
+
+    def __init__(self, *, base: dict[str, Any], space: Space, sweep_dir: Path, options: SweepOptions) -> None:
+        import optuna
+
+        self.optuna, self.base, self.space, self.options = optuna, base, space, options
+        self.sweep_dir = sweep_dir
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.create_study(
+            study_name="nimbus", storage=f"sqlite:///{(sweep_dir / 'study.db').resolve()}", load_if_exists=True,
+            direction="maximize", sampler=optuna.samplers.TPESampler(seed=int(base.get("seed", 0))),
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=options.startup_trials,
+                                               n_warmup_steps=options.warmup_rounds))
+        self._requeue_interrupted()
+
+    def _requeue_interrupted(self) -> None:
+        """A trial left RUNNING by a killed sweep failed; the same values run again as a new trial."""
+        running = self.study.get_trials(deepcopy=False, states=(self.optuna.trial.TrialState.RUNNING,))
+        for trial in running:
+            self.study.tell(trial.number, state=self.optuna.trial.TrialState.FAIL)
+            self.study.enqueue_trial(trial.params, skip_if_exists=False)
+            log.warning("sweep: trial %d was interrupted; its values run again", trial.number)
+        if running:
+            self.study.set_user_attr("interrupted", [*self.interrupted(), *(t.number for t in running)])
+
+    def interrupted(self) -> list[int]:
+        """Trials a killed sweep left behind (failed, and run again under a new number)."""
+        return list(self.study.user_attrs.get("interrupted", []))
+
+    def finished(self) -> int:
+        done = (self.optuna.trial.TrialState.COMPLETE, self.optuna.trial.TrialState.PRUNED,
+                self.optuna.trial.TrialState.FAIL)
+        interrupted = set(self.interrupted())
+        return sum(1 for t in self.study.get_trials(deepcopy=False, states=done) if t.number not in interrupted)
+
+    def run_trial(self, *, train_seeds: TrainSeeds) -> None:
+        trial = self.study.ask()
+        values = self.space.sample(trial=trial)
+        configs = trial_configs(base=self.base, values=values, seeds=self.options.seeds, number=trial.number,
+                                trials_dir=self.sweep_dir / "trials")
+        pruning = PruneOnRound(trial=trial, seeds=self.options.seeds)
+        results = train_seeds(configs=configs, after_round=pruning)
+        trial.set_user_attr("run_dirs", [str(r.run_dir) for r in results])
+        if pruning.pruned:
+            self.study.tell(trial, state=self.optuna.trial.TrialState.PRUNED)
+            return
+        value = score_of(results=results, objective=self.options.objective)
+        if value is None:
+            log.warning("sweep: trial %d has no score (no episode finished, or no cost)", trial.number)
+            self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+        else:
+            self.study.tell(trial, value)
+
+    def best(self) -> tuple[float | None, dict[str, Any]]:
+        complete = self.study.get_trials(deepcopy=False, states=(self.optuna.trial.TrialState.COMPLETE,))
+        if not complete:
+            return None, {}
+        best = max(complete, key=lambda t: t.value)
+        return float(best.value), self.space.values_of(params=best.params)
+
+    def write_outputs(self) -> Path | None:
+        """trials.csv, sweep.png and (when a trial completed) best.yaml."""
+        interrupted = set(self.interrupted())
+        trials = [t for t in self.study.get_trials(deepcopy=False) if t.number not in interrupted]
+        with open(self.sweep_dir / "trials.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["trial", "state", "value", "rounds_reported",
+                             *[d.key for d in self.space.dimensions]])
+            for t in trials:
+                values = self.space.values_of(params=t.params) if len(t.params) == len(self.space.dimensions) else {}
+                writer.writerow([t.number, t.state.name, "" if t.value is None else t.value,
+                                 len(t.intermediate_values), *[values.get(d.key, "") for d in self.space.dimensions]])
+        _plot(trials=trials, output=self.sweep_dir / "sweep.png", objective=self.options.objective)
+        value, values = self.best()
+        if value is None:
+            return None
+        path = self.sweep_dir / "best.yaml"
+        path.write_text(dump_config(config=parse_config(data=with_values(base=self.base, values=values))))
+        return path
+
+
+def _plot(*, trials: list[Any], output: Path, objective: Objective) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    done = [(t.number, t.value) for t in trials if t.value is not None]
+    if done:
+        ax.scatter(*zip(*done), color="tab:blue", label="complete", zorder=3)
+        best, line = float("-inf"), []
+        for number, value in done:
+            best = max(best, value)
+            line.append((number, best))
+        ax.step(*zip(*line), where="post", color="tab:orange", label="best so far")
+    pruned = [t.number for t in trials if t.state.name == "PRUNED"]
+    for number in pruned:
+        ax.axvline(number, color="0.8", lw=1)
+    ax.set_xlabel("trial (grey: pruned)")
+    ax.set_ylabel("return per USD" if objective == "return_per_usd" else "return (mean over seeds)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(output, dpi=90)
+    plt.close(fig)
+
+
+def run_sweep(*, config_path: Path, space_path: Path, options: SweepOptions, sweep_dir: Path | None,
+              overrides: list[str] | None = None, train_seeds: TrainSeeds = _default_train_seeds) -> SweepResult:
+    """Run (or resume) the sweep until ``options.trials`` trials have finished."""
+    from nimbus.config.loading import apply_overrides
+
+    if options.trials < 1 or options.seeds < 1:
+        raise ConfigError(f"--trials and --seeds must be at least 1, got {options.trials} and {options.seeds}")
+    if not Path(config_path).exists():
+        raise ConfigError(f"{config_path}: no such config file")
+    base = apply_overrides(data=parse_yaml(text=Path(config_path).read_text(), source=str(config_path)) or {},
+                           overrides=overrides or [])
+    first = parse_config(data=base)                   # the base config itself is valid (exit 2 otherwise)
+    space = load_space(path=space_path, base=base)
+    sweep_dir = Path(sweep_dir) if sweep_dir is not None else Path(first.output.root_dir) / f"sweep-{first.name}"
+    sweep = Sweep(base=base, space=space, sweep_dir=sweep_dir, options=options)
+    while sweep.finished() < options.trials:
+        sweep.run_trial(train_seeds=train_seeds)
+        sweep.write_outputs()
+    best_path = sweep.write_outputs()
+    value, values = sweep.best()
+    return SweepResult(sweep_dir=sweep_dir, best_value=value, best_values=values, best_config_path=best_path,
+                       finished=sweep.finished())
