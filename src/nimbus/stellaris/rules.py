@@ -7,12 +7,22 @@ workflow invokes the parameter function with the aggregation, then calls `applie
 version is published; it offers nothing while a parameter function is in flight, so a queued
 gradient's staleness (version now − version its learner read) cannot change while it waits.
 
-    stellaris       the paper. Training round 0 (the first batch's gradients: the workflow calls
-                    `start_round` as each batch starts) runs without a threshold, each gradient applied
-                    on arrival, to measure δmax (at least 1). Then β_k = δmax · d^k in round k; every arrival is queued and the whole queue is aggregated when its
-                    mean staleness ≤ β_k. A gradient that even a full queue of fresh ones could not admit
-                    (δ > β_k · ``max_queue``) is refused at once; a queue longer than ``max_queue``
-                    sheds its stalest gradient (refused). Scale 1/δ^(1/v) for δ > 0, 1 at
+    stellaris       the paper, with δmax measured in steady state. The paper measures δmax in training
+                    round 0, run without a threshold; here round 0 is the cold start (workers, the
+                    first parameter function and the first learners start cold, and their gradients
+                    are the stalest of the run: 7 where steady state peaks at 3-5 in the shipped
+                    CartPole config), so it is excluded: rounds 0 and 1 run without a threshold, each
+                    gradient applied on arrival, and δmax (at least 1) is the largest staleness of the
+                    gradients whose learner read a version published since round 1 started (so no
+                    learner launched in round 0 counts, even one that lands in round 1). Excluding a
+                    round rather than taking the largest of the first K aggregations keeps the paper's
+                    unit (a round) and its "max", and needs no K fitted to a config: any K that reaches
+                    back into round 0 would see the cold starts again. ``warmup_rounds=0`` is the paper
+                    as written. From then on β_k = δmax · d^k in round k (k counts every round, the
+                    unmeasured ones too); every arrival is queued and the whole queue is aggregated
+                    when its mean staleness ≤ β_k. A gradient that even a full queue of fresh ones could
+                    not admit (δ > β_k · ``max_queue``) is refused at once; a queue longer than
+                    ``max_queue`` sheds its stalest gradient (refused). Scale 1/δ^(1/v) for δ > 0, 1 at
                     δ = 0; the aggregate is the mean of the scaled gradients, one optimizer step.
     stellaris_code  the authors' code: threshold seeded with round 0's mean staleness + 1, the queue
                     also flushed when it holds ``learners`` gradients, and each admitted gradient its
@@ -185,30 +195,49 @@ class StellarisRule(_QueueRule):
 
     name = "stellaris"
 
-    def __init__(self, *, learners: int, decay: float, root: int, max_queue: int | None = None) -> None:
+    def __init__(self, *, learners: int, decay: float, root: int, max_queue: int | None = None,
+                 warmup_rounds: int = 1) -> None:
         super().__init__(learners=learners)
-        self.decay, self.root = decay, root
+        if warmup_rounds < 0:
+            raise ValueError(f"warmup_rounds must be ≥ 0, got {warmup_rounds}")
+        self.decay, self.root, self.warmup_rounds = decay, root, warmup_rounds
         self.max_queue = max_queue if max_queue is not None else 2 * learners
-        self.round0: list[int] = []        # stalenesses seen in round 0
-        self.seed: float | None = None     # δmax once round 0 is over
+        self.rounds_started = 0                    # rounds this rule has seen start
+        # the version the measurement began at (-1: every gradient counts; None: not measuring yet)
+        self.measure_from: int | None = -1 if warmup_rounds == 0 else None
+        self.measured: list[int] = []              # stalenesses measured so far
+        self.seed: float | None = None             # δmax once measured
 
     @property
     def threshold(self) -> float | None:
         return None if self.seed is None else self.seed * self.decay ** self.round
 
     def start_round(self, *, index: int) -> None:
+        """The first ``warmup_rounds`` rounds this rule sees are cold starts: no threshold, not measured.
+        The next is the measurement round: no threshold, and the staleness of every gradient whose learner
+        read a version published since it started is measured. At the start of the round after it,
+        δmax = max(measured, 1); if nothing was measured, the measurement goes on one more round."""
         super().start_round(index=index)
-        if index > 0 and self.seed is None:
-            self.seed = self._seed_from(stalenesses=self.round0 or [0])
+        self.rounds_started += 1
+        if self.seed is not None or self.rounds_started <= self.warmup_rounds:
+            return
+        if self.measure_from is None:
+            self.measure_from = self.version
+        elif self.measured:
+            self.seed = self._seed_from(stalenesses=self.measured)
 
     def _seed_from(self, *, stalenesses: list[int]) -> float:
         return float(max(max(stalenesses), 1))
 
+    def _measure(self, *, member: Member, read_version: int) -> None:
+        if self.measure_from is not None and read_version >= self.measure_from:
+            self.measured.append(member.staleness)
+
     def offer(self, *, arrival: Arrival) -> Verdict:
         staleness = self.version - arrival.read_version
         member = self._member(arrival=arrival, scale=staleness_scale(staleness=staleness, root=self.root))
-        if self.seed is None:   # round 0: no threshold, apply on arrival, measure the staleness
-            self.round0.append(member.staleness)
+        if self.seed is None:   # warm-up and measurement rounds: no threshold, apply on arrival
+            self._measure(member=member, read_version=arrival.read_version)
             return Verdict(aggregation=Aggregation(members=(member,)))
         if self._never_admissible(staleness=member.staleness):
             return Verdict(aggregation=None, rejected=(Rejection(
@@ -242,6 +271,9 @@ class StellarisCodeRule(StellarisRule):
 
     name = "stellaris_code"
 
+    def __init__(self, *, learners: int, decay: float, root: int, max_queue: int | None = None) -> None:
+        super().__init__(learners=learners, decay=decay, root=root, max_queue=max_queue, warmup_rounds=0)
+
     def _seed_from(self, *, stalenesses: list[int]) -> float:
         return sum(stalenesses) / len(stalenesses) + 1.0
 
@@ -256,10 +288,11 @@ class StellarisCodeRule(StellarisRule):
 
 
 def make_rule(*, name: str, learners: int, decay: float = 0.96, root: int = 3, softsync_k: int = 2,
-              ssp_bound: int = 1, max_queue: int | None = None) -> Rule:
-    """The rule ``name`` (one of RULES) with its parameters."""
+              ssp_bound: int = 1, max_queue: int | None = None, warmup_rounds: int = 1) -> Rule:
+    """The rule ``name`` (one of RULES) with its parameters (``warmup_rounds``: ``stellaris`` only)."""
     if name == "stellaris":
-        return StellarisRule(learners=learners, decay=decay, root=root, max_queue=max_queue)
+        return StellarisRule(learners=learners, decay=decay, root=root, max_queue=max_queue,
+                             warmup_rounds=warmup_rounds)
     if name == "stellaris_code":
         return StellarisCodeRule(learners=learners, decay=decay, root=root, max_queue=max_queue)
     if name == "sync":

@@ -32,7 +32,8 @@ def test_scale_is_the_cube_root_of_staleness():
 
 
 def test_stellaris_round0_measures_max_staleness_then_decays_by_round():
-    rule = make_rule(name="stellaris", learners=3, decay=0.5, root=3)
+    """warmup_rounds=0: the paper as written, δmax measured in round 0."""
+    rule = make_rule(name="stellaris", learners=3, decay=0.5, root=3, warmup_rounds=0)
     rule.start_round(index=0)
     # round 0: three learners read version 0; each is applied on arrival, staleness 0, 1, 2
     for expected in (0, 1, 2):
@@ -52,14 +53,14 @@ def test_stellaris_round0_measures_max_staleness_then_decays_by_round():
 
 
 def test_stellaris_floors_delta_max_at_one():
-    rule = make_rule(name="stellaris", learners=1, decay=1.0)
+    rule = make_rule(name="stellaris", learners=1, decay=1.0, warmup_rounds=0)
     apply_if_any(rule, arrive(rule, read_version=0))
     rule.start_round(index=1)
     assert rule.threshold == 1.0
 
 
 def test_stellaris_refuses_a_gradient_no_queue_could_admit():
-    rule = make_rule(name="stellaris", learners=2, decay=1.0, max_queue=3)
+    rule = make_rule(name="stellaris", learners=2, decay=1.0, max_queue=3, warmup_rounds=0)
     for _ in range(2):
         apply_if_any(rule, arrive(rule, read_version=0))      # δmax = 1, version 2
     rule.start_round(index=1)                                 # β · max_queue = 3
@@ -73,7 +74,7 @@ def test_stellaris_refuses_a_gradient_no_queue_could_admit():
 
 
 def test_stellaris_queue_sheds_its_stalest_gradient():
-    rule = make_rule(name="stellaris", learners=2, decay=0.5, max_queue=2)
+    rule = make_rule(name="stellaris", learners=2, decay=0.5, max_queue=2, warmup_rounds=0)
     for _ in range(2):
         apply_if_any(rule, arrive(rule, read_version=0))      # δmax 1; version 2
     rule.start_round(index=1)                                 # β_1 = 0.5
@@ -159,7 +160,7 @@ def _seed_stellaris(rule, *, delta_max: int):
 @pytest.mark.parametrize("name", ["stellaris", "stellaris_code"])
 def test_stellaris_scales_by_the_configured_root(name):
     """Eq. 4 with v = 2: a gradient of staleness 4 steps at α0 / 4^(1/2), in round 0 and after."""
-    rule = make_rule(name=name, learners=1, decay=1.0, root=2)
+    rule = make_rule(name=name, learners=1, decay=1.0, root=2, warmup_rounds=0)
     rule.start_round(index=0)
     scales = [apply_if_any(rule, arrive(rule, read_version=0)).aggregation.members[0].scale for _ in range(5)]
     assert scales == pytest.approx([1.0, 1.0, 2 ** -0.5, 3 ** -0.5, 0.5])
@@ -171,7 +172,7 @@ def test_stellaris_scales_by_the_configured_root(name):
 def test_stellaris_default_queue_holds_twice_the_learners():
     """docs/stellaris.md: max_queue defaults to 2 × learners, so with β = 1 and two learners a gradient of
     staleness 4 can still be admitted by fresh ones (queued), and one of staleness 5 never can (refused)."""
-    rule = make_rule(name="stellaris", learners=2, decay=1.0)
+    rule = make_rule(name="stellaris", learners=2, decay=1.0, warmup_rounds=0)
     _seed_stellaris(rule, delta_max=1)                         # β_1 = 1, version 2
     rule.version = 10
     verdict = arrive(rule, read_version=6)                     # staleness 4 ≤ 1 · 4
@@ -185,11 +186,14 @@ def test_stellaris_default_queue_holds_twice_the_learners():
 
 
 @pytest.mark.parametrize("name", ["stellaris", "stellaris_code"])
-def test_stellaris_round0_without_any_gradient_seeds_the_floor(name):
-    """A round 0 that delivered no gradient (its learners all failed) still ends: δmax floors at 1 (code: 0 + 1)."""
-    rule = make_rule(name=name, learners=2, decay=0.5)
+def test_stellaris_measurement_without_any_gradient_goes_on(name):
+    """A measurement round that delivered no gradient (its learners all failed) seeds nothing: the next round
+    is still threshold-free and measures; the first round with a gradient seeds δmax."""
+    rule = make_rule(name=name, learners=2, decay=0.5, warmup_rounds=0)
     rule.start_round(index=0)
     rule.start_round(index=1)
-    assert rule.threshold == pytest.approx(0.5)
+    assert rule.threshold is None
     verdict = apply_if_any(rule, arrive(rule, read_version=rule.version))
     assert [m.staleness for m in verdict.aggregation.members] == [0]
+    rule.start_round(index=2)
+    assert rule.threshold == pytest.approx(0.25)   # δmax 1 · 0.5²
