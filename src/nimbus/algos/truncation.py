@@ -57,14 +57,13 @@ class Truncation:
 def truncated_ratio(*, ratio: torch.Tensor, peer_ratio_min: torch.Tensor, rho: float, form: Form) -> torch.Tensor:
     """R as a tensor with a gradient: ``paper``/``paper_ratio``: Eq. 2's value, r_self's gradient scaled by
     R/r_self; ``code``: the authors' elementwise minimum (constant rows, halved ties; module docstring)."""
+    if form == "code":
+        floor = torch.clamp_min(torch.minimum(ratio.detach(), peer_ratio_min), rho)
+        return torch.minimum(ratio, floor)
     if form not in FORMS:
         raise ValueError(f"unknown truncation form {form!r}; expected one of {FORMS}")
     with torch.no_grad():
-        if form == "code":
-            target = torch.minimum(ratio, torch.clamp(peer_ratio_min, min=rho))
-        else:
-            target = _paper_value(ratio=ratio, peer_ratio_min=peer_ratio_min, rho=rho)
-        factor = target / ratio
+        factor = _paper_value(ratio=ratio, peer_ratio_min=peer_ratio_min, rho=rho) / ratio
     return ratio * factor
 
 
