@@ -24,9 +24,17 @@ gradient's staleness (version now − version its learner read) cannot change wh
                     not admit (δ > β_k · ``max_queue``) is refused at once; a queue longer than
                     ``max_queue`` sheds its stalest gradient (refused). Scale 1/δ^(1/v) for δ > 0, 1 at
                     δ = 0; the aggregate is the mean of the scaled gradients, one optimizer step.
-    stellaris_code  the authors' code: threshold seeded with round 0's mean staleness + 1, the queue
-                    also flushed when it holds ``learners`` gradients, and each admitted gradient its
-                    own optimizer step (``separate_steps``).
+    stellaris_code  the authors' code (IntelliSys-Lab/Stellaris-SC24, evaluation/experiment/stellaris.py and
+                    rllib/policy/torch_policy_v2.py; the same at 0f96794 and the newest commit): no
+                    threshold (each gradient applied on arrival) until a round's mean staleness is > 0;
+                    then max_staleness = int(that mean) + 1 and in round k the threshold is the integer
+                    clip(int(max_staleness · d^k) + 1, 1, max_staleness) (their round_id = k + 1 and
+                    d^(round_id − 1)). The queue is aggregated when its mean staleness ≤ the threshold
+                    or it holds ``learners`` gradients; each member is its own optimizer step
+                    (``separate_steps``), unscaled: their per-gradient learning-rate factor is a LambdaLR
+                    whose lambda receives the scheduler's step count, not the staleness, and with v 3
+                    it resets every factor below their decay to 1, so it is 1 at every step. Nothing is
+                    refused.
     sync            only gradients of the current version (others refused); aggregate when ``learners``
                     of them are queued; at most ``learners`` launches per version (`may_launch`).
     softsync        aggregate every ``k`` gradients, whatever their staleness (Zhang et al. 2016).
@@ -230,7 +238,7 @@ class StellarisRule(_QueueRule):
         return float(max(max(stalenesses), 1))
 
     def _measure(self, *, member: Member, read_version: int) -> None:
-        if self.measure_from is not None and read_version >= self.measure_from:
+        if self.measure_from is not None and (self.measure_from < 0 or read_version >= self.measure_from):
             self.measured.append(member.staleness)
 
     def offer(self, *, arrival: Arrival) -> Verdict:
@@ -266,25 +274,44 @@ class StellarisRule(_QueueRule):
         return tuple(shed)
 
 
-class StellarisCodeRule(StellarisRule):
-    """The authors' code: seed = round 0's mean staleness + 1; flush at ``learners`` pending; separate steps."""
+class StellarisCodeRule(_QueueRule):
+    """The authors' code (IntelliSys-Lab/Stellaris-SC24: evaluation/experiment/stellaris.py for the threshold,
+    rllib/policy/torch_policy_v2.py for the queue and the steps; module docstring)."""
 
     name = "stellaris_code"
 
-    def __init__(self, *, learners: int, decay: float, root: int, max_queue: int | None = None) -> None:
-        super().__init__(learners=learners, decay=decay, root=root, max_queue=max_queue, warmup_rounds=0)
+    def __init__(self, *, learners: int, decay: float) -> None:
+        super().__init__(learners=learners)
+        self.decay = decay
+        self.round_staleness_sum = 0     # the current round's stalenesses while no seed is set
+        self.round_gradients = 0
+        self.seed: int | None = None     # max_staleness = int(a round's mean staleness) + 1
 
-    def _seed_from(self, *, stalenesses: list[int]) -> float:
-        return sum(stalenesses) / len(stalenesses) + 1.0
+    @property
+    def threshold(self) -> int | None:
+        """clip(int(max_staleness · d^k) + 1, 1, max_staleness) in round k (their round_id = k + 1)."""
+        if self.seed is None:
+            return None
+        return min(max(int(self.seed * self.decay ** self.round) + 1, 1), self.seed)
 
-    def _admissible(self) -> bool:
-        return len(self.queue) >= self.learners or super()._admissible()
+    def start_round(self, *, index: int) -> None:
+        """The seed comes from the first round whose mean staleness is > 0 (their ``info`` of the last round)."""
+        super().start_round(index=index)
+        if self.seed is None and self.round_gradients and self.round_staleness_sum > 0:
+            self.seed = int(self.round_staleness_sum / self.round_gradients) + 1
+        self.round_staleness_sum = self.round_gradients = 0
 
-    def _never_admissible(self, *, staleness: int) -> bool:
-        return False    # the flush at ``learners`` pending admits every gradient
-
-    def _flush(self, *, separate_steps: bool = True) -> Verdict:
-        return super()._flush(separate_steps=True)
+    def offer(self, *, arrival: Arrival) -> Verdict:
+        member = self._member(arrival=arrival)   # scale 1: their code applies no staleness scale (docstring)
+        if self.seed is None:
+            self.round_staleness_sum += member.staleness
+            self.round_gradients += 1
+            return Verdict(aggregation=Aggregation(members=(member,), separate_steps=True))
+        self.queue.append(member)
+        mean = sum(m.staleness for m in self.queue) / len(self.queue)
+        if mean <= self.threshold or len(self.queue) >= self.learners:
+            return self._flush(separate_steps=True)
+        return Verdict(aggregation=None)
 
 
 def make_rule(*, name: str, learners: int, decay: float = 0.96, root: int = 3, softsync_k: int = 2,
@@ -294,7 +321,7 @@ def make_rule(*, name: str, learners: int, decay: float = 0.96, root: int = 3, s
         return StellarisRule(learners=learners, decay=decay, root=root, max_queue=max_queue,
                              warmup_rounds=warmup_rounds)
     if name == "stellaris_code":
-        return StellarisCodeRule(learners=learners, decay=decay, root=root, max_queue=max_queue)
+        return StellarisCodeRule(learners=learners, decay=decay)
     if name == "sync":
         return SyncRule(learners=learners)
     if name == "softsync":
