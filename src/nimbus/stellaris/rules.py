@@ -52,95 +52,16 @@ Example::
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
 from typing import Literal
+
+from nimbus.stellaris.rule_base import (Aggregation, Arrival, Member, QueueRule, Rejection, Rule, Verdict,
+                                        staleness_scale)
+
+__all__ = ["Aggregation", "Arrival", "Member", "Rejection", "Rule", "Verdict", "RULES", "make_rule",
+           "staleness_scale"]
 
 RuleName = Literal["stellaris", "stellaris_code", "sync", "softsync", "ssp", "async"]
 RULES: tuple[str, ...] = ("stellaris", "stellaris_code", "sync", "softsync", "ssp", "async")
-
-
-@dataclass(frozen=True)
-class Arrival:
-    key: str            # the gradient's Store key
-    slot: int           # the learner slot that computed it
-    read_version: int   # the policy version its learner read
-
-
-@dataclass(frozen=True)
-class Member:
-    key: str
-    staleness: int
-    scale: float        # multiplies the gradient before the mean (Eq. 4's α0/δ^(1/v) as a factor of α0)
-    slot: int = 0
-
-
-@dataclass(frozen=True)
-class Aggregation:
-    members: tuple[Member, ...]
-    separate_steps: bool = False   # stellaris_code: one optimizer step per member, in order (still one version)
-
-
-@dataclass(frozen=True)
-class Rejection:
-    key: str
-    staleness: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class Verdict:
-    aggregation: Aggregation | None
-    rejected: tuple[Rejection, ...] = ()
-
-
-def staleness_scale(*, staleness: int, root: int) -> float:
-    """Eq. 4 as a factor of α0: 1/δ^(1/v) for δ > 0, 1 for a fresh gradient."""
-    return 1.0 if staleness <= 0 else float(staleness) ** (-1.0 / root)
-
-
-class Rule:
-    """Common state: the parameter version now, and launches/applications per learner slot."""
-
-    name = "async"
-
-    def __init__(self, *, learners: int) -> None:
-        if learners < 1:
-            raise ValueError(f"learners must be ≥ 1, got {learners}")
-        self.learners = learners
-        self.version = 0
-        self.aggregations = 0
-        self.launches_per_version: Counter[int] = Counter()
-        self.applied_per_slot: Counter[int] = Counter()
-        self.round = 0
-
-    def start_round(self, *, index: int) -> None:
-        """Training round ``index`` (a batch) starts: the staleness-aware rules decay their threshold by round."""
-        self.round = index
-
-    @property
-    def threshold(self) -> float | None:
-        """β_k for the staleness-aware rules; None where the rule has no threshold."""
-        return None
-
-    def may_launch(self, *, slot: int) -> bool:
-        return True
-
-    def launched(self, *, slot: int) -> None:
-        self.launches_per_version[self.version] += 1
-
-    def _member(self, *, arrival: Arrival, scale: float = 1.0) -> Member:
-        return Member(key=arrival.key, staleness=self.version - arrival.read_version, scale=scale, slot=arrival.slot)
-
-    def offer(self, *, arrival: Arrival) -> Verdict:
-        return Verdict(aggregation=Aggregation(members=(self._member(arrival=arrival),)))
-
-    def applied(self, *, aggregation: Aggregation) -> None:
-        """The parameter function published the aggregation as one new version."""
-        self.version += 1
-        self.aggregations += 1
-        for member in aggregation.members:
-            self.applied_per_slot[member.slot] += 1
 
 
 class AsyncRule(Rule):
@@ -161,17 +82,7 @@ class SSPRule(Rule):
         return self.applied_per_slot[slot] - slowest <= self.bound
 
 
-class _QueueRule(Rule):
-    def __init__(self, *, learners: int) -> None:
-        super().__init__(learners=learners)
-        self.queue: list[Member] = []
-
-    def _flush(self, *, separate_steps: bool = False) -> Verdict:
-        members, self.queue = tuple(self.queue), []
-        return Verdict(aggregation=Aggregation(members=members, separate_steps=separate_steps))
-
-
-class SoftSyncRule(_QueueRule):
+class SoftSyncRule(QueueRule):
     name = "softsync"
 
     def __init__(self, *, learners: int, k: int) -> None:
@@ -183,7 +94,7 @@ class SoftSyncRule(_QueueRule):
         return self._flush() if len(self.queue) >= self.k else Verdict(aggregation=None)
 
 
-class SyncRule(_QueueRule):
+class SyncRule(QueueRule):
     name = "sync"
 
     def may_launch(self, *, slot: int) -> bool:
@@ -198,7 +109,7 @@ class SyncRule(_QueueRule):
         return self._flush() if len(self.queue) >= self.learners else Verdict(aggregation=None)
 
 
-class StellarisRule(_QueueRule):
+class StellarisRule(QueueRule):
     """The paper's staleness-aware aggregation (see the module docstring)."""
 
     name = "stellaris"
@@ -274,7 +185,7 @@ class StellarisRule(_QueueRule):
         return tuple(shed)
 
 
-class StellarisCodeRule(_QueueRule):
+class StellarisCodeRule(QueueRule):
     """The authors' code (IntelliSys-Lab/Stellaris-SC24: evaluation/experiment/stellaris.py for the threshold,
     rllib/policy/torch_policy_v2.py for the queue and the steps; module docstring)."""
 
