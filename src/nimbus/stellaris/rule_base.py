@@ -5,7 +5,9 @@ rule's common state. A rule is a plain object the workflow drives; see rules.py'
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 
@@ -83,6 +85,29 @@ class Rule:
 
     def offer(self, *, arrival: Arrival) -> Verdict:
         return Verdict(aggregation=Aggregation(members=(self._member(arrival=arrival),)))
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint saves to resume this rule (JSON-ready: str keys, ints, floats, None): the round,
+        the counters and what the rule measured (δmax and its measurement). Not the version (the workflow
+        sets ``version`` from the checkpoint's policy version) nor queued gradients (not resumed)."""
+        return {"rule": self.name, "round": self.round, "aggregations": self.aggregations,
+                "applied_per_slot": {str(slot): count for slot, count in sorted(self.applied_per_slot.items())},
+                **self._own_state()}
+
+    def restore(self, *, state: Mapping[str, Any]) -> None:
+        """Continue from ``state()`` of a rule of the same name (ValueError otherwise)."""
+        if state.get("rule") != self.name:
+            raise ValueError(f"cannot restore rule {self.name!r} from the state of rule {state.get('rule')!r}")
+        self.round = int(state["round"])
+        self.aggregations = int(state["aggregations"])
+        self.applied_per_slot = Counter({int(slot): int(n) for slot, n in state["applied_per_slot"].items()})
+        self._restore_own(state=state)
+
+    def _own_state(self) -> dict[str, Any]:
+        return {}
+
+    def _restore_own(self, *, state: Mapping[str, Any]) -> None:
+        return None
 
     def applied(self, *, aggregation: Aggregation) -> None:
         """The parameter function published the aggregation as one new version."""

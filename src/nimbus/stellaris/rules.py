@@ -52,7 +52,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from nimbus.stellaris.rule_base import (Aggregation, Arrival, Member, QueueRule, Rejection, Rule, Verdict,
                                         staleness_scale)
@@ -148,6 +149,16 @@ class StellarisRule(QueueRule):
     def _seed_from(self, *, stalenesses: list[int]) -> float:
         return float(max(max(stalenesses), 1))
 
+    def _own_state(self) -> dict[str, Any]:
+        return {"rounds_started": self.rounds_started, "measure_from": self.measure_from,
+                "measured_max": max(self.measured) if self.measured else None, "seed": self.seed}
+
+    def _restore_own(self, *, state: Mapping[str, Any]) -> None:
+        self.rounds_started = int(state["rounds_started"])
+        self.measure_from = None if state["measure_from"] is None else int(state["measure_from"])
+        self.measured = [] if state["measured_max"] is None else [int(state["measured_max"])]
+        self.seed = None if state["seed"] is None else float(state["seed"])
+
     def _measure(self, *, member: Member, read_version: int) -> None:
         if self.measure_from is not None and (self.measure_from < 0 or read_version >= self.measure_from):
             self.measured.append(member.staleness)
@@ -211,6 +222,15 @@ class StellarisCodeRule(QueueRule):
         if self.seed is None and self.round_gradients and self.round_staleness_sum > 0:
             self.seed = int(self.round_staleness_sum / self.round_gradients) + 1
         self.round_staleness_sum = self.round_gradients = 0
+
+    def _own_state(self) -> dict[str, Any]:
+        return {"seed": self.seed, "round_staleness_sum": self.round_staleness_sum,
+                "round_gradients": self.round_gradients}
+
+    def _restore_own(self, *, state: Mapping[str, Any]) -> None:
+        self.seed = None if state["seed"] is None else int(state["seed"])
+        self.round_staleness_sum = int(state["round_staleness_sum"])
+        self.round_gradients = int(state["round_gradients"])
 
     def offer(self, *, arrival: Arrival) -> Verdict:
         member = self._member(arrival=arrival)   # scale 1: their code applies no staleness scale (docstring)
