@@ -42,12 +42,18 @@ gradient's staleness (version now − version its learner read) cannot change wh
                     ahead of the slowest slot waits (`may_launch`, Ho et al. 2013).
     async           each gradient applied on arrival.
 
-Example::
+What the workflow calls (every call keyword-only; rule_base.py has each one's contract)::
 
     rule = make_rule(name="stellaris", learners=3)
-    rule.start_round(index=k)      # as each batch starts
+    rule.version = progress.policy_version; rule.restore(state=saved)   # a resumed run (state() saved it)
+    rule.start_round(index=k)                          # as each batch starts
+    if rule.may_launch(slot=s): rule.launched(slot=s)  # a learner launched at rule.version
     verdict = rule.offer(arrival=Arrival(key="grad/main/7", slot=1, read_version=4))
-    if verdict.aggregation: ...invoke the parameter function...; rule.applied(aggregation=verdict.aggregation)
+    rule.lost(arrival=..., reason="non-finite")        # a launched gradient that will never be offered
+    # verdict.rejected: refused (P7); verdict.aggregation: invoke the parameter function, then
+    rule.applied(aggregation=..., refused_keys=...)    # it published (members it refused count as lost)
+    rule.unpublished(aggregation=...)                  # it published nothing (all refused)
+    verdict = rule.stalled()                           # watchdog: nothing in flight, nothing launchable
 """
 
 from __future__ import annotations
@@ -79,8 +85,10 @@ class SSPRule(Rule):
         self.bound = bound
 
     def may_launch(self, *, slot: int) -> bool:
-        slowest = min(self.applied_per_slot[s] for s in range(self.learners))
-        return self.applied_per_slot[slot] - slowest <= self.bound
+        """A slot's clock counts its gradients applied or lost, so a slot whose gradients are lost holds no one back."""
+        clocks = self.applied_per_slot + self.lost_per_slot
+        slowest = min(clocks[s] for s in range(self.learners))
+        return clocks[slot] - slowest <= self.bound
 
 
 class SoftSyncRule(QueueRule):
@@ -99,7 +107,8 @@ class SyncRule(QueueRule):
     name = "sync"
 
     def may_launch(self, *, slot: int) -> bool:
-        return self.launches_per_version[self.version] < self.learners
+        """At most ``learners`` launches per version, not counting those whose gradient was lost (Rule.lost)."""
+        return self.launches_per_version[self.version] - self.lost_per_version[self.version] < self.learners
 
     def offer(self, *, arrival: Arrival) -> Verdict:
         member = self._member(arrival=arrival)
@@ -183,6 +192,15 @@ class StellarisRule(QueueRule):
         mean = sum(m.staleness for m in self.queue) / len(self.queue)
         return mean <= self.threshold
 
+    def stalled(self) -> Verdict:
+        """The watchdog refuses what the queue holds: its bound is the point of this rule (Rule.stalled)."""
+        Rule.stalled(self)
+        rejected = tuple(Rejection(key=m.key, staleness=m.staleness,
+                                   reason="watchdog: nothing can arrive to bring the queue's mean staleness to β")
+                         for m in self.queue)
+        self.queue = []
+        return Verdict(aggregation=None, rejected=rejected)
+
     def _never_admissible(self, *, staleness: int) -> bool:
         """Even a full queue of fresh gradients could not bring the mean to β_k."""
         return staleness > self.threshold * self.max_queue
@@ -243,6 +261,11 @@ class StellarisCodeRule(QueueRule):
         if mean <= self.threshold or len(self.queue) >= self.learners:
             return self._flush(separate_steps=True)
         return Verdict(aggregation=None)
+
+    def stalled(self) -> Verdict:
+        """The watchdog aggregates what the queue holds, as separate steps (Rule.stalled)."""
+        Rule.stalled(self)
+        return self._flush(separate_steps=True) if self.queue else Verdict(aggregation=None)
 
 
 def make_rule(*, name: str, learners: int, decay: float = 0.96, root: int = 3, softsync_k: int = 2,
