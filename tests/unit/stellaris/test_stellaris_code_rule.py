@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
-
 from nimbus.stellaris.rules import Arrival, make_rule
 
 _keys = itertools.count()
