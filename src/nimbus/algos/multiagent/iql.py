@@ -27,7 +27,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from nimbus.algos.base import ActOutput, EnvSpaces
-from nimbus.algos.dqn.loss import double_q_target, linear_schedule
+from nimbus.algos.dqn.loss import double_q_target, epsilon_greedy, linear_schedule
 from nimbus.config.base import ConfigSection
 from nimbus.config.fields import check_batch_fits, Widths
 from nimbus.errors import ConfigError
@@ -123,11 +123,7 @@ class ValueAlgorithm:
         """Greedy actions; with ``explore``, each replaced by a uniform one with probability ε (the model's)."""
         with torch.no_grad():
             q_values = model.q(obs)
-            actions = q_values.argmax(dim=1)
-            if explore:
-                eps = float(model.epsilon)
-                random_actions = torch.randint(q_values.shape[1], actions.shape)
-                actions = torch.where(torch.rand(actions.shape) < eps, random_actions, actions)
+        actions = epsilon_greedy(q_values=q_values, epsilon=float(model.epsilon)) if explore else q_values.argmax(dim=1)
         return ActOutput(actions=actions.cpu().numpy().astype(np.int64))
 
     def epsilon_at(self, *, progress: float) -> float:
