@@ -14,7 +14,7 @@ Example (YAML)::
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -60,3 +60,14 @@ class MarlessConfig(ConfigSection):
             if not policy.startswith("p_"):
                 raise ValueError(f"agent_policy.{agent}: policies are named p_<agent> (got {policy!r})")
         return self
+
+
+def check_multiagent_env(*, env: Any) -> None:
+    """The ``env:`` keys a multi-agent run cannot honour (called from config/rules.py's multiagent check, so a
+    config is refused when it loads, exit 2): ``env.wrappers`` are gymnasium wrappers, which the PettingZoo
+    actors do not apply."""
+    if env.wrappers:
+        raise ValueError(f"env.wrappers: {list(env.wrappers)} are gymnasium wrappers, for single-agent envs; "
+                         "train.workflow: multiagent does not apply them. Wrap the PettingZoo env inside your own "
+                         "factory (env.id: pkg.module:factory, e.g. with pettingzoo.utils.wrappers or supersuit) "
+                         "and drop env.wrappers")

@@ -17,7 +17,9 @@ agents behave, group them, and pick each group's base model.
   member without a probe (NaN) ranks last; ties go to the first in agent order.
 * ``SharingController``: ``none`` (one policy per agent), ``static`` (one policy per space class from
   round 0) or ``marless`` (the detector toggles; enabling groups the agents, disabling gives every agent
-  its own policy back). Policies are named ``p_<agent>``; a group uses its base agent's policy.
+  its own policy back). Policies are named ``p_<agent>``; a group uses its base agent's policy. An initial map
+  (``marl.agent_policy``) that puts an agent on a policy built for other spaces is refused when the controller
+  is built, before any worker starts (marless/checks.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from nimbus.algos.base import EnvSpaces
+from nimbus.marless.checks import check_policy_spaces
 
 
 def policy_of(agent: str) -> str:
@@ -176,6 +179,7 @@ class SharingController:
 
     def __init__(self, *, config: Any, agents: list[str], compatible: dict[str, str], seed: int) -> None:
         self.config, self.agents, self.compatible, self.seed = config, list(agents), dict(compatible), seed
+        check_policy_spaces(agent_policy=config.agent_policy, compatible=self.compatible)   # exit 2 before any worker
         self.detector = PerformanceDetector(window=config.window, gamma=config.gamma)
         self.enabled = config.sharing == "static"
         self.enablings = 0
