@@ -91,3 +91,19 @@ def test_a_restored_scaler_decides_as_the_original_would() -> None:
     for scaler in (original, restored):
         scaler.observe(convexity={"p_a": 4.0, "p_b": 3.0})
     assert restored.decide() == original.decide() and restored.per_policy == original.per_policy
+
+
+def test_the_recorded_probes_of_a_real_run_ask_for_about_i_min() -> None:
+    """60 rounds of the three policies' convexity probes from the shipped IPPO config with marl.scaling: marless
+    (data/ippo_spread_n3_convexity.json; C scatters around ~0.9 with no trend), replayed with I_max 12, I_min 2,
+    β 0.5: after the first window today's S asks for 9.4 actors a round on average, the dead zone for 2.5."""
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).parent / "data" / "ippo_spread_n3_convexity.json").read_text())
+    config = MarlessConfig(scaling="marless", i_max=12, i_min=2, beta=0.5, scaling_window=10)
+    scaler = MarlessActorScaler(config=config, num_agents=3, fixed_actors=12)
+    counts = []
+    for row in data["convexity"]:
+        scaler.observe(convexity=dict(zip(data["policies"], row)))
+        counts.append(scaler.decide())
+    assert np.mean(counts[9:]) <= 3.5
