@@ -117,3 +117,22 @@ def test_the_papers_gammas_mean_a_collapse_and_a_stall() -> None:
     fires = firing_rounds(strong, gamma=-1.0)
     assert fires and 60 <= fires[0] < 70
     assert len(firing_rounds(trace, gamma=0.1)) >= 10     # of at most 15 full windows in 150 rounds
+
+
+def test_a_manifest_from_before_the_noise_rounds_loads() -> None:
+    """The controller's state gained "recent" (the rounds the noise is measured on); a checkpoint written before it
+    resumes with its window standing in, and a new one round-trips it."""
+    from nimbus.marless.sharing import SharingController
+
+    agents = ["a", "b"]
+    controller = SharingController(config=MarlessConfig(sharing="marless"), agents=agents,
+                                   compatible={a: "same" for a in agents}, seed=0)
+    for value in range(5):
+        controller.decide(round=value, agent_returns={"a": float(value), "b": 1.0}, samples={}, convexity={})
+    state = json.loads(json.dumps(controller.state_dict()))
+    assert state["recent"] == controller.detector.recent and len(state["recent"]) == 5
+    old = {key: value for key, value in state.items() if key != "recent"}
+    restored = SharingController(config=MarlessConfig(sharing="marless"), agents=agents,
+                                 compatible={a: "same" for a in agents}, seed=0)
+    restored.load_state_dict(old)
+    assert restored.detector.recent == state["window"]
