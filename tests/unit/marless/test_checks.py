@@ -90,3 +90,26 @@ def test_an_aec_env_is_refused_with_what_to_do() -> None:
     with pytest.raises(ConfigError, match=r"does not declare is_parallelizable: its agents act one after another"):
         refuse_aec(env=_aec_env(parallelizable=False), env_id="pkg.turns:make")
     refuse_aec(env=ParallelEnv(), env_id="pkg.parallel:make")          # a Parallel env passes
+
+
+def test_a_multiagent_config_with_env_wrappers_exits_2_at_parse() -> None:
+    """Wired: the config's multi-agent rules call check_multiagent_env (config/rules.py)."""
+    from nimbus.config import parse_config
+
+    data = {"algo": {"name": "ippo"}, "train": {"workflow": "multiagent"},
+            "env": {"id": "mpe2:simple_spread_v3", "wrappers": ["gymnasium.wrappers.FlattenObservation"]}}
+    with pytest.raises(ConfigError, match=r"env\.wrappers"):
+        parse_config(data=data)
+    parse_config(data={**data, "env": {"id": "mpe2:simple_spread_v3"}})
+
+
+def make_turn_based() -> object:
+    return _aec_env(parallelizable=True)
+
+
+def test_building_an_aec_env_is_refused_with_the_hint() -> None:
+    """Wired: envs/parallel.py build_raw_env checks the factory's result with refuse_aec."""
+    from nimbus.envs.parallel import build_raw_env
+
+    with pytest.raises(ConfigError, match=r"aec_to_parallel"):
+        build_raw_env(env_id=f"{__name__}:make_turn_based", kwargs={})
