@@ -12,7 +12,7 @@ from nimbus.errors import CheckpointError
 from nimbus.models.weights import weights_key
 from nimbus.pbt import population as population_module
 from nimbus.run.loop import train
-from nimbus.run.resume import load_resume_state
+from nimbus.data.resume import load_resume_state
 from test_snapshots import weights_sha256
 
 PBT = ["train.max_rounds=3", "algo.lr_schedule=constant", "algo.clip_schedule=constant", "algo.minibatch_size=64",
