@@ -25,6 +25,7 @@ from nimbus.errors import FunctionFailed
 from nimbus.run.build import build_shared
 from nimbus.run.registry import controller_class, workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
+from nimbus.run.signals import Interrupt
 from nimbus.run.stop import stop_reason
 from nimbus.run.summary import TrainResult
 
@@ -75,6 +76,13 @@ class Members:
     def stopped(self, i: int) -> str | None:
         return stop_reason(config=self.configs[i], progress=self.workflows[i].progress)
 
+    def drive_until_stopped(self, *, on_failure: Callable[[int, FunctionFailed], bool],
+                            on_replaced: Callable[[int, Any], None] = lambda i, workflow: None) -> list[str]:
+        """``drive`` with SIGINT/SIGTERM → ``request_stop`` on every member; each member's stop reason."""
+        with Interrupt(workflows=self.workflows) as interrupt:   # the list itself: a replaced member's new workflow
+            self.drive(on_failure=on_failure, on_replaced=on_replaced)
+        return [interrupt.received or self.stopped(i) or "interrupted" for i in range(len(self.workflows))]
+
     def drive(self, *, on_failure: Callable[[int, FunctionFailed], bool],
               on_replaced: Callable[[int, Any], None] = lambda i, workflow: None) -> None:
         """Every member runs rounds until its stop rule; ``on_failure(i, error)``: True when the member was
@@ -82,7 +90,7 @@ class Members:
         active = set(range(len(self.workflows)))
         for i in sorted(active):
             self.workflows[i].begin()
-        while active:
+        while active and not any(workflow.stop_requested for workflow in self.workflows):   # a signal stops all
             try:
                 (i, gen), (kind, future, meta) = self.events.get(timeout=POLL_S)
             except queue.Empty:
@@ -122,12 +130,12 @@ def train_population(*, config: NimbusConfig, run_dir: Path, resume_from: Path |
             population.attach(i, workflow)
             workflow.publish()
         population.prewarm(shared=pool)
-        members.drive(on_failure=population.on_failure, on_replaced=population.attach)
+        reasons = members.drive_until_stopped(on_failure=population.on_failure, on_replaced=population.attach)
         wall_s = time.perf_counter() - started
-        summaries = {plan.name: finish(config=plan.config, workflow=workflow, shared=pool, stopped_by="done",
+        summaries = {plan.name: finish(config=plan.config, workflow=workflow, shared=pool, stopped_by=reason,
                                        wall_s=wall_s + workflow.progress.wall_s_before,
                                        peak_actors=workflow.decision.num_actors * len(members.workflows))
-                     for plan, workflow in zip(population.plans, members.workflows)}
+                     for plan, workflow, reason in zip(population.plans, members.workflows, reasons)}
     finally:
         population.close()
         for workflow in members.workflows:

@@ -27,7 +27,6 @@ from nimbus.run.build import _run_namespace
 from nimbus.run.members import Members
 from nimbus.run.registry import workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
-from nimbus.run.stop import stop_reason
 from nimbus.run.summary import TrainResult, write_summary
 from nimbus.runtime.factory import StampedRuntime, make_runtime
 
@@ -97,12 +96,11 @@ def train_workloads(*, configs: list[NimbusConfig]) -> list[TrainResult]:
         for workflow in members.workflows:
             workflow.publish()
             workflow.prewarm()
-        members.drive(on_failure=lambda i, error: False)
+        reasons = members.drive_until_stopped(on_failure=lambda i, error: False)
         wall_s = time.perf_counter() - started
         results = []
-        for config, workflow, view in zip(configs, members.workflows, views):
-            summary = finish(config=config, workflow=workflow, shared=view, wall_s=wall_s,
-                             stopped_by=stop_reason(config=config, progress=workflow.progress) or "done",
+        for config, workflow, view, reason in zip(configs, members.workflows, views, reasons):
+            summary = finish(config=config, workflow=workflow, shared=view, wall_s=wall_s, stopped_by=reason,
                              peak_actors=workflow.decision.num_actors)
             write_summary(run_dir=workflow.system.run_dir, summary=summary)
             results.append(TrainResult(run_dir=workflow.system.run_dir, summary=summary, rows=[]))
