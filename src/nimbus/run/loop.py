@@ -96,8 +96,8 @@ def _train_one(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None)
     started = time.perf_counter()
     try:
         workflow.start()
-        hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, progress_env_steps=workflow.progress.env_steps,
-                         runtime=pool().runtime if name != "multiagent" else None)   # MARLess: no runtime scalars yet
+        hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=pool().runtime,
+                         progress_env_steps=workflow.progress.env_steps)
         with Interrupt(workflows=[workflow]) as interrupt:
             lost_store = run_unless_store_lost(  # P12: a lost store stops cleanly, with a final checkpoint
                 run=lambda: workflow.run(should_stop=lambda p: stop_reason(config=config, progress=p) is not None,

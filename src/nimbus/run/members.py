@@ -124,6 +124,7 @@ def train_population(*, config: NimbusConfig, run_dir: Path, resume_from: Path |
                 config=plan.config, shared=lambda: pool, run_dir=plan.run_dir, policy=plan.name,
                 resume_from=plan.resume_from, rank_base=plan.rank_base)
             members.add(workflow=workflow, hook=RoundHook(config=plan.config, workflow=members.get(i),
+                                                          runtime=pool.runtime,
                                                           after_round=lambda row, i=i: population.after_round(i, row)))
         population.begin(workflows=list(members.workflows))
         for i, workflow in enumerate(members.workflows):

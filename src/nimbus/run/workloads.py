@@ -92,7 +92,7 @@ def train_workloads(*, configs: list[NimbusConfig]) -> list[TrainResult]:
             workflow = workflow_class(name=workflow_name(config=config)).build(
                 config=config, shared=lambda view=views[-1]: view, run_dir=run_dir, policy=config.name,
                 resume_from=None, workload=config.name)
-            members.add(workflow=workflow, hook=RoundHook(config=config, workflow=members.get(i)))
+            members.add(workflow=workflow, hook=RoundHook(config=config, workflow=members.get(i), runtime=runtime))
         for workflow in members.workflows:
             workflow.publish()
             workflow.prewarm()

@@ -45,3 +45,24 @@ def test_a_signal_stops_every_member_with_a_final_checkpoint(tmp_path: Path, mon
     for name in ("a", "b"):
         assert list((result.run_dir / "policies" / name / "checkpoints").glob("ckpt-*"))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # the handlers are restored
+
+
+def _runtime_parts(path: Path) -> list[dict]:
+    return [json.loads(line)["runtime"] for line in path.read_text().splitlines()]
+
+
+def test_every_runs_metrics_rows_carry_the_pools_runtime_scalars(tmp_path: Path) -> None:
+    """MARLess runs and a population's members write the pool's counters (warm workers, cold starts...) into
+    every metrics row, as a single policy's run does (they wrote ``runtime: {}``)."""
+    single = train(config=inline_config(name="ppo-cartpole", run_root=tmp_path / "one",
+                                        overrides=["train.max_rounds=1", *TWO[1:]]))
+    keys = set(_runtime_parts(single.run_dir / "metrics.jsonl")[0])
+    assert keys
+    population = train(config=inline_config(name="ppo-cartpole", run_root=tmp_path / "two",
+                                            overrides=["train.max_rounds=1", *TWO]))
+    for name in ("a", "b"):
+        assert [set(p) for p in _runtime_parts(population.run_dir / "policies" / name / "metrics.jsonl")] == [keys]
+    pytest.importorskip("mpe2", reason="the MARLess case needs the [mpe] extra")
+    marl = train(config=inline_config(name="marless-ippo-spread", run_root=tmp_path / "marl", overrides=[
+        "train.max_rounds=1", "env.num_envs_per_actor=1", "actors.fragment_steps=8"]))
+    assert [set(p) for p in _runtime_parts(marl.run_dir / "metrics.jsonl")] == [keys]
