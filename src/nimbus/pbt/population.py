@@ -142,6 +142,11 @@ class Population:
         self.lineage = (self.run_dir / "lineage.jsonl").open("a")
         self.hyper_log = (self.run_dir / "hyperparameters.jsonl").open("a")
 
+    @property
+    def store(self) -> Any:
+        """The Store every member shares (one pool)."""
+        return self.workflows[0].system.store
+
     def attach(self, i: int, workflow: SyncWorkflow) -> None:
         """Member ``i``'s (new) workflow: its next version may be an exploit's copy."""
         self.workflows[i] = workflow
@@ -203,7 +208,7 @@ class Population:
         return new_version
 
     def _copy(self, *, source: str, source_version: int, member: str, version: int) -> None:
-        store = self.workflows[0].system.store
+        store = self.store
         weights = store.get(key=weights_key(policy=source, version=source_version))
         store.put(key=weights_key(policy=member, version=version),
                   message=Message(header={**weights.header, "policy_version": version}, arrays=dict(weights.arrays)))
@@ -212,7 +217,7 @@ class Population:
                   message=Message(header={**optim.header, "policy_version": version}, arrays=dict(optim.arrays)))
 
     def _record(self, event: Exploit, *, round_index: int) -> None:
-        store = self.workflows[0].system.store
+        store = self.store
         copied = store.get(key=weights_key(policy=event.member, version=event.version))
         original = store.get(key=weights_key(policy=event.source, version=event.source_version))
         self._log(self.lineage, {"event": "exploit", "round": round_index, **asdict(event),
