@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nimbus.config import NimbusConfig
-from nimbus.errors import FunctionFailed
+from nimbus.errors import FunctionFailed, StoreUnavailable
+from nimbus.roles.remote import run_unless_store_lost, store_failure
 from nimbus.run.build import build_shared
 from nimbus.run.registry import controller_class, workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
@@ -50,6 +51,7 @@ class Members:
         self.workflows: list[Any] = []
         self.generation: list[int] = []
         self.events: queue.Queue[Any] = queue.Queue()
+        self.lost_store: StoreUnavailable | None = None
 
     def add(self, *, workflow: Any, hook: Callable[[Any], None]) -> None:
         self.workflows.append(workflow)
@@ -78,10 +80,20 @@ class Members:
 
     def drive_until_stopped(self, *, on_failure: Callable[[int, FunctionFailed], bool],
                             on_replaced: Callable[[int, Any], None] = lambda i, workflow: None) -> list[str]:
-        """``drive`` with SIGINT/SIGTERM → ``request_stop`` on every member; each member's stop reason."""
+        """``drive`` with SIGINT/SIGTERM → ``request_stop`` on every member and a lost store (P12) ending it cleanly
+        (``self.lost_store``); each member's stop reason."""
         with Interrupt(workflows=self.workflows) as interrupt:   # the list itself: a replaced member's new workflow
-            self.drive(on_failure=on_failure, on_replaced=on_replaced)
-        return [interrupt.received or self.stopped(i) or "interrupted" for i in range(len(self.workflows))]
+            self.lost_store = run_unless_store_lost(run=lambda: self.drive(on_failure=on_failure,
+                                                                            on_replaced=on_replaced))
+        lost = "store_unavailable" if self.lost_store is not None else None
+        return [lost or interrupt.received or self.stopped(i) or "interrupted" for i in range(len(self.workflows))]
+
+    def raise_if_store_lost(self, *, where: Path) -> None:
+        """After the final checkpoints: the run ends with StoreUnavailable when the store was lost."""
+        if self.lost_store is not None:
+            rounds = ", ".join(str(workflow.progress.rounds) for workflow in self.workflows)
+            raise StoreUnavailable(f"{self.lost_store}; stopped cleanly after rounds {rounds} with a final "
+                                   f"checkpoint of every member under {where}")
 
     def drive(self, *, on_failure: Callable[[int, FunctionFailed], bool],
               on_replaced: Callable[[int, Any], None] = lambda i, workflow: None) -> None:
@@ -100,7 +112,7 @@ class Members:
             try:
                 ended = self.workflows[i].handle(kind=kind, future=future, meta=meta)
             except FunctionFailed as exc:
-                if not on_failure(i, exc):
+                if store_failure(exc) is not None or not on_failure(i, exc):   # a lost store is no member's fault
                     raise
                 on_replaced(i, self.replace(i))
                 self.workflows[i].begin()
@@ -144,4 +156,5 @@ def train_population(*, config: NimbusConfig, run_dir: Path, resume_from: Path |
         pool.close()
     best = population.finish(summaries=summaries)
     population.report()
+    members.raise_if_store_lost(where=run_dir / "policies")
     return TrainResult(run_dir=run_dir, summary=summaries[best], rows=[])

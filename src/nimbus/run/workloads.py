@@ -119,4 +119,5 @@ def train_workloads(*, configs: list[NimbusConfig]) -> list[TrainResult]:
         if config.output.report:
             from nimbus.report.render import render_report
             render_report(run_dir=result.run_dir)
+    members.raise_if_store_lost(where=pool_dir.parent)
     return results
