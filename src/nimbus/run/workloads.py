@@ -5,7 +5,9 @@ workers); each workload keeps its own run directory, Store, buffer, metrics, che
 cost (its policy is named after it, in the pool's one Store). Its functions are named ``<workload>/actor`` and ``<workload>/learner`` (its own warm workers) and
 carry ``workload`` into every ledger row; the pool's ledger (``<root>/pool-<stamp>/ledger.jsonl``) has
 every row, and each workload's ``ledger.jsonl`` its own, so their costs sum to the pool's. The pool
-divides CPUs between workloads by ``runtime.share_weight`` (fair share, runtime/fairshare.py).
+divides CPUs between workloads by ``runtime.share_weight`` (fair share, runtime/fairshare.py). The workloads are
+members of one driver loop (run/members.py): the same rounds, stop rules, signals, store-loss handling, final
+checkpoint and summary as any run (run/loop.py).
 """
 
 from __future__ import annotations
@@ -69,6 +71,20 @@ def _workload_view(*, config: NimbusConfig, runtime: Any, store: Any, pool_ledge
                   pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None))
 
 
+def _add_workloads(*, members: Members, runtime: Any, store: Any, pool_ledger: Ledger) -> list[Shared]:
+    """Each workload's run directory, view of the pool and workflow (its functions named after it); the views."""
+    views = []
+    for i, config in enumerate(members.configs):
+        run_dir = make_run_dir(config=config)
+        views.append(_workload_view(config=config, runtime=runtime, store=store, pool_ledger=pool_ledger,
+                                    run_dir=run_dir))
+        workflow = workflow_class(name=workflow_name(config=config)).build(
+            config=config, shared=lambda view=views[-1]: view, run_dir=run_dir, policy=config.name,
+            resume_from=None, workload=config.name)
+        members.add(workflow=workflow, hook=RoundHook(config=config, workflow=members.get(i), runtime=runtime))
+    return views
+
+
 def train_workloads(*, configs: list[NimbusConfig]) -> list[TrainResult]:
     """Train every config to its own stop condition over one pool; one TrainResult per workload."""
     check_workloads(configs=configs)
@@ -79,20 +95,12 @@ def train_workloads(*, configs: list[NimbusConfig]) -> list[TrainResult]:
                            worker_env=store_worker_env(config=configs[0].store))
     backend.set_shares(weights={config.name: config.runtime.share_weight for config in configs})
     members = Members(configs=configs)
-    views: list[Shared] = []
     started = time.perf_counter()
     store = None
     try:
         store = driver_store(config=configs[0].store, namespace=_run_namespace(run_dir=pool_dir))
         runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})
-        for i, config in enumerate(configs):
-            run_dir = make_run_dir(config=config)
-            views.append(_workload_view(config=config, runtime=runtime, store=store, pool_ledger=pool_ledger,
-                                        run_dir=run_dir))
-            workflow = workflow_class(name=workflow_name(config=config)).build(
-                config=config, shared=lambda view=views[-1]: view, run_dir=run_dir, policy=config.name,
-                resume_from=None, workload=config.name)
-            members.add(workflow=workflow, hook=RoundHook(config=config, workflow=members.get(i), runtime=runtime))
+        views = _add_workloads(members=members, runtime=runtime, store=store, pool_ledger=pool_ledger)
         for workflow in members.workflows:
             workflow.publish()
             workflow.prewarm()
