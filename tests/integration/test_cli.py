@@ -143,7 +143,7 @@ def test_export_runs_without_nimbus_and_acts_as_eval(run_dir: Path, tmp_path: Pa
     from nimbus.config import parse_config
     from nimbus.run.build import probe_spaces
     from nimbus.data.checkpoint import load_checkpoint
-    from nimbus.run.evaluate import load_policy
+    from nimbus.roles.evaluate import load_policy
 
     state = load_checkpoint(path=run_dir)
     config = parse_config(data=state.config)

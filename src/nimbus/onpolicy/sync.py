@@ -29,6 +29,7 @@ from nimbus.models.weights import optim_key, weights_key
 from nimbus.nitro.probe import round_probe_extras, with_decision
 from nimbus.onpolicy.actor import ActorRequest
 from nimbus.onpolicy.learner import LearnerRequest
+from nimbus.onpolicy.lifecycle import SystemWorkflow
 from nimbus.roles.remote import finish_learner_round, ship_batch
 from nimbus.run.build import System
 from nimbus.runtime.prewarm import PrewarmController, make_prewarmer
@@ -70,9 +71,9 @@ class Progress:
     slot_seq: dict[int, int] = field(default_factory=dict)      # per actor rank, as of the last finished round
     slot_states: dict[int, Any] = field(default_factory=dict)   # train.exact_resume: SlotState per rank, ditto
     restore_slots: dict[int, Any] = field(default_factory=dict)  # exact resume: each rank's first request rebuilds
-    restore_replay: Any = None     # train.checkpoint_replay: the replay file's Message (offpolicy/replay_checkpoint.py)
+    restore_replay: Any = None     # train.checkpoint_replay: the replay file's Message (onpolicy/replay_checkpoint.py)
     eval_return: float | None = None   # the last periodic evaluation's mean return (run/periodic_eval.py)
-    schedule_env_steps: int | None = None   # a resumed run: its original horizon, which schedules keep (run/resume.py)
+    schedule_env_steps: int | None = None   # a resumed run: its original horizon, which schedules keep (data/resume.py)
 
 
 def schedule_fraction(*, progress: Progress, total_env_steps: int) -> float:
@@ -95,10 +96,14 @@ def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[
             "actor_work_s": actor_work_s, "compute_s": compute_s}
 
 
-class SyncWorkflow:
-    """Runs rounds until ``should_stop`` says so. ``on_round`` receives each finished round's row."""
+class SyncWorkflow(SystemWorkflow):
+    """Runs rounds until ``should_stop`` says so. ``on_round`` receives each finished round's row. The rest of
+    core.Workflow (build, start, checkpoint, evaluate, close) is onpolicy/lifecycle.py's."""
 
-    def __init__(self, *, system: System, progress: Progress, on_round: Callable[[RoundMetrics], None]) -> None:
+    progress_type = Progress
+
+    def __init__(self, *, system: System, progress: Progress,
+                 on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
         self.system = system
         self.progress = progress
         self.on_round = on_round
@@ -272,8 +277,10 @@ class SyncWorkflow:
                     pass
 
     # -------------------------------------------------------------------------------------- loop
-    def run(self, *, should_stop: Callable[[Progress], bool]) -> None:
-        """Drive rounds until ``should_stop(progress)`` at a round boundary or ``stop_requested``."""
+    def run(self, *, should_stop: Callable[[Progress], bool], on_round: Callable[[RoundMetrics], None]) -> None:
+        """Drive rounds until ``should_stop(progress)`` at a round boundary or ``request_stop()``; ``on_round``
+        gets each round's row."""
+        self.on_round = on_round
         self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
         self.table.poll(now_s=time.monotonic())
         while not self.stop_requested:
@@ -284,6 +291,19 @@ class SyncWorkflow:
             if self.handle(kind=kind, future=future, meta=meta) and should_stop(self.progress):
                 return
             self.table.poll(now_s=time.monotonic())
+
+    # ------------------------------------------- several workflows on one driver loop (run/members.py)
+    def attach(self, *, events: Any) -> None:
+        """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue)."""
+        self.events = events
+
+    def begin(self) -> None:
+        """Announce the current version, so the first round's actors start (``run`` does this itself)."""
+        self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
+        self.table.poll(now_s=time.monotonic())
+
+    def poll(self, *, now_s: float) -> None:
+        self.table.poll(now_s=now_s)
 
     def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
         """Move one finished function's event into the round; True when it ended the round (a learner)."""

@@ -83,7 +83,8 @@ class InFlight:
 class AsyncLearnersWorkflow(SyncWorkflow):
     """Stellaris: several learner functions in flight, a parameter function aggregates by a rule."""
 
-    def __init__(self, *, system: System, progress: Progress, on_round: Callable[[RoundMetrics], None]) -> None:
+    def __init__(self, *, system: System, progress: Progress,
+                 on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
         super().__init__(system=system, progress=progress, on_round=on_round)
         cfg = system.config.stellaris
         self.cfg = cfg
@@ -321,10 +322,11 @@ class AsyncLearnersWorkflow(SyncWorkflow):
                 pass
 
     # -------------------------------------------------------------------------------- loop
-    def run(self, *, should_stop: Callable[[Progress], bool]) -> None:
+    def run(self, *, should_stop: Callable[[Progress], bool], on_round: Callable[[RoundMetrics], None]) -> None:
         """Start the first round's actors, then move events until ``should_stop`` at a round's end."""
+        self.on_round = on_round
         self._invoke_actors()
-        super().run(should_stop=should_stop)
+        super().run(should_stop=should_stop, on_round=on_round)
 
 
 def _mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:

@@ -118,10 +118,8 @@ def evaluate_checkpoint(*, path: Path, episodes: int, seed: int = 12345, explore
                         video: bool = False) -> EvalResult:
     """Load the newest verified checkpoint under ``path`` (a run dir, checkpoints dir, or ckpt dir);
     ``video``: record the episodes into ``<run dir>/videos``."""
-    from nimbus.marless.checkpoint import is_multiagent
-
     state = load_checkpoint(path=path)
-    if is_multiagent(config=state.config):
+    if state.config.get("train", {}).get("workflow") == "multiagent":   # marless/checkpoint.py is_multiagent
         raise CheckpointError(f"{path} holds one policy of a multi-agent run: evaluate the run directory, whose "
                               "agents act together (marless/evaluate.py)")
     config = parse_config(data=state.config)
