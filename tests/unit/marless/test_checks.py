@@ -34,19 +34,20 @@ def test_a_policy_map_across_different_spaces_is_refused_with_the_key() -> None:
         SharingController(config=bad, agents=list(compatible), compatible=compatible, seed=0)
 
 
-def test_the_run_stops_before_any_worker_pool_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_run_stops_before_any_worker_pool_is_built(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The real env's spaces (mpe2 simple_adversary: the adversary sees 8 numbers, the agents 10); the check runs
     before the pool: building it fails this test. Today the actors failed 4 times with a numpy error (exit 1)."""
     pytest.importorskip("mpe2")
-    from nimbus.marless import train as marless_train
+    from nimbus.run import loop
 
     def no_pool(**_: object) -> None:
         raise AssertionError("a worker pool was built before the map was checked")
 
-    monkeypatch.setattr(marless_train, "build_shared", no_pool)
-    config = load_config(path=REPO / "configs" / "marless-ippo-spread.yaml", overrides=MISMATCHED)
+    monkeypatch.setattr(loop, "build_shared", no_pool)
+    config = load_config(path=REPO / "configs" / "marless-ippo-spread.yaml",
+                         overrides=[*MISMATCHED, f"output.root_dir={tmp_path}"])
     with pytest.raises(ConfigError, match=r"^marl\.agent_policy\.adversary_0: "):
-        marless_train.train_multiagent(config=config)
+        loop.train(config=config)
 
 
 def test_the_cli_exits_2_naming_the_key_and_nothing_runs(tmp_path: Path) -> None:
