@@ -17,7 +17,7 @@ from nimbus.errors import ConfigError
 def check_policy_spaces(*, agent_policy: Mapping[str, str], compatible: Mapping[str, str],
                         key: str = "marl.agent_policy") -> None:
     """``agent_policy`` (agent → ``p_<owner>``) against ``compatible`` (agent → space signature); names outside
-    the env are left to marless/train.py's ``check_agent_policy``, which runs first."""
+    the env are left to marless/parts.py's ``check_agent_policy``, which runs first."""
     owners = {f"p_{agent}": agent for agent in compatible}
     for agent, policy in agent_policy.items():
         owner = owners.get(policy)
