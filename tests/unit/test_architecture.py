@@ -52,7 +52,6 @@ ALLOWED_UPWARD: dict[str, str] = {   # "importer -> imported": why, and what rem
     "nimbus.onpolicy.sync -> nimbus.run.build": f"System moves to onpolicy/system; {S2B}",
     "nimbus.offpolicy.workflow -> nimbus.run.build": f"System from onpolicy/system; {S2B}",
     "nimbus.stellaris.workflow -> nimbus.run.build": f"System, role_spec: onpolicy/system, roles/specs; {S2B}",
-    "nimbus.marless.workflow -> nimbus.run.build": f"Shared moves to types.py; {S2A}",
     "nimbus.marless.checkpoint -> nimbus.run.resume": f"the one loop resumes every workflow; {S2C}",
     "nimbus.marless.train -> nimbus.run.build": f"becomes MultiAgentWorkflow.build under the one loop; {S2C}",
     "nimbus.marless.train -> nimbus.run.loop": f"becomes MultiAgentWorkflow.build under the one loop; {S2C}",
@@ -63,8 +62,6 @@ ALLOWED_UPWARD: dict[str, str] = {   # "importer -> imported": why, and what rem
 ALLOWED_TECHNIQUE: dict[str, str] = {   # "importer -> imported" between technique folders, off TECHNIQUE_EDGES
     **{f"nimbus.marless.{m} -> nimbus.onpolicy.actor": f"derive_seed moves to roles/actor; {S2B}"
        for m in ("actor", "learner", "slot", "value_learner")},
-    "nimbus.marless.learning -> nimbus.onpolicy.sync": f"schedule_fraction moves to types.py; {S2A}",
-    "nimbus.marless.workflow -> nimbus.onpolicy.sync": f"Progress moves to types.py; {S2A}",
 }
 ALLOWED_CIRCLES: dict[frozenset[str], str] = {   # every module of one strongly connected component
     frozenset({"nimbus.bench.transports", "nimbus.bench.raybench", "nimbus.bench.redisbench"}):

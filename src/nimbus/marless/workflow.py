@@ -32,10 +32,8 @@ from nimbus.envs.slot_state import pop_slot_state
 from nimbus.marless.actor import MultiAgentActorRequest
 from nimbus.marless.learning import batch_key, make_learning, results_of
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.onpolicy.sync import Progress
-from nimbus.run.build import Shared
 from nimbus.runtime.prewarm import make_prewarmer
-from nimbus.types import RoundMetrics
+from nimbus.types import Progress, RoundMetrics, Shared
 
 log = logging.getLogger(__name__)
 LEARNER_ROLES = ("postprocess", "critic", "policy")

@@ -26,7 +26,8 @@ import numpy as np
 
 from nimbus.onpolicy.learner import LearnerRequest
 from nimbus.onpolicy.pipeline_learner import PIPELINE_KEY, StreamRequest
-from nimbus.onpolicy.sync import POLICY, SyncWorkflow, schedule_fraction
+from nimbus.onpolicy.sync import SyncWorkflow
+from nimbus.types import POLICY, schedule_fraction
 
 
 class PipelinedSyncWorkflow(SyncWorkflow):

@@ -38,13 +38,13 @@ from nimbus.data.codec import Message
 from nimbus.data.replay import FullBatch
 from nimbus.errors import CheckpointError, FunctionFailed
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.onpolicy.sync import Progress, SyncWorkflow
+from nimbus.onpolicy.sync import SyncWorkflow
 from nimbus.pbt.explore import exploit_source, explore, initial_values, ranked
-from nimbus.run.build import Shared, System, build_policy, build_shared, make_run_dir, peak_actors
+from nimbus.run.build import System, build_policy, build_shared, make_run_dir, peak_actors
 from nimbus.run.loop import (PREWARM_WAIT_S, RunSummary, TrainResult, _publish_initial, _should_stop,
                                   _summarise, save_checkpoint)
 from nimbus.run.resume import check_compatible, load_resume_state, progress_from, publish_checkpoint
-from nimbus.types import RoundMetrics
+from nimbus.types import Progress, RoundMetrics, Shared
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from nimbus.offpolicy.plan import make_replay, plan_for
 from nimbus.report.metrics import MetricsSink
 from nimbus.runtime.base import FunctionSpec, Resources, Runtime
 from nimbus.runtime.factory import StampedRuntime, make_runtime
-from nimbus.types import ActorScaler
+from nimbus.types import ActorScaler, Shared
 
 log = logging.getLogger(__name__)
 LEDGER_RECORDS_IN_MEMORY = 10_000  # a long run's driver stays flat (P13); costs are summed as records arrive
@@ -139,23 +139,6 @@ def check_snapshots(*, config: NimbusConfig) -> None:
             env.close()
 
 
-@dataclass(frozen=True)
-class Shared:
-    """What every policy of a run shares: one pool of workers, one ledger, one Store."""
-
-    runtime: Runtime
-    ledger: Ledger
-    store: Store
-    pricing: PricingModel
-    shm_prefix: str | None = None  # the run's own segment prefix (claim_run_prefix), released by close()
-
-    def close(self) -> None:
-        self.runtime.shutdown()
-        self.store.close()
-        if self.shm_prefix is not None:
-            release_run_prefix(prefix=self.shm_prefix)
-
-
 @dataclass
 class PolicyData:
     """One policy's data parts, made before anything starts: a buffer that shared memory cannot hold is a
@@ -203,8 +186,9 @@ def build_shared(*, config: NimbusConfig, run_dir: Path, shm_prefix: str | None 
         backend.shutdown()
         raise
     runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})  # functions open it
-    return Shared(runtime=runtime, ledger=ledger, store=store, shm_prefix=shm_prefix,
-                  pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None))
+    pricing = load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None)
+    return Shared(runtime=runtime, ledger=ledger, store=store, pricing=pricing, shm_prefix=shm_prefix,
+                  release_prefix=release_run_prefix)
 
 
 def check_devices(*, config: NimbusConfig) -> None:

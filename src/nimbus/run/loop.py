@@ -31,7 +31,7 @@ from nimbus.offpolicy.plan import Pacer
 from nimbus.offpolicy.replay_checkpoint import (FILE_KEY as REPLAY_FILE_KEY, checkpoints_dir, load_replay, prune_replays,
                                             replay_message, restore_scaler, save_replay)
 from nimbus.offpolicy.workflow import AsyncWorkflow
-from nimbus.onpolicy.sync import Progress, SyncWorkflow
+from nimbus.onpolicy.sync import SyncWorkflow
 from nimbus.roles.remote import run_unless_store_lost
 from nimbus.run.build import System, build, make_run_dir, peak_actors
 from nimbus.run.evaluate import evaluate_policy
@@ -39,7 +39,7 @@ from nimbus.run.periodic_eval import PeriodicEvaluator
 from nimbus.run.resume import (check_compatible, load_resume_state, progress_extra, progress_from,
                                  publish_checkpoint, resume_notice)
 from nimbus.run.rundir import claim_run_dir
-from nimbus.types import RoundMetrics
+from nimbus.types import Progress, RoundMetrics
 
 log = logging.getLogger(__name__)
 PREWARM_WAIT_S = 120.0

@@ -24,8 +24,8 @@ import time
 from nimbus.config import NimbusConfig
 from nimbus.data.store import Store
 from nimbus.models.weights import weights_key
-from nimbus.onpolicy.sync import Progress
 from nimbus.run.evaluate import evaluate_policy
+from nimbus.types import Progress
 
 EVAL_SEED_OFFSET = 20_000   # periodic evaluations: seed + this (the final one uses seed + 10_000)
 

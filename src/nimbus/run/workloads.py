@@ -24,14 +24,13 @@ from nimbus.cost.pricing import load_pricing
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.errors import ConfigError
-from nimbus.onpolicy.sync import Progress, SyncWorkflow
+from nimbus.onpolicy.sync import SyncWorkflow
 from nimbus.pbt.population import drive, start_workflow, tag_events
-from nimbus.run.build import (LEDGER_RECORDS_IN_MEMORY, Shared, System, _run_namespace, build_policy,
-                                make_run_dir, peak_actors)
+from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, System, _run_namespace, build_policy, make_run_dir, peak_actors
 from nimbus.run.loop import (PREWARM_WAIT_S, TrainResult, _publish_initial, _should_stop, _summarise,
                                   save_checkpoint)
 from nimbus.runtime.factory import StampedRuntime, make_runtime
-from nimbus.types import RoundMetrics
+from nimbus.types import Progress, RoundMetrics, Shared
 
 
 def check_workloads(*, configs: list[NimbusConfig]) -> None:

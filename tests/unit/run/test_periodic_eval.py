@@ -11,10 +11,10 @@ from nimbus.data.codec import Message
 from nimbus.envs.make import make_env
 from nimbus.errors import ConfigError
 from nimbus.models.weights import model_to_message, weights_key
-from nimbus.onpolicy.sync import Progress
 from nimbus.run.evaluate import evaluate_policy
 from nimbus.run.loop import _should_stop
 from nimbus.run.periodic_eval import PeriodicEvaluator
+from nimbus.types import Progress
 
 REPO = Path(__file__).resolve().parents[3]
 
