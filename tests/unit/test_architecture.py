@@ -44,7 +44,6 @@ CONFIG_MODULES: set[str] = set()
 
 S1, S2A, S2B, S2C, S2E = (f"removed by: issue 24 step {n}" for n in ("1", "2A", "2B", "2C", "2E"))
 ALLOWED_UPWARD: dict[str, str] = {   # "importer -> imported": why, and what removes it
-    "nimbus.envs.parallel -> nimbus.algos.base": f"EnvSpaces moves to envs/spaces.py; {S2A}",
     "nimbus.nitro.config -> nimbus.nitro.scaler": f"(lazy, make_scaler) splits to nitro/scalers.py; {S2E}",
     "nimbus.nitro.config -> nimbus.nitro.scaler_authors": f"(lazy, make_scaler) to nitro/scalers.py; {S2E}",
     "nimbus.nitro.config -> nimbus.nitro.baselines": f"(lazy, make_scaler) to nitro/scalers.py; {S2E}",

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from nimbus.algos.base import EnvSpaces
+from nimbus.envs.spaces import EnvSpaces
 
 
 def policy_of(agent: str) -> str:

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.multiagent import initial_messages, make_marl_algo
 from nimbus.config import NimbusConfig
 from nimbus.data.checkpoint import Checkpointer
@@ -27,6 +26,7 @@ from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.parallel_snapshot import check_parallel_snapshot
 from nimbus.envs.snapshot import require_snapshot
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import CheckpointError, ConfigError
 from nimbus.marless.checkpoint import check_policies, load_policies, policy_directory, publish_policies, \
     save_policies

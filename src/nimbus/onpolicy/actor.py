@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from nimbus.algos.base import Algorithm, EnvSpaces
+from nimbus.algos.base import Algorithm
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.envs.make import make_env
 from nimbus.envs.obsnorm import fragment_moments, normalize, rms_from_extras
 from nimbus.envs.slot_state import SLOT_META, SlotState, capture_slot, restore_slot, slot_state_from
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.distributions import clip_action
 from nimbus.models.weights import load_model
 from nimbus.runtime.base import FunctionContext

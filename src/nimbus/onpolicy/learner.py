@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
@@ -34,6 +33,7 @@ from nimbus.data.store import Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.make import make_env
 from nimbus.envs.obsnorm import merge, pop_moments, rms_from_extras, rms_to_extras
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
                                   weights_key)
 from nimbus.nitro.probe import ProbeRequest, probe_policy

@@ -20,7 +20,7 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
-from nimbus.algos.base import Algorithm, EnvSpaces
+from nimbus.algos.base import Algorithm
 from nimbus.algos.registry import make_algorithm
 from nimbus.config import FunctionConfig, NimbusConfig, dump_config
 from nimbus.config.bounds import MAX_ACTORS
@@ -36,6 +36,7 @@ from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, sto
 from nimbus.data.triggers import StoreEvents
 from nimbus.envs.make import make_env
 from nimbus.envs.snapshot import check_snapshot, require_snapshot
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.nitro.config import make_scaler
 from nimbus.nitro.probe import ProbeRequest, probe_request

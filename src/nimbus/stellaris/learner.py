@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.algos.truncation import Truncation
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.envs.make import make_env
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import load_model, weights_key
 from nimbus.onpolicy.learner import resolve_device
 from nimbus.runtime.base import FunctionContext

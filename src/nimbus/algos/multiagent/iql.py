@@ -26,9 +26,10 @@ import torch
 from pydantic import Field, field_validator, model_validator
 from torch import nn
 
-from nimbus.algos.base import ActOutput, EnvSpaces
+from nimbus.algos.base import ActOutput
 from nimbus.algos.dqn.loss import double_q_target, linear_schedule
 from nimbus.config.base import ConfigSection
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.models.qnet import QNetwork
 
