@@ -47,7 +47,6 @@ ALLOWED_UPWARD: dict[str, str] = {   # "importer -> imported": why, and what rem
     "nimbus.nitro.config -> nimbus.nitro.scaler": f"(lazy, make_scaler) splits to nitro/scalers.py; {S2E}",
     "nimbus.nitro.config -> nimbus.nitro.scaler_authors": f"(lazy, make_scaler) to nitro/scalers.py; {S2E}",
     "nimbus.nitro.config -> nimbus.nitro.baselines": f"(lazy, make_scaler) to nitro/scalers.py; {S2E}",
-    "nimbus.report.render -> nimbus.marless.report": f"technique panels found by name; {S2A}",
     "nimbus.onpolicy.sync -> nimbus.run.build": f"System moves to onpolicy/system; {S2B}",
     "nimbus.offpolicy.workflow -> nimbus.run.build": f"System from onpolicy/system; {S2B}",
     "nimbus.stellaris.workflow -> nimbus.run.build": f"System, role_spec: onpolicy/system, roles/specs; {S2B}",
@@ -63,8 +62,6 @@ ALLOWED_TECHNIQUE: dict[str, str] = {   # "importer -> imported" between techniq
        for m in ("actor", "learner", "slot", "value_learner")},
 }
 ALLOWED_CIRCLES: dict[frozenset[str], str] = {   # every module of one strongly connected component
-    frozenset({"nimbus.bench.transports", "nimbus.bench.raybench", "nimbus.bench.redisbench"}):
-        f"(lazy) a Transport base in bench/transport_base.py; {S2A}",
     frozenset({"nimbus.onpolicy.learner", "nimbus.onpolicy.pipeline_learner"}):
         f"(lazy hand-off) the shared helpers move to roles/learner.py; {S2B}",
     frozenset({"nimbus.run.loop", "nimbus.marless.train", "nimbus.pbt.population"}):
@@ -73,7 +70,6 @@ ALLOWED_CIRCLES: dict[frozenset[str], str] = {   # every module of one strongly 
 _ROLES_A = "public in roles/actor.py (env_slot, policy_at, spaces_of, step_all)"
 _ROLES_L = "public in roles/learner.py (cpu_copy, learner_state, restore_state; _probe → nitro/probe)"
 _RUN = "public in run/ (signals.Interrupt, stop.stop_reason, summary.summarise, onpolicy/system.publish_initial)"
-_WORKER = "public in runtime/worker.py (set_pdeathsig, limit_torch_threads)"
 ALLOWED_PRIVATE: dict[str, str] = {   # "importer -> module:name"
     **{f"nimbus.offpolicy.actor -> nimbus.onpolicy.actor:{n}": f"{_ROLES_A}; {S2B}"
        for n in ("_env_slot", "_policy", "_spaces_of", "_step_all")},
@@ -83,11 +79,6 @@ ALLOWED_PRIVATE: dict[str, str] = {   # "importer -> module:name"
        for n in ("_learner_state", "_probe", "_restore")},
     **{f"nimbus.stellaris.parameter -> nimbus.stellaris.learner:{n}": f"public in stellaris/learner; {S2B}"
        for n in ("_model_at", "_state")},
-    **{f"nimbus.onpolicy.pipeline -> nimbus.algos.ppo.learner:{n}": f"MEAN_STATS, gradient_step; {S2A}"
-       for n in ("_MEAN_STATS", "_gradient_step")},
-    **{f"nimbus.marless.report -> nimbus.report.panels:{n}": f"no_data, series; {S2A}" for n in ("_no_data", "_series")},
-    "nimbus.runtime.forkserver -> nimbus.runtime.worker:_set_pdeathsig": f"{_WORKER}; {S2A}",
-    "nimbus.runtime.ray_worker -> nimbus.runtime.worker:_limit_torch_threads": f"{_WORKER}; {S2A}",
     **{f"nimbus.marless.train -> nimbus.run.loop:{n}": f"{_RUN}; {S2C}" for n in ("_Interrupt", "_should_stop")},
     **{f"nimbus.{m} -> nimbus.run.loop:{n}": f"{_RUN}; {S2C}" for m in ("pbt.population", "run.workloads")
        for n in ("_publish_initial", "_should_stop", "_summarise")},
