@@ -58,27 +58,13 @@ ALLOWED_UPWARD: dict[str, str] = {   # "importer -> imported": why, and what rem
     "nimbus.pbt.population -> nimbus.run.resume": f"a population is a controller the one loop runs; {S2C}",
 }
 ALLOWED_TECHNIQUE: dict[str, str] = {   # "importer -> imported" between technique folders, off TECHNIQUE_EDGES
-    **{f"nimbus.marless.{m} -> nimbus.onpolicy.actor": f"derive_seed moves to roles/actor; {S2B}"
-       for m in ("actor", "learner", "slot", "value_learner")},
 }
 ALLOWED_CIRCLES: dict[frozenset[str], str] = {   # every module of one strongly connected component
-    frozenset({"nimbus.onpolicy.learner", "nimbus.onpolicy.pipeline_learner"}):
-        f"(lazy hand-off) the shared helpers move to roles/learner.py; {S2B}",
     frozenset({"nimbus.run.loop", "nimbus.marless.train", "nimbus.pbt.population"}):
         f"(lazy) one run loop that imports no workflow; {S2C}",
 }
-_ROLES_A = "public in roles/actor.py (env_slot, policy_at, spaces_of, step_all)"
-_ROLES_L = "public in roles/learner.py (cpu_copy, learner_state, restore_state; _probe → nitro/probe)"
 _RUN = "public in run/ (signals.Interrupt, stop.stop_reason, summary.summarise, onpolicy/system.publish_initial)"
 ALLOWED_PRIVATE: dict[str, str] = {   # "importer -> module:name"
-    **{f"nimbus.offpolicy.actor -> nimbus.onpolicy.actor:{n}": f"{_ROLES_A}; {S2B}"
-       for n in ("_env_slot", "_policy", "_spaces_of", "_step_all")},
-    **{f"nimbus.offpolicy.learner -> nimbus.onpolicy.learner:{n}": f"{_ROLES_L}; {S2B}"
-       for n in ("_cpu", "_learner_state", "_probe", "_restore")},
-    **{f"nimbus.onpolicy.pipeline_learner -> nimbus.onpolicy.learner:{n}": f"{_ROLES_L}; {S2B}"
-       for n in ("_learner_state", "_probe", "_restore")},
-    **{f"nimbus.stellaris.parameter -> nimbus.stellaris.learner:{n}": f"public in stellaris/learner; {S2B}"
-       for n in ("_model_at", "_state")},
     **{f"nimbus.marless.train -> nimbus.run.loop:{n}": f"{_RUN}; {S2C}" for n in ("_Interrupt", "_should_stop")},
     **{f"nimbus.{m} -> nimbus.run.loop:{n}": f"{_RUN}; {S2C}" for m in ("pbt.population", "run.workloads")
        for n in ("_publish_initial", "_should_stop", "_summarise")},

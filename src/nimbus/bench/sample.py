@@ -41,7 +41,8 @@ from nimbus.data.store import ShmStore
 from nimbus.envs.make import make_env
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import model_to_message, weights_key
-from nimbus.onpolicy.actor import ActorRequest, actor_function
+from nimbus.onpolicy.actor import actor_function
+from nimbus.roles.actor import ActorRequest
 from nimbus.runtime.base import FunctionContext, FunctionSpec, Resources
 from nimbus.runtime.local import LocalRuntime
 

@@ -38,7 +38,7 @@ from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.slot import MultiAgentSlot, capture_ma_slot, env_slot
 from nimbus.models.distributions import clip_action
 from nimbus.models.weights import load_model
-from nimbus.onpolicy.actor import derive_seed
+from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
 
 COLUMNS = ("obs", "next_obs", "actions", "logp", "rewards", "terminated", "truncated")

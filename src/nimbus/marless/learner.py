@@ -48,7 +48,7 @@ from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message, \
     weights_key
 from nimbus.nitro.probe import ProbeRequest, probe_policy
-from nimbus.onpolicy.actor import derive_seed
+from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import PLACED_KEY, place, torch_device
 from nimbus.runtime.faults import fault_point

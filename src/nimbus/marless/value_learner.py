@@ -71,7 +71,7 @@ from nimbus.errors import EnvContractError
 from nimbus.models.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
                                       weights_key)
 from nimbus.nitro.probe import ProbeRequest, probe_policy
-from nimbus.onpolicy.actor import derive_seed
+from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import place, torch_device
 

@@ -48,6 +48,7 @@ from nimbus.algos.base import Algorithm
 from nimbus.analysis.hessian import (HESSIAN_LAMBDA_MAX_KEY, HESSIAN_LAMBDA_MIN_KEY, HESSIAN_RATIO_KEY,
                                      extreme_eigenvalues, subset_indices)
 from nimbus.nitro.config import NitroScalingConfig, ScalingConfig
+from nimbus.roles.actor import derive_seed
 from nimbus.types import RoundMetrics, ScalingDecision
 
 #: Sub-modules whose parameters are not the policy's (separate value network, frozen target copy).
@@ -122,6 +123,18 @@ def probe_policy(*, algo: Algorithm, model: torch.nn.Module, batch: dict[str, to
     model.zero_grad(set_to_none=True)
     rows = int(subset["rewards"].numel())
     return {**probe.to_extras(), PROBE_SECONDS_KEY: time.perf_counter() - started, "probe_rows": float(rows)}
+
+
+def probe_after_update(*, algo: Algorithm, model: torch.nn.Module, batch: dict[str, torch.Tensor],
+                       probe: dict[str, Any] | None, seed: int, policy_version: int) -> dict[str, float]:
+    """What a learner function runs after its update: :func:`probe_policy` of the updated model when its request
+    carries a ``probe`` block (:class:`ProbeRequest` header), else {}. Seeded from the run ``seed`` and the version
+    the update read."""
+    request = ProbeRequest.from_header(probe)
+    if request is None:
+        return {}
+    return probe_policy(algo=algo, model=model, batch=batch, request=request,
+                        seed=derive_seed(seed, policy_version, 3))
 
 
 def probe_not_run() -> dict[str, float]:

@@ -24,7 +24,8 @@ from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import model_to_message, optim_key, weights_key
 from nimbus.nitro.probe import ProbeRequest
 from nimbus.offpolicy.learner import OffPolicyLearnerRequest, offpolicy_learner_function
-from nimbus.onpolicy.learner import LearnerRequest, learner_function
+from nimbus.onpolicy.learner import learner_function
+from nimbus.roles.learner import LearnerRequest
 from nimbus.runtime.base import FunctionContext
 from tests.algo_batches import host_batch
 from tests.device_audit import DeviceAudit
