@@ -36,7 +36,8 @@ from nimbus.marless.sharing import SharingController, space_signature
 from nimbus.marless.workflow import MarlParts, MarlProgress, MultiAgentWorkflow, critic_key
 from nimbus.models.weights import weights_key
 from nimbus.report.metrics import MetricsSink
-from nimbus.run.build import build_shared, function_spec, make_run_dir, role_spec
+from nimbus.roles.specs import function_spec, role_spec
+from nimbus.run.build import build_shared, make_run_dir
 from nimbus.run.loop import RunSummary, TrainResult, _Interrupt, _should_stop
 from nimbus.types import RoundMetrics
 

@@ -39,7 +39,7 @@ from nimbus.offpolicy.heard_from import HeardFromVersions
 from nimbus.offpolicy.learner import OffPolicyLearnerRequest
 from nimbus.offpolicy.plan import Pacer, plan_for
 from nimbus.offpolicy.replay_checkpoint import restore_replay
-from nimbus.run.build import System
+from nimbus.onpolicy.system import System
 from nimbus.runtime.prewarm import make_prewarmer
 from nimbus.types import POLICY, Progress, RoundMetrics, schedule_fraction
 

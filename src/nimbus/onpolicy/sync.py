@@ -27,10 +27,10 @@ from nimbus.envs.slot_state import SlotState, pop_slot_state
 from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.nitro.probe import round_probe_extras, with_decision
+from nimbus.onpolicy.system import System
 from nimbus.roles.actor import ActorRequest
 from nimbus.roles.learner import LearnerRequest
 from nimbus.roles.remote import finish_learner_round, ship_batch
-from nimbus.run.build import System
 from nimbus.runtime.prewarm import PrewarmController, make_prewarmer
 from nimbus.types import Progress, RoundMetrics, ScalingDecision, schedule_fraction
 

@@ -39,8 +39,9 @@ from nimbus.data.replay import FullBatch
 from nimbus.errors import CheckpointError, FunctionFailed
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.onpolicy.sync import SyncWorkflow
+from nimbus.onpolicy.system import System
 from nimbus.pbt.explore import exploit_source, explore, initial_values, ranked
-from nimbus.run.build import System, build_policy, build_shared, make_run_dir, peak_actors
+from nimbus.run.build import build_policy, build_shared, make_run_dir, peak_actors
 from nimbus.run.loop import (PREWARM_WAIT_S, RunSummary, TrainResult, _publish_initial, _should_stop,
                                   _summarise, save_checkpoint)
 from nimbus.run.resume import check_compatible, load_resume_state, progress_from, publish_checkpoint

@@ -22,16 +22,15 @@ import torch
 
 from nimbus.algos.base import Algorithm
 from nimbus.algos.registry import make_algorithm
-from nimbus.config import FunctionConfig, NimbusConfig, dump_config
+from nimbus.config import NimbusConfig, dump_config
 from nimbus.config.bounds import MAX_ACTORS
 from nimbus.config.rules import OFF_POLICY
 from nimbus.cost.ledger import Ledger
-from nimbus.cost.pricing import PricingModel, load_pricing
+from nimbus.cost.pricing import load_pricing
 from nimbus.data.buffer import Buffer
 from nimbus.data.checkpoint import Checkpointer
 from nimbus.data.replay import FullBatch, ReplayStrategy
 from nimbus.data.shm import SharedMemoryTooSmall, claim_run_prefix, release_run_prefix, sweep_orphans
-from nimbus.data.store import Store
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.data.triggers import StoreEvents
 from nimbus.envs.make import make_env
@@ -39,10 +38,11 @@ from nimbus.envs.snapshot import check_snapshot, require_snapshot
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.nitro.config import make_scaler
-from nimbus.nitro.probe import ProbeRequest, probe_request
+from nimbus.nitro.probe import probe_request
 from nimbus.offpolicy.plan import make_replay, plan_for
+from nimbus.onpolicy.system import System
 from nimbus.report.metrics import MetricsSink
-from nimbus.runtime.base import FunctionSpec, Resources, Runtime
+from nimbus.roles.specs import role_spec
 from nimbus.runtime.factory import StampedRuntime, make_runtime
 from nimbus.types import ActorScaler, Shared
 
@@ -55,45 +55,6 @@ OFFPOLICY_LEARNER_ENTRYPOINT = "nimbus.offpolicy.learner:offpolicy_learner_funct
 GRADIENT_LEARNER_ENTRYPOINT = "nimbus.stellaris.learner:gradient_learner_function"  # async_learners
 
 
-@dataclass
-class System:
-    """Every connected part of one run. Workflows receive this and nothing global."""
-
-    config: NimbusConfig
-    run_dir: Path
-    spaces: EnvSpaces
-    algo: Algorithm
-    runtime: Runtime
-    ledger: Ledger
-    pricing: PricingModel
-    store: Store
-    store_events: StoreEvents
-    buffer: Buffer
-    replay: ReplayStrategy
-    scaler: ActorScaler
-    actor_spec: FunctionSpec
-    learner_spec: FunctionSpec
-    checkpointer: Checkpointer
-    metrics: MetricsSink
-    probe: ProbeRequest | None = None   # the Hessian probe each learner request carries (Nitro), else None
-    ship_batches: bool = False  # learner batches travel through the Store (ray: the buffer may be on another node)
-    policy: str = "main"        # the policy this System trains: weights/<policy>/<v>, optim/<policy>/<v>
-    rank_base: int = 0          # first actor rank of this policy (a population's members get disjoint ranks)
-    owns_shared: bool = True    # False for a population member: the population closes runtime and store once
-    shm_prefix: str | None = None  # with owns_shared: the run's own segment prefix, owned (locked) until close()
-
-    def close(self) -> None:
-        """Stop workers, flush logs, remove every shared-memory segment of the run."""
-        self.metrics.close()
-        if self.owns_shared:
-            self.runtime.shutdown()
-        self.buffer.close(unlink=True)
-        if self.owns_shared:
-            self.store.close()
-            if self.shm_prefix is not None:
-                release_run_prefix(prefix=self.shm_prefix)
-
-
 def make_run_dir(*, config: NimbusConfig, root: Path | None = None) -> Path:
     base = Path(root or config.output.root_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -104,19 +65,6 @@ def make_run_dir(*, config: NimbusConfig, root: Path | None = None) -> Path:
         suffix += 1
     run_dir.mkdir(parents=True)
     return run_dir
-
-
-def function_spec(*, name: str, entrypoint: str, kind: str, function: FunctionConfig) -> FunctionSpec:
-    return FunctionSpec(name=name, entrypoint=entrypoint, kind=kind,
-                        resources=Resources(cpus=function.cpus, gpus=function.gpus, memory_mb=function.memory_mb),
-                        timeout_s=function.timeout_s, max_retries=function.max_retries,
-                        heartbeat_s=function.heartbeat_s)
-
-
-def role_spec(*, config: NimbusConfig, role: str, entrypoint: str) -> FunctionSpec:
-    """The FunctionSpec of one function role (``functions.<role>`` in the config, config/sections.py ROLES). Named by
-    role, not policy: the policies of a run share warm workers (caches are keyed by policy and version)."""
-    return function_spec(name=role, entrypoint=entrypoint, kind=role, function=config.role_function(role=role))
 
 
 def probe_spaces(*, config: NimbusConfig) -> EnvSpaces:

@@ -32,8 +32,9 @@ from nimbus.offpolicy.replay_checkpoint import (FILE_KEY as REPLAY_FILE_KEY, che
                                             replay_message, restore_scaler, save_replay)
 from nimbus.offpolicy.workflow import AsyncWorkflow
 from nimbus.onpolicy.sync import SyncWorkflow
+from nimbus.onpolicy.system import System
 from nimbus.roles.remote import run_unless_store_lost
-from nimbus.run.build import System, build, make_run_dir, peak_actors
+from nimbus.run.build import build, make_run_dir, peak_actors
 from nimbus.run.evaluate import evaluate_policy
 from nimbus.run.periodic_eval import PeriodicEvaluator
 from nimbus.run.resume import (check_compatible, load_resume_state, progress_extra, progress_from,

@@ -36,7 +36,8 @@ from nimbus.data.checkpoint import CheckpointState, load_checkpoint
 from nimbus.envs.slot_state import slots_from_message
 from nimbus.errors import CheckpointError
 from nimbus.models.weights import load_model, optim_key, weights_key
-from nimbus.run.build import System, probe_spaces
+from nimbus.onpolicy.system import System
+from nimbus.run.build import probe_spaces
 from nimbus.types import Progress
 
 MAX_DIFFERENCES_SHOWN = 8

@@ -25,8 +25,9 @@ from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.errors import ConfigError
 from nimbus.onpolicy.sync import SyncWorkflow
+from nimbus.onpolicy.system import System
 from nimbus.pbt.population import drive, start_workflow, tag_events
-from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, System, _run_namespace, build_policy, make_run_dir, peak_actors
+from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, _run_namespace, build_policy, make_run_dir, peak_actors
 from nimbus.run.loop import (PREWARM_WAIT_S, TrainResult, _publish_initial, _should_stop, _summarise,
                                   save_checkpoint)
 from nimbus.runtime.factory import StampedRuntime, make_runtime

@@ -41,7 +41,8 @@ from nimbus.data.triggers import TriggerTable
 from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.onpolicy.sync import RoundState, SyncWorkflow
-from nimbus.run.build import System, role_spec
+from nimbus.onpolicy.system import System
+from nimbus.roles.specs import role_spec
 from nimbus.stellaris.gradients import gradient_algo_for
 from nimbus.stellaris.learner import GradientRequest
 from nimbus.stellaris.parameter import ParameterRequest
