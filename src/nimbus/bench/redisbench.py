@@ -81,7 +81,8 @@ class RedisTransport(ProcessTransport):
         self.server = RedisServer()
         self.client = redis.Redis(host="127.0.0.1", port=self.server.port)
         self.notify = mp.get_context("spawn").SimpleQueue()
-        super().__init__(kind="redis", sender="nimbus.bench.redisbench:RedisSender", n=n, setup={"port": self.server.port, "notify": self.notify})
+        super().__init__(kind="redis", sender="nimbus.bench.redisbench:RedisSender", n=n,
+                         setup={"port": self.server.port, "notify": self.notify})
 
     def _receive(self, *, count: int, deadline: float) -> list[Sample]:
         samples = []

@@ -126,7 +126,8 @@ class MemcpyTransport(Transport):
 class MpQueueTransport(ProcessTransport):
     def __init__(self, *, n: int) -> None:
         self.queue = mp.get_context("spawn").Queue()
-        super().__init__(kind="mp_queue", sender="nimbus.bench.transports:MpQueueSender", n=n, setup={"queue": self.queue})
+        super().__init__(kind="mp_queue", sender="nimbus.bench.transports:MpQueueSender", n=n,
+                         setup={"queue": self.queue})
 
     def _receive(self, *, count: int, deadline: float) -> list[Sample]:
         samples = []

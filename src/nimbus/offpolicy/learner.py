@@ -69,7 +69,8 @@ def offpolicy_learner_function(*, context: FunctionContext, request: Message) ->
         restore_state(model=model, optimizer=optimizer, snapshot=snapshot, context=context, req=req)
     new_version = req.policy_version + 1
     put_all(store=state["store"], items={  # one round trip where the backend batches
-        weights_key(policy=req.policy, version=new_version): model_to_message(model=cpu_copy(model=model), version=new_version),
+        weights_key(policy=req.policy, version=new_version): model_to_message(model=cpu_copy(model=model),
+                                                                              version=new_version),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
                                                                                 version=new_version)},
             writer=context.invocation_id)  # a retry of this invocation may redo the puts (data/store.py)
