@@ -29,13 +29,12 @@ if TYPE_CHECKING:
     import numpy as np
 
     from nimbus.config.root import NimbusConfig
-    from nimbus.types import RoundMetrics, ScalingDecision
+    from nimbus.types import Progress, RoundMetrics, ScalingDecision, Shared
     from nimbus.data.codec import Message
     from nimbus.data.frames import Envelope
     from nimbus.runtime.base import FunctionSpec, RuntimeStats
-    from nimbus.run.build import Shared
-    from nimbus.onpolicy.sync import Progress
     from nimbus.report.metrics import MetricsSink
+    from nimbus.data.checkpoint import CheckpointState
     from nimbus.roles.evaluate import EvalResult
 
 D = TypeVar("D", covariant=True)

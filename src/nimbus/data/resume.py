@@ -38,7 +38,7 @@ from nimbus.data.checkpoint import CheckpointState, load_checkpoint
 from nimbus.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from nimbus.onpolicy.sync import Progress
+    from nimbus.types import Progress
 
 MAX_DIFFERENCES_SHOWN = 8
 

@@ -34,10 +34,10 @@ import numpy as np
 from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.envs.aec import refuse_aec
 from nimbus.envs.checks import check_box_observation, unknown_kwarg
 from nimbus.envs.custom import import_modules, resolve
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError, EnvContractError
 from nimbus.liveness import beat
 

@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nimbus.algos.base import EnvSpaces
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.config import NimbusConfig
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.parallel_snapshot import check_parallel_snapshot
 from nimbus.envs.snapshot import require_snapshot
 from nimbus.errors import ConfigError
-from nimbus.onpolicy.sync import Progress
-from nimbus.run.build import function_spec, role_spec
+from nimbus.types import Progress
+from nimbus.roles.specs import function_spec, role_spec
 
 if TYPE_CHECKING:
-    from nimbus.run.build import Shared
+    from nimbus.types import Shared
 
 log = logging.getLogger(__name__)
 MA_ACTOR_ENTRYPOINT = "nimbus.marless.actor:ma_actor_function"

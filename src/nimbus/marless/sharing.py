@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from nimbus.algos.base import EnvSpaces
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.checks import check_policy_spaces
 
 

@@ -45,11 +45,11 @@ from nimbus.marless.sharing import SharingController, space_signature
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.report.metrics import MetricsSink
 from nimbus.runtime.prewarm import make_prewarmer
-from nimbus.types import RoundMetrics
+from nimbus.types import Progress, RoundMetrics, Shared
 
 if TYPE_CHECKING:
-    from nimbus.onpolicy.sync import Progress
-    from nimbus.run.build import Shared
+    from nimbus.types import Progress
+    from nimbus.types import Shared
 
 log = logging.getLogger(__name__)
 LEARNER_ROLES = ("postprocess", "critic", "policy")

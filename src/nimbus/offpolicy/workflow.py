@@ -38,12 +38,11 @@ from nimbus.offpolicy.actor import OffPolicyActorRequest
 from nimbus.offpolicy.heard_from import HeardFromVersions
 from nimbus.offpolicy.learner import OffPolicyLearnerRequest
 from nimbus.offpolicy.plan import Pacer, plan_for
-from nimbus.onpolicy.replay_checkpoint import restore_replay
 from nimbus.onpolicy.lifecycle import SystemWorkflow
-from nimbus.onpolicy.sync import POLICY, Progress, schedule_fraction
-from nimbus.run.build import System
+from nimbus.onpolicy.replay_checkpoint import restore_replay
+from nimbus.onpolicy.system import System
 from nimbus.runtime.prewarm import make_prewarmer
-from nimbus.types import RoundMetrics
+from nimbus.types import POLICY, Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
 POLL_S = 0.02

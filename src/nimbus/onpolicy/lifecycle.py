@@ -38,11 +38,12 @@ from nimbus.models.weights import load_model, model_to_message, optim_key, weigh
 from nimbus.onpolicy.replay_checkpoint import (FILE_KEY as REPLAY_FILE_KEY, checkpoints_dir, load_replay,
                                                prune_replays, replay_message, restore_scaler, save_replay)
 from nimbus.roles.evaluate import EvalResult, evaluate_policy
-from nimbus.run.build import System, build_policy, peak_actors, policy_data, probe_spaces
+from nimbus.onpolicy.system import System
+from nimbus.run.build import build_policy, peak_actors, policy_data, probe_spaces
 
 if TYPE_CHECKING:
-    from nimbus.onpolicy.sync import Progress
-    from nimbus.run.build import Shared
+    from nimbus.types import Progress
+    from nimbus.types import Shared
 
 log = logging.getLogger(__name__)
 PREWARM_WAIT_S = 120.0

@@ -27,16 +27,15 @@ from nimbus.envs.slot_state import SlotState, pop_slot_state
 from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.nitro.probe import round_probe_extras, with_decision
-from nimbus.onpolicy.actor import ActorRequest
-from nimbus.onpolicy.learner import LearnerRequest
 from nimbus.onpolicy.lifecycle import SystemWorkflow
+from nimbus.onpolicy.system import System
+from nimbus.roles.actor import ActorRequest
+from nimbus.roles.learner import LearnerRequest
 from nimbus.roles.remote import finish_learner_round, ship_batch
-from nimbus.run.build import System
 from nimbus.runtime.prewarm import PrewarmController, make_prewarmer
-from nimbus.types import RoundMetrics, ScalingDecision
+from nimbus.types import Progress, RoundMetrics, ScalingDecision, schedule_fraction
 
 log = logging.getLogger(__name__)
-POLICY = "main"  # the policy of a one-policy run (a population names each member: pbt/population.py)
 
 
 @dataclass
@@ -54,32 +53,6 @@ class RoundState:
     ingest_s: float = 0.0
     work_s: float = 0.0  # slowest actor's env stepping + policy inference: the round's critical path
     obs_moments: Any = None  # merged raw-observation moments of the accepted fragments (algo.normalize_obs)
-
-
-@dataclass
-class Progress:
-    rounds: int = 0
-    env_steps: int = 0
-    episodes: int = 0
-    policy_version: int = 0
-    recent_returns: list[float] = field(default_factory=list)
-    nonfinite_in_a_row: int = 0
-    last_row: RoundMetrics | None = None
-    wall_s_before: float = 0.0     # a resumed run: wall time and cost of the sessions before this one
-    cost_usd_before: float = 0.0
-    slot_seq_base: int = 0         # a resumed run: env slots start here, so its envs reset with fresh seeds
-    slot_seq: dict[int, int] = field(default_factory=dict)      # per actor rank, as of the last finished round
-    slot_states: dict[int, Any] = field(default_factory=dict)   # train.exact_resume: SlotState per rank, ditto
-    restore_slots: dict[int, Any] = field(default_factory=dict)  # exact resume: each rank's first request rebuilds
-    restore_replay: Any = None     # train.checkpoint_replay: the replay file's Message (onpolicy/replay_checkpoint.py)
-    eval_return: float | None = None   # the last periodic evaluation's mean return (run/periodic_eval.py)
-    schedule_env_steps: int | None = None   # a resumed run: its original horizon, which schedules keep (data/resume.py)
-
-
-def schedule_fraction(*, progress: Progress, total_env_steps: int) -> float:
-    """How far the run is along its schedules (learning rate, clip, ε): env steps over the horizon they anneal
-    over, ``train.total_env_steps`` of the run as it started — a resume that raises it keeps the original."""
-    return min(1.0, progress.env_steps / (progress.schedule_env_steps or total_env_steps))
 
 
 def _prewarmer(*, system: System) -> PrewarmController:

@@ -46,7 +46,7 @@ from nimbus.pbt.explore import exploit_source, explore, initial_values, ranked
 from nimbus.types import RoundMetrics
 
 if TYPE_CHECKING:
-    from nimbus.run.build import Shared
+    from nimbus.types import Shared
 
 log = logging.getLogger(__name__)
 

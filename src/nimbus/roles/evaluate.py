@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from nimbus.algos.base import Algorithm, EnvSpaces
+from nimbus.algos.base import Algorithm
 from nimbus.algos.registry import make_algorithm
 from nimbus.config import NimbusConfig, parse_config
 from nimbus.data.checkpoint import load_checkpoint, saved_policies
@@ -30,6 +30,7 @@ from nimbus.data.codec import Message
 from nimbus.envs.make import make_env
 from nimbus.envs.normalize import RunningMeanStd
 from nimbus.envs.obsnorm import normalize, rms_from_extras
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import CheckpointError
 from nimbus.models.distributions import clip_action
 from nimbus.models.weights import load_model

@@ -32,9 +32,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.config import parse_config
 from nimbus.data.checkpoint import load_checkpoint
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import CheckpointError, ConfigError
 from nimbus.models import distributions
 from nimbus.models.weights import load_model

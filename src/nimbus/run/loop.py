@@ -26,7 +26,7 @@ from nimbus.config import NimbusConfig
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.errors import CheckpointError, StoreUnavailable
 from nimbus.roles.remote import run_unless_store_lost
-from nimbus.run.build import Shared, build_shared, make_run_dir
+from nimbus.run.build import build_shared, make_run_dir
 from nimbus.run.members import train_population
 from nimbus.run.registry import workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
@@ -34,7 +34,7 @@ from nimbus.run.rundir import claim_run_dir
 from nimbus.run.signals import Interrupt
 from nimbus.run.stop import stop_reason
 from nimbus.run.summary import ROWS_IN_MEMORY, RunSummary, TrainResult, write_summary
-from nimbus.types import RoundMetrics
+from nimbus.types import RoundMetrics, Shared
 
 log = logging.getLogger(__name__)
 POLICY = "main"   # the policy of a one-policy run (a population names each member)

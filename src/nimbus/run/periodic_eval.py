@@ -23,8 +23,8 @@ import time
 from typing import Callable
 
 from nimbus.config import NimbusConfig
-from nimbus.onpolicy.sync import Progress
 from nimbus.roles.evaluate import EvalResult
+from nimbus.types import Progress
 
 EVAL_SEED_OFFSET = 20_000   # periodic evaluations: seed + this (the final one uses seed + 10_000)
 

@@ -24,7 +24,7 @@ from nimbus.types import RoundMetrics
 
 if TYPE_CHECKING:
     from nimbus.core import Workflow
-    from nimbus.run.build import Shared
+    from nimbus.types import Shared
     from nimbus.runtime.base import Runtime
 
 FINAL_EVAL_SEED_OFFSET = 10_000   # the final evaluation's seeds: seed + this (periodic ones: + 20_000)

@@ -11,7 +11,7 @@ import numpy as np
 
 from nimbus.config import NimbusConfig
 from nimbus.nitro.scaler import BUDGET_STOP_KEY
-from nimbus.onpolicy.sync import Progress
+from nimbus.types import Progress
 
 SIGNALS = ("SIGINT", "SIGTERM")   # the reasons a signal gives: no final evaluation after them
 

@@ -21,8 +21,8 @@ from nimbus.config import NimbusConfig
 from nimbus.types import RoundMetrics
 
 if TYPE_CHECKING:
-    from nimbus.onpolicy.sync import Progress
-    from nimbus.run.build import Shared
+    from nimbus.types import Progress
+    from nimbus.types import Shared
     from nimbus.runtime.base import Runtime
 
 ROWS_IN_MEMORY = 10_000  # rounds kept in TrainResult.rows (metrics.jsonl has them all)

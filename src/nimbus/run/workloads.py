@@ -24,13 +24,13 @@ from nimbus.cost.pricing import load_pricing
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.errors import ConfigError
-from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, Shared, make_run_dir, peak_actors
-from nimbus.run.build import _run_namespace
+from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, run_namespace, make_run_dir, peak_actors
 from nimbus.run.members import Members
 from nimbus.run.registry import workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
 from nimbus.run.summary import TrainResult, write_summary
 from nimbus.runtime.factory import StampedRuntime, make_runtime
+from nimbus.types import Shared
 
 
 def check_workloads(*, configs: list[NimbusConfig]) -> None:
@@ -98,7 +98,7 @@ def train_workloads(*, configs: list[NimbusConfig]) -> list[TrainResult]:
     started = time.perf_counter()
     store = None
     try:
-        store = driver_store(config=configs[0].store, namespace=_run_namespace(run_dir=pool_dir))
+        store = driver_store(config=configs[0].store, namespace=run_namespace(run_dir=pool_dir))
         runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})
         views = _add_workloads(members=members, runtime=runtime, store=store, pool_ledger=pool_ledger)
         for workflow in members.workflows:

@@ -40,13 +40,14 @@ from nimbus.data.codec import Message
 from nimbus.data.triggers import TriggerTable
 from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.onpolicy.sync import Progress, RoundState, SyncWorkflow, schedule_fraction
-from nimbus.run.build import System, role_spec
+from nimbus.onpolicy.sync import RoundState, SyncWorkflow
+from nimbus.onpolicy.system import System
+from nimbus.roles.specs import role_spec
 from nimbus.stellaris.gradients import gradient_algo_for
 from nimbus.stellaris.learner import GradientRequest
 from nimbus.stellaris.parameter import ParameterRequest
 from nimbus.stellaris.rules import Aggregation, Arrival, Rejection, make_rule
-from nimbus.types import RoundMetrics
+from nimbus.types import Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
 PARAMETER_ENTRYPOINT = "nimbus.stellaris.parameter:parameter_function"

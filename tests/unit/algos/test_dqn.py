@@ -11,9 +11,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.dqn import DQN, DQNConfig, dqn_update
 from nimbus.algos.dqn.loss import double_q_target, epsilon_greedy, linear_schedule, td_loss
+from nimbus.envs.spaces import EnvSpaces
 
 SPACES = EnvSpaces(observation=gym.spaces.Box(-1.0, 1.0, (4,), np.float32), action=gym.spaces.Discrete(3))
 

@@ -4,17 +4,18 @@ from pathlib import Path
 
 import pytest
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.registry import make_algorithm
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.data.codec import Message
 from nimbus.envs.make import make_env
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.models.weights import model_to_message, weights_key
-from nimbus.onpolicy.sync import Progress
 from nimbus.roles.evaluate import evaluate_policy
 from nimbus.run.stop import stop_reason
+from nimbus.types import Progress
 from nimbus.run.periodic_eval import PeriodicEvaluator
+from nimbus.types import Progress
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -23,10 +23,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from nimbus.algos.base import ActOutput, EnvSpaces, KeySpec, LossOutput
+from nimbus.algos.base import ActOutput, KeySpec, LossOutput
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.dqn.learner import DQNUpdate, DQNUpdateStats, dqn_update
 from nimbus.algos.dqn.loss import batch_td_loss, epsilon_greedy, linear_schedule, one_step_targets
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.custom import build_user_network
 from nimbus.models.qnet import QNetwork
 

@@ -26,10 +26,11 @@ import torch
 from pydantic import Field, model_validator
 from torch import nn
 
-from nimbus.algos.base import ActOutput, EnvSpaces
+from nimbus.algos.base import ActOutput
 from nimbus.algos.dqn.loss import double_q_target, epsilon_greedy, linear_schedule
 from nimbus.config.base import ConfigSection
 from nimbus.config.fields import check_batch_fits, Widths
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.models.qnet import QNetwork
 
