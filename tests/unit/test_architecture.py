@@ -30,7 +30,8 @@ PACKAGE = Path(nimbus.__file__).resolve().parent
 TECHNIQUES = ("nitro", "onpolicy", "offpolicy", "stellaris", "marless", "pbt")
 LAYERS: list[tuple[str, ...]] = [
     ("", "core", "types", "errors", "liveness"), ("config",), ("data",), ("cost",), ("analysis",), ("runtime",),
-    ("envs",), ("models",), ("algos",), ("roles",), ("report",), TECHNIQUES, ("run",), ("bench",), ("cli",),
+    ("envs",), ("models",), ("algos",), ("roles",), ("report",), TECHNIQUES, ("run",), ("sweep",), ("bench",),
+    ("cli",),
 ]
 # Technique folders share one layer; one imports another only along these edges (docs/architecture.md): every
 # learner calls Nitro's probe, Stellaris's workflow extends the on-policy one, PBT members are on-policy workflows.

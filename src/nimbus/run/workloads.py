@@ -16,7 +16,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from nimbus.config import NimbusConfig, dump_config
 from nimbus.cost.ledger import Ledger
@@ -30,7 +30,10 @@ from nimbus.run.registry import workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
 from nimbus.run.summary import TrainResult, write_summary
 from nimbus.runtime.factory import StampedRuntime, make_runtime
-from nimbus.types import Shared
+from nimbus.types import RoundMetrics, Shared
+
+
+AfterRound = Callable[[int, RoundMetrics], bool]
 
 
 def check_workloads(*, configs: list[NimbusConfig]) -> None:
@@ -71,7 +74,8 @@ def _workload_view(*, config: NimbusConfig, runtime: Any, store: Any, pool_ledge
                   pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None))
 
 
-def _add_workloads(*, members: Members, runtime: Any, store: Any, pool_ledger: Ledger) -> list[Shared]:
+def _add_workloads(*, members: Members, runtime: Any, store: Any, pool_ledger: Ledger,
+                   after_round: AfterRound | None) -> list[Shared]:
     """Each workload's run directory, view of the pool and workflow (its functions named after it); the views."""
     views = []
     for i, config in enumerate(members.configs):
@@ -81,12 +85,21 @@ def _add_workloads(*, members: Members, runtime: Any, store: Any, pool_ledger: L
         workflow = workflow_class(name=workflow_name(config=config)).build(
             config=config, shared=lambda view=views[-1]: view, run_dir=run_dir, policy=config.name,
             resume_from=None, workload=config.name)
-        members.add(workflow=workflow, hook=RoundHook(config=config, workflow=members.get(i), runtime=runtime))
+        hook = None if after_round is None else lambda row, i=i: _stop_all_if(after_round(i, row), members=members)
+        members.add(workflow=workflow, hook=RoundHook(config=config, workflow=members.get(i), runtime=runtime,
+                                                      after_round=hook))
     return views
 
 
-def train_workloads(*, configs: list[NimbusConfig]) -> list[TrainResult]:
-    """Train every config to its own stop condition over one pool; one TrainResult per workload."""
+def _stop_all_if(stop: bool, *, members: Members) -> None:
+    if stop:
+        for workflow in members.workflows:
+            workflow.request_stop()
+
+
+def train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | None = None) -> list[TrainResult]:
+    """Train every config to its own stop condition over one pool; one TrainResult per workload. ``after_round(i,
+    row)`` sees workload i's rows as they come; when it returns True every workload stops (a sweep's pruner)."""
     check_workloads(configs=configs)
     shm_prefix = claim_run_prefix()  # the pool's own segment prefix, before any worker starts
     pool_dir = make_run_dir(config=configs[0].model_copy(update={"name": "pool"}))
@@ -100,7 +113,8 @@ def train_workloads(*, configs: list[NimbusConfig]) -> list[TrainResult]:
     try:
         store = driver_store(config=configs[0].store, namespace=run_namespace(run_dir=pool_dir))
         runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})
-        views = _add_workloads(members=members, runtime=runtime, store=store, pool_ledger=pool_ledger)
+        views = _add_workloads(members=members, runtime=runtime, store=store, pool_ledger=pool_ledger,
+                               after_round=after_round)
         for workflow in members.workflows:
             workflow.publish()
             workflow.prewarm()

@@ -115,8 +115,10 @@ class Sweep:
     """One sweep directory's Optuna study and what it writes."""
 
     def __init__(self, *, base: dict[str, Any], space: Space, sweep_dir: Path, options: SweepOptions) -> None:
-        import optuna
-
+        try:
+            import optuna
+        except ImportError as exc:
+            raise ConfigError(f"nimbus sweep needs the sweep extra (pip install 'nimbus-rl[sweep]'): {exc}") from None
         self.optuna, self.base, self.space, self.options = optuna, base, space, options
         self.sweep_dir = sweep_dir
         sweep_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,82 @@
+"""``nimbus sweep`` end to end (issue 29 item 2): a 6-trial, 2-seed sweep of PPO on CartPole (in-process runtime,
+4 rounds a run) is killed while a trial runs, then the same command resumes it: the interrupted trial's values
+run again, 6 trials finish, trials.csv, sweep.png and best.yaml are written and best.yaml is the best trial's
+config."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def _command(sweep_dir: Path, space: Path) -> list[str]:
+    return [sys.executable, "-m", "nimbus.cli", "sweep", str(REPO / "configs" / "ppo-cartpole.yaml"),
+            "--space", str(space), "--trials", "6", "--seeds", "2", "--dir", str(sweep_dir),
+            "--set", "runtime.backend=inline", "--set", "train.max_rounds=4", "--set", "train.eval_episodes=2",
+            "--set", "algo.num_epochs=2"]
+
+
+def _states(db: Path) -> list[tuple[int, str]]:
+    if not db.exists():
+        return []
+    try:
+        with sqlite3.connect(db, timeout=5) as connection:
+            return connection.execute("SELECT number, state FROM trials ORDER BY number").fetchall()
+    except sqlite3.OperationalError:   # the schema is being created
+        return []
+
+
+def test_a_killed_sweep_resumes_and_finishes(tmp_path: Path) -> None:
+    optuna = pytest.importorskip("optuna")
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"algo.lr": {"float": [1.0e-4, 3.0e-3], "log": True},
+                                     "algo.minibatch_size": {"choice": [64, 128]}}))
+    sweep_dir = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    first = subprocess.Popen(_command(sweep_dir, space), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and first.poll() is None:
+        states = dict(_states(sweep_dir / "study.db"))
+        if "COMPLETE" in states.values() and "RUNNING" in states.values():
+            break
+        time.sleep(0.1)
+    assert first.poll() is None, f"the sweep ended before it could be killed: {first.stderr.read()[-2000:]}"
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    killed = [number for number, state in _states(sweep_dir / "study.db") if state == "RUNNING"]
+    assert len(killed) == 1
+
+    second = subprocess.run(_command(sweep_dir, space), cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"trial {killed[0]} was interrupted" in second.stderr
+    study = optuna.load_study(study_name="nimbus", storage=f"sqlite:///{sweep_dir / 'study.db'}")
+    assert study.user_attrs["interrupted"] == killed
+    trials = {t.number: t for t in study.trials}
+    rerun = [t for t in study.trials if t.number > killed[0] and t.params == trials[killed[0]].params]
+    assert rerun, "the interrupted trial's values did not run again"
+    finished = [t for t in study.trials if t.number not in killed and t.state.is_finished()]
+    assert len(finished) == 6 and all(t.state.name in ("COMPLETE", "PRUNED") for t in finished)
+    rows = (sweep_dir / "trials.csv").read_text().splitlines()
+    assert rows[0].startswith("trial,state,value") and len(rows) == 1 + 6
+    best = max((t for t in finished if t.state.name == "COMPLETE"), key=lambda t: t.value)
+    saved = yaml.safe_load((sweep_dir / "best.yaml").read_text())
+    assert saved["algo"]["lr"] == pytest.approx(best.params["algo.lr"])
+    assert saved["algo"]["minibatch_size"] == [64, 128][best.params["algo.minibatch_size"]]
+    assert f"best return: {best.value:,.4g}" in second.stdout
+    assert plt.imread(sweep_dir / "sweep.png").shape == (405, 630, 4)      # 7 x 4.5 in at 90 dpi
+    # each trial trained its 2 seeds as workloads of one pool: 2 run directories per finished trial
+    assert all(len(t.user_attrs["run_dirs"]) == 2 for t in finished)
