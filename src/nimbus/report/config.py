@@ -1,6 +1,7 @@
-"""The tracker settings of ``output`` (``output.loggers``, ``output.wandb``, ``output.mlflow``): which experiment trackers a run logs to, and where (report/trackers.py).
+"""The tracker settings (report/trackers.py): which experiment trackers a run logs to, and where.
 
-Example::
+Not read from a run's config yet: they become ``output.loggers``, ``output.wandb`` and ``output.mlflow`` when the
+trackers are wired into the run loop (issue 29, item 1). The intended YAML::
 
     output:
       loggers: [tensorboard, wandb, mlflow]

@@ -1,5 +1,8 @@
 """Experiment trackers: TensorBoard, Weights & Biases and MLflow get the same scalars every round.
 
+Status: the trackers and their tests are here; the run loop does not call them yet (report/metrics.py writes
+TensorBoard itself). Wiring them in (``output.loggers``) is the rest of issue 29 item 1.
+
 Each round's scalars (``scalars_of``: ``charts/episodic_return``, ``losses/*``, ``cost/usd``, ``time/*``,
 ``runtime/*``, controller signals under ``control/``) go to every tracker with the env steps as the step. The
 resolved config is the tracker run's config (W&B) or its parameters (MLflow, flattened to ``a.b.c`` keys); at
