@@ -46,7 +46,7 @@ def _setup(*, workload: str, device: str, seed: int) -> tuple[Any, Any, Any, dic
     import numpy as np
     import torch
 
-    from nimbus.algos.base import EnvSpaces
+    from nimbus.envs.spaces import EnvSpaces
     from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 
     spec = WORKLOADS[workload]

@@ -23,10 +23,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.bench.transfer import environment
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.onpolicy.pipeline import PipelineOptions, StreamingPPOUpdate
 
 REPO = Path(__file__).resolve().parents[1]

@@ -40,7 +40,7 @@ from nitro_probe_sweep import rollout_batch, sweep  # noqa: E402
 
 from nimbus.config import load_config  # noqa: E402
 from nimbus.report.compare import compare_runs  # noqa: E402
-from nimbus.run.evaluate import evaluate_checkpoint  # noqa: E402
+from nimbus.roles.evaluate import evaluate_checkpoint  # noqa: E402
 from nimbus.run.loop import train  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

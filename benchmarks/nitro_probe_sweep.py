@@ -25,13 +25,14 @@ import torch
 
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.config import parse_config
-from nimbus.data.store import ShmStore
-from nimbus.runtime.base import FunctionContext
-from nimbus.onpolicy.actor import ActorRequest, actor_function
-from nimbus.run.build import probe_spaces
 from nimbus.data.checkpoint import load_checkpoint
-from nimbus.nitro.probe import ProbeRequest, probe_policy
+from nimbus.data.store import ShmStore
 from nimbus.models.weights import load_model, weights_key
+from nimbus.nitro.probe import ProbeRequest, probe_policy
+from nimbus.onpolicy.actor import actor_function
+from nimbus.roles.actor import ActorRequest
+from nimbus.run.build import probe_spaces
+from nimbus.runtime.base import FunctionContext
 
 log = logging.getLogger("nitro_probe_sweep")
 

@@ -56,7 +56,7 @@ def nimbus_config(*, name: str, seed: int, steps: int, out_dir: Path, impact: bo
 
 
 def run_nimbus(*, name: str, seed: int, steps: int, episodes: int, out_dir: Path, impact: bool) -> dict:
-    from nimbus.run.evaluate import evaluate_checkpoint
+    from nimbus.roles.evaluate import evaluate_checkpoint
     from nimbus.run.loop import train
     started = time.perf_counter()
     result = train(config=nimbus_config(name=name, seed=seed, steps=steps, out_dir=out_dir, impact=impact))

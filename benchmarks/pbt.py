@@ -32,7 +32,7 @@ from pathlib import Path
 from nimbus.config import NimbusConfig, apply_overrides, parse_config
 from nimbus.pbt.explore import initial_values
 from nimbus.pbt.config import MutationConfig
-from nimbus.run.evaluate import evaluate_checkpoint
+from nimbus.roles.evaluate import evaluate_checkpoint
 from nimbus.run.loop import train
 
 REPO = Path(__file__).resolve().parents[1]

@@ -33,9 +33,9 @@ import numpy as np
 from nimbus.data.codec import Message, decode, encode
 from nimbus.envs.make import make_env
 from nimbus.envs.parallel import make_parallel_env
-from nimbus.onpolicy.actor import EnvSlot
-from nimbus.marless.slot import MultiAgentSlot, capture_ma_slot, restore_ma_slot
 from nimbus.envs.slot_state import capture_slot, restore_slot
+from nimbus.marless.slot import MultiAgentSlot, capture_ma_slot, restore_ma_slot
+from nimbus.roles.actor import EnvSlot
 
 
 def build_slot(*, env_id: str, num_envs: int, seed: int) -> EnvSlot:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nitro_ablation import spread  # noqa: E402
 
 from nimbus.config import load_config  # noqa: E402
-from nimbus.run.evaluate import evaluate_checkpoint  # noqa: E402
+from nimbus.roles.evaluate import evaluate_checkpoint  # noqa: E402
 from nimbus.run.loop import train  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

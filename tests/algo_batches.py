@@ -16,8 +16,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
+from nimbus.envs.spaces import EnvSpaces
 
 # name -> (algo config, observation dim, action space): small, fast, every code path of the update
 CASES: dict[str, tuple[dict[str, Any], gym.Space]] = {

@@ -145,7 +145,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     """One policy's run; each member of a run of several policies; a multi-agent run's agents together."""
-    from nimbus.run.evaluate import evaluate_checkpoint, member_directories
+    from nimbus.roles.evaluate import evaluate_checkpoint, member_directories
     from nimbus.marless.evaluate import evaluate_marl_run, is_multiagent_run
 
     path, console = Path(args.path), Console()
@@ -173,7 +173,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     """One policy's run; each member of a run of several policies; each policy in use of a multi-agent run."""
-    from nimbus.run.evaluate import member_directories
+    from nimbus.roles.evaluate import member_directories
     from nimbus.run.export import export_marl_run, export_run
     from nimbus.marless.evaluate import is_multiagent_run
 

@@ -12,7 +12,10 @@ tests/unit/test_core.py checks every implementation against its protocol, method
     Buffer      rows actors ingest and learners read   data/buffer.py
     Trigger     a condition that fires an action       data/triggers.py
     Controller  a per-round decision from metrics      nitro/baselines.py, scaler.py, scaler_authors.py
-    Workflow    the target of the one run loop         none yet (see its docstring)
+    Workflow    rounds of one technique, run by the loop onpolicy/sync.py, pipelined.py, lifecycle.py,
+                                                       offpolicy/workflow.py, stellaris/workflow.py,
+                                                       marless/workflow.py (found by run/registry.py)
+    MemberWorkflow  a Workflow that shares a driver loop   onpolicy/sync.py (population members, workloads)
 """
 
 from __future__ import annotations
@@ -26,13 +29,13 @@ if TYPE_CHECKING:
     import numpy as np
 
     from nimbus.config.root import NimbusConfig
-    from nimbus.types import RoundMetrics, ScalingDecision
+    from nimbus.types import Progress, RoundMetrics, ScalingDecision, Shared
     from nimbus.data.codec import Message
     from nimbus.data.frames import Envelope
     from nimbus.runtime.base import FunctionSpec, RuntimeStats
-    from nimbus.run.build import Shared
+    from nimbus.report.metrics import MetricsSink
     from nimbus.data.checkpoint import CheckpointState
-    from nimbus.onpolicy.sync import Progress
+    from nimbus.roles.evaluate import EvalResult
 
 D = TypeVar("D", covariant=True)
 
@@ -207,24 +210,32 @@ class ActorScaler(Controller["ScalingDecision"], Protocol):
 
 @runtime_checkable
 class Workflow(Protocol):
-    """The target that the one run loop (issue 24 step 2, a later step) will drive, member by member.
+    """Rounds of one technique; run/loop.py (the one run loop) builds, starts, runs, checkpoints, evaluates and
+    closes it, and decides when each happens. Implemented by SyncWorkflow and PipelinedSyncWorkflow
+    (onpolicy/), AsyncWorkflow (offpolicy/), AsyncLearnersWorkflow (stellaris/) — the four over one System share
+    onpolicy/lifecycle.py's build/start/checkpoint/evaluate/close — and MultiAgentWorkflow (marless/). The loop
+    finds the class by name (run/registry.py WORKFLOWS) and imports none.
 
-    **No workflow implements it yet.** Today SyncWorkflow, PipelinedSyncWorkflow, AsyncWorkflow,
-    AsyncLearnersWorkflow and MultiAgentWorkflow share ``progress`` and ``cost_usd()``; their ``run`` takes
-    only ``should_stop`` (``on_round`` goes to the constructor), they stop when ``stop_requested`` is set, and
-    run/loop.py, marless/train.py, pbt/population.py and run/workloads.py do the building, version 0,
-    checkpoints and evaluation around them. Small additive methods cannot close the gap: ``build``, ``start``,
-    ``state`` and ``evaluate`` need run/ code that the technique folders may not import (it sits above them), so they
-    arrive with the run loop's move (plan24 §3).
+    Where it differs from the plan's shape (docs/plans/issue-24-restructure.md §3), and why:
+    * ``build`` takes ``shared`` as a callable: a workflow checks its own input first (a buffer shared memory
+      cannot hold, MARLess's agents) and exits 2 before any worker starts, then asks for the pool;
+      ``resume_from`` is a path, since what is read from it differs (one checkpoint; one per MARLess policy).
+      ``rank_base`` and ``workload`` serve a population's members and several workloads on one pool.
+    * ``checkpoint()`` instead of ``state()``: MARLess writes one checkpoint per policy and
+      ``train.checkpoint_replay`` a replay file beside it, so no single CheckpointState describes every
+      workflow's checkpoint; the loop decides when, the workflow what.
+    * ``evaluate`` returns the evaluation (``.mean_return``...), which periodic evaluation also records.
+    * ``metrics``: the sink the loop writes each round's row to (metrics.jsonl, TensorBoard).
+    * MARLess publishes its versions in ``build`` (its progress comes out of publishing), so its ``start`` is empty.
 
-    Example (the run loop, once workflows implement it)::
+    Example (run/loop.py)::
 
-        workflow = WorkflowClass.build(config=config, shared=shared, run_dir=run_dir, policy="main",
-                                       resumed=None)
+        workflow = WORKFLOW.build(config=config, shared=pool, run_dir=run_dir, policy="main", resume_from=None)
         workflow.start()                         # version 0 or the checkpoint's versions; prewarm
-        workflow.run(should_stop=stop_rule, on_round=lambda row: metrics.write(row=row, runtime={}))
-        checkpointer.save(state=workflow.state())
-        summary = {"return": workflow.evaluate(episodes=10, seed=1, explore=False),
+        workflow.run(should_stop=lambda p: stop_reason(config=config, progress=p) is not None,
+                     on_round=lambda row: workflow.metrics.write(row=row, runtime={}))
+        workflow.checkpoint()
+        summary = {"return": workflow.evaluate(episodes=10, seed=1, explore=False).mean_return,
                    "cost_usd": workflow.cost_usd()}
         workflow.close()
     """
@@ -232,8 +243,11 @@ class Workflow(Protocol):
     progress: Progress
 
     @classmethod
-    def build(cls, *, config: NimbusConfig, shared: Shared, run_dir: Path, policy: str,
-              resumed: CheckpointState | None) -> Workflow: ...
+    def build(cls, *, config: NimbusConfig, shared: Callable[[], Shared], run_dir: Path, policy: str,
+              resume_from: Path | None, rank_base: int = 0, workload: str | None = None) -> Workflow: ...
+
+    @property
+    def metrics(self) -> MetricsSink: ...
 
     def start(self) -> None: ...
 
@@ -241,10 +255,34 @@ class Workflow(Protocol):
 
     def request_stop(self) -> None: ...
 
-    def state(self) -> CheckpointState: ...
+    def checkpoint(self) -> Any: ...
 
-    def evaluate(self, *, episodes: int, seed: int, explore: bool) -> float | None: ...
+    def evaluate(self, *, episodes: int, seed: int, explore: bool) -> EvalResult: ...
 
     def cost_usd(self) -> float: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class MemberWorkflow(Workflow, Protocol):
+    """A Workflow that runs beside others on one driver loop (run/members.py): a population's members, several
+    workloads on one pool. Its events go to the driver's queue, the driver hands them back one at a time.
+
+    Example::
+
+        workflow.attach(events=tagged_queue)     # its finished functions' events, tagged by the driver
+        workflow.publish(); workflow.begin()     # version 0; the first round's actors start
+        ended = workflow.handle(kind=kind, future=future, meta=meta)   # True when a round ended
+        workflow.poll(now_s=time.monotonic())    # its triggers
+    """
+
+    def attach(self, *, events: Any) -> None: ...
+
+    def publish(self) -> None: ...
+
+    def begin(self) -> None: ...
+
+    def handle(self, *, kind: str, future: Any, meta: Any) -> bool: ...
+
+    def poll(self, *, now_s: float) -> None: ...

@@ -25,8 +25,9 @@ import torch
 from nimbus.cost.ledger import Ledger
 from nimbus.data.stores import STORE_HEADER
 from nimbus.models.weights import model_to_message, weights_key
-from nimbus.onpolicy.learner import LearnerRequest, learner_function
+from nimbus.onpolicy.learner import learner_function
 from nimbus.onpolicy.loader import DeviceLoader
+from nimbus.roles.learner import LearnerRequest
 from nimbus.run.loop import train
 from nimbus.run.workloads import train_workloads
 from nimbus.runtime.base import FunctionContext

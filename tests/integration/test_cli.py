@@ -139,11 +139,11 @@ def test_export_runs_without_nimbus_and_acts_as_eval(run_dir: Path, tmp_path: Pa
     assert f"mean return {exported['mean']:.2f} ± {exported['std']:.2f} over 3 episodes" in \
         proc.stdout.replace("\n", " "), (proc.stdout, exported)
     # and, observation by observation, eval's own policy picks the exported policy's actions
-    from nimbus.algos.base import EnvSpaces
+    from nimbus.envs.spaces import EnvSpaces
     from nimbus.config import parse_config
     from nimbus.run.build import probe_spaces
     from nimbus.data.checkpoint import load_checkpoint
-    from nimbus.run.evaluate import load_policy
+    from nimbus.roles.evaluate import load_policy
 
     state = load_checkpoint(path=run_dir)
     config = parse_config(data=state.config)

@@ -12,7 +12,7 @@ from nimbus.errors import CheckpointError
 from nimbus.models.weights import weights_key
 from nimbus.pbt import population as population_module
 from nimbus.run.loop import train
-from nimbus.run.resume import load_resume_state
+from nimbus.data.resume import load_resume_state
 from test_snapshots import weights_sha256
 
 PBT = ["train.max_rounds=3", "algo.lr_schedule=constant", "algo.clip_schedule=constant", "algo.minibatch_size=64",
@@ -32,7 +32,7 @@ def test_pbt_exploit_copies_the_top_members_weights_and_records_lineage(make_con
     def close_after_reading_back(self) -> None:  # before the Store goes: hash both sides of every exploit
         for event in _jsonl(self.run_dir / "lineage.jsonl"):
             if event["event"] == "exploit":
-                store = self.shared.store
+                store = self.store
                 mine = store.get(key=weights_key(policy=event["member"], version=event["version"]))
                 theirs = store.get(key=weights_key(policy=event["source"], version=event["source_version"]))
                 observed.append((weights_sha256(arrays=mine.arrays), weights_sha256(arrays=theirs.arrays)))

@@ -12,7 +12,7 @@ from nimbus.cost.pricing import load_pricing
 from nimbus.data.codec import Message
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.report.metrics import read_metrics
-from nimbus.run.evaluate import evaluate_checkpoint, evaluate_policy
+from nimbus.roles.evaluate import evaluate_checkpoint, evaluate_policy
 from nimbus.run.loop import train
 
 

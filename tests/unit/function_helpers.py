@@ -8,10 +8,10 @@ import uuid
 import gymnasium as gym
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.data.codec import Message
 from nimbus.data.store import ShmStore
 from nimbus.data.stores import STORE_HEADER
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import model_to_message, weights_key
 from nimbus.runtime.base import FunctionContext
 

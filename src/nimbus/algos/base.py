@@ -17,15 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import gymnasium as gym
 import numpy as np
 import torch
 
-
-@dataclass(frozen=True)
-class EnvSpaces:
-    observation: gym.Space
-    action: gym.Space
+from nimbus.envs.spaces import EnvSpaces
 
 
 @dataclass(frozen=True)

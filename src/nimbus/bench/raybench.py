@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from nimbus.bench.payloads import make_payload
-from nimbus.bench.transports import CellSpec, Sample, Transport
+from nimbus.bench.transport_base import CellSpec, Sample, Transport
 from nimbus.data.shm import streaming_copy_env
 
 

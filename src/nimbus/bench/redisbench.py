@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from nimbus.bench.transports import CellSpec, ProcessTransport, Sample
+from nimbus.bench.transport_base import CellSpec, ProcessTransport, Sample
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message, decode, encode
 
 
@@ -81,7 +81,8 @@ class RedisTransport(ProcessTransport):
         self.server = RedisServer()
         self.client = redis.Redis(host="127.0.0.1", port=self.server.port)
         self.notify = mp.get_context("spawn").SimpleQueue()
-        super().__init__(kind="redis", n=n, setup={"port": self.server.port, "notify": self.notify})
+        super().__init__(kind="redis", sender="nimbus.bench.redisbench:RedisSender", n=n,
+                         setup={"port": self.server.port, "notify": self.notify})
 
     def _receive(self, *, count: int, deadline: float) -> list[Sample]:
         samples = []

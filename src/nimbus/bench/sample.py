@@ -31,7 +31,6 @@ from typing import Any
 
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.algos.registry import make_algorithm
 from nimbus.bench.transfer import environment
@@ -40,8 +39,10 @@ from nimbus.data.codec import Message
 from nimbus.data.shm import run_prefix
 from nimbus.data.store import ShmStore
 from nimbus.envs.make import make_env
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import model_to_message, weights_key
-from nimbus.onpolicy.actor import ActorRequest, actor_function
+from nimbus.onpolicy.actor import actor_function
+from nimbus.roles.actor import ActorRequest
 from nimbus.runtime.base import FunctionContext, FunctionSpec, Resources
 from nimbus.runtime.local import LocalRuntime
 

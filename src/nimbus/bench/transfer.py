@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nimbus.bench.transports import CellSpec, Sample, Transport, make_transport, unavailable
+from nimbus.bench.transport_base import CellSpec, Sample, Transport
+from nimbus.bench.transports import make_transport, unavailable
 
 log = logging.getLogger(__name__)
 KiB, MiB = 1 << 10, 1 << 20

@@ -18,11 +18,13 @@ message to its transport; the receiver stamps the moment the message is in its h
 * ``ray``: an actor per sender yields the arrays (``ray.put`` by the worker, a streaming generator),
   the receiver ``ray.get``s each ref (zero-copy from the object store) — see bench/raybench.py;
   Redis lives in bench/redisbench.py.
+
+The cell, the samples and the sender processes are in bench/transport_base.py; ``make_transport`` picks a
+transport by name and imports the Redis and Ray ones only when asked.
 """
 
 from __future__ import annotations
 
-import logging
 import multiprocessing as mp
 import os
 import shutil
@@ -31,37 +33,21 @@ import struct
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from nimbus.bench.payloads import make_payload
+from nimbus.bench.transport_base import CellSpec, ProcessTransport, Sample, Transport
 from nimbus.data.channel import ChannelLimits, Envelope, Inbox, Outbox
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.data.frames import body_segment_prefix, new_segment_name
-from nimbus.data.shm import run_prefix, streaming_copy_env
+from nimbus.data.shm import run_prefix
 from nimbus.data.slots import SlotPool
-
-log = logging.getLogger(__name__)
-Sample = tuple[float, float, int]  # (t_send, t_recv, payload bytes)
-RECEIVE_TIMEOUT_S = 300.0
-
-
-@dataclass(frozen=True)
-class CellSpec:
-    """One measurement: ``senders`` × ``messages`` messages of ``size_bytes`` of ``payload``."""
-
-    senders: int
-    size_bytes: int
-    messages: int
-    payload: str
-    compress: bool
 
 
 # ---------------------------------------------------------------------------------------- senders
-class _MpQueueSender:
+class MpQueueSender:
     def __init__(self, *, index: int, setup: dict[str, Any]) -> None:
         self.index, self.queue = index, setup["queue"]
 
@@ -79,7 +65,7 @@ class _MpQueueSender:
         self.queue.join_thread()
 
 
-class _ChannelSender:
+class ChannelSender:
     """One Outbox per (message size, LZ4 on/off), made on first use and kept for the whole benchmark, as a
     run keeps its pools: the pool is created and pre-touched, and mapped by the receiver during the
     unrecorded warm-up pass, never inside a timed cell."""
@@ -116,107 +102,7 @@ class _ChannelSender:
         self.sock.close()
 
 
-def _redis_sender(*, index: int, setup: dict[str, Any]) -> Any:
-    from nimbus.bench.redisbench import RedisSender
-
-    return RedisSender(index=index, setup=setup)
-
-
-SENDERS: dict[str, Callable[..., Any]] = {"mp_queue": _MpQueueSender, "redis": _redis_sender,
-                                          "channel": _ChannelSender, "channel_segment": _ChannelSender}
-
-
-def sender_main(kind: str, index: int, conn: Connection, setup: dict[str, Any]) -> None:
-    """A sender process: prepare, wait for "go", push the cell's messages, report "done"; until "stop"."""
-    sender = SENDERS[kind](index=index, setup=setup)
-    payloads: dict[tuple[str, int], np.ndarray] = {}
-    while True:
-        command = conn.recv()
-        if command == "stop":
-            sender.close()
-            return
-        cell: CellSpec = command
-        key = (cell.payload, cell.size_bytes)
-        if key not in payloads:
-            payloads.clear()
-            payloads[key] = make_payload(kind=cell.payload, nbytes=cell.size_bytes, seed=index)  # type: ignore[arg-type]
-        sender.prepare(cell=cell)
-        conn.send("ready")
-        conn.recv()  # go
-        for seq in range(cell.messages):
-            sender.send(array=payloads[key], seq=seq)
-        sender.flush()
-        conn.send("done")
-
-
-class SenderGroup:
-    """``n`` persistent sender processes of one transport (spawned once, reused by every cell), started
-    with the environment nimbus gives its workers (``shm.streaming_copy_env``), whatever the transport."""
-
-    def __init__(self, *, kind: str, n: int, setup: dict[str, Any]) -> None:
-        context = mp.get_context("spawn")
-        self.conns: list[Connection] = []
-        self.procs: list[mp.Process] = []
-        saved = dict(os.environ)
-        os.environ.update(streaming_copy_env(saved))  # spawn hands this process's environment to the children
-        try:
-            for index in range(n):
-                parent, child = context.Pipe()
-                proc = context.Process(target=sender_main, args=(kind, index, child, setup), daemon=True)
-                proc.start()
-                self.conns.append(parent)
-                self.procs.append(proc)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-
-    def start(self, *, cell: CellSpec) -> float:
-        """Prepare every sender for ``cell``, then release them together; returns the start time."""
-        for conn in self.conns[:cell.senders]:
-            conn.send(cell)
-        for conn in self.conns[:cell.senders]:
-            _expect(conn=conn, word="ready")
-        started = time.perf_counter()
-        for conn in self.conns[:cell.senders]:
-            conn.send("go")
-        return started
-
-    def finish(self, *, cell: CellSpec) -> None:
-        for conn in self.conns[:cell.senders]:
-            _expect(conn=conn, word="done")
-
-    def close(self) -> None:
-        for conn, proc in zip(self.conns, self.procs):
-            try:
-                conn.send("stop")
-            except OSError:
-                pass
-            proc.join(timeout=10)
-            if proc.is_alive():
-                proc.kill()
-
-
-def _expect(*, conn: Connection, word: str) -> None:
-    if not conn.poll(RECEIVE_TIMEOUT_S):
-        raise TimeoutError(f"a sender did not say {word!r} within {RECEIVE_TIMEOUT_S} s")
-    got = conn.recv()
-    if got != word:
-        raise RuntimeError(f"a sender said {got!r}, expected {word!r}")
-
-
 # -------------------------------------------------------------------------------------- receivers
-class Transport:
-    """Receiver side of one transport: ``run(cell)`` returns (start time, samples)."""
-
-    name = "transport"
-
-    def run(self, *, cell: CellSpec) -> tuple[float, list[Sample]]:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
 class MemcpyTransport(Transport):
     def __init__(self, *, warm: bool) -> None:
         self.name, self.warm = ("memcpy_warm" if warm else "memcpy"), warm
@@ -237,28 +123,11 @@ class MemcpyTransport(Transport):
         return started, samples
 
 
-class ProcessTransport(Transport):
-    def __init__(self, *, kind: str, n: int, setup: dict[str, Any]) -> None:
-        self.name = kind
-        self.group = SenderGroup(kind=kind, n=n, setup=setup)
-
-    def run(self, *, cell: CellSpec) -> tuple[float, list[Sample]]:
-        started = self.group.start(cell=cell)
-        samples = self._receive(count=cell.senders * cell.messages, deadline=started + RECEIVE_TIMEOUT_S)
-        self.group.finish(cell=cell)
-        return started, samples
-
-    def _receive(self, *, count: int, deadline: float) -> list[Sample]:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        self.group.close()
-
-
 class MpQueueTransport(ProcessTransport):
     def __init__(self, *, n: int) -> None:
         self.queue = mp.get_context("spawn").Queue()
-        super().__init__(kind="mp_queue", n=n, setup={"queue": self.queue})
+        super().__init__(kind="mp_queue", sender="nimbus.bench.transports:MpQueueSender", n=n,
+                         setup={"queue": self.queue})
 
     def _receive(self, *, count: int, deadline: float) -> list[Sample]:
         samples = []
@@ -280,7 +149,8 @@ class ChannelTransport(ProcessTransport):
         self.expected, self.all_in = 0, threading.Event()
         self.inbox = Inbox(on_message=self._consume)  # the runtime's mode: consumed on the receiver thread
         run_prefix()  # fix the run's segment prefix before the senders inherit the environment
-        super().__init__(kind="channel" if pooled else "channel_segment", n=n, setup={"path": path, "pooled": pooled})
+        super().__init__(kind="channel" if pooled else "channel_segment", sender="nimbus.bench.transports:ChannelSender",
+                         n=n, setup={"path": path, "pooled": pooled})
         listener.settimeout(60)
         for _ in range(n):
             sock, _ = listener.accept()
@@ -340,4 +210,3 @@ def make_transport(*, name: str, n: int) -> Transport:
     raise ValueError(f"unknown transport {name!r}")
 
 
-__all__ = ["CellSpec", "Sample", "Transport", "make_transport", "unavailable"]

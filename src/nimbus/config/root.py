@@ -86,17 +86,10 @@ class NimbusConfig(Section):
         return self
 
     @model_validator(mode="after")
-    def _check_pipeline(self) -> "NimbusConfig":
+    def _check_rules(self) -> "NimbusConfig":
+        """The whole-config rules of config/rules.py, in this order (the first broken one is reported)."""
         check_pipeline(config=self)
-        return self
-
-    @model_validator(mode="after")
-    def _check_workflow(self) -> "NimbusConfig":
         check_workflow(config=self)
-        return self
-
-    @model_validator(mode="after")
-    def _check_evaluation(self) -> "NimbusConfig":
         check_evaluation(config=self)
         return self
 

@@ -93,6 +93,9 @@ def _check_async_learners(*, config: NimbusConfig) -> None:
 
 def _check_multiagent(*, config: NimbusConfig) -> None:
     """MARLess runs its own policies (one per agent, shared by the sharing controller), from version 0."""
+    from nimbus.marless.config import check_multiagent_env   # here: nimbus.config's package imports this module
+
+    check_multiagent_env(env=config.env)
     if config.algo.name not in MULTI_AGENT:
         raise ValueError(f"train.workflow: multiagent runs {', '.join(MULTI_AGENT)}; algo.name {config.algo.name} "
                          "is single-agent")

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from nimbus.data.buffer import Buffer
-from nimbus.data.replay import ReplayBatch
+from nimbus.data.replay import ReplayBatch, SampledReplay
 
 
-class FIFO:
+class FIFO(SampledReplay):
     """IMPALA: whole actor fragments, oldest first, each exactly once (ARTOS Table 3: n=1, size=step).
 
     Every ingest is one fragment of ``fragment_rows`` rows (an actor's envs × rollout_length, env-major),
@@ -35,7 +35,6 @@ class FIFO:
         self.lost_fragments = 0
         self.taken_rows = 0          # rows handed to learners (lost fragments not included)
         self._next_seq = 0
-        self._buffer: Buffer | None = None
 
     def pending_fragments(self, *, buffer: Buffer) -> int:
         """Whole untaken fragments still held."""
@@ -57,17 +56,6 @@ class FIFO:
         positions = (start + np.arange(need, dtype=np.int64)) % buffer.capacity_rows
         return ReplayBatch(indices=positions, seqs=start + np.arange(need, dtype=np.int64))
 
-    def select(self, *, buffer: Buffer) -> np.ndarray | None:
-        batch = self.sample(buffer=buffer)
-        return None if batch is None else batch.indices
-
-    def consumed(self, *, indices: np.ndarray) -> None:
-        if self._buffer is not None:
-            self._buffer.mark_read(indices=indices)
-
-    def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
-        return 0
-
     def state_dict(self) -> dict[str, np.ndarray]:
         return {"fifo": np.array([self._next_seq, self.lost_fragments, self.taken_rows], dtype=np.int64)}
 
@@ -75,7 +63,7 @@ class FIFO:
         self._next_seq, self.lost_fragments, self.taken_rows = (int(v) for v in state["fifo"])
 
 
-class Circular:
+class Circular(SampledReplay):
     """IMPACT's circular buffer (Luo et al. 2020, §3): the last ``batches`` FIFO batches, each replayed
     ``replays`` (K) times.
 
@@ -130,15 +118,8 @@ class Circular:
             self._next += 1
         return slot[0]
 
-    def select(self, *, buffer: Buffer) -> np.ndarray | None:
-        batch = self.sample(buffer=buffer)
-        return None if batch is None else batch.indices
-
     def consumed(self, *, indices: np.ndarray) -> None:
         self.inner.consumed(indices=indices)
-
-    def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
-        return 0
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The FIFO's position and the held batches (positions, seqs, uses) as flat arrays."""

@@ -4,9 +4,9 @@ A strategy looks at a ``Buffer`` and returns row *positions* for the next learne
 (``select``), then hears which of them were used (``consumed``). Strategies own their selection
 state; the buffer owns the rows. FullBatch (PPO), Uniform and Prioritized (sum tree) replay (DQN,
 SAC), NStep (wraps either), and FIFO (IMPALA) and Circular (IMPACT) in data/fragment_replay.py all follow
-this Protocol. The off-policy ones also
-``sample`` a ``ReplayBatch`` (positions plus per-row columns: PER weights, n-step targets), which the
-``async`` workflow sends to its learner, and take TD errors back (``update_priorities``).
+this Protocol. The off-policy ones (``SampledReplay``) also ``sample`` a ``ReplayBatch`` (positions plus
+per-row columns: PER weights, n-step targets), which the ``async`` workflow sends to its learner, and take
+TD errors back (``update_priorities``).
 """
 
 from __future__ import annotations
@@ -107,7 +107,40 @@ def _seqs(buffer: Buffer, positions: np.ndarray) -> np.ndarray:
     return buffer.read_meta(indices=positions)["ingest_seq"]
 
 
-class Uniform:
+class SampledReplay:
+    """The off-policy strategies (Uniform, Prioritized, NStep here; FIFO and Circular in data/fragment_replay.py):
+    each ``sample``s a ``ReplayBatch``, and ``select`` is that batch's positions.
+
+    The defaults: ``consumed`` marks the rows read in the buffer last sampled; no priorities to update
+    (``update_priorities`` returns 0 rows); nothing for a checkpoint to keep (``state_dict``,
+    ``train.checkpoint_replay``) but the rows. A strategy overrides what it has.
+    """
+
+    _buffer: Buffer | None = None   # the buffer of the last sample
+
+    def sample(self, *, buffer: Buffer, rows: int | None = None) -> ReplayBatch | None:
+        raise NotImplementedError
+
+    def select(self, *, buffer: Buffer) -> np.ndarray | None:
+        batch = self.sample(buffer=buffer)
+        return None if batch is None else batch.indices
+
+    def consumed(self, *, indices: np.ndarray) -> None:
+        if self._buffer is not None:
+            self._buffer.mark_read(indices=indices)
+
+    def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
+        """The rows whose priority was set from ``td_errors`` (none without priorities)."""
+        return 0
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        pass
+
+
+class Uniform(SampledReplay):
     """Replay (DQN, SAC): ``batch_rows`` rows drawn uniformly, with replacement, from every row held.
 
     Not ready until ``min_rows`` rows are held (``learning_starts``). Rows are never consumed. With
@@ -127,7 +160,6 @@ class Uniform:
         self.min_rows = max(1, min_rows)
         self.guard_rows = guard_rows
         self._rng = np.random.default_rng(seed)
-        self._buffer: Buffer | None = None
 
     def sample(self, *, buffer: Buffer, rows: int | None = None) -> ReplayBatch | None:
         size = buffer.size_rows
@@ -138,25 +170,6 @@ class Uniform:
         offsets = self._rng.integers(guarded, size, size=rows or self.batch_rows, dtype=np.int64)
         positions = (buffer.write_index - size + offsets) % buffer.capacity_rows  # offset 0: the oldest row
         return ReplayBatch(indices=positions, seqs=_seqs(buffer, positions))
-
-    def select(self, *, buffer: Buffer) -> np.ndarray | None:
-        batch = self.sample(buffer=buffer)
-        return None if batch is None else batch.indices
-
-    def consumed(self, *, indices: np.ndarray) -> None:
-        if self._buffer is not None:
-            self._buffer.mark_read(indices=indices)
-
-    def update_priorities(self, *, buffer: Buffer, batch: ReplayBatch, td_errors: np.ndarray) -> int:
-        """Uniform replay has no priorities: nothing to update."""
-        return 0
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """What a checkpoint keeps (``train.checkpoint_replay``); uniform draws need nothing but the rows."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        pass
 
 
 class Prioritized(Uniform):
@@ -271,7 +284,7 @@ def nstep_returns(*, rewards: np.ndarray, terminated: np.ndarray, truncated: np.
     return returns.astype(np.float32), discount.astype(np.float32), last
 
 
-class NStep:
+class NStep(SampledReplay):
     """n-step transitions on top of a sampler (Uniform or Prioritized): composition, not a subclass.
 
     Rows are env-major fragments: ``segment_rows`` (an actor's ``fragment_steps``) consecutive rows
@@ -306,10 +319,6 @@ class NStep:
         return ReplayBatch(indices=batch.indices, seqs=batch.seqs, next_indices=next_indices,
                            next_seqs=batch.seqs + last,
                            columns={**batch.columns, "returns_n": returns_n, "discount_n": discount_n})
-
-    def select(self, *, buffer: Buffer) -> np.ndarray | None:
-        batch = self.sample(buffer=buffer)
-        return None if batch is None else batch.indices
 
     def consumed(self, *, indices: np.ndarray) -> None:
         self.inner.consumed(indices=indices)

@@ -34,9 +34,10 @@ import numpy as np
 from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-from nimbus.algos.base import EnvSpaces
+from nimbus.envs.aec import refuse_aec
 from nimbus.envs.checks import check_box_observation, unknown_kwarg
 from nimbus.envs.custom import import_modules, resolve
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError, EnvContractError
 from nimbus.liveness import beat
 
@@ -66,6 +67,7 @@ def build_raw_env(*, env_id: str, kwargs: dict[str, Any]) -> ParallelEnv:
         env = factory(**kwargs)
     except TypeError as err:   # an env.kwargs key the factory does not take: exit 2 naming it
         raise unknown_kwarg(error=err, kwargs=kwargs, env_id=env_id) or err from None
+    refuse_aec(env=env, env_id=env_id)
     if not isinstance(env, ParallelEnv):
         raise ConfigError(f"env.id: {env_id!r} returned a {type(env).__name__}, not a PettingZoo ParallelEnv")
     return env

@@ -29,16 +29,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.multiagent import marl_algo_from_dict
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.slot_state import SLOT_META, SlotState, slot_state_from
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.slot import MultiAgentSlot, capture_ma_slot, env_slot
 from nimbus.models.distributions import clip_action
 from nimbus.models.weights import load_model
-from nimbus.onpolicy.actor import derive_seed
+from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
 
 COLUMNS = ("obs", "next_obs", "actions", "logp", "rewards", "terminated", "truncated")

@@ -44,9 +44,9 @@ from nimbus.data.store import KeyNotFound, Store
 from nimbus.envs.slot_state import slots_from_message, slots_to_message
 from nimbus.errors import CheckpointError
 from nimbus.marless.value_learner import target_key
-from nimbus.marless.workflow import MarlParts, MarlProgress, critic_key
+from nimbus.marless.parts import MarlParts, MarlProgress, critic_key
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.run.resume import progress_extra, resume_notice, schedule_horizon
+from nimbus.data.resume import progress_extra, resume_notice, schedule_horizon
 
 log = logging.getLogger(__name__)
 MARL_KEY = "marl"   # the manifest's extra["marl"]

@@ -9,12 +9,12 @@ Example (YAML)::
     train: {workflow: multiagent}
     algo: {name: ippo}
     env: {id: "mpe2:simple_spread_v3", kwargs: {N: 6}}
-    marl: {sharing: marless, gamma: 0.1, scaling: marless, i_max: 8}
+    marl: {sharing: marless, gamma: -0.3, scaling: marless, i_max: 8}
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -28,9 +28,10 @@ class MarlessConfig(ConfigSection):
     marless: the performance-decrease detector switches sharing on and off (§4.3)"""
     window: int = Field(default=10, ge=2)
     """W: rounds in the detector's tolerant window (least-squares slope of the global normalised reward)"""
-    gamma: float = 0.1
-    """γ: toggle sharing when the window is full and its slope k < γ (0.1 for MPE in the paper; docs/marless.md
-    says what it does at this scale)"""
+    gamma: float = -0.3
+    """γ: toggle sharing when the window is full and its slope k < γ, k in round-to-round noise standard deviations
+    per round (docs/marless.md, "The detector's scale"): −0.3 fires on a real decrease and on about 0.6 % of flat
+    windows (W = 10); the paper's 0.1 (MPE) fires unless the reward rises, its −1 (SMAC) only on a collapse"""
     pca_dims: int = Field(default=4, ge=1)
     """PCA components of the agents' (observation, action) samples before the per-agent KDE"""
     kde_bandwidth: float = Field(default=0.5, gt=0)
@@ -46,7 +47,8 @@ class MarlessConfig(ConfigSection):
     beta: float = Field(default=0.5, ge=0, le=1)
     """β in I_threshold = β (I_max − I_min): at or above it the round takes max_j I_j, below it the mean"""
     scaling_window: int = Field(default=10, ge=2)
-    """rounds of each policy's convexity C kept for S_j = (C_max − C_t) / (C_max − C_min)"""
+    """rounds of each policy's convexity C kept for S_j = clip((C_max − C_t − 2σ) / (C_max − C_min), 0, 1), σ the
+    probe's round-to-round noise (docs/marless.md)"""
     agent_policy: dict[str, str] = Field(default_factory=dict)
     """initial agent → policy map (values ``p_<agent>``; empty: one policy per agent); checked against the env's
     agents when the run starts (an unknown agent or policy exits 2)"""
@@ -59,3 +61,14 @@ class MarlessConfig(ConfigSection):
             if not policy.startswith("p_"):
                 raise ValueError(f"agent_policy.{agent}: policies are named p_<agent> (got {policy!r})")
         return self
+
+
+def check_multiagent_env(*, env: Any) -> None:
+    """The ``env:`` keys a multi-agent run cannot honour (called from config/rules.py's multiagent check, so a
+    config is refused when it loads, exit 2): ``env.wrappers`` are gymnasium wrappers, which the PettingZoo
+    actors do not apply."""
+    if env.wrappers:
+        raise ValueError(f"env.wrappers: {list(env.wrappers)} are gymnasium wrappers, for single-agent envs; "
+                         "train.workflow: multiagent does not apply them. Wrap the PettingZoo env inside your own "
+                         "factory (env.id: pkg.module:factory, e.g. with pettingzoo.utils.wrappers or supersuit) "
+                         "and drop env.wrappers")

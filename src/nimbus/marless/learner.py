@@ -33,7 +33,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.gae import compute_gae
 from nimbus.algos.multiagent import marl_algo_from_dict
 from nimbus.algos.multiagent.messages import critic_to_message, load_critic
@@ -45,10 +44,11 @@ from nimbus.data.codec import Message
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message, \
     weights_key
 from nimbus.nitro.probe import ProbeRequest, probe_policy
-from nimbus.onpolicy.actor import derive_seed
+from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import PLACED_KEY, place, torch_device
 from nimbus.runtime.faults import fault_point

@@ -21,7 +21,7 @@ from typing import Any
 from nimbus.data.codec import Message
 from nimbus.errors import NimbusError
 from nimbus.marless.learner import MarlLearnerRequest
-from nimbus.onpolicy.sync import schedule_fraction
+from nimbus.types import schedule_fraction
 
 TEAM = "team"   # VDN's joint rows: post/team/r<k>
 

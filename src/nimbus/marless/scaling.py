@@ -3,13 +3,22 @@
 Per active policy j, a window of its last W convexity ratios C (Nitro's −e_max/e_min, probed by its policy
 function after each update):
 
-    S_j = (C_max − C_t) / (C_max − C_min)          over policy j's window (a lower C: more data helps more)
+    S_j = clip((C_max − C_t − Z·σ) / (C_max − C_min), 0, 1)   over policy j's window (a lower C: more data helps)
     I_j = clip(S_j · I_max, I_min, I_max)
     I_threshold = β (I_max − I_min),  I_avg = mean_j I_j
     actors = max_j I_j   if I_avg ≥ I_threshold   else I_avg        (rounded half up)
 
-No evidence gives I_min: a policy whose window has no spread yet (fewer than two distinct finite values) or
-whose newest probe failed (NaN). Round 0 uses I_min for the same reason. ``fixed`` always uses
+The paper's S is (C_max − C_t) / (C_max − C_min): a min-max position, which stretches a window of pure probe noise
+over [0, 1] (C_max of ten noisy probes sits ~1.5 σ above their mean, so C_max − C_t > 0 almost always), and the
+clip's dead zone S < I_min / I_max, meant to "ignore minor fluctuations" (§4.4), then ignores almost nothing:
+noise alone asked for ~80 % of I_max. nimbus measures the drop in the probe's noise, as the sharing detector
+measures its slope (docs/marless.md): σ is the round-to-round noise of C over the window before its newest
+probe (std of successive differences / √2, so a steady trend cancels and a sudden drop in C_t does not inflate
+it), and the first Z = ``DEAD_ZONE_SDS`` = 2 σ below the window's best are the dead zone. A real fall of C far
+beyond its noise gives S ≈ the paper's; noise alone gives S ≈ 0.
+
+No evidence gives I_min: a policy whose window has fewer than four finite values (σ needs three before the
+newest), no spread, or whose newest probe failed (NaN). The first rounds use I_min for the same reason. ``fixed`` always uses
 ``actors.scaling``'s count (the ablation's "no scaling" arm).
 """
 
@@ -18,14 +27,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from nimbus.marless.sharing import round_noise
+
+DEAD_ZONE_SDS = 2.0
+"""Z: how many noise standard deviations below the window's best C count as noise (module docstring)."""
+
 
 def scaling_ratio(*, window: list[float]) -> float | None:
     """S for the newest value of ``window``; None without evidence (module docstring)."""
     finite = [c for c in window if math.isfinite(c)]
-    if not window or not math.isfinite(window[-1]) or len(set(finite)) < 2:
+    if not window or not math.isfinite(window[-1]) or len(finite) < 4 or len(set(finite)) < 2:
         return None
     high, low = max(finite), min(finite)
-    return (high - window[-1]) / (high - low)
+    noise = round_noise(finite[:-1])
+    return min(1.0, max(0.0, (high - window[-1] - DEAD_ZONE_SDS * noise) / (high - low)))
 
 
 def round_half_up(value: float) -> int:

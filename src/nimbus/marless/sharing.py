@@ -3,8 +3,11 @@ agents behave, group them, and pick each group's base model.
 
 * ``PerformanceDetector``: each agent's round reward min-max normalised over that agent's history
   (r̂ = (r − min r) / (max r − min r); 0.5 while the history has no spread), the global reward = their mean,
-  a tolerant window of the last W global rewards, its least-squares slope k; when the window is full and
-  k < γ, it says *toggle* and clears the window.
+  a tolerant window of the last W global rewards and its slope k **in noise standard deviations per round**
+  (the least-squares slope over the round-to-round noise σ of the 2W global rewards before the window,
+  ``noise_scaled_slope``); when the window is full and k < γ, it says *toggle* and clears the window. The
+  scale is why γ = −1 (the paper's SMAC value) can fire and a flat, noisy window does not: docs/marless.md,
+  "The detector's scale".
 * ``similarity``: PCA of the agents' recent (observation, action) rows (fitted on all of them, whitened),
   a Gaussian KDE per agent, KL(p_i ‖ p_j) by Monte Carlo on samples of p_i; symmetrised for clustering.
 * ``num_groups``: at the j-th enabling (j = 1, 2, …) N' = min(2^j, 2^(⌊log2 N⌋+1)), clipped to N.
@@ -14,7 +17,9 @@ agents behave, group them, and pick each group's base model.
   member without a probe (NaN) ranks last; ties go to the first in agent order.
 * ``SharingController``: ``none`` (one policy per agent), ``static`` (one policy per space class from
   round 0) or ``marless`` (the detector toggles; enabling groups the agents, disabling gives every agent
-  its own policy back). Policies are named ``p_<agent>``; a group uses its base agent's policy.
+  its own policy back). Policies are named ``p_<agent>``; a group uses its base agent's policy. An initial map
+  (``marl.agent_policy``) that puts an agent on a policy built for other spaces is refused when the controller
+  is built, before any worker starts (marless/checks.py).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from nimbus.algos.base import EnvSpaces
+from nimbus.envs.spaces import EnvSpaces
+from nimbus.marless.checks import check_policy_spaces
 
 
 def policy_of(agent: str) -> str:
@@ -37,12 +43,37 @@ def space_signature(*, spaces: EnvSpaces) -> str:
     return f"{spaces.observation!r}|{spaces.action!r}"
 
 
+NOISE_FLOOR = 0.01
+"""The smallest noise k divides by, in normalised-reward units (1 % of an agent's range): a noiseless series gives
+a finite k, and |k| ≤ 1 / NOISE_FLOOR = 100 (normalised rewards lie in [0, 1], so a slope does too)."""
+NOISE_WINDOWS = 2
+"""The round-to-round noise is measured on the NOISE_WINDOWS · W global rewards before the window (kept across
+switches), so a drop inside the window does not inflate it; on all of them and the window while fewer than W."""
+
+
 def least_squares_slope(values: Sequence[float]) -> float:
     """Slope of the least-squares line through (0, v0), (1, v1), …"""
     y = np.asarray(values, dtype=np.float64)
     x = np.arange(len(y), dtype=np.float64)
     x -= x.mean()
     return float((x * (y - y.mean())).sum() / (x * x).sum())
+
+
+def round_noise(values: Sequence[float]) -> float:
+    """σ of a series' round-to-round noise: the sample standard deviation of its successive differences over √2
+    (a linear trend cancels; a single step of D adds about D²/(2n) to σ² over n values)."""
+    differences = np.diff(np.asarray(values, dtype=np.float64))
+    if len(differences) < 2:
+        return 0.0          # too few to tell: NOISE_FLOOR applies
+    return float(np.std(differences, ddof=1)) / math.sqrt(2.0)
+
+
+def noise_scaled_slope(*, window: Sequence[float], before: Sequence[float]) -> float:
+    """The detector's k: the window's least-squares slope per round in units of the round-to-round noise σ of the
+    global rewards ``before`` it (with the window while fewer than its length; σ at least NOISE_FLOOR): how many
+    noise standard deviations the fitted line moves per round (docs/marless.md, "The detector's scale")."""
+    reference = list(before) if len(before) >= len(window) else [*before, *window]
+    return least_squares_slope(window) / max(round_noise(reference), NOISE_FLOOR)
 
 
 class PerformanceDetector:
@@ -52,6 +83,7 @@ class PerformanceDetector:
         self.window_size, self.gamma = window, gamma
         self.history: dict[str, list[float]] = {}
         self.window: list[float] = []
+        self.recent: list[float] = []      # the last (NOISE_WINDOWS + 1) · W global rewards, for the noise
         self.slope = math.nan
 
     def normalised(self, *, agent: str, value: float) -> float:
@@ -65,12 +97,13 @@ class PerformanceDetector:
             return False
         for agent, value in agent_returns.items():
             self.history.setdefault(agent, []).append(float(value))
-        self.window.append(float(np.mean([self.normalised(agent=a, value=v) for a, v in agent_returns.items()])))
-        self.window = self.window[-self.window_size:]
+        reward = float(np.mean([self.normalised(agent=a, value=v) for a, v in agent_returns.items()]))
+        self.window = (self.window + [reward])[-self.window_size:]
+        self.recent = (self.recent + [reward])[-(NOISE_WINDOWS + 1) * self.window_size:]
         if len(self.window) < self.window_size:
             self.slope = math.nan
             return False
-        self.slope = least_squares_slope(self.window)
+        self.slope = noise_scaled_slope(window=self.window, before=self.recent[:-len(self.window)])
         if self.slope < self.gamma:
             self.window = []
             return True
@@ -146,6 +179,7 @@ class SharingController:
 
     def __init__(self, *, config: Any, agents: list[str], compatible: dict[str, str], seed: int) -> None:
         self.config, self.agents, self.compatible, self.seed = config, list(agents), dict(compatible), seed
+        check_policy_spaces(agent_policy=config.agent_policy, compatible=self.compatible)   # exit 2 before any worker
         self.detector = PerformanceDetector(window=config.window, gamma=config.gamma)
         self.enabled = config.sharing == "static"
         self.enablings = 0
@@ -193,7 +227,8 @@ class SharingController:
         return {"enabled": self.enabled, "enablings": self.enablings, "toggles": self.toggles,
                 "groups": [list(group) for group in self.groups],
                 "history": {agent: list(values) for agent, values in detector.history.items()},
-                "window": list(detector.window), "slope": None if math.isnan(detector.slope) else detector.slope}
+                "window": list(detector.window), "recent": list(detector.recent),
+                "slope": None if math.isnan(detector.slope) else detector.slope}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.enabled, self.enablings = bool(state["enabled"]), int(state["enablings"])
@@ -201,6 +236,7 @@ class SharingController:
         self.groups = [list(group) for group in state["groups"]]
         self.detector.history = {agent: [float(v) for v in values] for agent, values in state["history"].items()}
         self.detector.window = [float(v) for v in state["window"]]
+        self.detector.recent = [float(v) for v in state.get("recent", state["window"])]   # older manifests: the window
         self.detector.slope = math.nan if state["slope"] is None else float(state["slope"])
 
     def state(self) -> dict[str, float]:

@@ -25,7 +25,7 @@ from nimbus.envs.parallel import global_state, make_parallel_env
 from nimbus.envs.parallel_snapshot import capture_parallel, restore_parallel
 from nimbus.envs.slot_state import PREFIX, SlotState, check_env_count, env_arrays
 from nimbus.envs.snapshot import SnapshotUnsupported
-from nimbus.onpolicy.actor import derive_seed
+from nimbus.roles.actor import derive_seed
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()     # env ids already warned about in this worker

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from nimbus.algos.base import EnvSpaces, LossOutput
+from nimbus.algos.base import LossOutput
 from nimbus.algos.dqn.loss import td_loss
 from nimbus.algos.multiagent.iql import IQL, IQLConfig, QPolicy, ValueAlgorithm, iql_targets, next_values
 from nimbus.algos.multiagent.vdn import VDN, VDNConfig, vdn_q_tot, vdn_targets
@@ -66,11 +66,12 @@ from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
 from nimbus.data.codec import Message
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import function_store, put_all
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import EnvContractError
 from nimbus.models.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
                                       weights_key)
 from nimbus.nitro.probe import ProbeRequest, probe_policy
-from nimbus.onpolicy.actor import derive_seed
+from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import place, torch_device
 

@@ -23,19 +23,33 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from nimbus.algos.multiagent import initial_messages, make_marl_algo
+from nimbus.config import NimbusConfig
+from nimbus.data.checkpoint import Checkpointer
 from nimbus.data.codec import Message
 from nimbus.envs.slot_state import pop_slot_state
+from nimbus.errors import CheckpointError
 from nimbus.marless.actor import MultiAgentActorRequest
+from nimbus.marless.checkpoint import check_policies, load_policies, policy_directory, publish_policies, \
+    save_policies
+from nimbus.marless.evaluate import MarlEvalResult, evaluate_agents
 from nimbus.marless.learning import batch_key, make_learning, results_of
+from nimbus.marless.parts import (MarlParts, MarlProgress, check_agent_policy, critic_key, fixed_actors,
+                                  function_specs, policy_name, probe_agents)
+from nimbus.marless.scaling import MarlessActorScaler
+from nimbus.marless.sharing import SharingController, space_signature
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.onpolicy.sync import Progress
-from nimbus.run.build import Shared
+from nimbus.report.metrics import MetricsSink
 from nimbus.runtime.prewarm import make_prewarmer
-from nimbus.types import RoundMetrics
+from nimbus.types import Progress, RoundMetrics, Shared
+
+if TYPE_CHECKING:
+    from nimbus.types import Progress
+    from nimbus.types import Shared
 
 log = logging.getLogger(__name__)
 LEARNER_ROLES = ("postprocess", "critic", "policy")
@@ -43,43 +57,15 @@ VERSIONED_KEYS = ("weights/{policy}/{version}", "optim/{policy}/{version}", "tar
 SAMPLES_PER_AGENT = 512  # (obs, action) rows per agent kept for the similarity measure (marless/sharing.py)
 
 
-def critic_key(*, policy: str, version: int) -> str:
-    return f"critic/{policy}/{version}"
-
-
-@dataclass
-class MarlProgress(Progress):
-    """A run's counters plus each policy's versions and the agent→policy map."""
-
-    versions: dict[str, int] = field(default_factory=dict)          # policy network, per policy
-    critic_versions: dict[str, int] = field(default_factory=dict)   # critic network (actor-critic algos)
-    agent_policy: dict[str, str] = field(default_factory=dict)
-    learner_invocations: int = 0
-    next_actors: int = 0            # the actor count the next round uses (0: the scaler's initial count)
-    replays: dict[str, list[str]] = field(default_factory=dict)   # IQL/VDN: each replay's Store keys, oldest first
-
-
-@dataclass(frozen=True)
-class MarlParts:
-    """What the workflow drives: the pool, the functions by role, the controllers and the sinks."""
-
-    config: Any                      # NimbusConfig
-    shared: Shared
-    run_dir: Path
-    agents: tuple[str, ...]          # sorted possible agents
-    spaces: dict[str, Any]           # agent → EnvSpaces
-    algo: Any                        # nimbus.algos.multiagent MarlAlgorithm
-    specs: dict[str, Any]            # role → FunctionSpec ("actor", and the algorithm's roles)
-    sharing: Any                     # marless/sharing.py SharingController
-    scaler: Any                      # marless/scaling.py MarlessActorScaler
-    metrics: Any                     # report/metrics.py MetricsSink
-
-
 class MultiAgentWorkflow:
-    """Runs MARLess rounds until ``should_stop`` says so; ``on_round`` receives each round's row."""
+    """Runs MARLess rounds until ``should_stop`` says so; ``on_round`` receives each round's row (core.Workflow).
+
+    ``build`` publishes every policy's version 0 or the checkpoint's versions itself: the progress it continues
+    from (versions, the agent→policy map, the controllers' state) comes out of publishing, and the workflow's
+    learning and actor count are made from it; ``start`` has nothing left to do (no pre-warm)."""
 
     def __init__(self, *, parts: MarlParts, progress: MarlProgress,
-                 on_round: Callable[[RoundMetrics], None]) -> None:
+                 on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
         self.parts = parts
         self.progress = progress
         self.on_round = on_round
@@ -93,8 +79,69 @@ class MultiAgentWorkflow:
                                         actor_spec=parts.specs["actor"], workload=parts.config.name)  # prewarm.mode
         self._map_log = open(parts.run_dir / "marl.jsonl", "a", buffering=1)
 
+    # ---------------------------------------------------------------------------- core.Workflow
+    @classmethod
+    def build(cls, *, config: NimbusConfig, shared: Callable[[], Shared], run_dir: Path, policy: str,
+              resume_from: Path | None, rank_base: int = 0, workload: str | None = None) -> "MultiAgentWorkflow":
+        """The env's agents and the controllers (exit 2 on a bad ``marl.agent_policy`` before any worker), the pool,
+        then every policy's version 0 or (``resume_from``, a run directory) the newest round every policy has a
+        checkpoint of (marless/checkpoint.py says what comes back). ``policy``, ``rank_base`` and ``workload``
+        do not apply: the policies are named after the agents."""
+        if resume_from is not None and not (Path(resume_from) / "policies").is_dir():
+            raise CheckpointError(f"cannot resume {resume_from} as a multiagent run: it has no policies/ directory")
+        agents, spaces, state_dim = probe_agents(config=config)
+        check_agent_policy(config=config, agents=agents)
+        algo = make_marl_algo(config=config.algo)
+        sharing = SharingController(config=config.marl, agents=list(agents), seed=config.seed,
+                                    compatible={a: space_signature(spaces=spaces[a]) for a in agents})
+        scaler = MarlessActorScaler(config=config.marl, num_agents=len(agents), fixed_actors=fixed_actors(config=config))
+        pool = shared()
+        metrics = MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
+                              status_line=config.output.status_line)
+        parts = MarlParts(config=config, shared=pool, run_dir=run_dir, agents=agents, spaces=spaces, algo=algo,
+                          specs=function_specs(config=config, algo=algo), sharing=sharing, scaler=scaler,
+                          metrics=metrics)
+        try:
+            progress = _publish(parts=parts, state_dim=state_dim, resume_from=resume_from)
+        except BaseException:
+            metrics.close()
+            raise
+        workflow = cls(parts=parts, progress=progress)
+        workflow.checkpointers = {name: Checkpointer(directory=policy_directory(run_dir=run_dir, policy=name),
+                                                     keep=config.train.keep_checkpoints)
+                                  for name in map(policy_name, agents)}
+        return workflow
+
+    @property
+    def metrics(self) -> MetricsSink:
+        return self.parts.metrics
+
+    def start(self) -> None:
+        """Nothing: ``build`` published every policy's version (see the class docstring)."""
+
+    def request_stop(self) -> None:
+        """Stop after the round in progress (safe in a signal handler: it sets a flag)."""
+        self.stop_requested = True
+
+    def checkpoint(self) -> None:
+        """Each policy's newest networks and the run's state, in ``policies/<policy>/checkpoints``."""
+        save_policies(parts=self.parts, progress=self.progress, checkpointers=self.checkpointers)
+
+    def evaluate(self, *, episodes: int, seed: int, explore: bool) -> MarlEvalResult:
+        """``episodes`` episodes with every agent on its policy's newest version (``explore`` is not used: the
+        final evaluation of a MARLess run acts greedily, as it always has)."""
+        store, progress = self.parts.shared.store, self.progress
+        newest = {policy: store.get(key=weights_key(policy=policy, version=version))
+                  for policy, version in progress.versions.items()}
+        return evaluate_agents(config=self.parts.config, algo=self.parts.algo, weights=newest,
+                               agent_policy=progress.agent_policy, episodes=episodes, seed=seed)
+
+    def close(self) -> None:
+        self.metrics.close()
+
     # ----------------------------------------------------------------------------------- the loop
-    def run(self, *, should_stop: Callable[[Progress], bool]) -> None:
+    def run(self, *, should_stop: Callable[[Progress], bool], on_round: Callable[[RoundMetrics], None]) -> None:
+        self.on_round = on_round
         try:
             while not self.stop_requested and not should_stop(self.progress):
                 row = self._round()
@@ -315,3 +362,32 @@ def policy_batch(*, results: list[Message], members: list[str], agents: list[str
                 if shared in result.arrays:
                     columns.setdefault(shared, []).append(result.arrays[shared])
     return Message(header={"members": members}, arrays={k: np.concatenate(v) for k, v in columns.items()})
+
+
+def _publish(*, parts: MarlParts, state_dim: int, resume_from: Path | None) -> MarlProgress:
+    """Version 0 of every policy, or (``resume_from``) the checkpointed versions; the progress to go on from."""
+    initial = {policy_name(agent): initial_messages(algo=parts.algo, spaces=parts.spaces[agent], state_dim=state_dim,
+                                                    num_agents=len(parts.agents), seed=parts.config.seed + index)
+               for index, agent in enumerate(parts.agents)}
+    if resume_from is None:
+        progress = MarlProgress(agent_policy=parts.sharing.initial_map())
+        _publish_initial(parts=parts, progress=progress, initial=initial)
+        return progress
+    states = load_policies(path=Path(resume_from), policies=list(initial))
+    check_policies(states=states, parts=parts, expected=initial)
+    progress = publish_policies(states=states, parts=parts)
+    log.warning("resuming from round %d (policy versions %s, %d env steps)", progress.rounds,
+                progress.versions, progress.env_steps)
+    return progress
+
+
+def _publish_initial(*, parts: MarlParts, progress: MarlProgress, initial: dict[str, dict[str, Message]]) -> None:
+    """Version 0 of every agent's policy (and critic), seeded per agent; all of them, so that sharing can later
+    hand any agent its own policy."""
+    store = parts.shared.store
+    for policy, messages in initial.items():
+        store.put(key=weights_key(policy=policy, version=0), message=messages["weights"])
+        progress.versions[policy] = 0
+        if "critic" in messages:
+            store.put(key=critic_key(policy=policy, version=0), message=messages["critic"])
+            progress.critic_versions[policy] = 0

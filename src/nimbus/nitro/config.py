@@ -1,4 +1,4 @@
-"""Actor-scaling configs (frozen, unknown keys rejected) and ``make_scaler``, the one place they become objects.
+"""Actor-scaling configs (frozen, unknown keys rejected); nitro/scalers.py ``make_scaler`` turns one into a scaler.
 
 The section is a discriminated union on ``kind``; one config line switches the scaler::
 
@@ -11,16 +11,12 @@ The section is a discriminated union on ``kind``; one config line switches the s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import Field, ValidationInfo, field_validator
 
 from nimbus.config.base import ConfigSection
 from nimbus.config.bounds import MAX_ACTORS
-
-if TYPE_CHECKING:   # the scalers import torch (Nitro's probe): loaded by make_scaler, not by reading a config
-    from nimbus.types import ActorScaler
-
 
 class _Frozen(ConfigSection):
     """Config models of this module: frozen, unknown keys and non-finite or boolean numbers refused."""
@@ -114,27 +110,3 @@ ScalingConfig = Annotated[
     Union[FixedScalingConfig, NitroScalingConfig, HydrozoaScalingConfig, MaxScalingConfig],
     Field(discriminator="kind"),
 ]
-
-
-def make_scaler(*, config: ScalingConfig) -> ActorScaler:
-    """The actor scaler a validated config describes."""
-    from nimbus.nitro.scaler import NitroScaler
-    from nimbus.nitro.scaler_authors import AuthorsCodeNitroScaler
-    from nimbus.nitro.baselines import FixedScaler, HydrozoaScaler, MaxScaler
-
-    if isinstance(config, FixedScalingConfig):
-        return FixedScaler(num_actors=config.num_actors)
-    if isinstance(config, NitroScalingConfig):
-        nitro = AuthorsCodeNitroScaler if config.variant == "authors_code" else NitroScaler
-        return nitro(
-            min_actors=config.min_actors, max_actors=config.max_actors, window=config.window,
-            decay=config.decay, budget_usd=config.budget_usd, on_budget=config.on_budget,
-        )
-    if isinstance(config, HydrozoaScalingConfig):
-        return HydrozoaScaler(
-            initial_actors=config.initial_actors, max_actors=config.max_actors,
-            double_every_rounds=config.double_every_rounds,
-        )
-    if isinstance(config, MaxScalingConfig):
-        return MaxScaler(max_actors=config.max_actors)
-    raise TypeError(f"not a scaling config: {type(config).__name__}")

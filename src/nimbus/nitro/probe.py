@@ -40,15 +40,18 @@ import dataclasses
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from nimbus.algos.base import Algorithm
 from nimbus.analysis.hessian import (HESSIAN_LAMBDA_MAX_KEY, HESSIAN_LAMBDA_MIN_KEY, HESSIAN_RATIO_KEY,
                                      extreme_eigenvalues, subset_indices)
-from nimbus.nitro.config import NitroScalingConfig, ScalingConfig
+from nimbus.roles.actor import derive_seed
 from nimbus.types import RoundMetrics, ScalingDecision
+
+if TYPE_CHECKING:
+    from nimbus.nitro.config import ScalingConfig
 
 #: Sub-modules whose parameters are not the policy's (separate value network, frozen target copy).
 NON_POLICY_MODULES = ("critic", "target_net")
@@ -72,7 +75,11 @@ class ProbeRequest:
 
 
 def probe_request(*, scaling: ScalingConfig) -> ProbeRequest | None:
-    """The probe the actor scaler needs each round, or None when it reads no Hessian signal."""
+    """The probe the actor scaler needs each round, or None when it reads no Hessian signal (driver side)."""
+    # imported here, not at the top: the learner functions import this module first thing in a fresh worker, and
+    # nitro/config.py cannot be the first config module a process imports (nimbus.config's __init__ imports it back)
+    from nimbus.nitro.config import NitroScalingConfig
+
     if isinstance(scaling, NitroScalingConfig):
         hessian = scaling.hessian
         return ProbeRequest(subset_size=hessian.subset_size, max_iterations=hessian.max_iterations,
@@ -122,6 +129,18 @@ def probe_policy(*, algo: Algorithm, model: torch.nn.Module, batch: dict[str, to
     model.zero_grad(set_to_none=True)
     rows = int(subset["rewards"].numel())
     return {**probe.to_extras(), PROBE_SECONDS_KEY: time.perf_counter() - started, "probe_rows": float(rows)}
+
+
+def probe_after_update(*, algo: Algorithm, model: torch.nn.Module, batch: dict[str, torch.Tensor],
+                       probe: dict[str, Any] | None, seed: int, policy_version: int) -> dict[str, float]:
+    """What a learner function runs after its update: :func:`probe_policy` of the updated model when its request
+    carries a ``probe`` block (:class:`ProbeRequest` header), else {}. Seeded from the run ``seed`` and the version
+    the update read."""
+    request = ProbeRequest.from_header(probe)
+    if request is None:
+        return {}
+    return probe_policy(algo=algo, model=model, batch=batch, request=request,
+                        seed=derive_seed(seed, policy_version, 3))
 
 
 def probe_not_run() -> dict[str, float]:

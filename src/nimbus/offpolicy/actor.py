@@ -1,6 +1,6 @@
 """The off-policy actor function (DQN, SAC, IMPALA): transitions (s, a, r, s', terminated, truncated).
 
-It shares the on-policy actor's warm state (onpolicy/actor.py): the model of one ``policy_version``
+It shares the on-policy actor's warm state (roles/actor.py): the model of one ``policy_version``
 cached per worker, and per actor rank an env slot whose episodes continue across invocations. What
 differs is the row: ``next_obs`` is the observation the env returned for that step — on truncation
 (and termination) the true final observation, not the next episode's reset — so the learner can
@@ -26,8 +26,8 @@ from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.envs.slot_state import slot_state_from
 from nimbus.models.distributions import clip_action
-from nimbus.onpolicy.actor import (ActorRequest, EnvSlot, _env_slot, _policy, _spaces_of, _step_all, derive_seed,
-                                    with_snapshot)
+from nimbus.roles.actor import (ActorRequest, EnvSlot, derive_seed, env_slot, policy_at, spaces_of, step_all,
+                                with_snapshot)
 from nimbus.runtime.base import FunctionContext
 
 Episodes = tuple[list[float], list[int]]
@@ -42,8 +42,8 @@ def offpolicy_actor_function(*, context: FunctionContext, request: Message) -> M
     req = OffPolicyActorRequest.from_message(request)
     started = time.perf_counter()
     context.cache["store"] = function_store(header=request.header)  # the run's Store, named by the request
-    algo, model = _policy(context=context, req=req)
-    slot = _env_slot(context=context, req=req, restore=slot_state_from(message=request))
+    algo, model = policy_at(context=context, req=req)
+    slot = env_slot(context=context, req=req, restore=slot_state_from(message=request))
     torch.manual_seed(derive_seed(req.seed, req.actor_rank, req.slot_seq, 1))
     timers = {"env_s": 0.0, "inference_s": 0.0}
     try:
@@ -76,7 +76,7 @@ def _act(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot,
 def _transitions(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot, req: OffPolicyActorRequest,
                  timers: dict[str, float]) -> tuple[dict[str, np.ndarray], Episodes]:
     """Step every env ``fragment_steps`` times; env-major flat rows and the episodes that finished."""
-    action_space = _spaces_of(slot).action
+    action_space = spaces_of(slot=slot).action
     columns: dict[str, list[np.ndarray]] = {}
     returns: list[float] = []
     lengths: list[int] = []
@@ -84,7 +84,7 @@ def _transitions(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot, req:
         tick = time.perf_counter()
         actions, extras = _act(algo=algo, model=model, slot=slot, random_actions=req.random_actions)
         tock = time.perf_counter()
-        step = _step_all(slot=slot, actions=clip_action(action=actions, space=action_space))
+        step = step_all(slot=slot, actions=clip_action(action=actions, space=action_space))
         timers["inference_s"] += tock - tick
         timers["env_s"] += time.perf_counter() - tock
         slot.finish_episodes(done=step["done"], returns=returns, lengths=lengths)

@@ -1,6 +1,6 @@
 """The off-policy learner function: read a ``ReplayBatch`` from the shared buffer, update, publish v+1.
 
-Same state rules as the on-policy learner (onpolicy/learner.py, whose helpers it uses): the learner's
+Same state rules as the on-policy learner (the helpers of roles/learner.py): the learner's
 state lives in the Store (``weights/<policy>/<v>``, ``optim/<policy>/<v>``), a warm worker that holds
 version v skips the reload, a non-finite update is undone and reported. What it adds:
 
@@ -27,9 +27,9 @@ from nimbus.data.codec import Message
 from nimbus.data.replay import ReplayBatch
 from nimbus.data.stores import function_store, put_all
 from nimbus.models.weights import model_to_message, optim_key, optimizer_to_message, weights_key
-from nimbus.nitro.probe import probe_not_run
-from nimbus.onpolicy.actor import derive_seed
-from nimbus.onpolicy.learner import LearnerRequest, _cpu, _learner_state, _probe, _restore
+from nimbus.nitro.probe import probe_after_update, probe_not_run
+from nimbus.roles.actor import derive_seed
+from nimbus.roles.learner import LearnerRequest, cpu_copy, learner_state, restore_state
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.faults import fault_point
 
@@ -53,7 +53,7 @@ class OffPolicyLearnerRequest(LearnerRequest):
 def offpolicy_learner_function(*, context: FunctionContext, request: Message) -> Message:
     req = OffPolicyLearnerRequest.from_message(request)
     started = time.perf_counter()
-    state = _learner_state(context=context, req=req, store=function_store(header=request.header))
+    state = learner_state(context=context, req=req, store=function_store(header=request.header))
     batch, kept = _read_batch(context=context, req=req, arrays=request.arrays, device=state["device"])
     transfer_s = time.perf_counter() - started
     algo, model, optimizer = state["algo"], state["model"], state["optimizer"]
@@ -66,10 +66,11 @@ def offpolicy_learner_function(*, context: FunctionContext, request: Message) ->
     nonfinite = not all(np.isfinite(v) for v in stats.values()) or \
         not all(torch.isfinite(p).all() for p in model.parameters())
     if nonfinite:
-        _restore(model=model, optimizer=optimizer, snapshot=snapshot, context=context, req=req)
+        restore_state(model=model, optimizer=optimizer, snapshot=snapshot, context=context, req=req)
     new_version = req.policy_version + 1
     put_all(store=state["store"], items={  # one round trip where the backend batches
-        weights_key(policy=req.policy, version=new_version): model_to_message(model=_cpu(model), version=new_version),
+        weights_key(policy=req.policy, version=new_version): model_to_message(model=cpu_copy(model=model),
+                                                                              version=new_version),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
                                                                                 version=new_version)},
             writer=context.invocation_id)  # a retry of this invocation may redo the puts (data/store.py)
@@ -108,7 +109,8 @@ def _probe_updated(*, algo: Any, model: torch.nn.Module, batch: dict[str, torch.
         return {}
     if not kept.any():
         return probe_not_run()
-    return _probe(algo=algo, model=model, batch=algo.postprocess(batch=batch), req=req)
+    return probe_after_update(algo=algo, model=model, batch=algo.postprocess(batch=batch), probe=req.probe,
+                              seed=req.seed, policy_version=req.policy_version)
 
 
 def _buffer(*, context: FunctionContext, req: OffPolicyLearnerRequest) -> Buffer:

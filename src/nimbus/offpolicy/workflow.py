@@ -38,11 +38,11 @@ from nimbus.offpolicy.actor import OffPolicyActorRequest
 from nimbus.offpolicy.heard_from import HeardFromVersions
 from nimbus.offpolicy.learner import OffPolicyLearnerRequest
 from nimbus.offpolicy.plan import Pacer, plan_for
-from nimbus.offpolicy.replay_checkpoint import restore_replay
-from nimbus.onpolicy.sync import POLICY, Progress, schedule_fraction
-from nimbus.run.build import System
+from nimbus.onpolicy.lifecycle import SystemWorkflow
+from nimbus.onpolicy.replay_checkpoint import restore_replay
+from nimbus.onpolicy.system import System
 from nimbus.runtime.prewarm import make_prewarmer
-from nimbus.types import RoundMetrics
+from nimbus.types import POLICY, Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
 POLL_S = 0.02
@@ -72,10 +72,14 @@ class Window:
     ranks_ran: set[int] = field(default_factory=set)   # ranks running at the start or started since
 
 
-class AsyncWorkflow:
-    """Runs until ``should_stop`` says so (checked after every event). ``on_round`` gets each row."""
+class AsyncWorkflow(SystemWorkflow):
+    """Runs until ``should_stop`` says so (checked after every event). ``on_round`` gets each row. The rest of
+    core.Workflow (build, start, checkpoint, evaluate, close) is onpolicy/lifecycle.py's."""
 
-    def __init__(self, *, system: System, progress: Progress, on_round: Callable[[RoundMetrics], None]) -> None:
+    progress_type = Progress
+
+    def __init__(self, *, system: System, progress: Progress,
+                 on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
         cfg = system.config
         self.system, self.progress, self.on_round = system, progress, on_round
         self.wf = cfg.async_workflow
@@ -342,8 +346,13 @@ class AsyncWorkflow:
         return dict(sorted(self.lag_counts.items()))
 
     # -------------------------------------------------------------------------------------- loop
-    def run(self, *, should_stop: Callable[[Progress], bool]) -> None:
-        """Drive actors and the learner until ``should_stop(progress)`` or ``stop_requested``."""
+    def replay_parts(self) -> dict:
+        """``train.checkpoint_replay``: the buffer's rows, the replay strategy's state and the pacer's counters."""
+        return dict(buffer=self.system.buffer, replay=self.system.replay, pacer=self.pacer)
+
+    def run(self, *, should_stop: Callable[[Progress], bool], on_round: Callable[[RoundMetrics], None]) -> None:
+        """Drive actors and the learner until ``should_stop(progress)`` or ``request_stop()``."""
+        self.on_round = on_round
         self.system.store_events.notify(key=weights_key(policy=POLICY, version=self.progress.policy_version))
         try:
             self.table.poll(now_s=time.monotonic())

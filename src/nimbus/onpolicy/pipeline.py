@@ -42,8 +42,7 @@ from typing import Iterable, Iterator
 import torch
 
 from nimbus.algos.gae import compute_gae
-from nimbus.algos.ppo.learner import (_MEAN_STATS, REQUIRED_KEYS, UpdateStats, _gradient_step, minibatch_loss,
-                                      scheduled)
+from nimbus.algos.ppo.learner import MEAN_STATS, REQUIRED_KEYS, UpdateStats, gradient_step, minibatch_loss, scheduled
 from nimbus.algos.ppo.loss import explained_variance
 from nimbus.onpolicy.loader import DeviceLoader
 
@@ -98,7 +97,7 @@ class StreamingPPOUpdate:
         self.keys_in: list[set[str]] = [set() for _ in block_rows]
         self.gae_done = [False] * len(block_rows)
         self.next_minibatch = 0  # of epoch 1, when pipelined
-        self.totals = dict.fromkeys((*_MEAN_STATS, "grad_norm"), 0.0)
+        self.totals = dict.fromkeys((*MEAN_STATS, "grad_norm"), 0.0)
         self.steps = self.skipped = 0
         self.last_kl = 0.0
         self.lock = threading.Lock()
@@ -156,14 +155,14 @@ class StreamingPPOUpdate:
         if minibatch is None:
             minibatch = {key: self.batch[key][rows] for key in REQUIRED_KEYS}
         out = minibatch_loss(model=self.model, batch=minibatch, config=self.cfg, clip_coef=self.clip_coef)
-        grad_norm = _gradient_step(model=self.model, optimizer=self.optimizer, loss=out.loss,
+        grad_norm = gradient_step(model=self.model, optimizer=self.optimizer, loss=out.loss,
                                    max_grad_norm=self.cfg.max_grad_norm)
         if grad_norm is None:
             self.skipped += 1
             return
         self.steps += 1
         self.last_kl = out.stats["approx_kl"]
-        for key in _MEAN_STATS:
+        for key in MEAN_STATS:
             self.totals[key] += out.stats[key]
         self.totals["grad_norm"] += grad_norm
 

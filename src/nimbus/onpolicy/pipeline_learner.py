@@ -27,9 +27,10 @@ from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.envs.obsnorm import merge, pop_moments
-from nimbus.onpolicy.actor import derive_seed
-from nimbus.onpolicy.learner import LearnerRequest, _learner_state, _probe, _restore, publish_version
+from nimbus.nitro.probe import probe_after_update
 from nimbus.onpolicy.pipeline import GAE_KEYS, TRAIN_KEYS, PipelineOptions, StreamingPPOUpdate
+from nimbus.roles.actor import derive_seed
+from nimbus.roles.learner import LearnerRequest, learner_state, publish_version, restore_state
 from nimbus.runtime.base import FunctionContext
 
 PIPELINE_KEY = "pipeline"  # request header key; its presence routes learner_function here
@@ -109,7 +110,7 @@ def pipelined_learner_function(*, context: FunctionContext, request: Message) ->
     stream = StreamRequest(**request.header[PIPELINE_KEY])
     started = time.perf_counter()
     # the CPU whatever the lease: the stream's stages are CPU-bound; the lease still serialises learners
-    state = _learner_state(context=dataclasses.replace(context, device="cpu"), req=req,
+    state = learner_state(context=dataclasses.replace(context, device="cpu"), req=req,
                            store=function_store(header=request.header))
     model, optimizer = state["model"], state["optimizer"]
     if next(model.parameters()).device.type != "cpu":
@@ -121,13 +122,14 @@ def pipelined_learner_function(*, context: FunctionContext, request: Message) ->
     nonfinite = not all(np.isfinite(v) for v in stats_dict.values()) or \
         not all(torch.isfinite(p).all() for p in model.parameters())
     if nonfinite:
-        _restore(model=model, optimizer=optimizer, snapshot=snapshot, context=context, req=req)
+        restore_state(model=model, optimizer=optimizer, snapshot=snapshot, context=context, req=req)
     new_version = req.policy_version + 1
     if state.get("obs_rms") is not None:
         state["obs_rms"] = merge(into=state["obs_rms"], other=pop_moments(arrays=dict(request.arrays)))
     publish_version(store=state["store"], state=state, req=req, model=model, optimizer=optimizer,
                     writer=context.invocation_id)
-    extras = {**_probe(algo=state["algo"], model=model, batch=batch, req=req), "pipeline_wait_s": waited_s}
+    extras = {**probe_after_update(algo=state["algo"], model=model, batch=batch, probe=req.probe, seed=req.seed,
+                                   policy_version=req.policy_version), "pipeline_wait_s": waited_s}
     header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
               "transfer_s": 0.0, "learning_s": time.perf_counter() - started, "compute_s": compute_s,
               "rows": stream.rows_per_actor * len(stream.ranks)}

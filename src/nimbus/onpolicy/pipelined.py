@@ -24,9 +24,10 @@ from dataclasses import asdict
 
 import numpy as np
 
-from nimbus.onpolicy.learner import LearnerRequest
 from nimbus.onpolicy.pipeline_learner import PIPELINE_KEY, StreamRequest
-from nimbus.onpolicy.sync import POLICY, SyncWorkflow, schedule_fraction
+from nimbus.onpolicy.sync import SyncWorkflow
+from nimbus.roles.learner import LearnerRequest
+from nimbus.types import POLICY, schedule_fraction
 
 
 class PipelinedSyncWorkflow(SyncWorkflow):

@@ -27,15 +27,15 @@ from nimbus.envs.slot_state import SlotState, pop_slot_state
 from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.nitro.probe import round_probe_extras, with_decision
-from nimbus.onpolicy.actor import ActorRequest
-from nimbus.onpolicy.learner import LearnerRequest
+from nimbus.onpolicy.lifecycle import SystemWorkflow
+from nimbus.onpolicy.system import System
+from nimbus.roles.actor import ActorRequest
+from nimbus.roles.learner import LearnerRequest
 from nimbus.roles.remote import finish_learner_round, ship_batch
-from nimbus.run.build import System
 from nimbus.runtime.prewarm import PrewarmController, make_prewarmer
-from nimbus.types import RoundMetrics, ScalingDecision
+from nimbus.types import Progress, RoundMetrics, ScalingDecision, schedule_fraction
 
 log = logging.getLogger(__name__)
-POLICY = "main"  # the policy of a one-policy run (a population names each member: pbt/population.py)
 
 
 @dataclass
@@ -55,32 +55,6 @@ class RoundState:
     obs_moments: Any = None  # merged raw-observation moments of the accepted fragments (algo.normalize_obs)
 
 
-@dataclass
-class Progress:
-    rounds: int = 0
-    env_steps: int = 0
-    episodes: int = 0
-    policy_version: int = 0
-    recent_returns: list[float] = field(default_factory=list)
-    nonfinite_in_a_row: int = 0
-    last_row: RoundMetrics | None = None
-    wall_s_before: float = 0.0     # a resumed run: wall time and cost of the sessions before this one
-    cost_usd_before: float = 0.0
-    slot_seq_base: int = 0         # a resumed run: env slots start here, so its envs reset with fresh seeds
-    slot_seq: dict[int, int] = field(default_factory=dict)      # per actor rank, as of the last finished round
-    slot_states: dict[int, Any] = field(default_factory=dict)   # train.exact_resume: SlotState per rank, ditto
-    restore_slots: dict[int, Any] = field(default_factory=dict)  # exact resume: each rank's first request rebuilds
-    restore_replay: Any = None     # train.checkpoint_replay: the replay file's Message (offpolicy/replay_checkpoint.py)
-    eval_return: float | None = None   # the last periodic evaluation's mean return (run/periodic_eval.py)
-    schedule_env_steps: int | None = None   # a resumed run: its original horizon, which schedules keep (run/resume.py)
-
-
-def schedule_fraction(*, progress: Progress, total_env_steps: int) -> float:
-    """How far the run is along its schedules (learning rate, clip, ε): env steps over the horizon they anneal
-    over, ``train.total_env_steps`` of the run as it started — a resume that raises it keeps the original."""
-    return min(1.0, progress.env_steps / (progress.schedule_env_steps or total_env_steps))
-
-
 def _prewarmer(*, system: System) -> PrewarmController:
     """``prewarm.mode: monitor``: pre-warm actor workers during the learner's update and ahead of a scale-up
     (runtime/prewarm.py)."""
@@ -95,10 +69,14 @@ def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[
             "actor_work_s": actor_work_s, "compute_s": compute_s}
 
 
-class SyncWorkflow:
-    """Runs rounds until ``should_stop`` says so. ``on_round`` receives each finished round's row."""
+class SyncWorkflow(SystemWorkflow):
+    """Runs rounds until ``should_stop`` says so. ``on_round`` receives each finished round's row. The rest of
+    core.Workflow (build, start, checkpoint, evaluate, close) is onpolicy/lifecycle.py's."""
 
-    def __init__(self, *, system: System, progress: Progress, on_round: Callable[[RoundMetrics], None]) -> None:
+    progress_type = Progress
+
+    def __init__(self, *, system: System, progress: Progress,
+                 on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
         self.system = system
         self.progress = progress
         self.on_round = on_round
@@ -272,8 +250,10 @@ class SyncWorkflow:
                     pass
 
     # -------------------------------------------------------------------------------------- loop
-    def run(self, *, should_stop: Callable[[Progress], bool]) -> None:
-        """Drive rounds until ``should_stop(progress)`` at a round boundary or ``stop_requested``."""
+    def run(self, *, should_stop: Callable[[Progress], bool], on_round: Callable[[RoundMetrics], None]) -> None:
+        """Drive rounds until ``should_stop(progress)`` at a round boundary or ``request_stop()``; ``on_round``
+        gets each round's row."""
+        self.on_round = on_round
         self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
         self.table.poll(now_s=time.monotonic())
         while not self.stop_requested:
@@ -284,6 +264,19 @@ class SyncWorkflow:
             if self.handle(kind=kind, future=future, meta=meta) and should_stop(self.progress):
                 return
             self.table.poll(now_s=time.monotonic())
+
+    # ------------------------------------------- several workflows on one driver loop (run/members.py)
+    def attach(self, *, events: Any) -> None:
+        """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue)."""
+        self.events = events
+
+    def begin(self) -> None:
+        """Announce the current version, so the first round's actors start (``run`` does this itself)."""
+        self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
+        self.table.poll(now_s=time.monotonic())
+
+    def poll(self, *, now_s: float) -> None:
+        self.table.poll(now_s=now_s)
 
     def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
         """Move one finished function's event into the round; True when it ended the round (a learner)."""

@@ -21,26 +21,26 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
     points = [(r["round"], r["extras"][key]) for r in rows if _finite(r.get("extras", {}).get(key))]
     return ([p[0] for p in points], [p[1] for p in points]) if points else ([], [])
 
 
-def _no_data(ax: Any, text: str) -> None:
+def no_data(ax: Any, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color="gray")
 
 
 def plot_ratio_and_score(ax: Any, rows: list[dict[str, Any]]) -> None:
     """R per round (left) and the boosting score S (right); a note when the run had no Hessian probe."""
-    rounds, ratios = _series(rows, "hessian_ratio")
+    rounds, ratios = series(rows, "hessian_ratio")
     ax.set_xlabel("round")
     ax.set_title("Nitro: convexity ratio R and boosting score S", fontsize=10)
     if not rounds:
-        _no_data(ax, "no Hessian probe in this run (actors.scaling.kind is not nitro)")
+        no_data(ax, "no Hessian probe in this run (actors.scaling.kind is not nitro)")
         return
     ax.plot(rounds, ratios, "o-", ms=3, lw=1, color="tab:purple", label="R = −λmax/λmin")
     ax.set_ylabel("R", color="tab:purple")
-    score_rounds, scores = _series(rows, "score")
+    score_rounds, scores = series(rows, "score")
     if score_rounds:
         twin = ax.twinx()
         twin.plot(score_rounds, scores, "s-", ms=3, color="tab:orange", lw=1, label="score S")
@@ -50,19 +50,19 @@ def plot_ratio_and_score(ax: Any, rows: list[dict[str, Any]]) -> None:
 
 def plot_staleness(ax: Any, rows: list[dict[str, Any]]) -> None:
     """Stellaris: mean and max staleness per round, the threshold β_k, and gradients refused (right axis)."""
-    rounds, means = _series(rows, "staleness/mean")
+    rounds, means = series(rows, "staleness/mean")
     ax.set_xlabel("round")
     ax.set_title("Stellaris: gradient staleness", fontsize=10)
     if not rounds:
-        _no_data(ax, "no asynchronous learners in this run")
+        no_data(ax, "no asynchronous learners in this run")
         return
     ax.plot(rounds, means, "o-", ms=3, lw=1, color="tab:blue", label="mean staleness")
-    ax.plot(*_series(rows, "staleness/max"), lw=1, color="tab:cyan", label="max staleness")
-    ax.plot(*_series(rows, "staleness/threshold"), "--", lw=1, color="tab:red", label="threshold β_k")
+    ax.plot(*series(rows, "staleness/max"), lw=1, color="tab:cyan", label="max staleness")
+    ax.plot(*series(rows, "staleness/threshold"), "--", lw=1, color="tab:red", label="threshold β_k")
     ax.set_ylabel("versions")
     ax.legend(fontsize=8, loc="upper left")
     twin = ax.twinx()
-    twin.bar(*_series(rows, "staleness/rejected"), color="tab:gray", alpha=0.3)
+    twin.bar(*series(rows, "staleness/rejected"), color="tab:gray", alpha=0.3)
     twin.set_ylabel("gradients refused", color="tab:gray")
 
 
@@ -71,7 +71,7 @@ def plot_cost_per_round(ax: Any, rows: list[dict[str, Any]], budget_usd: float |
     ax.set_xlabel("round")
     ax.set_title("cost per round (serverless, ledger)", fontsize=10)
     if not rows:
-        _no_data(ax, "no rounds")
+        no_data(ax, "no rounds")
         return
     rounds = [r["round"] for r in rows]
     cumulative = [float(r["cost_usd"]) for r in rows]

@@ -20,9 +20,9 @@ from rich.table import Table  # noqa: E402
 
 from nimbus.cost.ledger import Ledger  # noqa: E402
 from nimbus.cost.pricing import load_pricing  # noqa: E402
-from nimbus.marless.report import is_marl, plot_agent_returns, plot_marl_costs, plot_policy_map, read_maps  # noqa: E402
 from nimbus.report.metrics import read_metrics  # noqa: E402
 from nimbus.report.panels import plot_cost_per_round, plot_ratio_and_score, plot_staleness, scaling_budget  # noqa: E402
+from nimbus.report.techniques import technique_panels  # noqa: E402
 
 
 def cost_by_kind(*, run_dir: Path) -> dict[str, float]:
@@ -53,8 +53,9 @@ def render_report(*, run_dir: Path) -> Path:
     run_dir = Path(run_dir)
     rows = read_metrics(path=run_dir / "metrics.jsonl")
     costs = cost_by_kind(run_dir=run_dir)
-    marl = is_marl(rows)   # MARLess runs: a fourth row of panels (marless/report.py)
-    fig, axes = plt.subplots(4 if marl else 3, 2, figsize=(12, 16 if marl else 12))
+    panels = technique_panels(rows=rows)   # a technique's own panels (MARLess: a fourth row), report/techniques.py
+    extra_rows = panels.EXTRA_ROWS if panels is not None else 0
+    fig, axes = plt.subplots(3 + extra_rows, 2, figsize=(12, 12 + 4 * extra_rows))
     _plot_returns(axes[0, 0], rows, "env_steps", "env steps")
     _plot_returns(axes[0, 1], rows, "wall_s", "wall time (s)")
     rounds = [r["round"] for r in rows]
@@ -67,10 +68,8 @@ def render_report(*, run_dir: Path) -> Path:
     axes[1, 1].bar(kinds, [costs[k] for k in kinds], color="tab:green")
     axes[1, 1].set_ylabel("cost (USD, serverless)")
     axes[1, 1].set_title("cost by function kind", fontsize=10)
-    if marl:
-        plot_agent_returns(axes[2, 0], rows)
-        plot_policy_map(axes[3, 0], read_maps(run_dir=run_dir))
-        plot_marl_costs(axes[3, 1], rows)
+    if panels is not None:
+        panels.draw(axes=axes, rows=rows, run_dir=run_dir)
     elif any("staleness/mean" in r.get("extras", {}) for r in rows):   # Stellaris runs: the staleness panel
         plot_staleness(axes[2, 0], rows)
     else:

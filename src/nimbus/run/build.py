@@ -20,30 +20,31 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
-from nimbus.algos.base import Algorithm, EnvSpaces
+from nimbus.algos.base import Algorithm
 from nimbus.algos.registry import make_algorithm
-from nimbus.config import FunctionConfig, NimbusConfig, dump_config
+from nimbus.config import NimbusConfig, dump_config
 from nimbus.config.bounds import MAX_ACTORS
 from nimbus.config.rules import OFF_POLICY
 from nimbus.cost.ledger import Ledger
-from nimbus.cost.pricing import PricingModel, load_pricing
+from nimbus.cost.pricing import load_pricing
 from nimbus.data.buffer import Buffer
 from nimbus.data.checkpoint import Checkpointer
 from nimbus.data.replay import FullBatch, ReplayStrategy
 from nimbus.data.shm import SharedMemoryTooSmall, claim_run_prefix, release_run_prefix, sweep_orphans
-from nimbus.data.store import Store
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.data.triggers import StoreEvents
 from nimbus.envs.make import make_env
 from nimbus.envs.snapshot import check_snapshot, require_snapshot
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
-from nimbus.nitro.config import make_scaler
-from nimbus.nitro.probe import ProbeRequest, probe_request
+from nimbus.nitro.scalers import make_scaler
+from nimbus.nitro.probe import probe_request
 from nimbus.offpolicy.plan import make_replay, plan_for
+from nimbus.onpolicy.system import System
 from nimbus.report.metrics import MetricsSink
-from nimbus.runtime.base import FunctionSpec, Resources, Runtime
+from nimbus.roles.specs import role_spec
 from nimbus.runtime.factory import StampedRuntime, make_runtime
-from nimbus.types import ActorScaler
+from nimbus.types import ActorScaler, Shared
 
 log = logging.getLogger(__name__)
 LEDGER_RECORDS_IN_MEMORY = 10_000  # a long run's driver stays flat (P13); costs are summed as records arrive
@@ -52,45 +53,6 @@ LEARNER_ENTRYPOINT = "nimbus.onpolicy.learner:learner_function"
 OFFPOLICY_ACTOR_ENTRYPOINT = "nimbus.offpolicy.actor:offpolicy_actor_function"      # train.workflow: async
 OFFPOLICY_LEARNER_ENTRYPOINT = "nimbus.offpolicy.learner:offpolicy_learner_function"
 GRADIENT_LEARNER_ENTRYPOINT = "nimbus.stellaris.learner:gradient_learner_function"  # async_learners
-
-
-@dataclass
-class System:
-    """Every connected part of one run. Workflows receive this and nothing global."""
-
-    config: NimbusConfig
-    run_dir: Path
-    spaces: EnvSpaces
-    algo: Algorithm
-    runtime: Runtime
-    ledger: Ledger
-    pricing: PricingModel
-    store: Store
-    store_events: StoreEvents
-    buffer: Buffer
-    replay: ReplayStrategy
-    scaler: ActorScaler
-    actor_spec: FunctionSpec
-    learner_spec: FunctionSpec
-    checkpointer: Checkpointer
-    metrics: MetricsSink
-    probe: ProbeRequest | None = None   # the Hessian probe each learner request carries (Nitro), else None
-    ship_batches: bool = False  # learner batches travel through the Store (ray: the buffer may be on another node)
-    policy: str = "main"        # the policy this System trains: weights/<policy>/<v>, optim/<policy>/<v>
-    rank_base: int = 0          # first actor rank of this policy (a population's members get disjoint ranks)
-    owns_shared: bool = True    # False for a population member: the population closes runtime and store once
-    shm_prefix: str | None = None  # with owns_shared: the run's own segment prefix, owned (locked) until close()
-
-    def close(self) -> None:
-        """Stop workers, flush logs, remove every shared-memory segment of the run."""
-        self.metrics.close()
-        if self.owns_shared:
-            self.runtime.shutdown()
-        self.buffer.close(unlink=True)
-        if self.owns_shared:
-            self.store.close()
-            if self.shm_prefix is not None:
-                release_run_prefix(prefix=self.shm_prefix)
 
 
 def make_run_dir(*, config: NimbusConfig, root: Path | None = None) -> Path:
@@ -103,19 +65,6 @@ def make_run_dir(*, config: NimbusConfig, root: Path | None = None) -> Path:
         suffix += 1
     run_dir.mkdir(parents=True)
     return run_dir
-
-
-def function_spec(*, name: str, entrypoint: str, kind: str, function: FunctionConfig) -> FunctionSpec:
-    return FunctionSpec(name=name, entrypoint=entrypoint, kind=kind,
-                        resources=Resources(cpus=function.cpus, gpus=function.gpus, memory_mb=function.memory_mb),
-                        timeout_s=function.timeout_s, max_retries=function.max_retries,
-                        heartbeat_s=function.heartbeat_s)
-
-
-def role_spec(*, config: NimbusConfig, role: str, entrypoint: str) -> FunctionSpec:
-    """The FunctionSpec of one function role (``functions.<role>`` in the config, config/sections.py ROLES). Named by
-    role, not policy: the policies of a run share warm workers (caches are keyed by policy and version)."""
-    return function_spec(name=role, entrypoint=entrypoint, kind=role, function=config.role_function(role=role))
 
 
 def probe_spaces(*, config: NimbusConfig) -> EnvSpaces:
@@ -137,23 +86,6 @@ def check_snapshots(*, config: NimbusConfig) -> None:
             require_snapshot(check=lambda: check_snapshot(env=env), env_id=config.env.id, key=key)
         finally:
             env.close()
-
-
-@dataclass(frozen=True)
-class Shared:
-    """What every policy of a run shares: one pool of workers, one ledger, one Store."""
-
-    runtime: Runtime
-    ledger: Ledger
-    store: Store
-    pricing: PricingModel
-    shm_prefix: str | None = None  # the run's own segment prefix (claim_run_prefix), released by close()
-
-    def close(self) -> None:
-        self.runtime.shutdown()
-        self.store.close()
-        if self.shm_prefix is not None:
-            release_run_prefix(prefix=self.shm_prefix)
 
 
 @dataclass
@@ -198,13 +130,14 @@ def build_shared(*, config: NimbusConfig, run_dir: Path, shm_prefix: str | None 
     ledger = Ledger(path=run_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)  # the file has all
     backend = make_runtime(config=config, ledger=ledger, worker_env=store_worker_env(config=config.store))
     try:  # the store after the runtime: the ray store lives in the Ray instance the runtime joined
-        store = driver_store(config=config.store, namespace=_run_namespace(run_dir=run_dir))
+        store = driver_store(config=config.store, namespace=run_namespace(run_dir=run_dir))
     except BaseException:
         backend.shutdown()
         raise
     runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})  # functions open it
-    return Shared(runtime=runtime, ledger=ledger, store=store, shm_prefix=shm_prefix,
-                  pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None))
+    pricing = load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None)
+    return Shared(runtime=runtime, ledger=ledger, store=store, pricing=pricing, shm_prefix=shm_prefix,
+                  release_prefix=release_run_prefix)
 
 
 def check_devices(*, config: NimbusConfig) -> None:
@@ -286,7 +219,7 @@ def peak_actors(*, config: NimbusConfig) -> int:
     return max(make_scaler(config=config.actors.scaling).initial().num_actors, _max_actors(config=config))
 
 
-def _run_namespace(*, run_dir: Path) -> str:
+def run_namespace(*, run_dir: Path) -> str:
     """This run's name in a shared store (Redis keys, the Ray store directory): run dir + driver pid."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{run_dir.name}-{os.getpid()}")
 

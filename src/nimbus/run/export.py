@@ -32,14 +32,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.config import parse_config
 from nimbus.data.checkpoint import load_checkpoint
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import CheckpointError, ConfigError
 from nimbus.models import distributions
 from nimbus.models.weights import load_model
 from nimbus.run.build import probe_spaces
-from nimbus.run.evaluate import LoadedPolicy, load_policy
+from nimbus.roles.evaluate import LoadedPolicy, load_policy
 
 FORMATS = ("torchscript", "onnx")
 _SUFFIX = {"torchscript": ".pt", "onnx": ".onnx"}
@@ -100,7 +100,7 @@ def export_marl_run(*, run_dir: Path, output_dir: Path | None = None, fmt: str =
     """A multi-agent run: each policy in use at the newest round every policy has a checkpoint of, one file
     each (``<output_dir>/<policy>.pt|.onnx``, default ``RUN_DIR/export``); the metadata names its agents."""
     from nimbus.algos.multiagent import make_marl_algo
-    from nimbus.marless.train import probe_agents
+    from nimbus.marless.parts import probe_agents
     from nimbus.marless.checkpoint import load_run
 
     _check_format(fmt=fmt)

@@ -13,19 +13,18 @@ evaluation is not a function invocation, so the ledger does not bill it.
 Example::
 
     evaluator = PeriodicEvaluator(config=config, env_steps=progress.env_steps)
-    scalars = evaluator.maybe_evaluate(store=system.store, policy=system.policy, progress=progress)
+    scalars = evaluator.maybe_evaluate(evaluate=workflow.evaluate, progress=workflow.progress)
     row.extras.update(scalars)        # {} when no evaluation was due
 """
 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from nimbus.config import NimbusConfig
-from nimbus.data.store import Store
-from nimbus.models.weights import weights_key
-from nimbus.onpolicy.sync import Progress
-from nimbus.run.evaluate import evaluate_policy
+from nimbus.roles.evaluate import EvalResult
+from nimbus.types import Progress
 
 EVAL_SEED_OFFSET = 20_000   # periodic evaluations: seed + this (the final one uses seed + 10_000)
 
@@ -40,15 +39,15 @@ class PeriodicEvaluator:
         self.config, self.every = config, every
         self.next_at = self._mark_after(env_steps)   # a resumed run evaluates at the next multiple
 
-    def maybe_evaluate(self, *, store: Store, policy: str, progress: Progress) -> dict[str, float]:
-        """Evaluate if due; the scalars for the round row, or {} when no evaluation was due."""
+    def maybe_evaluate(self, *, evaluate: Callable[..., EvalResult], progress: Progress) -> dict[str, float]:
+        """Evaluate if due (``evaluate``: the workflow's, core.Workflow.evaluate, on its newest version); the
+        scalars for the round row, or {} when no evaluation was due."""
         if progress.env_steps < self.next_at:
             return {}
         self.next_at = self._mark_after(progress.env_steps)   # a round that crossed several marks: one evaluation
         started = time.perf_counter()
-        result = evaluate_policy(config=self.config, weights=store.get(key=weights_key(
-            policy=policy, version=progress.policy_version)), episodes=self.config.train.eval_episodes,
-            seed=self.config.seed + EVAL_SEED_OFFSET, explore=self.config.train.eval_explore)
+        result = evaluate(episodes=self.config.train.eval_episodes, seed=self.config.seed + EVAL_SEED_OFFSET,
+                          explore=self.config.train.eval_explore)
         progress.eval_return = result.mean_return
         return {"eval/return_mean": result.mean_return, "eval/return_std": result.std_return,
                 "eval/policy_version": float(result.policy_version), "eval/s": time.perf_counter() - started}

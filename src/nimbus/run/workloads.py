@@ -5,16 +5,16 @@ workers); each workload keeps its own run directory, Store, buffer, metrics, che
 cost (its policy is named after it, in the pool's one Store). Its functions are named ``<workload>/actor`` and ``<workload>/learner`` (its own warm workers) and
 carry ``workload`` into every ledger row; the pool's ledger (``<root>/pool-<stamp>/ledger.jsonl``) has
 every row, and each workload's ``ledger.jsonl`` its own, so their costs sum to the pool's. The pool
-divides CPUs between workloads by ``runtime.share_weight`` (fair share, runtime/fairshare.py).
+divides CPUs between workloads by ``runtime.share_weight`` (fair share, runtime/fairshare.py). The workloads are
+members of one driver loop (run/members.py): the same rounds, stop rules, signals, store-loss handling, final
+checkpoint and summary as any run (run/loop.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import queue
 import time
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,13 @@ from nimbus.cost.pricing import load_pricing
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.errors import ConfigError
-from nimbus.onpolicy.sync import Progress, SyncWorkflow
-from nimbus.pbt.population import drive, start_workflow, tag_events
-from nimbus.run.build import (LEDGER_RECORDS_IN_MEMORY, Shared, System, _run_namespace, build_policy,
-                                make_run_dir, peak_actors)
-from nimbus.run.loop import (PREWARM_WAIT_S, TrainResult, _publish_initial, _should_stop, _summarise,
-                                  save_checkpoint)
+from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, run_namespace, make_run_dir, peak_actors
+from nimbus.run.members import Members
+from nimbus.run.registry import workflow_class, workflow_name
+from nimbus.run.rounds import RoundHook, finish
+from nimbus.run.summary import TrainResult, write_summary
 from nimbus.runtime.factory import StampedRuntime, make_runtime
-from nimbus.types import RoundMetrics
+from nimbus.types import Shared
 
 
 def check_workloads(*, configs: list[NimbusConfig]) -> None:
@@ -50,20 +49,6 @@ def check_workloads(*, configs: list[NimbusConfig]) -> None:
                               f"({configs[0].runtime.backend}, address {configs[0].runtime.address!r})")
 
 
-def _workload(*, config: NimbusConfig, runtime: Any, store: Any, pool_ledger: Ledger) -> System:
-    """One workload's System: the policy is named after the workload (one Store for the pool)."""
-    run_dir = make_run_dir(config=config)
-    (run_dir / "config.yaml").write_text(dump_config(config=config))
-    ledger = Ledger(path=run_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)
-    pool_ledger.by_workload[config.name] = ledger
-    shared = Shared(runtime=runtime, ledger=ledger, store=store,
-                    pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None))
-    system = build_policy(config=config, shared=shared, run_dir=run_dir, policy=config.name, owns_shared=False)
-    system.actor_spec = replace(system.actor_spec, name=f"{config.name}/actor", workload=config.name)
-    system.learner_spec = replace(system.learner_spec, name=f"{config.name}/learner", workload=config.name)
-    return system
-
-
 def _pool_config(*, configs: list[NimbusConfig]) -> NimbusConfig:
     """The first config, its pool sized (unless runtime.max_workers is set) to keep every workload's peak
     workers warm at once: each workload has its own warm workers, and evicting them would cold-start
@@ -77,6 +62,29 @@ def _pool_config(*, configs: list[NimbusConfig]) -> NimbusConfig:
     return first.model_copy(update={"runtime": runtime})
 
 
+def _workload_view(*, config: NimbusConfig, runtime: Any, store: Any, pool_ledger: Ledger, run_dir: Path) -> Shared:
+    """One workload's view of the pool: the pool's runtime and Store, its own ledger (the pool's has every row)."""
+    (run_dir / "config.yaml").write_text(dump_config(config=config))
+    ledger = Ledger(path=run_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)
+    pool_ledger.by_workload[config.name] = ledger
+    return Shared(runtime=runtime, ledger=ledger, store=store,
+                  pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None))
+
+
+def _add_workloads(*, members: Members, runtime: Any, store: Any, pool_ledger: Ledger) -> list[Shared]:
+    """Each workload's run directory, view of the pool and workflow (its functions named after it); the views."""
+    views = []
+    for i, config in enumerate(members.configs):
+        run_dir = make_run_dir(config=config)
+        views.append(_workload_view(config=config, runtime=runtime, store=store, pool_ledger=pool_ledger,
+                                    run_dir=run_dir))
+        workflow = workflow_class(name=workflow_name(config=config)).build(
+            config=config, shared=lambda view=views[-1]: view, run_dir=run_dir, policy=config.name,
+            resume_from=None, workload=config.name)
+        members.add(workflow=workflow, hook=RoundHook(config=config, workflow=members.get(i), runtime=runtime))
+    return views
+
+
 def train_workloads(*, configs: list[NimbusConfig]) -> list[TrainResult]:
     """Train every config to its own stop condition over one pool; one TrainResult per workload."""
     check_workloads(configs=configs)
@@ -86,39 +94,27 @@ def train_workloads(*, configs: list[NimbusConfig]) -> list[TrainResult]:
     backend = make_runtime(config=_pool_config(configs=configs), ledger=pool_ledger,
                            worker_env=store_worker_env(config=configs[0].store))
     backend.set_shares(weights={config.name: config.runtime.share_weight for config in configs})
-    events: queue.Queue[Any] = queue.Queue()
-    systems: list[System] = []
+    members = Members(configs=configs)
     started = time.perf_counter()
     store = None
     try:
-        store = driver_store(config=configs[0].store, namespace=_run_namespace(run_dir=pool_dir))
+        store = driver_store(config=configs[0].store, namespace=run_namespace(run_dir=pool_dir))
         runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})
-        systems = [_workload(config=config, runtime=runtime, store=store, pool_ledger=pool_ledger)
-                   for config in configs]
-        workflows: list[SyncWorkflow] = []
-        for i, system in enumerate(systems):
-            workflow = SyncWorkflow(system=system, progress=Progress(), on_round=lambda row: None)
-            workflow.on_round = lambda row, s=system, w=workflow: _on_round(system=s, row=row, progress=w.progress)
-            workflows.append(tag_events(workflow=workflow, events=events, tag=(i, 0)))
-        for system in systems:
-            _publish_initial(system=system)
-            if system.config.runtime.prewarm:
-                backend.prewarm(spec=system.learner_spec, count=1)
-                backend.prewarm(spec=system.actor_spec, count=peak_actors(config=system.config), wait_s=PREWARM_WAIT_S)
-                backend.prewarm(spec=system.learner_spec, count=0, wait_s=PREWARM_WAIT_S)
-
-        def on_failure(i: int, error: Exception) -> None:
-            raise error
-
-        drive(workflows=workflows, events=events, generation=[0] * len(workflows),
-              start=lambda i: start_workflow(workflows[i]),
-              stop=lambda i: _should_stop(config=configs[i], progress=workflows[i].progress) is not None,
-              on_failure=on_failure)
+        views = _add_workloads(members=members, runtime=runtime, store=store, pool_ledger=pool_ledger)
+        for workflow in members.workflows:
+            workflow.publish()
+            workflow.prewarm()
+        reasons = members.drive_until_stopped(on_failure=lambda i, error: False)
         wall_s = time.perf_counter() - started
-        results = [_finish(system=s, workflow=w, wall_s=wall_s) for s, w in zip(systems, workflows)]
+        results = []
+        for config, workflow, view, reason in zip(configs, members.workflows, views, reasons):
+            summary = finish(config=config, workflow=workflow, shared=view, wall_s=wall_s, stopped_by=reason,
+                             peak_actors=workflow.decision.num_actors)
+            write_summary(run_dir=workflow.system.run_dir, summary=summary)
+            results.append(TrainResult(run_dir=workflow.system.run_dir, summary=summary, rows=[]))
     finally:
-        for system in systems:
-            system.close()
+        for workflow in members.workflows:
+            workflow.close()
         backend.shutdown()
         if store is not None:
             store.close()
@@ -131,20 +127,5 @@ def train_workloads(*, configs: list[NimbusConfig]) -> list[TrainResult]:
         if config.output.report:
             from nimbus.report.render import render_report
             render_report(run_dir=result.run_dir)
+    members.raise_if_store_lost(where=pool_dir.parent)
     return results
-
-
-def _on_round(*, system: System, row: RoundMetrics, progress: Progress) -> None:
-    system.metrics.write(row=row, runtime={})
-    every = system.config.train.checkpoint_every_rounds
-    if row.round % every == every - 1:
-        save_checkpoint(system=system, progress=progress)
-
-
-def _finish(*, system: System, workflow: SyncWorkflow, wall_s: float) -> TrainResult:
-    save_checkpoint(system=system, progress=workflow.progress)
-    summary = _summarise(system=system, progress=workflow.progress, wall_s=wall_s,
-                         stopped_by=_should_stop(config=system.config, progress=workflow.progress) or "done",
-                         cost_usd=workflow.cost_usd(), peak_actors=workflow.decision.num_actors)
-    (system.run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
-    return TrainResult(run_dir=system.run_dir, summary=summary, rows=[])

@@ -64,6 +64,12 @@ def by_affinity(idle: list[Any], *, affinity: str | None) -> Any:
     return idle[0]
 
 
+def new_invocation(*, spec: FunctionSpec, request: Message, body: Any) -> Invocation:
+    """A fresh invocation of ``spec`` for ``request`` (``body``: the request as the backend ships it), queued now."""
+    return Invocation(invocation_id=uuid.uuid4().hex, spec=spec, body=body, future=Future(), queued_at=time.time(),
+                      affinity=request.header.get(AFFINITY_KEY))
+
+
 def resolve(future: Future, *, value: Message | None = None, error: BaseException | None = None) -> None:
     try:
         future.set_exception(error) if error is not None else future.set_result(value)
@@ -113,14 +119,20 @@ def settle(*, attempt: Attempt, worker_id: str, outcome: str, error: dict[str, A
 
 class AttemptEndings:
     """How an attempt ends, the same on every backend (called with the backend's lock held): bill it,
-    free or retire its worker, then accept, retry or fail its invocation.
+    free or retire its worker, then accept, retry or fail its invocation; a driver-side end (timeout,
+    death, stall) kills the worker and retries the attempt (``_kill_attempt``).
 
     A backend mixes this in and provides ``_ledger``, ``_tally``, ``_pool`` (``retire`` / ``set_idle``),
     ``_closed``, ``_queue`` and ``_counts``; ``_release_body`` frees what a request left behind once
-    its invocation is settled (the local backend unlinks the request's segment)."""
+    its invocation is settled (the local backend unlinks the request's segment); ``_spawned_at`` says
+    when a worker that never got an attempt was asked for."""
 
     def _release_body(self, attempt: Attempt) -> None:
         pass
+
+    def _spawned_at(self, worker: Any, *, now: float) -> float:
+        """When ``worker`` was asked for (the start of an attempt killed before dispatch)."""
+        return worker.requested_at
 
     def _release_lease(self, attempt: Attempt) -> None:
         """Give the attempt's device back to the pool (``_devices``, runtime/devices.py) before it is billed."""
@@ -184,6 +196,21 @@ class AttemptEndings:
             return []
         self._release_body(attempt)
         return [action]
+
+    def _kill_attempt(self, worker: Any, *, error_type: str, detail: str) -> list[Action]:
+        """The driver ends the worker's attempt (timeout, death, init limit, stall): the worker is retired
+        (killed), the attempt billed from its dispatch and retried."""
+        now, attempt = time.time(), worker.attempt
+        start_at = attempt.dispatched_at if attempt and attempt.dispatched_at else self._spawned_at(worker, now=now)
+        outcome = "worker_died" if error_type == "WorkerDied" else "timeout"
+        return self._end_attempt(worker, outcome=outcome, start_at=start_at, end_at=now, retire=True,
+                                 error={"type": error_type, "traceback": detail, "retryable": True})
+
+    def _time_out(self, worker: Any) -> list[Action]:
+        """The worker's attempt ran past its function's ``timeout_s``: killed and retried."""
+        return self._kill_attempt(worker, error_type="FunctionTimeout", detail=(
+            f"{worker.spec.name} attempt {worker.attempt.number} exceeded timeout_s={worker.spec.timeout_s} "
+            f"on worker {worker.worker_id}; killed"))
 
     def _cancel_attempt(self, worker: Any) -> list[Action]:
         attempt: Attempt | None = worker.attempt

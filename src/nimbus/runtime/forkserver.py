@@ -55,7 +55,7 @@ from nimbus.data.shm import PREFIX_ENV
 from nimbus.errors import CodecError
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.interpreter import module_command
-from nimbus.runtime.worker import _set_pdeathsig
+from nimbus.runtime.worker import set_pdeathsig
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 1 << 16
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--preload", default="")
     args = parser.parse_args(argv)
-    _set_pdeathsig()
+    set_pdeathsig()
     if os.getppid() != args.parent_pid:
         return 0
     signal.signal(signal.SIGINT, signal.SIG_IGN)

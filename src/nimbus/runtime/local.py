@@ -44,7 +44,6 @@ import math
 import os
 import threading
 import time
-import uuid
 from collections import deque
 from concurrent.futures import Future
 from typing import Any
@@ -55,16 +54,17 @@ from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.data.shm import run_prefix
 from nimbus.data.transport import send_frame
 from nimbus.liveness import SILENT_BEATS
-from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
+from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, new_invocation
 from nimbus.runtime.base import FunctionSpec, RuntimeStats
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.fairshare import next_index
 from nimbus.runtime.pool import same_pool, WorkerHandle, WorkerPool, WorkerSlot
+from nimbus.runtime.scheduling import PoolScheduling
 
 log = logging.getLogger(__name__)
 
 
-class LocalRuntime(AttemptEndings):
+class LocalRuntime(PoolScheduling, AttemptEndings):
     """The embedded backend of the Runtime protocol (see the module docstring for its rules)."""
 
     def __init__(self, *, ledger: Ledger, capacity_cpus: float | None = None, max_workers: int | None = None,
@@ -103,8 +103,7 @@ class LocalRuntime(AttemptEndings):
         """Queue one invocation; the future holds the accepted result or raises FunctionFailed."""
         body = prepare_body(message=request, prefix=self._prefix, inline_max_bytes=self._inline_max_bytes,
                             compress_min_bytes=self._compress_min_bytes)
-        invocation = Invocation(invocation_id=uuid.uuid4().hex, spec=spec, body=body, future=Future(),
-                                 queued_at=time.time(), affinity=request.header.get(AFFINITY_KEY))
+        invocation = new_invocation(spec=spec, request=request, body=body)
         with self._lock:
             if self._closed:
                 discard_body(body=body)
@@ -113,15 +112,6 @@ class LocalRuntime(AttemptEndings):
             actions = self._schedule()
         self._run(actions)
         return invocation.future
-
-    def set_shares(self, *, weights: dict[str, float]) -> None:
-        """Divide the pool between workloads by these weights (FunctionSpec.workload names them)."""
-        with self._lock:
-            self._weights = dict(weights)
-
-    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
-        """One invocation per request, queued in order."""
-        return [self.invoke(spec=spec, request=request) for request in requests]
 
     def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
         """Spawn ``count`` workers for ``spec`` (billed as cold starts, outcome "prewarm").
@@ -152,14 +142,9 @@ class LocalRuntime(AttemptEndings):
 
     def stats(self) -> RuntimeStats:
         with self._lock:
-            totals, slots = self._tally.totals(), self._pool.slots.values()
-            return RuntimeStats(
-                workers_alive=len(slots), workers_idle=sum(w.state == "idle" for w in slots),
-                workers_asleep=sum(w.state == "asleep" for w in slots),
-                busy_cpus=self._pool.busy_cpus(), queued=len(self._queue), cold_starts=totals.cold_starts,
-                warm_starts=totals.warm_starts, retries=totals.retries, failures=totals.failures,
-                timeouts=totals.timeouts, failed_invocations=self._counts["failed"],
-                dropped_results=self._counts["dropped"])
+            slots = list(self._pool.slots.values())
+            return self._stats(slots=slots, busy_cpus=self._pool.busy_cpus(),
+                               workers_asleep=sum(w.state == "asleep" for w in slots))
 
     def shutdown(self) -> None:
         """Cancel pending work, kill every worker, remove every channel segment of this runtime."""
@@ -180,39 +165,13 @@ class LocalRuntime(AttemptEndings):
         self._pool.close()
         self._inbox.close()
 
-    # ---- scheduling (lock held) -------------------------------------------------------------------
-
-    def _schedule(self) -> list[Action]:
-        actions: list[Action] = []
-        while self._queue and not self._closed:
-            index = self._next_index()
-            if index is None:
-                break
-            invocation = self._queue[index]
-            if invocation.future.cancelled():
-                del self._queue[index]
-                discard_body(body=invocation.body)
-                continue
-            worker = self._place(invocation)
-            if worker is None:
-                break
-            del self._queue[index]
-            invocation.attempts += 1
-            worker.attempt = Attempt(invocation=invocation, number=invocation.attempts,
-                                      cold=worker.state == "starting")
-            if self._devices is not None and self._devices.needs(spec=invocation.spec):
-                worker.attempt.lease = self._devices.acquire(spec=invocation.spec, now=time.time(),
-                                                             invocation_id=invocation.invocation_id)
-            worker.affinity = invocation.affinity
-            if worker.state == "idle":
-                actions += self._dispatch(worker)
-        return actions
+    # ---- scheduling (lock held): runtime/scheduling.py's rule, with these -----------------------------
 
     def _next_index(self) -> int | None:
         """The queued invocation to place next (fair share); with a device pool and no free device, only among
         those that need none (None when every queued one waits for a device)."""
         if self._devices is None or self._devices.free() > 0:
-            return next_index(queue=self._queue, slots=self._pool.slots.values(), weights=self._weights)
+            return super()._next_index()
         eligible = [i for i, inv in enumerate(self._queue) if not self._devices.needs(spec=inv.spec)]
         if not eligible:
             return None
@@ -220,26 +179,31 @@ class LocalRuntime(AttemptEndings):
                           weights=self._weights)
         return eligible[pick]
 
+    def _drop_cancelled(self, invocation: Invocation) -> None:
+        discard_body(body=invocation.body)
+
+    def _assign(self, worker: WorkerSlot, invocation: Invocation) -> None:
+        """The attempt, with a device leased when its function's kind needs one (runtime/devices.py)."""
+        super()._assign(worker, invocation)
+        if self._devices is not None and self._devices.needs(spec=invocation.spec):
+            worker.attempt.lease = self._devices.acquire(spec=invocation.spec, now=time.time(),
+                                                         invocation_id=invocation.invocation_id)
+
     def _place(self, invocation: Invocation) -> WorkerSlot | None:
-        spec = invocation.spec
+        """None while the busy workers leave no room for the invocation's cpus (capacity_cpus), else
+        the shared rule (runtime/scheduling.py)."""
         busy = self._pool.busy_cpus()
-        if busy > 0 and busy + spec.resources.cpus > self._capacity + 1e-9:
+        if busy > 0 and busy + invocation.spec.resources.cpus > self._capacity + 1e-9:
             return None
-        idle = self._pool.idle(spec=spec)
-        fresh = [w for w in idle if w.worker_id not in invocation.tried]
-        if fresh:
-            return by_affinity(fresh, affinity=invocation.affinity)
-        if sleeping := self._pool.asleep(spec=spec):
-            return self._pool.wake(sleeping[0])  # a pre-registered worker: warm, only stopped
-        if self._pool.make_room(spec=spec):
-            return self._pool.start(spec=spec, prewarm=False)
-        return idle[0] if idle else None
+        return super()._place(invocation)
+
+    def _wake(self, spec: FunctionSpec) -> WorkerSlot | None:
+        sleeping = self._pool.asleep(spec=spec)
+        return self._pool.wake(sleeping[0]) if sleeping else None  # a pre-registered worker: warm, only stopped
 
     def _dispatch(self, worker: WorkerSlot) -> list[Action]:
-        attempt: Attempt = worker.attempt
+        attempt = self._dispatching(worker)
         invocation = attempt.invocation
-        attempt.dispatched_at = time.time()
-        self._pool.set_busy(worker, timeout_s=invocation.spec.timeout_s)
         self._pool.heard_from(worker, heartbeat_s=invocation.spec.heartbeat_s)
         tag = {"op": "invoke", "invocation_id": invocation.invocation_id, "attempt": attempt.number,
                "heartbeat_s": invocation.spec.heartbeat_s,
@@ -255,14 +219,8 @@ class LocalRuntime(AttemptEndings):
     def _release_body(self, attempt: Attempt) -> None:
         discard_body(body=attempt.invocation.body)  # the request's segment, if it had one
 
-    def _kill_attempt(self, worker: WorkerSlot, *, error_type: str, detail: str) -> list[Action]:
-        """The driver ends the worker's attempt (timeout or death): the worker is killed, the attempt retried."""
-        now, attempt = time.time(), worker.attempt
-        start_at = attempt.dispatched_at if attempt and attempt.dispatched_at else (
-            worker.handle.spawned_at if worker.handle else now)
-        outcome = "worker_died" if error_type == "WorkerDied" else "timeout"
-        return self._end_attempt(worker, outcome=outcome, start_at=start_at, end_at=now, retire=True,
-                                 error={"type": error_type, "traceback": detail, "retryable": True})
+    def _spawned_at(self, worker: WorkerSlot, *, now: float) -> float:
+        return worker.handle.spawned_at if worker.handle else now  # still spawning: no time billed before now
 
     # ---- events: worker messages (Inbox thread), spawns (spawner thread) ----------------------------
 
@@ -298,19 +256,14 @@ class LocalRuntime(AttemptEndings):
 
     def _on_ready(self, worker: WorkerSlot, tag: dict[str, Any]) -> list[Action]:
         worker.init_s = float(tag.get("init_s", 0.0))
-        error, now = tag.get("error"), time.time()
-        if worker.prewarm:
-            self._record(worker, attempt=None, outcome="prewarm", start_at=now, end_at=now,
-                         error_type=error["type"] if error else None)
-        if error is not None:  # the entrypoint failed to import: bill the init, retry elsewhere
-            return self._end_attempt(worker, outcome="error", start_at=now, end_at=now, retire=True, error=error)
-        if worker.attempt is not None:
-            return self._dispatch(worker)  # the cold attempt this worker was started for
+        return self._started(worker, error=tag.get("error"))
+
+    def _park(self, worker: WorkerSlot) -> None:
+        """A ready worker with no attempt: a pre-registered one stops itself (SIGSTOP), any other idles."""
         if worker.preregistered:
             self._pool.put_to_sleep(worker)
-            return []
-        self._pool.set_idle(worker)
-        return []
+        else:
+            self._pool.set_idle(worker)
 
     def _on_source_closed(self, source: str, error: BaseException | None) -> None:
         with self._lock:
@@ -328,11 +281,6 @@ class LocalRuntime(AttemptEndings):
         with self._lock:
             self._pool.attach(worker_id=worker_id, handle=handle)
 
-    @staticmethod
-    def _run(actions: list[Action]) -> None:
-        for action in actions:
-            action()
-
     # ---- monitor thread ---------------------------------------------------------------------------
 
     def _monitor_loop(self) -> None:
@@ -340,11 +288,7 @@ class LocalRuntime(AttemptEndings):
             while not self._closed:
                 actions = self._check(time.monotonic()) + self._schedule()
                 if actions:
-                    self._lock.release()
-                    try:
-                        self._run(actions)
-                    finally:
-                        self._lock.acquire()
+                    self._run_unlocked(actions)
                     continue
                 self._changed.wait(timeout=self._pool.next_check_s(now=time.monotonic()))
 
@@ -366,9 +310,7 @@ class LocalRuntime(AttemptEndings):
                 actions += self._kill_attempt(worker, error_type="InitTimeout", detail=(
                     f"worker {worker.worker_id} was not ready within init_timeout_s={self._init_timeout_s}"))
             elif now >= worker.deadline:
-                actions += self._kill_attempt(worker, error_type="FunctionTimeout", detail=(
-                    f"{worker.spec.name} attempt {worker.attempt.number} exceeded timeout_s={worker.spec.timeout_s} "
-                    f"on worker {worker.worker_id}; killed"))
+                actions += self._time_out(worker)
             elif worker.state == "busy" and worker.silent_at is not None and now >= worker.silent_at:
                 actions += self._stalled(worker)
             elif self._pool.exited_silently(worker, now=now):

@@ -25,7 +25,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from nimbus.liveness import SILENT_BEATS
 from nimbus.data.channel import Inbox, body_segment_prefix
@@ -217,6 +217,20 @@ def same_pool(a: FunctionSpec, b: FunctionSpec) -> bool:
     return (a.name, a.entrypoint, a.resources) == (b.name, b.entrypoint, b.resources)
 
 
+def idle_of(slots: Iterable[Any], *, spec: FunctionSpec) -> list[Any]:
+    """The idle workers of ``spec``'s pool among ``slots``, most recently used first (the latest keep-alive
+    deadline), on every backend."""
+    idle = [w for w in slots if w.state == "idle" and same_pool(w.spec, spec)]
+    return sorted(idle, key=lambda w: w.deadline, reverse=True)
+
+
+def eviction_victim(slots: Iterable[Any], *, spec: FunctionSpec) -> Any | None:
+    """The worker a full pool evicts to start one for ``spec``: the longest-idle worker of another function
+    (None: every other worker is busy or starting)."""
+    others = [w for w in slots if w.state == "idle" and not same_pool(w.spec, spec)]
+    return min(others, key=lambda w: w.deadline) if others else None
+
+
 class WorkerPool:
     """The driver's warm pool: which workers exist, their states and deadlines; starting, evicting,
     reclaiming and retiring them. Not thread-safe: its owner holds the lock of ``changed`` around
@@ -255,17 +269,16 @@ class WorkerPool:
 
     def idle(self, *, spec: FunctionSpec) -> list[WorkerSlot]:
         """Idle workers of ``spec``'s pool, most recently used first."""
-        idle = [w for w in self.slots.values() if w.state == "idle" and same_pool(w.spec, spec)]
-        return sorted(idle, key=lambda w: w.deadline, reverse=True)
+        return idle_of(self.slots.values(), spec=spec)
 
     def make_room(self, *, spec: FunctionSpec) -> bool:
         """True if one more worker may start, evicting the longest-idle worker of another function."""
         if len(self.slots) < self.max_workers:
             return True
-        others = [w for w in self.slots.values() if w.state == "idle" and not same_pool(w.spec, spec)]
-        if others:
-            self.retire(min(others, key=lambda w: w.deadline))
-        return bool(others)
+        victim = eviction_victim(self.slots.values(), spec=spec)
+        if victim is not None:
+            self.retire(victim)
+        return victim is not None
 
     def start(self, *, spec: FunctionSpec, prewarm: bool) -> WorkerSlot:
         """Reserve a slot and ask the spawner for its process (call ``make_room`` first)."""

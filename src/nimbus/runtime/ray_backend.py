@@ -11,7 +11,8 @@ The same semantics as the local backend (runtime/local.py), so the same config r
   not fit it evicts the longest-idle worker of another function (as local does at ``max_workers``),
   else the invocation waits. An idle actor is killed after ``keep_alive_s`` (reclaim).
 * **Scheduling**: FIFO, retries first, sticky by the request's ``_affinity``, never a tried worker
-  while another would do — local.py's rules; Ray places each actor on a node with room.
+  while another would do — the rule runtime/scheduling.py writes once for both backends; Ray places each
+  actor on a node with room.
 * **Bodies**: a request is encoded once and ``ray.put`` at ``invoke`` (the transfer starts as soon as
   the data is ready; every retry reuses the same object); a result is pulled to the driver by Ray's
   completion callback as soon as it exists, before anyone asks (push, as the Channel). Both are
@@ -46,26 +47,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
 from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
-from nimbus.runtime.attempts import AFFINITY_KEY, Action, Attempt, AttemptEndings, Invocation, by_affinity
+from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, new_invocation
 from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.base import FunctionSpec, RuntimeStats
-from nimbus.runtime.fairshare import next_index
 from nimbus.runtime.ray_cluster import connect_ray
 from nimbus.runtime.ray_liveness import RayLiveness
 from nimbus.runtime.ray_pool import RayPool, RaySlot
+from nimbus.runtime.scheduling import PoolScheduling
 from nimbus.runtime.ray_worker import read_frame, split_result, to_frame
 
 log = logging.getLogger(__name__)
 
 
-class RayRuntime(AttemptEndings):
+class RayRuntime(PoolScheduling, AttemptEndings):
     """The ``ray`` backend of the Runtime protocol (see the module docstring for its rules)."""
 
     def __init__(self, *, ledger: Ledger, address: str = "local", capacity_cpus: float | None = None,
@@ -98,22 +98,13 @@ class RayRuntime(AttemptEndings):
     def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
         """Queue one invocation; the future holds the accepted result or raises FunctionFailed."""
         body = self._ray.put(to_frame(request, compress_min_bytes=self._compress_min_bytes))
-        invocation = Invocation(invocation_id=uuid.uuid4().hex, spec=spec, body=body, future=Future(),
-                                 queued_at=time.time(), affinity=request.header.get(AFFINITY_KEY))
+        invocation = new_invocation(spec=spec, request=request, body=body)
         with self._lock:
             if self._closed:
                 raise RuntimeError("RayRuntime.invoke after shutdown()")
             self._queue.append(invocation)
             self._changed.notify_all()
         return invocation.future
-
-    def set_shares(self, *, weights: dict[str, float]) -> None:
-        """Divide the pool between workloads by these weights (FunctionSpec.workload names them)."""
-        with self._lock:
-            self._weights = dict(weights)
-
-    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
-        return [self.invoke(spec=spec, request=request) for request in requests]
 
     def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
         """Start ``count`` actors for ``spec`` (billed as cold starts, outcome "prewarm"); with ``wait_s``,
@@ -129,13 +120,9 @@ class RayRuntime(AttemptEndings):
 
     def stats(self) -> RuntimeStats:
         with self._lock:
-            totals, slots = self._tally.totals(), list(self._pool.slots.values())
-            return RuntimeStats(
-                workers_alive=len(slots), workers_idle=sum(w.state == "idle" for w in slots), workers_asleep=0,
-                busy_cpus=sum(w.spec.resources.cpus for w in slots if w.attempt is not None),
-                queued=len(self._queue), cold_starts=totals.cold_starts, warm_starts=totals.warm_starts,
-                retries=totals.retries, failures=totals.failures, timeouts=totals.timeouts,
-                failed_invocations=self._counts["failed"], dropped_results=self._counts["dropped"])
+            slots = list(self._pool.slots.values())
+            busy_cpus = sum(w.spec.resources.cpus for w in slots if w.attempt is not None)
+            return self._stats(slots=slots, busy_cpus=busy_cpus, workers_asleep=0)
 
     def workers(self) -> dict[str, dict[str, Any]]:
         """Live workers: id -> {function, state, node_id, pid} (where Ray placed them)."""
@@ -162,58 +149,17 @@ class RayRuntime(AttemptEndings):
         if self.start.started and self._ray.is_initialized():
             self._ray.shutdown()
 
-    # ---- scheduling (lock held) -------------------------------------------------------------------
+    # ---- scheduling (lock held): runtime/scheduling.py's rule, with these -----------------------------
 
-    def _schedule(self) -> list[Action]:
-        actions: list[Action] = []
-        while self._queue and not self._closed:
-            index = next_index(queue=self._queue, slots=self._pool.slots.values(), weights=self._weights)
-            invocation = self._queue[index]
-            if invocation.future.cancelled():
-                del self._queue[index]
-                continue
-            worker = self._place(invocation)
-            if worker is None:
-                break
-            del self._queue[index]
-            invocation.attempts += 1
-            worker.attempt = Attempt(invocation=invocation, number=invocation.attempts,
-                                      cold=worker.state == "starting")
-            worker.affinity = invocation.affinity
-            if worker.state == "idle":
-                self._dispatch(worker)
-        return actions
-
-    def _place(self, invocation: Invocation) -> RaySlot | None:
-        spec = invocation.spec
-        idle = self._pool.idle(spec=spec)
-        fresh = [w for w in idle if w.worker_id not in invocation.tried]
-        if fresh:
-            return by_affinity(fresh, affinity=invocation.affinity)
-        if self._pool.make_room(spec=spec):
-            return self._pool.start(spec=spec, prewarm=False)
-        return idle[0] if idle else None
-
-    def _dispatch(self, worker: RaySlot) -> None:
-        attempt: Attempt = worker.attempt
+    def _dispatch(self, worker: RaySlot) -> list[Action]:
+        attempt = self._dispatching(worker)
         invocation = attempt.invocation
-        attempt.dispatched_at = time.time()
-        self._pool.set_busy(worker, timeout_s=invocation.spec.timeout_s)
         ref = worker.handle.invoke.remote(invocation.body, invocation.invocation_id, attempt.number,
                                           invocation.spec.heartbeat_s)
         worker.ref = ref
         self._liveness.watch(worker_id=worker.worker_id, attempt=attempt, heartbeat_s=invocation.spec.heartbeat_s)
         ref.future().add_done_callback(lambda future, w=worker, r=ref: self._post(lambda: self._on_result(w, r, future)))
-
-    # ---- attempt endings (lock held) --------------------------------------------------------------
-
-    def _kill_attempt(self, worker: RaySlot, *, error_type: str, detail: str) -> list[Action]:
-        """The driver ends the worker's attempt (timeout, death, init limit): actor killed, attempt retried."""
-        now, attempt = time.time(), worker.attempt
-        start_at = attempt.dispatched_at if attempt and attempt.dispatched_at else worker.requested_at
-        outcome = "worker_died" if error_type == "WorkerDied" else "timeout"
-        return self._end_attempt(worker, outcome=outcome, start_at=start_at, end_at=now, retire=True,
-                                 error={"type": error_type, "traceback": detail, "retryable": True})
+        return []
 
     # ---- events (posted by Ray's callback thread, run by the monitor) -------------------------------
 
@@ -252,22 +198,7 @@ class RayRuntime(AttemptEndings):
             return self._kill_attempt(worker, error_type="WorkerDied", detail=f"{worker.worker_id} died starting: {exc}")
         worker.init_s, worker.pid, worker.node_id = float(report["init_s"]), report["pid"], report["node_id"]
         self._pool.watch(worker)
-        error, now = report.get("error"), time.time()
-        if worker.prewarm:
-            self._record(worker, attempt=None, outcome="prewarm", start_at=now, end_at=now,
-                         error_type=error["type"] if error else None)
-        if error is not None:
-            return self._end_attempt(worker, outcome="error", start_at=now, end_at=now, retire=True, error=error)
-        if worker.attempt is not None:
-            self._dispatch(worker)
-            return []
-        self._pool.set_idle(worker)
-        return []
-
-    @staticmethod
-    def _run(actions: list[Action]) -> None:
-        for action in actions:
-            action()
+        return self._started(worker, error=report.get("error"))
 
     # ---- liveness (P5; lock held) -------------------------------------------------------------------
 
@@ -314,11 +245,7 @@ class RayRuntime(AttemptEndings):
                 if self._pool.has_retired:
                     actions.append(self._pool.kill_retired)  # outside the lock (RayPool._doomed)
                 if actions:
-                    self._lock.release()
-                    try:
-                        self._run(actions)
-                    finally:
-                        self._lock.acquire()
+                    self._run_unlocked(actions)
                     continue
                 if not self._events:
                     now = time.monotonic()
@@ -338,7 +265,5 @@ class RayRuntime(AttemptEndings):
                     f"{worker.worker_id} was not ready within init_timeout_s={self._pool.init_timeout_s}; the cluster "
                     f"may have no node with {self._pool.ray_resources(worker.spec)} free"))
             elif worker.state == "busy":
-                actions += self._kill_attempt(worker, error_type="FunctionTimeout", detail=(
-                    f"{worker.spec.name} attempt {worker.attempt.number} exceeded timeout_s={worker.spec.timeout_s} "
-                    f"on worker {worker.worker_id}; killed"))
+                actions += self._time_out(worker)
         return actions + self._stalled(now)

@@ -31,7 +31,7 @@ from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.janitor import JanitorClient
 from nimbus.runtime.ray_cluster import descendants
 from nimbus.runtime.ray_worker import FunctionWorker
-from nimbus.runtime.pool import same_pool
+from nimbus.runtime.pool import eviction_victim, idle_of, same_pool
 
 log = logging.getLogger(__name__)
 _RESOURCE_REFRESH_S = 5.0
@@ -120,10 +120,10 @@ class RayPool:
         """True if one more actor of ``spec`` may start, evicting longest-idle actors of other functions."""
         need = self.ray_resources(spec)
         while not (self._fits(need) and (self.max_workers is None or len(self.slots) < self.max_workers)):
-            others = [w for w in self.slots.values() if w.state == "idle" and not same_pool(w.spec, spec)]
-            if not others:
+            victim = eviction_victim(self.slots.values(), spec=spec)
+            if victim is None:
                 return False
-            self.retire(min(others, key=lambda w: w.deadline))
+            self.retire(victim)
         return True
 
     # ---- life cycle --------------------------------------------------------------------------------
@@ -165,8 +165,7 @@ class RayPool:
 
     def idle(self, *, spec: FunctionSpec) -> list[RaySlot]:
         """Idle actors of ``spec``'s pool, most recently used first."""
-        idle = [w for w in self.slots.values() if w.state == "idle" and same_pool(w.spec, spec)]
-        return sorted(idle, key=lambda w: w.deadline, reverse=True)
+        return idle_of(self.slots.values(), spec=spec)
 
     def starting(self, *, spec: FunctionSpec) -> bool:
         return any(w.state == "starting" and same_pool(w.spec, spec) for w in self.slots.values())

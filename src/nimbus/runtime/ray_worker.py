@@ -37,7 +37,7 @@ import numpy as np
 from nimbus import liveness
 from nimbus.data.codec import Message, decode, encode
 from nimbus.runtime.base import FunctionContext
-from nimbus.runtime.worker import _limit_torch_threads, error_report, invoke_function, load_entrypoint
+from nimbus.runtime.worker import limit_torch_threads, error_report, invoke_function, load_entrypoint
 
 log = logging.getLogger(__name__)
 REPORT_KEY = "_nimbus_report"
@@ -68,7 +68,7 @@ class FunctionWorker:
         except Exception as exc:  # noqa: BLE001 - reported by ready(); the driver bills and retries
             self._fn, self._error = None, error_report(exc)
         self._init_s = max(0.0, time.time() - requested_at)
-        _limit_torch_threads()
+        limit_torch_threads()
 
     def ready(self) -> np.ndarray:
         """The cold start's report: init time, pid, node, and the import error if any."""
@@ -95,7 +95,7 @@ class FunctionWorker:
                 result, report = invoke_function(fn=self._fn, context=context, request=read_frame(request))
             finally:
                 liveness.install(send=None)
-            _limit_torch_threads()
+            limit_torch_threads()
         header = {REPORT_KEY: report, "body": result.header}
         return to_frame(Message(header=header, arrays=result.arrays), compress_min_bytes=self._compress_min_bytes)
 

@@ -72,7 +72,7 @@ def _batch_scheduling() -> None:
             pass
 
 
-def _set_pdeathsig() -> None:
+def set_pdeathsig() -> None:
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -119,7 +119,7 @@ def _clamp_torch_threads(torch: Any) -> None:
     torch.set_num_threads = set_num_threads
 
 
-def _limit_torch_threads() -> None:
+def limit_torch_threads() -> None:
     """Cap the function's threads at ``cpus`` once it has imported numpy or torch (never import them here), and
     make every optimizer step a progress heartbeat (liveness.py)."""
     global _torch_threads_set
@@ -217,7 +217,7 @@ def serve(*, sock: socket.socket, outbox: Outbox, fn: Callable[..., Message], wo
         report["first"] = first
         first = False
         del envelope
-        _limit_torch_threads()
+        limit_torch_threads()
         outbox.send(message=result, tag=report)
 
 
@@ -243,7 +243,7 @@ def run(*, fd: int, worker_id: str, function: str, entrypoint: str, spawn_time: 
     """The worker's life on socket ``fd`` (see the module docstring). ``parent_pid``: the process it dies
     with (the driver, or the fork server that forked it); ``driver_pid``: whose request segments it may
     open. ``compress_min_bytes`` < 0 means never compress."""
-    _set_pdeathsig()
+    set_pdeathsig()
     _batch_scheduling()
     if os.getppid() != parent_pid:
         return 0  # the parent died before we could ask to die with it
@@ -259,7 +259,7 @@ def run(*, fd: int, worker_id: str, function: str, entrypoint: str, spawn_time: 
         fn, error = load_entrypoint(entrypoint), None
     except Exception as exc:  # noqa: BLE001 - the driver bills and retries it
         fn, error = None, error_report(exc)
-    _limit_torch_threads()
+    limit_torch_threads()
     outbox.send(message=Message(), tag={"op": "ready", "init_s": time.time() - spawn_time,
                                         "pid": os.getpid(), "error": error})
     code = 1

@@ -34,9 +34,10 @@ class StellarisConfig(ConfigSection):
     """ssp: a learner slot this many applied gradients ahead of the slowest waits"""
     max_queue: int | None = Field(default=None, ge=1)
     """stellaris: the queue sheds its stalest gradient beyond this length (null: 2 × learners)"""
-    truncation: Literal["paper", "code", "none"] | None = None
-    """IS truncation across learners: paper (Eq. 2), code (the authors' form), none; null: code for
-    stellaris_code, paper for every other rule"""
+    truncation: Literal["paper", "paper_ratio", "code", "none"] | None = None
+    """IS truncation across learners (algos/truncation.py): paper (Eq. 2 as a weight R/r on PPO's clipped
+    surrogate, PPO's clip kept), paper_ratio (R in place of PPO's ratio: the upper clip never acts at ρ ≤ 1 + ε),
+    code (the authors' form, exact), none; null: code for stellaris_code, paper for every other rule"""
     rho: float = Field(default=1.0, gt=0)
     """ρ, the truncation's clip threshold"""
 

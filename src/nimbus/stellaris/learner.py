@@ -26,14 +26,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.algos.truncation import Truncation
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.envs.make import make_env
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import load_model, weights_key
-from nimbus.onpolicy.learner import resolve_device
+from nimbus.roles.learner import resolve_device
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import place
 from nimbus.runtime.faults import fault_point
@@ -78,8 +78,8 @@ def gradient_to_message(*, model: torch.nn.Module, read_version: int) -> Message
 def gradient_learner_function(*, context: FunctionContext, request: Message) -> Message:
     req = GradientRequest.from_message(request)
     store = function_store(header=request.header)
-    state = _state(context=context, req=req)
-    model = _model_at(state=state, store=store, policy=req.policy, version=req.policy_version, slot="self")
+    state = gradient_state(context=context, req=req)
+    model = model_at(state=state, store=store, policy=req.policy, version=req.policy_version, slot="self")
     batch = _batch(state=state, store=store, key=req.batch_key)
     started = time.perf_counter()
     gradient_algo = gradient_algo_for(name=req.algo["name"])
@@ -103,7 +103,9 @@ def gradient_learner_function(*, context: FunctionContext, request: Message) -> 
                            "rows": int(minibatch[gradient_algo.behaviour_key].numel())})
 
 
-def _state(*, context: FunctionContext, req: GradientRequest) -> dict[str, Any]:
+def gradient_state(*, context: FunctionContext, req: GradientRequest) -> dict[str, Any]:
+    """The warm worker's state for ``req``'s algorithm and env (``context.cache``: algo, spaces, models by slot, the
+    batch), placed on the request's device (shared with the parameter function, stellaris/parameter.py)."""
     cache = context.cache
     if cache.get("gradient_algo") != req.algo or cache.get("gradient_env") != (req.env_id, list(req.env_wrappers)):
         torch.set_num_threads(req.torch_threads)
@@ -120,8 +122,8 @@ def _state(*, context: FunctionContext, req: GradientRequest) -> dict[str, Any]:
     return cache
 
 
-def _model_at(*, state: dict[str, Any], store: Any, policy: str, version: int, slot: str) -> torch.nn.Module:
-    """The model of ``slot`` ("self" or a peer) holding ``version``; loaded only when it holds another."""
+def model_at(*, state: dict[str, Any], store: Any, policy: str, version: int, slot: str) -> torch.nn.Module:
+    """The model of ``slot`` ("self", "param" or a peer) holding ``version``; loaded only when it holds another."""
     models: dict[str, tuple[tuple[str, int], torch.nn.Module]] = state["models"]
     held = models.get(slot)
     if held is None:
@@ -147,7 +149,7 @@ def _truncation(*, state: dict[str, Any], store: Any, req: GradientRequest, mini
         return None
     peer_min = torch.full_like(minibatch[gradient_algo.behaviour_key], float("inf"))
     for index, version in enumerate(sorted(set(req.peer_versions))):
-        peer = _model_at(state=state, store=store, policy=req.policy, version=version, slot=f"peer{index}")
+        peer = model_at(state=state, store=store, policy=req.policy, version=version, slot=f"peer{index}")
         with torch.no_grad():
             log_prob = gradient_algo.log_prob(model=peer, batch=minibatch)
         peer_min = torch.minimum(peer_min, log_prob)

@@ -35,10 +35,10 @@ from nimbus.data.codec import Message
 from nimbus.data.store import Store
 from nimbus.data.stores import function_store
 from nimbus.models.weights import load_optimizer, optim_key
-from nimbus.onpolicy.learner import LearnerRequest, publish_version
+from nimbus.roles.learner import LearnerRequest, publish_version
 from nimbus.runtime.base import FunctionContext
 from nimbus.stellaris.gradients import gradient_algo_for
-from nimbus.stellaris.learner import GRAD_PREFIX, GradientRequest, _model_at, _state
+from nimbus.stellaris.learner import GRAD_PREFIX, GradientRequest, gradient_state, model_at
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ def parameter_function(*, context: FunctionContext, request: Message) -> Message
     started = time.perf_counter()
     model_req = GradientRequest(**req.model)
     store = function_store(header=request.header)
-    state = _state(context=context, req=model_req)
-    model = _model_at(state=state, store=store, policy=model_req.policy, version=req.policy_version, slot="param")
+    state = gradient_state(context=context, req=model_req)
+    model = model_at(state=state, store=store, policy=model_req.policy, version=req.policy_version, slot="param")
     optimizer = _optimizer(state=state, store=store, model=model, req=req, policy=model_req.policy)
     gradients, refused = _usable_gradients(store=store, model=model, keys=req.keys, scales=req.scales)
     if not gradients:

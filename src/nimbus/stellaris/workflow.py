@@ -40,13 +40,14 @@ from nimbus.data.codec import Message
 from nimbus.data.triggers import TriggerTable
 from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.onpolicy.sync import Progress, RoundState, SyncWorkflow, schedule_fraction
-from nimbus.run.build import System, role_spec
+from nimbus.onpolicy.sync import RoundState, SyncWorkflow
+from nimbus.onpolicy.system import System
+from nimbus.roles.specs import role_spec
 from nimbus.stellaris.gradients import gradient_algo_for
 from nimbus.stellaris.learner import GradientRequest
 from nimbus.stellaris.parameter import ParameterRequest
 from nimbus.stellaris.rules import Aggregation, Arrival, Rejection, make_rule
-from nimbus.types import RoundMetrics
+from nimbus.types import Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
 PARAMETER_ENTRYPOINT = "nimbus.stellaris.parameter:parameter_function"
@@ -83,7 +84,8 @@ class InFlight:
 class AsyncLearnersWorkflow(SyncWorkflow):
     """Stellaris: several learner functions in flight, a parameter function aggregates by a rule."""
 
-    def __init__(self, *, system: System, progress: Progress, on_round: Callable[[RoundMetrics], None]) -> None:
+    def __init__(self, *, system: System, progress: Progress,
+                 on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
         super().__init__(system=system, progress=progress, on_round=on_round)
         cfg = system.config.stellaris
         self.cfg = cfg
@@ -321,10 +323,11 @@ class AsyncLearnersWorkflow(SyncWorkflow):
                 pass
 
     # -------------------------------------------------------------------------------- loop
-    def run(self, *, should_stop: Callable[[Progress], bool]) -> None:
+    def run(self, *, should_stop: Callable[[Progress], bool], on_round: Callable[[RoundMetrics], None]) -> None:
         """Start the first round's actors, then move events until ``should_stop`` at a round's end."""
+        self.on_round = on_round
         self._invoke_actors()
-        super().run(should_stop=should_stop)
+        super().run(should_stop=should_stop, on_round=on_round)
 
 
 def _mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:

@@ -11,9 +11,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.dqn import DQN, DQNConfig, dqn_update
-from nimbus.algos.dqn.loss import double_q_target, linear_schedule, td_loss
+from nimbus.algos.dqn.loss import double_q_target, epsilon_greedy, linear_schedule, td_loss
+from nimbus.envs.spaces import EnvSpaces
 
 SPACES = EnvSpaces(observation=gym.spaces.Box(-1.0, 1.0, (4,), np.float32), action=gym.spaces.Discrete(3))
 
@@ -87,6 +87,18 @@ def test_act_is_greedy_without_exploration_and_uniform_at_eps_one():
     assert explored.dtype == np.int64
     np.testing.assert_allclose(np.bincount(explored, minlength=3) / len(explored), [1 / 3] * 3, atol=0.04)
     assert "epsilon" in model.state_dict()  # travels with the broadcast weights
+
+
+def test_epsilon_greedy_draws_the_random_actions_then_the_coin_flips():
+    """DQN and IQL/VDN act through one ε-greedy; its draws (randint, then rand) keep seeded runs as recorded."""
+    q_values = torch.randn(64, 5)
+    torch.manual_seed(3)
+    actions = epsilon_greedy(q_values=q_values, epsilon=0.3)
+    torch.manual_seed(3)
+    random_actions = torch.randint(5, (64,))
+    expected = torch.where(torch.rand(64) < 0.3, random_actions, q_values.argmax(dim=1))
+    torch.testing.assert_close(actions, expected)
+    assert 0 < int((actions != q_values.argmax(dim=1)).sum()) < 64
 
 
 def test_buffer_spec_lists_the_transition_keys():

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.impala import Impala, ImpalaConfig, impala_update
 from nimbus.algos.impala.loss import batch_loss, impact_surrogate_loss, pg_loss, value_loss
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models import distributions
 
 DISCRETE = EnvSpaces(observation=gym.spaces.Box(-1.0, 1.0, (4,), np.float32), action=gym.spaces.Discrete(3))

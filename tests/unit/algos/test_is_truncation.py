@@ -52,18 +52,20 @@ def test_policy_loss_uses_the_truncated_ratio():
     assert cut.item() == pytest.approx(-(0.5 + 1.0) / 2)
 
 
-@pytest.mark.parametrize(("form", "expected_ratio"), [(None, 1.4), ("paper", 0.6), ("code", 1.0)])
-def test_impact_surrogate_truncates_pi_over_mu(form, expected_ratio):
+@pytest.mark.parametrize(("form", "expected_loss", "clip_ratio"),
+                         [(None, -1.4, 1.6), ("paper", -1.4 * 0.6 / 1.6, 1.6), ("paper_ratio", -0.6, 0.6),
+                          ("code", -1.0, 1.0)])
+def test_impact_surrogate_truncates_pi_over_mu(form, expected_loss, clip_ratio):
     """μ = 0.5, π = 0.8 (π/μ = 1.6), π_target = μ (IS weight 1), a peer at 0.3 (0.6), A = 1, clip 0.4: untruncated
-    the surrogate clips 1.6 to 1.4; Eq. 2 gives min(|min(1.6, 0.6)|, 1) = 0.6; the authors' form
-    min(1.6, max(0.6, 1)) = 1.0."""
+    the surrogate clips 1.6 to 1.4; Eq. 2 gives R = min(|min(1.6, 0.6)|, 1) = 0.6: ``paper`` weighs the clipped
+    row by R/(π/μ) = 0.375, ``paper_ratio`` puts 0.6 in the clip; the authors' form min(1.6, max(0.6, 1)) = 1.0."""
     log = lambda p: torch.log(torch.tensor([[p]]))   # noqa: E731  ([T, B] = [1, 1])
     truncation = None if form is None else Truncation(peer_log_prob_min=log(0.3), rho=1.0, form=form)
     loss, ratio = impact_surrogate_loss(log_prob=log(0.8), behaviour_log_prob=log(0.5), target_log_prob=log(0.5),
                                         pg_advantages=torch.ones(1, 1), clip_param=0.4, is_ratio_clip=2.0,
                                         truncation=truncation)
-    assert loss.item() == pytest.approx(-expected_ratio)
-    assert ratio.item() == pytest.approx(1.6 if form is None else expected_ratio)
+    assert loss.item() == pytest.approx(expected_loss)
+    assert ratio.item() == pytest.approx(clip_ratio)
 
 
 def test_default_truncation_is_the_papers_with_rho_one():

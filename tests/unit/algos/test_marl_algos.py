@@ -8,12 +8,12 @@ import pytest
 import torch
 from pydantic import TypeAdapter, ValidationError
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.multiagent import (MARL_ALGO_CONFIGS, critic_to_message, initial_messages, load_critic, make_marl_algo,
                                marl_algo_from_dict)
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.algos.multiagent.ppo import centralised_inputs
 from nimbus.algos.registry import ALGO_CONFIGS, AlgoConfig, make_algorithm
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.models.weights import load_model
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.multiagent.iql import IQL, IQLConfig, initial_messages
 from nimbus.algos.multiagent.vdn import VDN, VDNConfig
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.models.weights import load_model
 

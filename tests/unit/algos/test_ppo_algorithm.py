@@ -6,10 +6,11 @@ import pydantic
 import pytest
 import torch
 
-from nimbus.algos.base import Algorithm, EnvSpaces, KeySpec, LossOutput
+from nimbus.algos.base import Algorithm, KeySpec, LossOutput
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.algos.registry import ALGO_CONFIGS, AlgoConfig, make_algorithm
+from nimbus.envs.spaces import EnvSpaces
 
 OBS = gym.spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float64)
 DISCRETE = EnvSpaces(observation=OBS, action=gym.spaces.Discrete(4))

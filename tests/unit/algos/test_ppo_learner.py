@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.algos.ppo.learner import ppo_update, scheduled
+from nimbus.envs.spaces import EnvSpaces
 
 SPACES = EnvSpaces(observation=gym.spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32), action=gym.spaces.Discrete(2))
 

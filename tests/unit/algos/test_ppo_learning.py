@@ -14,11 +14,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.algos.ppo.learner import UpdateStats, ppo_update
 from nimbus.envs.make import make_env
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.distributions import clip_action
 
 logger = logging.getLogger(__name__)

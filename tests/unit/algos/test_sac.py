@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.sac import SAC, SACConfig, sac_update
 from nimbus.algos.sac.loss import actor_loss, alpha_loss, batch_losses, critic_loss, soft_q_target
+from nimbus.envs.spaces import EnvSpaces
 
 SPACES = EnvSpaces(observation=gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
                    action=gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32)))

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.multiagent.iql import IQL, IQLConfig, initial_messages, iql_targets
 from nimbus.algos.multiagent.vdn import VDN, VDNConfig, vdn_q_tot, vdn_targets
 from nimbus.data.codec import Message
 from nimbus.data.store import KeyExists, ShmStore
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import EnvContractError
 from nimbus.marless.value_learner import (ValueLearnerRequest, VDNPostprocessRequest, align_team_rows,
                                                join_replay, spaces_header, target_key, team_post_key,

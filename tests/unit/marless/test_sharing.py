@@ -9,9 +9,10 @@ import math
 import numpy as np
 import pytest
 
+import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from nimbus.marless.config import MarlessConfig
 from nimbus.marless.sharing import (PerformanceDetector, SharingController, base_agent, group_agents,
-                                    least_squares_slope, num_groups, similarity)
+                                    least_squares_slope, noise_scaled_slope, num_groups, similarity)
 
 
 def test_slope_is_the_least_squares_line() -> None:
@@ -34,9 +35,11 @@ def test_the_detector_toggles_only_with_a_full_window_and_a_slope_below_gamma_th
     rising = [{"a": float(v)} for v in (0, 1, 2)]
     assert [detector.observe(agent_returns=r) for r in rising] == [False, False, False]   # window not full
     assert math.isnan(detector.slope)
-    # a falling reward: (0, 1, 2, 0) normalised → 0.5, 1, 1, 0 → slope −0.15 < 0.1
+    # a falling reward: (0, 1, 2, 0) normalised → 0.5, 1, 1, 0 → slope −0.15; no rounds before the window, so σ is
+    # the window's own: std(0.5, 0, −1) / √2 = 0.54 → k = −0.28 < 0.1
     assert detector.observe(agent_returns={"a": 0.0}) is True
-    assert detector.slope == pytest.approx(least_squares_slope([0.5, 1.0, 1.0, 0.0]))
+    assert detector.slope == pytest.approx(-0.15 / (np.std([0.5, 0.0, -1.0], ddof=1) / math.sqrt(2)))
+    assert detector.slope == pytest.approx(noise_scaled_slope(window=[0.5, 1.0, 1.0, 0.0], before=[]))
     assert detector.window == []                                  # cleared after the switch
     assert detector.observe(agent_returns={"a": 5.0}) is False    # refilling
 
@@ -45,9 +48,9 @@ def test_a_steep_rise_does_not_toggle() -> None:
     detector = PerformanceDetector(window=3, gamma=0.1)
     for value in (0.0, 10.0):
         detector.observe(agent_returns={"a": value})
-    # normalised 0.5, 1.0, then 20 is the new max: 1.0 → slope 0.25 ≥ 0.1
+    # normalised 0.5, 1.0, then 20 is the new max: 1.0 → slope 0.25 over σ = std(0.5, 0) / √2 = 0.25 → k = 1 ≥ 0.1
     assert detector.observe(agent_returns={"a": 20.0}) is False
-    assert detector.slope == pytest.approx(0.25)
+    assert detector.slope == pytest.approx(1.0)
 
 
 def test_a_round_without_episodes_is_not_observed() -> None:
@@ -136,7 +139,7 @@ def test_a_restored_controller_toggles_and_groups_as_the_original_would() -> Non
     JSON: the next rounds give the same maps and state."""
     samples = _two_clusters()
     agents = list(samples)
-    config = MarlessConfig(sharing="marless", window=2, gamma=0.5)
+    config = MarlessConfig(sharing="marless", window=2, gamma=1000.0)   # above any k (|k| ≤ 100): every full window
     convexity = {a: float(i) for i, a in enumerate(agents)}
     rounds = [{a: 1.0 + i * (r % 3) for i, a in enumerate(agents)} for r in range(6)]
     original = SharingController(config=config, agents=agents, compatible={a: "same" for a in agents}, seed=0)

@@ -10,11 +10,11 @@ import gymnasium as gym
 import pytest
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.dqn.algorithm import DQN
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 
 NETS = '''

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.impala.algorithm import Impala
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.nitro.config import FixedScalingConfig, HessianProbeConfig, NitroScalingConfig
 from nimbus.nitro.probe import (ProbeRequest, policy_parameters, probe_not_run, probe_policy, probe_request,
                                 round_probe_extras, select_subset, with_decision)

@@ -13,9 +13,9 @@ from nimbus.nitro.config import (
     MaxScalingConfig,
     NitroScalingConfig,
     ScalingConfig,
-    make_scaler,
 )
 from nimbus.nitro.scaler import NitroScaler
+from nimbus.nitro.scalers import make_scaler
 from nimbus.nitro.scaler_authors import AuthorsCodeNitroScaler
 
 ADAPTER = TypeAdapter(ScalingConfig)

@@ -8,7 +8,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.dqn import DQN, DQNConfig
 from nimbus.algos.impala.algorithm import Impala
 from nimbus.algos.impala.config import ImpalaConfig
@@ -19,6 +18,7 @@ from nimbus.data.replay import Prioritized
 from nimbus.data.store import ShmStore
 from nimbus.data.stores import STORE_HEADER
 from nimbus.envs.slot_state import SlotState, pop_slot_state
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import model_to_message, weights_key
 from nimbus.offpolicy.actor import OffPolicyActorRequest, offpolicy_actor_function
 from nimbus.offpolicy.learner import OffPolicyLearnerRequest, offpolicy_learner_function

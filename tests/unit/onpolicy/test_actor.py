@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.data.store import ShmStore
 from nimbus.data.stores import STORE_HEADER
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import model_to_message, weights_key
-from nimbus.onpolicy.actor import ActorRequest, actor_function, derive_seed
+from nimbus.onpolicy.actor import actor_function
+from nimbus.roles.actor import ActorRequest, derive_seed
 from nimbus.runtime.base import FunctionContext
 
 EPISODE_STEPS = 5  # CartPole truncated at 5 steps: a random policy almost never falls that soon

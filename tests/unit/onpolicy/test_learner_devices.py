@@ -11,7 +11,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.dqn import DQN, DQNConfig
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
@@ -21,10 +20,12 @@ from nimbus.data.codec import Message
 from nimbus.data.replay import Uniform
 from nimbus.data.store import ShmStore
 from nimbus.data.stores import STORE_HEADER
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import model_to_message, optim_key, weights_key
 from nimbus.nitro.probe import ProbeRequest
 from nimbus.offpolicy.learner import OffPolicyLearnerRequest, offpolicy_learner_function
-from nimbus.onpolicy.learner import LearnerRequest, learner_function
+from nimbus.onpolicy.learner import learner_function
+from nimbus.roles.learner import LearnerRequest
 from nimbus.runtime.base import FunctionContext
 from tests.algo_batches import host_batch
 from tests.device_audit import DeviceAudit

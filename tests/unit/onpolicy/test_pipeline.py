@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.data.triggers import TransferTrigger
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.onpolicy.loader import DeviceLoader
 from nimbus.onpolicy.pipeline import GAE_KEYS, STAGES, TRAIN_KEYS, PipelineOptions, StreamingPPOUpdate, run_unpipelined
 

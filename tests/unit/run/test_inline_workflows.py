@@ -185,8 +185,8 @@ def test_pbt_exploit_copies_the_top_members_weights_and_records_lineage(
     def close_after_reading_back(self) -> None:  # before the Store goes: hash both sides of every exploit
         for event in map(json.loads, (self.run_dir / "lineage.jsonl").read_text().splitlines()):
             if event["event"] == "exploit":
-                mine = self.shared.store.get(key=weights_key(policy=event["member"], version=event["version"]))
-                theirs = self.shared.store.get(key=weights_key(policy=event["source"], version=event["source_version"]))
+                mine = self.store.get(key=weights_key(policy=event["member"], version=event["version"]))
+                theirs = self.store.get(key=weights_key(policy=event["source"], version=event["source_version"]))
                 observed.append((population_module.weights_sha256(message=mine),
                                  population_module.weights_sha256(message=theirs)))
         close(self)

@@ -4,19 +4,27 @@ from pathlib import Path
 
 import pytest
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.algos.registry import make_algorithm
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.data.codec import Message
 from nimbus.envs.make import make_env
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.models.weights import model_to_message, weights_key
-from nimbus.onpolicy.sync import Progress
-from nimbus.run.evaluate import evaluate_policy
-from nimbus.run.loop import _should_stop
+from nimbus.roles.evaluate import evaluate_policy
+from nimbus.run.stop import stop_reason
+from nimbus.types import Progress
 from nimbus.run.periodic_eval import PeriodicEvaluator
+from nimbus.types import Progress
 
 REPO = Path(__file__).resolve().parents[3]
+
+
+def newest(config, store, progress):
+    """What the workflow's ``evaluate`` does: the newest version of ``main`` from the Store."""
+    return lambda *, episodes, seed, explore: evaluate_policy(
+        config=config, weights=store.get(key=weights_key(policy="main", version=progress.policy_version)),
+        episodes=episodes, seed=seed, explore=explore)
 
 
 def dqn_config(*overrides: str) -> NimbusConfig:
@@ -48,14 +56,14 @@ def test_evaluates_only_when_the_env_steps_cross_the_next_multiple() -> None:
     store = published(config, version=7)
     evaluator = PeriodicEvaluator(config=config, env_steps=0)
     progress = Progress(env_steps=999, policy_version=7)
-    assert evaluator.maybe_evaluate(store=store, policy="main", progress=progress) == {}
+    assert evaluator.maybe_evaluate(evaluate=newest(config, store, progress), progress=progress) == {}
     assert store.reads == [] and progress.eval_return is None
     progress.env_steps = 2_300          # one round crossed two marks: one evaluation, the next at 3000
-    scalars = evaluator.maybe_evaluate(store=store, policy="main", progress=progress)
+    scalars = evaluator.maybe_evaluate(evaluate=newest(config, store, progress), progress=progress)
     assert store.reads == [weights_key(policy="main", version=7)] and scalars["eval/policy_version"] == 7.0
     assert progress.eval_return == scalars["eval/return_mean"] and evaluator.next_at == 3_000
     progress.env_steps = 2_999
-    assert evaluator.maybe_evaluate(store=store, policy="main", progress=progress) == {}
+    assert evaluator.maybe_evaluate(evaluate=newest(config, store, progress), progress=progress) == {}
 
 
 def test_a_resumed_run_evaluates_at_the_next_multiple() -> None:
@@ -67,8 +75,8 @@ def test_plays_the_configured_episodes_greedily_or_as_in_training(explore: bool)
     config = dqn_config(f"train.eval_explore={str(explore).lower()}")
     store = published(config, version=0)
     progress = Progress(env_steps=1_000)
-    scalars = PeriodicEvaluator(config=config, env_steps=0).maybe_evaluate(store=store, policy="main",
-                                                                          progress=progress)
+    scalars = PeriodicEvaluator(config=config, env_steps=0).maybe_evaluate(
+        evaluate=newest(config, store, progress), progress=progress)
     weights = store.items[weights_key(policy="main", version=0)]
     expected = evaluate_policy(config=config, weights=weights, episodes=3, seed=config.seed + 20_000, explore=explore)
     other = evaluate_policy(config=config, weights=weights, episodes=3, seed=config.seed + 20_000,
@@ -82,11 +90,11 @@ def test_plays_the_configured_episodes_greedily_or_as_in_training(explore: bool)
 def test_the_run_stops_on_the_target_eval_return() -> None:
     config = dqn_config("train.target_eval_return=475")
     progress = Progress(env_steps=10_000)
-    assert _should_stop(config=config, progress=progress) is None
+    assert stop_reason(config=config, progress=progress) is None
     progress.eval_return = 474.9
-    assert _should_stop(config=config, progress=progress) is None
+    assert stop_reason(config=config, progress=progress) is None
     progress.eval_return = 475.0
-    assert _should_stop(config=config, progress=progress) == "target_eval_return"
+    assert stop_reason(config=config, progress=progress) == "target_eval_return"
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

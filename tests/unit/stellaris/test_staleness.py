@@ -32,7 +32,8 @@ def test_scale_is_the_cube_root_of_staleness():
 
 
 def test_stellaris_round0_measures_max_staleness_then_decays_by_round():
-    rule = make_rule(name="stellaris", learners=3, decay=0.5, root=3)
+    """warmup_rounds=0: the paper as written, δmax measured in round 0."""
+    rule = make_rule(name="stellaris", learners=3, decay=0.5, root=3, warmup_rounds=0)
     rule.start_round(index=0)
     # round 0: three learners read version 0; each is applied on arrival, staleness 0, 1, 2
     for expected in (0, 1, 2):
@@ -52,14 +53,14 @@ def test_stellaris_round0_measures_max_staleness_then_decays_by_round():
 
 
 def test_stellaris_floors_delta_max_at_one():
-    rule = make_rule(name="stellaris", learners=1, decay=1.0)
+    rule = make_rule(name="stellaris", learners=1, decay=1.0, warmup_rounds=0)
     apply_if_any(rule, arrive(rule, read_version=0))
     rule.start_round(index=1)
     assert rule.threshold == 1.0
 
 
 def test_stellaris_refuses_a_gradient_no_queue_could_admit():
-    rule = make_rule(name="stellaris", learners=2, decay=1.0, max_queue=3)
+    rule = make_rule(name="stellaris", learners=2, decay=1.0, max_queue=3, warmup_rounds=0)
     for _ in range(2):
         apply_if_any(rule, arrive(rule, read_version=0))      # δmax = 1, version 2
     rule.start_round(index=1)                                 # β · max_queue = 3
@@ -73,7 +74,7 @@ def test_stellaris_refuses_a_gradient_no_queue_could_admit():
 
 
 def test_stellaris_queue_sheds_its_stalest_gradient():
-    rule = make_rule(name="stellaris", learners=2, decay=0.5, max_queue=2)
+    rule = make_rule(name="stellaris", learners=2, decay=0.5, max_queue=2, warmup_rounds=0)
     for _ in range(2):
         apply_if_any(rule, arrive(rule, read_version=0))      # δmax 1; version 2
     rule.start_round(index=1)                                 # β_1 = 0.5
@@ -84,23 +85,20 @@ def test_stellaris_queue_sheds_its_stalest_gradient():
     assert [m.staleness for m in verdict.aggregation.members] == [1, 0]
 
 
-def test_stellaris_code_seeds_with_mean_plus_one_flushes_at_learner_count_and_steps_separately():
+def test_stellaris_code_seeds_with_int_mean_plus_one_flushes_at_learner_count_and_steps_separately():
     rule = make_rule(name="stellaris_code", learners=3, decay=0.1)
     for _ in range(3):
         apply_if_any(rule, arrive(rule, read_version=0))      # stalenesses 0, 1, 2
     rule.start_round(index=1)
-    assert rule.seed == 2.0                                   # mean 1 + 1 (the paper's max gives 2 too)
-    rule2 = make_rule(name="stellaris_code", learners=2, decay=0.1)
-    for _ in range(2):
-        apply_if_any(rule2, arrive(rule2, read_version=0))    # 0, 1: mean 0.5 → 1.5; the paper: max(1, 1) = 1
-    rule2.start_round(index=1)
-    assert rule2.seed == 1.5 and rule2.threshold == pytest.approx(0.15)
-    assert arrive(rule2, read_version=1).aggregation is None       # mean 1 > 0.15 (kept: the code never refuses)
-    verdict = arrive(rule2, read_version=1)                        # 2 pending = learners: flushed
-    assert [m.staleness for m in verdict.aggregation.members] == [1, 1]
+    assert rule.seed == 2                                     # int(mean 1) + 1
+    assert rule.threshold == 1                                # clip(int(2 · 0.1) + 1, 1, 2)
+    assert arrive(rule, read_version=rule.version - 2).aggregation is None    # mean 2 > 1: kept (never refused)
+    assert arrive(rule, read_version=rule.version - 2).aggregation is None
+    verdict = arrive(rule, read_version=rule.version - 2)                     # 3 pending = learners: flushed
+    assert [m.staleness for m in verdict.aggregation.members] == [2, 2, 2]
     assert verdict.aggregation.separate_steps
-    rule2.applied(aggregation=verdict.aggregation)
-    assert rule2.version == 3
+    rule.applied(aggregation=verdict.aggregation)
+    assert rule.version == 4
 
 
 def test_sync_waits_for_every_learner_of_the_version_and_refuses_stale():
@@ -156,14 +154,13 @@ def _seed_stellaris(rule, *, delta_max: int):
     rule.start_round(index=1)
 
 
-@pytest.mark.parametrize("name", ["stellaris", "stellaris_code"])
-def test_stellaris_scales_by_the_configured_root(name):
+def test_stellaris_scales_by_the_configured_root():
     """Eq. 4 with v = 2: a gradient of staleness 4 steps at α0 / 4^(1/2), in round 0 and after."""
-    rule = make_rule(name=name, learners=1, decay=1.0, root=2)
+    rule = make_rule(name="stellaris", learners=1, decay=1.0, root=2, warmup_rounds=0)
     rule.start_round(index=0)
     scales = [apply_if_any(rule, arrive(rule, read_version=0)).aggregation.members[0].scale for _ in range(5)]
     assert scales == pytest.approx([1.0, 1.0, 2 ** -0.5, 3 ** -0.5, 0.5])
-    rule.start_round(index=1)                                  # δmax 4 (code: mean 2 + 1 = 3)
+    rule.start_round(index=1)                                  # δmax 4
     verdict = apply_if_any(rule, arrive(rule, read_version=rule.version - 3))
     assert [(m.staleness, m.scale) for m in verdict.aggregation.members] == [(3, pytest.approx(3 ** -0.5))]
 
@@ -171,7 +168,7 @@ def test_stellaris_scales_by_the_configured_root(name):
 def test_stellaris_default_queue_holds_twice_the_learners():
     """docs/stellaris.md: max_queue defaults to 2 × learners, so with β = 1 and two learners a gradient of
     staleness 4 can still be admitted by fresh ones (queued), and one of staleness 5 never can (refused)."""
-    rule = make_rule(name="stellaris", learners=2, decay=1.0)
+    rule = make_rule(name="stellaris", learners=2, decay=1.0, warmup_rounds=0)
     _seed_stellaris(rule, delta_max=1)                         # β_1 = 1, version 2
     rule.version = 10
     verdict = arrive(rule, read_version=6)                     # staleness 4 ≤ 1 · 4
@@ -184,12 +181,14 @@ def test_stellaris_default_queue_holds_twice_the_learners():
     assert sorted(m.staleness for m in verdict.aggregation.members) == [0, 0, 0, 4] and verdict.rejected == ()
 
 
-@pytest.mark.parametrize("name", ["stellaris", "stellaris_code"])
-def test_stellaris_round0_without_any_gradient_seeds_the_floor(name):
-    """A round 0 that delivered no gradient (its learners all failed) still ends: δmax floors at 1 (code: 0 + 1)."""
-    rule = make_rule(name=name, learners=2, decay=0.5)
+def test_stellaris_measurement_without_any_gradient_goes_on():
+    """A measurement round that delivered no gradient (its learners all failed) seeds nothing: the next round
+    is still threshold-free and measures; the first round with a gradient seeds δmax."""
+    rule = make_rule(name="stellaris", learners=2, decay=0.5, warmup_rounds=0)
     rule.start_round(index=0)
     rule.start_round(index=1)
-    assert rule.threshold == pytest.approx(0.5)
+    assert rule.threshold is None
     verdict = apply_if_any(rule, arrive(rule, read_version=rule.version))
     assert [m.staleness for m in verdict.aggregation.members] == [0]
+    rule.start_round(index=2)
+    assert rule.threshold == pytest.approx(0.25)   # δmax 1 · 0.5²

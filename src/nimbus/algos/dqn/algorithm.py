@@ -23,10 +23,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from nimbus.algos.base import ActOutput, EnvSpaces, KeySpec, LossOutput
+from nimbus.algos.base import ActOutput, KeySpec, LossOutput
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.dqn.learner import DQNUpdate, DQNUpdateStats, dqn_update
-from nimbus.algos.dqn.loss import batch_td_loss, linear_schedule, one_step_targets
+from nimbus.algos.dqn.loss import batch_td_loss, epsilon_greedy, linear_schedule, one_step_targets
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.custom import build_user_network
 from nimbus.models.qnet import QNetwork
 
@@ -82,11 +83,7 @@ class DQN:
         """Greedy actions; with ``explore``, each replaced by a uniform one with probability ε."""
         with torch.no_grad():
             q_values = model.q(obs)
-            actions = q_values.argmax(dim=1)
-            if explore:
-                eps = float(model.epsilon)
-                random_actions = torch.randint(q_values.shape[1], actions.shape)
-                actions = torch.where(torch.rand(actions.shape) < eps, random_actions, actions)
+        actions = epsilon_greedy(q_values=q_values, epsilon=float(model.epsilon)) if explore else q_values.argmax(dim=1)
         return ActOutput(actions=actions.numpy().astype(np.int64))
 
     def buffer_spec(self, *, spaces: EnvSpaces) -> dict[str, KeySpec]:

@@ -6,11 +6,12 @@ rest (Huber loss, max_grad_norm 10, tau 1.0); Schaul et al. 2016 for PER (α 0.6
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from nimbus.config.base import ConfigSection
+from nimbus.config.fields import check_batch_fits, ModelKwargs, ModelRef, Widths
 
 
 class DQNConfig(ConfigSection):
@@ -60,22 +61,12 @@ class DQNConfig(ConfigSection):
     """PER β at the start, annealed linearly to 1 over the run"""
     per_eps: float = Field(1e-6, gt=0)
     """PER ε: priority = (|td| + ε) ** α"""
-    hidden_sizes: tuple[int, ...] = (256, 256)
+    hidden_sizes: Widths = (256, 256)
     """MLP widths of the Q-network; image observations use a NatureCNN torso"""
-    model: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*[:.][A-Za-z_][\w.]*$",
-                              description="your torch module instead of the built-in network, pkg.module:Class "
-                                          "(README: custom models)")
-    model_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for algo.model's constructor")
-
-    @field_validator("hidden_sizes")
-    @classmethod
-    def _positive_widths(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if not value or any(width <= 0 for width in value):
-            raise ValueError(f"hidden_sizes needs at least one layer, every width > 0; got {list(value)}")
-        return value
+    model: ModelRef = None
+    model_kwargs: ModelKwargs
 
     @model_validator(mode="after")
     def _check(self) -> DQNConfig:
-        if self.batch_size > self.buffer_capacity:
-            raise ValueError(f"batch_size ({self.batch_size}) exceeds buffer_capacity ({self.buffer_capacity})")
+        check_batch_fits(batch_size=self.batch_size, capacity=self.buffer_capacity, capacity_key="buffer_capacity")
         return self

@@ -70,6 +70,15 @@ def linear_schedule(*, start: float, end: float, fraction: float, progress: floa
     return start + (end - start) * min(1.0, max(0.0, progress) / fraction)
 
 
+def epsilon_greedy(*, q_values: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """The greedy action of each row of ``q_values`` [B, A], each replaced by a uniform one with probability
+    ``epsilon`` (torch's global RNG: the random actions are drawn first, then the coin flips). No grad."""
+    with torch.no_grad():
+        actions = q_values.argmax(dim=1)
+        random_actions = torch.randint(q_values.shape[1], actions.shape)
+        return torch.where(torch.rand(actions.shape) < epsilon, random_actions, actions)
+
+
 def batch_td_loss(*, model: DQNModel, batch: dict[str, torch.Tensor], config: DQNConfig) -> TDLoss:
     """The DQN loss on a sampled batch (keys: obs, actions, next_obs, returns_n, discount_n, weights?)."""
     with torch.no_grad():

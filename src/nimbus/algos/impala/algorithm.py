@@ -29,11 +29,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from nimbus.algos.base import ActOutput, EnvSpaces, KeySpec, LossOutput
+from nimbus.algos.base import ActOutput, KeySpec, LossOutput
 from nimbus.algos.dqn.algorithm import transition_spec
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.impala.learner import ImpalaUpdateStats, impala_update
 from nimbus.algos.impala.loss import batch_loss
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.qnet import make_actor_critic
 
 

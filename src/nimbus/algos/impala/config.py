@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from nimbus.config.base import ConfigSection
+from nimbus.config.fields import Widths
 
 
 class ImpalaConfig(ConfigSection):
@@ -60,7 +61,7 @@ class ImpalaConfig(ConfigSection):
     """IMPACT: K, times each FIFO batch is learned on"""
     circular_buffer_batches: int = Field(4, ge=1)
     """IMPACT: batches the circular buffer holds; the learner takes them round-robin"""
-    hidden_sizes: tuple[int, ...] = (256, 256)
+    hidden_sizes: Widths = (256, 256)
     """MLP widths of the actor-critic; uint8 image observations use a NatureCNN"""
     activation: Literal["tanh", "relu"] = "tanh"
     """MLP activation"""
@@ -72,10 +73,3 @@ class ImpalaConfig(ConfigSection):
                              "identical to impala (the target is π at every loss); set target_update_interval "
                              "> 1 or target_tau < 1")
         return self
-
-    @field_validator("hidden_sizes")
-    @classmethod
-    def _positive_widths(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if not value or any(width <= 0 for width in value):
-            raise ValueError(f"hidden_sizes needs at least one layer, every width > 0; got {list(value)}")
-        return value

@@ -6,8 +6,10 @@ entropy bonus; V-trace's target policy is the current policy.
 IMPACT (Luo et al. 2020), as RLlib's APPO implements it (the code Stellaris ran): V-trace's target
 policy is a *target network* π_tgt refreshed every few updates; the policy loss is PPO's clipped
 surrogate over the ratio r = clip(μ/π_tgt, 0, 2) · π/μ (≈ π/π_tgt with a bounded IS correction).
-With Stellaris's cross-learner truncation (Eq. 2, algos/truncation.py; ``train.workflow: async_learners``)
-π/μ is replaced by R = min(|min(π/μ, min_i π_i/μ)|, ρ) over the other learners' policies π_i.
+With Stellaris's cross-learner truncation (Eq. 2, algos/truncation.py; ``train.workflow: async_learners``),
+R = min(|min(π/μ, min_i π_i/μ)|, ρ) over the other learners' policies π_i: form ``paper`` weighs each row of the
+clipped surrogate by R/(π/μ) (the clip still acts on clip(μ/π_tgt, 0, 2) · π/μ); ``paper_ratio`` and ``code``
+put R in place of π/μ.
 
 Batch keys: obs, actions, rewards, next_obs, terminated, truncated, behaviour_log_prob, each
 [T, B, ...], with row t+1 continuing row t unless the episode ended at t.
@@ -27,7 +29,7 @@ import torch
 from torch.distributions import Distribution, Normal
 
 from nimbus.algos.impala.vtrace import vtrace
-from nimbus.algos.truncation import Truncation, truncate, truncated_fraction
+from nimbus.algos.truncation import Truncation, surrogate_terms, truncated_fraction
 from nimbus.models import distributions
 
 if TYPE_CHECKING:
@@ -50,15 +52,18 @@ def impact_surrogate_loss(*, log_prob: torch.Tensor, behaviour_log_prob: torch.T
                           target_log_prob: torch.Tensor, pg_advantages: torch.Tensor, clip_param: float,
                           is_ratio_clip: float, truncation: Truncation | None = None
                           ) -> tuple[torch.Tensor, torch.Tensor]:
-    """IMPACT's clipped surrogate; returns (loss, ratio). r = clip(μ/π_tgt, 0, c) · π/μ, with π/μ truncated
-    across learners when ``truncation`` is given."""
+    """IMPACT's clipped surrogate; returns (loss, ratio the clip acts on). r = clip(μ/π_tgt, 0, c) · π/μ, with
+    π/μ truncated across learners per ``truncation``'s form (module docstring)."""
     is_ratio = torch.exp(behaviour_log_prob - target_log_prob).clamp(0.0, is_ratio_clip).detach()
-    self_ratio = torch.exp(log_prob - behaviour_log_prob)
+    self_ratio, weight = torch.exp(log_prob - behaviour_log_prob), None
     if truncation is not None:
-        self_ratio = truncate(ratio=self_ratio, behaviour_log_prob=behaviour_log_prob, truncation=truncation)
+        self_ratio, weight = surrogate_terms(ratio=self_ratio, behaviour_log_prob=behaviour_log_prob,
+                                             truncation=truncation)
     ratio = is_ratio * self_ratio
     adv = pg_advantages.detach()
     surrogate = torch.min(adv * ratio, adv * ratio.clamp(1.0 - clip_param, 1.0 + clip_param))
+    if weight is not None:
+        surrogate = surrogate * weight
     return -surrogate.mean(), ratio.detach()
 
 

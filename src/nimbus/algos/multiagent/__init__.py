@@ -23,11 +23,12 @@ from typing import Any, Protocol
 import torch
 from pydantic import BaseModel
 
-from nimbus.algos.base import ActOutput, EnvSpaces
+from nimbus.algos.base import ActOutput
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.algos.multiagent.iql import IQL, IQLConfig
 from nimbus.algos.multiagent.ppo import MarlPPO
 from nimbus.algos.multiagent.vdn import VDN, VDNConfig
+from nimbus.envs.spaces import EnvSpaces
 
 MARL_ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig,
                                                  "vdn": VDNConfig}

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from nimbus.config.base import ConfigSection
+from nimbus.config.fields import Widths
 
 Schedule = Literal["constant", "linear"]
 
@@ -50,21 +51,14 @@ class MarlPPOConfig(ConfigSection):
     """Normalise advantages per minibatch."""
     value_norm: bool = True
     """Fit the critic to returns standardised by running statistics (MAPPO's ValueNorm); False: raw returns."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
+    hidden_sizes: Widths = (64, 64)
     """Policy network hidden widths."""
-    critic_hidden_sizes: tuple[int, ...] = (64, 64)
+    critic_hidden_sizes: Widths = (64, 64)
     """Critic network hidden widths."""
     activation: Literal["tanh", "relu"] = "tanh"
     """Hidden activation of both networks."""
     adam_eps: float = Field(default=1e-5, gt=0.0)
     """Adam's ε."""
-
-    @field_validator("hidden_sizes", "critic_hidden_sizes")
-    @classmethod
-    def _positive_widths(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if not value or any(width <= 0 for width in value):
-            raise ValueError(f"needs at least one layer, every width > 0; got {list(value)}")
-        return value
 
 
 class IPPOConfig(MarlPPOConfig):

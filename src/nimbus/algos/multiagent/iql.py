@@ -23,12 +23,14 @@ from typing import TYPE_CHECKING, Literal
 import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 from torch import nn
 
-from nimbus.algos.base import ActOutput, EnvSpaces
-from nimbus.algos.dqn.loss import double_q_target, linear_schedule
+from nimbus.algos.base import ActOutput
+from nimbus.algos.dqn.loss import double_q_target, epsilon_greedy, linear_schedule
 from nimbus.config.base import ConfigSection
+from nimbus.config.fields import check_batch_fits, Widths
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.models.qnet import QNetwork
 
@@ -69,20 +71,12 @@ class ValueConfigBase(ConfigSection):
     """Huber loss threshold (MPE returns are tens in magnitude; a large δ is close to MSE)."""
     max_grad_norm: float | None = Field(10.0, gt=0)
     """Gradient-norm clip; None disables it."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
+    hidden_sizes: Widths = (64, 64)
     """The Q-network's MLP torso."""
-
-    @field_validator("hidden_sizes")
-    @classmethod
-    def _positive_widths(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if not value or any(width <= 0 for width in value):
-            raise ValueError(f"hidden_sizes needs at least one layer, every width > 0; got {list(value)}")
-        return value
 
     @model_validator(mode="after")
     def _check(self) -> ValueConfigBase:
-        if self.batch_size > self.replay_capacity:
-            raise ValueError(f"batch_size ({self.batch_size}) exceeds replay_capacity ({self.replay_capacity})")
+        check_batch_fits(batch_size=self.batch_size, capacity=self.replay_capacity, capacity_key="replay_capacity")
         return self
 
 
@@ -130,11 +124,7 @@ class ValueAlgorithm:
         """Greedy actions; with ``explore``, each replaced by a uniform one with probability ε (the model's)."""
         with torch.no_grad():
             q_values = model.q(obs)
-            actions = q_values.argmax(dim=1)
-            if explore:
-                eps = float(model.epsilon)
-                random_actions = torch.randint(q_values.shape[1], actions.shape)
-                actions = torch.where(torch.rand(actions.shape) < eps, random_actions, actions)
+        actions = epsilon_greedy(q_values=q_values, epsilon=float(model.epsilon)) if explore else q_values.argmax(dim=1)
         return ActOutput(actions=actions.cpu().numpy().astype(np.int64))
 
     def epsilon_at(self, *, progress: float) -> float:

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from nimbus.algos.base import EnvSpaces
 from nimbus.data.codec import Message
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import load_model, load_optimizer, model_to_message, optimizer_to_message
 
 _OPTIM_PREFIX = "optim."

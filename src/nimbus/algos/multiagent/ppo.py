@@ -17,10 +17,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from nimbus.algos.base import ActOutput, EnvSpaces, LossOutput
+from nimbus.algos.base import ActOutput, LossOutput
 from nimbus.algos.multiagent.config import MarlPPOConfig
 from nimbus.algos.multiagent.networks import PolicyNet, ValueNet
 from nimbus.algos.ppo.loss import normalize_advantages, policy_loss
+from nimbus.envs.spaces import EnvSpaces
 
 
 class MarlPPO:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import gymnasium as gym
 import torch
 
-from nimbus.algos.base import ActOutput, EnvSpaces, KeySpec, LossOutput
+from nimbus.algos.base import ActOutput, KeySpec, LossOutput
 from nimbus.algos.gae import compute_gae
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.algos.ppo.learner import UpdateStats, minibatch_loss, ppo_update
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.custom import CustomPolicyValue, build_user_network
 from nimbus.models.mlp import ActorCritic, PolicyValueModel
 

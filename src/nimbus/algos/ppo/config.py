@@ -7,11 +7,12 @@ minibatch_size 128 (4 envs × 128 steps / 4), ent_coef 0.01, vf_clip 0.2.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from nimbus.config.base import ConfigSection
+from nimbus.config.fields import ModelKwargs, ModelRef, Widths
 
 Schedule = Literal["constant", "linear"]
 
@@ -49,7 +50,7 @@ class PPOConfig(ConfigSection):
     """normalise advantages per minibatch (as CleanRL)"""
     target_kl: float | None = Field(default=None, gt=0.0)
     """stop the epochs once approx_kl exceeds it (None: always run num_epochs)"""
-    hidden_sizes: tuple[int, ...] = (64, 64)
+    hidden_sizes: Widths = (64, 64)
     """MLP widths of the actor and the critic; image observations use a NatureCNN torso"""
     activation: Literal["tanh", "relu"] = "tanh"
     """MLP activation"""
@@ -57,14 +58,5 @@ class PPOConfig(ConfigSection):
     """running mean/std normalisation of observations, updated and applied by the actors"""
     adam_eps: float = Field(default=1e-5, gt=0.0)
     """Adam ε"""
-    model: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*[:.][A-Za-z_][\w.]*$",
-                              description="your torch module instead of the built-in network, pkg.module:Class "
-                                          "(README: custom models)")
-    model_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for algo.model's constructor")
-
-    @field_validator("hidden_sizes")
-    @classmethod
-    def _positive_widths(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if not value or any(width <= 0 for width in value):
-            raise ValueError(f"hidden_sizes needs at least one layer, every width > 0; got {list(value)}")
-        return value
+    model: ModelRef = None
+    model_kwargs: ModelKwargs

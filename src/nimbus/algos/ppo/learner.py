@@ -32,7 +32,7 @@ from nimbus.models.mlp import ActorCritic
 logger = logging.getLogger(__name__)
 
 REQUIRED_KEYS = ("obs", "actions", "log_prob", "values", "advantages", "returns")
-_MEAN_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+MEAN_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")  # averaged over the steps taken
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def ppo_update(
         group["lr"] = lr
     num_rows = batch["obs"].shape[0]
     minibatch_size = min(config.minibatch_size, num_rows)
-    totals = dict.fromkeys((*_MEAN_STATS, "grad_norm"), 0.0)
+    totals = dict.fromkeys((*MEAN_STATS, "grad_norm"), 0.0)
     steps = skipped = epochs_done = 0
     for _ in range(config.num_epochs):
         order = torch.randperm(num_rows, generator=generator)
@@ -109,13 +109,14 @@ def ppo_update(
             rows = order[start : start + minibatch_size]
             minibatch = {key: batch[key][rows] for key in REQUIRED_KEYS}
             out = minibatch_loss(model=model, batch=minibatch, config=config, clip_coef=clip_coef)
-            grad_norm = _gradient_step(model=model, optimizer=optimizer, loss=out.loss, max_grad_norm=config.max_grad_norm)
+            grad_norm = gradient_step(model=model, optimizer=optimizer, loss=out.loss,
+                                      max_grad_norm=config.max_grad_norm)
             if grad_norm is None:
                 skipped += 1
                 continue
             steps += 1
             last_kl = out.stats["approx_kl"]
-            for key in _MEAN_STATS:
+            for key in MEAN_STATS:
                 totals[key] += out.stats[key]
             totals["grad_norm"] += grad_norm
         epochs_done += 1
@@ -135,7 +136,8 @@ def ppo_update(
     )
 
 
-def _gradient_step(*, model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float) -> float | None:
+def gradient_step(*, model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
+                  max_grad_norm: float) -> float | None:
     """Backward, clip, step; returns the pre-clip gradient norm, or None (no step) if it is not finite."""
     beat()  # progress per minibatch (P5), a skipped one too; the optimizer hook beats again after the step
     optimizer.zero_grad(set_to_none=True)

@@ -6,8 +6,9 @@
                  ½ · mean(max((V_new − R)², (V_old + clip(V_new − V_old, −c, c) − R)²))
     L          = L_policy − ent_coef · mean(entropy) + vf_coef · L_value
 
-With Stellaris's IS truncation (Eq. 2, algos/truncation.py), the ratio entering the clipped surrogate is
-R in place of r_self = π/π_old (π_old is the behaviour policy μ).
+With Stellaris's IS truncation (Eq. 2, algos/truncation.py; π_old is the behaviour policy μ): form ``paper``
+weighs each row of the clipped surrogate by R/r_self (PPO's clip still decided on r_self); forms
+``paper_ratio`` and ``code`` put R in place of r_self inside it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from nimbus.algos.base import LossOutput
-from nimbus.algos.truncation import Truncation, truncate, truncated_fraction
+from nimbus.algos.truncation import Truncation, surrogate_terms, truncated_fraction
 
 _ADV_EPSILON = 1e-8
 
@@ -27,19 +28,20 @@ def policy_loss(
     """(clipped surrogate loss, approx_kl, clip_fraction); the last two are detached diagnostics.
 
     approx_kl is the low-variance estimator mean((ratio − 1) − log ratio) (Schulman's k3). With a
-    `truncation`, the surrogate uses the truncated ratio (the diagnostics stay those of r_self).
+    `truncation`, the surrogate is truncated per its form (module docstring; the diagnostics stay those of r_self).
     """
     logratio = new_log_prob - old_log_prob
     ratio = logratio.exp()
-    surrogate_ratio = ratio
+    surrogate_ratio, weight = ratio, None
     if truncation is not None:
-        surrogate_ratio = truncate(ratio=ratio, behaviour_log_prob=old_log_prob, truncation=truncation)
+        surrogate_ratio, weight = surrogate_terms(ratio=ratio, behaviour_log_prob=old_log_prob, truncation=truncation)
     with torch.no_grad():
         approx_kl = ((ratio - 1.0) - logratio).mean()
         clip_fraction = ((ratio - 1.0).abs() > clip_coef).float().mean()
     pg_loss1 = -advantages * surrogate_ratio
     pg_loss2 = -advantages * torch.clamp(surrogate_ratio, 1.0 - clip_coef, 1.0 + clip_coef)
-    return torch.max(pg_loss1, pg_loss2).mean(), approx_kl, clip_fraction
+    rows = torch.max(pg_loss1, pg_loss2)
+    return (rows if weight is None else rows * weight).mean(), approx_kl, clip_fraction
 
 
 def value_loss(

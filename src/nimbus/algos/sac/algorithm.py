@@ -23,11 +23,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from nimbus.algos.base import ActOutput, EnvSpaces, KeySpec, LossOutput
+from nimbus.algos.base import ActOutput, KeySpec, LossOutput
 from nimbus.algos.dqn.algorithm import transition_spec
 from nimbus.algos.sac.config import SACConfig
 from nimbus.algos.sac.learner import SACUpdateStats, make_optimizer, sac_update
 from nimbus.algos.sac.loss import batch_losses
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.qnet import SquashedGaussianActor, TwinQ
 
 

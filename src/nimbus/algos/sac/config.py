@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from nimbus.config.base import ConfigSection
+from nimbus.config.fields import check_batch_fits, Widths
 
 
 class SACConfig(ConfigSection):
@@ -44,18 +45,10 @@ class SACConfig(ConfigSection):
     """entropy coefficient α at the start"""
     target_entropy: float | None = None
     """entropy target of the α tuning (None: −|A|, Haarnoja et al. 2018b)"""
-    hidden_sizes: tuple[int, ...] = (256, 256)
+    hidden_sizes: Widths = (256, 256)
     """MLP widths of the actor and the critics"""
-
-    @field_validator("hidden_sizes")
-    @classmethod
-    def _positive_widths(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if not value or any(width <= 0 for width in value):
-            raise ValueError(f"hidden_sizes needs at least one layer, every width > 0; got {list(value)}")
-        return value
 
     @model_validator(mode="after")
     def _check(self) -> SACConfig:
-        if self.batch_size > self.buffer_capacity:
-            raise ValueError(f"batch_size ({self.batch_size}) exceeds buffer_capacity ({self.buffer_capacity})")
+        check_batch_fits(batch_size=self.batch_size, capacity=self.buffer_capacity, capacity_key="buffer_capacity")
         return self

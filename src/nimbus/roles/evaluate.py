@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from nimbus.algos.base import Algorithm, EnvSpaces
+from nimbus.algos.base import Algorithm
 from nimbus.algos.registry import make_algorithm
 from nimbus.config import NimbusConfig, parse_config
 from nimbus.data.checkpoint import load_checkpoint, saved_policies
@@ -30,6 +30,7 @@ from nimbus.data.codec import Message
 from nimbus.envs.make import make_env
 from nimbus.envs.normalize import RunningMeanStd
 from nimbus.envs.obsnorm import normalize, rms_from_extras
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import CheckpointError
 from nimbus.models.distributions import clip_action
 from nimbus.models.weights import load_model
@@ -118,10 +119,8 @@ def evaluate_checkpoint(*, path: Path, episodes: int, seed: int = 12345, explore
                         video: bool = False) -> EvalResult:
     """Load the newest verified checkpoint under ``path`` (a run dir, checkpoints dir, or ckpt dir);
     ``video``: record the episodes into ``<run dir>/videos``."""
-    from nimbus.marless.checkpoint import is_multiagent
-
     state = load_checkpoint(path=path)
-    if is_multiagent(config=state.config):
+    if state.config.get("train", {}).get("workflow") == "multiagent":   # marless/checkpoint.py is_multiagent
         raise CheckpointError(f"{path} holds one policy of a multi-agent run: evaluate the run directory, whose "
                               "agents act together (marless/evaluate.py)")
     config = parse_config(data=state.config)

@@ -1,0 +1,120 @@
+"""What a MARLess run is made of (``train.workflow: multiagent``): its progress, its parts, the env's agents and
+spaces, and the functions by role. marless/workflow.py builds them (``MultiAgentWorkflow.build``).
+
+Policies are named after agents (``p_<agent>``); the sharing controller maps agents onto a subset of them
+(marless/sharing.py). Each policy's checkpoints go to ``<run_dir>/policies/<policy>/checkpoints`` (its
+networks and the run's state, marless/checkpoint.py, from which ``--resume`` continues), the agent→policy
+map of every round to ``marl.jsonl`` and the metrics (global and per-agent return, policies, actors, learner
+and actor cost) to ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nimbus.envs.spaces import EnvSpaces
+from nimbus.config import NimbusConfig
+from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
+from nimbus.envs.parallel_snapshot import check_parallel_snapshot
+from nimbus.envs.snapshot import require_snapshot
+from nimbus.errors import ConfigError
+from nimbus.types import Progress
+from nimbus.roles.specs import function_spec, role_spec
+
+if TYPE_CHECKING:
+    from nimbus.types import Shared
+
+log = logging.getLogger(__name__)
+MA_ACTOR_ENTRYPOINT = "nimbus.marless.actor:ma_actor_function"
+ROLE_ENTRYPOINTS = {"postprocess": "nimbus.marless.learner:postprocess_function",
+                    "critic": "nimbus.marless.learner:critic_function",
+                    "policy": "nimbus.marless.learner:policy_function"}
+VALUE_ROLE_ENTRYPOINTS = {"postprocess": "nimbus.marless.value_learner:vdn_postprocess_function",
+                          "policy": "nimbus.marless.value_learner:value_policy_function"}
+
+
+def policy_name(agent: str) -> str:
+    return f"p_{agent}"
+
+
+def probe_agents(*, config: NimbusConfig) -> tuple[tuple[str, ...], dict[str, EnvSpaces], int]:
+    """The env's agents (sorted), each agent's spaces and the global state's size."""
+    env = make_parallel_env(env_id=config.env.id, seed=config.seed, kwargs=dict(config.env.kwargs),
+                            imports=config.env.imports)
+    try:
+        env.reset(seed=config.seed)
+        spaces = agent_spaces(env=env)
+        state_dim = int(np.asarray(global_state(env=env)).size)
+        if config.actors.restore_slots:   # exit 2 unless a snapshot restores it exactly (envs/parallel_snapshot.py)
+            require_snapshot(check=lambda: check_parallel_snapshot(env=env, seed=config.seed), env_id=config.env.id,
+                             key="actors.restore_slots")
+    finally:
+        env.close()
+    return tuple(sorted(spaces)), spaces, state_dim
+
+
+def function_specs(*, config: NimbusConfig, algo: object) -> dict[str, object]:
+    """The actor and the algorithm's learner roles; the policy function takes the ``learner`` resources."""
+    entrypoints = ROLE_ENTRYPOINTS if algo.on_policy else VALUE_ROLE_ENTRYPOINTS
+    specs = {"actor": role_spec(config=config, role="actor", entrypoint=MA_ACTOR_ENTRYPOINT)}
+    for role in algo.roles:
+        resources = config.role_function(role="learner" if role == "policy" else role)
+        specs[role] = function_spec(name=role, entrypoint=entrypoints[role], kind=role, function=resources)
+    return specs
+
+
+def fixed_actors(*, config: NimbusConfig) -> int:
+    """``actors.scaling``'s count: what every round uses with ``marl.scaling: fixed``."""
+    scaling = config.actors.scaling
+    for name in ("num_actors", "initial_actors", "min_actors"):
+        if hasattr(scaling, name):
+            return int(getattr(scaling, name))
+    return 1
+
+
+def check_agent_policy(*, config: NimbusConfig, agents: tuple[str, ...]) -> None:
+    """``marl.agent_policy`` names agents of the env and their policies (``p_<agent>``): else exit 2."""
+    known = {policy_name(agent) for agent in agents}
+    for agent, policy in config.marl.agent_policy.items():
+        if agent not in agents:
+            raise ConfigError(f"marl.agent_policy.{agent}: {config.env.id} has no agent {agent!r} "
+                              f"(agents: {', '.join(agents)})")
+        if policy not in known:
+            raise ConfigError(f"marl.agent_policy.{agent}: unknown policy {policy!r} (policies: {', '.join(sorted(known))})")
+
+
+def critic_key(*, policy: str, version: int) -> str:
+    return f"critic/{policy}/{version}"
+
+
+@dataclass
+class MarlProgress(Progress):
+    """A run's counters plus each policy's versions and the agent→policy map."""
+
+    versions: dict[str, int] = field(default_factory=dict)          # policy network, per policy
+    critic_versions: dict[str, int] = field(default_factory=dict)   # critic network (actor-critic algos)
+    agent_policy: dict[str, str] = field(default_factory=dict)
+    learner_invocations: int = 0
+    next_actors: int = 0            # the actor count the next round uses (0: the scaler's initial count)
+    replays: dict[str, list[str]] = field(default_factory=dict)   # IQL/VDN: each replay's Store keys, oldest first
+
+
+@dataclass(frozen=True)
+class MarlParts:
+    """What the workflow drives: the pool, the functions by role, the controllers and the sinks."""
+
+    config: Any                      # NimbusConfig
+    shared: Shared
+    run_dir: Path
+    agents: tuple[str, ...]          # sorted possible agents
+    spaces: dict[str, Any]           # agent → EnvSpaces
+    algo: Any                        # nimbus.algos.multiagent MarlAlgorithm
+    specs: dict[str, Any]            # role → FunctionSpec ("actor", and the algorithm's roles)
+    sharing: Any                     # marless/sharing.py SharingController
+    scaler: Any                      # marless/scaling.py MarlessActorScaler
+    metrics: Any                     # report/metrics.py MetricsSink

@@ -1,0 +1,160 @@
+"""Several workflows on one driver loop: a population's members (``policies:``, ``pbt:``; the controller is
+pbt/population.py) and several workloads on one pool (run/workloads.py). run/loop.py runs a single workflow.
+
+Each member's events go to one queue, tagged (member index, generation); ``drive`` moves them: a member runs
+rounds until its stop rule holds after one of them; an event of an older generation (a replaced member's
+unfinished round) is dropped. Every round goes through the same ``RoundHook`` as a single run's.
+
+Example::
+
+    members = Members(configs=configs)
+    for i, workflow in enumerate(workflows):
+        members.add(workflow=workflow, hook=RoundHook(config=configs[i], workflow=members.get(i)))
+    members.drive(on_failure=lambda i, error: False)     # False: the error stops the run
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from nimbus.config import NimbusConfig
+from nimbus.errors import FunctionFailed, StoreUnavailable
+from nimbus.roles.remote import run_unless_store_lost, store_failure
+from nimbus.run.build import build_shared
+from nimbus.run.registry import controller_class, workflow_class, workflow_name
+from nimbus.run.rounds import RoundHook, finish
+from nimbus.run.signals import Interrupt
+from nimbus.run.stop import stop_reason
+from nimbus.run.summary import TrainResult
+
+POLL_S = 0.5
+
+
+class Tagged:
+    """A member's event queue: tags each event with (member index, generation) on the shared queue."""
+
+    def __init__(self, *, shared: "queue.Queue[Any]", tag: tuple[int, int]) -> None:
+        self.shared, self.tag = shared, tag
+
+    def put(self, item: Any) -> None:
+        self.shared.put((self.tag, item))
+
+
+class Members:
+    """The member workflows (core.MemberWorkflow) of one driver loop, their configs and their generations."""
+
+    def __init__(self, *, configs: list[NimbusConfig]) -> None:
+        self.configs = configs
+        self.workflows: list[Any] = []
+        self.generation: list[int] = []
+        self.events: queue.Queue[Any] = queue.Queue()
+        self.lost_store: StoreUnavailable | None = None
+
+    def add(self, *, workflow: Any, hook: Callable[[Any], None]) -> None:
+        self.workflows.append(workflow)
+        self.generation.append(0)
+        self._attach(i=len(self.workflows) - 1, workflow=workflow, hook=hook)
+
+    def get(self, i: int) -> Callable[[], Any]:
+        """Member ``i``'s workflow as of now (a replaced member has a new one)."""
+        return lambda: self.workflows[i]
+
+    def _attach(self, *, i: int, workflow: Any, hook: Callable[[Any], None]) -> None:
+        self.workflows[i] = workflow
+        workflow.on_round = hook
+        workflow.attach(events=Tagged(shared=self.events, tag=(i, self.generation[i])))
+
+    def replace(self, i: int) -> Any:
+        """A new workflow for member ``i`` over its System and progress, events of a new generation; started."""
+        old = self.workflows[i]
+        self.generation[i] += 1   # events of the failed round's other functions are ignored from now on
+        new = type(old)(system=old.system, progress=old.progress)
+        self._attach(i=i, workflow=new, hook=old.on_round)
+        return new
+
+    def stopped(self, i: int) -> str | None:
+        return stop_reason(config=self.configs[i], progress=self.workflows[i].progress)
+
+    def drive_until_stopped(self, *, on_failure: Callable[[int, FunctionFailed], bool],
+                            on_replaced: Callable[[int, Any], None] = lambda i, workflow: None) -> list[str]:
+        """``drive`` with SIGINT/SIGTERM → ``request_stop`` on every member and a lost store (P12) ending it cleanly
+        (``self.lost_store``); each member's stop reason."""
+        with Interrupt(workflows=self.workflows) as interrupt:   # the list itself: a replaced member's new workflow
+            self.lost_store = run_unless_store_lost(run=lambda: self.drive(on_failure=on_failure,
+                                                                            on_replaced=on_replaced))
+        lost = "store_unavailable" if self.lost_store is not None else None
+        return [lost or interrupt.received or self.stopped(i) or "interrupted" for i in range(len(self.workflows))]
+
+    def raise_if_store_lost(self, *, where: Path) -> None:
+        """After the final checkpoints: the run ends with StoreUnavailable when the store was lost."""
+        if self.lost_store is not None:
+            rounds = ", ".join(str(workflow.progress.rounds) for workflow in self.workflows)
+            raise StoreUnavailable(f"{self.lost_store}; stopped cleanly after rounds {rounds} with a final "
+                                   f"checkpoint of every member under {where}")
+
+    def drive(self, *, on_failure: Callable[[int, FunctionFailed], bool],
+              on_replaced: Callable[[int, Any], None] = lambda i, workflow: None) -> None:
+        """Every member runs rounds until its stop rule; ``on_failure(i, error)``: True when the member was
+        re-seeded (it gets a new workflow, passed to ``on_replaced``), False to stop the run with the error."""
+        active = set(range(len(self.workflows)))
+        for i in sorted(active):
+            self.workflows[i].begin()
+        while active and not any(workflow.stop_requested for workflow in self.workflows):   # a signal stops all
+            try:
+                (i, gen), (kind, future, meta) = self.events.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            if i not in active or gen != self.generation[i]:
+                continue
+            try:
+                ended = self.workflows[i].handle(kind=kind, future=future, meta=meta)
+            except FunctionFailed as exc:
+                if store_failure(exc) is not None or not on_failure(i, exc):   # a lost store is no member's fault
+                    raise
+                on_replaced(i, self.replace(i))
+                self.workflows[i].begin()
+                continue
+            if ended and self.stopped(i) is not None:
+                active.discard(i)
+                continue
+            self.workflows[i].poll(now_s=time.monotonic())
+
+
+def train_population(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None) -> TrainResult:
+    """Train every policy of ``config`` over one pool; the summary is the best member's (population.json has all).
+    With ``resume_from`` (the run directory) every member continues from its own newest checkpoint."""
+    population = controller_class(name="population")(config=config, run_dir=run_dir, resume_from=resume_from)
+    pool = build_shared(config=config, run_dir=run_dir)
+    members = Members(configs=[plan.config for plan in population.plans])
+    started = time.perf_counter()
+    try:
+        for i, plan in enumerate(population.plans):
+            workflow = workflow_class(name=workflow_name(config=plan.config)).build(
+                config=plan.config, shared=lambda: pool, run_dir=plan.run_dir, policy=plan.name,
+                resume_from=plan.resume_from, rank_base=plan.rank_base)
+            members.add(workflow=workflow, hook=RoundHook(config=plan.config, workflow=members.get(i),
+                                                          runtime=pool.runtime,
+                                                          after_round=lambda row, i=i: population.after_round(i, row)))
+        population.begin(workflows=list(members.workflows))
+        for i, workflow in enumerate(members.workflows):
+            population.attach(i, workflow)
+            workflow.publish()
+        population.prewarm(shared=pool)
+        reasons = members.drive_until_stopped(on_failure=population.on_failure, on_replaced=population.attach)
+        wall_s = time.perf_counter() - started
+        summaries = {plan.name: finish(config=plan.config, workflow=workflow, shared=pool, stopped_by=reason,
+                                       wall_s=wall_s + workflow.progress.wall_s_before,
+                                       peak_actors=workflow.decision.num_actors * len(members.workflows))
+                     for plan, workflow, reason in zip(population.plans, members.workflows, reasons)}
+    finally:
+        population.close()
+        for workflow in members.workflows:
+            workflow.close()
+        pool.close()
+    best = population.finish(summaries=summaries)
+    population.report()
+    members.raise_if_store_lost(where=run_dir / "policies")
+    return TrainResult(run_dir=run_dir, summary=summaries[best], rows=[])

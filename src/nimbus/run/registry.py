@@ -1,0 +1,51 @@
+"""Workflows found by name, so the run loop imports none (the ``config/algo.py`` ALGO_SECTIONS pattern).
+
+Each entry is ``module:Class`` of a class that implements core.Workflow; it is imported when a run uses it.
+``train.workflow`` names it, except that the sync workflow with an ARTOS pipeline flag on runs as ``pipelined``.
+
+Example::
+
+    workflow_class(name=workflow_name(config=config))   # <class 'nimbus.onpolicy.sync.SyncWorkflow'>
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from nimbus.config import NimbusConfig
+
+WORKFLOWS: dict[str, str] = {
+    "sync": "nimbus.onpolicy.sync:SyncWorkflow",
+    "pipelined": "nimbus.onpolicy.pipelined:PipelinedSyncWorkflow",        # ARTOS pipelines (pipeline:)
+    "async": "nimbus.offpolicy.workflow:AsyncWorkflow",                     # off-policy (XingTian, ARTOS)
+    "async_learners": "nimbus.stellaris.workflow:AsyncLearnersWorkflow",    # Stellaris
+    "multiagent": "nimbus.marless.workflow:MultiAgentWorkflow",             # MARLess
+}
+"""Every workflow class by name, as ``module:Class``."""
+
+CONTROLLERS: dict[str, str] = {
+    "population": "nimbus.pbt.population:Population",   # policies: / pbt: (a controller over member workflows)
+}
+"""Every member controller by name, as ``module:Class``."""
+
+
+def workflow_name(*, config: NimbusConfig) -> str:
+    """``pipelined`` when a pipeline flag is set (any workflow but multiagent), else ``train.workflow``."""
+    if config.train.workflow != "multiagent" and (config.pipeline.minibatch or config.pipeline.dual_stage):
+        return "pipelined"
+    return config.train.workflow
+
+
+def workflow_class(*, name: str) -> type:
+    """The class ``WORKFLOWS[name]`` names, imported now."""
+    return _load(WORKFLOWS[name])
+
+
+def controller_class(*, name: str) -> type:
+    """The class ``CONTROLLERS[name]`` names, imported now."""
+    return _load(CONTROLLERS[name])
+
+
+def _load(path: str) -> type:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
