@@ -1,0 +1,191 @@
+"""Experiment trackers: TensorBoard, Weights & Biases and MLflow get the same scalars every round.
+
+Status: the trackers and their tests are here; the run loop does not call them yet (report/metrics.py writes
+TensorBoard itself). Wiring them in (``output.loggers``) is the rest of issue 29 item 1.
+
+Each round's scalars (``scalars_of``: ``charts/episodic_return``, ``losses/*``, ``cost/usd``, ``time/*``,
+``runtime/*``, controller signals under ``control/``) go to every tracker with the env steps as the step. The
+resolved config is the tracker run's config (W&B) or its parameters (MLflow, flattened to ``a.b.c`` keys); at
+the end ``report.png`` and ``summary.json`` are uploaded as artifacts. A resumed run continues the same tracker
+run: the tracker run ids are kept in ``RUN_DIR/trackers.json``.
+
+W&B defaults to offline mode (files under ``RUN_DIR/wandb``; ``wandb sync RUN_DIR/wandb/offline-run-*`` uploads
+them later); MLflow defaults to a SQLite store in the run directory (``sqlite:///RUN_DIR/mlflow.db``, artifacts
+under ``RUN_DIR/mlartifacts``), or any tracking URI. Both are optional extras (``pip install nimbus-rl[wandb]``,
+``[mlflow]``): naming one that is not installed is an error when the run is built.
+
+Example::
+
+    trackers = make_trackers(loggers=("tensorboard", "wandb"), run_dir=run_dir, config=resolved_config_dict,
+                             wandb=WandbConfig(), mlflow=MlflowConfig())
+    for tracker in trackers:
+        tracker.log(scalars=scalars_of(row=row, runtime={}), step=row.env_steps)
+    for tracker in trackers:
+        tracker.finish(artifacts=[run_dir / "report.png", run_dir / "summary.json"])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from nimbus.errors import ConfigError
+from nimbus.report.config import Logger, MlflowConfig, WandbConfig
+from nimbus.types import RoundMetrics
+
+log = logging.getLogger(__name__)
+
+IDS_FILE = "trackers.json"
+OWN_PREFIXES = ("staleness/", "eval/")   # extras logged under their own name, not control/
+
+
+class Tracker(Protocol):
+    def log(self, *, scalars: Mapping[str, float], step: int) -> None: ...
+
+    def finish(self, *, artifacts: Sequence[Path]) -> None: ...
+
+
+def scalars_of(*, row: RoundMetrics, runtime: Mapping[str, float]) -> dict[str, float]:
+    """A round's scalars under their tracker names (TensorBoard's usual scheme)."""
+    scalars = {"charts/num_actors": row.num_actors, "charts/num_learners": row.num_learners,
+               "charts/policy_version": row.policy_version, "time/sampling_s": row.sampling_s,
+               "time/transfer_s": row.transfer_s, "time/learning_s": row.learning_s,
+               "time/round_s": row.round_s, "cost/usd": row.cost_usd,
+               "charts/steps_per_second": row.env_steps / max(row.wall_s, 1e-9)}
+    if row.return_mean is not None:
+        scalars["charts/episodic_return"] = row.return_mean
+    scalars.update({f"losses/{k}": v for k, v in row.losses.items()})
+    scalars.update({k if k.startswith(OWN_PREFIXES) else f"control/{k}": v for k, v in row.extras.items()})
+    scalars.update({f"runtime/{k}": v for k, v in runtime.items()})
+    return {name: float(value) for name, value in scalars.items()}
+
+
+def flatten(*, config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"algo": {"lr": 3e-4}}`` → ``{"algo.lr": "0.0003"}``: the config as MLflow parameters."""
+    flat: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(config=value, prefix=f"{name}."))
+        else:
+            flat[name] = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return flat
+
+
+def _load_ids(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / IDS_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save_id(run_dir: Path, *, tracker: str, value: dict[str, Any]) -> None:
+    ids = _load_ids(run_dir) | {tracker: value}
+    tmp = run_dir / f".{IDS_FILE}.tmp"
+    tmp.write_text(json.dumps(ids, indent=2))
+    os.replace(tmp, run_dir / IDS_FILE)
+
+
+class TensorBoardTracker:
+    """Event files in the run directory: one Summary per round (one event, not one per scalar: ~2.5 ms a round)."""
+
+    def __init__(self, *, run_dir: Path) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from torch.utils.tensorboard.writer import FileWriter
+
+        self._summary = Summary
+        self._writer = FileWriter(log_dir=str(run_dir))
+
+    def log(self, *, scalars: Mapping[str, float], step: int) -> None:
+        values = [self._summary.Value(tag=name, simple_value=float(v)) for name, v in scalars.items()]
+        self._writer.add_summary(self._summary(value=values), global_step=step)
+
+    def finish(self, *, artifacts: Sequence[Path]) -> None:
+        self._writer.close()
+
+
+class WandbTracker:
+    """A W&B run (offline by default) whose id is kept in trackers.json, so a resumed run continues it."""
+
+    def __init__(self, *, run_dir: Path, config: Mapping[str, Any], settings: WandbConfig) -> None:
+        wandb = _optional("wandb", logger="wandb")
+        run_id = _load_ids(run_dir).get("wandb", {}).get("id") or uuid.uuid4().hex[:8]
+        os.environ.setdefault("WANDB_SILENT", "true")
+        self._run = wandb.init(project=settings.project, entity=settings.entity, mode=settings.mode, id=run_id,
+                               resume="allow", dir=str(run_dir), name=run_dir.name, config=dict(config))
+        _save_id(run_dir, tracker="wandb", value={"id": run_id, "mode": settings.mode})
+
+    def log(self, *, scalars: Mapping[str, float], step: int) -> None:
+        self._run.log(dict(scalars), step=step)
+
+    def finish(self, *, artifacts: Sequence[Path]) -> None:
+        for path in artifacts:
+            if Path(path).exists():
+                self._run.save(str(path), base_path=str(Path(path).parent), policy="now")
+        self._run.finish()
+
+
+class MlflowTracker:
+    """An MLflow run (SQLite store in the run directory by default) continued on resume."""
+
+    def __init__(self, *, run_dir: Path, config: Mapping[str, Any], settings: MlflowConfig) -> None:
+        mlflow = _optional("mlflow", logger="mlflow")
+        from mlflow.tracking import MlflowClient
+
+        uri = settings.tracking_uri or f"sqlite:///{run_dir.resolve() / 'mlflow.db'}"
+        self._client, self._metric = MlflowClient(tracking_uri=uri), mlflow.entities.Metric
+        saved = _load_ids(run_dir).get("mlflow", {})
+        if saved.get("run_id") and saved.get("tracking_uri") == uri:
+            self._run_id = saved["run_id"]
+            self._client.update_run(self._run_id, status="RUNNING")
+        else:
+            self._run_id = self._start(run_dir=run_dir, config=config, settings=settings, mlflow=mlflow)
+            _save_id(run_dir, tracker="mlflow", value={"run_id": self._run_id, "tracking_uri": uri})
+
+    def _start(self, *, run_dir: Path, config: Mapping[str, Any], settings: MlflowConfig, mlflow: Any) -> str:
+        experiment = self._client.get_experiment_by_name(settings.experiment)
+        if experiment is not None:
+            experiment_id = experiment.experiment_id
+        else:
+            location = None if settings.tracking_uri else (run_dir.resolve() / "mlartifacts").as_uri()
+            experiment_id = self._client.create_experiment(settings.experiment, artifact_location=location)
+        run_id = self._client.create_run(experiment_id, run_name=run_dir.name).info.run_id
+        params = [mlflow.entities.Param(k, v[:6000]) for k, v in flatten(config=config).items()]
+        for start in range(0, len(params), 100):   # MLflow takes at most 100 parameters a batch
+            self._client.log_batch(run_id, params=params[start:start + 100])
+        return run_id
+
+    def log(self, *, scalars: Mapping[str, float], step: int) -> None:
+        metrics = [self._metric(key=name, value=value, timestamp=0, step=step) for name, value in scalars.items()]
+        self._client.log_batch(self._run_id, metrics=metrics)
+
+    def finish(self, *, artifacts: Sequence[Path]) -> None:
+        for path in artifacts:
+            if Path(path).exists():
+                self._client.log_artifact(self._run_id, str(path))
+        self._client.set_terminated(self._run_id)
+
+
+def _optional(module: str, *, logger: str) -> Any:
+    try:
+        return __import__(module)
+    except ImportError as exc:
+        raise ConfigError(f"output.loggers: {logger} needs the {logger} extra (pip install 'nimbus-rl[{logger}]'): "
+                          f"{exc}") from None
+
+
+def make_trackers(*, loggers: Sequence[Logger], run_dir: Path, config: Mapping[str, Any], wandb: WandbConfig,
+                  mlflow: MlflowConfig) -> list[Tracker]:
+    """One tracker per name in ``output.loggers``, in order."""
+    made: list[Tracker] = []
+    for name in dict.fromkeys(loggers):
+        if name == "tensorboard":
+            made.append(TensorBoardTracker(run_dir=run_dir))
+        elif name == "wandb":
+            made.append(WandbTracker(run_dir=run_dir, config=config, settings=wandb))
+        else:
+            made.append(MlflowTracker(run_dir=run_dir, config=config, settings=mlflow))
+    return made
