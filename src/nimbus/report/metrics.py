@@ -22,8 +22,8 @@ from typing import Any
 from rich.console import Console
 from tensorboard.compat.proto.summary_pb2 import Summary
 
-
 from nimbus.data.jsonl import read_jsonl
+from nimbus.report.trackers import scalars_of
 from nimbus.types import RoundMetrics
 
 log = logging.getLogger(__name__)
@@ -32,9 +32,6 @@ log = logging.getLogger(__name__)
 def read_metrics(*, path: Path) -> list[dict[str, Any]]:
     """Rows of a metrics.jsonl file (used by the report and by tests); a torn last line is skipped with a warning."""
     return [row for row in read_jsonl(path=path) if isinstance(row, dict)]
-
-
-OWN_PREFIXES = ("staleness/", "eval/")   # extras logged under their own name, not control/
 
 
 class MetricsSink:
@@ -56,19 +53,9 @@ class MetricsSink:
             self._status(row=row)
 
     def _scalars(self, *, row: RoundMetrics, runtime: dict[str, float]) -> None:
-        step = row.env_steps
-        scalars = {"charts/num_actors": row.num_actors, "charts/num_learners": row.num_learners,
-                   "charts/policy_version": row.policy_version, "time/sampling_s": row.sampling_s,
-                   "time/transfer_s": row.transfer_s, "time/learning_s": row.learning_s,
-                   "time/round_s": row.round_s, "cost/usd": row.cost_usd,
-                   "charts/steps_per_second": row.env_steps / max(row.wall_s, 1e-9)}
-        if row.return_mean is not None:
-            scalars["charts/episodic_return"] = row.return_mean
-        scalars.update({f"losses/{k}": v for k, v in row.losses.items()})
-        scalars.update({k if k.startswith(OWN_PREFIXES) else f"control/{k}": v for k, v in row.extras.items()})
-        scalars.update({f"runtime/{k}": v for k, v in runtime.items()})
-        self._writer.add_summary(Summary(value=[Summary.Value(tag=name, simple_value=float(value))
-                                                for name, value in scalars.items()]), global_step=step)
+        values = [Summary.Value(tag=name, simple_value=value) for name, value in
+                  scalars_of(row=row, runtime=runtime).items()]
+        self._writer.add_summary(Summary(value=values), global_step=row.env_steps)
 
     def _status(self, *, row: RoundMetrics) -> None:
         ret = "   n/a" if row.return_mean is None else f"{row.return_mean:7.1f}"
