@@ -25,13 +25,17 @@ def prefix(_isolated_shm_prefix: str) -> str:
     return _isolated_shm_prefix
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="no CUDA device on this machine")
+    """``gpu`` tests skip without CUDA. Under pytest-xdist (``-n N --dist loadgroup``) every ``ray`` test runs on
+    one worker, one at a time: each module starts its own local Ray instance with num_cpus=2 (the whole machine),
+    and two at once would share the cores and /tmp/ray with each other."""
+    skip = None if torch.cuda.is_available() else pytest.mark.skip(reason="no CUDA device on this machine")
     for item in items:
-        if "gpu" in item.keywords:
+        if skip is not None and "gpu" in item.keywords:
             item.add_marker(skip)
+        if "ray" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
