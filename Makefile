@@ -18,12 +18,13 @@ run: setup
 # CPU); `--dist loadgroup` keeps each xdist_group on one worker (tests/conftest.py: the ray tests, a module's shared
 # trained run). `make test TEST_WORKERS=0` runs them in one process.
 TEST_WORKERS ?= 2
+test test-fast: export PYTEST_ADDOPTS := $(PYTEST_ADDOPTS) -n $(TEST_WORKERS) --dist loadgroup
 
 test: setup
-	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(VENV)/bin/python -m pytest -q
 
 test-fast: setup
-	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
+	$(VENV)/bin/python -m pytest -q -m "not slow"
 
 clean:
 	rm -rf runs .pytest_cache
