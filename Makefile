@@ -14,6 +14,12 @@ $(STAMP): pyproject.toml scripts/setup.sh
 run: setup
 	$(VENV)/bin/nimbus train configs/ppo-cartpole.yaml
 
+# pytest-xdist: TEST_WORKERS processes share the tests (many wait on workers, timeouts and sleeps rather than the
+# CPU); `--dist loadgroup` keeps each xdist_group on one worker (tests/conftest.py: the ray tests, a module's shared
+# trained run). `make test TEST_WORKERS=0` runs them in one process.
+TEST_WORKERS ?= 2
+test test-fast: export PYTEST_ADDOPTS := $(PYTEST_ADDOPTS) -n $(TEST_WORKERS) --dist loadgroup
+
 test: setup
 	$(VENV)/bin/python -m pytest -q
 

@@ -25,13 +25,28 @@ def prefix(_isolated_shm_prefix: str) -> str:
     return _isolated_shm_prefix
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="no CUDA device on this machine")
+    """``gpu`` tests skip without CUDA. Groups for pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``; a
+    group's tests run on one worker, one at a time): every ``ray`` test in one group (each module starts its own
+    local Ray instance with num_cpus=2, the whole machine; two at once would share it), and the tests of one
+    module-scoped fixture in one (test_cli's trained run is trained once, not once per worker)."""
+    skip = None if torch.cuda.is_available() else pytest.mark.skip(reason="no CUDA device on this machine")
     for item in items:
-        if "gpu" in item.keywords:
+        if skip is not None and "gpu" in item.keywords:
             item.add_marker(skip)
+        for group in xdist_groups(item):
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def xdist_groups(item: pytest.Item) -> list[str]:
+    if "ray" in item.keywords:
+        return ["ray"]
+    info = getattr(item, "_fixtureinfo", None)
+    shared = [] if info is None else [name for name, defs in info.name2fixturedefs.items()   # pytest's own aside
+                                      if defs and defs[-1].scope in ("module", "package", "session")
+                                      and not defs[-1].func.__module__.startswith("_pytest")]
+    return [f"{item.module.__name__}.{name}" for name in shared if item.module is not None]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -1,6 +1,6 @@
 """Plain helpers shared by tests in several folders (fixtures live in the conftest files): polling for a
-condition, a run's directory and ledger, a Python child under this test's shared-memory prefix, a pickle
-that must never be unpickled."""
+condition, a run's directory and ledger, a pool's ledger (several workloads), a Python child under this test's
+shared-memory prefix, a pickle that must never be unpickled."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from nimbus.cost.ledger import Ledger
 from nimbus.data.shm import PREFIX_ENV
 
 
@@ -29,6 +30,11 @@ def wait_for(predicate: Callable[[], bool], *, timeout_s: float, interval_s: flo
 def ledger_rows(run_dir: Path) -> list[dict]:
     """Every row of a run's cost ledger (``<run_dir>/ledger.jsonl``), in order."""
     return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
+
+
+def pool_ledger(root: Path) -> Ledger:
+    """The pool's ledger of a run of several workloads under the output root ``root`` (``pool-*/ledger.jsonl``)."""
+    return Ledger.load(path=next(root.glob("pool-*")) / "ledger.jsonl")
 
 
 def only_run_dir(root: Path) -> Path:

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+from support import pool_ledger
 from nimbus.cost.ledger import Ledger
 from nimbus.data.stores import STORE_HEADER
 from nimbus.models.weights import model_to_message, weights_key
@@ -127,13 +128,11 @@ def test_a_default_ppo_cartpole_run_completes_on_the_gpu(tmp_path: Path) -> None
     assert [r for r in rows if r.kind == "learner" and r.outcome == "ok"]
 
 
-def test_two_workloads_share_one_gpu_by_leases(make_config, tmp_path: Path) -> None:
-    common = ["train.total_env_steps=2048", "train.target_return=1000", "devices.pool=on_demand",
-              "devices.kind=cuda", "learner.device=cpu"]  # the lease decides: cuda
-    configs = [make_config(overrides=["name=cartA", "seed=0", *common]),
-               make_config(overrides=["name=cartB", "seed=1", *common])]
-    train_workloads(configs=configs)
-    pool = Ledger.load(path=next(tmp_path.glob("pool-*")) / "ledger.jsonl")
+def test_two_workloads_share_one_gpu_by_leases(make_two_workloads, tmp_path: Path) -> None:
+    train_workloads(configs=make_two_workloads(["train.total_env_steps=2048", "train.target_return=1000",
+                                                "devices.pool=on_demand", "devices.kind=cuda",
+                                                "learner.device=cpu"]))   # the lease decides: cuda
+    pool = pool_ledger(tmp_path)
     learners = [r for r in pool if r.kind == "learner" and r.outcome == "ok"]
     assert {r.workload for r in learners} == {"cartA", "cartB"}
     assert all(r.device.startswith("cuda:") and (r.device_peak_bytes or 0) > 0 for r in learners)

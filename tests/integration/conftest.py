@@ -36,3 +36,13 @@ def make_config(tmp_path: Path):
     def factory(overrides: list[str] | None = None, **sections: Any) -> NimbusConfig:
         return cartpole_config(tmp_path=tmp_path, overrides=overrides, **sections)
     return factory
+
+
+@pytest.fixture
+def make_two_workloads(make_config):
+    """Two CartPole workloads for one pool (run/workloads.py): cartA with seed 0 and cartB with seed 1, each with
+    ``overrides`` (``make_two_workloads(["train.max_rounds=2"])``)."""
+    def factory(overrides: list[str]) -> list[NimbusConfig]:
+        return [make_config(overrides=[f"name={name}", f"seed={seed}", *overrides])
+                for name, seed in (("cartA", 0), ("cartB", 1))]
+    return factory

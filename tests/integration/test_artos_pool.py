@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from support import pool_ledger
 from nimbus.cost.ledger import Ledger
 from nimbus.run.loop import train
 from nimbus.run.workloads import train_workloads
@@ -41,14 +42,11 @@ def test_monitor_off_prewarms_nothing(make_config) -> None:
     assert [r for r in rows if r.function == "actor" and r.cold and r.outcome == "ok"]  # cold starts did occur
 
 
-def test_two_workloads_take_turns_on_one_cpu_learner_slot(make_config, tmp_path: Path) -> None:
+def test_two_workloads_take_turns_on_one_cpu_learner_slot(make_two_workloads, tmp_path: Path) -> None:
     torch.set_num_threads(1)
-    common = ["train.total_env_steps=2048", "train.target_return=1000", "devices.pool=on_demand",
-              "devices.kind=cpu", "devices.cpu_slots=1"]
-    configs = [make_config(overrides=["name=cartA", "seed=0", *common]),
-               make_config(overrides=["name=cartB", "seed=1", *common])]
-    train_workloads(configs=configs)
-    pool = Ledger.load(path=next(tmp_path.glob("pool-*")) / "ledger.jsonl")
+    train_workloads(configs=make_two_workloads(["train.total_env_steps=2048", "train.target_return=1000",
+                                                "devices.pool=on_demand", "devices.kind=cpu", "devices.cpu_slots=1"]))
+    pool = pool_ledger(tmp_path)
     learners = [r for r in pool if r.kind == "learner" and r.outcome == "ok"]
     assert {r.workload for r in learners} == {"cartA", "cartB"}
     assert all(r.device == "cpu:0" and r.lease_start_at is not None for r in learners)

@@ -23,7 +23,9 @@ from nimbus.run.loop import train
 from test_cli import nimbus
 
 pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
-SMALL = ["env.num_envs_per_actor=2", "actors.scaling={kind: fixed, num_actors: 1}", "train.max_rounds=2"]
+# the subject is eval and export of a finished run: the runs train inline (runtime/inline.py), without forks
+SMALL = ["env.num_envs_per_actor=2", "actors.scaling={kind: fixed, num_actors: 1}", "train.max_rounds=2",
+         "runtime.backend=inline"]
 VALUE = ["algo.learning_starts=100", "algo.gradient_steps=5"]
 
 
@@ -98,7 +100,7 @@ def test_the_cli_evaluates_a_multiagent_run_and_refuses_one_of_its_policies_alon
 def test_eval_and_export_of_a_run_of_several_policies_cover_every_member(make_config) -> None:
     run_dir = train(config=make_config(overrides=[
         "train.max_rounds=1", "actors.scaling={kind: fixed, num_actors: 1}", "algo.minibatch_size=64",
-        "policies=[{name: a, algo: {lr: 1.0e-3}}, {name: b, algo: {lr: 3.0e-4}}]"])).run_dir
+        "policies=[{name: a, algo: {lr: 1.0e-3}}, {name: b, algo: {lr: 3.0e-4}}]", "runtime.backend=inline"])).run_dir
     proc = nimbus("eval", str(run_dir), "--episodes", "2", "--deterministic")
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if "mean return" in line]

@@ -1,6 +1,7 @@
-"""MARLess end to end on the local backend (and one run on a local Ray instance): IPPO learns simple_spread,
-the learner split shows in the ledger, sharing changes the agent→policy map and with it the learner
-invocations, the actor-scaling rule sets the next round's actors, and a bad agent→policy map exits 2."""
+"""MARLess end to end: IPPO learns simple_spread and a killed policy function is retried (local backend), the same
+config runs on a local Ray instance; the value-based algorithms' functions, sharing (the agent→policy map and with it
+the learner invocations) and the actor-scaling rule are workflow logic and run inline (runtime/inline.py; the
+learner split is tests/unit/run/test_inline_workflows.py's); a bad agent→policy map exits 2."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
 RANDOM_FLOOR = -27.6   # uniform-random per-agent episode return, simple_spread N=3, max_cycles 25 (docs/marless.md)
 SMALL = ["env.num_envs_per_actor=2", "actors.scaling={kind: fixed, num_actors: 1}", "algo.num_epochs=2",
          "train.eval_episodes=0"]
+INLINE = "runtime.backend=inline"   # logic-only tests: functions run in the driver (runtime/inline.py), no forks
 
 
 def maps(run_dir: Path) -> list[dict]:
@@ -42,23 +44,14 @@ def test_ippo_learns_simple_spread(make_shipped_config) -> None:
     assert {row["num_learners"] for row in rows} == {3}
 
 
-def test_the_learner_split_is_one_invocation_per_role_and_policy(make_shipped_config) -> None:
-    config = make_shipped_config("marless-ippo-spread", overrides=[*SMALL, "train.max_rounds=2", "algo={name: mappo}"])
-    result = train(config=config)
-    ok = [r for r in ledger_rows(result.run_dir) if r["outcome"] == "ok"]
-    kinds = {kind: sum(r["kind"] == kind for r in ok) for kind in ("actor", "postprocess", "critic", "policy")}
-    assert kinds == {"actor": 2, "postprocess": 6, "critic": 6, "policy": 6}   # 2 rounds × 3 policies per role
-    rows = read_metrics(path=result.run_dir / "metrics.jsonl")
-    assert [row["policy_version"] for row in rows] == [3, 6]
-
-
 @pytest.mark.parametrize(("algo", "expected"), [
     ("iql", {"actor": 3, "postprocess": 0, "critic": 0, "policy": 9}),   # a policy function per policy and round
     ("vdn", {"actor": 3, "postprocess": 3, "critic": 0, "policy": 9}),   # + one team post-processing per round
 ])
 def test_value_based_algorithms_run_their_own_functions(make_shipped_config, algo: str, expected: dict) -> None:
     config = make_shipped_config(f"marless-{algo}-spread", overrides=[
-        *SMALL[:2], "train.max_rounds=3", "train.eval_episodes=0", "algo.learning_starts=100", "algo.gradient_steps=5"])
+        *SMALL[:2], "train.max_rounds=3", "train.eval_episodes=0", "algo.learning_starts=100", "algo.gradient_steps=5",
+        INLINE])
     result = train(config=config)
     ok = [r for r in ledger_rows(result.run_dir) if r["outcome"] == "ok"]
     assert {kind: sum(r["kind"] == kind for r in ok) for kind in expected} == expected
@@ -69,7 +62,8 @@ def test_value_based_algorithms_run_their_own_functions(make_shipped_config, alg
 
 
 def test_static_sharing_trains_one_policy(make_shipped_config) -> None:
-    config = make_shipped_config("marless-ippo-spread", overrides=[*SMALL, "train.max_rounds=2", "marl.sharing=static"])
+    config = make_shipped_config("marless-ippo-spread", overrides=[
+        *SMALL, "train.max_rounds=2", "marl.sharing=static", INLINE])
     result = train(config=config)
     ok = [r for r in ledger_rows(result.run_dir) if r["outcome"] == "ok"]
     assert sum(r["kind"] == "policy" for r in ok) == 2 and sum(r["kind"] == "critic" for r in ok) == 2
@@ -81,7 +75,7 @@ def test_dynamic_sharing_switches_on_and_cuts_learner_invocations(make_shipped_c
     """γ above any slope: the detector toggles whenever its window (2 rounds) fills: off → on (2 groups,
     the first enabling) → off; learner invocations follow the number of policies."""
     config = make_shipped_config("marless-ippo-spread", overrides=[
-        *SMALL, "train.max_rounds=6", "marl.sharing=marless", "marl.window=2", "marl.gamma=100"])
+        *SMALL, "train.max_rounds=6", "marl.sharing=marless", "marl.window=2", "marl.gamma=100", INLINE])
     result = train(config=config)
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
     policies = [int(row["extras"]["marl/policies"]) for row in rows]
@@ -96,7 +90,8 @@ def test_dynamic_sharing_switches_on_and_cuts_learner_invocations(make_shipped_c
 
 def test_the_scaling_rule_sets_the_next_rounds_actors(make_shipped_config) -> None:
     config = make_shipped_config("marless-ippo-spread", overrides=[
-        *SMALL, "train.max_rounds=5", "marl.scaling=marless", "marl.i_max=4", "marl.i_min=1", "marl.beta=0.5"])
+        *SMALL, "train.max_rounds=5", "marl.scaling=marless", "marl.i_max=4", "marl.i_min=1", "marl.beta=0.5",
+        INLINE])
     result = train(config=config)
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
     assert rows[0]["num_actors"] == 1                      # round 0: no evidence, I_min

@@ -1,4 +1,6 @@
-"""Nitro end to end on the local backend: the learner probes, the scaler scales, the rows say why."""
+"""Nitro end to end: the learner probes, the scaler scales, the rows say why. The scaler is driver logic, so these
+runs are inline (runtime/inline.py: no forked workers); Nitro on forked workers is the nitro_ppo_cartpole
+snapshot case (tests/integration/test_snapshots.py: every round's actor count, bitwise)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from nimbus.run.loop import train
 
 NITRO = ("actors.scaling={kind: nitro, min_actors: 1, max_actors: 4, "
          "hessian: {subset_size: 256, max_iterations: 30}}")
-SMALL_ROUNDS = ["algo.minibatch_size=64", "train.max_rounds=8"]   # 1 actor = 4 envs × 32 steps = 128 rows
+INLINE = "runtime.backend=inline"
+SMALL_ROUNDS = ["algo.minibatch_size=64", "train.max_rounds=8", INLINE]   # 1 actor = 4 envs × 32 steps = 128 rows
 
 
 def test_ppo_cartpole_nitro_varies_actors_within_bounds(make_config) -> None:
@@ -38,7 +41,8 @@ def _budget(on_budget: str) -> str:
 
 
 def test_ppo_cartpole_nitro_budget_spent_keeps_min_actors(make_config) -> None:
-    result = train(config=make_config(overrides=["algo.minibatch_size=64", "train.max_rounds=4", _budget("min")]))
+    result = train(config=make_config(overrides=["algo.minibatch_size=64", "train.max_rounds=4", _budget("min"),
+                                                 INLINE]))
     assert [row.num_actors for row in result.rows] == [1, 1, 1, 1]
     assert all(row.extras["budget_spent"] == 1.0 and row.extras["budget_left_usd"] == 0.0 for row in result.rows)
     assert result.summary.stopped_by == "max_rounds"
@@ -46,13 +50,13 @@ def test_ppo_cartpole_nitro_budget_spent_keeps_min_actors(make_config) -> None:
 
 def test_ppo_cartpole_nitro_budget_spent_stops_the_run_by_default(make_config) -> None:
     budget = _budget("stop").replace("on_budget: stop, ", "")      # the default is the paper's: stop
-    result = train(config=make_config(overrides=["algo.minibatch_size=64", "train.max_rounds=4", budget]))
+    result = train(config=make_config(overrides=["algo.minibatch_size=64", "train.max_rounds=4", budget, INLINE]))
     assert len(result.rows) == 1 and result.rows[0].extras["budget_stop"] == 1.0
     assert result.summary.stopped_by == "budget_spent"
 
 
 def test_fixed_scaler_runs_without_probe(make_config) -> None:
-    result = train(config=make_config(overrides=["train.max_rounds=2"]))
+    result = train(config=make_config(overrides=["train.max_rounds=2", INLINE]))
     assert all("hessian_ratio" not in row.extras and row.extras["next_num_actors"] == 2 for row in result.rows)
 
 
@@ -66,6 +70,7 @@ def test_impala_cartpole_nitro_off_policy_boosting(tmp_path) -> None:
             # back-pressure keeps each update's FIFO fragments from being overwritten before it reads them
             "async_workflow": {"max_steps_ahead": 128},
             "train": {"workflow": "async", "max_rounds": 12, "total_env_steps": 100_000, "eval_episodes": 0},
+            "runtime": {"backend": "inline"},
             "output": {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}}
     result = train(config=parse_config(data=data))
     rows = result.rows

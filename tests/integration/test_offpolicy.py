@@ -1,5 +1,6 @@
 """The ``async`` off-policy workflow end to end on the local backend: DQN, SAC, IMPALA learn; the
-bindings, policy lag, back-pressure, lockstep and the Atari config work."""
+bindings, policy lag, back-pressure, lockstep and the Atari config work. IMPACT's heard-from weights are
+workflow logic and run inline (runtime/inline.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from support import ledger_rows
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.errors import ConfigError
 from nimbus.run.loop import train
 
 REPO = Path(__file__).resolve().parents[2]
+INLINE = "runtime.backend=inline"   # logic-only tests: functions run in the driver (runtime/inline.py), no forks
 
 
 def offpolicy_config(*, name: str, tmp_path: Path, overrides: list[str] | None = None) -> NimbusConfig:
@@ -65,10 +68,6 @@ def test_impala_cartpole_reaches_150_within_100k_steps(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ workflow
-def _ledger(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
-
-
 def _overlaps(actors: list[dict], learners: list[dict]) -> list[dict]:
     return [a for a in actors for b in learners if a["start_at"] < b["end_at"] and b["start_at"] < a["end_at"]]
 
@@ -91,7 +90,7 @@ def test_async_rows_carry_policy_lag_and_actors_run_while_the_learner_learns(tmp
     assert sum(lag * n for lag, n in lags.items()) == pytest.approx(
         sum(r.extras["policy_lag_mean"] * n for r, n in zip(rows, rows_read)))
     assert max(lags) == max(r.extras["policy_lag_max"] for r in rows)
-    ledger = _ledger(result.run_dir)
+    ledger = ledger_rows(result.run_dir)
     learners = [r for r in ledger if r["function"] == "learner" and r["outcome"] == "ok"]
     actors = [r for r in ledger if r["function"] == "actor" and r["outcome"] == "ok"]
     assert _overlaps(actors, learners), "async: actors should run while the learner updates"
@@ -103,7 +102,7 @@ def test_lockstep_alternates_actors_and_learner(tmp_path: Path) -> None:
                               overrides=["train.max_rounds=3", "algo.learning_starts=256",
                                          "algo.hidden_sizes=[32]", "async_workflow.lockstep=true"])
     result = train(config=config)
-    ledger = _ledger(result.run_dir)
+    ledger = ledger_rows(result.run_dir)
     learners = [r for r in ledger if r["function"] == "learner" and r["outcome"] == "ok"]
     actors = [r for r in ledger if r["function"] == "actor" and r["outcome"] == "ok"]
     assert len(learners) == 3
@@ -127,8 +126,8 @@ def test_dqn_with_prioritized_nstep_replay_runs(tmp_path: Path) -> None:
 
 def test_impact_sends_new_weights_to_the_actors_it_heard_from(tmp_path: Path) -> None:
     config = offpolicy_config(name="impala-cartpole", tmp_path=tmp_path,
-                              overrides=["train.max_rounds=12", "actors.scaling.num_actors=3",
-                                         "runtime.max_workers=5", "algo.variant=impact"])
+                              overrides=["train.max_rounds=12", "actors.scaling.num_actors=3", "algo.variant=impact",
+                                         INLINE])
     result = train(config=config)
     assert len(result.rows) == 12
     assert all(r.extras["actors_heard_from"] == 1 for r in result.rows)  # one fragment: one actor gets v+1

@@ -1,4 +1,5 @@
-"""Whole workflows on the local backend: learning happens, runs are deterministic, checkpoints evaluate."""
+"""Whole workflows on the local backend: learning happens, runs are deterministic, checkpoints evaluate. The
+observation statistics and the bounded rows are driver logic and run inline (runtime/inline.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from nimbus.data.shm import list_segments, run_prefix
 from nimbus.report.metrics import read_metrics
 from nimbus.roles.evaluate import evaluate_checkpoint, evaluate_policy
 from nimbus.run.loop import train
+
+INLINE = "runtime.backend=inline"   # driver logic: functions run in the driver (runtime/inline.py), no forks
 
 
 @pytest.mark.slow
@@ -64,7 +67,7 @@ def test_observation_normalisation_travels_with_the_weights(make_config) -> None
     """algo.normalize_obs: the published statistics count every accepted row once and evaluate consistently."""
     from nimbus.data.checkpoint import load_checkpoint
 
-    config = make_config(overrides=["algo.normalize_obs=true", "train.max_rounds=5", "train.eval_episodes=3"])
+    config = make_config(overrides=["algo.normalize_obs=true", "train.max_rounds=5", "train.eval_episodes=3", INLINE])
     result = train(config=config)
     state = load_checkpoint(path=result.run_dir)
     count = float(state.weights.arrays["extra.obs_rms.count"])
@@ -88,7 +91,7 @@ def test_a_long_run_keeps_only_the_newest_rows_in_memory(make_config, monkeypatc
 
     monkeypatch.setattr(trainer, "ROWS_IN_MEMORY", 3)
     monkeypatch.setattr(build, "LEDGER_RECORDS_IN_MEMORY", 4)
-    result = train(config=make_config(overrides=["train.max_rounds=7"]))
+    result = train(config=make_config(overrides=["train.max_rounds=7", INLINE]))
     assert [row.round for row in result.rows] == [4, 5, 6] and result.summary.rounds == 7
     assert len(read_metrics(path=result.run_dir / "metrics.jsonl")) == 7
     ledger = [json.loads(line) for line in (result.run_dir / "ledger.jsonl").read_text().splitlines()]

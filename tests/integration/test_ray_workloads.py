@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cluster_fixtures import ray_local  # noqa: F401  (fixture)
+from support import pool_ledger
 from nimbus.cost.ledger import Ledger
 from nimbus.run.workloads import train_workloads
 
@@ -22,7 +23,7 @@ def test_two_workloads_share_one_ray_pool_with_their_own_ledgers(ray_local, make
                for name, seed in (("rayA", 0), ("rayB", 1))]
     results = train_workloads(configs=configs)
     assert [r.summary.rounds for r in results] == [3, 3]
-    pool = Ledger.load(path=next(tmp_path.glob("pool-*")) / "ledger.jsonl")
+    pool = pool_ledger(tmp_path)
     assert {r.function for r in pool if r.outcome == "ok"} == {"rayA/actor", "rayA/learner", "rayB/actor",
                                                                 "rayB/learner"}
     for result, name in zip(results, ("rayA", "rayB")):

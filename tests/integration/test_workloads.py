@@ -8,16 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from nimbus.config import NimbusConfig
+from support import pool_ledger
 from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import load_pricing
 from nimbus.errors import ConfigError
 from nimbus.run.workloads import train_workloads
-
-
-def _two(make_config, overrides: list[str]) -> list[NimbusConfig]:
-    return [make_config(overrides=["name=cartA", "seed=0", *overrides]),
-            make_config(overrides=["name=cartB", "seed=1", *overrides])]
 
 
 def test_duplicate_workload_names_are_refused_before_anything_starts(make_config) -> None:
@@ -27,12 +22,12 @@ def test_duplicate_workload_names_are_refused_before_anything_starts(make_config
 
 
 @pytest.mark.slow
-def test_two_cartpole_workloads_on_one_pool_both_learn_and_bill_separately(make_config, tmp_path: Path) -> None:
-    configs = _two(make_config, ["train.total_env_steps=60000", "train.target_return=195", "train.return_window=20"])
+def test_two_cartpole_workloads_on_one_pool_both_learn_and_bill_separately(make_two_workloads, tmp_path: Path) -> None:
+    configs = make_two_workloads(["train.total_env_steps=60000", "train.target_return=195", "train.return_window=20"])
     results = train_workloads(configs=configs)
     assert [r.summary.final_return >= 195 for r in results] == [True, True], [r.summary for r in results]
     pool_dir = next(tmp_path.glob("pool-*"))
-    pool = Ledger.load(path=pool_dir / "ledger.jsonl")
+    pool = pool_ledger(tmp_path)
     assert {r.workload for r in pool} == {"cartA", "cartB"}
     assert {r.function for r in pool} == {"cartA/actor", "cartA/learner", "cartB/actor", "cartB/learner"}
     pricing = load_pricing(path=None)

@@ -17,6 +17,8 @@ from support import run_python
 
 @pytest.fixture
 def store():
+    """Not tests/unit/conftest.py's ``store`` (a random namespace): the default one, which the children these
+    tests start open with a plain ``ShmStore()``."""
     with ShmStore(owner=True) as s:
         yield s
 
