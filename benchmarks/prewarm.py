@@ -60,7 +60,7 @@ SCALE_UP = {   # workflow → (shipped config, overrides that make it scale up)
     "async_learners": ("stellaris-cartpole", ["actors.scaling={kind: hydrozoa, initial_actors: 1, max_actors: 4, "
                                               "double_every_rounds: 2}"]),
     "multiagent": ("marless-ippo-spread", ["marl.scaling=marless", "marl.i_min=1", "marl.i_max=4",
-                                          "marl.scaling_window=2"]),
+                                          "marl.scaling_window=4"]),
 }
 
 

@@ -46,9 +46,9 @@ class MarlessConfig(ConfigSection):
     """I_min (default I_max / N agents, at least 1)"""
     beta: float = Field(default=0.5, ge=0, le=1)
     """β in I_threshold = β (I_max − I_min): at or above it the round takes max_j I_j, below it the mean"""
-    scaling_window: int = Field(default=10, ge=2)
+    scaling_window: int = Field(default=10, ge=4)
     """rounds of each policy's convexity C kept for S_j = clip((C_max − C_t − 2σ) / (C_max − C_min), 0, 1), σ the
-    probe's round-to-round noise (docs/marless.md)"""
+    probe's round-to-round noise (docs/marless.md); at least 4: σ needs three values before the newest"""
     agent_policy: dict[str, str] = Field(default_factory=dict)
     """initial agent → policy map (values ``p_<agent>``; empty: one policy per agent); checked against the env's
     agents when the run starts (an unknown agent or policy exits 2)"""

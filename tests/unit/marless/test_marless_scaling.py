@@ -107,3 +107,12 @@ def test_the_recorded_probes_of_a_real_run_ask_for_about_i_min() -> None:
         scaler.observe(convexity=dict(zip(data["policies"], row)))
         counts.append(scaler.decide())
     assert np.mean(counts[9:]) <= 3.5
+
+
+def test_a_scaling_window_too_short_for_a_noise_level_is_refused() -> None:
+    """σ needs three values before the newest probe: a window under 4 would leave the scaler at I_min forever."""
+    import pydantic
+
+    MarlessConfig(scaling="marless", scaling_window=4)
+    with pytest.raises(pydantic.ValidationError, match="scaling_window"):
+        MarlessConfig(scaling="marless", scaling_window=3)
