@@ -36,16 +36,6 @@ def _fake_run(root: Path, *, name: str, label: str, final: float, cost: float, n
     return run_dir
 
 
-@pytest.fixture
-def figures(monkeypatch: pytest.MonkeyPatch) -> list:
-    """The figures the report code draws, kept open (instead of closed after saving) for inspection."""
-    close, kept = plt.close, []
-    monkeypatch.setattr(plt, "close", kept.append)
-    yield kept
-    for fig in kept:
-        close(fig)
-
-
 def test_compare_runs_table_and_figure(tmp_path: Path, figures: list) -> None:
     a = _fake_run(tmp_path, name="nitro", label="nitro-s0", final=200.0, cost=0.004, nitro=True)
     b = _fake_run(tmp_path, name="fixed", label="fixed-s0", final=100.0, cost=0.001, nitro=False)

@@ -41,15 +41,6 @@ def _marl_run(root: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def figures(monkeypatch: pytest.MonkeyPatch) -> list:
-    close, kept = plt.close, []
-    monkeypatch.setattr(plt, "close", kept.append)
-    yield kept
-    for fig in kept:
-        close(fig)
-
-
 def test_a_multiagent_report_has_a_fourth_row_of_marless_panels(tmp_path: Path, figures: list) -> None:
     assert plt.imread(render_report(run_dir=_marl_run(tmp_path))).shape == (1440, 1080, 4)  # 12 x 16 in at 90 dpi
     (fig,) = figures
