@@ -95,16 +95,23 @@ def with_snapshot(*, req: ActorRequest, slot: EnvSlot, result: Message) -> Messa
     return Message(header={**result.header, SLOT_META: state.meta}, arrays={**result.arrays, **state.arrays})
 
 
+def request_spaces(*, req: Any) -> EnvSpaces:
+    """The observation and action spaces of the env a request names (``env_id``, ``env_kwargs``, ``env_imports``,
+    ``env_wrappers``): one env made, read and closed, when a warm worker (re)builds its model."""
+    probe = make_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports,
+                     wrappers=req.env_wrappers)
+    spaces = EnvSpaces(observation=probe.observation_space, action=probe.action_space)
+    probe.close()
+    return spaces
+
+
 def policy_at(*, context: FunctionContext, req: ActorRequest) -> tuple[Algorithm, torch.nn.Module]:
     """The algorithm and the model holding ``req.weights_key`` (weights/<policy>/<version>), cached in the warm
     worker: rebuilt when the algorithm config or the env changes, reloaded when the key does."""
     cache = context.cache
     if cache.get("algo_config") != req.algo or cache.get("env_id") != (req.env_id, list(req.env_wrappers)):
         config = ALGO_CONFIGS[req.algo["name"]].model_validate(req.algo)
-        probe = make_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports,
-                         wrappers=req.env_wrappers)
-        spaces = EnvSpaces(observation=probe.observation_space, action=probe.action_space)
-        probe.close()
+        spaces = request_spaces(req=req)
         algo = make_algorithm(config=config)
         # env slots survive a change of hyperparameters (population members share workers), not of env
         env_key = (req.env_id, list(req.env_wrappers))

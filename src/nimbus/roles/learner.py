@@ -26,11 +26,10 @@ from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.data.codec import Message
 from nimbus.data.store import Store
 from nimbus.data.stores import put_all
-from nimbus.envs.make import make_env
 from nimbus.envs.obsnorm import rms_from_extras, rms_to_extras
-from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
                                    weights_key)
+from nimbus.roles.actor import request_spaces
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import place, torch_device
 from nimbus.runtime.faults import fault_point
@@ -79,10 +78,7 @@ def learner_state(*, context: FunctionContext, req: LearnerRequest, store: Store
     if cache.get("algo_config") != req.algo or cache.get("env_id") != (req.env_id, list(req.env_wrappers)):
         torch.set_num_threads(req.torch_threads)
         config = ALGO_CONFIGS[req.algo["name"]].model_validate(req.algo)
-        probe = make_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports,
-                         wrappers=req.env_wrappers)
-        spaces = EnvSpaces(observation=probe.observation_space, action=probe.action_space)
-        probe.close()
+        spaces = request_spaces(req=req)
         algo = make_algorithm(config=config)
         model = algo.make_model(spaces=spaces)
         cache.clear()

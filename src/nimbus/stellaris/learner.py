@@ -30,9 +30,8 @@ from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.algos.truncation import Truncation
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
-from nimbus.envs.make import make_env
-from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import load_model, weights_key
+from nimbus.roles.actor import request_spaces
 from nimbus.roles.learner import resolve_device
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import place
@@ -110,10 +109,7 @@ def gradient_state(*, context: FunctionContext, req: GradientRequest) -> dict[st
     if cache.get("gradient_algo") != req.algo or cache.get("gradient_env") != (req.env_id, list(req.env_wrappers)):
         torch.set_num_threads(req.torch_threads)
         config = ALGO_CONFIGS[req.algo["name"]].model_validate(req.algo)
-        env = make_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports,
-                       wrappers=req.env_wrappers)
-        spaces = EnvSpaces(observation=env.observation_space, action=env.action_space)
-        env.close()
+        spaces = request_spaces(req=req)
         cache.clear()
         cache.update(gradient_algo=req.algo, gradient_env=(req.env_id, list(req.env_wrappers)),
                      algo=make_algorithm(config=config), spaces=spaces, models={}, batch=None)
