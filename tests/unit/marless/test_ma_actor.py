@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from marl_harness import actor_request, ctx, put_version_zero
+from tests.unit.marless.marl_harness import actor_request, ctx, put_version_zero
 from nimbus.algos.multiagent import marl_algo_from_dict
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.data.codec import decode, encode

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from marl_harness import ROLE_FUNCTIONS, SPREAD, actor_request, assemble_batch, ctx, learner_request, put_version_zero
+from tests.unit.marless.marl_harness import (ROLE_FUNCTIONS, SPREAD, actor_request, assemble_batch, ctx,
+                                             learner_request, put_version_zero)
 from nimbus.algos.gae import compute_gae
 from nimbus.algos.multiagent import load_critic, marl_algo_from_dict
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
