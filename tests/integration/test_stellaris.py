@@ -96,7 +96,8 @@ def test_impact_learners_in_flight_learn_cartpole(make_shipped_config) -> None:
     """IMPACT's gradients from 3 learners in flight: π differs from the target network at the loss, ratios are
     clipped and truncated, and the run learns (measured: docs/stellaris.md)."""
     config = make_shipped_config("stellaris-impact-cartpole", overrides=[
-        "train.total_env_steps=100000", "train.target_return=195", "train.return_window=20"])
+        "train.total_env_steps=100000", "train.target_return=195", "train.return_window=20",
+        "runtime.backend=inline"])
     result = train(config=config)
     assert result.summary.final_return is not None and result.summary.final_return >= 195, result.summary
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")

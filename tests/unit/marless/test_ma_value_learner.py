@@ -215,6 +215,7 @@ def train_game(*, store: ShmStore, algo, agent_policy: dict[str, str], rounds: i
     setup_policies(store=store, algo=algo, agent_policy=agent_policy)
     versions = {policy: 0 for policy in agent_policy.values()}
     rng = np.random.default_rng(0)
+    torch.manual_seed(0)                        # ε-greedy exploration in algo.act draws from torch's generator
     history: dict[str, list[str]] = {}
     returns, losses = [greedy_team_return(policies=load_policies(store=store, algo=algo, agent_policy=agent_policy,
                                                                  versions=versions), algo=algo)], []
