@@ -41,7 +41,7 @@ from nimbus.data.codec import Message
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.forkserver import TRAINING_PRELOAD
 from nimbus.runtime.local import LocalRuntime
-from nimbus.run.build import ACTOR_ENTRYPOINT
+from nimbus.onpolicy.policy import ACTOR_ENTRYPOINT
 
 EMPTY = "nimbus.runtime.builtin:empty"
 ROOT = Path(__file__).resolve().parent.parent

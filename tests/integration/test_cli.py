@@ -141,7 +141,7 @@ def test_export_runs_without_nimbus_and_acts_as_eval(run_dir: Path, tmp_path: Pa
     # and, observation by observation, eval's own policy picks the exported policy's actions
     from nimbus.envs.spaces import EnvSpaces
     from nimbus.config import parse_config
-    from nimbus.run.build import probe_spaces
+    from nimbus.onpolicy.policy import probe_spaces
     from nimbus.data.checkpoint import load_checkpoint
     from nimbus.roles.evaluate import load_policy
 
@@ -173,7 +173,7 @@ def test_eval_video_without_gl_warns_once_and_evaluates(tmp_path: Path) -> None:
         from pathlib import Path
         from nimbus.algos.registry import make_algorithm
         from nimbus.config import parse_config
-        from nimbus.run.build import probe_spaces
+        from nimbus.onpolicy.policy import probe_spaces
         from nimbus.data.checkpoint import Checkpointer, CheckpointState
         from nimbus.models.weights import model_to_message
         config = parse_config(data={{"env": {{"id": "Hopper-v5"}}, "algo": {{"name": "ppo"}}}})

@@ -45,10 +45,6 @@ CONFIG_MODULES: set[str] = set()
 
 S1, S2A, S2B, S2C, S2E = (f"removed by: issue 24 step {n}" for n in ("1", "2A", "2B", "2C", "2E"))
 ALLOWED_UPWARD: dict[str, str] = {   # "importer -> imported": why, and what removes it
-    "nimbus.onpolicy.lifecycle -> nimbus.run.build":
-        "build_policy, policy_data, peak_actors, probe_spaces: build_policy picks every workflow's functions and "
-        "replay (offpolicy/plan), so it cannot sit in onpolicy/; each workflow class will name its own "
-        "functions and replay; removed by: issue 24 step 3",
 }
 ALLOWED_TECHNIQUE: dict[str, str] = {   # "importer -> imported" between technique folders, off TECHNIQUE_EDGES
 }

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from nimbus.config import NimbusConfig
 from nimbus.data.codec import Message
 from nimbus.data.fragment_replay import FIFO, Circular
 from nimbus.data.replay import ReplayBatch
@@ -37,8 +38,9 @@ from nimbus.nitro.probe import round_probe_extras, with_decision
 from nimbus.offpolicy.actor import OffPolicyActorRequest
 from nimbus.offpolicy.heard_from import HeardFromVersions
 from nimbus.offpolicy.learner import OffPolicyLearnerRequest
-from nimbus.offpolicy.plan import Pacer, plan_for
+from nimbus.offpolicy.plan import Pacer, make_replay, plan_for
 from nimbus.onpolicy.lifecycle import SystemWorkflow
+from nimbus.onpolicy.policy import BufferPlan, PolicyFunctions
 from nimbus.onpolicy.replay_checkpoint import restore_replay
 from nimbus.onpolicy.system import System
 from nimbus.runtime.prewarm import make_prewarmer
@@ -46,6 +48,8 @@ from nimbus.types import POLICY, Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
 POLL_S = 0.02
+OFFPOLICY_ACTOR_ENTRYPOINT = "nimbus.offpolicy.actor:offpolicy_actor_function"
+OFFPOLICY_LEARNER_ENTRYPOINT = "nimbus.offpolicy.learner:offpolicy_learner_function"
 
 
 @dataclass
@@ -77,6 +81,18 @@ class AsyncWorkflow(SystemWorkflow):
     core.Workflow (build, start, checkpoint, evaluate, close) is onpolicy/lifecycle.py's."""
 
     progress_type = Progress
+
+    @classmethod
+    def functions(cls, *, config: NimbusConfig) -> PolicyFunctions:
+        """Actors that write transitions, learners that sample a replay (offpolicy/actor.py, offpolicy/learner.py)."""
+        return PolicyFunctions(actor_entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT, learner_entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT)
+
+    @classmethod
+    def buffer_plan(cls, *, config: NimbusConfig, guard_rows: int) -> BufferPlan:
+        """Uniform / Prioritized / NStep / FIFO / Circular per the algorithm's config, sized by offpolicy/plan.py."""
+        plan = plan_for(config=config)
+        return BufferPlan(capacity_rows=plan.capacity_rows,
+                          replay=make_replay(plan=plan, seed=config.seed, guard_rows=guard_rows))
 
     def __init__(self, *, system: System, progress: Progress,
                  on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:

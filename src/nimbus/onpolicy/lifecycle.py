@@ -2,7 +2,7 @@
 async (off-policy) and async_learners (Stellaris) inherit it; each adds only its rounds.
 
     build     the policy's data (spaces, algorithm, scaler, buffer: exit 2 before any worker), then the
-              shared pool (``shared()``), then the policy's functions (run/build.py build_policy); a resumed
+              shared pool (``shared()``), then the functions ``functions`` names (onpolicy/policy.py); a resumed
               run reads its checkpoint (and train.checkpoint_replay's file) first
     publish   version 0 (seeded) or the checkpoint's weights and optimizer state, checked against this config
     start     publish, then pre-warm and pre-register (runtime.prewarm, actors.preregister)
@@ -39,7 +39,8 @@ from nimbus.onpolicy.replay_checkpoint import (FILE_KEY as REPLAY_FILE_KEY, chec
                                                prune_replays, replay_message, restore_scaler, save_replay)
 from nimbus.roles.evaluate import EvalResult, evaluate_policy
 from nimbus.onpolicy.system import System
-from nimbus.run.build import build_policy, peak_actors, policy_data, probe_spaces
+from nimbus.onpolicy.policy import (BufferPlan, PolicyFunctions, build_policy, peak_actors, policy_data,
+                                    probe_spaces)
 
 if TYPE_CHECKING:
     from nimbus.types import Progress
@@ -67,14 +68,14 @@ class SystemWorkflow:
         """The System (``workload``: its functions are named ``<workload>/actor``...), the progress to continue
         from, and the workflow over them."""
         resumed = load_resume_state(path=resume_from) if resume_from is not None else None
-        data = policy_data(config=config)   # a buffer that shared memory cannot hold: exit 2 before any worker
+        data = policy_data(config=config, replay_for=cls.buffer_plan)   # a buffer that shared memory cannot hold: exit 2 before any worker
         try:
             pool = shared()
         except BaseException:
             data.buffer.close(unlink=True)
             raise
         system = build_policy(config=config, shared=pool, run_dir=run_dir, policy=policy, owns_shared=False,
-                              rank_base=rank_base, data=data)
+                              functions=cls.functions(config=config), rank_base=rank_base, data=data)
         if workload is not None:   # several workloads on one pool: each its own warm workers and ledger rows
             system.actor_spec = replace(system.actor_spec, name=f"{workload}/actor", workload=workload)
             system.learner_spec = replace(system.learner_spec, name=f"{workload}/learner", workload=workload)
@@ -87,6 +88,16 @@ class SystemWorkflow:
         workflow = cls(system=system, progress=progress)
         workflow.resumed = resumed
         return workflow
+
+    @classmethod
+    def functions(cls, *, config: NimbusConfig) -> PolicyFunctions:
+        """The actor and learner functions this workflow invokes (on-policy: onpolicy/actor.py, onpolicy/learner.py)."""
+        return PolicyFunctions()
+
+    @classmethod
+    def buffer_plan(cls, *, config: NimbusConfig, guard_rows: int) -> BufferPlan | None:
+        """The replay this workflow samples and the buffer rows it keeps; None: each round's whole batch."""
+        return None
 
     @property
     def metrics(self):  # noqa: ANN201 - report/metrics.py MetricsSink

@@ -1,5 +1,5 @@
 """``System``: every connected part of one policy's run, what the on-policy, off-policy and Stellaris workflows
-receive (built by run/build.py ``build_policy``; a population builds one per member).
+receive (built by onpolicy/policy.py ``build_policy``; a population builds one per member).
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ from nimbus.cost.pricing import load_pricing
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.errors import ConfigError
-from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, run_namespace, make_run_dir, peak_actors
+from nimbus.onpolicy.policy import peak_actors
+from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, make_run_dir, run_namespace
 from nimbus.run.members import Members
 from nimbus.run.registry import workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish

@@ -36,10 +36,13 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from nimbus.config import NimbusConfig
+from nimbus.config.rules import OFF_POLICY
 from nimbus.data.codec import Message
 from nimbus.data.triggers import TriggerTable
 from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
+from nimbus.onpolicy.policy import ACTOR_ENTRYPOINT, PolicyFunctions
 from nimbus.onpolicy.sync import RoundState, SyncWorkflow
 from nimbus.onpolicy.system import System
 from nimbus.roles.specs import role_spec
@@ -51,6 +54,8 @@ from nimbus.types import Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
 PARAMETER_ENTRYPOINT = "nimbus.stellaris.parameter:parameter_function"
+GRADIENT_LEARNER_ENTRYPOINT = "nimbus.stellaris.learner:gradient_learner_function"
+TRANSITIONS_ACTOR_ENTRYPOINT = "nimbus.offpolicy.actor:offpolicy_actor_function"   # IMPACT: rows (s, a, r, s')
 
 
 @dataclass
@@ -83,6 +88,13 @@ class InFlight:
 
 class AsyncLearnersWorkflow(SyncWorkflow):
     """Stellaris: several learner functions in flight, a parameter function aggregates by a rule."""
+
+    @classmethod
+    def functions(cls, *, config: NimbusConfig) -> PolicyFunctions:
+        """Gradient learners (stellaris/learner.py); actors that write transitions for an off-policy algorithm."""
+        actor = TRANSITIONS_ACTOR_ENTRYPOINT if config.algo.name in OFF_POLICY else ACTOR_ENTRYPOINT
+        return PolicyFunctions(actor_entrypoint=actor, learner_entrypoint=GRADIENT_LEARNER_ENTRYPOINT,
+                               learner_role="gradient_learner")
 
     def __init__(self, *, system: System, progress: Progress,
                  on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:

@@ -15,7 +15,8 @@ from nimbus.config import load_config
 from nimbus.envs.make import make_env
 from nimbus.envs.snapshot import SnapshotUnsupported, capture, check_snapshot, restore
 from nimbus.errors import ConfigError
-from nimbus.run.build import build, check_snapshots
+from nimbus.onpolicy.policy import check_snapshots
+from nimbus.run.build import build
 
 REPO = Path(__file__).resolve().parents[3]
 
