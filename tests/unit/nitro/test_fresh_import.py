@@ -1,4 +1,4 @@
-"""Importing ``nimbus.nitro.config`` first in a process (the nimbus.config ↔ nitro/config.py circle, nitro/__init__.py)."""
+"""``nimbus.nitro.config`` imported first in a process (nimbus.config ↔ nitro/config.py circle: nitro/__init__)."""
 
 from __future__ import annotations
 
