@@ -85,3 +85,40 @@ def test_impala_cartpole_nitro_off_policy_boosting(tmp_path) -> None:
     boosted = [n for n, d in zip(ran[1:], decided[1:]) if d >= 2]
     assert boosted and max(boosted) >= 2, (ran, decided)
     assert all(row.extras["probe_s"] > 0 and "score" in row.extras for row in rows)
+
+
+AUTHORS = ("actors.scaling={kind: nitro, min_actors: 1, max_actors: 4, variant: authors_code, "
+           "hessian: {max_iterations: 30}}")
+
+
+def test_ppo_cartpole_authors_code_reads_the_authors_probe(make_config) -> None:
+    """variant: authors_code end to end: the learner runs the authors' probe (whole loss, every parameter, whole
+    batch, their padded grid) and the scaler scores its R as read (nitro/probe_authors.py, scaler_authors.py)."""
+    result = train(config=make_config(overrides=[*SMALL_ROUNDS, AUTHORS]))
+    rows = result.rows
+    assert len(rows) == 8 and rows[0].num_actors == 1                          # I_max // 4, at least I_min
+    for row, following in zip(rows, rows[1:]):
+        assert following.num_actors == row.extras["next_num_actors"]
+    for row in rows:
+        extras = row.extras
+        assert extras["hessian_grid_padding"] == 0.01 and extras["probe_rows"] == row.num_actors * 128
+        assert extras["hessian_lambda_max"] == extras["hessian_ritz_max"] + 0.01
+        assert extras["hessian_ratio"] == -extras["hessian_lambda_max"] / extras["hessian_lambda_min"]
+        assert extras["hessian_num_hvps"] == 30 and extras["floor_actors"] >= 1
+    assert rows[0].extras["next_num_actors"] == 4                            # one value in the window: S = 1
+
+
+def test_impala_cartpole_authors_code_probes_every_update(tmp_path) -> None:
+    data = {"name": "impala-nitro-authors", "seed": 0, "env": {"id": "CartPole-v1", "num_envs_per_actor": 2},
+            "algo": {"name": "impala", "rollout_length": 16, "hidden_sizes": [32, 32]},
+            "actors": {"fragment_steps": 16, "scaling": {"kind": "nitro", "min_actors": 1, "max_actors": 3,
+                                                         "variant": "authors_code", "hessian": {"max_iterations": 20}}},
+            "async_workflow": {"max_steps_ahead": 128},
+            "train": {"workflow": "async", "max_rounds": 6, "total_env_steps": 100_000, "eval_episodes": 0},
+            "runtime": {"backend": "inline"},
+            "output": {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}}
+    rows = train(config=parse_config(data=data)).rows
+    assert len(rows) == 6
+    probed = [row for row in rows if math.isfinite(row.extras["hessian_ratio"])]
+    assert probed and all(row.extras["hessian_grid_padding"] == 0.01 for row in probed)
+    assert all(1 <= row.extras["actors_decided"] <= 3 for row in rows)

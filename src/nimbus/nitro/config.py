@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from nimbus.config.base import ConfigSection
 from nimbus.config.bounds import MAX_ACTORS
@@ -43,12 +43,14 @@ class HessianProbeConfig(_Frozen):
     """How the trainer probes the Hessian each round (``nimbus.analysis.hessian.extreme_eigenvalues``)."""
 
     subset_size: int | None = Field(default=None, ge=1)
-    """rows of the round's batch the objective is evaluated on (null: the whole batch). A subset adds its own
-    noise to R (interquartile range 30-60 % of R at 256-2048 of 4096 rows, 0 on the whole batch: docs/nitro.md)"""
+    """rows of the round's batch the objective is evaluated on (null: the whole batch; variant authors_code
+    requires null). A subset adds its own noise to R (interquartile range 30-60 % of R at 256-2048 of 4096 rows,
+    0 on the whole batch: docs/nitro.md)"""
     max_iterations: int = Field(default=100, ge=3)    # Lanczos steps (HVPs); ~100 is the authors' setting
-    """Lanczos steps (Hessian-vector products); ~100 is the authors' setting"""
+    """Lanczos steps (Hessian-vector products); 100 is the authors' setting (authors_code runs exactly this many,
+    at most one per parameter)"""
     tolerance: float = Field(default=1e-3, gt=0.0)
-    """ARPACK relative accuracy of the extreme eigenvalues"""
+    """ARPACK relative accuracy of the extreme eigenvalues (paper variant; authors_code has no convergence test)"""
 
 
 class NitroScalingConfig(_Frozen):
@@ -69,7 +71,7 @@ class NitroScalingConfig(_Frozen):
     on_budget: Literal["stop", "min"] = "stop"
     """once the budget is spent: stop ends the run (the paper, §4), min goes on at min_actors"""
     variant: Literal["paper", "authors_code"] = "paper"
-    """paper (§5.3), or authors_code: the public code's arithmetic (docs/nitro.md)"""
+    """paper (§5.3), or authors_code: the public code's signal and arithmetic (docs/nitro.md)"""
     hessian: HessianProbeConfig = HessianProbeConfig()
     """how each round's Hessian is probed"""
 
@@ -77,6 +79,13 @@ class NitroScalingConfig(_Frozen):
     @classmethod
     def _max_not_below_min(cls, value: int, info: ValidationInfo) -> int:
         return _not_below(value, info, lower_field="min_actors")
+
+    @model_validator(mode="after")
+    def _authors_code_probes_the_whole_batch(self) -> "NitroScalingConfig":
+        if self.variant == "authors_code" and self.hessian.subset_size is not None:
+            raise ValueError("variant authors_code probes the whole round batch, as the authors' code does: "
+                             f"hessian.subset_size must be null, got {self.hessian.subset_size}")
+        return self
 
 
 class HydrozoaScalingConfig(_Frozen):

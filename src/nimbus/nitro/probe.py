@@ -29,6 +29,9 @@ Decisions (paper 002, §4-§6; DESIGN §3):
   instead would give 1/R and reverse the paper's ordering (``analysis/hessian.py``). PPO's loss uses
   the nominal ``clip_coef`` (not the linear schedule's current value) and normalises advantages over
   the subset, as each minibatch of the update does.
+* **``variant: authors_code``** probes as the authors' code does instead (``signal: authors_code`` in the
+  request, :func:`probe_policy_authors`, ``nitro/probe_authors.py``): the whole training loss over every
+  parameter (critic included) on the whole batch, read off their density grid padded by ±0.01.
 * **A failed probe** (non-finite objective or eigenvalues, λmin ≥ 0) still returns its keys with R = NaN;
   the scaler skips such rounds and counts them (``nitro/scaler.py``). ``probe_s`` is timed inside the
   learner function, so its cost is billed with the learner's in the ledger.
@@ -47,6 +50,7 @@ import torch
 from nimbus.algos.base import Algorithm
 from nimbus.analysis.hessian import (HESSIAN_LAMBDA_MAX_KEY, HESSIAN_LAMBDA_MIN_KEY, HESSIAN_RATIO_KEY,
                                      extreme_eigenvalues, subset_indices)
+from nimbus.nitro.probe_authors import probe_authors
 from nimbus.roles.actor import derive_seed
 from nimbus.types import RoundMetrics, ScalingDecision
 
@@ -65,6 +69,7 @@ class ProbeRequest:
     subset_size: int | None   # None: the whole batch
     max_iterations: int
     tolerance: float
+    signal: str = "paper"     # "authors_code": the authors' signal instead (nitro/probe_authors.py)
 
     def to_header(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,7 +88,7 @@ def probe_request(*, scaling: ScalingConfig) -> ProbeRequest | None:
     if isinstance(scaling, NitroScalingConfig):
         hessian = scaling.hessian
         return ProbeRequest(subset_size=hessian.subset_size, max_iterations=hessian.max_iterations,
-                            tolerance=hessian.tolerance)
+                            tolerance=hessian.tolerance, signal=scaling.variant)
     return None
 
 
@@ -131,14 +136,28 @@ def probe_policy(*, algo: Algorithm, model: torch.nn.Module, batch: dict[str, to
     return {**probe.to_extras(), PROBE_SECONDS_KEY: time.perf_counter() - started, "probe_rows": float(rows)}
 
 
+def probe_policy_authors(*, algo: Algorithm, model: torch.nn.Module, batch: dict[str, torch.Tensor],
+                         request: ProbeRequest, seed: int) -> dict[str, float]:
+    """The authors' signal (``nitro/probe_authors.py``): their loss over all parameters on the whole ``batch``,
+    read off their padded density grid; plus ``probe_s`` and ``probe_rows`` as :func:`probe_policy`."""
+    started = time.perf_counter()
+    extras = probe_authors(algo=algo, model=model, batch=batch, max_iterations=request.max_iterations, seed=seed)
+    rows = int(batch["rewards"].numel())
+    return {**extras, PROBE_SECONDS_KEY: time.perf_counter() - started, "probe_rows": float(rows)}
+
+
 def probe_after_update(*, algo: Algorithm, model: torch.nn.Module, batch: dict[str, torch.Tensor],
                        probe: dict[str, Any] | None, seed: int, policy_version: int) -> dict[str, float]:
     """What a learner function runs after its update: :func:`probe_policy` of the updated model when its request
-    carries a ``probe`` block (:class:`ProbeRequest` header), else {}. Seeded from the run ``seed`` and the version
+    carries a ``probe`` block (:class:`ProbeRequest` header; :func:`probe_policy_authors` when its ``signal`` is
+    ``authors_code``), else {}. Seeded from the run ``seed`` and the version
     the update read."""
     request = ProbeRequest.from_header(probe)
     if request is None:
         return {}
+    if request.signal == "authors_code":
+        return probe_policy_authors(algo=algo, model=model, batch=batch, request=request,
+                                    seed=derive_seed(seed, policy_version, 3))
     return probe_policy(algo=algo, model=model, batch=batch, request=request,
                         seed=derive_seed(seed, policy_version, 3))
 

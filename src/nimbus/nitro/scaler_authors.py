@@ -1,10 +1,11 @@
 """Nitro's actor scaler as the authors' public code does it (``variant: authors_code``; DESIGN §3).
 
-Transcribed from IntelliSys-Lab/Nitro, ``Nitro.py`` (commit 2c725a94) with ``utils.eval_hessian`` and
-``config.py``; nimbus's names on the left, theirs in the comments. Per round, after the update::
+Transcribed from IntelliSys-Lab/Nitro ``Nitro.py`` at commit 2c725a94b033848726dbff0fbc958e6df317a444, with
+``config.py`` (``Nitro_sliding_window = 6``, ``Nitro_decay_factor = 0.96``, ``num_rollout_workers_*``); nimbus's
+names on the left, theirs in the comments. Per round, after the update::
 
-    R_code = 1 / R                      # eval_hessian probes RLlib's policy.loss = −objective, so its
-                                        # −λmax/λmin is the reciprocal of our R (objective's −λmax/λmin)
+    R_code = row["hessian_ratio"]       # hessian_eigen_ratio from utils.eval_hessian: the authors' probe
+                                        # (nitro/probe_authors.py), −(θmax + 0.01)/(θmin − 0.01) of the loss
     decay = d ** k                      # decay_factor = Nitro_decay_factor ** round_id; round_id starts at 1
     r = R_code * decay;  window.append(r)
     S = (r − min W) / (max W − min W) if len(W) > 1 else 1.0
@@ -14,14 +15,19 @@ Transcribed from IntelliSys-Lab/Nitro, ``Nitro.py`` (commit 2c725a94) with ``uti
 
 and the first round runs ``num_rollout_workers_serverful`` = 16 of ``num_rollout_workers_max`` = 64
 actors, i.e. I_max // 4 here (clipped to [I_min, I_max]). So the window (maxlen n = 6) holds the decayed
-and the raw value of each of the last three rounds, and high R_code (= low R) scores as boostable.
+and the raw value of each of the last three rounds, and a high R_code scores as boostable.
+
+The row must come from the authors' probe: a finite R without its ``hessian_grid_padding`` key raises
+``MissingSignalError`` (the paper probe's R is another quantity; reading it would be a wiring bug). A NaN R
+without it (``probe.probe_not_run``: an off-policy update that could not be probed) is skipped.
 
 Where the public code has no answer, nimbus decides (docs/nitro.md):
 
-* ``max W == min W`` with more than one value: ``Nitro.py`` divides 0 by 0 and ``int(nan)`` raises; the
-  authors' ``Nitro_local.py`` scores such a window 1.0, which is what this class does.
-* An unusable probe (R not finite, R = 0, λmin ≥ 0) is skipped as in the paper variant: nothing enters
-  the window and the round gets I_min (no evidence). The public code has no such guard.
+* ``max W == min W`` with more than one value (e.g. ``decay: 1``): ``Nitro.py`` divides 0 by 0 and
+  ``int(nan)`` raises. This class scores such a window 1.0, as their code scores a window of one value.
+* A non-finite R (a failed probe, or an off-policy update that could not be probed) is skipped as in the
+  paper variant: nothing enters the window and the round gets I_min. The public code has no such guard.
+  Any finite R enters the window, as in their code (no λmin ≥ 0 test: their grid's ratio is defined).
 * The budget (``Budget``: I_min once spent; ``on_budget: stop`` ends the run) is nimbus's, shared with the
   paper variant; the public config's budget is infinite.
 
@@ -34,9 +40,12 @@ Example::
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from nimbus.nitro.scaler import WindowedScaler, read_ratio, unusable_probe
+from nimbus.nitro.probe_authors import AUTHORS_SIGNAL_KEY
+from nimbus.nitro.scaler import MissingSignalError, WindowedScaler, read_ratio
 from nimbus.types import RoundMetrics, ScalingDecision
 
 
@@ -50,14 +59,16 @@ class AuthorsCodeNitroScaler(WindowedScaler):
         return ScalingDecision(num_actors=first, reason="initial: authors_code serverful count")
 
     def decide(self, *, metrics: RoundMetrics) -> ScalingDecision:
-        ratio = read_ratio(metrics)
+        code_ratio = read_ratio(metrics)                   # their hessian_eigen_ratio (nitro/probe_authors.py)
+        if AUTHORS_SIGNAL_KEY not in metrics.extras and math.isfinite(code_ratio):   # NaN: probe_not_run, skipped
+            raise MissingSignalError(f"variant authors_code reads the authors' probe, but round {metrics.round}'s row "
+                                     f"has no {AUTHORS_SIGNAL_KEY!r} (a paper probe?); the probe request must carry "
+                                     "signal: authors_code (nitro/probe.py probe_request)")
         self.budget.observe(cost_usd=metrics.cost_usd)
         signals = self.budget.signals(cost_usd=metrics.cost_usd)
-        skip_reason = unusable_probe(ratio, metrics.extras) or ("ratio is 0" if ratio == 0.0 else None)
-        if skip_reason is not None:
-            return self._skip(skip_reason, signals)
+        if not math.isfinite(code_ratio):
+            return self._skip("ratio not finite", signals)
         round_id = metrics.round + 1                       # their round_id starts at 1
-        code_ratio = 1.0 / ratio                           # their R: the loss's −λmax/λmin
         decay_factor = self.decay**round_id
         value = code_ratio * decay_factor
         self._window.append(value)
@@ -66,7 +77,7 @@ class AuthorsCodeNitroScaler(WindowedScaler):
         floor = int(np.clip(self.max_actors * decay_factor**round_id, self.min_actors, self.max_actors))
         num_actors = int(np.clip(self.max_actors * score, floor, self.max_actors))
         self._window.append(code_ratio)
-        signals.update(hessian_ratio=ratio, window_value=value, score=score, window_min=low, window_max=high,
+        signals.update(hessian_ratio=code_ratio, window_value=value, score=score, window_min=low, window_max=high,
                        window_len=float(len(self._window)), decay_factor=decay_factor, floor_actors=float(floor),
                        skipped_probes=float(self._skipped_probes), target_actors=self.max_actors * score)
         return self._finish(num_actors, "authors_code floor" if num_actors == floor else "authors_code score",
