@@ -162,3 +162,79 @@ def test_sigint_finishes_the_tracker_runs_with_every_round_and_the_artifacts(tmp
     history = {m.step: m.value for m in client.get_metric_history(ids["run_id"], "cost/usd")}
     assert history == pytest.approx({row["env_steps"]: row["cost_usd"] for row in rows}) and len(rows) >= 3
     assert sorted(a.path for a in client.list_artifacts(ids["run_id"])) == ["report.png", "summary.json"]
+
+
+def test_resume_continues_the_same_tracker_runs(tmp_path: Path) -> None:
+    """``--resume`` (train(resume_from=RUN_DIR)) logs on into the same MLflow and W&B runs (ids in trackers.json):
+    their rows are every row of metrics.jsonl, both sessions'."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.unit.report.tracker_files import wandb_records
+
+    def config(rounds: int):
+        return cartpole_config(tmp_path=tmp_path, overrides=[f"train.max_rounds={rounds}",
+                                                             "output.loggers=[mlflow, wandb]",
+                                                             "output.wandb.project=nimbus-test"])
+
+    first = train(config=config(2))
+    ids = json.loads((first.run_dir / "trackers.json").read_text())
+    resumed = train(config=config(4), resume_from=first.run_dir)
+    assert resumed.run_dir == first.run_dir and json.loads((first.run_dir / "trackers.json").read_text()) == ids
+    rows = read_metrics(path=first.run_dir / "metrics.jsonl")
+    assert len(rows) == 4
+    client = MlflowClient(tracking_uri=ids["mlflow"]["tracking_uri"])
+    (run,) = client.search_runs([client.get_experiment_by_name("nimbus").experiment_id])
+    assert run.info.run_id == ids["mlflow"]["run_id"] and run.info.status == "FINISHED"
+    history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "charts/policy_version")}
+    assert history == {row["env_steps"]: row["policy_version"] for row in rows}
+    assert {r.run.run_id for r in wandb_records(first.run_dir) if r.WhichOneof("record_type") == "run"} \
+        == {ids["wandb"]["id"]}
+    assert sorted(wandb_history(first.run_dir)) == [row["env_steps"] for row in rows]
+
+
+POPULATION = ["train.max_rounds=2", "algo.minibatch_size=64", "actors.scaling={kind: fixed, num_actors: 1}",
+              "pbt={members: 2, interval_rounds: 1, fraction: 0.5, "
+              "hyperparameters: {lr: {low: 1.0e-5, high: 1.0e-2, log: true}}}",
+              "output.loggers=[wandb, mlflow]", "output.wandb.project=nimbus-test", "output.report=true"]
+
+
+def test_each_population_member_has_its_own_tracker_runs(tmp_path: Path) -> None:
+    """run/members.py: one W&B and one MLflow run per member (both W&B runs active at once), each holding that
+    member's metrics.jsonl, with the population's files as artifacts."""
+    from mlflow.tracking import MlflowClient
+
+    result = train(config=cartpole_config(tmp_path=tmp_path, overrides=POPULATION))
+    wandb_ids = set()
+    for member in ("member0", "member1"):
+        member_dir = result.run_dir / "policies" / member
+        rows = read_metrics(path=member_dir / "metrics.jsonl")
+        history = wandb_history(member_dir)
+        assert sorted(history) == [row["env_steps"] for row in rows] and len(rows) == 2
+        for row in rows:
+            assert history[row["env_steps"]] == pytest.approx(expected_scalars(row), rel=1e-12)
+        ids = json.loads((member_dir / "trackers.json").read_text())
+        wandb_ids.add(ids["wandb"]["id"])
+        client = MlflowClient(tracking_uri=ids["mlflow"]["tracking_uri"])
+        assert {m.step: m.value for m in client.get_metric_history(ids["mlflow"]["run_id"], "cost/usd")} \
+            == pytest.approx({row["env_steps"]: row["cost_usd"] for row in rows})
+        assert sorted(a.path for a in client.list_artifacts(ids["mlflow"]["run_id"])) == \
+            ["population.json", "report.png", "summary.json"]
+        assert wandb_exit_codes(member_dir) == [0]
+    assert len(wandb_ids) == 2
+
+
+def test_each_workload_has_its_own_tracker_run(make_two_workloads) -> None:
+    """run/workloads.py: two workloads on one pool, each logging its own rows to its own MLflow run."""
+    from mlflow.tracking import MlflowClient
+
+    from nimbus.run.workloads import train_workloads
+
+    results = train_workloads(configs=make_two_workloads(["train.max_rounds=2", "output.loggers=[mlflow]"]))
+    for result in results:
+        rows = read_metrics(path=result.run_dir / "metrics.jsonl")
+        ids = json.loads((result.run_dir / "trackers.json").read_text())["mlflow"]
+        client = MlflowClient(tracking_uri=ids["tracking_uri"])
+        assert client.get_run(ids["run_id"]).info.status == "FINISHED"
+        assert {m.step: m.value for m in client.get_metric_history(ids["run_id"], "charts/policy_version")} \
+            == {row["env_steps"]: row["policy_version"] for row in rows} and len(rows) == 2
+        assert [a.path for a in client.list_artifacts(ids["run_id"])] == ["summary.json"]
