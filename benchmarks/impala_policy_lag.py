@@ -42,7 +42,7 @@ def run_once(*, actors: int, steps: int, ahead: str, seed: int, out_dir: Path) -
         f"seed={seed}", f"actors.scaling.num_actors={actors}", f"runtime.max_workers={actors + 1}",
         f"train.total_env_steps={steps}", "train.target_return=null", "train.eval_episodes=0",
         f"async_workflow.max_steps_ahead={ahead_value}", "output.report=false", "output.status_line=false",
-        "output.tensorboard=false", f"output.root_dir={out_dir}"])
+        "output.loggers=[]", f"output.root_dir={out_dir}"])
     result = train(config=config)
     lag_file = json.loads((result.run_dir / "policy_lag.json").read_text())
     hist = {int(k): v for k, v in lag_file["policy_lag_rows"].items()}

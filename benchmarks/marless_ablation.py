@@ -71,7 +71,7 @@ def overrides(*, arm_extra: list[str], seed: int, rounds: int, root: Path, eval_
             f"env.kwargs={{N: {AGENTS}, max_cycles: 25}}", f"env.num_envs_per_actor={ENVS_PER_ACTOR}",
             f"actors.scaling={{kind: fixed, num_actors: {I_MAX}}}", f"marl.i_max={I_MAX}",
             "runtime.max_workers=16", f"train.eval_episodes={eval_episodes}", f"output.root_dir={root}",
-            "output.status_line=false", "output.tensorboard=false", "output.report=false", *arm_extra]
+            "output.status_line=false", "output.loggers=[]", "output.report=false", *arm_extra]
 
 
 def run_arm(*, arm: str, extra: list[str], seed: int, rounds: int, root: Path, eval_episodes: int) -> Run:

@@ -54,7 +54,7 @@ def nimbus_round_times(*, rounds: int, seed: int, overrides: tuple[str, ...] = (
     with tempfile.TemporaryDirectory() as root:
         config = load_config(path=CONFIG, overrides=[
             f"seed={seed}", f"train.max_rounds={rounds}", "train.total_env_steps=100000000", "train.eval_episodes=0",
-            f"output.root_dir={root}", "output.status_line=false", "output.tensorboard=false", "output.report=false",
+            f"output.root_dir={root}", "output.status_line=false", "output.loggers=[]", "output.report=false",
             *overrides])
         result = train(config=config)
         rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -44,7 +44,7 @@ def run_once(*, config_name: str, lockstep: bool, steps: int, seed: int, out_dir
 
     config = load_config(path=REPO / "configs" / f"{config_name}.yaml", overrides=[
         f"seed={seed}", f"train.total_env_steps={steps}", "train.target_return=null", "train.eval_episodes=0",
-        "output.report=false", "output.status_line=false", "output.tensorboard=false",
+        "output.report=false", "output.status_line=false", "output.loggers=[]",
         f"output.root_dir={out_dir}", f"async_workflow.lockstep={'true' if lockstep else 'false'}"])
     result = train(config=config)
     rows = result.rows[1:]  # the first round's clock includes start-up

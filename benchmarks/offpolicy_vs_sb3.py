@@ -49,7 +49,7 @@ PPO_ZOO_CARTPOLE = dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, 
 def nimbus_config(*, name: str, seed: int, steps: int, out_dir: Path, impact: bool):
     from nimbus.config import load_config
     overrides = [f"seed={seed}", f"train.total_env_steps={steps}", "train.eval_episodes=0", "output.report=false",
-                 "output.status_line=false", "output.tensorboard=false", f"output.root_dir={out_dir}"]
+                 "output.status_line=false", "output.loggers=[]", f"output.root_dir={out_dir}"]
     if impact:
         overrides.append("algo.variant=impact")
     return load_config(path=REPO / "configs" / f"{name}.yaml", overrides=overrides)

@@ -43,7 +43,7 @@ BASE = {
              "minibatch_size": 128, "ent_coef": 0.0, "vf_coef": 0.5, "max_grad_norm": 0.5, "normalize_obs": False},
     "actors": {"scaling": {"kind": "fixed", "num_actors": 1}, "fragment_steps": 64},
     "train": {"return_window": 20, "checkpoint_every_rounds": 1000, "eval_episodes": 0},
-    "output": {"tensorboard": False, "report": False, "status_line": False},
+    "output": {"loggers": [], "report": False, "status_line": False},
 }
 
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run(*, actors: int, rounds: int, root: Path) -> Path:
     base = load_config(path=ROOT / "configs" / "ppo-cartpole.yaml").model_dump(mode="json")
-    base["output"] = {"root_dir": str(root), "tensorboard": False, "report": False, "status_line": False}
+    base["output"] = {"root_dir": str(root), "loggers": [], "report": False, "status_line": False}
     base["train"]["eval_episodes"] = 0
     config = parse_config(data=apply_overrides(data=base, overrides=[
         f"actors.scaling.num_actors={actors}", f"train.max_rounds={rounds}", "algo.minibatch_size=128"]))

@@ -77,7 +77,7 @@ def run_nimbus(*, steps: int, seed: int, pipelined: bool, out_dir: Path, envs_pe
             "learner": {"device": "cpu", "torch_threads": 1},
             "pipeline": {"minibatch": pipelined, "dual_stage": pipelined},
             "train": {"total_env_steps": steps, "eval_episodes": 0, "checkpoint_every_rounds": 1000},
-            "output": {"root_dir": str(out_dir), "tensorboard": False, "report": False, "status_line": False}}
+            "output": {"root_dir": str(out_dir), "loggers": [], "report": False, "status_line": False}}
     cpu = cpu_s()
     result = train(config=parse_config(data=data))
     used = cpu_s() - cpu  # driver + every worker, start-up and shutdown included (an upper bound)

@@ -43,7 +43,7 @@ SKIP_ROUNDS = 6  # round 0's start-up, then the monitor's first full window (5 r
 
 def config(*, root: Path, arm: str, args: argparse.Namespace, rounds: int) -> NimbusConfig:
     base = load_config(path=REPO / "configs" / "ppo-cartpole.yaml").model_dump(mode="json")
-    base["output"] = {"root_dir": str(root), "tensorboard": False, "report": False, "status_line": False}
+    base["output"] = {"root_dir": str(root), "loggers": [], "report": False, "status_line": False}
     base["train"]["eval_episodes"] = 0
     overrides = [f"name=prewarm-{arm}", f"algo.num_epochs={args.epochs}", f"runtime.keep_alive_s={args.keep_alive}",
                  "runtime.prewarm=false", "runtime.max_workers=8", f"runtime.start_method={args.start_method}",
@@ -67,7 +67,7 @@ SCALE_UP = {   # workflow → (shipped config, overrides that make it scale up)
 def scale_up_config(*, root: Path, arm: str, workflow: str, rounds: int) -> NimbusConfig:
     name, extra = SCALE_UP[workflow]
     base = load_config(path=REPO / "configs" / f"{name}.yaml").model_dump(mode="json")
-    base["output"] = {"root_dir": str(root), "tensorboard": False, "report": False, "status_line": False}
+    base["output"] = {"root_dir": str(root), "loggers": [], "report": False, "status_line": False}
     base["train"]["eval_episodes"] = 0
     overrides = [*extra, f"name=prewarm-{workflow}-{arm}", "runtime.prewarm=false", "runtime.max_workers=12",
                  f"train.max_rounds={rounds}", "train.total_env_steps=10000000", "train.target_return=100000",

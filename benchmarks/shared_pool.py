@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def configs(*, root: Path, cpus: float, overrides: list[str]) -> list[NimbusConfig]:
     base = load_config(path=REPO / "configs" / "ppo-cartpole.yaml").model_dump(mode="json")
-    base["output"] = {"root_dir": str(root), "tensorboard": False, "report": False, "status_line": False}
+    base["output"] = {"root_dir": str(root), "loggers": [], "report": False, "status_line": False}
     base["train"]["eval_episodes"] = 0
     common = [f"runtime.capacity_cpus={cpus}", "train.return_window=20", *overrides]
     return [parse_config(data=apply_overrides(data=base, overrides=[f"name=work{i}", f"seed={i}", *common]))

@@ -72,7 +72,7 @@ def main() -> int:
         run_dir = Path(tmp) / "run"
         command = [sys.executable, "-m", "nimbus.cli", "train", args.config, "--run-dir", str(run_dir),
                    "--set", "train.total_env_steps=1000000000000", "--set", "train.eval_episodes=0",
-                   "--set", "output.tensorboard=true", "--set", "output.report=false",
+                   "--set", "output.loggers=[tensorboard]", "--set", "output.report=false",
                    "--set", "output.status_line=false", "--set", "train.checkpoint_every_rounds=200"]
         shm_base = f"nimbus_soak{os.getpid()}_"  # the driver claims its own prefix under this base
         proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

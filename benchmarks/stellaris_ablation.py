@@ -63,7 +63,7 @@ def run_arm(*, arm: str, seed: int, rounds: int, root: Path, extra: list[str], e
             tail: int) -> Run:
     overrides = [f"seed={seed}", f"train.max_rounds={rounds}", "train.total_env_steps=10000000",
                  "train.target_return=null", "stellaris.learners=4", f"output.root_dir={root}",
-                 "output.status_line=false", "output.tensorboard=false", "train.eval_episodes=0", *extra]
+                 "output.status_line=false", "output.loggers=[]", "train.eval_episodes=0", *extra]
     result = train(config=load_config(path=CONFIG, overrides=overrides), run_dir=root / f"{arm}-s{seed}")
     rows = result.rows
     evaluated = evaluate_checkpoint(path=result.run_dir, episodes=eval_episodes, seed=EVAL_SEED, explore=False)

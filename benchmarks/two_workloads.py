@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def configs(*, root: Path, slots: int, args: argparse.Namespace, rounds: int) -> list[NimbusConfig]:
     base = load_config(path=REPO / "configs" / "ppo-cartpole.yaml").model_dump(mode="json")
-    base["output"] = {"root_dir": str(root), "tensorboard": False, "report": False, "status_line": False}
+    base["output"] = {"root_dir": str(root), "loggers": [], "report": False, "status_line": False}
     base["train"]["eval_episodes"] = 0
     common = [f"runtime.capacity_cpus={args.cpus}", f"train.max_rounds={rounds}", "train.total_env_steps=10000000",
               "train.target_return=100000", "devices.pool=on_demand", f"devices.kind={args.kind}",

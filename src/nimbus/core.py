@@ -225,7 +225,7 @@ class Workflow(Protocol):
       ``train.checkpoint_replay`` a replay file beside it, so no single CheckpointState describes every
       workflow's checkpoint; the loop decides when, the workflow what.
     * ``evaluate`` returns the evaluation (``.mean_return``...), which periodic evaluation also records.
-    * ``metrics``: the sink the loop writes each round's row to (metrics.jsonl, TensorBoard).
+    * ``metrics``: the sink the loop writes each round's row to (metrics.jsonl; the loop's trackers get it next).
     * MARLess publishes its versions in ``build`` (its progress comes out of publishing), so its ``start`` is empty.
 
     Example (run/loop.py)::

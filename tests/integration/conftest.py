@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 def cartpole_config(*, tmp_path: Path, overrides: list[str] | None = None, **sections: Any) -> NimbusConfig:
     """The shipped PPO CartPole config, quiet, writing under tmp_path."""
     base = load_config(path=REPO / "configs" / "ppo-cartpole.yaml").model_dump(mode="json")
-    base["output"] = {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}
+    base["output"] = {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}
     base["train"]["eval_episodes"] = 0
     for key, value in sections.items():
         base[key] = {**base.get(key, {}), **value}
@@ -25,7 +25,7 @@ def make_shipped_config(tmp_path: Path):
     """Any shipped config by name (configs/<name>.yaml), quiet, writing under tmp_path."""
     def factory(name: str, overrides: list[str] | None = None) -> NimbusConfig:
         base = load_config(path=REPO / "configs" / f"{name}.yaml").model_dump(mode="json")
-        base["output"] = {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}
+        base["output"] = {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}
         base["train"]["eval_episodes"] = 0
         return parse_config(data=apply_overrides(data=base, overrides=overrides or []))
     return factory

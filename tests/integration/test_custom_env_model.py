@@ -58,7 +58,7 @@ def user_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_custom_env_via_imports_with_a_custom_ppo_model_learns(user_code, tmp_path: Path) -> None:
     config = load_config(path=EXAMPLES / "corridor.yaml", overrides=[
         "env.id=Corridor-v0", "env.imports=[corridor]", "algo.model=usernets_it:Policy",
-        f"output.root_dir={tmp_path}", "output.report=false", "output.tensorboard=false",
+        f"output.root_dir={tmp_path}", "output.report=false", "output.loggers=[]",
         "output.status_line=false", "train.eval_episodes=5"])
     result = train(config=config)
     assert result.summary.stopped_by == "target_return", result.summary
@@ -73,7 +73,7 @@ def test_custom_dqn_q_network_trains_on_the_async_workflow(user_code, tmp_path: 
         " target_update_interval: 64, exploration_fraction: 0.2}",
         "train.workflow=async", "train.total_env_steps=6000", "train.target_return=null",
         "async_workflow.max_steps_ahead=512", "actors.fragment_steps=64", "env.num_envs_per_actor=1",
-        f"output.root_dir={tmp_path}", "output.report=false", "output.tensorboard=false",
+        f"output.root_dir={tmp_path}", "output.report=false", "output.loggers=[]",
         "output.status_line=false", "train.eval_episodes=10"])
     result = train(config=config)
     assert result.summary.eval_return is not None and result.summary.eval_return > 0.3, result.summary

@@ -46,7 +46,7 @@ def test_sigterm_to_the_process_group_stops_at_once_with_a_final_checkpoint(tmp_
     proc = subprocess.Popen(
         [sys.executable, "-m", "nimbus.cli", "train", str(ROOT / "configs" / "ppo-cartpole.yaml"), "--run-dir",
          str(run_dir), "--set", "train.total_env_steps=10000000", "--set", "train.target_return=null",
-         "--set", "output.tensorboard=false", "--set", "output.report=false"],
+         "--set", "output.loggers=[]", "--set", "output.report=false"],
         cwd=tmp_path, env={**os.environ, "NIMBUS_SHM_PREFIX": prefix}, start_new_session=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

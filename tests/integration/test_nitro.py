@@ -71,7 +71,7 @@ def test_impala_cartpole_nitro_off_policy_boosting(tmp_path) -> None:
             "async_workflow": {"max_steps_ahead": 128},
             "train": {"workflow": "async", "max_rounds": 12, "total_env_steps": 100_000, "eval_episodes": 0},
             "runtime": {"backend": "inline"},
-            "output": {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}}
+            "output": {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}}
     result = train(config=parse_config(data=data))
     rows = result.rows
     decided = [row.extras["actors_decided"] for row in rows]
@@ -116,7 +116,7 @@ def test_impala_cartpole_authors_code_probes_every_update(tmp_path) -> None:
             "async_workflow": {"max_steps_ahead": 128},
             "train": {"workflow": "async", "max_rounds": 6, "total_env_steps": 100_000, "eval_episodes": 0},
             "runtime": {"backend": "inline"},
-            "output": {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}}
+            "output": {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}}
     rows = train(config=parse_config(data=data)).rows
     assert len(rows) == 6
     probed = [row for row in rows if math.isfinite(row.extras["hessian_ratio"])]

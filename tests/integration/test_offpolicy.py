@@ -23,7 +23,7 @@ INLINE = "runtime.backend=inline"   # logic-only tests: functions run in the dri
 def offpolicy_config(*, name: str, tmp_path: Path, overrides: list[str] | None = None) -> NimbusConfig:
     """A shipped config, quiet, writing under tmp_path."""
     base = load_config(path=REPO / "configs" / f"{name}.yaml").model_dump(mode="json")
-    base["output"] = {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}
+    base["output"] = {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}
     base["train"]["eval_episodes"] = 0
     return parse_config(data=apply_overrides(data=base, overrides=overrides or []))
 

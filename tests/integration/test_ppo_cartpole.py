@@ -39,7 +39,7 @@ def test_same_seed_gives_identical_rounds(make_config) -> None:
 
 def test_run_directory_contents_and_checkpoint_evaluation(make_config) -> None:
     config = make_config(overrides=["train.total_env_steps=40000", "train.target_return=150",
-                                    "train.return_window=20", "output.report=true", "output.tensorboard=true",
+                                    "train.return_window=20", "output.report=true", "output.loggers=[tensorboard]",
                                     "train.eval_episodes=5"])
     result = train(config=config)
     run_dir = result.run_dir

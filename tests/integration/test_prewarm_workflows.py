@@ -51,7 +51,7 @@ def test_sync_nitro_scale_up_from_k_to_k_actors_finds_the_added_workers_warm(mak
 def _data(tmp_path: Any, **sections: Any) -> dict[str, Any]:
     return {**sections, "seed": 0,
             "runtime": {"prewarm": False, "max_workers": 10}, "prewarm": {"mode": "monitor"},
-            "output": {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}}
+            "output": {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}}
 
 
 def test_async_workflow_boosted_ranks_start_warm(tmp_path) -> None:

@@ -31,7 +31,7 @@ def test_a_sigkilled_drivers_keys_are_gone_after_the_lease(redis_server, tmp_pat
     proc = subprocess.Popen(
         [sys.executable, "-m", "nimbus.cli", "train", str(REPO / "configs" / "ppo-cartpole.yaml"),
          "--set", f"output.root_dir={tmp_path}", "--set", "train.total_env_steps=10000000",
-         "--set", "output.tensorboard=false", "--set", "output.report=false", "--set", "train.eval_episodes=0",
+         "--set", "output.loggers=[]", "--set", "output.report=false", "--set", "train.eval_episodes=0",
          "--set", "store.backend=redis", "--set", f"store.url={server.url}", "--set", f"store.lease_s={LEASE_S}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -173,7 +173,7 @@ def test_unknown_config_key_exits_2_naming_the_path(tmp_path: Path) -> None:
 def test_bad_config_exits_2_naming_the_key_before_anything_starts(tmp_path: Path, yaml_text: str,
                                                                    expected: list[str]) -> None:
     config = tmp_path / "bad.yaml"
-    config.write_text(f"name: bad\noutput: {{root_dir: {tmp_path / 'runs'}, tensorboard: false}}\n" + yaml_text)
+    config.write_text(f"name: bad\noutput: {{root_dir: {tmp_path / 'runs'}, loggers: []}}\n" + yaml_text)
     prefix = f"nimbus_badcfg{os.getpid()}_"
     proc = _nimbus("train", str(config), env={**os.environ, "NIMBUS_SHM_PREFIX": prefix})
     out, err = proc.communicate(timeout=120)
@@ -188,7 +188,7 @@ def _start_long_run(tmp_path: Path, prefix: str) -> tuple[subprocess.Popen, Path
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "NIMBUS_SHM_PREFIX": prefix}
     proc = _nimbus("train", str(root / "configs" / "ppo-cartpole.yaml"), "--set", f"output.root_dir={tmp_path}",
-                   "--set", "train.total_env_steps=10000000", "--set", "output.tensorboard=false",
+                   "--set", "train.total_env_steps=10000000", "--set", "output.loggers=[]",
                    "--set", "output.report=false", env=env)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:

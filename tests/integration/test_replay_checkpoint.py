@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _dqn(tmp_path: Path, *overrides: str):
     base = load_config(path=REPO / "configs" / "dqn-cartpole.yaml").model_dump(mode="json")
-    base["output"] = {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}
+    base["output"] = {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}
     base["train"]["eval_episodes"] = 0
     return parse_config(data=apply_overrides(data=base, overrides=[
         "algo.learning_starts=512", "algo.hidden_sizes=[32]", "algo.buffer_capacity=4096", "algo.train_freq=128",

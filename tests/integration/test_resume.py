@@ -161,7 +161,7 @@ def test_sigkill_inside_optimizer_step_then_a_fresh_process_resumes_exactly(make
     """P8 + P9 across processes: the driver is SIGKILLed while round 5's learner is inside optimizer.step();
     a new process resumes from the newest verified checkpoint (round 4), and its rounds, weights and
     TensorBoard steps continue exactly as an uninterrupted run's."""
-    over = ["train.exact_resume=true", "train.checkpoint_every_rounds=2", "output.tensorboard=true"]
+    over = ["train.exact_resume=true", "train.checkpoint_every_rounds=2", "output.loggers=[tensorboard]"]
     straight = train(config=make_config(overrides=over + ["train.max_rounds=7"]), run_dir=tmp_path / "straight")
     run_dir, counter = tmp_path / "killed", tmp_path / "steps"
     config = make_config(overrides=over + ["train.max_rounds=7"])

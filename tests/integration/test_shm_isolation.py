@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _train(*, root: Path, env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "nimbus.cli", "train", str(REPO / "configs" / "ppo-cartpole.yaml"),
-         "--set", f"output.root_dir={root}", "--set", "train.total_env_steps=768", "--set", "output.tensorboard=false",
+         "--set", f"output.root_dir={root}", "--set", "train.total_env_steps=768", "--set", "output.loggers=[]",
          "--set", "output.report=false", "--set", "train.eval_episodes=0", "--set", "output.status_line=false"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

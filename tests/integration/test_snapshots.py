@@ -70,7 +70,7 @@ TIMING = ("_s", "_usd", "_share")   # wall time, cost and their ratios: never re
 
 def _config(*, name: str, overrides: list[str], tmp_path: Path) -> NimbusConfig:
     base = load_config(path=REPO / "configs" / f"{name}.yaml").model_dump(mode="json")
-    base["output"] = {"root_dir": str(tmp_path), "tensorboard": False, "report": False, "status_line": False}
+    base["output"] = {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}
     base["train"]["eval_episodes"] = 0
     return parse_config(data=apply_overrides(data=base, overrides=overrides))
 

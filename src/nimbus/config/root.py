@@ -46,7 +46,7 @@ class NimbusConfig(Section):
     cost: CostConfig = Field(default_factory=CostConfig)
     """the prices each function invocation is billed at"""
     output: OutputConfig = Field(default_factory=OutputConfig)
-    """the run directory, TensorBoard, report and status line"""
+    """the run directory, experiment trackers (loggers: TensorBoard, W&B, MLflow), report and status line"""
     async_workflow: AsyncWorkflowConfig = Field(default_factory=AsyncWorkflowConfig)
     """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
     stellaris: StellarisConfig = Field(default_factory=StellarisConfig)

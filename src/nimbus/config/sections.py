@@ -14,6 +14,7 @@ from pydantic_core import PydanticUndefined
 from nimbus.config.base import ConfigSection
 from nimbus.config.bounds import MAX_ACTORS, MAX_INLINE_BYTES, MAX_RETRIES
 from nimbus.nitro.config import ScalingConfig
+from nimbus.config.trackers import Logger, MlflowConfig, WandbConfig, check_loggers
 
 
 def _default_scaling() -> ScalingConfig:
@@ -249,11 +250,29 @@ class CostConfig(Section):
 class OutputConfig(Section):
     root_dir: str = "runs"
     """runs are written to <root_dir>/<name>-<timestamp>/"""
-    tensorboard: bool = True
-    """write TensorBoard event files"""
+    loggers: tuple[Logger, ...] = ("tensorboard",)
+    """experiment trackers each round's scalars go to: tensorboard, wandb, mlflow ([] for none; docs/tracking.md)"""
     report: bool = True
     """render report.png at the end"""
     status_line: bool = True
     """live status line on stderr"""
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
+    """Weights & Biases settings, used when loggers names wandb"""
+    mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
+    """MLflow settings, used when loggers names mlflow"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replaced_tensorboard(cls, data: Any) -> Any:
+        """``output.tensorboard`` (a bool until issue 29) became ``output.loggers``: say how to write it."""
+        if isinstance(data, dict) and "tensorboard" in data:
+            raise ValueError("output.tensorboard was replaced by output.loggers: write `loggers: [tensorboard]` "
+                             "for TensorBoard, `loggers: []` for none (a resumed run's config.yaml too)")
+        return data
+
+    @model_validator(mode="after")
+    def _check_loggers(self) -> "OutputConfig":
+        check_loggers(loggers=self.loggers)
+        return self
 
 

@@ -96,7 +96,7 @@ class MultiAgentWorkflow:
                                     compatible={a: space_signature(spaces=spaces[a]) for a in agents})
         scaler = MarlessActorScaler(config=config.marl, num_agents=len(agents), fixed_actors=fixed_actors(config=config))
         pool = shared()
-        metrics = MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
+        metrics = MetricsSink(run_dir=run_dir,
                               status_line=config.output.status_line)
         parts = MarlParts(config=config, shared=pool, run_dir=run_dir, agents=agents, spaces=spaces, algo=algo,
                           specs=function_specs(config=config, algo=algo), sharing=sharing, scaler=scaler,

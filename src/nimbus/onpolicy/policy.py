@@ -134,8 +134,7 @@ def build_policy(*, config: NimbusConfig, shared: Shared, run_dir: Path, policy:
                   store=shared.store, store_events=StoreEvents(), buffer=data.buffer, replay=data.replay,
                   scaler=data.scaler, actor_spec=actor_spec, learner_spec=learner_spec,
                   checkpointer=Checkpointer(directory=run_dir / "checkpoints", keep=config.train.keep_checkpoints),
-                  metrics=MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
-                                      status_line=config.output.status_line),
+                  metrics=MetricsSink(run_dir=run_dir, status_line=config.output.status_line),
                   probe=probe, ship_batches=config.runtime.backend == "ray", policy=policy, rank_base=rank_base,
                   owns_shared=owns_shared, shm_prefix=shared.shm_prefix if owns_shared else None)
 

@@ -1,11 +1,12 @@
-"""One metrics API: a row per round → metrics.jsonl, TensorBoard scalars and the live status line.
+"""One metrics API: a row per round → metrics.jsonl and the live status line.
 
-TensorBoard names follow the usual scheme with env steps as the x-axis: ``charts/episodic_return``,
-``losses/policy_loss``, ``runtime/cold_starts``, ``cost/usd``, ``time/round_s``.
+The experiment trackers (TensorBoard, W&B, MLflow: ``output.loggers``, report/trackers.py) get the same row from the
+run loop right after it is written here (run/rounds.py), under the usual names with env steps as the x-axis:
+``charts/episodic_return``, ``losses/policy_loss``, ``runtime/cold_starts``, ``cost/usd``, ``time/round_s``.
 
 Example::
 
-    sink = MetricsSink(run_dir=run_dir, tensorboard=True, status_line=True)
+    sink = MetricsSink(run_dir=run_dir, status_line=True)
     sink.write(row=round_metrics, runtime={"cold_starts": 2})
     sink.close()
 """
@@ -20,10 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from tensorboard.compat.proto.summary_pb2 import Summary
 
 from nimbus.data.jsonl import read_jsonl
-from nimbus.report.trackers import scalars_of
 from nimbus.types import RoundMetrics
 
 log = logging.getLogger(__name__)
@@ -35,27 +34,16 @@ def read_metrics(*, path: Path) -> list[dict[str, Any]]:
 
 
 class MetricsSink:
-    def __init__(self, *, run_dir: Path, tensorboard: bool, status_line: bool) -> None:
+    def __init__(self, *, run_dir: Path, status_line: bool) -> None:
         self._file = open(Path(run_dir) / "metrics.jsonl", "a", buffering=1)
-        self._writer = None
-        if tensorboard:  # FileWriter + one Summary per round: one event, not one per scalar (~2.5 ms a round)
-            from torch.utils.tensorboard.writer import FileWriter
-            self._writer = FileWriter(log_dir=str(run_dir))
         self._console = Console(stderr=True) if status_line else None
         self._interactive = status_line and sys.stderr.isatty()
 
     def write(self, *, row: RoundMetrics, runtime: dict[str, float]) -> None:
         record = asdict(row) | {"runtime": runtime}
         self._file.write(json.dumps(record) + "\n")
-        if self._writer is not None:
-            self._scalars(row=row, runtime=runtime)
         if self._console is not None:
             self._status(row=row)
-
-    def _scalars(self, *, row: RoundMetrics, runtime: dict[str, float]) -> None:
-        values = [Summary.Value(tag=name, simple_value=value) for name, value in
-                  scalars_of(row=row, runtime=runtime).items()]
-        self._writer.add_summary(Summary(value=values), global_step=row.env_steps)
 
     def _status(self, *, row: RoundMetrics) -> None:
         ret = "   n/a" if row.return_mean is None else f"{row.return_mean:7.1f}"
@@ -75,5 +63,3 @@ class MetricsSink:
         if self._interactive and self._console is not None:
             self._console.print()
         self._file.close()
-        if self._writer is not None:
-            self._writer.close()

@@ -1,27 +1,29 @@
 """Experiment trackers: TensorBoard, Weights & Biases and MLflow get the same scalars every round.
 
-Status: the trackers and their tests are here; the run loop does not call them yet (report/metrics.py writes
-TensorBoard itself). Wiring them in (``output.loggers``) is the rest of issue 29 item 1.
+``output.loggers`` names them (config/sections.py OutputConfig, config/trackers.py; docs/tracking.md). The run
+loop (run/loop.py, run/members.py, run/workloads.py) opens one ``RunTrackers`` per run directory (a population's
+member or a workload has its own) once the workflow is built, logs each round's row through it right after
+metrics.jsonl (run/rounds.py ``RoundHook``), and closes it on every exit path: after summary.json and report.png
+are written (uploaded as artifacts), or with the run marked failed when an exception ends it.
 
 Each round's scalars (``scalars_of``: ``charts/episodic_return``, ``losses/*``, ``cost/usd``, ``time/*``,
 ``runtime/*``, controller signals under ``control/``) go to every tracker with the env steps as the step. The
 resolved config is the tracker run's config (W&B) or its parameters (MLflow, flattened to ``a.b.c`` keys); at
 the end ``report.png`` and ``summary.json`` are uploaded as artifacts. A resumed run continues the same tracker
-run: the tracker run ids are kept in ``RUN_DIR/trackers.json``.
+run: the tracker run ids are kept in ``RUN_DIR/trackers.json``. A tracker that raises while logging is warned
+about once and dropped for the rest of the run (metrics.jsonl has every row); training goes on.
 
 W&B defaults to offline mode (files under ``RUN_DIR/wandb``; ``wandb sync RUN_DIR/wandb/offline-run-*`` uploads
 them later); MLflow defaults to a SQLite store in the run directory (``sqlite:///RUN_DIR/mlflow.db``, artifacts
 under ``RUN_DIR/mlartifacts``), or any tracking URI. Both are optional extras (``pip install nimbus-rl[wandb]``,
-``[mlflow]``): naming one that is not installed is an error when the run is built.
+``[mlflow]``): naming one that is not installed exits 2 when the config is loaded (config/trackers.py).
 
 Example::
 
-    trackers = make_trackers(loggers=("tensorboard", "wandb"), run_dir=run_dir, config=resolved_config_dict,
-                             wandb=WandbConfig(), mlflow=MlflowConfig())
-    for tracker in trackers:
-        tracker.log(scalars=scalars_of(row=row, runtime={}), step=row.env_steps)
-    for tracker in trackers:
-        tracker.finish(artifacts=[run_dir / "report.png", run_dir / "summary.json"])
+    with RunTrackers.open(output=config.output, run_dir=run_dir, config=config.model_dump(mode="json")) as trackers:
+        trackers.log(row=row, runtime={"cold_starts": 2.0})     # every round
+        ...                                                      # summary.json and report.png written
+    # left: summary.json and report.png uploaded, every tracker run ended (failed when an exception left)
 """
 
 from __future__ import annotations
@@ -32,11 +34,14 @@ import os
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nimbus.errors import ConfigError
-from nimbus.report.config import Logger, MlflowConfig, WandbConfig
+from nimbus.config.trackers import Logger, MlflowConfig, WandbConfig
 from nimbus.types import RoundMetrics
+
+if TYPE_CHECKING:
+    from nimbus.config.sections import OutputConfig
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +52,7 @@ OWN_PREFIXES = ("staleness/", "eval/")   # extras logged under their own name, n
 class Tracker(Protocol):
     def log(self, *, scalars: Mapping[str, float], step: int) -> None: ...
 
-    def finish(self, *, artifacts: Sequence[Path]) -> None: ...
+    def finish(self, *, artifacts: Sequence[Path], failed: bool = False) -> None: ...
 
 
 def scalars_of(*, row: RoundMetrics, runtime: Mapping[str, float]) -> dict[str, float]:
@@ -103,7 +108,7 @@ class TensorBoardTracker:
         values = [self._summary.Value(tag=name, simple_value=float(v)) for name, v in scalars.items()]
         self._writer.add_summary(self._summary(value=values), global_step=step)
 
-    def finish(self, *, artifacts: Sequence[Path]) -> None:
+    def finish(self, *, artifacts: Sequence[Path], failed: bool = False) -> None:
         self._writer.close()
 
 
@@ -114,18 +119,21 @@ class WandbTracker:
         wandb = _optional("wandb", logger="wandb")
         run_id = _load_ids(run_dir).get("wandb", {}).get("id") or uuid.uuid4().hex[:8]
         os.environ.setdefault("WANDB_SILENT", "true")
+        # create_new: a population's members are W&B runs of their own, all active at once in this process (W&B's
+        # default hands back the active run instead)
         self._run = wandb.init(project=settings.project, entity=settings.entity, mode=settings.mode, id=run_id,
-                               resume="allow", dir=str(run_dir), name=run_dir.name, config=dict(config))
+                               resume="allow", dir=str(run_dir), name=run_dir.name, config=dict(config),
+                               reinit="create_new")
         _save_id(run_dir, tracker="wandb", value={"id": run_id, "mode": settings.mode})
 
     def log(self, *, scalars: Mapping[str, float], step: int) -> None:
         self._run.log(dict(scalars), step=step)
 
-    def finish(self, *, artifacts: Sequence[Path]) -> None:
+    def finish(self, *, artifacts: Sequence[Path], failed: bool = False) -> None:
         for path in artifacts:
             if Path(path).exists():
                 self._run.save(str(path), base_path=str(Path(path).parent), policy="now")
-        self._run.finish()
+        self._run.finish(exit_code=1 if failed else 0)
 
 
 class MlflowTracker:
@@ -162,11 +170,11 @@ class MlflowTracker:
         metrics = [self._metric(key=name, value=value, timestamp=0, step=step) for name, value in scalars.items()]
         self._client.log_batch(self._run_id, metrics=metrics)
 
-    def finish(self, *, artifacts: Sequence[Path]) -> None:
+    def finish(self, *, artifacts: Sequence[Path], failed: bool = False) -> None:
         for path in artifacts:
             if Path(path).exists():
                 self._client.log_artifact(self._run_id, str(path))
-        self._client.set_terminated(self._run_id)
+        self._client.set_terminated(self._run_id, status="FAILED" if failed else "FINISHED")
 
 
 def _optional(module: str, *, logger: str) -> Any:
@@ -177,15 +185,78 @@ def _optional(module: str, *, logger: str) -> Any:
                           f"{exc}") from None
 
 
+def _make(*, name: str, run_dir: Path, config: Mapping[str, Any], wandb: WandbConfig, mlflow: MlflowConfig) -> Tracker:
+    if name == "tensorboard":
+        return TensorBoardTracker(run_dir=run_dir)
+    if name == "wandb":
+        return WandbTracker(run_dir=run_dir, config=config, settings=wandb)
+    return MlflowTracker(run_dir=run_dir, config=config, settings=mlflow)
+
+
 def make_trackers(*, loggers: Sequence[Logger], run_dir: Path, config: Mapping[str, Any], wandb: WandbConfig,
                   mlflow: MlflowConfig) -> list[Tracker]:
-    """One tracker per name in ``output.loggers``, in order."""
+    """One tracker per name in ``output.loggers``, in order; when one cannot start, those made are closed."""
     made: list[Tracker] = []
-    for name in dict.fromkeys(loggers):
-        if name == "tensorboard":
-            made.append(TensorBoardTracker(run_dir=run_dir))
-        elif name == "wandb":
-            made.append(WandbTracker(run_dir=run_dir, config=config, settings=wandb))
-        else:
-            made.append(MlflowTracker(run_dir=run_dir, config=config, settings=mlflow))
+    try:
+        for name in dict.fromkeys(loggers):
+            made.append(_make(name=name, run_dir=run_dir, config=config, wandb=wandb, mlflow=mlflow))
+    except BaseException:
+        for tracker in made:
+            _finish_quietly(tracker=tracker, artifacts=[], failed=True)
+        raise
     return made
+
+
+def _finish_quietly(*, tracker: Tracker, artifacts: Sequence[Path], failed: bool) -> None:
+    try:
+        tracker.finish(artifacts=artifacts, failed=failed)
+    except Exception as exc:   # one tracker's failure to close must not keep the others open
+        log.warning("output.loggers: closing %s failed (%s: %s)", type(tracker).__name__, type(exc).__name__, exc)
+
+
+class RunTrackers:
+    """The trackers of one run directory, opened by the run loop: ``log`` every round, closed once (a context
+    manager: on leaving, the files of ``artifacts_from`` in ``ARTIFACTS`` are uploaded and the tracker run is
+    marked failed when an exception is leaving). A tracker that raises in ``log`` is warned about and dropped."""
+
+    ARTIFACTS = ("summary.json", "report.png", "population.json")
+
+    def __init__(self, *, trackers: Sequence[Tracker], artifacts_from: Path) -> None:
+        self.trackers, self.artifacts_from, self.closed = list(trackers), Path(artifacts_from), False
+
+    @classmethod
+    def open(cls, *, output: "OutputConfig", run_dir: Path, config: Mapping[str, Any],
+             artifacts_from: Path | None = None) -> "RunTrackers":
+        """``output.loggers``' trackers for ``run_dir``; ``config``: the resolved config, as JSON-ready data."""
+        made = make_trackers(loggers=output.loggers, run_dir=Path(run_dir), config=config, wandb=output.wandb,
+                             mlflow=output.mlflow)
+        return cls(trackers=made, artifacts_from=Path(artifacts_from if artifacts_from is not None else run_dir))
+
+    def log(self, *, row: RoundMetrics, runtime: Mapping[str, float]) -> None:
+        if not self.trackers:
+            return
+        scalars = scalars_of(row=row, runtime=runtime)
+        for tracker in list(self.trackers):
+            try:
+                tracker.log(scalars=scalars, step=row.env_steps)
+            except Exception as exc:   # observability must not stop training: metrics.jsonl has every round
+                log.warning("output.loggers: %s failed at env step %d (%s: %s); it logs nothing more this run, "
+                            "metrics.jsonl has every round", type(tracker).__name__, row.env_steps,
+                            type(exc).__name__, exc)
+                self.trackers.remove(tracker)
+                _finish_quietly(tracker=tracker, artifacts=[], failed=True)
+
+    def close(self, *, failed: bool) -> None:
+        """Upload the artifacts that exist now and end every tracker run (later calls do nothing)."""
+        if self.closed:
+            return
+        self.closed = True
+        artifacts = [self.artifacts_from / name for name in self.ARTIFACTS if (self.artifacts_from / name).exists()]
+        for tracker in self.trackers:
+            _finish_quietly(tracker=tracker, artifacts=artifacts, failed=failed)
+
+    def __enter__(self) -> "RunTrackers":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        self.close(failed=exc_type is not None)

@@ -7,6 +7,8 @@
                after every round (rounds.py): periodic eval → metrics → member controller → checkpoint when due
     4. stop    the reason (stop.py), the final checkpoint, the final evaluation (not after a signal), the
                summary (summary.py), summary.json and the report
+    5. track   the experiment trackers (``output.loggers``, report/trackers.py) get every round's row after
+               metrics.jsonl; they close on every exit path, after summary.json and report.png (their artifacts)
 
 Example::
 
@@ -20,11 +22,12 @@ import logging
 import time
 from collections import deque
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from nimbus.config import NimbusConfig
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.errors import CheckpointError, StoreUnavailable
+from nimbus.report.trackers import RunTrackers
 from nimbus.roles.remote import run_unless_store_lost
 from nimbus.run.build import build_shared, make_run_dir
 from nimbus.run.members import train_population
@@ -35,6 +38,9 @@ from nimbus.run.signals import Interrupt
 from nimbus.run.stop import stop_reason
 from nimbus.run.summary import ROWS_IN_MEMORY, RunSummary, TrainResult, write_summary
 from nimbus.types import RoundMetrics, Shared
+
+if TYPE_CHECKING:
+    from nimbus.core import Workflow
 
 log = logging.getLogger(__name__)
 POLICY = "main"   # the policy of a one-policy run (a population names each member)
@@ -82,22 +88,34 @@ def _is_run_directory(*, path: Path) -> bool:
 
 
 def _train_one(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None) -> TrainResult:
-    """One workflow's run in the claimed ``run_dir``."""
+    """One workflow's run in the claimed ``run_dir``; its experiment trackers (``output.loggers``) open once the
+    workflow is built and close on every exit path, after summary.json and report.png (uploaded as artifacts)."""
     name = workflow_name(config=config)
     pool = SharedOnce(make=lambda prefix: build_shared(config=config, run_dir=run_dir, shm_prefix=prefix))
+    workflow = None
     try:
         workflow = workflow_class(name=name).build(config=config, shared=pool, run_dir=run_dir, policy=POLICY,
                                                    resume_from=resume_from)
+        trackers = RunTrackers.open(output=config.output, run_dir=run_dir, config=config.model_dump(mode="json"))
     except BaseException:
+        if workflow is not None:
+            workflow.close()
         pool.close()
         raise
+    with trackers:   # left with an exception (store lost, a crash, a second Ctrl-C): the tracker run is failed
+        return _run_one(config=config, run_dir=run_dir, workflow=workflow, pool=pool, trackers=trackers)
+
+
+def _run_one(*, config: NimbusConfig, run_dir: Path, workflow: Workflow, pool: SharedOnce,
+             trackers: RunTrackers) -> TrainResult:
+    """Start, rounds, stop: the summary and the report; the workflow and the pool are closed here."""
     rows: deque[RoundMetrics] = deque(maxlen=ROWS_IN_MEMORY)  # bounded: a long run's driver stays flat (P13)
     lost_store = None
     started = time.perf_counter()
     try:
         workflow.start()
         hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=pool().runtime,
-                         progress_env_steps=workflow.progress.env_steps)
+                         progress_env_steps=workflow.progress.env_steps, trackers=trackers)
         with Interrupt(workflows=[workflow]) as interrupt:
             lost_store = run_unless_store_lost(  # P12: a lost store stops cleanly, with a final checkpoint
                 run=lambda: workflow.run(should_stop=lambda p: stop_reason(config=config, progress=p) is not None,

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import queue
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable
 
 from nimbus.config import NimbusConfig
 from nimbus.errors import FunctionFailed, StoreUnavailable
+from nimbus.report.trackers import RunTrackers
 from nimbus.roles.remote import run_unless_store_lost, store_failure
 from nimbus.run.build import build_shared
 from nimbus.run.registry import controller_class, workflow_class, workflow_name
@@ -125,7 +127,15 @@ class Members:
 
 def train_population(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None) -> TrainResult:
     """Train every policy of ``config`` over one pool; the summary is the best member's (population.json has all).
-    With ``resume_from`` (the run directory) every member continues from its own newest checkpoint."""
+    With ``resume_from`` (the run directory) every member continues from its own newest checkpoint. Each member has
+    its own experiment trackers (``output.loggers`` in ``policies/<name>/``), closed on every exit path after the
+    population's summary.json, population.json and report.png (their artifacts)."""
+    with ExitStack() as trackers:
+        return _train_members(config=config, run_dir=run_dir, resume_from=resume_from, trackers=trackers)
+
+
+def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None,
+                   trackers: ExitStack) -> TrainResult:
     population = controller_class(name="population")(config=config, run_dir=run_dir, resume_from=resume_from)
     pool = build_shared(config=config, run_dir=run_dir)
     members = Members(configs=[plan.config for plan in population.plans])
@@ -135,9 +145,12 @@ def train_population(*, config: NimbusConfig, run_dir: Path, resume_from: Path |
             workflow = workflow_class(name=workflow_name(config=plan.config)).build(
                 config=plan.config, shared=lambda: pool, run_dir=plan.run_dir, policy=plan.name,
                 resume_from=plan.resume_from, rank_base=plan.rank_base)
-            members.add(workflow=workflow, hook=RoundHook(config=plan.config, workflow=members.get(i),
-                                                          runtime=pool.runtime,
-                                                          after_round=lambda row, i=i: population.after_round(i, row)))
+            hook = RoundHook(config=plan.config, workflow=members.get(i), runtime=pool.runtime,
+                             after_round=lambda row, i=i: population.after_round(i, row))
+            members.add(workflow=workflow, hook=hook)   # added first: closed by the finally below if trackers fail
+            hook.trackers = trackers.enter_context(RunTrackers.open(
+                output=plan.config.output, run_dir=plan.run_dir, config=plan.config.model_dump(mode="json"),
+                artifacts_from=run_dir))
         population.begin(workflows=list(members.workflows))
         for i, workflow in enumerate(members.workflows):
             population.attach(i, workflow)

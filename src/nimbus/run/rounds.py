@@ -1,12 +1,13 @@
 """What the run loop does after every round and at the end, for every workflow: the same order everywhere.
 
-After a round (``RoundHook``): periodic evaluation (``train.eval_every_env_steps``) → metrics.jsonl → the member
-controller (a population's ``after_round``) → a checkpoint when one is due. At the end (``finish``): the final
-checkpoint, the final evaluation (not after SIGINT/SIGTERM) and the summary.
+After a round (``RoundHook``): periodic evaluation (``train.eval_every_env_steps``) → metrics.jsonl → the
+experiment trackers (``output.loggers``: the same row, report/trackers.py) → the member controller (a population's
+``after_round``) → a checkpoint when one is due. At the end (``finish``): the final checkpoint, the final
+evaluation (not after SIGINT/SIGTERM) and the summary.
 
 Example::
 
-    hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=shared.runtime)
+    hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=shared.runtime, trackers=trackers)
     workflow.run(should_stop=..., on_round=hook)
     summary = finish(config=config, workflow=workflow, shared=shared, wall_s=60.0, stopped_by="max_rounds",
                      peak_actors=hook.peak_actors)
@@ -24,6 +25,7 @@ from nimbus.types import RoundMetrics
 
 if TYPE_CHECKING:
     from nimbus.core import Workflow
+    from nimbus.report.trackers import RunTrackers
     from nimbus.types import Shared
     from nimbus.runtime.base import Runtime
 
@@ -35,9 +37,9 @@ class RoundHook:
 
     def __init__(self, *, config: NimbusConfig, workflow: Callable[[], "Workflow"], rows: Any = None,
                  runtime: "Runtime | None" = None, after_round: Callable[[RoundMetrics], None] | None = None,
-                 progress_env_steps: int = 0) -> None:
-        self.config, self.workflow, self.rows, self.runtime, self.after_round = \
-            config, workflow, rows, runtime, after_round
+                 progress_env_steps: int = 0, trackers: "RunTrackers | None" = None) -> None:
+        self.config, self.workflow, self.rows, self.runtime, self.after_round, self.trackers = \
+            config, workflow, rows, runtime, after_round, trackers
         self.peak_actors = 1   # the most actors any round used (the serverful baseline reserves them for the run)
         self.evaluator = PeriodicEvaluator(config=config, env_steps=progress_env_steps) \
             if config.train.eval_every_env_steps is not None else None
@@ -49,7 +51,10 @@ class RoundHook:
         self.peak_actors = max(self.peak_actors, row.num_actors)
         if self.evaluator is not None:
             row.extras.update(self.evaluator.maybe_evaluate(evaluate=workflow.evaluate, progress=workflow.progress))
-        workflow.metrics.write(row=row, runtime=runtime_scalars(runtime=self.runtime) if self.runtime else {})
+        runtime = runtime_scalars(runtime=self.runtime) if self.runtime else {}
+        workflow.metrics.write(row=row, runtime=runtime)
+        if self.trackers is not None:   # the same row and runtime counters as metrics.jsonl's
+            self.trackers.log(row=row, runtime=runtime)
         if self.after_round is not None:
             self.after_round(row)
         every = config.train.checkpoint_every_rounds

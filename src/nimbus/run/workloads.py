@@ -15,16 +15,18 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable
 
 from nimbus.config import NimbusConfig, dump_config
+from nimbus.config.rules import peak_actors
 from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import load_pricing
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.errors import ConfigError
-from nimbus.onpolicy.policy import peak_actors
+from nimbus.report.trackers import RunTrackers
 from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, make_run_dir, run_namespace
 from nimbus.run.members import Members
 from nimbus.run.registry import workflow_class, workflow_name
@@ -60,7 +62,7 @@ def _pool_config(*, configs: list[NimbusConfig]) -> NimbusConfig:
     first = configs[0]
     if first.runtime.max_workers is not None:
         return first
-    needed = sum(peak_actors(config=config) + 1 for config in configs)
+    needed = sum(peak_actors(scaling=config.actors.scaling) + 1 for config in configs)
     capacity = first.runtime.capacity_cpus or float(os.cpu_count() or 1)
     runtime = first.runtime.model_copy(update={"max_workers": max(needed, int(2 * capacity))})
     return first.model_copy(update={"runtime": runtime})
@@ -76,8 +78,9 @@ def _workload_view(*, config: NimbusConfig, runtime: Any, store: Any, pool_ledge
 
 
 def _add_workloads(*, members: Members, runtime: Any, store: Any, pool_ledger: Ledger,
-                   after_round: AfterRound | None) -> list[Shared]:
-    """Each workload's run directory, view of the pool and workflow (its functions named after it); the views."""
+                   after_round: AfterRound | None, trackers: ExitStack) -> list[Shared]:
+    """Each workload's run directory, view of the pool, workflow (its functions named after it) and experiment
+    trackers (``output.loggers``, closed by ``trackers``); the views."""
     views = []
     for i, config in enumerate(members.configs):
         run_dir = make_run_dir(config=config)
@@ -87,8 +90,10 @@ def _add_workloads(*, members: Members, runtime: Any, store: Any, pool_ledger: L
             config=config, shared=lambda view=views[-1]: view, run_dir=run_dir, policy=config.name,
             resume_from=None, workload=config.name)
         hook = None if after_round is None else lambda row, i=i: _stop_all_if(after_round(i, row), members=members)
-        members.add(workflow=workflow, hook=RoundHook(config=config, workflow=members.get(i), runtime=runtime,
-                                                      after_round=hook))
+        round_hook = RoundHook(config=config, workflow=members.get(i), runtime=runtime, after_round=hook)
+        members.add(workflow=workflow, hook=round_hook)   # added first: closed by the caller if trackers fail
+        round_hook.trackers = trackers.enter_context(RunTrackers.open(output=config.output, run_dir=run_dir,
+                                                                      config=config.model_dump(mode="json")))
     return views
 
 
@@ -100,8 +105,15 @@ def _stop_all_if(stop: bool, *, members: Members) -> None:
 
 def train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | None = None) -> list[TrainResult]:
     """Train every config to its own stop condition over one pool; one TrainResult per workload. ``after_round(i,
-    row)`` sees workload i's rows as they come; when it returns True every workload stops (a sweep's pruner)."""
+    row)`` sees workload i's rows as they come; when it returns True every workload stops (a sweep's pruner). Each
+    workload's trackers close on every exit path, after its summary.json and report.png (their artifacts)."""
     check_workloads(configs=configs)
+    with ExitStack() as trackers:
+        return _train_workloads(configs=configs, after_round=after_round, trackers=trackers)
+
+
+def _train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | None,
+                     trackers: ExitStack) -> list[TrainResult]:
     shm_prefix = claim_run_prefix()  # the pool's own segment prefix, before any worker starts
     pool_dir = make_run_dir(config=configs[0].model_copy(update={"name": "pool"}))
     pool_ledger = Ledger(path=pool_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)
@@ -115,7 +127,7 @@ def train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | No
         store = driver_store(config=configs[0].store, namespace=run_namespace(run_dir=pool_dir))
         runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})
         views = _add_workloads(members=members, runtime=runtime, store=store, pool_ledger=pool_ledger,
-                               after_round=after_round)
+                               after_round=after_round, trackers=trackers)
         for workflow in members.workflows:
             workflow.publish()
             workflow.prewarm()

@@ -4,19 +4,18 @@ tracker on the same run directory continues the same tracker run (resume)."""
 
 from __future__ import annotations
 
-import glob
 import json
-import struct
 import time
 from pathlib import Path
 
 import pytest
 
 from nimbus.errors import ConfigError
-from nimbus.report.config import MlflowConfig, WandbConfig
-from nimbus.report.trackers import (MlflowTracker, TensorBoardTracker, WandbTracker, flatten, make_trackers,
-                                    scalars_of)
+from nimbus.config.trackers import MlflowConfig, WandbConfig
+from nimbus.report.trackers import (MlflowTracker, RunTrackers, TensorBoardTracker, WandbTracker, flatten,
+                                    make_trackers, scalars_of)
 from nimbus.types import RoundMetrics
+from tests.unit.report.tracker_files import wandb_history, wandb_records
 
 CONFIG = {"name": "t", "seed": 3, "algo": {"name": "ppo", "lr": 0.0003}, "env": {"id": "CartPole-v1", "kwargs": {}}}
 
@@ -51,40 +50,6 @@ def test_flatten_gives_dotted_parameters() -> None:
                                       "env.id": "CartPole-v1", "env.kwargs": "{}"}
 
 
-def _wandb_records(run_dir: Path) -> list:
-    """Every protobuf Record of W&B's offline run files (LevelDB log format: 32 KiB blocks, 7-byte headers)."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    records = []
-    for path in sorted(glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb"))):
-        data, pos, pending = Path(path).read_bytes(), 7, b""
-        while pos + 7 <= len(data):
-            left = 32768 - pos % 32768
-            if left < 7:
-                pos += left
-                continue
-            _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-            if length == 0 and kind == 0:   # block padding
-                pos += left
-                continue
-            chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-            pending = chunk if kind in (1, 2) else pending + chunk
-            if kind in (1, 4):
-                record = pb.Record()
-                record.ParseFromString(pending)
-                records.append(record)
-    return records
-
-
-def _wandb_history(run_dir: Path) -> dict[int, dict[str, float]]:
-    history: dict[int, dict[str, float]] = {}
-    for record in _wandb_records(run_dir):
-        if record.WhichOneof("record_type") == "history":
-            items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-            history[record.history.step.num] = {k: v for k, v in items.items() if not k.startswith("_")}
-    return history
-
-
 def test_wandb_offline_files_hold_the_logged_scalars_and_a_resume_continues_the_run(tmp_path: Path) -> None:
     pytest.importorskip("wandb")
     tracker = WandbTracker(run_dir=tmp_path, config=CONFIG, settings=WandbConfig(project="nimbus-test"))
@@ -97,13 +62,13 @@ def test_wandb_offline_files_hold_the_logged_scalars_and_a_resume_continues_the_
     _log(resumed, range(3, 5))
     resumed.finish(artifacts=[])
     assert json.loads((tmp_path / "trackers.json").read_text())["wandb"]["id"] == first
-    assert {r.run.run_id for r in _wandb_records(tmp_path) if r.WhichOneof("record_type") == "run"} == {first}
-    history = _wandb_history(tmp_path)
+    assert {r.run.run_id for r in wandb_records(tmp_path) if r.WhichOneof("record_type") == "run"} == {first}
+    history = wandb_history(tmp_path)
     expected = _logged(range(0, 5))
     assert sorted(history) == sorted(expected)
     for step, scalars in expected.items():
         assert history[step] == pytest.approx(scalars), step
-    config = next(r.run.config for r in _wandb_records(tmp_path) if r.WhichOneof("record_type") == "run")
+    config = next(r.run.config for r in wandb_records(tmp_path) if r.WhichOneof("record_type") == "run")
     assert json.loads(next(i.value_json for i in config.update if i.key == "algo")) == CONFIG["algo"]
 
 
@@ -152,3 +117,94 @@ def test_a_missing_tracker_package_is_a_config_error(tmp_path: Path, monkeypatch
                         if name == "wandb" else real_import(name, *a, **k))
     with pytest.raises(ConfigError, match=r"output.loggers: wandb needs the wandb extra"):
         make_trackers(loggers=("wandb",), run_dir=tmp_path, config=CONFIG, wandb=WandbConfig(), mlflow=MlflowConfig())
+
+
+def test_two_wandb_runs_at_once_stay_apart(tmp_path: Path) -> None:
+    """A population's members (run/members.py) each have a W&B run, all active in one process: each gets its own
+    rows (W&B's default reinit hands the active run back to the second wandb.init)."""
+    pytest.importorskip("wandb")
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    first = WandbTracker(run_dir=a, config=CONFIG, settings=WandbConfig(project="nimbus-test"))
+    second = WandbTracker(run_dir=b, config=CONFIG, settings=WandbConfig(project="nimbus-test"))
+    _log(first, range(0, 2))
+    _log(second, range(2, 4))
+    first.finish(artifacts=[])
+    second.finish(artifacts=[])
+    assert sorted(wandb_history(a)) == sorted(_logged(range(0, 2)))
+    assert sorted(wandb_history(b)) == sorted(_logged(range(2, 4)))
+
+
+class _Recorder:
+    def __init__(self, *, fail_at: int | None = None) -> None:
+        self.steps: list[int] = []
+        self.finished: list[tuple[list[str], bool]] = []
+        self.fail_at = fail_at
+
+    def log(self, *, scalars, step: int) -> None:
+        if step == self.fail_at:
+            raise OSError("disk gone")
+        self.steps.append(step)
+
+    def finish(self, *, artifacts, failed: bool = False) -> None:
+        self.finished.append(([Path(p).name for p in artifacts], failed))
+
+
+def test_a_tracker_that_fails_to_log_is_dropped_and_the_others_go_on(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    broken, fine = _Recorder(fail_at=1024), _Recorder()
+    trackers = RunTrackers(trackers=[broken, fine], artifacts_from=tmp_path)
+    for k in range(3):
+        trackers.log(row=_row(k), runtime={})
+    assert broken.steps == [512] and fine.steps == [512, 1024, 1536]
+    assert broken.finished == [([], True)]    # ended at once, as failed
+    assert "failed at env step 1024" in caplog.text and "OSError: disk gone" in caplog.text
+    (tmp_path / "summary.json").write_text("{}")
+    with trackers:
+        pass
+    trackers.close(failed=True)              # a second close does nothing
+    assert fine.finished == [(["summary.json"], False)] and len(broken.finished) == 1
+
+
+def test_trackers_left_by_an_exception_end_failed_with_what_was_written(tmp_path: Path) -> None:
+    recorder = _Recorder()
+    (tmp_path / "report.png").write_bytes(b"png")
+    with pytest.raises(KeyboardInterrupt), RunTrackers(trackers=[recorder], artifacts_from=tmp_path):
+        raise KeyboardInterrupt
+    assert recorder.finished == [(["report.png"], True)]
+
+
+def test_a_failed_run_is_marked_failed_in_mlflow_and_wandb(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    from mlflow.tracking import MlflowClient
+
+    from tests.unit.report.tracker_files import wandb_exit_codes
+
+    mlflow_run = MlflowTracker(run_dir=tmp_path, config=CONFIG, settings=MlflowConfig())
+    wandb_run = WandbTracker(run_dir=tmp_path, config=CONFIG, settings=WandbConfig(project="nimbus-test"))
+    for tracker in (mlflow_run, wandb_run):
+        tracker.finish(artifacts=[], failed=True)
+    ids = json.loads((tmp_path / "trackers.json").read_text())
+    assert MlflowClient(tracking_uri=ids["mlflow"]["tracking_uri"]).get_run(ids["mlflow"]["run_id"]).info.status \
+        == "FAILED"
+    assert wandb_exit_codes(tmp_path) == [1]
+
+
+def test_a_tracker_that_cannot_start_closes_those_already_open(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import nimbus.report.trackers as trackers_module
+
+    opened = _Recorder()
+    made = iter([opened])
+
+    def make(*, name: str, **_: object):
+        if name == "mlflow":
+            raise ConnectionError("tracking server down")
+        return next(made)
+
+    monkeypatch.setattr(trackers_module, "_make", make)
+    with pytest.raises(ConnectionError):
+        make_trackers(loggers=("tensorboard", "mlflow"), run_dir=tmp_path, config=CONFIG, wandb=WandbConfig(),
+                      mlflow=MlflowConfig())
+    assert opened.finished == [([], True)]

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[3]
 def inline_config(*, name: str, run_root: Path, overrides: list[str]) -> NimbusConfig:
     """A shipped config on the inline runtime, quiet, writing under ``run_root``."""
     base = load_config(path=REPO / "configs" / f"{name}.yaml").model_dump(mode="json")
-    base["output"] = {"root_dir": str(run_root), "tensorboard": False, "report": False, "status_line": False}
+    base["output"] = {"root_dir": str(run_root), "loggers": [], "report": False, "status_line": False}
     base["train"]["eval_episodes"] = 0
     return parse_config(data=apply_overrides(data=base, overrides=["runtime.backend=inline", *overrides]))
 
