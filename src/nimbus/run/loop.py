@@ -17,7 +17,6 @@ Example::
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from pathlib import Path
 from typing import Callable
@@ -34,6 +33,7 @@ from nimbus.run.rundir import claim_run_dir
 from nimbus.run.signals import Interrupt
 from nimbus.run.stop import stop_reason
 from nimbus.run.summary import ROWS_IN_MEMORY, RunSummary, TrainResult, write_summary
+from nimbus.runtime.base import runtime_clock
 from nimbus.types import RoundMetrics, Shared
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,8 @@ def _train_one(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None)
         raise
     rows: deque[RoundMetrics] = deque(maxlen=ROWS_IN_MEMORY)  # bounded: a long run's driver stays flat (P13)
     lost_store = None
-    started = time.perf_counter()
+    clock = runtime_clock(runtime=pool().runtime)   # simulated seconds on runtime.backend: simulated
+    started = clock()
     try:
         workflow.start()
         hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=pool().runtime,
@@ -105,7 +106,7 @@ def _train_one(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None)
             stopped_by = ("store_unavailable" if lost_store else None) or interrupt.received or \
                 stop_reason(config=config, progress=workflow.progress) or "interrupted"
         summary = finish(config=config, workflow=workflow, shared=pool(), stopped_by=stopped_by,
-                         wall_s=time.perf_counter() - started + workflow.progress.wall_s_before,
+                         wall_s=clock() - started + workflow.progress.wall_s_before,
                          peak_actors=hook.peak_actors)
     finally:
         workflow.close()
