@@ -1,11 +1,13 @@
 """Simulated vs real: PPO CartPole at 1, 2 and 4 actors, round time, cost and return curve (issue 30 item 3).
 
-For each seed: a real run at 1 actor (local backend) is profiled (``nimbus simulate fit``: per-kind lognormal
-durations, cold starts, stragglers, failures from its ledger); then, for every actor count, a real run and a
-simulated run (``runtime.backend: simulated``, ``simulation.profile`` = the 1-actor profile) of the same config
-and seed. So 1 actor is in-sample and 2 and 4 actors are predictions of a scale the profile never saw. Both
+For each seed: real runs (local backend) at 1, 2 and 4 actors; the 1- and 2-actor runs are profiled together
+(``nimbus simulate fit``: per-kind lognormal durations, cold starts, stragglers, failures, and the learner's
+per-row time from the two batch sizes); then a simulated run (``runtime.backend: simulated``,
+``simulation.profile`` = that profile) of the same config and seed at every actor count. So 1 and 2 actors are
+in-sample and 4 actors is a prediction of a scale the profile never saw. Both
 backends get ``runtime.capacity_cpus`` = this machine's cores, so the simulation queues actors the way the real
-machine time-slices them. Every run is a fresh subprocess.
+machine time-slices them, and ``algo.minibatch_size: 128`` (one actor's round; the shipped 256 needs two actors).
+Every run is a fresh subprocess.
 
 Per (actors, seed), real vs simulated:
 
@@ -35,6 +37,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ACTORS = (1, 2, 4)
+FITTED = (1, 2)   # the actor counts whose real runs the profile is fitted from (4 is out of sample)
+MINIBATCH = "algo.minibatch_size=128"   # one actor's round (4 envs x 32 steps): the shipped 256 needs 2 actors
 
 
 def run_child(*, backend: str, actors: int, seed: int, env_steps: int, run_dir: Path, profile: str | None) -> dict:
@@ -43,7 +47,7 @@ def run_child(*, backend: str, actors: int, seed: int, env_steps: int, run_dir: 
     from nimbus.run.loop import train
 
     overrides = [f"seed={seed}", f"runtime.backend={backend}", f"actors.scaling.num_actors={actors}",
-                 f"runtime.capacity_cpus={os.cpu_count()}", f"train.total_env_steps={env_steps}",
+                 f"runtime.capacity_cpus={os.cpu_count()}", f"train.total_env_steps={env_steps}", MINIBATCH,
                  "train.target_return=100000", "train.eval_episodes=0", "train.checkpoint_every_rounds=100000",
                  "output.report=false", "output.tensorboard=false", "output.status_line=false"]
     if profile is not None:
@@ -104,7 +108,7 @@ def main() -> None:
         for seed in range(args.seeds):
             real = {n: spawn(backend="local", actors=n, seed=seed, env_steps=args.env_steps,
                              run_dir=Path(tmp) / f"real-{n}-{seed}", profile=None) for n in ACTORS}
-            profile = write_profile(profile=fit_profile(run_dir=Path(real[1]["run_dir"])),
+            profile = write_profile(profile=fit_profile(run_dirs=[Path(real[n]["run_dir"]) for n in FITTED]),
                                     path=Path(tmp) / f"profile-{seed}.yaml")
             for n in ACTORS:
                 simulated = spawn(backend="simulated", actors=n, seed=seed, env_steps=args.env_steps,

@@ -17,7 +17,7 @@ from nimbus.data.codec import Message
 from nimbus.errors import FunctionFailed
 from nimbus.runtime.base import FunctionContext, FunctionSpec, Resources
 from nimbus.runtime.factory import StampedRuntime
-from nimbus.runtime.simulated import SimulatedRuntime
+from nimbus.runtime.simulated import SimFuture, SimulatedRuntime
 from nimbus.runtime.simulated_durations import draw_attempt
 
 STARTS: list[tuple[str, int]] = []   # (function, header["i"]) in the order the functions really ran
@@ -212,6 +212,8 @@ def test_prewarm_bills_cold_starts_then_provisioned_time_in_simulated_seconds() 
 
 def test_waiting_on_a_result_nothing_will_deliver_is_an_error_not_a_hang() -> None:
     runtime = sim()
+    with pytest.raises(RuntimeError, match="nothing in flight"):
+        SimFuture(runtime=runtime).result()
     future = runtime.invoke(spec=spec("a"), request=Message(header={"i": 0}))
     runtime.shutdown()
     assert future.cancelled()

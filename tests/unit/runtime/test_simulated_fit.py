@@ -34,7 +34,7 @@ def test_fit_recovers_the_model_the_rows_were_drawn_from(tmp_path: Path) -> None
     truth = DurationModel(distribution="lognormal", median_s=0.4, sigma=0.3, cold_start_s=2.5,
                           straggler_fraction=0.05, straggler_factor=8.0, failure_fraction=0.1)
     ledger_from(model=truth, kind="actor", n=3000, path=tmp_path / "ledger.jsonl")
-    fitted = fit_profile(run_dir=tmp_path).functions["actor"]
+    fitted = fit_profile(run_dirs=[tmp_path]).functions["actor"]
     assert fitted.distribution == "lognormal"
     assert fitted.median_s == pytest.approx(0.4, rel=0.05) and fitted.sigma == pytest.approx(0.3, rel=0.1)
     assert fitted.straggler_fraction == pytest.approx(0.05, abs=0.015)
@@ -55,13 +55,29 @@ def test_few_rows_give_a_constant_and_no_successes_give_nothing() -> None:
 def test_the_written_profile_loads_and_functions_override_it(tmp_path: Path) -> None:
     ledger_from(model=DurationModel(median_s=0.7, cold_start_s=0.0), kind="learner", n=10,
                 path=tmp_path / "ledger.jsonl")
-    path = write_profile(profile=fit_profile(run_dir=tmp_path), path=tmp_path / "p.yaml")
+    path = write_profile(profile=fit_profile(run_dirs=[tmp_path]), path=tmp_path / "p.yaml")
     assert load_profile(path=path).functions["learner"].median_s == pytest.approx(0.7)
     config = SimulationConfig(profile=str(path), functions={"actor": DurationModel(median_s=3.0)})
     models = config.models()
     assert models["learner"].median_s == pytest.approx(0.7) and models["actor"].median_s == 3.0
     with pytest.raises(ConfigError, match="no ledger"):
-        fit_profile(run_dir=tmp_path / "missing")
+        fit_profile(run_dirs=[tmp_path / "missing"])
     (tmp_path / "bad.yaml").write_text("functions: {actor: {median_s: -1}}\n")
     with pytest.raises(ValueError, match="functions.actor.median_s"):
         load_profile(path=tmp_path / "bad.yaml")
+
+
+def test_runs_of_two_batch_sizes_fit_the_learners_per_row_time(tmp_path: Path) -> None:
+    """A learner's rows come from its run's config (num_actors x envs x fragment steps): 0.1 s + 1 ms a row."""
+    runs = []
+    for actors in (1, 2):
+        run = tmp_path / f"run{actors}"
+        rows = actors * 4 * 32
+        ledger_from(model=DurationModel(median_s=0.1 + 0.001 * rows, cold_start_s=0.0), kind="learner", n=6,
+                    path=run / "ledger.jsonl")
+        (run / "config.yaml").write_text(f"env: {{num_envs_per_actor: 4}}\nactors: {{fragment_steps: 32, scaling: "
+                                         f"{{kind: fixed, num_actors: {actors}}}}}\n")
+        runs.append(run)
+    learner = fit_profile(run_dirs=runs).functions["learner"]
+    assert learner.per_row_s == pytest.approx(0.001) and learner.median_s == pytest.approx(0.1)
+    assert fit_profile(run_dirs=runs[:1]).functions["learner"].per_row_s == 0.0   # one batch size: no slope
