@@ -135,6 +135,9 @@ def test_simulated_deaths_are_retried_and_each_invocation_delivers_once() -> Non
     assert died and len({r.invocation_id for r in ledger.records() if r.outcome == "ok"}) == 20
     assert sorted(r.header["_invocation_id"] for r in results) == sorted({r.invocation_id for r in ledger.records()})
     assert all(r.end_at - r.start_at <= 1.0 for r in died)   # a death is part-way through the attempt
+    by_id = {(r.invocation_id, r.attempt): r for r in ledger.records()}
+    for retry in (r for r in ledger.records() if r.attempt > 1):   # queued again when the death was seen
+        assert retry.queued_at == by_id[(retry.invocation_id, retry.attempt - 1)].end_at
     assert runtime.stats().retries == len(died)
     runtime.shutdown()
 
@@ -186,6 +189,18 @@ def test_lognormal_durations_stragglers_and_the_same_draws_for_the_same_seed() -
         return [(r.start_at, r.end_at) for r in runtime._ledger.records()]
 
     assert run(1) == run(1) and run(1) != run(2)
+
+
+def test_max_workers_evicts_the_longest_idle_worker_for_a_new_one() -> None:
+    ledger = Ledger()
+    config = SimulationConfig(default=DurationModel(median_s=1.0, cold_start_s=0.5))
+    runtime = SimulatedRuntime(ledger=ledger, simulation=config, capacity_cpus=None, max_workers=1,
+                               keep_alive_s=600.0, seed=0)
+    for name in ("a", "b", "a"):
+        runtime.invoke(spec=spec(name), request=Message(header={"i": 0})).result()
+    assert [r.cold for r in ledger.records()] == [True, True, True]   # one worker kept: each switch is cold
+    assert runtime.stats().workers_alive == 1
+    runtime.shutdown()
 
 
 def test_the_stamped_runtime_passes_the_clock_and_event_queue_through() -> None:
