@@ -96,6 +96,16 @@ def test_an_invocation_reads_its_inputs_at_its_simulated_start() -> None:
     early.shutdown()
 
 
+def test_a_cold_start_delays_execution_past_a_later_warm_start() -> None:
+    """The reader is dispatched first but cold (2 s), the writer second and at once: the writer runs first."""
+    runtime = sim(models={"actor": DurationModel(median_s=1.0, cold_start_s=2.0),
+                          "learner": DurationModel(median_s=1.0, cold_start_s=0.0)})
+    reader = runtime.invoke(spec=spec("r"), request=Message(header={"i": 0}))
+    runtime.invoke(spec=spec("w", "publish", kind="learner"), request=Message(header={"v": 5}))
+    assert reader.result().header["seen"] == 5 and runtime.now_s() == 3.0
+    runtime.shutdown()
+
+
 def test_capacity_queues_invocations_and_the_ledger_shows_the_wait() -> None:
     ledger = Ledger()
     runtime = sim(capacity=2.0, ledger=ledger)
