@@ -77,6 +77,7 @@ def test_injected_deaths_are_retried_and_no_rows_count_twice(make_config) -> Non
     ("simulation.functions.gpu.median_s=1", "simulation.functions.gpu"),
     ("simulation.default.median_s=0", "simulation.default.median_s"),
     ("simulation.profile=/nonexistent/profile.yaml", "simulation.profile"),
+    ("simulation.hardware=/nonexistent/hw.yaml", "simulation.hardware"),
 ])
 def test_a_malformed_simulation_section_exits_2_naming_the_key(make_config, override: str, key: str,
                                                                tmp_path: Path, capsys) -> None:

@@ -10,6 +10,11 @@ where ``base`` is ``median_s`` (``distribution: constant``) or a lognormal draw 
 arrays and ``bytes`` the encoded request plus result. A cold start (a new simulated worker) takes
 ``cold_start_s`` first; with probability ``failure_fraction`` an attempt dies (its reply is lost) and is retried.
 
+``hardware``: a YAML file describing the simulated cluster relative to the profiled machine: per-kind
+``speedup`` (durations and per-row times divided by it) and a ``bandwidth_bytes_per_s`` for every kind whose
+model names none. How many functions run at once stays ``runtime.capacity_cpus`` and the functions' resources,
+and their prices are cost/pricing.yaml's.
+
 ``profile``: a YAML file (``nimbus simulate fit <run_dir>`` writes one from a real run's ledger) whose
 ``functions`` mapping holds DurationModels; the kinds given here under ``functions`` win over the file's. The
 file is read and validated when the config is loaded, so a malformed profile exits 2 naming its key.
@@ -30,10 +35,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from nimbus.config.base import ConfigSection
+from nimbus.config.yaml_loader import parse_yaml
+from nimbus.errors import ConfigError
 
 KINDS = ("actor", "learner", "parameter", "probe", "system")
 
@@ -76,18 +82,54 @@ class ProfileFile(ConfigSection):
     """one duration model per function kind"""
 
 
-def load_profile(*, path: Path) -> ProfileFile:
-    """Read and validate a profile file; ValueError naming the file and the key on anything malformed."""
+class HardwareFile(ConfigSection):
+    """The simulated cluster relative to the machine a profile was measured on (``simulation.hardware``)."""
+
+    version: int = Field(default=1, ge=1, le=1)
+    description: str = ""
+    """what it describes, e.g. Lambda actors at 1 vCPU, learners on V100s, 10 Gb/s"""
+    speedup: dict[Literal["actor", "learner", "parameter", "probe", "system"], float] = Field(default_factory=dict)
+    """per kind: how many times faster than the profiled machine (median_s and per_row_s are divided by it)"""
+    bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    """the network between functions, for every kind whose model names no bandwidth"""
+
+    @field_validator("speedup")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        for kind, factor in value.items():
+            if not factor > 0:
+                raise ValueError(f"{kind}: a speedup must be > 0, got {factor}")
+        return value
+
+    def apply(self, *, kind: str, model: DurationModel) -> DurationModel:
+        factor = self.speedup.get(kind, 1.0)
+        return model.model_copy(update={"median_s": model.median_s / factor, "per_row_s": model.per_row_s / factor,
+                                        "bandwidth_bytes_per_s": model.bandwidth_bytes_per_s or
+                                        self.bandwidth_bytes_per_s})
+
+
+def _load(*, path: Path, model: type[ConfigSection], what: str) -> Any:
+    """Read and validate a YAML file as ``model``; ValueError naming the file and the key on anything malformed."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read the profile: {exc}") from None
+        data = parse_yaml(text=Path(path).read_text(encoding="utf-8"), source=str(path))   # 1.25e9 is a number
+    except (OSError, ConfigError) as exc:
+        raise ValueError(f"cannot read the {what}: {exc}") from None
     try:
-        return ProfileFile.model_validate(data if data is not None else {})
+        return model.model_validate(data if data is not None else {})
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(part) for part in first["loc"]) or "<root>"
         raise ValueError(f"{path}: {key}: {first['msg']}") from None
+
+
+def load_profile(*, path: Path) -> ProfileFile:
+    """Read and validate a profile file (``nimbus simulate fit`` writes them)."""
+    return _load(path=path, model=ProfileFile, what="profile")
+
+
+def load_hardware(*, path: Path) -> HardwareFile:
+    """Read and validate a hardware description file."""
+    return _load(path=path, model=HardwareFile, what="hardware description")
 
 
 class SimulationConfig(ConfigSection):
@@ -100,6 +142,8 @@ class SimulationConfig(ConfigSection):
     """duration model per function kind (actor, learner, parameter, probe, system)"""
     default: DurationModel = Field(default_factory=DurationModel)
     """the duration model of a kind neither functions nor the profile names"""
+    hardware: str | None = None
+    """a hardware description YAML: per-kind speedups over the profiled machine and the network's bandwidth"""
 
     @field_validator("profile")
     @classmethod
@@ -108,10 +152,22 @@ class SimulationConfig(ConfigSection):
             load_profile(path=Path(value))   # ValueError → the loader names simulation.profile
         return value
 
+    @field_validator("hardware")
+    @classmethod
+    def _hardware_readable(cls, value: str | None) -> str | None:
+        if value is not None:
+            load_hardware(path=Path(value))   # ValueError → the loader names simulation.hardware
+        return value
+
     def models(self) -> dict[str, DurationModel]:
-        """Kind → DurationModel: the profile's, then ``functions`` over it (the profile is read again here)."""
+        """Kind → DurationModel: the profile's, then ``functions`` over it, then the hardware file applied to every
+        kind (the files are read again here)."""
         loaded = load_profile(path=Path(self.profile)).functions if self.profile is not None else {}
-        return {**loaded, **self.functions}
+        merged = {**loaded, **self.functions}
+        if self.hardware is None:
+            return merged
+        hardware = load_hardware(path=Path(self.hardware))
+        return {kind: hardware.apply(kind=kind, model=merged.get(kind, self.default)) for kind in KINDS}
 
     def model_for(self, *, kind: str, models: dict[str, DurationModel]) -> DurationModel:
         return models.get(kind, self.default)

@@ -81,3 +81,19 @@ def test_runs_of_two_batch_sizes_fit_the_learners_per_row_time(tmp_path: Path) -
     learner = fit_profile(run_dirs=runs).functions["learner"]
     assert learner.per_row_s == pytest.approx(0.001) and learner.median_s == pytest.approx(0.1)
     assert fit_profile(run_dirs=runs[:1]).functions["learner"].per_row_s == 0.0   # one batch size: no slope
+
+
+def test_a_hardware_file_speeds_kinds_up_and_sets_the_network(tmp_path: Path) -> None:
+    (tmp_path / "hw.yaml").write_text("description: V100 learners, 10 Gb/s\nspeedup: {learner: 8.0}\n"
+                                      "bandwidth_bytes_per_s: 1.25e9\n")
+    config = SimulationConfig(hardware=str(tmp_path / "hw.yaml"),
+                              functions={"learner": DurationModel(median_s=4.0, per_row_s=0.008),
+                                         "actor": DurationModel(median_s=0.5, bandwidth_bytes_per_s=1e6)})
+    models = config.models()
+    assert (models["learner"].median_s, models["learner"].per_row_s) == (0.5, 0.001)
+    assert models["learner"].bandwidth_bytes_per_s == 1.25e9
+    assert models["actor"].median_s == 0.5 and models["actor"].bandwidth_bytes_per_s == 1e6   # its own wins
+    assert models["parameter"].median_s == config.default.median_s                              # untouched
+    (tmp_path / "bad.yaml").write_text("speedup: {learner: 0}\n")
+    with pytest.raises(ValueError, match="speedup"):
+        SimulationConfig(hardware=str(tmp_path / "bad.yaml"))
