@@ -31,7 +31,7 @@ Example::
                                max_workers=None, keep_alive_s=600.0, seed=0)
     spec = FunctionSpec(name="echo", entrypoint="nimbus.runtime.builtin:echo")
     assert runtime.invoke(spec=spec, request=Message(header={"x": 1})).result().header["x"] == 1
-    runtime.now_s()     # 1.0 simulated seconds (the default model), whatever it took for real
+    runtime.now_s()     # 2.0 simulated seconds (the default model: a 1 s cold start, then 1 s), whatever it took
 """
 
 from __future__ import annotations
