@@ -226,6 +226,20 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_simulate_fit(args: argparse.Namespace) -> int:
+    from nimbus.runtime.simulated_fit import fit_profile, write_profile
+
+    run_dirs = [Path(d) for d in args.run_dirs]
+    profile = fit_profile(run_dirs=run_dirs)
+    path = write_profile(profile=profile, path=Path(args.output or run_dirs[0] / "simulation-profile.yaml"))
+    for kind, model in profile.functions.items():
+        print(f"{kind:10s} median {model.median_s:.4f} s  sigma {model.sigma:.3f}  cold {model.cold_start_s:.3f} s  "
+              f"per row {model.per_row_s:.2e} s  stragglers {model.straggler_fraction:.3f} x{model.straggler_factor:.2f}  "
+              f"failures {model.failure_fraction:.3f}")
+    print(f"wrote {path}")
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nimbus", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -291,6 +305,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--capacity-cpus", type=float, default=None, help="CPU slots for actors (default: unbounded)")
     p.add_argument("--pricing", help="pricing YAML (default: the packaged one)")
     p.set_defaults(func=_cmd_plan)
+    p = sub.add_parser("simulate", help="the simulated backend's profiles (runtime.backend: simulated)")
+    simulate = p.add_subparsers(dest="simulate_command", required=True)
+    p = simulate.add_parser("fit", help="fit per-kind durations, cold starts, stragglers and failures from a "
+                            "real run's ledger into a YAML that simulation.profile loads")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="real runs; several batch sizes also fit the "
+                   "learner's per-row time")
+    p.add_argument("--output", help="profile path (default: the first RUN_DIR/simulation-profile.yaml)")
+    p.set_defaults(func=_cmd_simulate_fit)
     from nimbus.bench.commands import add_bench_commands
 
     add_bench_commands(sub)  # nimbus bench transfer | sample

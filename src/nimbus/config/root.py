@@ -13,6 +13,7 @@ from nimbus.config.algo import AlgoSection
 from nimbus.config.bounds import MAX_SEED, RANK_STRIDE
 from nimbus.config.devices import DevicesConfig, PrewarmConfig
 from nimbus.config.rules import check_cluster, check_evaluation, check_pipeline, check_workflow, peak_actors
+from nimbus.config.simulation import SimulationConfig, check_simulated
 from nimbus.config.sections import (ActorsConfig, ChannelConfig, CostConfig, EnvConfig, FunctionConfig,
                                     FunctionsConfig, LearnerConfig, OutputConfig, PipelineConfig, ROLES,
                                     RuntimeConfig, Section, StoreConfig, TrainConfig)
@@ -59,6 +60,8 @@ class NimbusConfig(Section):
     """ARTOS's workload monitor: pre-warm actors during the learner's update (config/devices.py)"""
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     """ARTOS's pipelines and Stellaris's loader for sync PPO, off by default (onpolicy/pipeline.py, docs/dataplane.md)"""
+    simulation: SimulationConfig = Field(default_factory=SimulationConfig)
+    """simulated durations, cold starts, stragglers and failures of ``runtime.backend: simulated`` (docs/simulated.md)"""
     functions: FunctionsConfig = Field(default_factory=FunctionsConfig)
     """resources, timeout and retries per function role"""
     policies: list[PolicyConfig] = Field(default_factory=list)
@@ -96,6 +99,7 @@ class NimbusConfig(Section):
     @model_validator(mode="after")
     def _check_cluster(self) -> "NimbusConfig":
         check_cluster(runtime=self.runtime, store=self.store)
+        check_simulated(config=self)
         if self.actors.preregister and self.runtime.backend != "local":
             raise ValueError("actors.preregister needs runtime.backend: local (Ray actors cannot be stopped)")
         return self

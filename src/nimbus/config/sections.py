@@ -136,9 +136,10 @@ class FunctionsConfig(Section):
 
 
 class RuntimeConfig(Section):
-    backend: Literal["local", "ray", "inline"] = "local"
-    """where functions run: local worker processes, Ray actors (ray: see docs/cluster.md), or inline: in the driver,
-    one call at a time, for tests (no timeouts enforced, no heartbeats, no parallelism; docs/architecture.md)"""
+    backend: Literal["local", "ray", "inline", "simulated"] = "local"
+    """where functions run: local worker processes, Ray actors (ray: see docs/cluster.md), inline: in the driver,
+    one call at a time, for tests (no timeouts enforced, no heartbeats, no parallelism; docs/architecture.md), or
+    simulated: in the driver on a virtual clock, durations from the simulation section (docs/simulated.md)"""
     address: str = "local"
     """ray only: local (a private, loopback-only Ray), auto (the cluster `ray start` made here), or host:port"""
     init_timeout_s: float = Field(default=120.0, gt=0)

@@ -32,6 +32,7 @@ from nimbus.onpolicy.system import System
 from nimbus.roles.actor import ActorRequest
 from nimbus.roles.learner import LearnerRequest
 from nimbus.roles.remote import finish_learner_round, ship_batch
+from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.runtime.prewarm import PrewarmController, make_prewarmer
 from nimbus.types import Progress, RoundMetrics, ScalingDecision, schedule_fraction
 
@@ -83,8 +84,10 @@ class SyncWorkflow(SystemWorkflow):
         self.policy = system.policy
         self.rank_base = system.rank_base  # population members' actor ranks are disjoint (env slots, affinity, seeds)
         self.adopt_version: Callable[[int], int] = lambda version: version  # PBT's exploit may publish another
-        self.events: queue.Queue[tuple[str, Future, Any]] = queue.Queue()
-        self.started_s = time.perf_counter()
+        self.events: queue.Queue[tuple[str, Future, Any]] = event_queue(runtime=system.runtime)
+        self.clock = runtime_clock(runtime=system.runtime)   # simulated seconds on runtime.backend: simulated
+        self.poll_clock = runtime_clock(runtime=system.runtime, default=time.monotonic)   # the triggers' clock
+        self.started_s = self.clock()
         self.decision = system.scaler.initial()
         self.round: RoundState | None = None
         self.slot_seq: dict[int, int] = dict(progress.slot_seq)
@@ -110,7 +113,7 @@ class SyncWorkflow(SystemWorkflow):
     def _invoke_actors(self) -> None:
         cfg, version = self.system.config, self.progress.policy_version
         self.round = RoundState(index=self.progress.rounds, policy_version=version, decision=self.decision,
-                                started_s=time.perf_counter())
+                                started_s=self.clock())
         self.prewarmer.await_warm()   # workers pre-warmed for this round (a scale-up's): ready before invoking
         self.prewarmer.round_started(num_actors=self.decision.num_actors)
         self.data_trigger.n_actors = self.decision.num_actors
@@ -142,7 +145,7 @@ class SyncWorkflow(SystemWorkflow):
         indices = self.system.replay.select(buffer=self.system.buffer)
         assert indices is not None, "DataKeyTrigger fired but the replay strategy has no batch"
         self.system.replay.consumed(indices=indices)
-        self.round.actors_done_s = time.perf_counter()
+        self.round.actors_done_s = self.clock()
         progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
         shipped = ship_batch(system=self.system, policy=self.policy, version=version, indices=indices)  # ray: via Store
         request = LearnerRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
@@ -163,7 +166,7 @@ class SyncWorkflow(SystemWorkflow):
     def _on_actor(self, *, future: Future, rank: int) -> None:
         result: Message = future.result()  # raises FunctionFailed when retries are spent
         self.prewarmer.actor_finished()
-        started = time.perf_counter()
+        started = self.clock()
         header = result.header
         moments = pop_moments(arrays=result.arrays)  # not a buffer column
         slot_state = pop_slot_state(header=header, arrays=result.arrays)  # nor is the env slot (exact resume)
@@ -179,7 +182,7 @@ class SyncWorkflow(SystemWorkflow):
             self.round.env_steps += header["env_steps"]
             self.round.sampling_s = max(self.round.sampling_s, header["sampling_s"])
             self.round.work_s = max(self.round.work_s, header["env_s"] + header["inference_s"])
-        self.round.ingest_s += time.perf_counter() - started
+        self.round.ingest_s += self.clock() - started
 
     def _on_learner(self, *, future: Future, version: int) -> None:
         result: Message = future.result()
@@ -200,7 +203,7 @@ class SyncWorkflow(SystemWorkflow):
 
     def _finish_round(self, *, header: dict[str, Any], extras: dict[str, float] | None = None,
                       num_learners: int = 1) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         state, progress = self.round, self.progress
         progress.rounds += 1
         progress.slot_seq, progress.slot_states = dict(self.slot_seq), dict(self.slot_states)  # what a checkpoint saves
@@ -255,7 +258,7 @@ class SyncWorkflow(SystemWorkflow):
         gets each round's row."""
         self.on_round = on_round
         self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
-        self.table.poll(now_s=time.monotonic())
+        self.table.poll(now_s=self.poll_clock())
         while not self.stop_requested:
             try:
                 kind, future, meta = self.events.get(timeout=0.5)
@@ -263,7 +266,7 @@ class SyncWorkflow(SystemWorkflow):
                 continue
             if self.handle(kind=kind, future=future, meta=meta) and should_stop(self.progress):
                 return
-            self.table.poll(now_s=time.monotonic())
+            self.table.poll(now_s=self.poll_clock())
 
     # ------------------------------------------- several workflows on one driver loop (run/members.py)
     def attach(self, *, events: Any) -> None:
@@ -273,7 +276,7 @@ class SyncWorkflow(SystemWorkflow):
     def begin(self) -> None:
         """Announce the current version, so the first round's actors start (``run`` does this itself)."""
         self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
-        self.table.poll(now_s=time.monotonic())
+        self.table.poll(now_s=self.poll_clock())
 
     def poll(self, *, now_s: float) -> None:
         self.table.poll(now_s=now_s)

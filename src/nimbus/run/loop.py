@@ -19,7 +19,6 @@ Example::
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -37,6 +36,7 @@ from nimbus.run.rundir import claim_run_dir
 from nimbus.run.signals import Interrupt
 from nimbus.run.stop import stop_reason
 from nimbus.run.summary import ROWS_IN_MEMORY, RunSummary, TrainResult, write_summary
+from nimbus.runtime.base import runtime_clock
 from nimbus.types import RoundMetrics, Shared
 
 if TYPE_CHECKING:
@@ -111,7 +111,8 @@ def _run_one(*, config: NimbusConfig, run_dir: Path, workflow: Workflow, pool: S
     """Start, rounds, stop: the summary and the report; the workflow and the pool are closed here."""
     rows: deque[RoundMetrics] = deque(maxlen=ROWS_IN_MEMORY)  # bounded: a long run's driver stays flat (P13)
     lost_store = None
-    started = time.perf_counter()
+    clock = runtime_clock(runtime=pool().runtime)   # simulated seconds on runtime.backend: simulated
+    started = clock()
     try:
         workflow.start()
         hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=pool().runtime,
@@ -123,7 +124,7 @@ def _run_one(*, config: NimbusConfig, run_dir: Path, workflow: Workflow, pool: S
             stopped_by = ("store_unavailable" if lost_store else None) or interrupt.received or \
                 stop_reason(config=config, progress=workflow.progress) or "interrupted"
         summary = finish(config=config, workflow=workflow, shared=pool(), stopped_by=stopped_by,
-                         wall_s=time.perf_counter() - started + workflow.progress.wall_s_before,
+                         wall_s=clock() - started + workflow.progress.wall_s_before,
                          peak_actors=hook.peak_actors)
     finally:
         workflow.close()

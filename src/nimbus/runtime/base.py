@@ -21,6 +21,8 @@ Example::
 
 from __future__ import annotations
 
+import queue
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -83,3 +85,19 @@ class RuntimeStats:
     timeouts: int
     failed_invocations: int
     dropped_results: int
+
+
+OPTIONAL_PARTS = ("now_s", "event_queue")   # what a runtime may add so that a workflow runs on its clock (simulated)
+
+
+def runtime_clock(*, runtime: Any, default: Callable[[], float] = time.perf_counter) -> Callable[[], float]:
+    """The clock a workflow times its rounds (and polls its triggers) with: the runtime's ``now_s`` (simulated
+    seconds, runtime/simulated.py) if it has one, else ``default``."""
+    return getattr(runtime, "now_s", default)
+
+
+def event_queue(*, runtime: Any) -> "queue.Queue":
+    """The queue a workflow's done-callbacks feed and its loop waits on: the runtime's own if it has one (waiting on
+    a simulated runtime's advances its clock), else a plain ``queue.Queue``."""
+    make = getattr(runtime, "event_queue", None)
+    return make() if make is not None else queue.Queue()

@@ -1,7 +1,7 @@
 """Choosing the Runtime backend from ``config.runtime`` — and the rules that tie runtime and store together.
 
-``make_runtime`` returns a ``LocalRuntime`` (default), a ``RayRuntime`` or an ``InlineRuntime``
-(runtime/inline.py); ``StampedRuntime`` wraps any of them so that every request carries the headers every function needs (``_store``: the descriptor
+``make_runtime`` returns a ``LocalRuntime`` (default), a ``RayRuntime``, an ``InlineRuntime``
+(runtime/inline.py) or a ``SimulatedRuntime`` (runtime/simulated.py); ``StampedRuntime`` wraps any of them so that every request carries the headers every function needs (``_store``: the descriptor
 from which a function opens the run's Store, data/stores.py), whichever workflow sends it.
 
 Rules checked at config load (``nimbus.config.rules.check_cluster``; errors name the keys):
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from nimbus.cost.ledger import Ledger
 from nimbus.data.codec import Message
 from nimbus.errors import ClusterError
-from nimbus.runtime.base import FunctionSpec, Runtime
+from nimbus.runtime.base import OPTIONAL_PARTS, FunctionSpec, Runtime
 
 if TYPE_CHECKING:
     from nimbus.config import NimbusConfig
@@ -47,6 +47,11 @@ def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str
         return RayRuntime(ledger=ledger, address=rc.address, capacity_cpus=rc.capacity_cpus,
                           max_workers=rc.max_workers, keep_alive_s=rc.keep_alive_s, init_timeout_s=rc.init_timeout_s,
                           compress_min_bytes=config.channel.compress_min_bytes, worker_env=worker_env)
+    if rc.backend == "simulated":
+        from nimbus.runtime.simulated import SimulatedRuntime
+
+        return SimulatedRuntime(ledger=ledger, simulation=config.simulation, capacity_cpus=rc.capacity_cpus,
+                                max_workers=rc.max_workers, keep_alive_s=rc.keep_alive_s, seed=config.seed)
     from nimbus.runtime.devices import device_pool
     if rc.backend == "inline":
         from nimbus.runtime.inline import InlineRuntime
@@ -94,6 +99,12 @@ class StampedRuntime:
 
     def shutdown(self) -> None:
         self.inner.shutdown()
+
+    def __getattr__(self, name: str) -> Any:
+        """The inner runtime's optional parts (a simulated runtime's ``now_s`` and ``event_queue``), if it has them."""
+        if name in OPTIONAL_PARTS:
+            return getattr(self.inner, name)
+        raise AttributeError(name)
 
     def _stamp(self, request: Message) -> Message:
         return Message(header={**self.headers, **request.header}, arrays=request.arrays)

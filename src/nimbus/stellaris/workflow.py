@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -125,13 +124,13 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         indices = self.system.replay.select(buffer=self.system.buffer)
         self.system.replay.consumed(indices=indices)
         self.prewarmer.round_finished()   # the actors are needed again now (runtime/prewarm.py)
-        self.round.actors_done_s = time.perf_counter()
+        self.round.actors_done_s = self.clock()
         key = f"batch/{self.policy}/r{self.round.index}"
         self.system.store.put(key=key, message=Message(header={"round": self.round.index},
                                                        arrays=self.system.buffer.read(indices=indices)))
         tasks = self._tasks(rows=len(indices))
         self.batches.append(Batch(round=self.round, key=key, tasks=tasks, outstanding=len(tasks),
-                                  learning_started_s=time.perf_counter()))
+                                  learning_started_s=self.clock()))
         self.rule.start_round(index=self.round.index)
         self._invoke_actors()     # the next round samples with the newest weights while this one is learned
         self._launch_learners()
@@ -294,7 +293,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
     def _finish_batch(self, *, batch: Batch) -> None:
         stats = _mean_stats(batch.stats)
         header = {"policy_version": self.progress.policy_version, "stats": stats,
-                  "transfer_s": 0.0, "learning_s": time.perf_counter() - batch.learning_started_s,
+                  "transfer_s": 0.0, "learning_s": self.clock() - batch.learning_started_s,
                   "compute_s": batch.compute_s, "extras": {}}
         self.round, current = batch.round, self.round
         try:

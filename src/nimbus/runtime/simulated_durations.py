@@ -1,0 +1,75 @@
+"""One simulated attempt's duration, straggling and death, drawn from its kind's DurationModel (config/simulation.py).
+
+Every attempt takes exactly three draws from the runtime's generator (a standard normal for the lognormal, two
+uniforms for straggling and death), whatever its model says, so changing one fraction does not shift the draws
+of every later attempt; attempts draw in simulated-start order, which the seed fixes.
+
+Example::
+
+    rng = np.random.default_rng(0)
+    draw = draw_attempt(model=DurationModel(median_s=0.5), rng=rng, rows=256, nbytes=40_000)
+    draw.duration_s, draw.straggler, draw.dies
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nimbus.config.simulation import DurationModel
+from nimbus.data.codec import Message
+
+
+@dataclass(frozen=True)
+class Draw:
+    """An attempt's simulated fate: its duration (base, stragglers and the row and byte terms), the transfer part
+    of it, whether it straggled, and whether it dies (then ``dies_after_s`` into it, a uniform share)."""
+
+    duration_s: float
+    transfer_s: float
+    straggler: bool
+    dies: bool
+    dies_after_s: float
+
+
+def draw_attempt(*, model: DurationModel, rng: np.random.Generator, rows: int, nbytes: int) -> Draw:
+    """The duration of one attempt over ``rows`` rows and ``nbytes`` bytes (config/simulation.py's formula)."""
+    z, u_straggle, u_die = float(rng.standard_normal()), float(rng.random()), float(rng.random())
+    base = model.median_s * (math.exp(model.sigma * z) if model.distribution == "lognormal" else 1.0)
+    straggler = u_straggle < model.straggler_fraction
+    if straggler:
+        base *= model.straggler_factor
+    transfer = nbytes / model.bandwidth_bytes_per_s if model.bandwidth_bytes_per_s else 0.0
+    duration = base + model.per_row_s * rows + transfer
+    dies = u_die < model.failure_fraction
+    # the death point reuses u_die, rescaled to [0, 1): a dying attempt is uniform over its duration
+    after = duration * (u_die / model.failure_fraction) if dies else duration
+    return Draw(duration_s=duration, transfer_s=transfer, straggler=straggler, dies=dies, dies_after_s=after)
+
+
+def rows_of(*messages: Message | None) -> int:
+    """The largest leading dimension of the messages' arrays (an actor's fragment, a learner's batch indices)."""
+    rows = 0
+    for message in messages:
+        if message is None:
+            continue
+        for array in message.arrays.values():
+            if getattr(array, "ndim", 0) > 0:
+                rows = max(rows, int(array.shape[0]))
+    return rows
+
+
+def simulated_timings(*, header: dict[str, Any], duration_s: float, transfer_s: float) -> None:
+    """Replace a result header's own timings (top-level numbers named ``*_s``, and those in ``extras``) by simulated
+    seconds, so a row built from them is the simulation's and repeats bitwise: ``transfer_s`` becomes the
+    simulated transfer, every other ``*_s`` the attempt's whole simulated duration (a simulated function has no
+    parts: sampling_s, env_s, inference_s, learning_s, compute_s, parameter_s... each report it)."""
+    for table in (header, header.get("extras")):
+        if not isinstance(table, dict):
+            continue
+        for key, value in list(table.items()):
+            if key.endswith("_s") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                table[key] = transfer_s if key == "transfer_s" else duration_s
