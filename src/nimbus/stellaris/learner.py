@@ -91,8 +91,10 @@ def gradient_learner_function(*, context: FunctionContext, request: Message) -> 
     finite = bool(torch.isfinite(out.loss))
     if finite:
         out.loss.backward()
+        _poison_if_armed(model=model, point="gradient.nonfinite")   # tests: the learner reports non-finite
         finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
     if finite:
+        _poison_if_armed(model=model, point="gradient.poisoned")    # tests: the parameter function refuses it
         store.put(key=req.grad_key, message=gradient_to_message(model=model, read_version=req.policy_version),
                   writer=context.invocation_id)
         fault_point(name="gradient.published")
@@ -100,6 +102,14 @@ def gradient_learner_function(*, context: FunctionContext, request: Message) -> 
                            "nonfinite": not finite, "compute_s": time.perf_counter() - started,
                            "device": str(state["device"]),
                            "rows": int(minibatch[gradient_algo.behaviour_key].numel())})
+
+
+def _poison_if_armed(*, model: torch.nn.Module, point: str) -> None:
+    """Fault injection (runtime/faults.py, action ``nan``): the gradient becomes NaN at ``point``."""
+    if fault_point(name=point):
+        for param in model.parameters():
+            if param.grad is not None:
+                param.grad.fill_(float("nan"))
 
 
 def gradient_state(*, context: FunctionContext, req: GradientRequest) -> dict[str, Any]:

@@ -46,11 +46,12 @@ from nimbus.roles.specs import role_spec
 from nimbus.stellaris.gradients import gradient_algo_for
 from nimbus.stellaris.learner import GradientRequest
 from nimbus.stellaris.parameter import ParameterRequest
-from nimbus.stellaris.rules import Aggregation, Arrival, Rejection, make_rule
+from nimbus.stellaris.rules import Aggregation, Arrival, Rejection, Verdict, make_rule
 from nimbus.types import Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
 PARAMETER_ENTRYPOINT = "nimbus.stellaris.parameter:parameter_function"
+RULE_STATE_KEY = "stellaris_rule"   # the checkpoint manifest's extra: the aggregation rule's state
 
 
 @dataclass
@@ -104,6 +105,26 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self.owner: dict[str, Batch] = {}         # gradient key → the batch it was computed on
         self.task_ids = itertools.count()
         self.next_round = progress.rounds
+        self.watchdog_fired = 0
+
+    # ------------------------------------------------------------------------------ checkpoint
+    def checkpoint_extra(self) -> dict:
+        """The rule's state (δmax and its measurement, round, counters: rule_base.Rule.state) goes in the checkpoint,
+        so a resumed run continues β_k instead of measuring δmax again (issue 26 item 8)."""
+        return {RULE_STATE_KEY: self.rule.state()}
+
+    def publish(self) -> None:
+        """The checkpoint's version (lifecycle.py), and the rule's state saved with it. A resume under another
+        rule (``--set stellaris.rule=...``) starts that rule fresh."""
+        super().publish()
+        saved = self.resumed.extra.get(RULE_STATE_KEY) if self.resumed is not None else None
+        if saved is None:
+            return
+        if saved.get("rule") != self.rule.name:
+            log.warning("the checkpoint's rule is %s, this run's %s: the rule starts fresh", saved.get("rule"),
+                        self.rule.name)
+            return
+        self.rule.restore(state=saved)
 
     # ------------------------------------------------------------------------------- actions
     def _take_batch(self) -> None:
@@ -203,6 +224,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         ended = self._finish_settled_batches()
         self._offer_waiting()
         self._launch_learners()
+        self._watchdog()
         return ended
 
     def _on_gradient(self, *, future: Future, flight: InFlight) -> None:
@@ -215,6 +237,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
             self.owner.pop(flight.grad_key)
             flight.batch.refused += 1
             flight.batch.outstanding -= 1
+            self.rule.lost(arrival=_arrival(flight), reason="non-finite loss or gradient")   # sync may relaunch
             return
         self.arrivals.append((flight, header))
 
@@ -222,11 +245,24 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         while self.arrivals and not self.parameter_busy:
             flight, _ = self.arrivals.pop(0)
             del self.in_flight[flight.slot]   # the slot holds its gradient until the rule has taken it (back-pressure)
-            verdict = self.rule.offer(arrival=Arrival(key=flight.grad_key, slot=flight.slot,
-                                                      read_version=flight.read_version))
-            self._refuse(rejections=verdict.rejected)
-            if verdict.aggregation is not None:
-                self._aggregate(aggregation=verdict.aggregation, batch=flight.batch)
+            self._settle(verdict=self.rule.offer(arrival=_arrival(flight)))
+
+    def _settle(self, *, verdict: Verdict) -> None:
+        self._refuse(rejections=verdict.rejected)
+        if verdict.aggregation is not None:
+            self._aggregate(aggregation=verdict.aggregation, batch=self.owner[verdict.aggregation.members[-1].key])
+
+    def _watchdog(self) -> None:
+        """No rule waits forever (issue 26 item 6): when no learner is in flight, no gradient waits to be offered,
+        no parameter function runs and a batch still has tasks that no free slot may launch, nothing can change
+        the rule's mind; it settles what it holds and re-opens launches (rule_base.Rule.stalled)."""
+        if self.in_flight or self.arrivals or self.parameter_busy or not any(b.tasks for b in self.batches):
+            return
+        log.warning("stellaris: rule %s allows no launch with nothing in flight (holding %d): watchdog",
+                    self.rule.name, self.rule.holding)
+        self.watchdog_fired += 1
+        self._settle(verdict=self.rule.stalled())
+        self._launch_learners()
 
     def _refuse(self, *, rejections: tuple[Rejection, ...]) -> None:
         for rejection in rejections:
@@ -255,9 +291,11 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self._delete(keys=keys)
         self._count_nonfinite(nonfinite=bool(refused_keys))
         if header["published"]:
-            self.rule.applied(aggregation=aggregation)
+            self.rule.applied(aggregation=aggregation, refused_keys=refused_keys)
             self.progress.policy_version = header["policy_version"]
             self._forget_unused_versions()
+        else:   # every member refused: the version stays, and sync may launch for it again
+            self.rule.unpublished(aggregation=aggregation)
 
     def _count_nonfinite(self, *, nonfinite: bool) -> None:
         self.progress.nonfinite_in_a_row = self.progress.nonfinite_in_a_row + 1 if nonfinite else 0
@@ -302,7 +340,8 @@ class AsyncLearnersWorkflow(SyncWorkflow):
                 "staleness/learners_in_flight": float(len(self.in_flight)),
                 "staleness/truncated_fraction": float(np.mean([s.get("truncated_fraction", 0.0)
                                                                for s in batch.stats] or [0.0])),
-                "staleness/parameter_s": batch.parameter_s}
+                "staleness/parameter_s": batch.parameter_s,
+                "staleness/watchdog": float(self.watchdog_fired)}   # times the watchdog acted so far (run total)
 
     def _forget_unused_versions(self) -> None:
         """Delete versions older than ``store.keep_versions`` that neither a learner in flight nor the sampling
@@ -328,6 +367,10 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self.on_round = on_round
         self._invoke_actors()
         super().run(should_stop=should_stop, on_round=on_round)
+
+
+def _arrival(flight: InFlight) -> Arrival:
+    return Arrival(key=flight.grad_key, slot=flight.slot, read_version=flight.read_version)
 
 
 def _mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
