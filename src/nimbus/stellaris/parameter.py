@@ -3,7 +3,9 @@
 The driver's aggregation rule (stellaris/rules.py) chose the members: gradient keys with their
 scales (1/δ^(1/v) for the staleness-aware rules, else 1). Each gradient is checked before use: a
 parameter missing, a shape that differs from the model's, or a NaN/Inf value refuses that gradient
-(counted in ``refused``, never applied). The rest are combined:
+(counted in ``refused``, never applied). A member with a ``recompute`` entry is first recomputed at its read
+version on its task, truncated (Eq. 2) by the versions of the learners aggregated with it, which its learner
+could not know at launch (issue 26 item 9; ``recomputed`` in the header counts them). The rest are combined:
 
 * one step (the paper): p.grad = mean_i(scale_i · g_i), clipped to ``max_grad_norm``, one Adam step;
   so with Adam the scale acts through the gradient's share of the mean, not as a learning rate
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -38,7 +40,7 @@ from nimbus.models.weights import load_optimizer, optim_key
 from nimbus.roles.learner import LearnerRequest, publish_version
 from nimbus.runtime.base import FunctionContext
 from nimbus.stellaris.gradients import gradient_algo_for
-from nimbus.stellaris.learner import GRAD_PREFIX, GradientRequest, gradient_state, model_at
+from nimbus.stellaris.learner import GRAD_PREFIX, GradientRequest, compute_gradient, gradient_state, model_at
 
 
 @dataclass(frozen=True)
@@ -50,9 +52,15 @@ class ParameterRequest:
     scales: Sequence[float]
     separate_steps: bool
     progress: float
+    # per member: None (its gradient as its learner put it) or what recomputing it with the truncation by its
+    # co-members needs: {"batch_key", "read_version", "peer_versions", "truncation", "rho", "progress"}
+    recompute: Sequence[dict[str, Any] | None] = ()
 
-    def to_message(self) -> Message:
-        return Message(header={"parameter": dict(vars(self)), "_affinity": f"parameter-{self.model['policy']}"})
+    def to_message(self, *, positions: Sequence[np.ndarray | None] = ()) -> Message:
+        """``positions``: each recomputed member's task (None for the others)."""
+        arrays = {f"positions.{i}": p.astype(np.int64) for i, p in enumerate(positions) if p is not None}
+        return Message(header={"parameter": dict(vars(self)), "_affinity": f"parameter-{self.model['policy']}"},
+                       arrays=arrays)
 
     @classmethod
     def from_message(cls, message: Message) -> "ParameterRequest":
@@ -67,7 +75,8 @@ def parameter_function(*, context: FunctionContext, request: Message) -> Message
     state = gradient_state(context=context, req=model_req)
     model = model_at(state=state, store=store, policy=model_req.policy, version=req.policy_version, slot="param")
     optimizer = _optimizer(state=state, store=store, model=model, req=req, policy=model_req.policy)
-    gradients, refused = _usable_gradients(store=store, model=model, keys=req.keys, scales=req.scales)
+    fetched = _member_gradients(state=state, store=store, req=req, model_req=model_req, request=request)
+    gradients, refused = _usable_gradients(fetched=fetched, model=model, keys=req.keys, scales=req.scales)
     if not gradients:
         return Message(header={"published": False, "policy_version": req.policy_version, "refused": refused,
                                "applied": 0, "parameter_s": time.perf_counter() - started})
@@ -86,17 +95,39 @@ def parameter_function(*, context: FunctionContext, request: Message) -> Message
     state["param_optimizer"] = ((model_req.policy, new_version), optimizer)
     return Message(header={"published": True, "policy_version": new_version, "refused": refused,
                            "applied": len(gradients), "parameter_s": time.perf_counter() - started,
+                           "recomputed": sum(r is not None for r in req.recompute),
                            "device": str(state["device"])})
 
 
-def _usable_gradients(*, store: Store, model: nn.Module, keys: Sequence[str],
+def _member_gradients(*, state: dict[str, Any], store: Store, req: ParameterRequest, model_req: GradientRequest,
+                      request: Message) -> list[dict[str, np.ndarray]]:
+    """Each member's gradient by parameter name: as its learner put it, or recomputed at its read version with the
+    IS truncation by the versions of the learners aggregated with it (issue 26 item 9)."""
+    fetched = []
+    for index, key in enumerate(req.keys):
+        redo = req.recompute[index] if index < len(req.recompute) else None
+        if redo is None:
+            arrays = store.get(key=key).arrays
+            fetched.append({name[len(GRAD_PREFIX):]: np.asarray(a) for name, a in arrays.items()
+                            if name.startswith(GRAD_PREFIX)})
+            continue
+        member_req = replace(model_req, policy_version=redo["read_version"], batch_key=redo["batch_key"],
+                             grad_key=key, peer_versions=list(redo["peer_versions"]), truncation=redo["truncation"],
+                             rho=redo["rho"], progress=redo["progress"])
+        computed = compute_gradient(state=state, store=store, req=member_req,
+                                    positions=np.asarray(request.arrays[f"positions.{index}"]))
+        fetched.append({name: (p.grad.detach().cpu().numpy() if computed.finite
+                               else np.full(tuple(p.shape), np.nan, np.float32))
+                        for name, p in computed.model.named_parameters() if p.grad is not None})
+    return fetched
+
+
+def _usable_gradients(*, fetched: list[dict[str, np.ndarray]], model: nn.Module, keys: Sequence[str],
                       scales: Sequence[float]) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, str]]]:
     """The scaled gradients that match the model's parameters and are finite; the others named with a reason."""
     shapes = {name: tuple(p.shape) for name, p in _trainable(model)}
     usable, refused = [], []
-    for key, scale in zip(keys, scales):
-        arrays = store.get(key=key).arrays
-        grads = {name[len(GRAD_PREFIX):]: np.asarray(a) for name, a in arrays.items() if name.startswith(GRAD_PREFIX)}
+    for key, scale, grads in zip(keys, scales, fetched):
         reason = _problem(grads=grads, shapes=shapes)
         if reason is not None:
             refused.append({"key": key, "reason": reason})

@@ -71,6 +71,7 @@ class Batch:
     learners_invoked: int = 0
     parameter_s: float = 0.0
     compute_s: float = 0.0
+    recomputed: int = 0     # gradients the parameter function recomputed with their co-members' truncation
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ class InFlight:
     batch: Batch
     read_version: int
     grad_key: str
-    peers: tuple[int, ...] = ()    # versions it reads for the IS truncation: kept until it has finished
+    positions: np.ndarray          # its task (the parameter function recomputes it with its co-members' truncation)
+    progress: float                # the schedules' fraction at launch
 
 
 class AsyncLearnersWorkflow(SyncWorkflow):
@@ -103,6 +105,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self.parameter_busy = False
         self.batch_ready = False                  # the next batch arrived while this one is still learned
         self.owner: dict[str, Batch] = {}         # gradient key → the batch it was computed on
+        self.held: dict[str, InFlight] = {}        # offered to the rule, not yet applied or refused
         self.task_ids = itertools.count()
         self.next_round = progress.rounds
         self.watchdog_fired = 0
@@ -174,12 +177,14 @@ class AsyncLearnersWorkflow(SyncWorkflow):
     def _launch(self, *, slot: int, batch: Batch, positions: np.ndarray) -> None:
         cfg, version = self.system.config, self.progress.policy_version
         grad_key = f"grad/{self.policy}/{next(self.task_ids)}"
-        peers = sorted({f.read_version for f in self.in_flight.values()} - {version})
+        progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
+        # no truncation peers: the learners aggregated together are not known yet (issue 26 item 9); alone, Eq. 2
+        # is min(r_self, ρ), and the parameter function recomputes a member aggregated with other versions
         request = self._gradient_request(
-            version=version, batch_key=batch.key, grad_key=grad_key, peer_versions=peers,
-            truncation=cfg.stellaris.truncation_form(), rho=cfg.stellaris.rho,
-            progress=schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps))
-        flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, peers=tuple(peers))
+            version=version, batch_key=batch.key, grad_key=grad_key, peer_versions=(),
+            truncation=cfg.stellaris.truncation_form(), rho=cfg.stellaris.rho, progress=progress)
+        flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, positions=positions,
+                          progress=progress)
         self.in_flight[slot] = flight
         self.owner[grad_key] = batch
         self.rule.launched(slot=slot)
@@ -202,15 +207,31 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         version = self.progress.policy_version
         model = dict(vars(self._gradient_request(version=version, batch_key="", grad_key="", peer_versions=(),
                                                  truncation="none", rho=1.0, progress=0.0)))
+        flights = [self.held[m.key] for m in aggregation.members]
+        recompute = [self._recompute(flight=f, together=flights) for f in flights]
         request = ParameterRequest(model=model, policy_version=version, has_optimizer_state=version > 0,
                                    keys=[m.key for m in aggregation.members],
                                    scales=[m.scale for m in aggregation.members],
                                    separate_steps=aggregation.separate_steps,
                                    progress=schedule_fraction(progress=self.progress,
-                                                              total_env_steps=cfg.train.total_env_steps))
+                                                              total_env_steps=cfg.train.total_env_steps),
+                                   recompute=recompute)
+        batch.recomputed += sum(r is not None for r in recompute)
         self.parameter_busy = True
-        future = self.system.runtime.invoke(spec=self.parameter_spec, request=request.to_message())
+        future = self.system.runtime.invoke(spec=self.parameter_spec, request=request.to_message(
+            positions=[f.positions if r is not None else None for f, r in zip(flights, recompute)]))
         self._watch(kind="parameter", future=future, meta=(aggregation, batch))
+
+    def _recompute(self, *, flight: InFlight, together: list[InFlight]) -> dict[str, Any] | None:
+        """Eq. 2 truncates a gradient by the policies of the learners aggregated with it: their versions other than
+        its own (a learner of the same version has its ratio). None when there are none (its learner computed it
+        so, with ρ alone) or the truncation is off; else what the parameter function needs to recompute it."""
+        truncation = self.cfg.truncation_form()
+        peers = sorted({f.read_version for f in together} - {flight.read_version})
+        if not peers or truncation == "none":
+            return None
+        return {"batch_key": flight.batch.key, "read_version": flight.read_version, "peer_versions": peers,
+                "truncation": truncation, "rho": self.cfg.rho, "progress": flight.progress}
 
     # -------------------------------------------------------------------------------- events
     def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
@@ -245,6 +266,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         while self.arrivals and not self.parameter_busy:
             flight, _ = self.arrivals.pop(0)
             del self.in_flight[flight.slot]   # the slot holds its gradient until the rule has taken it (back-pressure)
+            self.held[flight.grad_key] = flight
             self._settle(verdict=self.rule.offer(arrival=_arrival(flight)))
 
     def _settle(self, *, verdict: Verdict) -> None:
@@ -266,6 +288,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
 
     def _refuse(self, *, rejections: tuple[Rejection, ...]) -> None:
         for rejection in rejections:
+            self.held.pop(rejection.key, None)
             batch = self._batch_of(key=rejection.key)
             batch.refused += 1
             batch.staleness.append(rejection.staleness)
@@ -279,6 +302,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         keys = [m.key for m in aggregation.members]
         refused_keys = {r["key"] for r in header["refused"]}
         for member in aggregation.members:
+            self.held.pop(member.key, None)
             owner = self._batch_of(key=member.key)
             owner.outstanding -= 1
             owner.staleness.append(member.staleness)
@@ -341,13 +365,14 @@ class AsyncLearnersWorkflow(SyncWorkflow):
                 "staleness/truncated_fraction": float(np.mean([s.get("truncated_fraction", 0.0)
                                                                for s in batch.stats] or [0.0])),
                 "staleness/parameter_s": batch.parameter_s,
+                "staleness/recomputed": float(batch.recomputed),
                 "staleness/watchdog": float(self.watchdog_fired)}   # times the watchdog acted so far (run total)
 
     def _forget_unused_versions(self) -> None:
         """Delete versions older than ``store.keep_versions`` that neither a learner in flight nor the sampling
         round's actors (a retry re-reads its weights) still read."""
         keep = self.system.config.store.keep_versions
-        needed = {v for f in self.in_flight.values() for v in (f.read_version, *f.peers)}
+        needed = {f.read_version for f in (*self.in_flight.values(), *self.held.values())}
         needed.add(self.round.policy_version)
         floor = min(needed | {self.progress.policy_version - keep + 1})
         for version in range(max(0, floor - 4 * self.cfg.learners), floor):
