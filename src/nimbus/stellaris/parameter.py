@@ -7,11 +7,14 @@ parameter missing, a shape that differs from the model's, or a NaN/Inf value ref
 version on its task, truncated (Eq. 2) by the versions of the learners aggregated with it, which its learner
 could not know at launch (issue 26 item 9; ``recomputed`` in the header counts them). The rest are combined:
 
-* one step (the paper): p.grad = mean_i(scale_i · g_i), clipped to ``max_grad_norm``, one Adam step;
-  so with Adam the scale acts through the gradient's share of the mean, not as a learning rate
-  (docs/stellaris.md says what this means);
-* ``separate_steps`` (the authors' code): one clipped step per gradient, in the order given, each
-  with p.grad = scale_i · g_i.
+* one step (the paper, Eq. 4 as the learning rate of the update, issue 26 item 7): p.grad = the
+  scale-weighted mean Σ_i s_i·g_i / Σ_i s_i, clipped to ``max_grad_norm``, then one optimizer step at
+  learning rate α0 · mean_i(s_i). With SGD that is exactly mean_i(α0·s_i·g_i), Eq. 4 per gradient; with
+  Adam, whose step does not see a constant factor of its input, the factor still shrinks the step
+  (× 2^(-1/3) = 0.794 for one gradient at δ 2, v 3, where scaling the gradient gave × 0.981), and clipping
+  comes before the factor, so it cannot erase it;
+* ``separate_steps`` (the authors' code): one clipped step per gradient, in the order given, each at
+  learning rate α0 · s_i (their scales are 1).
 
 After each optimizer step the algorithm's own bookkeeping runs (stellaris/gradients.py): IMPACT
 counts the step and refreshes its target network every ``target_update_interval`` steps, so the target
@@ -82,12 +85,13 @@ def parameter_function(*, context: FunctionContext, request: Message) -> Message
                                "applied": 0, "parameter_s": time.perf_counter() - started})
     config = state["algo"].config
     gradient_algo = gradient_algo_for(name=config.name)
-    for group in optimizer.param_groups:
-        group["lr"] = gradient_algo.learning_rate(config=config, progress=req.progress)
+    base_lr = gradient_algo.learning_rate(config=config, progress=req.progress)
     steps = [gradients] if not req.separate_steps else [[g] for g in gradients]
     for step in steps:
-        _step(model=model, optimizer=optimizer, gradients=step, max_grad_norm=config.max_grad_norm)
+        _step(model=model, optimizer=optimizer, gradients=step, base_lr=base_lr, max_grad_norm=config.max_grad_norm)
         gradient_algo.after_step(model=model, config=config)
+    for group in optimizer.param_groups:   # the state published: α0, not the last step's scaled rate
+        group["lr"] = base_lr
     publish_version(store=store, state=state, req=_as_learner_request(req=req, policy=model_req.policy),
                     model=model, optimizer=optimizer, writer=context.invocation_id)
     new_version = req.policy_version + 1
@@ -123,8 +127,9 @@ def _member_gradients(*, state: dict[str, Any], store: Store, req: ParameterRequ
 
 
 def _usable_gradients(*, fetched: list[dict[str, np.ndarray]], model: nn.Module, keys: Sequence[str],
-                      scales: Sequence[float]) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, str]]]:
-    """The scaled gradients that match the model's parameters and are finite; the others named with a reason."""
+                      scales: Sequence[float]) -> tuple[list[tuple[dict[str, torch.Tensor], float]], list[dict[str, str]]]:
+    """(gradient, scale) of the gradients that match the model's parameters and are finite; the others named
+    with a reason."""
     shapes = {name: tuple(p.shape) for name, p in _trainable(model)}
     usable, refused = [], []
     for key, scale, grads in zip(keys, scales, fetched):
@@ -132,7 +137,7 @@ def _usable_gradients(*, fetched: list[dict[str, np.ndarray]], model: nn.Module,
         if reason is not None:
             refused.append({"key": key, "reason": reason})
             continue
-        usable.append({name: torch.from_numpy(np.array(g)) * scale for name, g in grads.items()})
+        usable.append(({name: torch.from_numpy(np.array(g)) for name, g in grads.items()}, float(scale)))
     return usable, refused
 
 
@@ -151,12 +156,17 @@ def _trainable(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
 
 
-def _step(*, model: nn.Module, optimizer: torch.optim.Optimizer, gradients: list[dict[str, torch.Tensor]],
-          max_grad_norm: float | None) -> None:
+def _step(*, model: nn.Module, optimizer: torch.optim.Optimizer,
+          gradients: list[tuple[dict[str, torch.Tensor], float]], base_lr: float, max_grad_norm: float | None) -> None:
+    """One step: p.grad = Σ s_i·g_i / Σ s_i, clipped, at learning rate base_lr · mean(s_i) (Eq. 4; docstring)."""
     trainable = _trainable(model)
+    total = sum(scale for _, scale in gradients)
+    weights = [scale / total for _, scale in gradients] if total > 0 else [1.0 / len(gradients)] * len(gradients)
     for name, param in trainable:
-        param.grad = (sum(g[name] for g in gradients) / len(gradients)).to(param.device, param.dtype)
+        param.grad = sum(w * g[name] for w, (g, _) in zip(weights, gradients)).to(param.device, param.dtype)
     nn.utils.clip_grad_norm_([p for _, p in trainable], max_grad_norm if max_grad_norm is not None else float("inf"))
+    for group in optimizer.param_groups:
+        group["lr"] = base_lr * total / len(gradients)
     optimizer.step()
 
 
