@@ -41,8 +41,15 @@ def test_sync_with_a_nan_gradient_finishes_its_rounds(make_shipped_config, tmp_p
     assert len(rows) >= 3
     extras = [row["extras"] for row in rows]
     assert sum(e["staleness/rejected"] for e in extras) >= 1              # the NaN gradient, counted
+    assert sum(e["staleness/refused_nonfinite"] for e in extras) == 1
     assert all(e["staleness/admitted"] + e["staleness/rejected"] == TASKS for e in extras)
     assert rows[-1]["policy_version"] > 0
+    for e in extras:   # the round's metrics: every gradient the rule saw is in the histogram; sync aggregates 3
+        counts = sum(value for key, value in e.items() if key.startswith("staleness/count_"))
+        assert counts == TASKS - e["staleness/refused_nonfinite"]
+        assert e["staleness/count_0"] == counts - e["staleness/refused_rule"]   # sync applies only fresh ones
+        assert 2.5 <= e["staleness/gradients_per_aggregation"] <= 3.0 + 1e-9
+        assert 0 < 3 * e["staleness/learners_in_flight_share"] <= e["staleness/learners_in_flight_max"] <= 3
 
 
 @pytest.mark.timeout(100)

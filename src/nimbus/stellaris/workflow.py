@@ -30,7 +30,7 @@ import itertools
 import logging
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -46,32 +46,13 @@ from nimbus.roles.specs import role_spec
 from nimbus.stellaris.gradients import gradient_algo_for
 from nimbus.stellaris.learner import GradientRequest
 from nimbus.stellaris.parameter import ParameterRequest
+from nimbus.stellaris.round_stats import Batch, FlightMeter, round_extras
 from nimbus.stellaris.rules import Aggregation, Arrival, Rejection, Verdict, make_rule
 from nimbus.types import Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
 PARAMETER_ENTRYPOINT = "nimbus.stellaris.parameter:parameter_function"
 RULE_STATE_KEY = "stellaris_rule"   # the checkpoint manifest's extra: the aggregation rule's state
-
-
-@dataclass
-class Batch:
-    """One round's batch while its gradients are computed and aggregated."""
-
-    round: RoundState
-    key: str
-    tasks: list[np.ndarray]
-    outstanding: int
-    learning_started_s: float
-    stats: list[dict[str, float]] = field(default_factory=list)
-    staleness: list[int] = field(default_factory=list)
-    admitted: int = 0
-    refused: int = 0
-    aggregations: int = 0
-    learners_invoked: int = 0
-    parameter_s: float = 0.0
-    compute_s: float = 0.0
-    recomputed: int = 0     # gradients the parameter function recomputed with their co-members' truncation
 
 
 @dataclass(frozen=True)
@@ -109,6 +90,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self.task_ids = itertools.count()
         self.next_round = progress.rounds
         self.watchdog_fired = 0
+        self.meter = FlightMeter(now_s=time.perf_counter())   # learners in flight over time (round_stats.py)
 
     # ------------------------------------------------------------------------------ checkpoint
     def checkpoint_extra(self) -> dict:
@@ -142,9 +124,11 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self.system.store.put(key=key, message=Message(header={"round": self.round.index},
                                                        arrays=self.system.buffer.read(indices=indices)))
         tasks = self._tasks(rows=len(indices))
-        self.batches.append(Batch(round=self.round, key=key, tasks=tasks, outstanding=len(tasks),
-                                  learning_started_s=time.perf_counter()))
+        now_s = time.perf_counter()
         self.rule.start_round(index=self.round.index)
+        self.batches.append(Batch(round=self.round, key=key, tasks=tasks, outstanding=len(tasks),
+                                  learning_started_s=now_s, flight_integral_start=self.meter.integral(now_s=now_s),
+                                  threshold=self.rule.threshold, max_in_flight=len(self.in_flight)))
         self._invoke_actors()     # the next round samples with the newest weights while this one is learned
         self._launch_learners()
 
@@ -186,6 +170,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, positions=positions,
                           progress=progress)
         self.in_flight[slot] = flight
+        self._flight_changed()
         self.owner[grad_key] = batch
         self.rule.launched(slot=slot)
         batch.learners_invoked += 1
@@ -255,8 +240,10 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         if header["nonfinite"]:
             self._count_nonfinite(nonfinite=True)
             del self.in_flight[flight.slot]
+            self._flight_changed()
             self.owner.pop(flight.grad_key)
             flight.batch.refused += 1
+            flight.batch.refused_nonfinite += 1
             flight.batch.outstanding -= 1
             self.rule.lost(arrival=_arrival(flight), reason="non-finite loss or gradient")   # sync may relaunch
             return
@@ -266,6 +253,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         while self.arrivals and not self.parameter_busy:
             flight, _ = self.arrivals.pop(0)
             del self.in_flight[flight.slot]   # the slot holds its gradient until the rule has taken it (back-pressure)
+            self._flight_changed()
             self.held[flight.grad_key] = flight
             self._settle(verdict=self.rule.offer(arrival=_arrival(flight)))
 
@@ -306,8 +294,11 @@ class AsyncLearnersWorkflow(SyncWorkflow):
             owner = self._batch_of(key=member.key)
             owner.outstanding -= 1
             owner.staleness.append(member.staleness)
+            owner.aggregated += 1
+            owner.aggregation_share += 1.0 / len(aggregation.members)
             if member.key in refused_keys:
                 owner.refused += 1
+                owner.refused_parameter += 1
             else:
                 owner.admitted += 1
         batch.aggregations += 1
@@ -348,25 +339,15 @@ class AsyncLearnersWorkflow(SyncWorkflow):
                   "compute_s": batch.compute_s, "extras": {}}
         self.round, current = batch.round, self.round
         try:
-            self._finish_round(header=header, extras=self._staleness_extras(batch=batch),
-                               num_learners=self.cfg.learners)
+            self._finish_round(header=header, extras={
+                **round_extras(batch=batch, now_s=time.perf_counter(), meter=self.meter, learners=self.cfg.learners),
+                "staleness/watchdog": float(self.watchdog_fired)},   # times the watchdog acted so far (run total)
+                num_learners=self.cfg.learners)
         finally:
             self.round = current
 
-    def _staleness_extras(self, *, batch: Batch) -> dict[str, float]:
-        staleness = batch.staleness or [0]
-        threshold = self.rule.threshold
-        return {"staleness/mean": float(np.mean(staleness)), "staleness/max": float(np.max(staleness)),
-                "staleness/threshold": float("nan") if threshold is None else float(threshold),
-                "staleness/admitted": float(batch.admitted), "staleness/rejected": float(batch.refused),
-                "staleness/aggregations": float(batch.aggregations),
-                "staleness/learners_invoked": float(batch.learners_invoked),
-                "staleness/learners_in_flight": float(len(self.in_flight)),
-                "staleness/truncated_fraction": float(np.mean([s.get("truncated_fraction", 0.0)
-                                                               for s in batch.stats] or [0.0])),
-                "staleness/parameter_s": batch.parameter_s,
-                "staleness/recomputed": float(batch.recomputed),
-                "staleness/watchdog": float(self.watchdog_fired)}   # times the watchdog acted so far (run total)
+    def _flight_changed(self) -> None:
+        self.meter.change(in_flight=len(self.in_flight), now_s=time.perf_counter(), open_batches=self.batches)
 
     def _forget_unused_versions(self) -> None:
         """Delete versions older than ``store.keep_versions`` that neither a learner in flight nor the sampling
