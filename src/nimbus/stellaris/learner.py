@@ -59,6 +59,7 @@ class GradientRequest:
     torch_threads: int
     env_imports: Sequence[str] = ()
     env_wrappers: Sequence[str] = ()
+    slowdown: float = 1.0          # stellaris.stragglers: sleep (slowdown − 1) × the compute time (a benchmark aid)
 
     def to_message(self, *, positions: np.ndarray) -> Message:
         return Message(header={"gradient": dict(vars(self)), "_affinity": f"gradient-{self.policy}"},
@@ -112,6 +113,8 @@ def gradient_learner_function(*, context: FunctionContext, request: Message) -> 
     started = time.perf_counter()
     computed = compute_gradient(state=state, store=store, req=req, positions=request.arrays["positions"])
     model, finite = computed.model, computed.finite
+    if req.slowdown > 1.0:   # a straggler (stellaris.stragglers): as if it computed slowdown times slower
+        time.sleep((req.slowdown - 1.0) * (time.perf_counter() - started))
     if finite and _poison_if_armed(model=model, point="gradient.nonfinite"):   # tests: it reports non-finite
         finite = False
     if finite:

@@ -166,7 +166,8 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         # is min(r_self, ρ), and the parameter function recomputes a member aggregated with other versions
         request = self._gradient_request(
             version=version, batch_key=batch.key, grad_key=grad_key, peer_versions=(),
-            truncation=cfg.stellaris.truncation_form(), rho=cfg.stellaris.rho, progress=progress)
+            truncation=cfg.stellaris.truncation_form(), rho=cfg.stellaris.rho, progress=progress,
+            slowdown=cfg.stellaris.slowdown(slot=slot))
         flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, positions=positions,
                           progress=progress)
         self.in_flight[slot] = flight
@@ -178,14 +179,15 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self._watch(kind="gradient", future=future, meta=flight)
 
     def _gradient_request(self, *, version: int, batch_key: str, grad_key: str, peer_versions: list[int] | tuple,
-                          truncation: str, rho: float, progress: float) -> GradientRequest:
+                          truncation: str, rho: float, progress: float, slowdown: float = 1.0) -> GradientRequest:
         """A learner's request; the parameter function reuses its env, algo and device fields for its model."""
         cfg = self.system.config
         return GradientRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), algo=cfg.algo.model_dump(mode="json"),
                                policy=self.policy, policy_version=version, batch_key=batch_key, grad_key=grad_key,
                                peer_versions=peer_versions, truncation=truncation, rho=rho, progress=progress,
                                device=cfg.learner.device, torch_threads=cfg.learner.torch_threads,
-                               env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers))
+                               env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
+                               slowdown=slowdown)
 
     def _aggregate(self, *, aggregation: Aggregation, batch: Batch) -> None:
         cfg = self.system.config
