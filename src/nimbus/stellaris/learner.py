@@ -10,8 +10,9 @@ parameter function aggregates (stellaris/parameter.py).
 IS truncation (``truncation``: ``paper``, ``paper_ratio`` or ``code``, Stellaris Eq. 2): the ratio is truncated
 by ``peer_versions``' policies (their published weights); see algos/truncation.py. The workflow launches
 learners with none (the learners aggregated together are not known yet; alone, Eq. 2 is min(r_self, ρ)), and
-the parameter function recomputes a gradient aggregated with other versions (``compute_gradient``). The put is tagged with the invocation id,
-so a retried attempt replaces its own gradient and the key still holds one gradient (P1).
+the parameter function recomputes a gradient aggregated with other versions (``compute_gradient``). The put is
+tagged with the invocation id, so a retried attempt replaces its own gradient and the key still holds one
+gradient (P1).
 
 Result header: ``grad_key``, ``read_version``, ``stats`` (loss parts, ``truncated_fraction``),
 ``nonfinite`` (a non-finite loss or gradient: nothing is put), ``compute_s``.

@@ -126,8 +126,11 @@ def _member_gradients(*, state: dict[str, Any], store: Store, req: ParameterRequ
     return fetched
 
 
+Scaled = tuple[dict[str, torch.Tensor], float]   # a gradient by parameter name, and its Eq. 4 scale
+
+
 def _usable_gradients(*, fetched: list[dict[str, np.ndarray]], model: nn.Module, keys: Sequence[str],
-                      scales: Sequence[float]) -> tuple[list[tuple[dict[str, torch.Tensor], float]], list[dict[str, str]]]:
+                      scales: Sequence[float]) -> tuple[list[Scaled], list[dict[str, str]]]:
     """(gradient, scale) of the gradients that match the model's parameters and are finite; the others named
     with a reason."""
     shapes = {name: tuple(p.shape) for name, p in _trainable(model)}
@@ -157,7 +160,7 @@ def _trainable(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
 
 
 def _step(*, model: nn.Module, optimizer: torch.optim.Optimizer,
-          gradients: list[tuple[dict[str, torch.Tensor], float]], base_lr: float, max_grad_norm: float | None) -> None:
+          gradients: list[Scaled], base_lr: float, max_grad_norm: float | None) -> None:
     """One step: p.grad = Σ s_i·g_i / Σ s_i, clipped, at learning rate base_lr · mean(s_i) (Eq. 4; docstring)."""
     trainable = _trainable(model)
     total = sum(scale for _, scale in gradients)

@@ -22,6 +22,13 @@ order). The next batch is taken once every task of the earlier ones has been lau
 still hold some of their gradients, waiting for fresher ones that only the next batch can bring —
 and its actors start then, so at most two rounds of rows are in the on-policy buffer (the learners
 read theirs from the Store).
+
+Progress (issue 26 item 6): a learner's non-finite gradient is ``rule.lost``; a parameter call that refuses
+members is ``rule.applied(refused_keys=)``, one that publishes nothing ``rule.unpublished``; and after every
+event a watchdog calls ``rule.stalled()`` when nothing is in flight, nothing waits, no parameter call runs and
+no free slot may launch a remaining task. The rule's state travels in the checkpoint (item 8). Learners are
+launched without truncation peers; the parameter function truncates a member by the versions aggregated
+with it (item 9). Round metrics: stellaris/round_stats.py.
 """
 
 from __future__ import annotations
