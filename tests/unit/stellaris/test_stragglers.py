@@ -20,7 +20,7 @@ QUIET = ["output.tensorboard=false", "output.report=false", "output.status_line=
 @pytest.mark.timeout(200)
 def test_a_straggler_slots_gradients_arrive_staler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fails without the option (no key ``stragglers``: ConfigError) or with a factor that does nothing (slot 0's
-    mean staleness is then about the others')."""
+    mean staleness is then about the others': 2.82 vs 2.91 measured). With it: 9.0 vs 2.2, 5 tasks vs 22 each."""
     seen: dict[int, list[int]] = {}
     offer = AsyncRule.offer
     monkeypatch.setattr(AsyncRule, "offer", lambda self, *, arrival: seen.setdefault(arrival.slot, []).append(
