@@ -47,7 +47,7 @@ from nimbus.data.codec import Message
 from nimbus.data.triggers import TriggerTable
 from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.onpolicy.sync import RoundState, SyncWorkflow
+from nimbus.onpolicy.sync import SyncWorkflow
 from nimbus.onpolicy.system import System
 from nimbus.roles.specs import role_spec
 from nimbus.stellaris.gradients import gradient_algo_for
