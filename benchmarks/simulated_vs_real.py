@@ -49,7 +49,7 @@ def run_child(*, backend: str, actors: int, seed: int, env_steps: int, run_dir: 
     overrides = [f"seed={seed}", f"runtime.backend={backend}", f"actors.scaling.num_actors={actors}",
                  f"runtime.capacity_cpus={os.cpu_count()}", f"train.total_env_steps={env_steps}", MINIBATCH,
                  "train.target_return=100000", "train.eval_episodes=0", "train.checkpoint_every_rounds=100000",
-                 "output.report=false", "output.tensorboard=false", "output.status_line=false"]
+                 "output.report=false", "output.loggers=[]", "output.status_line=false"]
     if profile is not None:
         overrides.append(f"simulation.profile={profile}")
     result = train(config=load_config(path=REPO / "configs" / "ppo-cartpole.yaml", overrides=overrides),

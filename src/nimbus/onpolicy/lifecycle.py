@@ -146,11 +146,17 @@ class SystemWorkflow:
         """What ``train.checkpoint_replay`` keeps besides the scaler (the async workflow: its buffer)."""
         return {}
 
+    def checkpoint_extra(self) -> dict:
+        """What this workflow adds to the checkpoint's ``extra`` (async_learners: its aggregation rule's state);
+        it reads it back from ``self.resumed.extra`` when it starts."""
+        return {}
+
     def checkpoint(self) -> Path:
         """The newest version's checkpoint (run/loop.py calls it when one is due and at the end)."""
         system, progress = self.system, self.progress
         version = progress.policy_version
         extra = progress_extra(progress=progress, total_env_steps=system.config.train.total_env_steps)
+        extra.update(self.checkpoint_extra())
         if system.config.train.checkpoint_replay:
             directory = system.checkpointer.directory
             extra.update(save_replay(directory=directory, round=progress.rounds,

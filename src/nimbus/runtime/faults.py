@@ -4,7 +4,8 @@ raise (RELIABILITY.md P1, P6), as Ray builds its chaos hooks (``RAY_testing_*``)
 A point is armed by the environment variable ``NIMBUS_FAULTS`` (a JSON object: point name → spec),
 which local workers inherit from the driver. Unset, a point costs one dictionary lookup. The spec::
 
-    {"action": "kill" | "sleep" | "raise",  # SIGKILL this process / sleep sleep_s / raise RuntimeError
+    {"action": "kill" | "sleep" | "raise" | "nan",  # SIGKILL this process / sleep sleep_s / raise RuntimeError /
+                                             #   fault_point returns True: the caller makes its value NaN
      "counter_path": "/tmp/x",               # a file counting the passes, under a lock, so the count
      "after": 0,                             #   survives the worker a fault killed: pass `after` times
      "times": 1,                             #   quietly, then fire on the next `times` passes
@@ -13,7 +14,9 @@ which local workers inherit from the driver. Unset, a point costs one dictionary
 Points: ``learner.published`` (a learner function right after its put of weights and optimizer state
 v+1, before its result is sent); ``learner.optimizer_step`` (inside ``optimizer.step()`` of the
 learner's update, before the parameters change); ``gradient.published`` (a gradient learner right after its
-put); ``actor.started`` (an actor function before it reads its weights); ``marl.policy.published`` (a multi-agent
+put); ``gradient.nonfinite`` (``nan``: a gradient learner's gradient becomes NaN before its finiteness check);
+``gradient.poisoned`` (``nan``: the gradient a learner puts is NaN, after its check: the parameter function refuses
+it); ``actor.started`` (an actor function before it reads its weights); ``marl.policy.published`` (a multi-agent
 policy function right after its put of weights and optimizer state v+1).
 
 Example::
@@ -32,7 +35,7 @@ import time
 from pathlib import Path
 
 FAULTS_ENV = "NIMBUS_FAULTS"
-ACTIONS = ("kill", "sleep", "raise")
+ACTIONS = ("kill", "sleep", "raise", "nan")
 
 
 def bump_counter(*, path: str | Path, limit: int) -> bool:
@@ -64,16 +67,19 @@ def armed(*, name: str) -> dict | None:
     return json.loads(faults).get(name) if faults else None
 
 
-def fault_point(*, name: str) -> None:
-    """Misbehave here if ``NIMBUS_FAULTS`` arms ``name`` and this pass is one of the ``times`` after ``after``."""
+def fault_point(*, name: str) -> bool:
+    """Misbehave here if ``NIMBUS_FAULTS`` arms ``name`` and this pass is one of the ``times`` after ``after``.
+    True when it fired with action ``nan`` (the caller makes its value non-finite); False otherwise."""
     spec = armed(name=name)
     if spec is None:
-        return
+        return False
     after = int(spec.get("after", 0))
     if not bump_counter(path=spec["counter_path"], limit=after + int(spec.get("times", 1))) or \
             read_counter(path=spec["counter_path"]) <= after:
-        return
+        return False
     action = spec["action"]
+    if action == "nan":
+        return True
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "sleep":
@@ -82,3 +88,4 @@ def fault_point(*, name: str) -> None:
         raise RuntimeError(f"injected fault at {name} ({FAULTS_ENV})")
     else:
         raise ValueError(f"{FAULTS_ENV}: {name}.action must be one of {ACTIONS}, not {action!r}")
+    return False

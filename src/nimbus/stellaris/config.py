@@ -14,9 +14,20 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from nimbus.config.base import ConfigSection
+
+
+class StragglersConfig(ConfigSection):
+    """A benchmark aid, not a technique: the chosen learner slots compute ``factor`` times slower (each of their
+    learner functions sleeps (factor − 1) × its compute time before putting its gradient), so their gradients
+    land staler, as on the paper's heterogeneous, contended GPUs."""
+
+    learners: tuple[int, ...] = ()
+    """learner slots (0 … stellaris.learners − 1) made slow"""
+    factor: float = Field(default=1.0, ge=1.0)
+    """how many times slower those slots compute (1: not slowed)"""
 
 
 class StellarisConfig(ConfigSection):
@@ -40,6 +51,20 @@ class StellarisConfig(ConfigSection):
     code (the authors' form, exact), none; null: code for stellaris_code, paper for every other rule"""
     rho: float = Field(default=1.0, gt=0)
     """ρ, the truncation's clip threshold"""
+    stragglers: StragglersConfig = Field(default_factory=StragglersConfig)
+    """benchmark aid: slow chosen learner slots by a factor (docs/stellaris.md, "Stragglers")"""
+
+    @model_validator(mode="after")
+    def _check_stragglers(self) -> "StellarisConfig":
+        outside = [slot for slot in self.stragglers.learners if not 0 <= slot < self.learners]
+        if outside:
+            raise ValueError(f"stragglers.learners: slots {outside} are not learner slots 0 … {self.learners - 1} "
+                             f"(stellaris.learners is {self.learners})")
+        return self
+
+    def slowdown(self, *, slot: int) -> float:
+        """How many times slower learner slot ``slot`` computes (stragglers)."""
+        return self.stragglers.factor if slot in self.stragglers.learners else 1.0
 
     def truncation_form(self) -> str:
         if self.truncation is not None:

@@ -7,10 +7,12 @@ task ``positions`` (PPO: rows; IMPACT: env columns; stellaris/gradients.py) and 
 gradient under ``grad_key`` tagged with the version it read. It never steps an optimizer: the
 parameter function aggregates (stellaris/parameter.py).
 
-IS truncation (``truncation``: ``paper`` or ``code``, Stellaris Eq. 2): the ratio is truncated by
-the other learners' policies, ``peer_versions`` = the versions the learners in flight at launch
-read (their published weights); see algos/truncation.py. The put is tagged with the invocation id,
-so a retried attempt replaces its own gradient and the key still holds one gradient (P1).
+IS truncation (``truncation``: ``paper``, ``paper_ratio`` or ``code``, Stellaris Eq. 2): the ratio is truncated
+by ``peer_versions``' policies (their published weights); see algos/truncation.py. The workflow launches
+learners with none (the learners aggregated together are not known yet; alone, Eq. 2 is min(r_self, ρ)), and
+the parameter function recomputes a gradient aggregated with other versions (``compute_gradient``). The put is
+tagged with the invocation id, so a retried attempt replaces its own gradient and the key still holds one
+gradient (P1).
 
 Result header: ``grad_key``, ``read_version``, ``stats`` (loss parts, ``truncated_fraction``),
 ``nonfinite`` (a non-finite loss or gradient: nothing is put), ``compute_s``.
@@ -58,6 +60,7 @@ class GradientRequest:
     torch_threads: int
     env_imports: Sequence[str] = ()
     env_wrappers: Sequence[str] = ()
+    slowdown: float = 1.0          # stellaris.stragglers: sleep (slowdown − 1) × the compute time (a benchmark aid)
 
     def to_message(self, *, positions: np.ndarray) -> Message:
         return Message(header={"gradient": dict(vars(self)), "_affinity": f"gradient-{self.policy}"},
@@ -74,16 +77,24 @@ def gradient_to_message(*, model: torch.nn.Module, read_version: int) -> Message
                            if p.grad is not None})
 
 
-def gradient_learner_function(*, context: FunctionContext, request: Message) -> Message:
-    req = GradientRequest.from_message(request)
-    store = function_store(header=request.header)
-    state = gradient_state(context=context, req=req)
+@dataclass(frozen=True)
+class Computed:
+    """One task's gradient, left in ``model``'s ``.grad`` (finite: nothing non-finite in the loss or gradient)."""
+
+    model: torch.nn.Module
+    stats: dict[str, float]
+    finite: bool
+    rows: int
+
+
+def compute_gradient(*, state: dict[str, Any], store: Any, req: GradientRequest, positions: np.ndarray) -> Computed:
+    """The loss of the task ``positions`` at ``req.policy_version``, truncated by ``req.peer_versions``, and its
+    gradient (the learner function's work; the parameter function redoes it for a member whose co-members'
+    versions are its truncation peers, stellaris/parameter.py)."""
     model = model_at(state=state, store=store, policy=req.policy, version=req.policy_version, slot="self")
     batch = _batch(state=state, store=store, key=req.batch_key)
-    started = time.perf_counter()
     gradient_algo = gradient_algo_for(name=req.algo["name"])
-    positions = torch.as_tensor(request.arrays["positions"], device=state["device"])
-    minibatch = gradient_algo.select(batch=batch, positions=positions)
+    minibatch = gradient_algo.select(batch=batch, positions=torch.as_tensor(positions, device=state["device"]))
     truncation = _truncation(state=state, store=store, req=req, minibatch=minibatch, gradient_algo=gradient_algo)
     model.zero_grad(set_to_none=True)
     out = gradient_algo.loss(model=model, batch=minibatch, config=state["algo"].config, progress=req.progress,
@@ -92,14 +103,39 @@ def gradient_learner_function(*, context: FunctionContext, request: Message) -> 
     if finite:
         out.loss.backward()
         finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
+    return Computed(model=model, stats=out.stats, finite=finite,
+                    rows=int(minibatch[gradient_algo.behaviour_key].numel()))
+
+
+def gradient_learner_function(*, context: FunctionContext, request: Message) -> Message:
+    req = GradientRequest.from_message(request)
+    store = function_store(header=request.header)
+    state = gradient_state(context=context, req=req)
+    started = time.perf_counter()
+    computed = compute_gradient(state=state, store=store, req=req, positions=request.arrays["positions"])
+    model, finite = computed.model, computed.finite
+    if req.slowdown > 1.0:   # a straggler (stellaris.stragglers): as if it computed slowdown times slower
+        time.sleep((req.slowdown - 1.0) * (time.perf_counter() - started))
+    if finite and _poison_if_armed(model=model, point="gradient.nonfinite"):   # tests: it reports non-finite
+        finite = False
     if finite:
+        _poison_if_armed(model=model, point="gradient.poisoned")    # tests: the parameter function refuses it
         store.put(key=req.grad_key, message=gradient_to_message(model=model, read_version=req.policy_version),
                   writer=context.invocation_id)
         fault_point(name="gradient.published")
-    return Message(header={"grad_key": req.grad_key, "read_version": req.policy_version, "stats": out.stats,
+    return Message(header={"grad_key": req.grad_key, "read_version": req.policy_version, "stats": computed.stats,
                            "nonfinite": not finite, "compute_s": time.perf_counter() - started,
-                           "device": str(state["device"]),
-                           "rows": int(minibatch[gradient_algo.behaviour_key].numel())})
+                           "device": str(state["device"]), "rows": computed.rows})
+
+
+def _poison_if_armed(*, model: torch.nn.Module, point: str) -> bool:
+    """Fault injection (runtime/faults.py, action ``nan``): the gradient becomes NaN at ``point`` (True)."""
+    if not fault_point(name=point):
+        return False
+    for param in model.parameters():
+        if param.grad is not None:
+            param.grad.fill_(float("nan"))
+    return True
 
 
 def gradient_state(*, context: FunctionContext, req: GradientRequest) -> dict[str, Any]:

@@ -23,7 +23,7 @@ gradient's staleness (version now − version its learner read) cannot change wh
                     when its mean staleness ≤ β_k. A gradient that even a full queue of fresh ones could
                     not admit (δ > β_k · ``max_queue``) is refused at once; a queue longer than
                     ``max_queue`` sheds its stalest gradient (refused). Scale 1/δ^(1/v) for δ > 0, 1 at
-                    δ = 0; the aggregate is the mean of the scaled gradients, one optimizer step.
+                    δ = 0, applied by the parameter function as the step's learning rate (Eq. 4).
     stellaris_code  the authors' code (IntelliSys-Lab/Stellaris-SC24, evaluation/experiment/stellaris.py and
                     rllib/policy/torch_policy_v2.py; the same at 0f96794 and the newest commit): no
                     threshold (each gradient applied on arrival) until a round's mean staleness is > 0;

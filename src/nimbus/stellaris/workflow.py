@@ -22,6 +22,13 @@ order). The next batch is taken once every task of the earlier ones has been lau
 still hold some of their gradients, waiting for fresher ones that only the next batch can bring —
 and its actors start then, so at most two rounds of rows are in the on-policy buffer (the learners
 read theirs from the Store).
+
+Progress (issue 26 item 6): a learner's non-finite gradient is ``rule.lost``; a parameter call that refuses
+members is ``rule.applied(refused_keys=)``, one that publishes nothing ``rule.unpublished``; and after every
+event a watchdog calls ``rule.stalled()`` when nothing is in flight, nothing waits, no parameter call runs and
+no free slot may launch a remaining task. The rule's state travels in the checkpoint (item 8). Learners are
+launched without truncation peers; the parameter function truncates a member by the versions aggregated
+with it (item 9). Round metrics: stellaris/round_stats.py.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from __future__ import annotations
 import itertools
 import logging
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -42,38 +49,21 @@ from nimbus.data.triggers import TriggerTable
 from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.onpolicy.policy import ACTOR_ENTRYPOINT, PolicyFunctions
-from nimbus.onpolicy.sync import RoundState, SyncWorkflow
+from nimbus.onpolicy.sync import SyncWorkflow
 from nimbus.onpolicy.system import System
 from nimbus.roles.specs import role_spec
 from nimbus.stellaris.gradients import gradient_algo_for
 from nimbus.stellaris.learner import GradientRequest
 from nimbus.stellaris.parameter import ParameterRequest
-from nimbus.stellaris.rules import Aggregation, Arrival, Rejection, make_rule
+from nimbus.stellaris.round_stats import Batch, FlightMeter, round_extras
+from nimbus.stellaris.rules import Aggregation, Arrival, Rejection, Verdict, make_rule
 from nimbus.types import Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
 PARAMETER_ENTRYPOINT = "nimbus.stellaris.parameter:parameter_function"
 GRADIENT_LEARNER_ENTRYPOINT = "nimbus.stellaris.learner:gradient_learner_function"
 TRANSITIONS_ACTOR_ENTRYPOINT = "nimbus.offpolicy.actor:offpolicy_actor_function"   # IMPACT: rows (s, a, r, s')
-
-
-@dataclass
-class Batch:
-    """One round's batch while its gradients are computed and aggregated."""
-
-    round: RoundState
-    key: str
-    tasks: list[np.ndarray]
-    outstanding: int
-    learning_started_s: float
-    stats: list[dict[str, float]] = field(default_factory=list)
-    staleness: list[int] = field(default_factory=list)
-    admitted: int = 0
-    refused: int = 0
-    aggregations: int = 0
-    learners_invoked: int = 0
-    parameter_s: float = 0.0
-    compute_s: float = 0.0
+RULE_STATE_KEY = "stellaris_rule"   # the checkpoint manifest's extra: the aggregation rule's state
 
 
 @dataclass(frozen=True)
@@ -82,7 +72,8 @@ class InFlight:
     batch: Batch
     read_version: int
     grad_key: str
-    peers: tuple[int, ...] = ()    # versions it reads for the IS truncation: kept until it has finished
+    positions: np.ndarray          # its task (the parameter function recomputes it with its co-members' truncation)
+    progress: float                # the schedules' fraction at launch
 
 
 class AsyncLearnersWorkflow(SyncWorkflow):
@@ -113,8 +104,30 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self.parameter_busy = False
         self.batch_ready = False                  # the next batch arrived while this one is still learned
         self.owner: dict[str, Batch] = {}         # gradient key → the batch it was computed on
+        self.held: dict[str, InFlight] = {}        # offered to the rule, not yet applied or refused
         self.task_ids = itertools.count()
         self.next_round = progress.rounds
+        self.watchdog_fired = 0
+        self.meter = FlightMeter(now_s=self.clock())   # learners in flight over time (round_stats.py)
+
+    # ------------------------------------------------------------------------------ checkpoint
+    def checkpoint_extra(self) -> dict:
+        """The rule's state (δmax and its measurement, round, counters: rule_base.Rule.state) goes in the checkpoint,
+        so a resumed run continues β_k instead of measuring δmax again (issue 26 item 8)."""
+        return {RULE_STATE_KEY: self.rule.state()}
+
+    def publish(self) -> None:
+        """The checkpoint's version (lifecycle.py), and the rule's state saved with it. A resume under another
+        rule (``--set stellaris.rule=...``) starts that rule fresh."""
+        super().publish()
+        saved = self.resumed.extra.get(RULE_STATE_KEY) if self.resumed is not None else None
+        if saved is None:
+            return
+        if saved.get("rule") != self.rule.name:
+            log.warning("the checkpoint's rule is %s, this run's %s: the rule starts fresh", saved.get("rule"),
+                        self.rule.name)
+            return
+        self.rule.restore(state=saved)
 
     # ------------------------------------------------------------------------------- actions
     def _take_batch(self) -> None:
@@ -129,9 +142,11 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self.system.store.put(key=key, message=Message(header={"round": self.round.index},
                                                        arrays=self.system.buffer.read(indices=indices)))
         tasks = self._tasks(rows=len(indices))
-        self.batches.append(Batch(round=self.round, key=key, tasks=tasks, outstanding=len(tasks),
-                                  learning_started_s=self.clock()))
+        now_s = self.clock()
         self.rule.start_round(index=self.round.index)
+        self.batches.append(Batch(round=self.round, key=key, tasks=tasks, outstanding=len(tasks),
+                                  learning_started_s=now_s, flight_integral_start=self.meter.integral(now_s=now_s),
+                                  threshold=self.rule.threshold, max_in_flight=len(self.in_flight)))
         self._invoke_actors()     # the next round samples with the newest weights while this one is learned
         self._launch_learners()
 
@@ -164,13 +179,17 @@ class AsyncLearnersWorkflow(SyncWorkflow):
     def _launch(self, *, slot: int, batch: Batch, positions: np.ndarray) -> None:
         cfg, version = self.system.config, self.progress.policy_version
         grad_key = f"grad/{self.policy}/{next(self.task_ids)}"
-        peers = sorted({f.read_version for f in self.in_flight.values()} - {version})
+        progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
+        # no truncation peers: the learners aggregated together are not known yet (issue 26 item 9); alone, Eq. 2
+        # is min(r_self, ρ), and the parameter function recomputes a member aggregated with other versions
         request = self._gradient_request(
-            version=version, batch_key=batch.key, grad_key=grad_key, peer_versions=peers,
-            truncation=cfg.stellaris.truncation_form(), rho=cfg.stellaris.rho,
-            progress=schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps))
-        flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, peers=tuple(peers))
+            version=version, batch_key=batch.key, grad_key=grad_key, peer_versions=(),
+            truncation=cfg.stellaris.truncation_form(), rho=cfg.stellaris.rho, progress=progress,
+            slowdown=cfg.stellaris.slowdown(slot=slot))
+        flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, positions=positions,
+                          progress=progress)
         self.in_flight[slot] = flight
+        self._flight_changed()
         self.owner[grad_key] = batch
         self.rule.launched(slot=slot)
         batch.learners_invoked += 1
@@ -178,29 +197,46 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self._watch(kind="gradient", future=future, meta=flight)
 
     def _gradient_request(self, *, version: int, batch_key: str, grad_key: str, peer_versions: list[int] | tuple,
-                          truncation: str, rho: float, progress: float) -> GradientRequest:
+                          truncation: str, rho: float, progress: float, slowdown: float = 1.0) -> GradientRequest:
         """A learner's request; the parameter function reuses its env, algo and device fields for its model."""
         cfg = self.system.config
         return GradientRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), algo=cfg.algo.model_dump(mode="json"),
                                policy=self.policy, policy_version=version, batch_key=batch_key, grad_key=grad_key,
                                peer_versions=peer_versions, truncation=truncation, rho=rho, progress=progress,
                                device=cfg.learner.device, torch_threads=cfg.learner.torch_threads,
-                               env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers))
+                               env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
+                               slowdown=slowdown)
 
     def _aggregate(self, *, aggregation: Aggregation, batch: Batch) -> None:
         cfg = self.system.config
         version = self.progress.policy_version
         model = dict(vars(self._gradient_request(version=version, batch_key="", grad_key="", peer_versions=(),
                                                  truncation="none", rho=1.0, progress=0.0)))
+        flights = [self.held[m.key] for m in aggregation.members]
+        recompute = [self._recompute(flight=f, together=flights) for f in flights]
         request = ParameterRequest(model=model, policy_version=version, has_optimizer_state=version > 0,
                                    keys=[m.key for m in aggregation.members],
                                    scales=[m.scale for m in aggregation.members],
                                    separate_steps=aggregation.separate_steps,
                                    progress=schedule_fraction(progress=self.progress,
-                                                              total_env_steps=cfg.train.total_env_steps))
+                                                              total_env_steps=cfg.train.total_env_steps),
+                                   recompute=recompute)
+        batch.recomputed += sum(r is not None for r in recompute)
         self.parameter_busy = True
-        future = self.system.runtime.invoke(spec=self.parameter_spec, request=request.to_message())
+        future = self.system.runtime.invoke(spec=self.parameter_spec, request=request.to_message(
+            positions=[f.positions if r is not None else None for f, r in zip(flights, recompute)]))
         self._watch(kind="parameter", future=future, meta=(aggregation, batch))
+
+    def _recompute(self, *, flight: InFlight, together: list[InFlight]) -> dict[str, Any] | None:
+        """Eq. 2 truncates a gradient by the policies of the learners aggregated with it: their versions other than
+        its own (a learner of the same version has its ratio). None when there are none (its learner computed it
+        so, with ρ alone) or the truncation is off; else what the parameter function needs to recompute it."""
+        truncation = self.cfg.truncation_form()
+        peers = sorted({f.read_version for f in together} - {flight.read_version})
+        if not peers or truncation == "none":
+            return None
+        return {"batch_key": flight.batch.key, "read_version": flight.read_version, "peer_versions": peers,
+                "truncation": truncation, "rho": self.cfg.rho, "progress": flight.progress}
 
     # -------------------------------------------------------------------------------- events
     def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
@@ -214,6 +250,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         ended = self._finish_settled_batches()
         self._offer_waiting()
         self._launch_learners()
+        self._watchdog()
         return ended
 
     def _on_gradient(self, *, future: Future, flight: InFlight) -> None:
@@ -223,9 +260,12 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         if header["nonfinite"]:
             self._count_nonfinite(nonfinite=True)
             del self.in_flight[flight.slot]
+            self._flight_changed()
             self.owner.pop(flight.grad_key)
             flight.batch.refused += 1
+            flight.batch.refused_nonfinite += 1
             flight.batch.outstanding -= 1
+            self.rule.lost(arrival=_arrival(flight), reason="non-finite loss or gradient")   # sync may relaunch
             return
         self.arrivals.append((flight, header))
 
@@ -233,14 +273,30 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         while self.arrivals and not self.parameter_busy:
             flight, _ = self.arrivals.pop(0)
             del self.in_flight[flight.slot]   # the slot holds its gradient until the rule has taken it (back-pressure)
-            verdict = self.rule.offer(arrival=Arrival(key=flight.grad_key, slot=flight.slot,
-                                                      read_version=flight.read_version))
-            self._refuse(rejections=verdict.rejected)
-            if verdict.aggregation is not None:
-                self._aggregate(aggregation=verdict.aggregation, batch=flight.batch)
+            self._flight_changed()
+            self.held[flight.grad_key] = flight
+            self._settle(verdict=self.rule.offer(arrival=_arrival(flight)))
+
+    def _settle(self, *, verdict: Verdict) -> None:
+        self._refuse(rejections=verdict.rejected)
+        if verdict.aggregation is not None:
+            self._aggregate(aggregation=verdict.aggregation, batch=self.owner[verdict.aggregation.members[-1].key])
+
+    def _watchdog(self) -> None:
+        """No rule waits forever (issue 26 item 6): when no learner is in flight, no gradient waits to be offered,
+        no parameter function runs and a batch still has tasks that no free slot may launch, nothing can change
+        the rule's mind; it settles what it holds and re-opens launches (rule_base.Rule.stalled)."""
+        if self.in_flight or self.arrivals or self.parameter_busy or not any(b.tasks for b in self.batches):
+            return
+        log.warning("stellaris: rule %s allows no launch with nothing in flight (holding %d): watchdog",
+                    self.rule.name, self.rule.holding)
+        self.watchdog_fired += 1
+        self._settle(verdict=self.rule.stalled())
+        self._launch_learners()
 
     def _refuse(self, *, rejections: tuple[Rejection, ...]) -> None:
         for rejection in rejections:
+            self.held.pop(rejection.key, None)
             batch = self._batch_of(key=rejection.key)
             batch.refused += 1
             batch.staleness.append(rejection.staleness)
@@ -254,11 +310,15 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         keys = [m.key for m in aggregation.members]
         refused_keys = {r["key"] for r in header["refused"]}
         for member in aggregation.members:
+            self.held.pop(member.key, None)
             owner = self._batch_of(key=member.key)
             owner.outstanding -= 1
             owner.staleness.append(member.staleness)
+            owner.aggregated += 1
+            owner.aggregation_share += 1.0 / len(aggregation.members)
             if member.key in refused_keys:
                 owner.refused += 1
+                owner.refused_parameter += 1
             else:
                 owner.admitted += 1
         batch.aggregations += 1
@@ -266,9 +326,11 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self._delete(keys=keys)
         self._count_nonfinite(nonfinite=bool(refused_keys))
         if header["published"]:
-            self.rule.applied(aggregation=aggregation)
+            self.rule.applied(aggregation=aggregation, refused_keys=refused_keys)
             self.progress.policy_version = header["policy_version"]
             self._forget_unused_versions()
+        else:   # every member refused: the version stays, and sync may launch for it again
+            self.rule.unpublished(aggregation=aggregation)
 
     def _count_nonfinite(self, *, nonfinite: bool) -> None:
         self.progress.nonfinite_in_a_row = self.progress.nonfinite_in_a_row + 1 if nonfinite else 0
@@ -297,29 +359,21 @@ class AsyncLearnersWorkflow(SyncWorkflow):
                   "compute_s": batch.compute_s, "extras": {}}
         self.round, current = batch.round, self.round
         try:
-            self._finish_round(header=header, extras=self._staleness_extras(batch=batch),
-                               num_learners=self.cfg.learners)
+            self._finish_round(header=header, extras={
+                **round_extras(batch=batch, now_s=self.clock(), meter=self.meter, learners=self.cfg.learners),
+                "staleness/watchdog": float(self.watchdog_fired)},   # times the watchdog acted so far (run total)
+                num_learners=self.cfg.learners)
         finally:
             self.round = current
 
-    def _staleness_extras(self, *, batch: Batch) -> dict[str, float]:
-        staleness = batch.staleness or [0]
-        threshold = self.rule.threshold
-        return {"staleness/mean": float(np.mean(staleness)), "staleness/max": float(np.max(staleness)),
-                "staleness/threshold": float("nan") if threshold is None else float(threshold),
-                "staleness/admitted": float(batch.admitted), "staleness/rejected": float(batch.refused),
-                "staleness/aggregations": float(batch.aggregations),
-                "staleness/learners_invoked": float(batch.learners_invoked),
-                "staleness/learners_in_flight": float(len(self.in_flight)),
-                "staleness/truncated_fraction": float(np.mean([s.get("truncated_fraction", 0.0)
-                                                               for s in batch.stats] or [0.0])),
-                "staleness/parameter_s": batch.parameter_s}
+    def _flight_changed(self) -> None:
+        self.meter.change(in_flight=len(self.in_flight), now_s=self.clock(), open_batches=self.batches)
 
     def _forget_unused_versions(self) -> None:
         """Delete versions older than ``store.keep_versions`` that neither a learner in flight nor the sampling
         round's actors (a retry re-reads its weights) still read."""
         keep = self.system.config.store.keep_versions
-        needed = {v for f in self.in_flight.values() for v in (f.read_version, *f.peers)}
+        needed = {f.read_version for f in (*self.in_flight.values(), *self.held.values())}
         needed.add(self.round.policy_version)
         floor = min(needed | {self.progress.policy_version - keep + 1})
         for version in range(max(0, floor - 4 * self.cfg.learners), floor):
@@ -339,6 +393,10 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self.on_round = on_round
         self._invoke_actors()
         super().run(should_stop=should_stop, on_round=on_round)
+
+
+def _arrival(flight: InFlight) -> Arrival:
+    return Arrival(key=flight.grad_key, slot=flight.slot, read_version=flight.read_version)
 
 
 def _mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:

@@ -110,19 +110,42 @@ def test_parameter_function_applies_the_scaled_mean_once(store, model):
                                 request=param_request(store, version=0, keys=["grad/main/0", "grad/main/1"],
                                                       scales=[1.0, 0.5]))
     assert result.header["published"] and result.header["policy_version"] == 1 and result.header["applied"] == 2
-    # by hand: p.grad = mean(1.0·g, 0.5·g) = 0.75·g, clipped to 0.5, one Adam step
+    # by hand (Eq. 4 as the update's learning rate): p.grad = (1.0·g + 0.5·g) / 1.5 = g, clipped to 0.5, then one
+    # Adam step at lr α0 · mean(1.0, 0.5) = 0.75 α0
     grads = store.get(key="grad/main/0").arrays
     expected = algo().make_model(spaces=cartpole_spaces())
     expected.load_state_dict(model.state_dict())
     optimizer = algo().make_optimizer(model=expected)
+    for group in optimizer.param_groups:
+        group["lr"] = 0.75 * algo().config.lr
     for name, param in expected.named_parameters():
-        param.grad = torch.as_tensor(np.array(grads[GRAD_PREFIX + name])) * 0.75
+        param.grad = torch.as_tensor(np.array(grads[GRAD_PREFIX + name]))
     torch.nn.utils.clip_grad_norm_(expected.parameters(), 0.5)
     optimizer.step()
     published = algo().make_model(spaces=cartpole_spaces())
     load_model(model=published, message=store.get(key=weights_key(policy="main", version=1)))
     for (name, want), got in zip(expected.state_dict().items(), published.state_dict().values()):
         assert torch.allclose(want, got, atol=1e-6), name
+
+
+def test_the_adam_step_of_a_stale_gradient_shrinks_by_eq_4s_factor(store, model):
+    """Issue 26 item 7: one gradient at staleness 2 (v 3) scaled by 2^(-1/3) = 0.794; its Adam step must shrink by
+    that factor, as a learning rate of α0/δ^(1/v) gives. Scaling the gradient instead (the code before) left Adam's
+    first step unchanged (ratio 1.0: Adam divides the factor out)."""
+    gradient_learner_function(context=ctx("g"), request=grad_request(store, version=0, key="grad/main/0",
+                                                                      truncation="none"))
+    steps = []
+    for scale in (1.0, 2.0 ** (-1.0 / 3.0)):
+        parameter_function(context=ctx("parameter"),
+                           request=param_request(store, version=0, keys=["grad/main/0"], scales=[scale]))
+        published = algo().make_model(spaces=cartpole_spaces())
+        load_model(model=published, message=store.get(key=weights_key(policy="main", version=1)))
+        steps.append(torch.cat([(p - q).flatten() for p, q in zip(published.parameters(), model.parameters())]))
+        store.delete(key=weights_key(policy="main", version=1))
+        store.delete(key=optim_key(policy="main", version=1))
+    moved = steps[0].abs() > 1e-6
+    ratio = steps[1][moved] / steps[0][moved]
+    assert torch.allclose(ratio, torch.full_like(ratio, 2.0 ** (-1.0 / 3.0)), rtol=1e-3), ratio
 
 
 def test_separate_steps_take_one_optimizer_step_per_gradient(store, model):
