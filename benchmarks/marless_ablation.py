@@ -3,10 +3,10 @@
 IPPO on mpe2 simple_spread with 6 agents (configs/marless-ippo-spread.yaml with ``env.kwargs.N=6``), the
 same number of rounds in every arm. Arms:
 
-    marless       marl.sharing=marless, marl.scaling=marless
-    no-sharing    marl.sharing=none,    marl.scaling=marless
-    no-scaling    marl.sharing=marless, marl.scaling=fixed   (I_max actors every round)
-    neither       marl.sharing=none,    marl.scaling=fixed
+    marless       marless.sharing=marless, marless.scaling=marless
+    no-sharing    marless.sharing=none,    marless.scaling=marless
+    no-scaling    marless.sharing=marless, marless.scaling=fixed   (I_max actors every round)
+    neither       marless.sharing=none,    marless.scaling=fixed
 
 I_max = 12 actor functions (the paper's 50 scaled to 2 cores), I_min = I_max / N = 2, β 0.5, 2 envs per
 actor. Per run: the final global return (the mean per-agent return of ``--eval-episodes`` greedy episodes
@@ -43,10 +43,10 @@ from nimbus.run.loop import train  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "marless-ippo-spread.yaml"
-ARMS = {"marless": ["marl.sharing=marless", "marl.scaling=marless"],
-        "no-sharing": ["marl.sharing=none", "marl.scaling=marless"],
-        "no-scaling": ["marl.sharing=marless", "marl.scaling=fixed"],
-        "neither": ["marl.sharing=none", "marl.scaling=fixed"]}
+ARMS = {"marless": ["marless.sharing=marless", "marless.scaling=marless"],
+        "no-sharing": ["marless.sharing=none", "marless.scaling=marless"],
+        "no-scaling": ["marless.sharing=marless", "marless.scaling=fixed"],
+        "neither": ["marless.sharing=none", "marless.scaling=fixed"]}
 AGENTS, I_MAX, ENVS_PER_ACTOR = 6, 12, 2
 log = logging.getLogger("marless_ablation")
 
@@ -69,7 +69,7 @@ class Run:
 def overrides(*, arm_extra: list[str], seed: int, rounds: int, root: Path, eval_episodes: int) -> list[str]:
     return [f"seed={seed}", f"train.max_rounds={rounds}", "train.total_env_steps=100000000",
             f"env.kwargs={{N: {AGENTS}, max_cycles: 25}}", f"env.num_envs_per_actor={ENVS_PER_ACTOR}",
-            f"actors.scaling={{kind: fixed, num_actors: {I_MAX}}}", f"marl.i_max={I_MAX}",
+            f"actors.scaling={{kind: fixed, num_actors: {I_MAX}}}", f"marless.i_max={I_MAX}",
             "runtime.max_workers=16", f"train.eval_episodes={eval_episodes}", f"output.root_dir={root}",
             "output.status_line=false", "output.tensorboard=false", "output.report=false", *arm_extra]
 
@@ -82,11 +82,11 @@ def run_arm(*, arm: str, extra: list[str], seed: int, rounds: int, root: Path, e
     wall_s = time.perf_counter() - started
     rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     extras = [row["extras"] for row in rows]
-    policies = [int(e["marl/policies"]) for e in extras]
+    policies = [int(e["marless/policies"]) for e in extras]
     return Run(arm=arm, seed=seed, eval_return=float(result.summary.eval_return),
                final_return=float(result.summary.final_return),
-               learner_cost_usd=float(sum(e["marl/learner_cost_usd"] for e in extras)),
-               actor_cost_usd=float(sum(e["marl/actor_cost_usd"] for e in extras)),
+               learner_cost_usd=float(sum(e["marless/learner_cost_usd"] for e in extras)),
+               actor_cost_usd=float(sum(e["marless/actor_cost_usd"] for e in extras)),
                mean_actors=float(np.mean([row["num_actors"] for row in rows])),
                mean_policies=float(np.mean(policies)),
                toggles=int(sum(a != b for a, b in zip(policies, policies[1:]))),
@@ -144,7 +144,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     arms = {arm: ARMS[arm] for arm in (["marless", "neither"] if args.smoke else args.arms)}
-    arms.update({f"marless-gamma{g:g}": [*ARMS["marless"], f"marl.gamma={g}"] for g in args.gammas})
+    arms.update({f"marless-gamma{g:g}": [*ARMS["marless"], f"marless.gamma={g}"] for g in args.gammas})
     seeds, rounds = ([0], 3) if args.smoke else (args.seeds, args.rounds)
     load_before = os.getloadavg()[0]
     runs = []

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nimbus.algos.multiagent import marl_algo_from_dict
+from nimbus.algos.multiagent import multiagent_algo_from_dict
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
@@ -61,19 +61,19 @@ class MultiAgentActorRequest:
 
     def to_message(self, *, restore: SlotState | None = None) -> Message:
         """``restore``: the rank's newest slot, for a worker that does not hold it."""
-        header = {"ma_actor": dict(vars(self)), "_affinity": f"actor-{self.actor_rank}"}
+        header = {"marless_actor": dict(vars(self)), "_affinity": f"actor-{self.actor_rank}"}
         if restore is None:
             return Message(header=header)
         return Message(header={**header, SLOT_META: restore.meta}, arrays=dict(restore.arrays))
 
     @classmethod
     def from_message(cls, message: Message) -> "MultiAgentActorRequest":
-        fields = dict(message.header["ma_actor"])
+        fields = dict(message.header["marless_actor"])
         fields["env_imports"] = tuple(fields.get("env_imports", ()))
         return cls(**fields)
 
 
-def ma_actor_function(*, context: FunctionContext, request: Message) -> Message:
+def marless_actor_function(*, context: FunctionContext, request: Message) -> Message:
     req = MultiAgentActorRequest.from_message(request)
     started = time.perf_counter()
     context.cache["store"] = function_store(header=request.header)
@@ -85,7 +85,7 @@ def ma_actor_function(*, context: FunctionContext, request: Message) -> Message:
     try:
         arrays, episodes, timers = _rollout(algo=algo, models=models, slot=slot, req=req, spaces=spaces)
     except BaseException:
-        context.cache.get("ma_slots", {}).pop(req.actor_rank, None)  # env state is now unknown
+        context.cache.get("marless_slots", {}).pop(req.actor_rank, None)  # env state is now unknown
         raise
     slot.seq += 1
     header = {"actor_rank": req.actor_rank, "env_steps": req.num_envs * req.fragment_steps,
@@ -103,21 +103,21 @@ def _algo(*, context: FunctionContext, req: MultiAgentActorRequest) -> tuple[Any
     """The algorithm and each agent's spaces, cached while the algo dict and the env stay the same."""
     cache = context.cache
     env_key = (req.env_id, dict(req.env_kwargs), list(req.env_imports))
-    if cache.get("ma_algo_config") != req.algo or cache.get("ma_env") != env_key:
+    if cache.get("marless_algo_config") != req.algo or cache.get("marless_env") != env_key:
         probe = make_parallel_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports)
         spaces = agent_spaces(env=probe)
         probe.close()
-        slots = cache.get("ma_slots", {}) if cache.get("ma_env") == env_key else {}
-        cache.update(ma_algo_config=req.algo, ma_env=env_key, ma_algo=marl_algo_from_dict(algo=req.algo),
-                     ma_spaces=spaces, ma_models={}, ma_slots=slots)
+        slots = cache.get("marless_slots", {}) if cache.get("marless_env") == env_key else {}
+        cache.update(marless_algo_config=req.algo, marless_env=env_key, marless_algo=multiagent_algo_from_dict(algo=req.algo),
+                     marless_spaces=spaces, marless_models={}, marless_slots=slots)
         torch.set_num_threads(1)
-    return cache["ma_algo"], cache["ma_spaces"]
+    return cache["marless_algo"], cache["marless_spaces"]
 
 
 def _policies(*, context: FunctionContext, req: MultiAgentActorRequest, algo: Any,
               spaces: dict[str, EnvSpaces]) -> dict[str, torch.nn.Module]:
     """One network per policy in use, holding the weights its key names (reloaded only when the key changes)."""
-    held: dict[str, tuple[str, torch.nn.Module]] = context.cache["ma_models"]
+    held: dict[str, tuple[str, torch.nn.Module]] = context.cache["marless_models"]
     for agent in sorted(spaces):
         policy = req.agent_policy.get(agent)
         if policy is None or policy not in req.weights_keys:

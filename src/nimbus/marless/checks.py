@@ -2,8 +2,8 @@
 ``ConfigError`` (exit 2) naming the key.
 
 * ``check_policy_spaces``: every agent mapped onto a policy has that policy's spaces. Policy ``p_<agent>`` is
-  built for ``<agent>``'s observation and action spaces, so ``marl.agent_policy`` may map another agent onto it
-  only when their spaces are identical (the same test ``marl.sharing`` groups by: ``sharing.space_signature``).
+  built for ``<agent>``'s observation and action spaces, so ``marless.agent_policy`` may map another agent onto it
+  only when their spaces are identical (the same test ``marless.sharing`` groups by: ``sharing.space_signature``).
   Without it a mismatched map failed in the actors with a numpy error after every retry (exit 1).
 """
 
@@ -15,7 +15,7 @@ from nimbus.errors import ConfigError
 
 
 def check_policy_spaces(*, agent_policy: Mapping[str, str], compatible: Mapping[str, str],
-                        key: str = "marl.agent_policy") -> None:
+                        key: str = "marless.agent_policy") -> None:
     """``agent_policy`` (agent → ``p_<owner>``) against ``compatible`` (agent → space signature); names outside
     the env are left to marless/parts.py's ``check_agent_policy``, which runs first."""
     owners = {f"p_{agent}": agent for agent in compatible}

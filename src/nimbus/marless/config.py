@@ -1,4 +1,4 @@
-"""The ``marl:`` config section: MARLess's dynamic learner sharing and per-policy actor scaling (MARLess §4.3-4.4).
+"""The ``marless:`` config section: MARLess's dynamic learner sharing and per-policy actor scaling (MARLess §4.3-4.4).
 
 Read only when ``train.workflow: multiagent`` (marless/workflow.py, docs/marless.md). Policies are named
 after agents (``p_<agent>``); ``sharing`` maps agents onto fewer of them, ``scaling`` sets the actor count.
@@ -9,7 +9,7 @@ Example (YAML)::
     train: {workflow: multiagent}
     algo: {name: ippo}
     env: {id: "mpe2:simple_spread_v3", kwargs: {N: 6}}
-    marl: {sharing: marless, gamma: -0.3, scaling: marless, i_max: 8}
+    marless: {sharing: marless, gamma: -0.3, scaling: marless, i_max: 8}
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A policy's round runs the algorithm's roles in order, each its own invocation (a function kind of its own
 in the ledger): MAPPO ``postprocess`` → ``critic`` → ``policy``; IPPO ``critic`` → ``policy``. They share
-one request (`MarlLearnerRequest`) and talk through the Store:
+one request (`MarlessLearnerRequest`) and talk through the Store:
 
 - ``postprocess_function`` (MAPPO) reads ``batch/<policy>/r<k>`` and puts ``post/<policy>/r<k>``:
   ``critic_obs`` = state ⊕ one-hot(agent_index) and ``next_critic_obs`` = next_state ⊕ one-hot.
@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from nimbus.algos.gae import compute_gae
-from nimbus.algos.multiagent import marl_algo_from_dict
+from nimbus.algos.multiagent import multiagent_algo_from_dict
 from nimbus.algos.multiagent.messages import critic_to_message, load_critic
 from nimbus.algos.multiagent.ppo import centralised_inputs
 from nimbus.algos.ppo.learner import scheduled
@@ -57,7 +57,7 @@ DEFAULT_PROBE = ProbeRequest(subset_size=256, max_iterations=30, tolerance=1e-3)
 
 
 @dataclass(frozen=True)
-class MarlLearnerRequest:
+class MarlessLearnerRequest:
     env_id: str
     env_kwargs: dict[str, Any]
     algo: dict[str, Any]
@@ -74,11 +74,11 @@ class MarlLearnerRequest:
     env_imports: Sequence[str] = ()
 
     def to_message(self) -> Message:
-        return Message(header={"marl_learner": dict(vars(self)), "_affinity": f"learner-{self.policy}"})
+        return Message(header={"marless_learner": dict(vars(self)), "_affinity": f"learner-{self.policy}"})
 
     @classmethod
-    def from_message(cls, message: Message) -> "MarlLearnerRequest":
-        return cls(**message.header["marl_learner"])
+    def from_message(cls, message: Message) -> "MarlessLearnerRequest":
+        return cls(**message.header["marless_learner"])
 
     def key(self, *, prefix: str) -> str:
         """``<prefix>/<policy>/r<round>`` (post, adv)."""
@@ -86,7 +86,7 @@ class MarlLearnerRequest:
 
 
 def postprocess_function(*, context: FunctionContext, request: Message) -> Message:
-    req = MarlLearnerRequest.from_message(request)
+    req = MarlessLearnerRequest.from_message(request)
     started = time.perf_counter()
     store = function_store(header=request.header)
     batch = store.get(key=req.batch_key).arrays
@@ -101,7 +101,7 @@ def postprocess_function(*, context: FunctionContext, request: Message) -> Messa
 
 
 def critic_function(*, context: FunctionContext, request: Message) -> Message:
-    req = MarlLearnerRequest.from_message(request)
+    req = MarlessLearnerRequest.from_message(request)
     started = time.perf_counter()
     state = _state(context=context, req=req)
     store: Store = function_store(header=request.header)
@@ -135,7 +135,7 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
 
 
 def policy_function(*, context: FunctionContext, request: Message) -> Message:
-    req = MarlLearnerRequest.from_message(request)
+    req = MarlessLearnerRequest.from_message(request)
     started = time.perf_counter()
     state = _state(context=context, req=req)
     store: Store = function_store(header=request.header)
@@ -148,7 +148,7 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
         weights_key(policy=req.policy, version=new_version): model_to_message(model=model, version=new_version),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
                                                                                 version=new_version)})
-    fault_point(name="marl.policy.published")
+    fault_point(name="marless.policy.published")
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     convexity = extras.get(HESSIAN_RATIO_KEY, math.nan)
     return Message(header={"policy_version": new_version, **stats, "convexity": convexity, "extras": extras,
@@ -156,13 +156,13 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
                            "device": str(state["device"])})
 
 
-def _state(*, context: FunctionContext, req: MarlLearnerRequest) -> dict[str, Any]:
+def _state(*, context: FunctionContext, req: MarlessLearnerRequest) -> dict[str, Any]:
     """The algorithm and a policy and critic network shaped for this policy's agents, cached per (algo, env, policy
     shape); the weights are loaded from the Store by each invocation."""
     cache = context.cache
     agent = next(iter(sorted(req.agents, key=req.agents.get)))
     env_key = (req.env_id, dict(req.env_kwargs), list(req.env_imports))
-    if cache.get("marl_algo") != req.algo or cache.get("marl_env") != env_key:
+    if cache.get("marless_algo") != req.algo or cache.get("marless_env") != env_key:
         torch.set_num_threads(1)
         env = make_parallel_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports)
         env.reset()
@@ -170,7 +170,7 @@ def _state(*, context: FunctionContext, req: MarlLearnerRequest) -> dict[str, An
         state_dim = int(global_state(env=env).shape[0])
         env.close()
         cache.clear()
-        cache.update(marl_algo=req.algo, marl_env=env_key, algo=marl_algo_from_dict(algo=req.algo),
+        cache.update(marless_algo=req.algo, marless_env=env_key, algo=multiagent_algo_from_dict(algo=req.algo),
                      spaces=spaces, state_dim=state_dim, nets={})
     spaces: dict[str, EnvSpaces] = cache["spaces"]
     signature = (str(spaces[agent].observation), str(spaces[agent].action), len(req.all_agents))
@@ -187,7 +187,7 @@ def _state(*, context: FunctionContext, req: MarlLearnerRequest) -> dict[str, An
     return {"algo": cache["algo"], "device": device, **nets[signature]}
 
 
-def _critic_inputs(*, algo: Any, store: Store, req: MarlLearnerRequest, batch: dict[str, np.ndarray],
+def _critic_inputs(*, algo: Any, store: Store, req: MarlessLearnerRequest, batch: dict[str, np.ndarray],
                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     arrays, names = (store.get(key=req.key(prefix="post")).arrays, ("critic_obs", "next_critic_obs")) \
         if algo.centralised else (batch, ("obs", "next_obs"))
@@ -201,7 +201,7 @@ def _minibatches(*, rows: int, num_minibatches: int, generator: torch.Generator)
 
 
 def _fit_critic(*, algo: Any, critic: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
-                values: torch.Tensor, returns: torch.Tensor, req: MarlLearnerRequest) -> float:
+                values: torch.Tensor, returns: torch.Tensor, req: MarlessLearnerRequest) -> float:
     """Epochs × minibatches of the (optionally clipped) value loss on the critic's own units (standardised with
     ``value_norm``); the mean loss over the steps taken."""
     config = algo.config
@@ -218,7 +218,7 @@ def _fit_critic(*, algo: Any, critic: nn.Module, optimizer: torch.optim.Optimize
     return float(np.mean(losses)) if losses else math.nan
 
 
-def _load_policy(*, store: Store, req: MarlLearnerRequest, algo: Any, model: nn.Module) -> torch.optim.Optimizer:
+def _load_policy(*, store: Store, req: MarlessLearnerRequest, algo: Any, model: nn.Module) -> torch.optim.Optimizer:
     load_model(model=model, message=store.get(key=weights_key(policy=req.policy, version=req.weights_version)))
     optimizer = algo.make_optimizer(model=model, lr=algo.config.lr)
     try:
@@ -229,7 +229,7 @@ def _load_policy(*, store: Store, req: MarlLearnerRequest, algo: Any, model: nn.
     return optimizer
 
 
-def _policy_batch(*, store: Store, req: MarlLearnerRequest, device: torch.device) -> dict[str, torch.Tensor]:
+def _policy_batch(*, store: Store, req: MarlessLearnerRequest, device: torch.device) -> dict[str, torch.Tensor]:
     batch = store.get(key=req.batch_key).arrays
     adv = store.get(key=req.key(prefix="adv")).arrays
     arrays = {"obs": np.array(batch["obs"], np.float32), "actions": np.array(batch["actions"]),
@@ -239,7 +239,7 @@ def _policy_batch(*, store: Store, req: MarlLearnerRequest, device: torch.device
 
 
 def _fit_policy(*, algo: Any, model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
-                req: MarlLearnerRequest) -> dict[str, float]:
+                req: MarlessLearnerRequest) -> dict[str, float]:
     """PPO epochs × minibatches; the mean of each loss statistic over the steps taken (NaN if none)."""
     config = algo.config
     _set_lr(optimizer=optimizer, lr=scheduled(value=config.lr, schedule=config.lr_schedule, progress=req.progress))
@@ -274,7 +274,7 @@ def _set_lr(*, optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def _probe(*, algo: Any, model: nn.Module, batch: dict[str, torch.Tensor], req: MarlLearnerRequest) -> dict[str, float]:
+def _probe(*, algo: Any, model: nn.Module, batch: dict[str, torch.Tensor], req: MarlessLearnerRequest) -> dict[str, float]:
     """The convexity probe of the updated policy when the request asks; {} otherwise."""
     if not req.probe:
         return {}

@@ -20,7 +20,7 @@ from typing import Any
 
 from nimbus.data.codec import Message
 from nimbus.errors import NimbusError
-from nimbus.marless.learner import MarlLearnerRequest
+from nimbus.marless.learner import MarlessLearnerRequest
 from nimbus.types import schedule_fraction
 
 TEAM = "team"   # VDN's joint rows: post/team/r<k>
@@ -85,9 +85,9 @@ class OnPolicyLearning(_Learning):
         stale = [f"{prefix}/{policy}/r{round}" for policy in active for prefix in ("batch", "post", "adv")]
         return stats, stale
 
-    def request(self, *, policy: str, agent_policy: dict[str, str], round: int) -> MarlLearnerRequest:
+    def request(self, *, policy: str, agent_policy: dict[str, str], round: int) -> MarlessLearnerRequest:
         cfg = self.parts.config
-        return MarlLearnerRequest(
+        return MarlessLearnerRequest(
             env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), algo=cfg.algo.model_dump(mode="json"), policy=policy,
             round=round, agents=self._members(policy=policy, agent_policy=agent_policy),
             all_agents=tuple(self.parts.agents), batch_key=batch_key(policy=policy, round=round),

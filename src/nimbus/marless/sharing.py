@@ -18,7 +18,7 @@ agents behave, group them, and pick each group's base model.
 * ``SharingController``: ``none`` (one policy per agent), ``static`` (one policy per space class from
   round 0) or ``marless`` (the detector toggles; enabling groups the agents, disabling gives every agent
   its own policy back). Policies are named ``p_<agent>``; a group uses its base agent's policy. An initial map
-  (``marl.agent_policy``) that puts an agent on a policy built for other spaces is refused when the controller
+  (``marless.agent_policy``) that puts an agent on a policy built for other spaces is refused when the controller
   is built, before any worker starts (marless/checks.py).
 """
 

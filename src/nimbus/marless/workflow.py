@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from nimbus.algos.multiagent import initial_messages, make_marl_algo
+from nimbus.algos.multiagent import initial_messages, make_multiagent_algo
 from nimbus.config import NimbusConfig
 from nimbus.data.checkpoint import Checkpointer
 from nimbus.data.codec import Message
@@ -36,9 +36,9 @@ from nimbus.errors import CheckpointError
 from nimbus.marless.actor import MultiAgentActorRequest
 from nimbus.marless.checkpoint import check_policies, load_policies, policy_directory, publish_policies, \
     save_policies
-from nimbus.marless.evaluate import MarlEvalResult, evaluate_agents
+from nimbus.marless.evaluate import MarlessEvalResult, evaluate_agents
 from nimbus.marless.learning import batch_key, make_learning, results_of
-from nimbus.marless.parts import (MarlParts, MarlProgress, check_agent_policy, critic_key, fixed_actors,
+from nimbus.marless.parts import (MarlessParts, MarlessProgress, check_agent_policy, critic_key, fixed_actors,
                                   function_specs, policy_name, probe_agents)
 from nimbus.marless.scaling import MarlessActorScaler
 from nimbus.marless.sharing import SharingController, space_signature
@@ -64,7 +64,7 @@ class MultiAgentWorkflow:
     from (versions, the agent→policy map, the controllers' state) comes out of publishing, and the workflow's
     learning and actor count are made from it; ``start`` has nothing left to do (no pre-warm)."""
 
-    def __init__(self, *, parts: MarlParts, progress: MarlProgress,
+    def __init__(self, *, parts: MarlessParts, progress: MarlessProgress,
                  on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
         self.parts = parts
         self.progress = progress
@@ -77,13 +77,13 @@ class MultiAgentWorkflow:
         self.learning = make_learning(parts=parts, progress=progress)
         self.prewarmer = make_prewarmer(config=parts.config, runtime=parts.shared.runtime, ledger=parts.shared.ledger,
                                         actor_spec=parts.specs["actor"], workload=parts.config.name)  # prewarm.mode
-        self._map_log = open(parts.run_dir / "marl.jsonl", "a", buffering=1)
+        self._map_log = open(parts.run_dir / "marless.jsonl", "a", buffering=1)
 
     # ---------------------------------------------------------------------------- core.Workflow
     @classmethod
     def build(cls, *, config: NimbusConfig, shared: Callable[[], Shared], run_dir: Path, policy: str,
               resume_from: Path | None, rank_base: int = 0, workload: str | None = None) -> "MultiAgentWorkflow":
-        """The env's agents and the controllers (exit 2 on a bad ``marl.agent_policy`` before any worker), the pool,
+        """The env's agents and the controllers (exit 2 on a bad ``marless.agent_policy`` before any worker), the pool,
         then every policy's version 0 or (``resume_from``, a run directory) the newest round every policy has a
         checkpoint of (marless/checkpoint.py says what comes back). ``policy``, ``rank_base`` and ``workload``
         do not apply: the policies are named after the agents."""
@@ -91,14 +91,14 @@ class MultiAgentWorkflow:
             raise CheckpointError(f"cannot resume {resume_from} as a multiagent run: it has no policies/ directory")
         agents, spaces, state_dim = probe_agents(config=config)
         check_agent_policy(config=config, agents=agents)
-        algo = make_marl_algo(config=config.algo)
-        sharing = SharingController(config=config.marl, agents=list(agents), seed=config.seed,
+        algo = make_multiagent_algo(config=config.algo)
+        sharing = SharingController(config=config.marless, agents=list(agents), seed=config.seed,
                                     compatible={a: space_signature(spaces=spaces[a]) for a in agents})
-        scaler = MarlessActorScaler(config=config.marl, num_agents=len(agents), fixed_actors=fixed_actors(config=config))
+        scaler = MarlessActorScaler(config=config.marless, num_agents=len(agents), fixed_actors=fixed_actors(config=config))
         pool = shared()
         metrics = MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
                               status_line=config.output.status_line)
-        parts = MarlParts(config=config, shared=pool, run_dir=run_dir, agents=agents, spaces=spaces, algo=algo,
+        parts = MarlessParts(config=config, shared=pool, run_dir=run_dir, agents=agents, spaces=spaces, algo=algo,
                           specs=function_specs(config=config, algo=algo), sharing=sharing, scaler=scaler,
                           metrics=metrics)
         try:
@@ -127,7 +127,7 @@ class MultiAgentWorkflow:
         """Each policy's newest networks and the run's state, in ``policies/<policy>/checkpoints``."""
         save_policies(parts=self.parts, progress=self.progress, checkpointers=self.checkpointers)
 
-    def evaluate(self, *, episodes: int, seed: int, explore: bool) -> MarlEvalResult:
+    def evaluate(self, *, episodes: int, seed: int, explore: bool) -> MarlessEvalResult:
         """``episodes`` episodes with every agent on its policy's newest version (``explore`` is not used: the
         final evaluation of a MARLess run acts greedily, as it always has)."""
         store, progress = self.parts.shared.store, self.progress
@@ -283,17 +283,17 @@ class MultiAgentWorkflow:
         self.parts.shared.runtime.bill_provisioned()   # pre-warmed time so far, before the round's cost is read
         costs = self._cost_by_kind()
         extras: dict[str, float] = {
-            "marl/policies": float(len(active)), "marl/actors": float(num_actors),
-            "marl/learner_invocations": float(len(active) * len(self.parts.algo.roles)),
-            "marl/actor_cost_usd": costs.get("actor", 0.0),
-            "marl/learner_cost_usd": sum(v for k, v in costs.items() if k in LEARNER_ROLES),
-            **{f"marl/return/{agent}": value for agent, value in episodes.agent_means.items()},
-            **{f"marl/{k}": float(v) for k, v in self.parts.sharing.state().items()},
-            **{f"marl/{k}": float(v) for k, v in self.parts.scaler.state().items()},
+            "marless/policies": float(len(active)), "marless/actors": float(num_actors),
+            "marless/learner_invocations": float(len(active) * len(self.parts.algo.roles)),
+            "marless/actor_cost_usd": costs.get("actor", 0.0),
+            "marless/learner_cost_usd": sum(v for k, v in costs.items() if k in LEARNER_ROLES),
+            **{f"marless/return/{agent}": value for agent, value in episodes.agent_means.items()},
+            **{f"marless/{k}": float(v) for k, v in self.parts.sharing.state().items()},
+            **{f"marless/{k}": float(v) for k, v in self.parts.scaler.state().items()},
             **self.prewarmer.extras(),
         }
         if episodes.global_returns:
-            extras["marl/global_return"] = float(np.mean(episodes.global_returns))
+            extras["marless/global_return"] = float(np.mean(episodes.global_returns))
         losses = {f"{policy}/{k}": v for policy in active for k, v in stats[policy].items()}
         self._map_log.write(json.dumps({"round": index, "agent_policy": agent_policy, "actors": num_actors,
                                         "policies": active}) + "\n")
@@ -364,13 +364,13 @@ def policy_batch(*, results: list[Message], members: list[str], agents: list[str
     return Message(header={"members": members}, arrays={k: np.concatenate(v) for k, v in columns.items()})
 
 
-def _publish(*, parts: MarlParts, state_dim: int, resume_from: Path | None) -> MarlProgress:
+def _publish(*, parts: MarlessParts, state_dim: int, resume_from: Path | None) -> MarlessProgress:
     """Version 0 of every policy, or (``resume_from``) the checkpointed versions; the progress to go on from."""
     initial = {policy_name(agent): initial_messages(algo=parts.algo, spaces=parts.spaces[agent], state_dim=state_dim,
                                                     num_agents=len(parts.agents), seed=parts.config.seed + index)
                for index, agent in enumerate(parts.agents)}
     if resume_from is None:
-        progress = MarlProgress(agent_policy=parts.sharing.initial_map())
+        progress = MarlessProgress(agent_policy=parts.sharing.initial_map())
         _publish_initial(parts=parts, progress=progress, initial=initial)
         return progress
     states = load_policies(path=Path(resume_from), policies=list(initial))
@@ -381,7 +381,7 @@ def _publish(*, parts: MarlParts, state_dim: int, resume_from: Path | None) -> M
     return progress
 
 
-def _publish_initial(*, parts: MarlParts, progress: MarlProgress, initial: dict[str, dict[str, Message]]) -> None:
+def _publish_initial(*, parts: MarlessParts, progress: MarlessProgress, initial: dict[str, dict[str, Message]]) -> None:
     """Version 0 of every agent's policy (and critic), seeded per agent; all of them, so that sharing can later
     hand any agent its own policy."""
     store = parts.shared.store

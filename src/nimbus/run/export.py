@@ -96,17 +96,17 @@ def export_run(*, run_dir: Path, output: Path | None = None, fmt: str = "torchsc
     return output
 
 
-def export_marl_run(*, run_dir: Path, output_dir: Path | None = None, fmt: str = "torchscript") -> list[Path]:
+def export_marless_run(*, run_dir: Path, output_dir: Path | None = None, fmt: str = "torchscript") -> list[Path]:
     """A multi-agent run: each policy in use at the newest round every policy has a checkpoint of, one file
     each (``<output_dir>/<policy>.pt|.onnx``, default ``RUN_DIR/export``); the metadata names its agents."""
-    from nimbus.algos.multiagent import make_marl_algo
+    from nimbus.algos.multiagent import make_multiagent_algo
     from nimbus.marless.parts import probe_agents
     from nimbus.marless.checkpoint import load_run
 
     _check_format(fmt=fmt)
     run = load_run(path=run_dir)
     config, states, agent_policy = run.config, run.states, run.agent_policy
-    algo = make_marl_algo(config=config.algo)
+    algo = make_multiagent_algo(config=config.algo)
     _, spaces, _ = probe_agents(config=config)
     output_dir = Path(output_dir) if output_dir is not None else Path(run_dir) / "export"
     written = []

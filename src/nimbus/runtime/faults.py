@@ -13,7 +13,7 @@ which local workers inherit from the driver. Unset, a point costs one dictionary
 Points: ``learner.published`` (a learner function right after its put of weights and optimizer state
 v+1, before its result is sent); ``learner.optimizer_step`` (inside ``optimizer.step()`` of the
 learner's update, before the parameters change); ``gradient.published`` (a gradient learner right after its
-put); ``actor.started`` (an actor function before it reads its weights); ``marl.policy.published`` (a multi-agent
+put); ``actor.started`` (an actor function before it reads its weights); ``marless.policy.published`` (a multi-agent
 policy function right after its put of weights and optimizer state v+1).
 
 Example::

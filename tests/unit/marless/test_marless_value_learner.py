@@ -35,7 +35,7 @@ def one_torch_thread() -> None:
     torch.set_num_threads(1)   # tests/conftest.py restores the count afterwards
 
 
-# --- the actor's per-agent rows and the driver's per-policy batch, as the MARL contract lays them out ---
+# --- the actor's per-agent rows and the driver's per-policy batch, as the multi-agent contract lays them out ---
 
 
 def actor_rows(*, agent: int, num_envs: int, steps: int, rank: int = 0) -> dict[str, np.ndarray]:
