@@ -11,9 +11,10 @@ running per-agent episode returns) in ``context.cache``, so episodes continue ac
 Result arrays, per agent and prefixed ``<agent>/``, R = num_envs × fragment_steps rows, env-major then time
 (row = e × T + t): ``obs``, ``next_obs`` (the final observation at an episode's end, not the reset one),
 ``actions``, ``logp`` (on-policy algorithms), ``rewards``, ``terminated``, ``truncated``, ``cut`` (terminated |
-truncated | last step of the fragment). Shared, when the algorithm is centralised: ``state``, ``next_state``.
-An env ends its episode when no agent is live; an agent that finished before the others gets padding
-rows (its last observation, action 0, reward 0, terminated) until the env resets.
+truncated | last step of the fragment), ``alive`` (the agent acted in this row). Shared, when the algorithm is
+centralised: ``state``, ``next_state``. An env ends its episode when no agent is live; an agent that finished
+before the others gets padding rows (its last observation, action 0, reward 0, terminated, ``alive`` False)
+until the env resets, which every learner masks out (marless/rows.py).
 
 Header: actor_rank, env_steps, agents (sorted possible agents), episode_returns {agent: [...]},
 episode_lengths [...], sampling_s, env_s, inference_s, policy_versions {policy: v}.
@@ -41,7 +42,7 @@ from nimbus.models.weights import load_model
 from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
 
-COLUMNS = ("obs", "next_obs", "actions", "logp", "rewards", "terminated", "truncated")
+COLUMNS = ("obs", "next_obs", "actions", "logp", "rewards", "terminated", "truncated", "alive")
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def _agent_buffers(*, space: EnvSpaces, num_envs: int, steps: int) -> dict[str, 
     return {"obs": np.zeros(lead + obs_shape, np.float32), "next_obs": np.zeros(lead + obs_shape, np.float32),
             "actions": np.zeros(lead + action_shape, np.int64 if discrete else np.float32),
             "logp": np.zeros(lead, np.float32), "rewards": np.zeros(lead, np.float32),
-            "terminated": np.zeros(lead, bool), "truncated": np.zeros(lead, bool)}
+            "terminated": np.zeros(lead, bool), "truncated": np.zeros(lead, bool), "alive": np.zeros(lead, bool)}
 
 
 def _act_all(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentSlot, req: MultiAgentActorRequest,
@@ -226,6 +227,7 @@ def _step_env(*, env: Any, e: int, t: int, slot: MultiAgentSlot, actions: dict[s
             columns["rewards"][e, t] = rewards[agent]
             columns["terminated"][e, t] = bool(terminations[agent])
             columns["truncated"][e, t] = bool(truncations[agent])
+            columns["alive"][e, t] = True
             slot.returns[e][agent] += float(rewards[agent])
         else:  # finished before the other agents: a padding row
             last = slot.obs[e].get(agent, columns["next_obs"][e, t - 1] if t > 0 else columns["obs"][e, t])

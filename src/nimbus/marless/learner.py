@@ -10,12 +10,16 @@ one request (`MarlessLearnerRequest`) and talk through the Store:
   input for MAPPO), GAE per agent segment (``cut`` ends a segment; ``terminated`` bootstraps 0, a truncation
   bootstraps V(next_obs)), puts ``adv/<policy>/r<k>`` (advantages, returns), then fits the critic on the
   returns (epochs × minibatches) and puts ``critic/<policy>/<v+1>`` (network + optimizer state).
-  Header: value_loss, explained_variance, critic_s, critic_version.
+  Header: value_loss, explained_variance, rows, dead_rows, critic_s, critic_version.
 - ``policy_function`` runs PPO's clipped surrogate on the advantages (epochs × minibatches), puts
   ``weights/<policy>/<v+1>`` and ``optim/<policy>/<v+1>``, and, when the request asks (``probe``), measures
   the convexity C = −λmax/λmin of the policy objective's Hessian on a subset of the rows (nitro/probe.py,
   analysis/hessian.py). Header: policy_loss, entropy, approx_kl, clip_fraction, convexity (NaN unprobed),
-  policy_s, policy_version.
+  rows, dead_rows, policy_s, policy_version.
+
+Padding rows (``alive`` False: an agent that finished before the others, marless/rows.py) are masked out: their
+advantages and returns are 0, and neither the value fit, the value normalisation, the surrogate nor the probe
+sees them.
 
 Every put is tagged with the invocation id, so a retried invocation may redo its puts (data/store.py).
 A non-finite loss or gradient skips that minibatch (the weights are kept), as ppo_update does.
@@ -47,6 +51,7 @@ from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message, \
     weights_key
+from nimbus.marless.rows import live_index
 from nimbus.nitro.probe import ProbeRequest, probe_policy
 from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
@@ -118,9 +123,14 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
     advantages, returns = compute_gae(
         rewards=torch.as_tensor(np.array(batch["rewards"], np.float32), device=device), values=values,
         next_values=next_values, **rows, gamma=algo.config.gamma, gae_lambda=algo.config.gae_lambda)
+    live = live_index(arrays=batch)   # a padding row is cut and terminated: it never enters a live row's GAE
+    if live is not None:
+        advantages, returns = _zero_dead(advantages, live=live), _zero_dead(returns, live=live)
     store.put(key=req.key(prefix="adv"), writer=context.invocation_id,
               message=Message(header={"round": req.round}, arrays={"advantages": advantages.cpu().numpy(),
                                                                     "returns": returns.cpu().numpy()}))
+    if live is not None:   # the critic fits, normalises and is scored on the live rows only
+        inputs, values, returns = (x[torch.as_tensor(live, device=device)] for x in (inputs, values, returns))
     if algo.config.value_norm:
         critic.return_norm.update(returns)
     fit = _fit_critic(algo=algo, critic=critic, optimizer=optimizer, inputs=inputs, req=req,
@@ -130,7 +140,8 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
               message=critic_to_message(critic=critic, optimizer=optimizer, version=new_version))
     return Message(header={"critic_version": new_version, "value_loss": fit,
                            "explained_variance": explained_variance(values=values, returns=returns),
-                           "adv_key": req.key(prefix="adv"), "rows": int(len(returns)), "device": str(device),
+                           "adv_key": req.key(prefix="adv"), "rows": int(len(returns)),
+                           "dead_rows": int(len(batch["rewards"]) - len(returns)), "device": str(device),
                            "critic_s": time.perf_counter() - started})
 
 
@@ -141,7 +152,7 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
     store: Store = function_store(header=request.header)
     algo, model = state["algo"], state["policy"]
     optimizer = _load_policy(store=store, req=req, algo=algo, model=model)
-    batch = _policy_batch(store=store, req=req, device=state["device"])
+    batch, dead_rows = _policy_batch(store=store, req=req, device=state["device"])
     stats = _fit_policy(algo=algo, model=model, optimizer=optimizer, batch=batch, req=req)
     new_version = req.weights_version + 1
     put_all(store=store, writer=context.invocation_id, items={
@@ -152,7 +163,7 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     convexity = extras.get(HESSIAN_RATIO_KEY, math.nan)
     return Message(header={"policy_version": new_version, **stats, "convexity": convexity, "extras": extras,
-                           "rows": int(batch["obs"].shape[0]), "policy_s": time.perf_counter() - started,
+                           "rows": int(batch["obs"].shape[0]), "dead_rows": dead_rows, "policy_s": time.perf_counter() - started,
                            "device": str(state["device"])})
 
 
@@ -229,13 +240,26 @@ def _load_policy(*, store: Store, req: MarlessLearnerRequest, algo: Any, model: 
     return optimizer
 
 
-def _policy_batch(*, store: Store, req: MarlessLearnerRequest, device: torch.device) -> dict[str, torch.Tensor]:
+def _policy_batch(*, store: Store, req: MarlessLearnerRequest,
+                  device: torch.device) -> tuple[dict[str, torch.Tensor], int]:
+    """The surrogate's rows (the live ones: padding rows are dropped) and how many padding rows were dropped."""
     batch = store.get(key=req.batch_key).arrays
     adv = store.get(key=req.key(prefix="adv")).arrays
     arrays = {"obs": np.array(batch["obs"], np.float32), "actions": np.array(batch["actions"]),
               "logp": np.array(batch["logp"], np.float32), "rewards": np.array(batch["rewards"], np.float32),
               "advantages": np.array(adv["advantages"])}
-    return {name: torch.as_tensor(value, device=device) for name, value in arrays.items()}
+    live = live_index(arrays=batch)
+    if live is not None:
+        arrays = {name: value[live] for name, value in arrays.items()}
+    dead = 0 if live is None else len(batch["rewards"]) - len(live)
+    return {name: torch.as_tensor(value, device=device) for name, value in arrays.items()}, dead
+
+
+def _zero_dead(values: torch.Tensor, *, live: np.ndarray) -> torch.Tensor:
+    """``values`` with every row outside ``live`` set to 0."""
+    mask = torch.zeros(values.shape[0], dtype=torch.bool, device=values.device)
+    mask[torch.as_tensor(live, device=values.device)] = True
+    return torch.where(mask, values, torch.zeros_like(values))
 
 
 def _fit_policy(*, algo: Any, model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -38,6 +37,7 @@ from nimbus.marless.checkpoint import check_policies, load_policies, policy_dire
     save_policies
 from nimbus.marless.evaluate import MarlessEvalResult, evaluate_agents
 from nimbus.marless.learning import batch_key, make_learning, results_of
+from nimbus.marless.rows import Episodes, dead_fraction, live_samples, policy_batch
 from nimbus.marless.parts import (MarlessParts, MarlessProgress, check_agent_policy, critic_key, fixed_actors,
                                   function_specs, policy_name, probe_agents)
 from nimbus.marless.scaling import MarlessActorScaler
@@ -54,7 +54,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 LEARNER_ROLES = ("postprocess", "critic", "policy")
 VERSIONED_KEYS = ("weights/{policy}/{version}", "optim/{policy}/{version}", "target/{policy}/{version}")
-SAMPLES_PER_AGENT = 512  # (obs, action) rows per agent kept for the similarity measure (marless/sharing.py)
 
 
 class MultiAgentWorkflow:
@@ -221,10 +220,8 @@ class MultiAgentWorkflow:
             self.parts.shared.store.put(key=batch_key(policy=policy, round=round),
                                         message=policy_batch(results=results, members=members, agents=agents))
         for agent in agents:
-            obs = np.concatenate([r.arrays[f"{agent}/obs"] for r in results])
-            actions = np.concatenate([r.arrays[f"{agent}/actions"] for r in results])
-            rows = np.concatenate([obs.reshape(len(obs), -1), actions.reshape(len(actions), -1)], axis=1)
-            episodes.samples[agent] = rows[-SAMPLES_PER_AGENT:].astype(np.float64)
+            episodes.samples[agent] = live_samples(results=results, agent=agent)
+            episodes.dead_rows[agent] = dead_fraction(results=results, agent=agent)
         return episodes
 
     def _forget(self, *, active: list[str], stale: list[str]) -> None:
@@ -288,6 +285,7 @@ class MultiAgentWorkflow:
             "marless/actor_cost_usd": costs.get("actor", 0.0),
             "marless/learner_cost_usd": sum(v for k, v in costs.items() if k in LEARNER_ROLES),
             **{f"marless/return/{agent}": value for agent, value in episodes.agent_means.items()},
+            **{f"marless/dead_rows/{agent}": value for agent, value in episodes.dead_rows.items()},
             **{f"marless/{k}": float(v) for k, v in self.parts.sharing.state().items()},
             **{f"marless/{k}": float(v) for k, v in self.parts.scaler.state().items()},
             **self.prewarmer.extras(),
@@ -320,48 +318,6 @@ class MultiAgentWorkflow:
 
     def cost_usd(self) -> float:
         return self._cost_usd
-
-
-@dataclass
-class Episodes:
-    """One round's finished episodes: per-agent mean return, each episode's global return (mean over agents)."""
-
-    agent_means: dict[str, float]
-    global_returns: list[float]
-    samples: dict[str, np.ndarray] = field(default_factory=dict)
-
-    @classmethod
-    def collect(cls, *, results: list[Message], agents: list[str]) -> "Episodes":
-        per_agent: dict[str, list[float]] = {agent: [] for agent in agents}
-        global_returns: list[float] = []
-        for result in results:
-            returns = result.header["episode_returns"]
-            for agent in agents:
-                per_agent[agent] += [float(x) for x in returns.get(agent, [])]
-            counts = {len(returns.get(agent, [])) for agent in agents}
-            if len(counts) == 1:   # every agent's episodes end together (MPE): the global return per episode
-                global_returns += [float(np.mean([returns[agent][i] for agent in agents])) for i in range(counts.pop())]
-        means = {agent: float(np.mean(values)) for agent, values in per_agent.items() if values}
-        return cls(agent_means=means, global_returns=global_returns)
-
-
-def policy_batch(*, results: list[Message], members: list[str], agents: list[str]) -> Message:
-    """One policy's rows: every member agent's (agent order; actors in rank order within an agent), with
-    ``agent_index`` (into ``agents``) and, when the actors recorded it, the global state of each row."""
-    columns: dict[str, list[np.ndarray]] = {}
-    for agent in members:
-        prefix = f"{agent}/"
-        for result in results:
-            rows = 0
-            for name, array in result.arrays.items():
-                if name.startswith(prefix):
-                    columns.setdefault(name[len(prefix):], []).append(array)
-                    rows = len(array)
-            columns.setdefault("agent_index", []).append(np.full(rows, agents.index(agent), dtype=np.int64))
-            for shared in ("state", "next_state"):
-                if shared in result.arrays:
-                    columns.setdefault(shared, []).append(result.arrays[shared])
-    return Message(header={"members": members}, arrays={k: np.concatenate(v) for k, v in columns.items()})
 
 
 def _publish(*, parts: MarlessParts, state_dim: int, resume_from: Path | None) -> MarlessProgress:
