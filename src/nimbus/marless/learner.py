@@ -13,8 +13,9 @@ one request (`MarlessLearnerRequest`) and talk through the Store:
   Header: value_loss, explained_variance, rows, dead_rows, critic_s, critic_version.
 - ``policy_function`` runs PPO's clipped surrogate on the advantages (epochs × minibatches), puts
   ``weights/<policy>/<v+1>`` and ``optim/<policy>/<v+1>``, and, when the request asks (``probe``), measures
-  the convexity C = −λmax/λmin of the policy objective's Hessian on a subset of the rows (nitro/probe.py,
-  analysis/hessian.py). Header: policy_loss, entropy, approx_kl, clip_fraction, convexity (NaN unprobed),
+  the convexity C = −λmax/λmin of the policy objective's Hessian on the whole batch's live rows (nitro/probe.py,
+  analysis/hessian.py); the driver asks only on rounds a controller reads it (marless/learning.py).
+  Header: policy_loss, entropy, approx_kl, clip_fraction, convexity (NaN unprobed), probe_rows (0 unprobed),
   rows, dead_rows, policy_s, policy_version.
 
 Padding rows (``alive`` False: an agent that finished before the others, marless/rows.py) are masked out: their
@@ -58,7 +59,8 @@ from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import PLACED_KEY, place, torch_device
 from nimbus.runtime.faults import fault_point
 
-DEFAULT_PROBE = ProbeRequest(subset_size=256, max_iterations=30, tolerance=1e-3)
+# the whole batch: 256 rows were too noisy for Nitro's scaler, which moved to the whole batch (issue 27 fix 2)
+DEFAULT_PROBE = ProbeRequest(subset_size=None, max_iterations=30, tolerance=1e-3)
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,7 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     convexity = extras.get(HESSIAN_RATIO_KEY, math.nan)
     return Message(header={"policy_version": new_version, **stats, "convexity": convexity, "extras": extras,
+                           "probe_rows": float(extras.get("probe_rows", 0.0)),
                            "rows": int(batch["obs"].shape[0]), "dead_rows": dead_rows, "policy_s": time.perf_counter() - started,
                            "device": str(state["device"])})
 

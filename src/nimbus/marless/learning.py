@@ -52,9 +52,14 @@ class _Learning:
     def __init__(self, *, parts: Any, progress: Any) -> None:
         self.parts, self.progress = parts, progress
 
-    @property
-    def probe(self) -> bool:
-        return self.parts.sharing.needs_convexity or self.parts.scaler.needs_convexity
+    probe = False   # set by the workflow each round: probe the updated policies' convexity (``probe_now``)
+
+    def probe_now(self, *, agent_returns: dict[str, float]) -> bool:
+        """Probe this round only when a controller will read it: the scaler every round, the sharing controller
+        on the rounds it switches sharing on (issue 27 fix 2)."""
+        self.probe = self.parts.scaler.needs_convexity or \
+            self.parts.sharing.probes_now(agent_returns=agent_returns)
+        return self.probe
 
     def _progress_fraction(self) -> float:
         return schedule_fraction(progress=self.progress, total_env_steps=self.parts.config.train.total_env_steps)

@@ -24,6 +24,7 @@ agents behave, group them, and pick each group's base model.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -189,6 +190,13 @@ class SharingController:
     @property
     def needs_convexity(self) -> bool:
         return self.config.sharing == "marless"
+
+    def probes_now(self, *, agent_returns: dict[str, float]) -> bool:
+        """Whether this round's ``decide`` (with the same returns, known once the actors are back) will read the
+        convexity: only when it switches sharing on (the base agent of each group); the detector is not moved."""
+        if self.config.sharing != "marless" or self.enabled:
+            return False
+        return copy.deepcopy(self.detector).observe(agent_returns=agent_returns)
 
     def initial_map(self) -> dict[str, str]:
         if self.config.agent_policy:

@@ -40,8 +40,9 @@ Two FunctionContext functions, each its own function kind in the ledger:
   version, round): a retried attempt recomputes the same values and replaces its own puts.
 
 With ``probe`` (True, or a ProbeRequest header) in the request, the convexity C = −λmax/λmin of the Hessian of the TD objective (the
-negated loss) w.r.t. the policy's parameters is probed after the update on a subset of the replay
-(nitro/probe.py); else ``convexity`` is NaN.
+negated loss) w.r.t. the policy's parameters is probed after the update on the newest round's rows of the replay
+(the round's whole batch, nitro/probe.py); else ``convexity`` is NaN. The driver asks only on rounds a controller
+reads it (marless/learning.py).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ VALUE_HEADER = "value_learner"
 POSTPROCESS_HEADER = "vdn_postprocess"
 TEAM = "team"
 AGENT_COLUMNS = ("obs", "next_obs", "actions", "terminated", ALIVE)   # per agent in a joint (VDN) row
-DEFAULT_PROBE = ProbeRequest(subset_size=256, max_iterations=30, tolerance=1e-3)   # as marless/learner.py
+DEFAULT_PROBE = ProbeRequest(subset_size=None, max_iterations=30, tolerance=1e-3)   # as marless/learner.py
 
 
 def target_key(*, policy: str, version: int) -> str:
@@ -220,10 +221,12 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
                                                                                 version=new_version),
         target_key(policy=req.policy, version=new_version): model_to_message(model=target, version=new_version),
     })
-    extras = _probe(objective=objective, online=online, replay=replay, req=req, version=version)
+    newest = _newest(context=context, keys=req.replay_keys, device=device) if req.probe else {}
+    extras = _probe(objective=objective, online=online, replay=newest, req=req, version=version)
     return Message(header={"policy": req.policy, "policy_version": new_version, **stats,
                            "epsilon": float(online.epsilon), "replay_rows": _rows(replay),
                            "convexity": float(extras.get(HESSIAN_RATIO_KEY, math.nan)), "extras": extras,
+                           "probe_rows": float(extras.get("probe_rows", 0.0)),
                            "policy_s": time.perf_counter() - started, "device": str(device)})
 
 
@@ -306,6 +309,15 @@ def join_replay(*, parts: Sequence[dict[str, np.ndarray]], capacity: int) -> dic
     if live is not None:
         joined = {name: value[live] for name, value in joined.items()}
     return {name: value[-capacity:] for name, value in joined.items()}
+
+
+def _newest(*, context: FunctionContext, keys: Sequence[str], device: torch.device) -> dict[str, torch.Tensor]:
+    """The newest round's rows of the replay (live ones), what the convexity probe reads: that round's whole batch,
+    as the on-policy probe reads its round's batch."""
+    if not keys:
+        return {}
+    newest = join_replay(parts=[context.cache["value_replay_parts"][keys[-1]]], capacity=2 ** 62)
+    return {name: torch.as_tensor(value, device=device) for name, value in newest.items()}
 
 
 def _rows(replay: dict[str, torch.Tensor]) -> int:

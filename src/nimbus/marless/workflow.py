@@ -160,6 +160,7 @@ class MultiAgentWorkflow:
         ingested = time.perf_counter()
         rows_per_agent = self.num_actors * self.parts.config.env.num_envs_per_actor * \
             self.parts.config.actors.fragment_steps
+        self.learning.probe_now(agent_returns=episodes.agent_means)
         stats, stale = self.learning.run(active=active, agent_policy=agent_policy, round=index,
                                          rows_per_agent=rows_per_agent)
         self.prewarmer.round_finished()
