@@ -36,6 +36,7 @@ from nimbus.data.stores import function_store
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.slot_state import SLOT_META, SlotState, slot_state_from
 from nimbus.envs.spaces import EnvSpaces
+from nimbus.marless.agent_id import append_agent_id, with_agent_id
 from nimbus.marless.slot import MultiAgentSlot, capture_ma_slot, env_slot
 from nimbus.models.distributions import clip_action
 from nimbus.models.weights import load_model
@@ -59,6 +60,7 @@ class MultiAgentActorRequest:
     algo: dict[str, Any]
     env_imports: Sequence[str] = ()
     snapshot: bool = False          # actors.restore_slots: the result carries the slot (marless/slot.py)
+    agent_id: bool = False          # policies read obs ⊕ one-hot(agent index) (marless/agent_id.py)
 
     def to_message(self, *, restore: SlotState | None = None) -> Message:
         """``restore``: the rank's newest slot, for a worker that does not hold it."""
@@ -130,7 +132,8 @@ def _policies(*, context: FunctionContext, req: MultiAgentActorRequest, algo: An
         key = req.weights_keys[policy]
         entry = held.get(policy)
         if entry is None or entry[0] != key:
-            model = entry[1] if entry is not None else algo.make_policy(spaces=spaces[agent])
+            model = entry[1] if entry is not None else algo.make_policy(
+                spaces=with_agent_id(spaces=spaces[agent], num_agents=len(spaces)) if req.agent_id else spaces[agent])
             try:
                 load_model(model=model, message=context.cache["store"].get(key=key))
             except Exception:
@@ -195,13 +198,16 @@ def _act_all(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentS
              buffers: dict[str, dict[str, np.ndarray]], t: int) -> list[dict[str, Any]]:
     """Per env, the actions of its live agents; one forward pass per policy over all its (env, agent) pairs."""
     actions: list[dict[str, Any]] = [{} for _ in slot.envs]
+    order = sorted(buffers)
     by_policy: dict[str, list[tuple[int, str]]] = {}
     for e, obs in enumerate(slot.obs):
         for agent in obs:
             by_policy.setdefault(req.agent_policy[agent], []).append((e, agent))
     for policy, pairs in by_policy.items():
         batch = np.stack([slot.obs[e][agent] for e, agent in pairs]).astype(np.float32, copy=False)
-        out = algo.act(model=models[policy], obs=torch.as_tensor(batch), explore=True)
+        inputs = append_agent_id(obs=batch, agent_index=np.array([order.index(agent) for _, agent in pairs]),
+                                 num_agents=len(order)) if req.agent_id else batch
+        out = algo.act(model=models[policy], obs=torch.as_tensor(inputs), explore=True)
         logp = out.extras.get("logp")
         for j, (e, agent) in enumerate(pairs):
             columns = buffers[agent]

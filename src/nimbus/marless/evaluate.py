@@ -26,6 +26,7 @@ from nimbus.algos.multiagent import make_multiagent_algo
 from nimbus.config import NimbusConfig
 from nimbus.data.codec import Message
 from nimbus.envs.parallel import agent_spaces, make_parallel_env
+from nimbus.marless.agent_id import append_agent_id, uses_agent_id, with_agent_id
 from nimbus.marless.checkpoint import is_multiagent, load_run
 from nimbus.models.weights import load_model
 
@@ -54,10 +55,12 @@ def evaluate_agents(*, config: NimbusConfig, algo: Any, weights: dict[str, Messa
         env.reset(seed=seed)
         recorder = _recorder(env=env, video_dir=video_dir) if video_dir is not None else None
         spaces = agent_spaces(env=env)
+        order, agent_id = sorted(spaces), uses_agent_id(marless=config.marless)
         models = {}
         for agent, policy in sorted(agent_policy.items()):
             if policy not in models:
-                model = algo.make_policy(spaces=spaces[agent])
+                model = algo.make_policy(spaces=with_agent_id(spaces=spaces[agent], num_agents=len(order))
+                                         if agent_id else spaces[agent])
                 load_model(model=model, message=weights[policy])
                 models[policy] = model.eval()
         for episode in range(episodes):
@@ -68,8 +71,12 @@ def evaluate_agents(*, config: NimbusConfig, algo: Any, weights: dict[str, Messa
                 actions = {}
                 with torch.no_grad():
                     for agent in env.agents:
+                        inputs = np.asarray(obs[agent], dtype=np.float32)[None]
+                        if agent_id:
+                            inputs = append_agent_id(obs=inputs, agent_index=np.array([order.index(agent)]),
+                                                     num_agents=len(order))
                         out = algo.act(model=models[agent_policy[agent]], explore=explore,
-                                       obs=torch.as_tensor(obs[agent], dtype=torch.float32)[None])
+                                       obs=torch.as_tensor(inputs))
                         action = out.actions[0]
                         actions[agent] = action.item() if np.ndim(action) == 0 else action
                 obs, rewards, _, _, _ = env.step(actions)

@@ -52,6 +52,7 @@ from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message, \
     weights_key
+from nimbus.marless.agent_id import with_agent_id
 from nimbus.marless.rows import live_index
 from nimbus.nitro.probe import ProbeRequest, probe_policy
 from nimbus.roles.actor import derive_seed
@@ -79,6 +80,7 @@ class MarlessLearnerRequest:
     progress: float = 0.0           # 0..1 through the run, for linear schedules
     probe: bool | dict[str, Any] = False   # True or a ProbeRequest header: measure the convexity after the update
     env_imports: Sequence[str] = ()
+    agent_id: bool = False                 # the networks read obs ⊕ one-hot(agent) (marless/agent_id.py)
 
     def to_message(self) -> Message:
         return Message(header={"marless_learner": dict(vars(self)), "_affinity": f"learner-{self.policy}"})
@@ -186,7 +188,9 @@ def _state(*, context: FunctionContext, req: MarlessLearnerRequest) -> dict[str,
         cache.clear()
         cache.update(marless_algo=req.algo, marless_env=env_key, algo=multiagent_algo_from_dict(algo=req.algo),
                      spaces=spaces, state_dim=state_dim, nets={})
-    spaces: dict[str, EnvSpaces] = cache["spaces"]
+    spaces: dict[str, EnvSpaces] = dict(cache["spaces"])
+    if req.agent_id:
+        spaces[agent] = with_agent_id(spaces=spaces[agent], num_agents=len(req.all_agents))
     signature = (str(spaces[agent].observation), str(spaces[agent].action), len(req.all_agents))
     nets = cache["nets"]
     if signature not in nets:

@@ -98,7 +98,7 @@ class OnPolicyLearning(_Learning):
             all_agents=tuple(self.parts.agents), batch_key=batch_key(policy=policy, round=round),
             weights_version=self.progress.versions[policy], critic_version=self.progress.critic_versions.get(policy, 0),
             seed=cfg.seed + round, progress=self._progress_fraction(), probe=self.probe,
-            env_imports=tuple(cfg.env.imports))
+            env_imports=tuple(cfg.env.imports), agent_id=self.parts.agent_id)
 
 
 class ValueLearning(_Learning):
@@ -147,7 +147,7 @@ class ValueLearning(_Learning):
         """The policy function's ValueLearnerRequest (marless/value_learner.py)."""
         from nimbus.marless.value_learner import ValueLearnerRequest, spaces_header
 
-        cfg, spaces = self.parts.config, self.parts.spaces
+        cfg, spaces = self.parts.config, self.parts.policy_spaces
         in_use = sorted(set(agent_policy.values()))
         owner = TEAM if "postprocess" in self.parts.algo.roles else policy
         return ValueLearnerRequest(
@@ -155,7 +155,7 @@ class ValueLearning(_Learning):
             agents=self._members(policy=policy, agent_policy=agent_policy), all_agents=tuple(self.parts.agents),
             agent_policy=dict(agent_policy), policy_versions={p: self.progress.versions[p] for p in in_use},
             replay_keys=tuple(self.replays.get(owner, ())),
-            spaces={p: spaces_header(spaces=spaces[p.removeprefix("p_")]) for p in in_use},
+            spaces={p: spaces_header(spaces=spaces[p]) for p in in_use},
             seed=cfg.seed + round, progress=self._progress_fraction(), probe=self.probe)
 
 

@@ -23,6 +23,7 @@ from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.parallel_snapshot import check_parallel_snapshot
 from nimbus.envs.snapshot import require_snapshot
 from nimbus.errors import ConfigError
+from nimbus.marless.agent_id import with_agent_id
 from nimbus.types import Progress
 from nimbus.roles.specs import function_spec, role_spec
 
@@ -40,6 +41,19 @@ VALUE_ROLE_ENTRYPOINTS = {"postprocess": "nimbus.marless.value_learner:vdn_postp
 
 def policy_name(agent: str) -> str:
     return f"p_{agent}"
+
+
+def policy_spaces(*, config: NimbusConfig, agents: tuple[str, ...], spaces: dict[str, EnvSpaces],
+                  agent_id: bool) -> dict[str, EnvSpaces]:
+    """Every policy of the run → the spaces its networks are built for: ``p_<agent>`` for each agent (agent order),
+    then ``marless.policy_mapping``'s names (their first agent's spaces); with agent-id conditioning the
+    observation carries the one-hot (marless/agent_id.py)."""
+    def net(agent: str) -> EnvSpaces:
+        return with_agent_id(spaces=spaces[agent], num_agents=len(agents)) if agent_id else spaces[agent]
+    out = {policy_name(agent): net(agent) for agent in agents}
+    for agent, policy in sorted(config.marless.policy_mapping.items()):
+        out.setdefault(policy, net(agent))
+    return out
 
 
 def probe_agents(*, config: NimbusConfig) -> tuple[tuple[str, ...], dict[str, EnvSpaces], int]:
@@ -118,3 +132,5 @@ class MarlessParts:
     sharing: Any                     # marless/sharing.py SharingController
     scaler: Any                      # marless/scaling.py MarlessActorScaler
     metrics: Any                     # report/metrics.py MetricsSink
+    agent_id: bool = False           # policies read obs ⊕ one-hot(agent) (marless/agent_id.py)
+    policy_spaces: dict[str, Any] = field(default_factory=dict)   # policy → the spaces its networks are built for

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from nimbus.data.codec import Message
+from nimbus.marless.agent_id import append_agent_id
 
 ALIVE = "alive"
 SAMPLES_PER_AGENT = 512  # (obs, action) rows per agent kept for the similarity measure (marless/sharing.py)
@@ -84,9 +85,10 @@ class Episodes:
         return cls(agent_means=means, global_returns=global_returns)
 
 
-def policy_batch(*, results: list[Message], members: list[str], agents: list[str]) -> Message:
+def policy_batch(*, results: list[Message], members: list[str], agents: list[str], agent_id: bool = False) -> Message:
     """One policy's rows: every member agent's (agent order; actors in rank order within an agent), with
-    ``agent_index`` (into ``agents``) and, when the actors recorded it, the global state of each row."""
+    ``agent_index`` (into ``agents``) and, when the actors recorded it, the global state of each row; with
+    ``agent_id``, ``obs`` and ``next_obs`` carry the one-hot of ``agent_index`` (marless/agent_id.py)."""
     columns: dict[str, list[np.ndarray]] = {}
     for agent in members:
         prefix = f"{agent}/"
@@ -100,4 +102,8 @@ def policy_batch(*, results: list[Message], members: list[str], agents: list[str
             for shared in ("state", "next_state"):
                 if shared in result.arrays:
                     columns.setdefault(shared, []).append(result.arrays[shared])
-    return Message(header={"members": members}, arrays={k: np.concatenate(v) for k, v in columns.items()})
+    arrays = {k: np.concatenate(v) for k, v in columns.items()}
+    if agent_id:
+        for name in ("obs", "next_obs"):
+            arrays[name] = append_agent_id(obs=arrays[name], agent_index=arrays["agent_index"], num_agents=len(agents))
+    return Message(header={"members": members}, arrays=arrays)

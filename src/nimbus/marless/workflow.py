@@ -38,8 +38,9 @@ from nimbus.marless.checkpoint import check_policies, load_policies, policy_dire
 from nimbus.marless.evaluate import MarlessEvalResult, evaluate_agents
 from nimbus.marless.learning import batch_key, make_learning, results_of
 from nimbus.marless.rows import Episodes, dead_fraction, live_samples, policy_batch
+from nimbus.marless.agent_id import uses_agent_id
 from nimbus.marless.parts import (MarlessParts, MarlessProgress, check_agent_policy, critic_key, fixed_actors,
-                                  function_specs, policy_name, probe_agents)
+                                  function_specs, policy_spaces, probe_agents)
 from nimbus.marless.scaling import MarlessActorScaler
 from nimbus.marless.sharing import SharingController, space_signature
 from nimbus.models.weights import optim_key, weights_key
@@ -97,9 +98,11 @@ class MultiAgentWorkflow:
         pool = shared()
         metrics = MetricsSink(run_dir=run_dir, tensorboard=config.output.tensorboard,
                               status_line=config.output.status_line)
+        agent_id = uses_agent_id(marless=config.marless)
         parts = MarlessParts(config=config, shared=pool, run_dir=run_dir, agents=agents, spaces=spaces, algo=algo,
-                          specs=function_specs(config=config, algo=algo), sharing=sharing, scaler=scaler,
-                          metrics=metrics)
+                             specs=function_specs(config=config, algo=algo), sharing=sharing, scaler=scaler,
+                             metrics=metrics, agent_id=agent_id,
+                             policy_spaces=policy_spaces(config=config, agents=agents, spaces=spaces, agent_id=agent_id))
         try:
             progress = _publish(parts=parts, state_dim=state_dim, resume_from=resume_from)
         except BaseException:
@@ -108,7 +111,7 @@ class MultiAgentWorkflow:
         workflow = cls(parts=parts, progress=progress)
         workflow.checkpointers = {name: Checkpointer(directory=policy_directory(run_dir=run_dir, policy=name),
                                                      keep=config.train.keep_checkpoints)
-                                  for name in map(policy_name, agents)}
+                                  for name in parts.policy_spaces}
         return workflow
 
     @property
@@ -195,7 +198,7 @@ class MultiAgentWorkflow:
                 fragment_steps=cfg.actors.fragment_steps, seed=cfg.seed, actor_rank=rank,
                 slot_seq=slot_seq, agent_policy=dict(agent_policy), weights_keys=keys,
                 algo=cfg.algo.model_dump(mode="json"), env_imports=tuple(cfg.env.imports),
-                snapshot=cfg.actors.restore_slots)
+                snapshot=cfg.actors.restore_slots, agent_id=self.parts.agent_id)
             futures.append(self.parts.shared.runtime.invoke(
                 spec=self.parts.specs["actor"], request=request.to_message(restore=self.progress.slot_states.get(rank))))
             futures[-1].add_done_callback(lambda _: self.prewarmer.actor_finished())
@@ -219,7 +222,8 @@ class MultiAgentWorkflow:
         for policy in active:
             members = [a for a in agents if agent_policy[a] == policy]
             self.parts.shared.store.put(key=batch_key(policy=policy, round=round),
-                                        message=policy_batch(results=results, members=members, agents=agents))
+                                        message=policy_batch(results=results, members=members, agents=agents,
+                                                             agent_id=self.parts.agent_id))
         for agent in agents:
             episodes.samples[agent] = live_samples(results=results, agent=agent)
             episodes.dead_rows[agent] = dead_fraction(results=results, agent=agent)
@@ -323,9 +327,9 @@ class MultiAgentWorkflow:
 
 def _publish(*, parts: MarlessParts, state_dim: int, resume_from: Path | None) -> MarlessProgress:
     """Version 0 of every policy, or (``resume_from``) the checkpointed versions; the progress to go on from."""
-    initial = {policy_name(agent): initial_messages(algo=parts.algo, spaces=parts.spaces[agent], state_dim=state_dim,
-                                                    num_agents=len(parts.agents), seed=parts.config.seed + index)
-               for index, agent in enumerate(parts.agents)}
+    initial = {policy: initial_messages(algo=parts.algo, spaces=spaces, state_dim=state_dim,
+                                        num_agents=len(parts.agents), seed=parts.config.seed + index)
+               for index, (policy, spaces) in enumerate(parts.policy_spaces.items())}
     if resume_from is None:
         progress = MarlessProgress(agent_policy=parts.sharing.initial_map())
         _publish_initial(parts=parts, progress=progress, initial=initial)
