@@ -164,6 +164,7 @@ class MultiAgentWorkflow:
         rows_per_agent = self.num_actors * self.parts.config.env.num_envs_per_actor * \
             self.parts.config.actors.fragment_steps
         self.learning.probe_now(agent_returns=episodes.agent_means)
+        invoked = self.progress.learner_invocations
         stats, stale = self.learning.run(active=active, agent_policy=agent_policy, round=index,
                                          rows_per_agent=rows_per_agent)
         self.prewarmer.round_finished()
@@ -182,7 +183,7 @@ class MultiAgentWorkflow:
         self.progress.next_actors = self.num_actors
         return self._row(index=index, started=started, sampled=sampled, ingested=ingested, learned=learned,
                          episodes=episodes, stats=stats, active=active, agent_policy=agent_policy,
-                         num_actors=used_actors)
+                         num_actors=used_actors, invocations=self.progress.learner_invocations - invoked)
 
     # ----------------------------------------------------------------------------------- sampling
     def _sample(self, *, agent_policy: dict[str, str], num_actors: int) -> list[Message]:
@@ -277,7 +278,7 @@ class MultiAgentWorkflow:
     # ----------------------------------------------------------------------------------- the row
     def _row(self, *, index: int, started: float, sampled: float, ingested: float, learned: float,
              episodes: "Episodes", stats: dict[str, dict[str, float]], active: list[str],
-             agent_policy: dict[str, str], num_actors: int) -> RoundMetrics:
+             agent_policy: dict[str, str], num_actors: int, invocations: int) -> RoundMetrics:
         progress, now = self.progress, time.perf_counter()
         progress.rounds += 1
         progress.episodes += len(episodes.global_returns)
@@ -286,7 +287,7 @@ class MultiAgentWorkflow:
         costs = self._cost_by_kind()
         extras: dict[str, float] = {
             "marless/policies": float(len(active)), "marless/actors": float(num_actors),
-            "marless/learner_invocations": float(len(active) * len(self.parts.algo.roles)),
+            "marless/learner_invocations": float(invocations),   # the learner functions this round invoked
             "marless/actor_cost_usd": costs.get("actor", 0.0),
             "marless/learner_cost_usd": sum(v for k, v in costs.items() if k in LEARNER_ROLES),
             **{f"marless/return/{agent}": value for agent, value in episodes.agent_means.items()},
