@@ -110,7 +110,7 @@ class ValueLearning(_Learning):
 
     def run(self, *, active: list[str], agent_policy: dict[str, str], round: int, rows_per_agent: int
             ) -> tuple[dict[str, dict[str, float]], list[str]]:
-        from nimbus.marless.value_learner import VDNPostprocessRequest
+        from nimbus.marless.team_rows import VDNPostprocessRequest
 
         stale: list[str] = []
         if "postprocess" in self.parts.algo.roles:   # VDN: the team's joint rows, once per round

@@ -35,7 +35,7 @@ MARLESS_ACTOR_ENTRYPOINT = "nimbus.marless.actor:marless_actor_function"
 ROLE_ENTRYPOINTS = {"postprocess": "nimbus.marless.learner:postprocess_function",
                     "critic": "nimbus.marless.learner:critic_function",
                     "policy": "nimbus.marless.learner:policy_function"}
-VALUE_ROLE_ENTRYPOINTS = {"postprocess": "nimbus.marless.value_learner:vdn_postprocess_function",
+VALUE_ROLE_ENTRYPOINTS = {"postprocess": "nimbus.marless.team_rows:vdn_postprocess_function",
                           "policy": "nimbus.marless.value_learner:value_policy_function"}
 
 

@@ -17,7 +17,8 @@ from nimbus.algos.multiagent.vdn import VDN, VDNConfig, vdn_q_tot
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.actor import marless_actor_function
 from nimbus.marless.learner import critic_function, policy_function, postprocess_function
-from nimbus.marless.value_learner import _Objective, align_team_rows, join_replay
+from nimbus.marless.team_rows import align_team_rows
+from nimbus.marless.value_learner import _Objective, join_replay
 
 EARLY = "tests.unit.marless.early_env:make_env"
 AGENTS = ["long", "short"]
