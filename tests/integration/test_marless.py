@@ -84,8 +84,10 @@ def test_dynamic_sharing_switches_on_and_cuts_learner_invocations(make_shipped_c
     assert learner_calls == 2 * sum(policies)        # a critic and a policy function per policy and round
     shared = maps(result.run_dir)[2]["agent_policy"]
     assert len(set(shared.values())) == 2
-    assert all(np.isfinite(row["losses"][f"{p}/convexity"]) for row in rows for p in
-               {f"p_{a}" for a in ("agent_0", "agent_1", "agent_2")} if f"{p}/convexity" in row["losses"])
+    probed = [[p for p in sorted(row["losses"]) if p.endswith("/probe_rows") and row["losses"][p] > 0] for row in rows]
+    assert [bool(names) for names in probed] == [False, True, False, False, False, True]   # the rounds it enables
+    assert all(np.isfinite(row["losses"][name.replace("/probe_rows", "/convexity")])
+               for row, names in zip(rows, probed) for name in names)
 
 
 def test_the_scaling_rule_sets_the_next_rounds_actors(make_shipped_config) -> None:
