@@ -1,23 +1,27 @@
-"""MARLess's ablation at this machine's scale (issue 13; paper 001, Fig. 13): sharing and scaling, on and off.
+"""MARLess's ablation (issue 27; paper 001, Fig. 13) against the baselines a MARL reader expects.
 
-IPPO on mpe2 simple_spread with 6 agents (configs/marless-ippo-spread.yaml with ``env.kwargs.N=6``), the
-same number of rounds in every arm. Arms:
+IPPO on mpe2 simple_spread with N = 3 and N = 6 agents (configs/marless-ippo-spread.yaml with
+``env.kwargs.N``), the same number of rounds in every arm, ≥ 5 seeds. Arms:
 
-    marless       marl.sharing=marless, marl.scaling=marless
-    no-sharing    marl.sharing=none,    marl.scaling=marless
-    no-scaling    marl.sharing=marless, marl.scaling=fixed   (I_max actors every round)
-    neither       marl.sharing=none,    marl.scaling=fixed
+    marless        marless.sharing=marless, marless.scaling=marless   (both techniques)
+    sharing-only   marless.sharing=marless, marless.scaling=fixed     (I_max actors every round)
+    scaling-only   marless.sharing=none,    marless.scaling=marless
+    per-agent      marless.sharing=none,    marless.scaling=fixed     (one policy per agent: the plain arm)
+    full           marless.sharing=full,    marless.scaling=fixed     (one policy, agent id in the input)
+    static         marless.sharing=static,  marless.scaling=fixed     (one policy per space class from round 0)
 
-I_max = 12 actor functions (the paper's 50 scaled to 2 cores), I_min = I_max / N = 2, β 0.5, 2 envs per
-actor. Per run: the final global return (the mean per-agent return of ``--eval-episodes`` greedy episodes
-of the final policies from a fixed seed, and the training return of the last ``return_window`` episodes),
-the learner cost (postprocess + critic + policy functions) and the actor cost (ledger, serverless
-prices), the mean number of actors and of policies, and the detector's toggles. ``--gammas`` adds MARLess
-arms at other γ (what γ does at this scale).
+Shared policies read the agent's one-hot (``marless.agent_id``, on whenever agents may share). I_max = 12 actor
+functions (the paper's 50 scaled to 2 cores), I_min = I_max / N, β 0.5, 2 envs per actor. Per run: the final
+evaluation return (mean per-agent return of ``--eval-episodes`` greedy episodes of the final policies), the
+learner cost (postprocess + critic + policy functions), the actor cost and the **total** cost (every ledger
+row: the run's cost_usd), the mean actors and policies per round, and the detector's toggles. Per arm and N:
+IQM with a 95 % stratified bootstrap interval (nimbus.analysis.stats). Then, claim by claim, MARLess against
+each baseline: learner cost ratio (paper −49 %), actor cost ratio (paper −33 %), return gap (paper: within 5 %),
+and the plain arm against uniform-random play (−27.0 at N = 3, −38.6 at N = 6, docs/marless.md).
 
-Run:  python benchmarks/marless_ablation.py                 (writes benchmarks/results/marless_ablation.json)
-      python benchmarks/marless_ablation.py --smoke         (2 arms, 1 seed, 3 rounds: seconds)
-      python benchmarks/marless_ablation.py --arms marless --gammas 0.0 -0.05 --output gamma.json
+Run:  python benchmarks/marless_ablation.py                  (6 arms × N 3, 6 × seeds 0-4; writes
+                                                              benchmarks/results/marless_ablation.json)
+      python benchmarks/marless_ablation.py --smoke          (2 arms, N = 3, 1 seed, 3 rounds: a minute)
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import json
 import logging
 import os
 import platform
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,30 +38,34 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from nitro_ablation import spread  # noqa: E402
-
-from nimbus.config import load_config  # noqa: E402
-from nimbus.run.loop import train  # noqa: E402
+from nimbus.analysis.stats import aggregate
+from nimbus.config import load_config
+from nimbus.run.loop import train
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "marless-ippo-spread.yaml"
-ARMS = {"marless": ["marl.sharing=marless", "marl.scaling=marless"],
-        "no-sharing": ["marl.sharing=none", "marl.scaling=marless"],
-        "no-scaling": ["marl.sharing=marless", "marl.scaling=fixed"],
-        "neither": ["marl.sharing=none", "marl.scaling=fixed"]}
-AGENTS, I_MAX, ENVS_PER_ACTOR = 6, 12, 2
+ARMS = {"marless": ["marless.sharing=marless", "marless.scaling=marless"],
+        "sharing-only": ["marless.sharing=marless", "marless.scaling=fixed"],
+        "scaling-only": ["marless.sharing=none", "marless.scaling=marless"],
+        "per-agent": ["marless.sharing=none", "marless.scaling=fixed"],
+        "full": ["marless.sharing=full", "marless.scaling=fixed"],
+        "static": ["marless.sharing=static", "marless.scaling=fixed"]}
+UNIFORM_RANDOM = {3: -27.0, 6: -38.6}   # per-agent return of uniform-random play, 300 episodes (docs/marless.md)
+METRICS = ("eval_return", "learner_cost_usd", "actor_cost_usd", "total_cost_usd", "mean_actors", "mean_policies",
+           "toggles", "wall_s")
+I_MAX, ENVS_PER_ACTOR = 12, 2
 log = logging.getLogger("marless_ablation")
 
 
 @dataclass(frozen=True)
 class Run:
     arm: str
+    agents: int
     seed: int
     eval_return: float        # mean per-agent return, greedy episodes of the final policies
-    final_return: float       # training return of the last return_window episodes
     learner_cost_usd: float
     actor_cost_usd: float
+    total_cost_usd: float     # every ledger row of the run
     mean_actors: float
     mean_policies: float
     toggles: int              # rounds at which the number of policies changed
@@ -66,105 +73,111 @@ class Run:
     wall_s: float
 
 
-def overrides(*, arm_extra: list[str], seed: int, rounds: int, root: Path, eval_episodes: int) -> list[str]:
+def overrides(*, extra: list[str], agents: int, seed: int, rounds: int, root: Path, eval_episodes: int) -> list[str]:
     return [f"seed={seed}", f"train.max_rounds={rounds}", "train.total_env_steps=100000000",
-            f"env.kwargs={{N: {AGENTS}, max_cycles: 25}}", f"env.num_envs_per_actor={ENVS_PER_ACTOR}",
-            f"actors.scaling={{kind: fixed, num_actors: {I_MAX}}}", f"marl.i_max={I_MAX}",
+            f"env.kwargs={{N: {agents}, max_cycles: 25}}", f"env.num_envs_per_actor={ENVS_PER_ACTOR}",
+            f"actors.scaling={{kind: fixed, num_actors: {I_MAX}}}", f"marless.i_max={I_MAX}",
             "runtime.max_workers=16", f"train.eval_episodes={eval_episodes}", f"output.root_dir={root}",
-            "output.status_line=false", "output.loggers=[]", "output.report=false", *arm_extra]
+            "output.status_line=false", "output.loggers=[]", "output.report=false", *extra]
 
 
-def run_arm(*, arm: str, extra: list[str], seed: int, rounds: int, root: Path, eval_episodes: int) -> Run:
-    config = load_config(path=CONFIG, overrides=overrides(arm_extra=extra, seed=seed, rounds=rounds, root=root,
-                                                           eval_episodes=eval_episodes))
+def run_arm(*, arm: str, agents: int, seed: int, rounds: int, root: Path, eval_episodes: int) -> Run:
+    config = load_config(path=CONFIG, overrides=overrides(extra=ARMS[arm], agents=agents, seed=seed, rounds=rounds,
+                                                           root=root, eval_episodes=eval_episodes))
     started = time.perf_counter()
-    result = train(config=config, run_dir=root / f"{arm}-s{seed}")
+    result = train(config=config, run_dir=root / f"n{agents}-{arm}-s{seed}")
     wall_s = time.perf_counter() - started
     rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     extras = [row["extras"] for row in rows]
-    policies = [int(e["marl/policies"]) for e in extras]
-    return Run(arm=arm, seed=seed, eval_return=float(result.summary.eval_return),
-               final_return=float(result.summary.final_return),
-               learner_cost_usd=float(sum(e["marl/learner_cost_usd"] for e in extras)),
-               actor_cost_usd=float(sum(e["marl/actor_cost_usd"] for e in extras)),
-               mean_actors=float(np.mean([row["num_actors"] for row in rows])),
-               mean_policies=float(np.mean(policies)),
+    policies = [int(e["marless/policies"]) for e in extras]
+    return Run(arm=arm, agents=agents, seed=seed, eval_return=float(result.summary.eval_return),
+               learner_cost_usd=float(sum(e["marless/learner_cost_usd"] for e in extras)),
+               actor_cost_usd=float(sum(e["marless/actor_cost_usd"] for e in extras)),
+               total_cost_usd=float(rows[-1]["cost_usd"]),
+               mean_actors=float(np.mean([row["num_actors"] for row in rows])), mean_policies=float(np.mean(policies)),
                toggles=int(sum(a != b for a, b in zip(policies, policies[1:]))),
                env_steps=int(result.summary.env_steps), wall_s=wall_s)
 
 
-def table(runs: list[Run]) -> dict[str, dict]:
-    out = {}
-    for arm in dict.fromkeys(r.arm for r in runs):
-        mine = [r for r in runs if r.arm == arm]
-        out[arm] = {key: spread([float(getattr(r, key)) for r in mine]) for key in
-                    ("eval_return", "final_return", "learner_cost_usd", "actor_cost_usd", "mean_actors",
-                     "mean_policies", "toggles", "env_steps", "wall_s")}
-        out[arm]["seeds"] = len(mine)
+def summarise(runs: list[Run]) -> dict[str, dict[str, dict]]:
+    """Per ``N<agents>/<arm>``: each metric's IQM and 95 % bootstrap interval over the seeds."""
+    out: dict[str, dict[str, dict]] = {}
+    for key in dict.fromkeys(f"N{r.agents}/{r.arm}" for r in runs):
+        mine = [r for r in runs if f"N{r.agents}/{r.arm}" == key]
+        out[key] = {name: asdict(aggregate(scores_by_task=[np.array([getattr(r, name) for r in mine], float)],
+                                           statistic="iqm")) for name in METRICS}
+        out[key]["seeds"] = {"point": len(mine), "low": None, "high": None}
     return out
 
 
-def ratios(summary: dict[str, dict]) -> dict[str, float]:
-    """The issue's goals as ratios: learner cost with sharing / without, actor cost with scaling / without, and
-    the MARLess arm's final return relative to the plain one (returns are negative: |Δ| / |plain|)."""
-    mean = {arm: {k: v["mean"] for k, v in s.items() if isinstance(v, dict)} for arm, s in summary.items()}
-    if not {"marless", "neither", "no-sharing", "no-scaling"} <= set(mean):
-        return {}
-    return {"learner_cost_sharing_vs_none": mean["marless"]["learner_cost_usd"] / mean["no-sharing"]["learner_cost_usd"],
-            "actor_cost_scaling_vs_fixed": mean["marless"]["actor_cost_usd"] / mean["no-scaling"]["actor_cost_usd"],
-            "eval_return_gap_vs_neither": abs(mean["marless"]["eval_return"] - mean["neither"]["eval_return"])
-            / abs(mean["neither"]["eval_return"]),
-            "final_return_gap_vs_neither": abs(mean["marless"]["final_return"] - mean["neither"]["final_return"])
-            / abs(mean["neither"]["final_return"])}
+def claims(summary: dict[str, dict[str, dict]]) -> dict[str, dict[str, float]]:
+    """MARLess against each baseline at each N: learner, actor and total cost ratios (IQMs) and the return gap
+    |Δ| / |baseline|; and each arm's return above uniform random."""
+    out: dict[str, dict[str, float]] = {}
+    for key, arm in summary.items():
+        agents, name = key.split("/")
+        point = {m: arm[m]["point"] for m in METRICS}
+        out.setdefault(f"{agents}/above_random", {})[name] = point["eval_return"] - UNIFORM_RANDOM[int(agents[1:])]
+        ours = summary.get(f"{agents}/marless")
+        if name == "marless" or ours is None:
+            continue
+        out[f"{agents}/marless_vs_{name}"] = {
+            "learner_cost_ratio": ours["learner_cost_usd"]["point"] / point["learner_cost_usd"],
+            "actor_cost_ratio": ours["actor_cost_usd"]["point"] / point["actor_cost_usd"],
+            "total_cost_ratio": ours["total_cost_usd"]["point"] / point["total_cost_usd"],
+            "return_gap": abs(ours["eval_return"]["point"] - point["eval_return"]) / abs(point["eval_return"])}
+    return out
 
 
-def markdown(summary: dict[str, dict]) -> str:
+def markdown(summary: dict[str, dict[str, dict]]) -> str:
     def cell(s: dict, fmt: str) -> str:
-        return f"{s['mean']:{fmt}} ({s['min']:{fmt}}..{s['max']:{fmt}})"
-    lines = ["| arm | eval return | training return | learner cost (USD) | actor cost (USD) | actors | policies | "
-             "toggles | wall (s) |", "|" + " --- |" * 9]
-    for arm, s in summary.items():
-        lines.append(f"| {arm} | {cell(s['eval_return'], '.2f')} | {cell(s['final_return'], '.2f')} | "
-                     f"{cell(s['learner_cost_usd'], '.5f')} | {cell(s['actor_cost_usd'], '.5f')} | "
-                     f"{s['mean_actors']['mean']:.1f} | {s['mean_policies']['mean']:.2f} | "
-                     f"{s['toggles']['mean']:.1f} | {cell(s['wall_s'], '.0f')} |")
+        if s["low"] is None:
+            return f"{s['point']:{fmt}}"
+        return f"{s['point']:{fmt}} [{s['low']:{fmt}}, {s['high']:{fmt}}]"
+    lines = ["| N / arm | eval return | learner USD | actor USD | total USD | actors | policies | toggles | wall s |",
+             "|" + " --- |" * 9]
+    for key, s in summary.items():
+        lines.append(f"| {key} | {cell(s['eval_return'], '.2f')} | {cell(s['learner_cost_usd'], '.5f')} | "
+                     f"{cell(s['actor_cost_usd'], '.5f')} | {cell(s['total_cost_usd'], '.5f')} | "
+                     f"{s['mean_actors']['point']:.1f} | {s['mean_policies']['point']:.2f} | "
+                     f"{s['toggles']['point']:.1f} | {s['wall_s']['point']:.0f} |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--gammas", nargs="*", type=float, default=[], help="extra MARLess arms at these γ")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=60)
-    parser.add_argument("--eval-episodes", type=int, default=20)
+    parser.add_argument("--agents", nargs="+", type=int, default=[3, 6], choices=sorted(UNIFORM_RANDOM))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--rounds", type=int, default=150, help="rounds per run (600 env steps each)")
+    parser.add_argument("--eval-episodes", type=int, default=40)
     parser.add_argument("--root", type=Path, default=REPO / "runs" / "marless-ablation")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "marless_ablation.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    arms = {arm: ARMS[arm] for arm in (["marless", "neither"] if args.smoke else args.arms)}
-    arms.update({f"marless-gamma{g:g}": [*ARMS["marless"], f"marl.gamma={g}"] for g in args.gammas})
+    arms, agents = (["marless", "full"], [3]) if args.smoke else (args.arms, args.agents)
     seeds, rounds = ([0], 3) if args.smoke else (args.seeds, args.rounds)
     load_before = os.getloadavg()[0]
     runs = []
-    for seed in seeds:                       # seed-major: the arms of one seed run back to back
-        for arm, extra in arms.items():
-            run = run_arm(arm=arm, extra=extra, seed=seed, rounds=rounds, root=args.root,
-                          eval_episodes=2 if args.smoke else args.eval_episodes)
-            log.info("%s seed %d: eval %.2f, learner $%.5f, actor $%.5f, %.1f actors, %.2f policies, %.0f s",
-                     arm, seed, run.eval_return, run.learner_cost_usd, run.actor_cost_usd, run.mean_actors,
-                     run.mean_policies, run.wall_s)
-            runs.append(run)
-    summary = table(runs)
+    for n in agents:
+        for seed in seeds:                   # seed-major: the arms of one seed run back to back
+            for arm in arms:
+                run = run_arm(arm=arm, agents=n, seed=seed, rounds=rounds, root=args.root,
+                              eval_episodes=2 if args.smoke else args.eval_episodes)
+                log.info("N=%d %s seed %d: eval %.2f, learner $%.5f, actor $%.5f, total $%.5f, %.1f actors, "
+                         "%.2f policies, %.0f s", n, arm, seed, run.eval_return, run.learner_cost_usd,
+                         run.actor_cost_usd, run.total_cost_usd, run.mean_actors, run.mean_policies, run.wall_s)
+                runs.append(run)
+    summary = summarise(runs)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                     "load_1m_before": load_before, "load_1m_after": os.getloadavg()[0]},
-        "rounds": rounds, "runs": [asdict(r) for r in runs], "summary": summary, "ratios": ratios(summary)},
+        "rounds": rounds, "runs": [asdict(r) for r in runs], "summary": summary, "claims": claims(summary)},
         indent=2))
     print(markdown(summary))
-    print(json.dumps(ratios(summary), indent=2))
+    print(json.dumps(claims(summary), indent=2))
 
 
 if __name__ == "__main__":

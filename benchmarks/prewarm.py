@@ -59,8 +59,8 @@ SCALE_UP = {   # workflow → (shipped config, overrides that make it scale up)
                                   "double_every_rounds: 2}"]),
     "async_learners": ("stellaris-cartpole", ["actors.scaling={kind: hydrozoa, initial_actors: 1, max_actors: 4, "
                                               "double_every_rounds: 2}"]),
-    "multiagent": ("marless-ippo-spread", ["marl.scaling=marless", "marl.i_min=1", "marl.i_max=4",
-                                          "marl.scaling_window=4"]),
+    "multiagent": ("marless-ippo-spread", ["marless.scaling=marless", "marless.i_min=1", "marless.i_max=4",
+                                          "marless.scaling_window=4"]),
 }
 
 

@@ -66,7 +66,7 @@ def _step_ma(slot: MultiAgentSlot, steps: int) -> None:
             slot.obs[e] = dict(obs) if env.agents else dict(env.reset()[0])
 
 
-def measure_marl(*, env_id: str, num_envs: int, steps: int, repeats: int) -> dict:
+def measure_marless(*, env_id: str, num_envs: int, steps: int, repeats: int) -> dict:
     rows: dict[str, list[float]] = {"cold_build_ms": [], "capture_ms": [], "codec_ms": [], "restore_ms": [],
                                     "fragment_ms": []}
     snapshot_bytes = 0
@@ -91,7 +91,7 @@ def measure_marl(*, env_id: str, num_envs: int, steps: int, repeats: int) -> dic
 
 def measure(*, env_id: str, num_envs: int, steps: int, repeats: int) -> dict:
     if ":" in env_id:
-        return measure_marl(env_id=env_id, num_envs=num_envs, steps=steps, repeats=repeats)
+        return measure_marless(env_id=env_id, num_envs=num_envs, steps=steps, repeats=repeats)
     rows: dict[str, list[float]] = {"cold_build_ms": [], "capture_ms": [], "codec_ms": [], "restore_ms": []}
     snapshot_bytes = 0
     for r in range(repeats):

@@ -146,19 +146,19 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     """One policy's run; each member of a run of several policies; a multi-agent run's agents together."""
     from nimbus.roles.evaluate import evaluate_checkpoint, member_directories
-    from nimbus.marless.evaluate import evaluate_marl_run, is_multiagent_run
+    from nimbus.marless.evaluate import evaluate_marless_run, is_multiagent_run
 
     path, console = Path(args.path), Console()
     if is_multiagent_run(path=path):
-        marl = evaluate_marl_run(path=path, episodes=args.episodes, seed=args.seed, explore=not args.deterministic,
+        marless = evaluate_marless_run(path=path, episodes=args.episodes, seed=args.seed, explore=not args.deterministic,
                                  video=args.video)
-        versions = ", ".join(f"{policy} v{version}" for policy, version in marl.policy_versions.items())
-        console.print(f"{versions}: mean global return {marl.mean_return:.2f} ± {marl.std_return:.2f} over "
-                      f"{len(marl.returns)} episodes")
-        console.print("per agent: " + ", ".join(f"{agent} ({marl.agent_policy[agent]}) {value:.2f}"
-                                                for agent, value in marl.agent_returns.items()))
-        if marl.video_dir is not None:
-            console.print(f"videos: {marl.video_dir}")
+        versions = ", ".join(f"{policy} v{version}" for policy, version in marless.policy_versions.items())
+        console.print(f"{versions}: mean global return {marless.mean_return:.2f} ± {marless.std_return:.2f} over "
+                      f"{len(marless.returns)} episodes")
+        console.print("per agent: " + ", ".join(f"{agent} ({marless.agent_policy[agent]}) {value:.2f}"
+                                                for agent, value in marless.agent_returns.items()))
+        if marless.video_dir is not None:
+            console.print(f"videos: {marless.video_dir}")
         return 0
     for directory in member_directories(path=path) or [path]:
         result = evaluate_checkpoint(path=directory, episodes=args.episodes, seed=args.seed,
@@ -174,12 +174,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     """One policy's run; each member of a run of several policies; each policy in use of a multi-agent run."""
     from nimbus.roles.evaluate import member_directories
-    from nimbus.run.export import export_marl_run, export_run
+    from nimbus.run.export import export_marless_run, export_run
     from nimbus.marless.evaluate import is_multiagent_run
 
     run_dir, output = Path(args.run_dir), Path(args.output) if args.output else None
     if is_multiagent_run(path=run_dir):
-        paths = export_marl_run(run_dir=run_dir, output_dir=output, fmt=args.format)
+        paths = export_marless_run(run_dir=run_dir, output_dir=output, fmt=args.format)
     elif members := member_directories(path=run_dir):
         if output is not None:
             raise ConfigError("--output: a run of several policies writes one file per member, into each "

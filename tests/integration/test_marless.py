@@ -27,7 +27,7 @@ INLINE = "runtime.backend=inline"   # logic-only tests: functions run in the dri
 
 
 def maps(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "marl.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (run_dir / "marless.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow
@@ -63,7 +63,7 @@ def test_value_based_algorithms_run_their_own_functions(make_shipped_config, alg
 
 def test_static_sharing_trains_one_policy(make_shipped_config) -> None:
     config = make_shipped_config("marless-ippo-spread", overrides=[
-        *SMALL, "train.max_rounds=2", "marl.sharing=static", INLINE])
+        *SMALL, "train.max_rounds=2", "marless.sharing=static", INLINE])
     result = train(config=config)
     ok = [r for r in ledger_rows(result.run_dir) if r["outcome"] == "ok"]
     assert sum(r["kind"] == "policy" for r in ok) == 2 and sum(r["kind"] == "critic" for r in ok) == 2
@@ -75,28 +75,30 @@ def test_dynamic_sharing_switches_on_and_cuts_learner_invocations(make_shipped_c
     """γ above any slope: the detector toggles whenever its window (2 rounds) fills: off → on (2 groups,
     the first enabling) → off; learner invocations follow the number of policies."""
     config = make_shipped_config("marless-ippo-spread", overrides=[
-        *SMALL, "train.max_rounds=6", "marl.sharing=marless", "marl.window=2", "marl.gamma=100", INLINE])
+        *SMALL, "train.max_rounds=6", "marless.sharing=marless", "marless.window=2", "marless.gamma=100", INLINE])
     result = train(config=config)
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
-    policies = [int(row["extras"]["marl/policies"]) for row in rows]
+    policies = [int(row["extras"]["marless/policies"]) for row in rows]
     assert policies == [3, 3, 2, 2, 3, 3]
     learner_calls = sum(r["kind"] in ("critic", "policy") and r["outcome"] == "ok" for r in ledger_rows(result.run_dir))
     assert learner_calls == 2 * sum(policies)        # a critic and a policy function per policy and round
     shared = maps(result.run_dir)[2]["agent_policy"]
     assert len(set(shared.values())) == 2
-    assert all(np.isfinite(row["losses"][f"{p}/convexity"]) for row in rows for p in
-               {f"p_{a}" for a in ("agent_0", "agent_1", "agent_2")} if f"{p}/convexity" in row["losses"])
+    probed = [[p for p in sorted(row["losses"]) if p.endswith("/probe_rows") and row["losses"][p] > 0] for row in rows]
+    assert [bool(names) for names in probed] == [False, True, False, False, False, True]   # the rounds it enables
+    assert all(np.isfinite(row["losses"][name.replace("/probe_rows", "/convexity")])
+               for row, names in zip(rows, probed) for name in names)
 
 
 def test_the_scaling_rule_sets_the_next_rounds_actors(make_shipped_config) -> None:
     config = make_shipped_config("marless-ippo-spread", overrides=[
-        *SMALL, "train.max_rounds=5", "marl.scaling=marless", "marl.i_max=4", "marl.i_min=1", "marl.beta=0.5",
+        *SMALL, "train.max_rounds=5", "marless.scaling=marless", "marless.i_max=4", "marless.i_min=1", "marless.beta=0.5",
         INLINE])
     result = train(config=config)
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
     assert rows[0]["num_actors"] == 1                      # round 0: no evidence, I_min
     for row, after in zip(rows, rows[1:]):
-        per_policy = [int(v) for k, v in row["extras"].items() if k.startswith("marl/actors/")]
+        per_policy = [int(v) for k, v in row["extras"].items() if k.startswith("marless/actors/")]
         assert after["num_actors"] == actor_count(per_policy=per_policy, i_min=1, i_max=4, beta=0.5)
     assert sum(r["kind"] == "actor" and r["outcome"] == "ok" for r in ledger_rows(result.run_dir)) == \
         sum(row["num_actors"] for row in rows)
@@ -105,7 +107,7 @@ def test_the_scaling_rule_sets_the_next_rounds_actors(make_shipped_config) -> No
 def test_a_policy_function_killed_after_its_put_is_retried_and_counted_once(
         make_shipped_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     counter = tmp_path / "counter"
-    monkeypatch.setenv(FAULTS_ENV, json.dumps({"marl.policy.published": {"action": "kill", "after": 1, "times": 1,
+    monkeypatch.setenv(FAULTS_ENV, json.dumps({"marless.policy.published": {"action": "kill", "after": 1, "times": 1,
                                                                          "counter_path": str(counter)}}))
     config = make_shipped_config("marless-ippo-spread", overrides=[*SMALL, "train.max_rounds=2"])
     result = train(config=config)
@@ -117,19 +119,19 @@ def test_a_policy_function_killed_after_its_put_is_retried_and_counted_once(
     assert [r["attempt"] for r in retry] == [2]
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
     assert [row["policy_version"] for row in rows] == [3, 6]           # every policy advanced once per round
-    assert [row["extras"]["marl/learner_invocations"] for row in rows] == [6.0, 6.0]
+    assert [row["extras"]["marless/learner_invocations"] for row in rows] == [6.0, 6.0]
 
 
 def test_a_map_naming_an_unknown_policy_is_a_config_error(make_shipped_config) -> None:
-    config = make_shipped_config("marless-ippo-spread", overrides=["marl.agent_policy={agent_0: p_agent_9}"])
-    with pytest.raises(ConfigError, match=r"marl\.agent_policy\.agent_0"):
+    config = make_shipped_config("marless-ippo-spread", overrides=["marless.agent_policy={agent_0: p_agent_9}"])
+    with pytest.raises(ConfigError, match=r"marless\.agent_policy\.agent_0"):
         train(config=config)
 
 
 @pytest.mark.parametrize(("override", "message"), [
     ("algo={name: ppo}", "train.workflow: multiagent runs"),
     ("train.workflow=sync", "needs train.workflow: multiagent"),
-    ("marl.i_min=9", "i_min"),
+    ("marless.i_min=9", "i_min"),
 ])
 def test_config_errors_name_the_key(make_shipped_config, override: str, message: str) -> None:
     with pytest.raises((ConfigError, ValueError), match=message):

@@ -90,7 +90,7 @@ def test_async_learners_scale_up_finds_warm_workers(make_shipped_config) -> None
 def test_multiagent_marless_scale_up_finds_warm_workers(make_shipped_config) -> None:
     torch.set_num_threads(1)
     config = make_shipped_config("marless-ippo-spread", overrides=[
-        *QUIET, "marl.scaling=marless", "marl.i_max=3", "marl.i_min=1", "marl.scaling_window=4",
+        *QUIET, "marless.scaling=marless", "marless.i_max=3", "marless.i_min=1", "marless.scaling_window=4",
         "train.max_rounds=8"])
     result = train(config=config)
     counts = [row.num_actors for row in result.rows]

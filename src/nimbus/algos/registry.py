@@ -22,7 +22,7 @@ from nimbus.algos.dqn.algorithm import DQN
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.impala.algorithm import Impala
 from nimbus.algos.impala.config import ImpalaConfig
-from nimbus.algos.multiagent import MARL_ALGO_CONFIGS
+from nimbus.algos.multiagent import MULTIAGENT_ALGO_CONFIGS
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.algos.multiagent.iql import IQLConfig
 from nimbus.algos.multiagent.vdn import VDNConfig
@@ -36,8 +36,8 @@ AlgoConfig = Annotated[Union[PPOConfig, DQNConfig, ImpalaConfig, SACConfig,  # n
                              IPPOConfig, MAPPOConfig, IQLConfig, VDNConfig], Field(discriminator="name")]
 
 ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ppo": PPOConfig, "dqn": DQNConfig, "impala": ImpalaConfig,
-                                            "sac": SACConfig, **MARL_ALGO_CONFIGS}
-# the multi-agent ones validate here but are built by nimbus.algos.multiagent.make_marl_algo (train.workflow: multiagent)
+                                            "sac": SACConfig, **MULTIAGENT_ALGO_CONFIGS}
+# the multi-agent ones validate here but are built by nimbus.algos.multiagent.make_multiagent_algo (train.workflow: multiagent)
 
 _BUILDERS: dict[str, Callable[[Any], Algorithm]] = {
     "ppo": lambda config: PPO(config=config),
@@ -50,7 +50,7 @@ _BUILDERS: dict[str, Callable[[Any], Algorithm]] = {
 def make_algorithm(*, config: BaseModel) -> Algorithm:
     """The algorithm named by ``config.name``, built from its config."""
     name = getattr(config, "name", None)
-    if name in MARL_ALGO_CONFIGS:
+    if name in MULTIAGENT_ALGO_CONFIGS:
         raise ConfigError(f"algo.name: {name!r} is a multi-agent algorithm; it needs train.workflow: multiagent "
                           "(and a PettingZoo Parallel env)")
     if name not in _BUILDERS:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 MAX_ACTORS = 1024
 """Actor ranks a run's buffer keeps per-rank counters for (``Buffer.create(max_actors=...)``, run/build.py):
-every actor count (``actors.scaling``'s num/min/max/initial actors, ``actors.preregister``, ``marl.i_max`` and
-``marl.i_min``) is at most this."""
+every actor count (``actors.scaling``'s num/min/max/initial actors, ``actors.preregister``, ``marless.i_max`` and
+``marless.i_min``) is at most this."""
 
 RANK_STRIDE = 1000
 """A population's member i has the actor ranks [i · RANK_STRIDE, (i + 1) · RANK_STRIDE) (its own env slots,

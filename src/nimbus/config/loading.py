@@ -59,7 +59,14 @@ def apply_overrides(*, data: dict[str, Any], overrides: list[str]) -> dict[str, 
     return result
 
 
+RENAMED_SECTIONS = {"marl": "marless"}   # old top-level key -> its name now (issue 24 item 7)
+
+
 def parse_config(*, data: dict[str, Any]) -> NimbusConfig:
+    for old, new in RENAMED_SECTIONS.items():
+        if old in data:
+            raise ConfigError(f"{old}: this section is now called {new}: (the same keys; "
+                              f"--set {new}.<key>=... on the command line)")
     try:
         return NimbusConfig.model_validate(data)
     except ValidationError as exc:

@@ -52,7 +52,7 @@ class NimbusConfig(Section):
     """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
     stellaris: StellarisConfig = Field(default_factory=StellarisConfig)
     """Stellaris's asynchronous learners, staleness-aware aggregation and IS truncation (docs/stellaris.md)"""
-    marl: MarlessConfig = Field(default_factory=MarlessConfig)
+    marless: MarlessConfig = Field(default_factory=MarlessConfig)
     """MARLess learner sharing and actor scaling (``train.workflow: multiagent``; docs/marless.md)"""
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
     """ARTOS's on-demand device pool for learner-side functions (config/devices.py)"""

@@ -101,7 +101,7 @@ def _check_multiagent(*, config: NimbusConfig) -> None:
                          "is single-agent")
     if config.policies or config.pbt is not None:
         raise ValueError("policies / pbt: not with train.workflow: multiagent (its policies are the agents', "
-                         "mapped by marl.sharing)")
+                         "mapped by marless.sharing)")
     if config.train.exact_resume:
         raise ValueError("train.exact_resume is the sync workflow's; drop it for multiagent, where "
                          "actors.restore_slots saves each rank's env slot with the checkpoint (IPPO and MAPPO then "

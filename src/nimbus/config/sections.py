@@ -213,7 +213,7 @@ class TrainConfig(Section):
     workflow: Literal["sync", "async", "async_learners", "multiagent"] = "sync"
     """sync: on-policy rounds (actors, then learner); async: off-policy DQN/SAC/IMPALA, see async_workflow;
     async_learners: Stellaris's asynchronous learner functions (PPO or IMPACT), see stellaris; multiagent: MARLess
-    (IPPO, MAPPO, IQL, VDN on PettingZoo Parallel envs), see marl"""
+    (IPPO, MAPPO, IQL, VDN on PettingZoo Parallel envs), see marless"""
     total_env_steps: int = Field(default=100_000, ge=1)
     """stop after this many env steps"""
     max_rounds: int | None = Field(default=None, ge=1)

@@ -11,9 +11,10 @@ running per-agent episode returns) in ``context.cache``, so episodes continue ac
 Result arrays, per agent and prefixed ``<agent>/``, R = num_envs × fragment_steps rows, env-major then time
 (row = e × T + t): ``obs``, ``next_obs`` (the final observation at an episode's end, not the reset one),
 ``actions``, ``logp`` (on-policy algorithms), ``rewards``, ``terminated``, ``truncated``, ``cut`` (terminated |
-truncated | last step of the fragment). Shared, when the algorithm is centralised: ``state``, ``next_state``.
-An env ends its episode when no agent is live; an agent that finished before the others gets padding
-rows (its last observation, action 0, reward 0, terminated) until the env resets.
+truncated | last step of the fragment), ``alive`` (the agent acted in this row). Shared, when the algorithm is
+centralised: ``state``, ``next_state``. An env ends its episode when no agent is live; an agent that finished
+before the others gets padding rows (its last observation, action 0, reward 0, terminated, ``alive`` False)
+until the env resets, which every learner masks out (marless/rows.py).
 
 Header: actor_rank, env_steps, agents (sorted possible agents), episode_returns {agent: [...]},
 episode_lengths [...], sampling_s, env_s, inference_s, policy_versions {policy: v}.
@@ -29,19 +30,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from nimbus.algos.multiagent import marl_algo_from_dict
+from nimbus.algos.multiagent import multiagent_algo_from_dict
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.slot_state import SLOT_META, SlotState, slot_state_from
 from nimbus.envs.spaces import EnvSpaces
+from nimbus.marless.agent_id import append_agent_id, with_agent_id
 from nimbus.marless.slot import MultiAgentSlot, capture_ma_slot, env_slot
 from nimbus.models.distributions import clip_action
 from nimbus.models.weights import load_model
 from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
 
-COLUMNS = ("obs", "next_obs", "actions", "logp", "rewards", "terminated", "truncated")
+COLUMNS = ("obs", "next_obs", "actions", "logp", "rewards", "terminated", "truncated", "alive")
 
 
 @dataclass(frozen=True)
@@ -58,22 +60,23 @@ class MultiAgentActorRequest:
     algo: dict[str, Any]
     env_imports: Sequence[str] = ()
     snapshot: bool = False          # actors.restore_slots: the result carries the slot (marless/slot.py)
+    agent_id: bool = False          # policies read obs ⊕ one-hot(agent index) (marless/agent_id.py)
 
     def to_message(self, *, restore: SlotState | None = None) -> Message:
         """``restore``: the rank's newest slot, for a worker that does not hold it."""
-        header = {"ma_actor": dict(vars(self)), "_affinity": f"actor-{self.actor_rank}"}
+        header = {"marless_actor": dict(vars(self)), "_affinity": f"actor-{self.actor_rank}"}
         if restore is None:
             return Message(header=header)
         return Message(header={**header, SLOT_META: restore.meta}, arrays=dict(restore.arrays))
 
     @classmethod
     def from_message(cls, message: Message) -> "MultiAgentActorRequest":
-        fields = dict(message.header["ma_actor"])
+        fields = dict(message.header["marless_actor"])
         fields["env_imports"] = tuple(fields.get("env_imports", ()))
         return cls(**fields)
 
 
-def ma_actor_function(*, context: FunctionContext, request: Message) -> Message:
+def marless_actor_function(*, context: FunctionContext, request: Message) -> Message:
     req = MultiAgentActorRequest.from_message(request)
     started = time.perf_counter()
     context.cache["store"] = function_store(header=request.header)
@@ -85,7 +88,7 @@ def ma_actor_function(*, context: FunctionContext, request: Message) -> Message:
     try:
         arrays, episodes, timers = _rollout(algo=algo, models=models, slot=slot, req=req, spaces=spaces)
     except BaseException:
-        context.cache.get("ma_slots", {}).pop(req.actor_rank, None)  # env state is now unknown
+        context.cache.get("marless_slots", {}).pop(req.actor_rank, None)  # env state is now unknown
         raise
     slot.seq += 1
     header = {"actor_rank": req.actor_rank, "env_steps": req.num_envs * req.fragment_steps,
@@ -103,21 +106,21 @@ def _algo(*, context: FunctionContext, req: MultiAgentActorRequest) -> tuple[Any
     """The algorithm and each agent's spaces, cached while the algo dict and the env stay the same."""
     cache = context.cache
     env_key = (req.env_id, dict(req.env_kwargs), list(req.env_imports))
-    if cache.get("ma_algo_config") != req.algo or cache.get("ma_env") != env_key:
+    if cache.get("marless_algo_config") != req.algo or cache.get("marless_env") != env_key:
         probe = make_parallel_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports)
         spaces = agent_spaces(env=probe)
         probe.close()
-        slots = cache.get("ma_slots", {}) if cache.get("ma_env") == env_key else {}
-        cache.update(ma_algo_config=req.algo, ma_env=env_key, ma_algo=marl_algo_from_dict(algo=req.algo),
-                     ma_spaces=spaces, ma_models={}, ma_slots=slots)
+        slots = cache.get("marless_slots", {}) if cache.get("marless_env") == env_key else {}
+        cache.update(marless_algo_config=req.algo, marless_env=env_key, marless_algo=multiagent_algo_from_dict(algo=req.algo),
+                     marless_spaces=spaces, marless_models={}, marless_slots=slots)
         torch.set_num_threads(1)
-    return cache["ma_algo"], cache["ma_spaces"]
+    return cache["marless_algo"], cache["marless_spaces"]
 
 
 def _policies(*, context: FunctionContext, req: MultiAgentActorRequest, algo: Any,
               spaces: dict[str, EnvSpaces]) -> dict[str, torch.nn.Module]:
     """One network per policy in use, holding the weights its key names (reloaded only when the key changes)."""
-    held: dict[str, tuple[str, torch.nn.Module]] = context.cache["ma_models"]
+    held: dict[str, tuple[str, torch.nn.Module]] = context.cache["marless_models"]
     for agent in sorted(spaces):
         policy = req.agent_policy.get(agent)
         if policy is None or policy not in req.weights_keys:
@@ -129,7 +132,8 @@ def _policies(*, context: FunctionContext, req: MultiAgentActorRequest, algo: An
         key = req.weights_keys[policy]
         entry = held.get(policy)
         if entry is None or entry[0] != key:
-            model = entry[1] if entry is not None else algo.make_policy(spaces=spaces[agent])
+            model = entry[1] if entry is not None else algo.make_policy(
+                spaces=with_agent_id(spaces=spaces[agent], num_agents=len(spaces)) if req.agent_id else spaces[agent])
             try:
                 load_model(model=model, message=context.cache["store"].get(key=key))
             except Exception:
@@ -187,20 +191,23 @@ def _agent_buffers(*, space: EnvSpaces, num_envs: int, steps: int) -> dict[str, 
     return {"obs": np.zeros(lead + obs_shape, np.float32), "next_obs": np.zeros(lead + obs_shape, np.float32),
             "actions": np.zeros(lead + action_shape, np.int64 if discrete else np.float32),
             "logp": np.zeros(lead, np.float32), "rewards": np.zeros(lead, np.float32),
-            "terminated": np.zeros(lead, bool), "truncated": np.zeros(lead, bool)}
+            "terminated": np.zeros(lead, bool), "truncated": np.zeros(lead, bool), "alive": np.zeros(lead, bool)}
 
 
 def _act_all(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentSlot, req: MultiAgentActorRequest,
              buffers: dict[str, dict[str, np.ndarray]], t: int) -> list[dict[str, Any]]:
     """Per env, the actions of its live agents; one forward pass per policy over all its (env, agent) pairs."""
     actions: list[dict[str, Any]] = [{} for _ in slot.envs]
+    order = sorted(buffers)
     by_policy: dict[str, list[tuple[int, str]]] = {}
     for e, obs in enumerate(slot.obs):
         for agent in obs:
             by_policy.setdefault(req.agent_policy[agent], []).append((e, agent))
     for policy, pairs in by_policy.items():
         batch = np.stack([slot.obs[e][agent] for e, agent in pairs]).astype(np.float32, copy=False)
-        out = algo.act(model=models[policy], obs=torch.as_tensor(batch), explore=True)
+        inputs = append_agent_id(obs=batch, agent_index=np.array([order.index(agent) for _, agent in pairs]),
+                                 num_agents=len(order)) if req.agent_id else batch
+        out = algo.act(model=models[policy], obs=torch.as_tensor(inputs), explore=True)
         logp = out.extras.get("logp")
         for j, (e, agent) in enumerate(pairs):
             columns = buffers[agent]
@@ -226,6 +233,7 @@ def _step_env(*, env: Any, e: int, t: int, slot: MultiAgentSlot, actions: dict[s
             columns["rewards"][e, t] = rewards[agent]
             columns["terminated"][e, t] = bool(terminations[agent])
             columns["truncated"][e, t] = bool(truncations[agent])
+            columns["alive"][e, t] = True
             slot.returns[e][agent] += float(rewards[agent])
         else:  # finished before the other agents: a padding row
             last = slot.obs[e].get(agent, columns["next_obs"][e, t - 1] if t > 0 else columns["obs"][e, t])

@@ -10,7 +10,7 @@ Layout, one directory per policy (frozen ones too: sharing may hand their agents
         actors.safetensors      with ``actors.restore_slots``: every actor rank's env slot and sequence
                                 (marless/slot.py; the same file in every policy's checkpoint)
         replay.<key>.safetensors  with ``train.checkpoint_replay`` (IQL, VDN): one per replay value
-        manifest.json           counters, and ``extra["marl"]``: every policy's version and critic version, the
+        manifest.json           counters, and ``extra["marless"]``: every policy's version and critic version, the
                                 agent→policy map, the sharing controller's and actor scaler's state, the next
                                 round's actor count, the learner invocations so far
 
@@ -44,12 +44,12 @@ from nimbus.data.store import KeyNotFound, Store
 from nimbus.envs.slot_state import slots_from_message, slots_to_message
 from nimbus.errors import CheckpointError
 from nimbus.marless.value_learner import target_key
-from nimbus.marless.parts import MarlParts, MarlProgress, critic_key
+from nimbus.marless.parts import MarlessParts, MarlessProgress, critic_key
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.data.resume import progress_extra, resume_notice, schedule_horizon
 
 log = logging.getLogger(__name__)
-MARL_KEY = "marl"   # the manifest's extra["marl"]
+MARLESS_KEY = "marless"   # the manifest's extra["marless"]
 
 
 def is_multiagent(*, config: dict[str, Any]) -> bool:
@@ -58,7 +58,7 @@ def is_multiagent(*, config: dict[str, Any]) -> bool:
 
 
 @dataclass(frozen=True)
-class MarlRun:
+class MarlessRun:
     """A finished or stopped multi-agent run as ``nimbus eval`` and ``nimbus export`` read it."""
 
     states: dict[str, CheckpointState]   # every policy's checkpoint of one round
@@ -66,12 +66,12 @@ class MarlRun:
     agent_policy: dict[str, str]         # the map at that round
 
 
-def load_run(*, path: Path) -> MarlRun:
+def load_run(*, path: Path) -> MarlessRun:
     """Every policy of the run at ``path`` at the newest round they all hold (``load_policies``)."""
     states = load_policies(path=Path(path), policies=saved_policies(run_dir=path))
     any_state = next(iter(states.values()))
-    return MarlRun(states=states, config=parse_config(data=any_state.config),
-                   agent_policy=dict(any_state.extra[MARL_KEY]["agent_policy"]))
+    return MarlessRun(states=states, config=parse_config(data=any_state.config),
+                   agent_policy=dict(any_state.extra[MARLESS_KEY]["agent_policy"]))
 
 
 def policy_directory(*, run_dir: Path, policy: str) -> Path:
@@ -85,7 +85,7 @@ def _get(*, store: Store, key: str) -> Message | None:
         return None
 
 
-def run_state(*, parts: MarlParts, progress: MarlProgress) -> dict[str, Any]:
+def run_state(*, parts: MarlessParts, progress: MarlessProgress) -> dict[str, Any]:
     """The run's own state at this round (the same in every policy's manifest)."""
     return {"versions": dict(progress.versions), "critic_versions": dict(progress.critic_versions),
             "agent_policy": dict(progress.agent_policy), "agents": list(parts.agents),
@@ -111,15 +111,15 @@ def _replay_parts(*, store: Store, replays: dict[str, list[str]], policies: list
     return held
 
 
-def save_policies(*, parts: MarlParts, progress: MarlProgress, checkpointers: dict[str, Checkpointer]) -> None:
+def save_policies(*, parts: MarlessParts, progress: MarlessProgress, checkpointers: dict[str, Checkpointer]) -> None:
     """Each policy's newest networks and optimizer states, and the run's state (data/checkpoint.py: atomic)."""
     store = parts.shared.store
     extra = {**progress_extra(progress=progress, total_env_steps=parts.config.train.total_env_steps),
-             MARL_KEY: run_state(parts=parts, progress=progress)}
+             MARLESS_KEY: run_state(parts=parts, progress=progress)}
     config = parts.config.model_dump(mode="json")
     actors = slots_to_message(states=progress.slot_states, slot_seq=progress.slot_seq) \
         if progress.slot_states else None                   # actors.restore_slots: the ranks' episodes go on
-    replays = _replay_parts(store=store, replays=extra[MARL_KEY]["replays"], policies=sorted(checkpointers))
+    replays = _replay_parts(store=store, replays=extra[MARLESS_KEY]["replays"], policies=sorted(checkpointers))
     for policy, checkpointer in checkpointers.items():
         version = progress.versions[policy]
         networks = {"target": _get(store=store, key=target_key(policy=policy, version=version))}
@@ -163,7 +163,7 @@ def _shapes(message: Message) -> dict[str, tuple[int, ...]]:
     return {name: tuple(array.shape) for name, array in message.arrays.items() if name.startswith("param.")}
 
 
-def check_policies(*, states: dict[str, CheckpointState], parts: MarlParts,
+def check_policies(*, states: dict[str, CheckpointState], parts: MarlessParts,
                    expected: dict[str, dict[str, Message]]) -> None:
     """Refuse checkpoints of another algorithm, other agents or other networks before any function sees them.
     ``expected``: each policy's version-0 messages as this config builds them (``weights``, ``critic``)."""
@@ -172,7 +172,7 @@ def check_policies(*, states: dict[str, CheckpointState], parts: MarlParts,
     if saved_algo != parts.config.algo.name:
         raise CheckpointError(f"the checkpoint was trained with algo.name={saved_algo!r}; this config has "
                               f"algo.name={parts.config.algo.name!r}")
-    saved_agents = any_state.extra.get(MARL_KEY, {}).get("agents")
+    saved_agents = any_state.extra.get(MARLESS_KEY, {}).get("agents")
     if saved_agents != list(parts.agents):
         raise CheckpointError(f"the checkpoint's agents are {saved_agents}; {parts.config.env.id} has "
                               f"{list(parts.agents)}")
@@ -187,12 +187,12 @@ def check_policies(*, states: dict[str, CheckpointState], parts: MarlParts,
                                       f"builds: {'; '.join(differences[:8])}")
 
 
-def publish_policies(*, states: dict[str, CheckpointState], parts: MarlParts) -> MarlProgress:
+def publish_policies(*, states: dict[str, CheckpointState], parts: MarlessParts) -> MarlessProgress:
     """Put every policy's networks in the Store under the versions they had, restore the controllers; the
     progress to continue from."""
     store = parts.shared.store
     any_state = next(iter(states.values()))
-    run = any_state.extra[MARL_KEY]
+    run = any_state.extra[MARLESS_KEY]
     for policy, state in states.items():
         store.put(key=weights_key(policy=policy, version=state.policy_version), message=state.weights)
         if state.optimizer is not None:
@@ -210,7 +210,7 @@ def publish_policies(*, states: dict[str, CheckpointState], parts: MarlParts) ->
     slots, slot_seq = _saved_slots(state=any_state, config=parts.config)
     if (notice := resume_notice(state=any_state, current=parts.config.model_dump(mode="json"))) is not None:
         log.warning("%s", notice)
-    return MarlProgress(
+    return MarlessProgress(
         rounds=any_state.round, env_steps=any_state.env_steps, episodes=any_state.episodes,
         policy_version=sum(versions.values()), recent_returns=[float(r) for r in extra.get("recent_returns", [])],
         nonfinite_in_a_row=int(extra.get("nonfinite_in_a_row", 0)), wall_s_before=float(extra.get("wall_s", 0.0)),
@@ -238,7 +238,7 @@ def _saved_slots(*, state: CheckpointState, config: NimbusConfig) -> tuple[dict[
     return slots, slot_seq
 
 
-def _publish_replays(*, states: dict[str, CheckpointState], parts: MarlParts,
+def _publish_replays(*, states: dict[str, CheckpointState], parts: MarlessParts,
                      replays: dict[str, list[str]]) -> dict[str, list[str]]:
     """Put the saved replay values back under their keys (``train.checkpoint_replay``); the replays to go on
     with. Without them in the checkpoint the replays refill from the resumed round on."""

@@ -1,19 +1,21 @@
-"""The ``marl:`` config section: MARLess's dynamic learner sharing and per-policy actor scaling (MARLess §4.3-4.4).
+"""The ``marless:`` config section: MARLess's dynamic learner sharing and per-policy actor scaling (MARLess §4.3-4.4).
 
 Read only when ``train.workflow: multiagent`` (marless/workflow.py, docs/marless.md). Policies are named
 after agents (``p_<agent>``); ``sharing`` maps agents onto fewer of them, ``scaling`` sets the actor count.
-Each ablation arm of the paper is one line: ``sharing: none | static | marless`` and ``scaling: fixed | marless``.
+Each ablation arm is one line: ``sharing: none | static | full | marless`` and ``scaling: fixed | marless``;
+``policy_mapping`` maps agents onto policies of any name, ``agent_id`` conditions shared policies on the agent.
 
 Example (YAML)::
 
     train: {workflow: multiagent}
     algo: {name: ippo}
     env: {id: "mpe2:simple_spread_v3", kwargs: {N: 6}}
-    marl: {sharing: marless, gamma: -0.3, scaling: marless, i_max: 8}
+    marless: {sharing: marless, gamma: -0.3, scaling: marless, i_max: 8}
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -23,9 +25,10 @@ from nimbus.config.bounds import MAX_ACTORS
 
 
 class MarlessConfig(ConfigSection):
-    sharing: Literal["none", "static", "marless"] = "none"
-    """none: one policy per agent; static: one policy for all agents with the same spaces from round 0;
-    marless: the performance-decrease detector switches sharing on and off (§4.3)"""
+    sharing: Literal["none", "static", "full", "marless"] = "none"
+    """none: one policy per agent; static: one policy for all agents with the same spaces from round 0; full: one
+    policy for every agent (full parameter sharing; all agents need the same spaces); marless: the
+    performance-decrease detector switches sharing on and off (§4.3)"""
     window: int = Field(default=10, ge=2)
     """W: rounds in the detector's tolerant window (least-squares slope of the global normalised reward)"""
     gamma: float = -0.3
@@ -52,6 +55,12 @@ class MarlessConfig(ConfigSection):
     agent_policy: dict[str, str] = Field(default_factory=dict)
     """initial agent → policy map (values ``p_<agent>``; empty: one policy per agent); checked against the env's
     agents when the run starts (an unknown agent or policy exits 2)"""
+    policy_mapping: dict[str, str] = Field(default_factory=dict)
+    """agent → policy of any name for the whole run (agents not listed keep ``p_<agent>``); agents mapped to one
+    name need the same spaces; with ``sharing: none`` only (the map is then the run's map)"""
+    agent_id: bool | None = None
+    """append a one-hot of the agent's index to every policy's input (and IPPO's critic's); null: on whenever
+    agents may share a policy (``sharing`` other than none, or a ``policy_mapping``)"""
 
     @model_validator(mode="after")
     def _bounds(self) -> "MarlessConfig":
@@ -60,6 +69,14 @@ class MarlessConfig(ConfigSection):
         for agent, policy in self.agent_policy.items():
             if not policy.startswith("p_"):
                 raise ValueError(f"agent_policy.{agent}: policies are named p_<agent> (got {policy!r})")
+        if self.policy_mapping and self.sharing != "none":
+            raise ValueError(f"policy_mapping: sets the run's map itself, so it needs sharing: none "
+                             f"(got sharing: {self.sharing})")
+        if self.policy_mapping and self.agent_policy:
+            raise ValueError("policy_mapping: give either policy_mapping or agent_policy, not both")
+        for agent, policy in self.policy_mapping.items():
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", policy):
+                raise ValueError(f"policy_mapping.{agent}: a policy name is letters, digits, _ . - (got {policy!r})")
         return self
 
 

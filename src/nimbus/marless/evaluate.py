@@ -7,7 +7,7 @@ agent's mean return over the episodes is reported beside it.
 
 Example::
 
-    result = evaluate_marl_run(path=run_dir, episodes=10, seed=12345, explore=False)
+    result = evaluate_marless_run(path=run_dir, episodes=10, seed=12345, explore=False)
     result.mean_return, result.agent_returns["agent_0"]
 """
 
@@ -22,10 +22,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from nimbus.algos.multiagent import make_marl_algo
+from nimbus.algos.multiagent import make_multiagent_algo
 from nimbus.config import NimbusConfig
 from nimbus.data.codec import Message
 from nimbus.envs.parallel import agent_spaces, make_parallel_env
+from nimbus.marless.agent_id import append_agent_id, uses_agent_id, with_agent_id
 from nimbus.marless.checkpoint import is_multiagent, load_run
 from nimbus.models.weights import load_model
 
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class MarlEvalResult:
+class MarlessEvalResult:
     mean_return: float                 # global return (mean over agents), mean over episodes
     std_return: float
     returns: list[float]               # each episode's global return
@@ -44,7 +45,7 @@ class MarlEvalResult:
 
 
 def evaluate_agents(*, config: NimbusConfig, algo: Any, weights: dict[str, Message], agent_policy: dict[str, str],
-                    episodes: int, seed: int, explore: bool = False, video_dir: Path | None = None) -> MarlEvalResult:
+                    episodes: int, seed: int, explore: bool = False, video_dir: Path | None = None) -> MarlessEvalResult:
     """``episodes`` episodes on seeds ``seed``, ``seed + 1``...; ``weights``: each policy in use, by name;
     ``video_dir``: record each episode there as ``eval-episode-<k>.mp4``."""
     env = _make_env(config=config, seed=seed, render=video_dir is not None)
@@ -54,10 +55,12 @@ def evaluate_agents(*, config: NimbusConfig, algo: Any, weights: dict[str, Messa
         env.reset(seed=seed)
         recorder = _recorder(env=env, video_dir=video_dir) if video_dir is not None else None
         spaces = agent_spaces(env=env)
+        order, agent_id = sorted(spaces), uses_agent_id(marless=config.marless)
         models = {}
         for agent, policy in sorted(agent_policy.items()):
             if policy not in models:
-                model = algo.make_policy(spaces=spaces[agent])
+                model = algo.make_policy(spaces=with_agent_id(spaces=spaces[agent], num_agents=len(order))
+                                         if agent_id else spaces[agent])
                 load_model(model=model, message=weights[policy])
                 models[policy] = model.eval()
         for episode in range(episodes):
@@ -68,8 +71,12 @@ def evaluate_agents(*, config: NimbusConfig, algo: Any, weights: dict[str, Messa
                 actions = {}
                 with torch.no_grad():
                     for agent in env.agents:
+                        inputs = np.asarray(obs[agent], dtype=np.float32)[None]
+                        if agent_id:
+                            inputs = append_agent_id(obs=inputs, agent_index=np.array([order.index(agent)]),
+                                                     num_agents=len(order))
                         out = algo.act(model=models[agent_policy[agent]], explore=explore,
-                                       obs=torch.as_tensor(obs[agent], dtype=torch.float32)[None])
+                                       obs=torch.as_tensor(inputs))
                         action = out.actions[0]
                         actions[agent] = action.item() if np.ndim(action) == 0 else action
                 obs, rewards, _, _, _ = env.step(actions)
@@ -83,7 +90,7 @@ def evaluate_agents(*, config: NimbusConfig, algo: Any, weights: dict[str, Messa
                 per_agent.setdefault(agent, []).append(value)
     finally:
         env.close()
-    return MarlEvalResult(mean_return=float(np.mean(totals)), std_return=float(np.std(totals)), returns=totals,
+    return MarlessEvalResult(mean_return=float(np.mean(totals)), std_return=float(np.std(totals)), returns=totals,
                           agent_returns={agent: float(np.mean(values)) for agent, values in sorted(per_agent.items())},
                           policy_versions={policy: int(weights[policy].header.get("policy_version", -1))
                                            for policy in sorted(set(agent_policy.values()))},
@@ -132,12 +139,12 @@ def is_multiagent_run(*, path: Path) -> bool:
     return False
 
 
-def evaluate_marl_run(*, path: Path, episodes: int, seed: int, explore: bool = False,
-                      video: bool = False) -> MarlEvalResult:
+def evaluate_marless_run(*, path: Path, episodes: int, seed: int, explore: bool = False,
+                      video: bool = False) -> MarlessEvalResult:
     """The newest round every policy of the run at ``path`` has a checkpoint of, evaluated with the map it had;
     ``video``: the episodes recorded into ``<run dir>/videos``."""
     run = load_run(path=path)
-    return evaluate_agents(config=run.config, algo=make_marl_algo(config=run.config.algo),
+    return evaluate_agents(config=run.config, algo=make_multiagent_algo(config=run.config.algo),
                            agent_policy=run.agent_policy, episodes=episodes, seed=seed, explore=explore,
                            video_dir=Path(path) / "videos" if video else None,
                            weights={policy: run.states[policy].weights for policy in set(run.agent_policy.values())})

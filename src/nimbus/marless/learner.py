@@ -2,7 +2,7 @@
 
 A policy's round runs the algorithm's roles in order, each its own invocation (a function kind of its own
 in the ledger): MAPPO ``postprocess`` → ``critic`` → ``policy``; IPPO ``critic`` → ``policy``. They share
-one request (`MarlLearnerRequest`) and talk through the Store:
+one request (`MarlessLearnerRequest`) and talk through the Store:
 
 - ``postprocess_function`` (MAPPO) reads ``batch/<policy>/r<k>`` and puts ``post/<policy>/r<k>``:
   ``critic_obs`` = state ⊕ one-hot(agent_index) and ``next_critic_obs`` = next_state ⊕ one-hot.
@@ -10,12 +10,17 @@ one request (`MarlLearnerRequest`) and talk through the Store:
   input for MAPPO), GAE per agent segment (``cut`` ends a segment; ``terminated`` bootstraps 0, a truncation
   bootstraps V(next_obs)), puts ``adv/<policy>/r<k>`` (advantages, returns), then fits the critic on the
   returns (epochs × minibatches) and puts ``critic/<policy>/<v+1>`` (network + optimizer state).
-  Header: value_loss, explained_variance, critic_s, critic_version.
+  Header: value_loss, explained_variance, rows, dead_rows, critic_s, critic_version.
 - ``policy_function`` runs PPO's clipped surrogate on the advantages (epochs × minibatches), puts
   ``weights/<policy>/<v+1>`` and ``optim/<policy>/<v+1>``, and, when the request asks (``probe``), measures
-  the convexity C = −λmax/λmin of the policy objective's Hessian on a subset of the rows (nitro/probe.py,
-  analysis/hessian.py). Header: policy_loss, entropy, approx_kl, clip_fraction, convexity (NaN unprobed),
-  policy_s, policy_version.
+  the convexity C = −λmax/λmin of the policy objective's Hessian on the whole batch's live rows (nitro/probe.py,
+  analysis/hessian.py); the driver asks only on rounds a controller reads it (marless/learning.py).
+  Header: policy_loss, entropy, approx_kl, clip_fraction, convexity (NaN unprobed), probe_rows (0 unprobed),
+  rows, dead_rows, policy_s, policy_version.
+
+Padding rows (``alive`` False: an agent that finished before the others, marless/rows.py) are masked out: their
+advantages and returns are 0, and neither the value fit, the value normalisation, the surrogate nor the probe
+sees them.
 
 Every put is tagged with the invocation id, so a retried invocation may redo its puts (data/store.py).
 A non-finite loss or gradient skips that minibatch (the weights are kept), as ppo_update does.
@@ -34,7 +39,7 @@ import torch
 from torch import nn
 
 from nimbus.algos.gae import compute_gae
-from nimbus.algos.multiagent import marl_algo_from_dict
+from nimbus.algos.multiagent import multiagent_algo_from_dict
 from nimbus.algos.multiagent.messages import critic_to_message, load_critic
 from nimbus.algos.multiagent.ppo import centralised_inputs
 from nimbus.algos.ppo.learner import scheduled
@@ -47,17 +52,20 @@ from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message, \
     weights_key
+from nimbus.marless.agent_id import with_agent_id
+from nimbus.marless.rows import live_index
 from nimbus.nitro.probe import ProbeRequest, probe_policy
 from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import PLACED_KEY, place, torch_device
 from nimbus.runtime.faults import fault_point
 
-DEFAULT_PROBE = ProbeRequest(subset_size=256, max_iterations=30, tolerance=1e-3)
+# the whole batch: 256 rows were too noisy for Nitro's scaler, which moved to the whole batch (issue 27 fix 2)
+DEFAULT_PROBE = ProbeRequest(subset_size=None, max_iterations=30, tolerance=1e-3)
 
 
 @dataclass(frozen=True)
-class MarlLearnerRequest:
+class MarlessLearnerRequest:
     env_id: str
     env_kwargs: dict[str, Any]
     algo: dict[str, Any]
@@ -72,13 +80,14 @@ class MarlLearnerRequest:
     progress: float = 0.0           # 0..1 through the run, for linear schedules
     probe: bool | dict[str, Any] = False   # True or a ProbeRequest header: measure the convexity after the update
     env_imports: Sequence[str] = ()
+    agent_id: bool = False                 # the networks read obs ⊕ one-hot(agent) (marless/agent_id.py)
 
     def to_message(self) -> Message:
-        return Message(header={"marl_learner": dict(vars(self)), "_affinity": f"learner-{self.policy}"})
+        return Message(header={"marless_learner": dict(vars(self)), "_affinity": f"learner-{self.policy}"})
 
     @classmethod
-    def from_message(cls, message: Message) -> "MarlLearnerRequest":
-        return cls(**message.header["marl_learner"])
+    def from_message(cls, message: Message) -> "MarlessLearnerRequest":
+        return cls(**message.header["marless_learner"])
 
     def key(self, *, prefix: str) -> str:
         """``<prefix>/<policy>/r<round>`` (post, adv)."""
@@ -86,7 +95,7 @@ class MarlLearnerRequest:
 
 
 def postprocess_function(*, context: FunctionContext, request: Message) -> Message:
-    req = MarlLearnerRequest.from_message(request)
+    req = MarlessLearnerRequest.from_message(request)
     started = time.perf_counter()
     store = function_store(header=request.header)
     batch = store.get(key=req.batch_key).arrays
@@ -101,7 +110,7 @@ def postprocess_function(*, context: FunctionContext, request: Message) -> Messa
 
 
 def critic_function(*, context: FunctionContext, request: Message) -> Message:
-    req = MarlLearnerRequest.from_message(request)
+    req = MarlessLearnerRequest.from_message(request)
     started = time.perf_counter()
     state = _state(context=context, req=req)
     store: Store = function_store(header=request.header)
@@ -118,9 +127,14 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
     advantages, returns = compute_gae(
         rewards=torch.as_tensor(np.array(batch["rewards"], np.float32), device=device), values=values,
         next_values=next_values, **rows, gamma=algo.config.gamma, gae_lambda=algo.config.gae_lambda)
+    live = live_index(arrays=batch)   # a padding row is cut and terminated: it never enters a live row's GAE
+    if live is not None:
+        advantages, returns = _zero_dead(advantages, live=live), _zero_dead(returns, live=live)
     store.put(key=req.key(prefix="adv"), writer=context.invocation_id,
               message=Message(header={"round": req.round}, arrays={"advantages": advantages.cpu().numpy(),
                                                                     "returns": returns.cpu().numpy()}))
+    if live is not None:   # the critic fits, normalises and is scored on the live rows only
+        inputs, values, returns = (x[torch.as_tensor(live, device=device)] for x in (inputs, values, returns))
     if algo.config.value_norm:
         critic.return_norm.update(returns)
     fit = _fit_critic(algo=algo, critic=critic, optimizer=optimizer, inputs=inputs, req=req,
@@ -130,39 +144,41 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
               message=critic_to_message(critic=critic, optimizer=optimizer, version=new_version))
     return Message(header={"critic_version": new_version, "value_loss": fit,
                            "explained_variance": explained_variance(values=values, returns=returns),
-                           "adv_key": req.key(prefix="adv"), "rows": int(len(returns)), "device": str(device),
+                           "adv_key": req.key(prefix="adv"), "rows": int(len(returns)),
+                           "dead_rows": int(len(batch["rewards"]) - len(returns)), "device": str(device),
                            "critic_s": time.perf_counter() - started})
 
 
 def policy_function(*, context: FunctionContext, request: Message) -> Message:
-    req = MarlLearnerRequest.from_message(request)
+    req = MarlessLearnerRequest.from_message(request)
     started = time.perf_counter()
     state = _state(context=context, req=req)
     store: Store = function_store(header=request.header)
     algo, model = state["algo"], state["policy"]
     optimizer = _load_policy(store=store, req=req, algo=algo, model=model)
-    batch = _policy_batch(store=store, req=req, device=state["device"])
+    batch, dead_rows = _policy_batch(store=store, req=req, device=state["device"])
     stats = _fit_policy(algo=algo, model=model, optimizer=optimizer, batch=batch, req=req)
     new_version = req.weights_version + 1
     put_all(store=store, writer=context.invocation_id, items={
         weights_key(policy=req.policy, version=new_version): model_to_message(model=model, version=new_version),
         optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
                                                                                 version=new_version)})
-    fault_point(name="marl.policy.published")
+    fault_point(name="marless.policy.published")
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     convexity = extras.get(HESSIAN_RATIO_KEY, math.nan)
     return Message(header={"policy_version": new_version, **stats, "convexity": convexity, "extras": extras,
-                           "rows": int(batch["obs"].shape[0]), "policy_s": time.perf_counter() - started,
+                           "probe_rows": float(extras.get("probe_rows", 0.0)),
+                           "rows": int(batch["obs"].shape[0]), "dead_rows": dead_rows, "policy_s": time.perf_counter() - started,
                            "device": str(state["device"])})
 
 
-def _state(*, context: FunctionContext, req: MarlLearnerRequest) -> dict[str, Any]:
+def _state(*, context: FunctionContext, req: MarlessLearnerRequest) -> dict[str, Any]:
     """The algorithm and a policy and critic network shaped for this policy's agents, cached per (algo, env, policy
     shape); the weights are loaded from the Store by each invocation."""
     cache = context.cache
     agent = next(iter(sorted(req.agents, key=req.agents.get)))
     env_key = (req.env_id, dict(req.env_kwargs), list(req.env_imports))
-    if cache.get("marl_algo") != req.algo or cache.get("marl_env") != env_key:
+    if cache.get("marless_algo") != req.algo or cache.get("marless_env") != env_key:
         torch.set_num_threads(1)
         env = make_parallel_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports)
         env.reset()
@@ -170,9 +186,11 @@ def _state(*, context: FunctionContext, req: MarlLearnerRequest) -> dict[str, An
         state_dim = int(global_state(env=env).shape[0])
         env.close()
         cache.clear()
-        cache.update(marl_algo=req.algo, marl_env=env_key, algo=marl_algo_from_dict(algo=req.algo),
+        cache.update(marless_algo=req.algo, marless_env=env_key, algo=multiagent_algo_from_dict(algo=req.algo),
                      spaces=spaces, state_dim=state_dim, nets={})
-    spaces: dict[str, EnvSpaces] = cache["spaces"]
+    spaces: dict[str, EnvSpaces] = dict(cache["spaces"])
+    if req.agent_id:
+        spaces[agent] = with_agent_id(spaces=spaces[agent], num_agents=len(req.all_agents))
     signature = (str(spaces[agent].observation), str(spaces[agent].action), len(req.all_agents))
     nets = cache["nets"]
     if signature not in nets:
@@ -187,7 +205,7 @@ def _state(*, context: FunctionContext, req: MarlLearnerRequest) -> dict[str, An
     return {"algo": cache["algo"], "device": device, **nets[signature]}
 
 
-def _critic_inputs(*, algo: Any, store: Store, req: MarlLearnerRequest, batch: dict[str, np.ndarray],
+def _critic_inputs(*, algo: Any, store: Store, req: MarlessLearnerRequest, batch: dict[str, np.ndarray],
                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     arrays, names = (store.get(key=req.key(prefix="post")).arrays, ("critic_obs", "next_critic_obs")) \
         if algo.centralised else (batch, ("obs", "next_obs"))
@@ -201,7 +219,7 @@ def _minibatches(*, rows: int, num_minibatches: int, generator: torch.Generator)
 
 
 def _fit_critic(*, algo: Any, critic: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
-                values: torch.Tensor, returns: torch.Tensor, req: MarlLearnerRequest) -> float:
+                values: torch.Tensor, returns: torch.Tensor, req: MarlessLearnerRequest) -> float:
     """Epochs × minibatches of the (optionally clipped) value loss on the critic's own units (standardised with
     ``value_norm``); the mean loss over the steps taken."""
     config = algo.config
@@ -218,7 +236,7 @@ def _fit_critic(*, algo: Any, critic: nn.Module, optimizer: torch.optim.Optimize
     return float(np.mean(losses)) if losses else math.nan
 
 
-def _load_policy(*, store: Store, req: MarlLearnerRequest, algo: Any, model: nn.Module) -> torch.optim.Optimizer:
+def _load_policy(*, store: Store, req: MarlessLearnerRequest, algo: Any, model: nn.Module) -> torch.optim.Optimizer:
     load_model(model=model, message=store.get(key=weights_key(policy=req.policy, version=req.weights_version)))
     optimizer = algo.make_optimizer(model=model, lr=algo.config.lr)
     try:
@@ -229,17 +247,30 @@ def _load_policy(*, store: Store, req: MarlLearnerRequest, algo: Any, model: nn.
     return optimizer
 
 
-def _policy_batch(*, store: Store, req: MarlLearnerRequest, device: torch.device) -> dict[str, torch.Tensor]:
+def _policy_batch(*, store: Store, req: MarlessLearnerRequest,
+                  device: torch.device) -> tuple[dict[str, torch.Tensor], int]:
+    """The surrogate's rows (the live ones: padding rows are dropped) and how many padding rows were dropped."""
     batch = store.get(key=req.batch_key).arrays
     adv = store.get(key=req.key(prefix="adv")).arrays
     arrays = {"obs": np.array(batch["obs"], np.float32), "actions": np.array(batch["actions"]),
               "logp": np.array(batch["logp"], np.float32), "rewards": np.array(batch["rewards"], np.float32),
               "advantages": np.array(adv["advantages"])}
-    return {name: torch.as_tensor(value, device=device) for name, value in arrays.items()}
+    live = live_index(arrays=batch)
+    if live is not None:
+        arrays = {name: value[live] for name, value in arrays.items()}
+    dead = 0 if live is None else len(batch["rewards"]) - len(live)
+    return {name: torch.as_tensor(value, device=device) for name, value in arrays.items()}, dead
+
+
+def _zero_dead(values: torch.Tensor, *, live: np.ndarray) -> torch.Tensor:
+    """``values`` with every row outside ``live`` set to 0."""
+    mask = torch.zeros(values.shape[0], dtype=torch.bool, device=values.device)
+    mask[torch.as_tensor(live, device=values.device)] = True
+    return torch.where(mask, values, torch.zeros_like(values))
 
 
 def _fit_policy(*, algo: Any, model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
-                req: MarlLearnerRequest) -> dict[str, float]:
+                req: MarlessLearnerRequest) -> dict[str, float]:
     """PPO epochs × minibatches; the mean of each loss statistic over the steps taken (NaN if none)."""
     config = algo.config
     _set_lr(optimizer=optimizer, lr=scheduled(value=config.lr, schedule=config.lr_schedule, progress=req.progress))
@@ -274,7 +305,7 @@ def _set_lr(*, optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def _probe(*, algo: Any, model: nn.Module, batch: dict[str, torch.Tensor], req: MarlLearnerRequest) -> dict[str, float]:
+def _probe(*, algo: Any, model: nn.Module, batch: dict[str, torch.Tensor], req: MarlessLearnerRequest) -> dict[str, float]:
     """The convexity probe of the updated policy when the request asks; {} otherwise."""
     if not req.probe:
         return {}

@@ -20,7 +20,7 @@ from typing import Any
 
 from nimbus.data.codec import Message
 from nimbus.errors import NimbusError
-from nimbus.marless.learner import MarlLearnerRequest
+from nimbus.marless.learner import MarlessLearnerRequest
 from nimbus.types import schedule_fraction
 
 TEAM = "team"   # VDN's joint rows: post/team/r<k>
@@ -52,9 +52,14 @@ class _Learning:
     def __init__(self, *, parts: Any, progress: Any) -> None:
         self.parts, self.progress = parts, progress
 
-    @property
-    def probe(self) -> bool:
-        return self.parts.sharing.needs_convexity or self.parts.scaler.needs_convexity
+    probe = False   # set by the workflow each round: probe the updated policies' convexity (``probe_now``)
+
+    def probe_now(self, *, agent_returns: dict[str, float]) -> bool:
+        """Probe this round only when a controller will read it: the scaler every round, the sharing controller
+        on the rounds it switches sharing on (issue 27 fix 2)."""
+        self.probe = self.parts.scaler.needs_convexity or \
+            self.parts.sharing.probes_now(agent_returns=agent_returns)
+        return self.probe
 
     def _progress_fraction(self) -> float:
         return schedule_fraction(progress=self.progress, total_env_steps=self.parts.config.train.total_env_steps)
@@ -85,15 +90,15 @@ class OnPolicyLearning(_Learning):
         stale = [f"{prefix}/{policy}/r{round}" for policy in active for prefix in ("batch", "post", "adv")]
         return stats, stale
 
-    def request(self, *, policy: str, agent_policy: dict[str, str], round: int) -> MarlLearnerRequest:
+    def request(self, *, policy: str, agent_policy: dict[str, str], round: int) -> MarlessLearnerRequest:
         cfg = self.parts.config
-        return MarlLearnerRequest(
+        return MarlessLearnerRequest(
             env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), algo=cfg.algo.model_dump(mode="json"), policy=policy,
             round=round, agents=self._members(policy=policy, agent_policy=agent_policy),
             all_agents=tuple(self.parts.agents), batch_key=batch_key(policy=policy, round=round),
             weights_version=self.progress.versions[policy], critic_version=self.progress.critic_versions.get(policy, 0),
             seed=cfg.seed + round, progress=self._progress_fraction(), probe=self.probe,
-            env_imports=tuple(cfg.env.imports))
+            env_imports=tuple(cfg.env.imports), agent_id=self.parts.agent_id)
 
 
 class ValueLearning(_Learning):
@@ -105,7 +110,7 @@ class ValueLearning(_Learning):
 
     def run(self, *, active: list[str], agent_policy: dict[str, str], round: int, rows_per_agent: int
             ) -> tuple[dict[str, dict[str, float]], list[str]]:
-        from nimbus.marless.value_learner import VDNPostprocessRequest
+        from nimbus.marless.team_rows import VDNPostprocessRequest
 
         stale: list[str] = []
         if "postprocess" in self.parts.algo.roles:   # VDN: the team's joint rows, once per round
@@ -142,7 +147,7 @@ class ValueLearning(_Learning):
         """The policy function's ValueLearnerRequest (marless/value_learner.py)."""
         from nimbus.marless.value_learner import ValueLearnerRequest, spaces_header
 
-        cfg, spaces = self.parts.config, self.parts.spaces
+        cfg, spaces = self.parts.config, self.parts.policy_spaces
         in_use = sorted(set(agent_policy.values()))
         owner = TEAM if "postprocess" in self.parts.algo.roles else policy
         return ValueLearnerRequest(
@@ -150,7 +155,7 @@ class ValueLearning(_Learning):
             agents=self._members(policy=policy, agent_policy=agent_policy), all_agents=tuple(self.parts.agents),
             agent_policy=dict(agent_policy), policy_versions={p: self.progress.versions[p] for p in in_use},
             replay_keys=tuple(self.replays.get(owner, ())),
-            spaces={p: spaces_header(spaces=spaces[p.removeprefix("p_")]) for p in in_use},
+            spaces={p: spaces_header(spaces=spaces[p]) for p in in_use},
             seed=cfg.seed + round, progress=self._progress_fraction(), probe=self.probe)
 
 

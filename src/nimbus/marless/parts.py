@@ -4,7 +4,7 @@ spaces, and the functions by role. marless/workflow.py builds them (``MultiAgent
 Policies are named after agents (``p_<agent>``); the sharing controller maps agents onto a subset of them
 (marless/sharing.py). Each policy's checkpoints go to ``<run_dir>/policies/<policy>/checkpoints`` (its
 networks and the run's state, marless/checkpoint.py, from which ``--resume`` continues), the agent→policy
-map of every round to ``marl.jsonl`` and the metrics (global and per-agent return, policies, actors, learner
+map of every round to ``marless.jsonl`` and the metrics (global and per-agent return, policies, actors, learner
 and actor cost) to ``metrics.jsonl``.
 """
 
@@ -23,6 +23,7 @@ from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.parallel_snapshot import check_parallel_snapshot
 from nimbus.envs.snapshot import require_snapshot
 from nimbus.errors import ConfigError
+from nimbus.marless.agent_id import with_agent_id
 from nimbus.types import Progress
 from nimbus.roles.specs import function_spec, role_spec
 
@@ -30,16 +31,29 @@ if TYPE_CHECKING:
     from nimbus.types import Shared
 
 log = logging.getLogger(__name__)
-MA_ACTOR_ENTRYPOINT = "nimbus.marless.actor:ma_actor_function"
+MARLESS_ACTOR_ENTRYPOINT = "nimbus.marless.actor:marless_actor_function"
 ROLE_ENTRYPOINTS = {"postprocess": "nimbus.marless.learner:postprocess_function",
                     "critic": "nimbus.marless.learner:critic_function",
                     "policy": "nimbus.marless.learner:policy_function"}
-VALUE_ROLE_ENTRYPOINTS = {"postprocess": "nimbus.marless.value_learner:vdn_postprocess_function",
+VALUE_ROLE_ENTRYPOINTS = {"postprocess": "nimbus.marless.team_rows:vdn_postprocess_function",
                           "policy": "nimbus.marless.value_learner:value_policy_function"}
 
 
 def policy_name(agent: str) -> str:
     return f"p_{agent}"
+
+
+def policy_spaces(*, config: NimbusConfig, agents: tuple[str, ...], spaces: dict[str, EnvSpaces],
+                  agent_id: bool) -> dict[str, EnvSpaces]:
+    """Every policy of the run → the spaces its networks are built for: ``p_<agent>`` for each agent (agent order),
+    then ``marless.policy_mapping``'s names (their first agent's spaces); with agent-id conditioning the
+    observation carries the one-hot (marless/agent_id.py)."""
+    def net(agent: str) -> EnvSpaces:
+        return with_agent_id(spaces=spaces[agent], num_agents=len(agents)) if agent_id else spaces[agent]
+    out = {policy_name(agent): net(agent) for agent in agents}
+    for agent, policy in sorted(config.marless.policy_mapping.items()):
+        out.setdefault(policy, net(agent))
+    return out
 
 
 def probe_agents(*, config: NimbusConfig) -> tuple[tuple[str, ...], dict[str, EnvSpaces], int]:
@@ -61,7 +75,7 @@ def probe_agents(*, config: NimbusConfig) -> tuple[tuple[str, ...], dict[str, En
 def function_specs(*, config: NimbusConfig, algo: object) -> dict[str, object]:
     """The actor and the algorithm's learner roles; the policy function takes the ``learner`` resources."""
     entrypoints = ROLE_ENTRYPOINTS if algo.on_policy else VALUE_ROLE_ENTRYPOINTS
-    specs = {"actor": role_spec(config=config, role="actor", entrypoint=MA_ACTOR_ENTRYPOINT)}
+    specs = {"actor": role_spec(config=config, role="actor", entrypoint=MARLESS_ACTOR_ENTRYPOINT)}
     for role in algo.roles:
         resources = config.role_function(role="learner" if role == "policy" else role)
         specs[role] = function_spec(name=role, entrypoint=entrypoints[role], kind=role, function=resources)
@@ -69,7 +83,7 @@ def function_specs(*, config: NimbusConfig, algo: object) -> dict[str, object]:
 
 
 def fixed_actors(*, config: NimbusConfig) -> int:
-    """``actors.scaling``'s count: what every round uses with ``marl.scaling: fixed``."""
+    """``actors.scaling``'s count: what every round uses with ``marless.scaling: fixed``."""
     scaling = config.actors.scaling
     for name in ("num_actors", "initial_actors", "min_actors"):
         if hasattr(scaling, name):
@@ -78,14 +92,14 @@ def fixed_actors(*, config: NimbusConfig) -> int:
 
 
 def check_agent_policy(*, config: NimbusConfig, agents: tuple[str, ...]) -> None:
-    """``marl.agent_policy`` names agents of the env and their policies (``p_<agent>``): else exit 2."""
+    """``marless.agent_policy`` names agents of the env and their policies (``p_<agent>``): else exit 2."""
     known = {policy_name(agent) for agent in agents}
-    for agent, policy in config.marl.agent_policy.items():
+    for agent, policy in config.marless.agent_policy.items():
         if agent not in agents:
-            raise ConfigError(f"marl.agent_policy.{agent}: {config.env.id} has no agent {agent!r} "
+            raise ConfigError(f"marless.agent_policy.{agent}: {config.env.id} has no agent {agent!r} "
                               f"(agents: {', '.join(agents)})")
         if policy not in known:
-            raise ConfigError(f"marl.agent_policy.{agent}: unknown policy {policy!r} (policies: {', '.join(sorted(known))})")
+            raise ConfigError(f"marless.agent_policy.{agent}: unknown policy {policy!r} (policies: {', '.join(sorted(known))})")
 
 
 def critic_key(*, policy: str, version: int) -> str:
@@ -93,7 +107,7 @@ def critic_key(*, policy: str, version: int) -> str:
 
 
 @dataclass
-class MarlProgress(Progress):
+class MarlessProgress(Progress):
     """A run's counters plus each policy's versions and the agent→policy map."""
 
     versions: dict[str, int] = field(default_factory=dict)          # policy network, per policy
@@ -105,7 +119,7 @@ class MarlProgress(Progress):
 
 
 @dataclass(frozen=True)
-class MarlParts:
+class MarlessParts:
     """What the workflow drives: the pool, the functions by role, the controllers and the sinks."""
 
     config: Any                      # NimbusConfig
@@ -113,8 +127,10 @@ class MarlParts:
     run_dir: Path
     agents: tuple[str, ...]          # sorted possible agents
     spaces: dict[str, Any]           # agent → EnvSpaces
-    algo: Any                        # nimbus.algos.multiagent MarlAlgorithm
+    algo: Any                        # nimbus.algos.multiagent MultiAgentAlgorithm
     specs: dict[str, Any]            # role → FunctionSpec ("actor", and the algorithm's roles)
     sharing: Any                     # marless/sharing.py SharingController
     scaler: Any                      # marless/scaling.py MarlessActorScaler
     metrics: Any                     # report/metrics.py MetricsSink
+    agent_id: bool = False           # policies read obs ⊕ one-hot(agent) (marless/agent_id.py)
+    policy_spaces: dict[str, Any] = field(default_factory=dict)   # policy → the spaces its networks are built for

@@ -1,10 +1,10 @@
 """The MARLess panels of ``report.png`` (``train.workflow: multiagent``), drawn from ``metrics.jsonl`` and
-``marl.jsonl`` (the agent→policy map of every round).
+``marless.jsonl`` (the agent→policy map of every round).
 
 * :func:`plot_agent_returns`: each agent's mean episode return per round and the global return (their mean).
 * :func:`plot_policy_map`: which policy every agent used in every round (a colour per policy), with the
   number of policies and of actors per round on a second axis.
-* :func:`plot_marl_costs`: learner cost and actor cost of each round (from the ledger, by function kind).
+* :func:`plot_marless_costs`: learner cost and actor cost of each round (from the ledger, by function kind).
 
 ``report/render.py`` finds this module by name (report/techniques.py): ``applies`` and ``draw`` below.
 """
@@ -23,36 +23,36 @@ from nimbus.report.panels import no_data, series
 EXTRA_ROWS = 1   # a fourth row of panels: the policy map and the cost by function kind
 
 
-def is_marl(rows: list[dict[str, Any]]) -> bool:
-    return any("marl/policies" in r.get("extras", {}) for r in rows)
+def is_marless(rows: list[dict[str, Any]]) -> bool:
+    return any("marless/policies" in r.get("extras", {}) for r in rows)
 
 
 def applies(*, rows: list[dict[str, Any]]) -> bool:
     """A multi-agent run's rows (report/techniques.py)."""
-    return is_marl(rows)
+    return is_marless(rows)
 
 
 def draw(*, axes: Any, rows: list[dict[str, Any]], run_dir: Path) -> None:
     """The MARLess panels in the third and fourth rows of ``report.png`` (the cost per round stays at [2, 1])."""
     plot_agent_returns(axes[2, 0], rows)
     plot_policy_map(axes[3, 0], read_maps(run_dir=run_dir))
-    plot_marl_costs(axes[3, 1], rows)
+    plot_marless_costs(axes[3, 1], rows)
 
 
 def read_maps(*, run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "marl.jsonl"
+    path = Path(run_dir) / "marless.jsonl"
     return [row for row in read_jsonl(path=path) if isinstance(row, dict)] if path.exists() else []
 
 
 def plot_agent_returns(ax: Any, rows: list[dict[str, Any]]) -> None:
-    agents = sorted({k.split("/", 2)[2] for r in rows for k in r.get("extras", {}) if k.startswith("marl/return/")})
+    agents = sorted({k.split("/", 2)[2] for r in rows for k in r.get("extras", {}) if k.startswith("marless/return/")})
     ax.set_title("MARLess: return per agent and global", fontsize=10)
     if not agents:
         no_data(ax, "no finished episodes")
         return
     for agent in agents:
-        ax.plot(*series(rows, f"marl/return/{agent}"), lw=1, alpha=0.6, label=agent)
-    ax.plot(*series(rows, "marl/global_return"), lw=2, color="black", label="global")
+        ax.plot(*series(rows, f"marless/return/{agent}"), lw=1, alpha=0.6, label=agent)
+    ax.plot(*series(rows, "marless/global_return"), lw=2, color="black", label="global")
     ax.set_xlabel("round")
     ax.set_ylabel("episode return")
     ax.legend(fontsize=7, ncol=2)
@@ -61,7 +61,7 @@ def plot_agent_returns(ax: Any, rows: list[dict[str, Any]]) -> None:
 def plot_policy_map(ax: Any, maps: list[dict[str, Any]]) -> None:
     ax.set_title("MARLess: agent → policy per round (colour = policy); policies, actors", fontsize=10)
     if not maps:
-        no_data(ax, "no marl.jsonl")
+        no_data(ax, "no marless.jsonl")
         return
     agents = sorted(maps[0]["agent_policy"])
     policies = sorted({p for m in maps for p in m["agent_policy"].values()})
@@ -78,14 +78,14 @@ def plot_policy_map(ax: Any, maps: list[dict[str, Any]]) -> None:
     twin.legend(fontsize=7, loc="upper right")
 
 
-def plot_marl_costs(ax: Any, rows: list[dict[str, Any]]) -> None:
+def plot_marless_costs(ax: Any, rows: list[dict[str, Any]]) -> None:
     ax.set_title("MARLess: cost per round by function kind", fontsize=10)
-    rounds, learner = series(rows, "marl/learner_cost_usd")
+    rounds, learner = series(rows, "marless/learner_cost_usd")
     if not rounds:
         no_data(ax, "no cost rows")
         return
     ax.plot(rounds, learner, lw=1, label="learner functions (policy, critic, postprocess)")
-    ax.plot(*series(rows, "marl/actor_cost_usd"), lw=1, label="actor functions")
+    ax.plot(*series(rows, "marless/actor_cost_usd"), lw=1, label="actor functions")
     ax.set_xlabel("round")
     ax.set_ylabel("USD (serverless)")
     ax.legend(fontsize=7)

@@ -15,15 +15,17 @@ agents behave, group them, and pick each group's base model.
   together (a class of n_c agents gets round(N' · n_c / N) groups, at least 1, at most n_c).
 * ``base_agent``: the member with the highest convexity C = −e_max/e_min (Nitro's Hessian probe); a
   member without a probe (NaN) ranks last; ties go to the first in agent order.
-* ``SharingController``: ``none`` (one policy per agent), ``static`` (one policy per space class from
-  round 0) or ``marless`` (the detector toggles; enabling groups the agents, disabling gives every agent
-  its own policy back). Policies are named ``p_<agent>``; a group uses its base agent's policy. An initial map
-  (``marl.agent_policy``) that puts an agent on a policy built for other spaces is refused when the controller
+* ``SharingController``: ``none`` (one policy per agent, or ``marless.policy_mapping``'s map of free names),
+  ``static`` (one policy per space class from round 0), ``full`` (one policy, the first agent's, for all; the
+  agents need identical spaces) or ``marless`` (the detector toggles; enabling groups the agents, disabling gives
+  every agent its own policy back). Policies are named ``p_<agent>``; a group uses its base agent's policy. An initial map
+  (``marless.agent_policy``) that puts an agent on a policy built for other spaces is refused when the controller
   is built, before any worker starts (marless/checks.py).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from nimbus.envs.spaces import EnvSpaces
-from nimbus.marless.checks import check_policy_spaces
+from nimbus.marless.checks import check_full_sharing, check_policy_mapping, check_policy_spaces
 
 
 def policy_of(agent: str) -> str:
@@ -180,8 +182,11 @@ class SharingController:
     def __init__(self, *, config: Any, agents: list[str], compatible: dict[str, str], seed: int) -> None:
         self.config, self.agents, self.compatible, self.seed = config, list(agents), dict(compatible), seed
         check_policy_spaces(agent_policy=config.agent_policy, compatible=self.compatible)   # exit 2 before any worker
+        check_policy_mapping(mapping=config.policy_mapping, compatible=self.compatible)
+        if config.sharing == "full":
+            check_full_sharing(compatible=self.compatible)
         self.detector = PerformanceDetector(window=config.window, gamma=config.gamma)
-        self.enabled = config.sharing == "static"
+        self.enabled = config.sharing in ("static", "full")
         self.enablings = 0
         self.toggles = 0
         self.groups: list[list[str]] = []
@@ -190,7 +195,18 @@ class SharingController:
     def needs_convexity(self) -> bool:
         return self.config.sharing == "marless"
 
+    def probes_now(self, *, agent_returns: dict[str, float]) -> bool:
+        """Whether this round's ``decide`` (with the same returns, known once the actors are back) will read the
+        convexity: only when it switches sharing on (the base agent of each group); the detector is not moved."""
+        if self.config.sharing != "marless" or self.enabled:
+            return False
+        return copy.deepcopy(self.detector).observe(agent_returns=agent_returns)
+
     def initial_map(self) -> dict[str, str]:
+        if self.config.sharing == "full":
+            return {agent: policy_of(self.agents[0]) for agent in self.agents}
+        if self.config.policy_mapping:
+            return {agent: self.config.policy_mapping.get(agent, policy_of(agent)) for agent in self.agents}
         if self.config.agent_policy:
             return {agent: self.config.agent_policy.get(agent, policy_of(agent)) for agent in self.agents}
         if self.config.sharing == "static":   # one policy per class of compatible agents: its first agent's

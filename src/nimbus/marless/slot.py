@@ -1,7 +1,7 @@
 """A multi-agent actor rank's env slot: its envs mid-episode, kept by a warm worker and, with
 ``actors.restore_slots``, carried as data so that another worker can go on with the same episodes.
 
-A warm worker keeps each rank's slot in ``context.cache["ma_slots"]``. The driver sends ``slot_seq``; a cached
+A warm worker keeps each rank's slot in ``context.cache["marless_slots"]``. The driver sends ``slot_seq``; a cached
 slot whose sequence, env count or kind (centralised or not) does not match is not used. In its place the
 worker restores the state the request carries (the rank's newest, from its previous result), or, when there is
 none, builds fresh envs seeded from (seed, rank, slot_seq): unfinished episodes are then dropped, never counted
@@ -43,7 +43,7 @@ class MultiAgentSlot:
 
 def env_slot(*, cache: dict[str, Any], req: Any, centralised: bool, restore: SlotState | None) -> MultiAgentSlot:
     """The rank's slot for this request: the cached one if it is current, else ``restore``'s, else fresh envs."""
-    slots: dict[int, MultiAgentSlot] = cache["ma_slots"]
+    slots: dict[int, MultiAgentSlot] = cache["marless_slots"]
     slot = slots.get(req.actor_rank)
     if slot is not None and slot.seq == req.slot_seq and len(slot.envs) == req.num_envs \
             and (slot.states is not None) == centralised:

@@ -2,17 +2,7 @@
 
 Two FunctionContext functions, each its own function kind in the ledger:
 
-* ``vdn_postprocess_function`` (VDN's *post-processing function*, once per round for the team): reads
-  the round's batches of every policy (``batch/<policy>/r<k>``, rows tagged with ``agent_index``),
-  aligns the team's per-agent rows per (env, t) into joint rows and puts ``post/team/r<k>``: per agent
-  ``<agent>/obs``, ``<agent>/next_obs``, ``<agent>/actions``, ``<agent>/terminated``; for the team
-  ``rewards`` (the sum of the agents' rewards), ``terminated`` (every agent terminated), ``truncated``.
-  Alignment: every agent's rows, taken in batch order, run over the same (actor, env, t) sequence (the
-  actor writes each agent's rows env-major then time, actors in rank order), so the j-th row of each
-  agent is the same step. That needs a row for every agent at every step: the actor writes padding rows
-  (terminated, reward 0) for an agent that finished before the others; unequal row counts raise
-  EnvContractError. The team's ``terminated`` holds once every agent has terminated; until then the
-  finished agents' terminated flags mask their next values out of the target.
+* ``vdn_postprocess_function`` (marless/team_rows.py): VDN's joint rows ``post/team/r<k>``, once per round.
 
 * ``value_policy_function`` (the *policy function*, per policy and round): the off-policy replay is the
   concatenation of the Store values the request lists in ``replay_keys`` (the driver keeps the last
@@ -21,7 +11,7 @@ Two FunctionContext functions, each its own function kind in the ledger:
   ``batch_size`` rows uniformly (with replacement) and takes an Adam step on a Huber TD loss:
 
   - IQL: Q_p(o, u) against y = r + γ(1 − terminated) Q̄_p(o', argmax_u' Q_p(o', u')) (double DQN).
-  - VDN: Q_tot = Σ_a Q_{policy(a)}(o_a, u_a) over the team's agents, against
+  - VDN: Q_tot = Σ_a alive_a · Q_{policy(a)}(o_a, u_a) over the team's agents, against
     y = R + γ Σ_a (1 − terminated_a) Q̄_{policy(a)}(o'_a, argmax Q_{policy(a)}(o'_a, ·)), R = the team reward.
     The function for policy p trains p's parameters only. The other policies' Q-networks (and their
     targets) are read from the Store at the versions the request names (the versions of the round's
@@ -39,8 +29,9 @@ Two FunctionContext functions, each its own function kind in the ledger:
   version, round): a retried attempt recomputes the same values and replaces its own puts.
 
 With ``probe`` (True, or a ProbeRequest header) in the request, the convexity C = −λmax/λmin of the Hessian of the TD objective (the
-negated loss) w.r.t. the policy's parameters is probed after the update on a subset of the replay
-(nitro/probe.py); else ``convexity`` is NaN.
+negated loss) w.r.t. the policy's parameters is probed after the update on the newest round's rows of the replay
+(the round's whole batch, nitro/probe.py); else ``convexity`` is NaN. The driver asks only on rounds a controller
+reads it (marless/learning.py).
 """
 
 from __future__ import annotations
@@ -67,7 +58,7 @@ from nimbus.data.codec import Message
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.spaces import EnvSpaces
-from nimbus.errors import EnvContractError
+from nimbus.marless.rows import ALIVE, live_index
 from nimbus.models.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
                                       weights_key)
 from nimbus.nitro.probe import ProbeRequest, probe_policy
@@ -76,10 +67,8 @@ from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import place, torch_device
 
 VALUE_HEADER = "value_learner"
-POSTPROCESS_HEADER = "vdn_postprocess"
 TEAM = "team"
-AGENT_COLUMNS = ("obs", "next_obs", "actions", "terminated")   # per agent in a joint (VDN) row
-DEFAULT_PROBE = ProbeRequest(subset_size=256, max_iterations=30, tolerance=1e-3)   # as marless/learner.py
+DEFAULT_PROBE = ProbeRequest(subset_size=None, max_iterations=30, tolerance=1e-3)   # as marless/learner.py
 
 
 def target_key(*, policy: str, version: int) -> str:
@@ -132,59 +121,6 @@ class ValueLearnerRequest:
         return cls(**message.header[VALUE_HEADER])
 
 
-@dataclass(frozen=True)
-class VDNPostprocessRequest:
-    round: int
-    all_agents: Sequence[str]          # every agent, sorted (``agent_index`` indexes this list)
-    batch_keys: Sequence[str]          # this round's batch/<policy>/r<k> of every policy with agents
-    post_key: str                      # where the joint rows go: post/team/r<k>
-
-    def to_message(self) -> Message:
-        return Message(header={POSTPROCESS_HEADER: dict(vars(self)), "_affinity": "postprocess-team"})
-
-    @classmethod
-    def from_message(cls, message: Message) -> "VDNPostprocessRequest":
-        return cls(**message.header[POSTPROCESS_HEADER])
-
-
-# --- joint rows for VDN (the TD targets are in algos/multiagent/iql.py and vdn.py) ---
-
-
-def align_team_rows(*, rows: dict[str, np.ndarray], all_agents: Sequence[str]) -> dict[str, np.ndarray]:
-    """Per-agent rows (``agent_index`` into ``all_agents``) → joint rows, the j-th row of each agent together."""
-    index = np.asarray(rows["agent_index"])
-    selections = [np.flatnonzero(index == i) for i in range(len(all_agents))]
-    counts = {agent: int(sel.size) for agent, sel in zip(all_agents, selections, strict=True)}
-    if len(set(counts.values())) != 1 or not selections or selections[0].size == 0:
-        raise EnvContractError(f"VDN needs every agent at every step; rows per agent: {counts}")
-    joint: dict[str, np.ndarray] = {}
-    for agent, sel in zip(all_agents, selections, strict=True):
-        for column in AGENT_COLUMNS:
-            joint[f"{agent}/{column}"] = np.asarray(rows[column])[sel]
-    joint["rewards"] = np.sum([np.asarray(rows["rewards"])[sel] for sel in selections], axis=0).astype(np.float32)
-    joint["terminated"] = np.all([np.asarray(rows["terminated"])[sel] for sel in selections], axis=0)
-    joint["truncated"] = np.any([np.asarray(rows["truncated"])[sel] for sel in selections], axis=0)
-    return joint
-
-
-# --- the functions ---
-
-
-def vdn_postprocess_function(*, context: FunctionContext, request: Message) -> Message:
-    req = VDNPostprocessRequest.from_message(request)
-    started = time.perf_counter()
-    store = function_store(header=request.header)
-    parts = [store.get(key=key).arrays for key in req.batch_keys]
-    columns = ("agent_index", "rewards", "truncated", *AGENT_COLUMNS)
-    rows = {column: np.concatenate([np.asarray(part[column]) for part in parts]) for column in columns}
-    joint = align_team_rows(rows=rows, all_agents=req.all_agents)
-    store.put(key=req.post_key, message=Message(header={"round": req.round, "agents": list(req.all_agents)},
-                                                arrays=joint), writer=context.invocation_id)
-    return Message(header={"post_key": req.post_key, "rows": int(joint["rewards"].shape[0]),
-                           "team_reward_mean": float(joint["rewards"].mean()),
-                           "postprocess_s": time.perf_counter() - started})
-
-
 def value_policy_function(*, context: FunctionContext, request: Message) -> Message:
     req = ValueLearnerRequest.from_message(request)
     started = time.perf_counter()
@@ -217,10 +153,12 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
                                                                                 version=new_version),
         target_key(policy=req.policy, version=new_version): model_to_message(model=target, version=new_version),
     })
-    extras = _probe(objective=objective, online=online, replay=replay, req=req, version=version)
+    newest = _newest(context=context, keys=req.replay_keys, device=device) if req.probe else {}
+    extras = _probe(objective=objective, online=online, replay=newest, req=req, version=version)
     return Message(header={"policy": req.policy, "policy_version": new_version, **stats,
                            "epsilon": float(online.epsilon), "replay_rows": _rows(replay),
                            "convexity": float(extras.get(HESSIAN_RATIO_KEY, math.nan)), "extras": extras,
+                           "probe_rows": float(extras.get("probe_rows", 0.0)),
                            "policy_s": time.perf_counter() - started, "device": str(device)})
 
 
@@ -298,7 +236,20 @@ def join_replay(*, parts: Sequence[dict[str, np.ndarray]], capacity: int) -> dic
     if not parts:
         return {}
     names = [name for name in parts[0] if all(name in part for part in parts)]
-    return {name: np.concatenate([part[name] for part in parts])[-capacity:] for name in names}
+    joined = {name: np.concatenate([part[name] for part in parts]) for name in names}
+    live = live_index(arrays=joined)   # IQL: an agent's padding rows never enter the replay
+    if live is not None:
+        joined = {name: value[live] for name, value in joined.items()}
+    return {name: value[-capacity:] for name, value in joined.items()}
+
+
+def _newest(*, context: FunctionContext, keys: Sequence[str], device: torch.device) -> dict[str, torch.Tensor]:
+    """The newest round's rows of the replay (live ones), what the convexity probe reads: that round's whole batch,
+    as the on-policy probe reads its round's batch."""
+    if not keys:
+        return {}
+    newest = join_replay(parts=[context.cache["value_replay_parts"][keys[-1]]], capacity=2 ** 62)
+    return {name: torch.as_tensor(value, device=device) for name, value in newest.items()}
 
 
 def _rows(replay: dict[str, torch.Tensor]) -> int:
@@ -331,7 +282,7 @@ class _Objective:
 
     def _vdn(self, *, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
         c = self.config
-        taken, following, terminated = [], [], []
+        taken, following, terminated, alive = [], [], [], []
         for agent, online, target in self.team or []:
             net = model if online is None else online      # None: the policy being trained
             q = net.q(batch[f"{agent}/obs"])
@@ -342,7 +293,9 @@ class _Objective:
                 following.append(next_values(q_next_online=q_next_online, q_next_target=q_next_target,
                                              double_q=c.double_q))
             terminated.append(batch[f"{agent}/terminated"])
-        q_tot = vdn_q_tot(q_taken_per_agent=torch.stack(taken))
+            alive.append(batch[f"{agent}/{ALIVE}"] if f"{agent}/{ALIVE}" in batch
+                         else torch.ones_like(batch[f"{agent}/terminated"], dtype=torch.bool))
+        q_tot = vdn_q_tot(q_taken_per_agent=torch.stack(taken), alive_per_agent=torch.stack(alive))
         y = vdn_targets(team_rewards=batch["rewards"], next_values_per_agent=torch.stack(following),
                         terminated_per_agent=torch.stack(terminated), gamma=c.gamma)
         loss = nn.functional.huber_loss(q_tot, y, delta=c.huber_delta)

@@ -21,13 +21,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from nimbus.algos.multiagent import initial_messages, make_marl_algo
+from nimbus.algos.multiagent import initial_messages, make_multiagent_algo
 from nimbus.config import NimbusConfig
 from nimbus.data.checkpoint import Checkpointer
 from nimbus.data.codec import Message
@@ -36,10 +35,12 @@ from nimbus.errors import CheckpointError
 from nimbus.marless.actor import MultiAgentActorRequest
 from nimbus.marless.checkpoint import check_policies, load_policies, policy_directory, publish_policies, \
     save_policies
-from nimbus.marless.evaluate import MarlEvalResult, evaluate_agents
+from nimbus.marless.evaluate import MarlessEvalResult, evaluate_agents
 from nimbus.marless.learning import batch_key, make_learning, results_of
-from nimbus.marless.parts import (MarlParts, MarlProgress, check_agent_policy, critic_key, fixed_actors,
-                                  function_specs, policy_name, probe_agents)
+from nimbus.marless.rows import Episodes, dead_fraction, live_samples, policy_batch
+from nimbus.marless.agent_id import uses_agent_id
+from nimbus.marless.parts import (MarlessParts, MarlessProgress, check_agent_policy, critic_key, fixed_actors,
+                                  function_specs, policy_spaces, probe_agents)
 from nimbus.marless.scaling import MarlessActorScaler
 from nimbus.marless.sharing import SharingController, space_signature
 from nimbus.models.weights import optim_key, weights_key
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 LEARNER_ROLES = ("postprocess", "critic", "policy")
 VERSIONED_KEYS = ("weights/{policy}/{version}", "optim/{policy}/{version}", "target/{policy}/{version}")
-SAMPLES_PER_AGENT = 512  # (obs, action) rows per agent kept for the similarity measure (marless/sharing.py)
 
 
 class MultiAgentWorkflow:
@@ -64,7 +64,7 @@ class MultiAgentWorkflow:
     from (versions, the agent→policy map, the controllers' state) comes out of publishing, and the workflow's
     learning and actor count are made from it; ``start`` has nothing left to do (no pre-warm)."""
 
-    def __init__(self, *, parts: MarlParts, progress: MarlProgress,
+    def __init__(self, *, parts: MarlessParts, progress: MarlessProgress,
                  on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
         self.parts = parts
         self.progress = progress
@@ -77,13 +77,13 @@ class MultiAgentWorkflow:
         self.learning = make_learning(parts=parts, progress=progress)
         self.prewarmer = make_prewarmer(config=parts.config, runtime=parts.shared.runtime, ledger=parts.shared.ledger,
                                         actor_spec=parts.specs["actor"], workload=parts.config.name)  # prewarm.mode
-        self._map_log = open(parts.run_dir / "marl.jsonl", "a", buffering=1)
+        self._map_log = open(parts.run_dir / "marless.jsonl", "a", buffering=1)
 
     # ---------------------------------------------------------------------------- core.Workflow
     @classmethod
     def build(cls, *, config: NimbusConfig, shared: Callable[[], Shared], run_dir: Path, policy: str,
               resume_from: Path | None, rank_base: int = 0, workload: str | None = None) -> "MultiAgentWorkflow":
-        """The env's agents and the controllers (exit 2 on a bad ``marl.agent_policy`` before any worker), the pool,
+        """The env's agents and the controllers (exit 2 on a bad ``marless.agent_policy`` before any worker), the pool,
         then every policy's version 0 or (``resume_from``, a run directory) the newest round every policy has a
         checkpoint of (marless/checkpoint.py says what comes back). ``policy``, ``rank_base`` and ``workload``
         do not apply: the policies are named after the agents."""
@@ -91,16 +91,18 @@ class MultiAgentWorkflow:
             raise CheckpointError(f"cannot resume {resume_from} as a multiagent run: it has no policies/ directory")
         agents, spaces, state_dim = probe_agents(config=config)
         check_agent_policy(config=config, agents=agents)
-        algo = make_marl_algo(config=config.algo)
-        sharing = SharingController(config=config.marl, agents=list(agents), seed=config.seed,
+        algo = make_multiagent_algo(config=config.algo)
+        sharing = SharingController(config=config.marless, agents=list(agents), seed=config.seed,
                                     compatible={a: space_signature(spaces=spaces[a]) for a in agents})
-        scaler = MarlessActorScaler(config=config.marl, num_agents=len(agents), fixed_actors=fixed_actors(config=config))
+        scaler = MarlessActorScaler(config=config.marless, num_agents=len(agents), fixed_actors=fixed_actors(config=config))
         pool = shared()
         metrics = MetricsSink(run_dir=run_dir,
                               status_line=config.output.status_line)
-        parts = MarlParts(config=config, shared=pool, run_dir=run_dir, agents=agents, spaces=spaces, algo=algo,
-                          specs=function_specs(config=config, algo=algo), sharing=sharing, scaler=scaler,
-                          metrics=metrics)
+        agent_id = uses_agent_id(marless=config.marless)
+        parts = MarlessParts(config=config, shared=pool, run_dir=run_dir, agents=agents, spaces=spaces, algo=algo,
+                             specs=function_specs(config=config, algo=algo), sharing=sharing, scaler=scaler,
+                             metrics=metrics, agent_id=agent_id,
+                             policy_spaces=policy_spaces(config=config, agents=agents, spaces=spaces, agent_id=agent_id))
         try:
             progress = _publish(parts=parts, state_dim=state_dim, resume_from=resume_from)
         except BaseException:
@@ -109,7 +111,7 @@ class MultiAgentWorkflow:
         workflow = cls(parts=parts, progress=progress)
         workflow.checkpointers = {name: Checkpointer(directory=policy_directory(run_dir=run_dir, policy=name),
                                                      keep=config.train.keep_checkpoints)
-                                  for name in map(policy_name, agents)}
+                                  for name in parts.policy_spaces}
         return workflow
 
     @property
@@ -127,7 +129,7 @@ class MultiAgentWorkflow:
         """Each policy's newest networks and the run's state, in ``policies/<policy>/checkpoints``."""
         save_policies(parts=self.parts, progress=self.progress, checkpointers=self.checkpointers)
 
-    def evaluate(self, *, episodes: int, seed: int, explore: bool) -> MarlEvalResult:
+    def evaluate(self, *, episodes: int, seed: int, explore: bool) -> MarlessEvalResult:
         """``episodes`` episodes with every agent on its policy's newest version (``explore`` is not used: the
         final evaluation of a MARLess run acts greedily, as it always has)."""
         store, progress = self.parts.shared.store, self.progress
@@ -161,6 +163,8 @@ class MultiAgentWorkflow:
         ingested = time.perf_counter()
         rows_per_agent = self.num_actors * self.parts.config.env.num_envs_per_actor * \
             self.parts.config.actors.fragment_steps
+        self.learning.probe_now(agent_returns=episodes.agent_means)
+        invoked = self.progress.learner_invocations
         stats, stale = self.learning.run(active=active, agent_policy=agent_policy, round=index,
                                          rows_per_agent=rows_per_agent)
         self.prewarmer.round_finished()
@@ -179,7 +183,7 @@ class MultiAgentWorkflow:
         self.progress.next_actors = self.num_actors
         return self._row(index=index, started=started, sampled=sampled, ingested=ingested, learned=learned,
                          episodes=episodes, stats=stats, active=active, agent_policy=agent_policy,
-                         num_actors=used_actors)
+                         num_actors=used_actors, invocations=self.progress.learner_invocations - invoked)
 
     # ----------------------------------------------------------------------------------- sampling
     def _sample(self, *, agent_policy: dict[str, str], num_actors: int) -> list[Message]:
@@ -195,7 +199,7 @@ class MultiAgentWorkflow:
                 fragment_steps=cfg.actors.fragment_steps, seed=cfg.seed, actor_rank=rank,
                 slot_seq=slot_seq, agent_policy=dict(agent_policy), weights_keys=keys,
                 algo=cfg.algo.model_dump(mode="json"), env_imports=tuple(cfg.env.imports),
-                snapshot=cfg.actors.restore_slots)
+                snapshot=cfg.actors.restore_slots, agent_id=self.parts.agent_id)
             futures.append(self.parts.shared.runtime.invoke(
                 spec=self.parts.specs["actor"], request=request.to_message(restore=self.progress.slot_states.get(rank))))
             futures[-1].add_done_callback(lambda _: self.prewarmer.actor_finished())
@@ -219,12 +223,11 @@ class MultiAgentWorkflow:
         for policy in active:
             members = [a for a in agents if agent_policy[a] == policy]
             self.parts.shared.store.put(key=batch_key(policy=policy, round=round),
-                                        message=policy_batch(results=results, members=members, agents=agents))
+                                        message=policy_batch(results=results, members=members, agents=agents,
+                                                             agent_id=self.parts.agent_id))
         for agent in agents:
-            obs = np.concatenate([r.arrays[f"{agent}/obs"] for r in results])
-            actions = np.concatenate([r.arrays[f"{agent}/actions"] for r in results])
-            rows = np.concatenate([obs.reshape(len(obs), -1), actions.reshape(len(actions), -1)], axis=1)
-            episodes.samples[agent] = rows[-SAMPLES_PER_AGENT:].astype(np.float64)
+            episodes.samples[agent] = live_samples(results=results, agent=agent)
+            episodes.dead_rows[agent] = dead_fraction(results=results, agent=agent)
         return episodes
 
     def _forget(self, *, active: list[str], stale: list[str]) -> None:
@@ -275,7 +278,7 @@ class MultiAgentWorkflow:
     # ----------------------------------------------------------------------------------- the row
     def _row(self, *, index: int, started: float, sampled: float, ingested: float, learned: float,
              episodes: "Episodes", stats: dict[str, dict[str, float]], active: list[str],
-             agent_policy: dict[str, str], num_actors: int) -> RoundMetrics:
+             agent_policy: dict[str, str], num_actors: int, invocations: int) -> RoundMetrics:
         progress, now = self.progress, time.perf_counter()
         progress.rounds += 1
         progress.episodes += len(episodes.global_returns)
@@ -283,17 +286,18 @@ class MultiAgentWorkflow:
         self.parts.shared.runtime.bill_provisioned()   # pre-warmed time so far, before the round's cost is read
         costs = self._cost_by_kind()
         extras: dict[str, float] = {
-            "marl/policies": float(len(active)), "marl/actors": float(num_actors),
-            "marl/learner_invocations": float(len(active) * len(self.parts.algo.roles)),
-            "marl/actor_cost_usd": costs.get("actor", 0.0),
-            "marl/learner_cost_usd": sum(v for k, v in costs.items() if k in LEARNER_ROLES),
-            **{f"marl/return/{agent}": value for agent, value in episodes.agent_means.items()},
-            **{f"marl/{k}": float(v) for k, v in self.parts.sharing.state().items()},
-            **{f"marl/{k}": float(v) for k, v in self.parts.scaler.state().items()},
+            "marless/policies": float(len(active)), "marless/actors": float(num_actors),
+            "marless/learner_invocations": float(invocations),   # the learner functions this round invoked
+            "marless/actor_cost_usd": costs.get("actor", 0.0),
+            "marless/learner_cost_usd": sum(v for k, v in costs.items() if k in LEARNER_ROLES),
+            **{f"marless/return/{agent}": value for agent, value in episodes.agent_means.items()},
+            **{f"marless/dead_rows/{agent}": value for agent, value in episodes.dead_rows.items()},
+            **{f"marless/{k}": float(v) for k, v in self.parts.sharing.state().items()},
+            **{f"marless/{k}": float(v) for k, v in self.parts.scaler.state().items()},
             **self.prewarmer.extras(),
         }
         if episodes.global_returns:
-            extras["marl/global_return"] = float(np.mean(episodes.global_returns))
+            extras["marless/global_return"] = float(np.mean(episodes.global_returns))
         losses = {f"{policy}/{k}": v for policy in active for k, v in stats[policy].items()}
         self._map_log.write(json.dumps({"round": index, "agent_policy": agent_policy, "actors": num_actors,
                                         "policies": active}) + "\n")
@@ -322,55 +326,13 @@ class MultiAgentWorkflow:
         return self._cost_usd
 
 
-@dataclass
-class Episodes:
-    """One round's finished episodes: per-agent mean return, each episode's global return (mean over agents)."""
-
-    agent_means: dict[str, float]
-    global_returns: list[float]
-    samples: dict[str, np.ndarray] = field(default_factory=dict)
-
-    @classmethod
-    def collect(cls, *, results: list[Message], agents: list[str]) -> "Episodes":
-        per_agent: dict[str, list[float]] = {agent: [] for agent in agents}
-        global_returns: list[float] = []
-        for result in results:
-            returns = result.header["episode_returns"]
-            for agent in agents:
-                per_agent[agent] += [float(x) for x in returns.get(agent, [])]
-            counts = {len(returns.get(agent, [])) for agent in agents}
-            if len(counts) == 1:   # every agent's episodes end together (MPE): the global return per episode
-                global_returns += [float(np.mean([returns[agent][i] for agent in agents])) for i in range(counts.pop())]
-        means = {agent: float(np.mean(values)) for agent, values in per_agent.items() if values}
-        return cls(agent_means=means, global_returns=global_returns)
-
-
-def policy_batch(*, results: list[Message], members: list[str], agents: list[str]) -> Message:
-    """One policy's rows: every member agent's (agent order; actors in rank order within an agent), with
-    ``agent_index`` (into ``agents``) and, when the actors recorded it, the global state of each row."""
-    columns: dict[str, list[np.ndarray]] = {}
-    for agent in members:
-        prefix = f"{agent}/"
-        for result in results:
-            rows = 0
-            for name, array in result.arrays.items():
-                if name.startswith(prefix):
-                    columns.setdefault(name[len(prefix):], []).append(array)
-                    rows = len(array)
-            columns.setdefault("agent_index", []).append(np.full(rows, agents.index(agent), dtype=np.int64))
-            for shared in ("state", "next_state"):
-                if shared in result.arrays:
-                    columns.setdefault(shared, []).append(result.arrays[shared])
-    return Message(header={"members": members}, arrays={k: np.concatenate(v) for k, v in columns.items()})
-
-
-def _publish(*, parts: MarlParts, state_dim: int, resume_from: Path | None) -> MarlProgress:
+def _publish(*, parts: MarlessParts, state_dim: int, resume_from: Path | None) -> MarlessProgress:
     """Version 0 of every policy, or (``resume_from``) the checkpointed versions; the progress to go on from."""
-    initial = {policy_name(agent): initial_messages(algo=parts.algo, spaces=parts.spaces[agent], state_dim=state_dim,
-                                                    num_agents=len(parts.agents), seed=parts.config.seed + index)
-               for index, agent in enumerate(parts.agents)}
+    initial = {policy: initial_messages(algo=parts.algo, spaces=spaces, state_dim=state_dim,
+                                        num_agents=len(parts.agents), seed=parts.config.seed + index)
+               for index, (policy, spaces) in enumerate(parts.policy_spaces.items())}
     if resume_from is None:
-        progress = MarlProgress(agent_policy=parts.sharing.initial_map())
+        progress = MarlessProgress(agent_policy=parts.sharing.initial_map())
         _publish_initial(parts=parts, progress=progress, initial=initial)
         return progress
     states = load_policies(path=Path(resume_from), policies=list(initial))
@@ -381,7 +343,7 @@ def _publish(*, parts: MarlParts, state_dim: int, resume_from: Path | None) -> M
     return progress
 
 
-def _publish_initial(*, parts: MarlParts, progress: MarlProgress, initial: dict[str, dict[str, Message]]) -> None:
+def _publish_initial(*, parts: MarlessParts, progress: MarlessProgress, initial: dict[str, dict[str, Message]]) -> None:
     """Version 0 of every agent's policy (and critic), seeded per agent; all of them, so that sharing can later
     hand any agent its own policy."""
     store = parts.shared.store

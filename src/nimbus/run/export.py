@@ -96,18 +96,21 @@ def export_run(*, run_dir: Path, output: Path | None = None, fmt: str = "torchsc
     return output
 
 
-def export_marl_run(*, run_dir: Path, output_dir: Path | None = None, fmt: str = "torchscript") -> list[Path]:
+def export_marless_run(*, run_dir: Path, output_dir: Path | None = None, fmt: str = "torchscript") -> list[Path]:
     """A multi-agent run: each policy in use at the newest round every policy has a checkpoint of, one file
     each (``<output_dir>/<policy>.pt|.onnx``, default ``RUN_DIR/export``); the metadata names its agents."""
-    from nimbus.algos.multiagent import make_marl_algo
+    from nimbus.algos.multiagent import make_multiagent_algo
+    from nimbus.marless.agent_id import uses_agent_id, with_agent_id
     from nimbus.marless.parts import probe_agents
     from nimbus.marless.checkpoint import load_run
 
     _check_format(fmt=fmt)
     run = load_run(path=run_dir)
     config, states, agent_policy = run.config, run.states, run.agent_policy
-    algo = make_marl_algo(config=config.algo)
-    _, spaces, _ = probe_agents(config=config)
+    algo = make_multiagent_algo(config=config.algo)
+    agents_all, raw, _ = probe_agents(config=config)
+    spaces = {agent: with_agent_id(spaces=raw[agent], num_agents=len(agents_all))   # policies read obs ⊕ one-hot
+              if uses_agent_id(marless=config.marless) else raw[agent] for agent in agents_all}
     output_dir = Path(output_dir) if output_dir is not None else Path(run_dir) / "export"
     written = []
     for policy in sorted(set(agent_policy.values())):

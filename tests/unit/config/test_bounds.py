@@ -35,8 +35,8 @@ OVER = MAX_ACTORS + 1
      r"actors\.scaling\.initial_actors"),
     (PPO, f"actors.scaling={{kind: max, max_actors: {OVER}}}", r"actors\.scaling\.max_actors"),
     (PPO, f"actors.preregister={OVER}", r"actors\.preregister"),
-    (SPREAD, f"marl.i_max={OVER}", r"marl\.i_max"),
-    (SPREAD, f"marl={{i_min: {OVER}, i_max: {OVER}}}", r"marl\.i_min"),
+    (SPREAD, f"marless.i_max={OVER}", r"marless\.i_max"),
+    (SPREAD, f"marless={{i_min: {OVER}, i_max: {OVER}}}", r"marless\.i_min"),
 ])
 def test_every_actor_count_is_at_most_the_buffers_rank_table(config: Path, override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key + r": Input should be less than or equal to 1024"):

@@ -18,7 +18,7 @@ from nimbus.marless.config import MarlessConfig
 
 REPO = Path(__file__).resolve().parents[3]
 ADVERSARY = ["env.id=mpe2:simple_adversary_v3", "env.kwargs={N: 2, max_cycles: 25}"]
-MISMATCHED = [*ADVERSARY, "marl.agent_policy={adversary_0: p_agent_0}"]   # obs (8,) onto a policy for (10,)
+MISMATCHED = [*ADVERSARY, "marless.agent_policy={adversary_0: p_agent_0}"]   # obs (8,) onto a policy for (10,)
 
 
 def test_a_policy_map_across_different_spaces_is_refused_with_the_key() -> None:
@@ -29,7 +29,7 @@ def test_a_policy_map_across_different_spaces_is_refused_with_the_key() -> None:
     ok = MarlessConfig(agent_policy={"agent_1": "p_agent_0"})
     SharingController(config=ok, agents=list(compatible), compatible=compatible, seed=0)   # same spaces: fine
     bad = MarlessConfig(agent_policy={"adversary_0": "p_agent_0"})
-    with pytest.raises(ConfigError, match=r"^marl\.agent_policy\.adversary_0: p_agent_0 is built for agent_0's "
+    with pytest.raises(ConfigError, match=r"^marless\.agent_policy\.adversary_0: p_agent_0 is built for agent_0's "
                                           r"spaces \(Box\(10\)\|Discrete\(5\)\) but adversary_0 has Box\(8\)"):
         SharingController(config=bad, agents=list(compatible), compatible=compatible, seed=0)
 
@@ -46,7 +46,7 @@ def test_the_run_stops_before_any_worker_pool_is_built(monkeypatch: pytest.Monke
     monkeypatch.setattr(loop, "build_shared", no_pool)
     config = load_config(path=REPO / "configs" / "marless-ippo-spread.yaml",
                          overrides=[*MISMATCHED, f"output.root_dir={tmp_path}"])
-    with pytest.raises(ConfigError, match=r"^marl\.agent_policy\.adversary_0: "):
+    with pytest.raises(ConfigError, match=r"^marless\.agent_policy\.adversary_0: "):
         loop.train(config=config)
 
 
@@ -57,7 +57,7 @@ def test_the_cli_exits_2_naming_the_key_and_nothing_runs(tmp_path: Path) -> None
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 2, done.stderr[-2000:]
-    assert "marl.agent_policy.adversary_0" in done.stderr and "Traceback" not in done.stderr
+    assert "marless.agent_policy.adversary_0" in done.stderr and "Traceback" not in done.stderr
     written = {path.name for path in tmp_path.rglob("*") if path.is_file()}
     assert written <= {".lock"}                                # the CLI's run-dir lock; no ledger, no metrics
 

@@ -94,7 +94,7 @@ def test_a_restored_scaler_decides_as_the_original_would() -> None:
 
 
 def test_the_recorded_probes_of_a_real_run_ask_for_about_i_min() -> None:
-    """60 rounds of the three policies' convexity probes from the shipped IPPO config with marl.scaling: marless
+    """60 rounds of the three policies' convexity probes from the shipped IPPO config with marless.scaling: marless
     (data/ippo_spread_n3_convexity.json; C scatters around ~0.9 with no trend), replayed with I_max 12, I_min 2,
     β 0.5: after the first window today's S asks for 9.4 actors a round on average, the dead zone for 2.5."""
     from pathlib import Path

@@ -111,8 +111,8 @@ def test_the_sac_learner_mixes_no_devices(store: ShmStore) -> None:
 
 def test_the_multi_agent_critic_and_policy_learners_mix_no_devices(store: ShmStore) -> None:
     """MAPPO (centralised critic, ValueNorm) then the policy with its probe, on a leased device."""
-    from tests.unit.marless.marl_harness import ctx
-    from tests.unit.marless.test_ma_learner import MAPPO, request, round_zero
+    from tests.unit.marless.marless_harness import ctx
+    from tests.unit.marless.test_marless_learner import MAPPO, request, round_zero
     from nimbus.marless.learner import critic_function, policy_function, postprocess_function
 
     agents, _ = round_zero(store, algo=MAPPO, agent_policy=dict.fromkeys(["agent_0", "agent_1", "agent_2"],
@@ -130,7 +130,7 @@ def test_the_multi_agent_critic_and_policy_learners_mix_no_devices(store: ShmSto
 def test_the_multi_agent_value_learner_mixes_no_devices(store: ShmStore) -> None:
     """VDN: the trained policy's nets, the other policy's fixed nets and the replay on the leased device, twice
     (the second warm), with the probe."""
-    from tests.unit.marless import test_ma_value_learner as harness
+    from tests.unit.marless import test_marless_value_learner as harness
     from nimbus.algos.multiagent.vdn import VDN, VDNConfig
     from nimbus.marless.value_learner import team_post_key, value_policy_function
 

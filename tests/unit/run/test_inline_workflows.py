@@ -142,17 +142,17 @@ def test_stellaris_settles_every_gradient_once_admitted_or_refused(tmp_path: Pat
 
 
 # ------------------------------------------------------------------------------------------------ MARLess
-MARL_SMALL = ["env.num_envs_per_actor=2", "actors.scaling={kind: fixed, num_actors: 1}", "algo.num_epochs=2"]
+MARLESS_SMALL = ["env.num_envs_per_actor=2", "actors.scaling={kind: fixed, num_actors: 1}", "algo.num_epochs=2"]
 
 
-def marl_maps(result: TrainResult) -> list[dict]:
-    return [json.loads(line) for line in (result.run_dir / "marl.jsonl").read_text().splitlines()]
+def marless_maps(result: TrainResult) -> list[dict]:
+    return [json.loads(line) for line in (result.run_dir / "marless.jsonl").read_text().splitlines()]
 
 
 def test_marless_learner_split_is_one_invocation_per_role_and_policy(tmp_path: Path) -> None:
     pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
     config = inline_config(name="marless-ippo-spread", run_root=tmp_path,
-                           overrides=[*MARL_SMALL, "train.max_rounds=2", "algo={name: mappo}", "algo.num_epochs=2"])
+                           overrides=[*MARLESS_SMALL, "train.max_rounds=2", "algo={name: mappo}", "algo.num_epochs=2"])
     result = train(config=config)
     assert ok_counts(result, field="kind") == {"actor": 2, "postprocess": 6, "critic": 6, "policy": 6}
     assert [r.policy_version for r in result.rows] == [3, 6]    # 3 policies, one version each per round
@@ -162,14 +162,14 @@ def test_marless_dynamic_sharing_changes_the_map_and_the_learner_invocations(tmp
     """γ above any slope: the detector toggles whenever its window (2 rounds) fills: off → on (2 groups) → off."""
     pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
     config = inline_config(name="marless-ippo-spread", run_root=tmp_path, overrides=[
-        *MARL_SMALL, "train.max_rounds=6", "marl.sharing=marless", "marl.window=2", "marl.gamma=100"])
+        *MARLESS_SMALL, "train.max_rounds=6", "marless.sharing=marless", "marless.window=2", "marless.gamma=100"])
     result = train(config=config)
-    policies = [int(r.extras["marl/policies"]) for r in result.rows]
+    policies = [int(r.extras["marless/policies"]) for r in result.rows]
     assert policies == [3, 3, 2, 2, 3, 3]
-    assert [int(r.extras["marl/learner_invocations"]) for r in result.rows] == [2 * p for p in policies]
+    assert [int(r.extras["marless/learner_invocations"]) for r in result.rows] == [2 * p for p in policies]
     counts = ok_counts(result, field="kind")
     assert counts["critic"] + counts["policy"] == 2 * sum(policies)   # a critic and a policy function per policy
-    maps = [m["agent_policy"] for m in marl_maps(result)]
+    maps = [m["agent_policy"] for m in marless_maps(result)]
     assert len(set(maps[2].values())) == 2 and len(set(maps[0].values())) == 3
 
 

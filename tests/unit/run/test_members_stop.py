@@ -63,6 +63,6 @@ def test_every_runs_metrics_rows_carry_the_pools_runtime_scalars(tmp_path: Path)
     for name in ("a", "b"):
         assert [set(p) for p in _runtime_parts(population.run_dir / "policies" / name / "metrics.jsonl")] == [keys]
     pytest.importorskip("mpe2", reason="the MARLess case needs the [mpe] extra")
-    marl = train(config=inline_config(name="marless-ippo-spread", run_root=tmp_path / "marl", overrides=[
+    marless = train(config=inline_config(name="marless-ippo-spread", run_root=tmp_path / "marless", overrides=[
         "train.max_rounds=1", "env.num_envs_per_actor=1", "actors.fragment_steps=8"]))
-    assert [set(p) for p in _runtime_parts(marl.run_dir / "metrics.jsonl")] == [keys]
+    assert [set(p) for p in _runtime_parts(marless.run_dir / "metrics.jsonl")] == [keys]

@@ -116,6 +116,7 @@ def test_a_server_started_before_the_run_is_adopted_and_its_workers_get_the_runs
     uses that very server, its janitor learns the pid, and each worker gets the run's segment prefix."""
     from nimbus.runtime import pool
 
+    pool._close_early()   # one an in-process `nimbus train` of an earlier test started and never handed on
     pool.start_early(preload=("numpy",))
     early = pool._early["server"]
     try:
@@ -132,6 +133,7 @@ def test_a_server_started_before_the_run_is_adopted_and_its_workers_get_the_runs
 def test_an_early_server_with_other_preloads_is_not_adopted(make_runtime) -> None:
     from nimbus.runtime import pool
 
+    pool._close_early()
     pool.start_early(preload=("numpy", "json"))
     try:
         runtime, _ = make_runtime(start_method="fork_server", preload=("numpy",))

@@ -1,6 +1,6 @@
 """Multi-agent algorithms for the ``multiagent`` workflow (MARLess §4.2): configs, lookup, version-0 messages.
 
-``MARL_ALGO_CONFIGS`` maps each name to its config class; ``make_marl_algo`` builds the algorithm, which
+``MULTIAGENT_ALGO_CONFIGS`` maps each name to its config class; ``make_multiagent_algo`` builds the algorithm, which
 names the roles (function kinds) a policy's round invokes, in order. ``initial_messages`` gives version 0
 of a policy's networks as Store messages: ``weights`` (the policy network, models/weights.py format;
 IQL/VDN's Q-network with ε and a ``grad_steps`` header) and, for actor-critic algorithms, ``critic`` (critic network + optimizer state, `critic_to_message`); these
@@ -8,7 +8,7 @@ live in ``nimbus.algos.multiagent.messages`` (loaded on first use, so importing 
 
 Example::
 
-    algo = make_marl_algo(config=MAPPOConfig())
+    algo = make_multiagent_algo(config=MAPPOConfig())
     algo.roles                                  # ("postprocess", "critic", "policy")
     messages = initial_messages(algo=algo, spaces=spaces, state_dim=54, num_agents=3, seed=0)
     store.put(key="weights/p_agent_0/0", message=messages["weights"])
@@ -26,22 +26,22 @@ from pydantic import BaseModel
 from nimbus.algos.base import ActOutput
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.algos.multiagent.iql import IQL, IQLConfig
-from nimbus.algos.multiagent.ppo import MarlPPO
+from nimbus.algos.multiagent.ppo import MultiAgentPPO
 from nimbus.algos.multiagent.vdn import VDN, VDNConfig
 from nimbus.envs.spaces import EnvSpaces
 
-MARL_ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig,
+MULTIAGENT_ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig,
                                                  "vdn": VDNConfig}
 
 _BUILDERS: dict[str, Callable[[Any], Any]] = {
-    "ippo": lambda config: MarlPPO(config=config),
-    "mappo": lambda config: MarlPPO(config=config),
+    "ippo": lambda config: MultiAgentPPO(config=config),
+    "mappo": lambda config: MultiAgentPPO(config=config),
     "iql": lambda config: IQL(config=config),
     "vdn": lambda config: VDN(config=config),
 }
 
 
-class MarlAlgorithm(Protocol):
+class MultiAgentAlgorithm(Protocol):
     name: str
     roles: tuple[str, ...]   # function kinds per policy round, in invocation order
     centralised: bool        # the actor records the global state
@@ -52,20 +52,20 @@ class MarlAlgorithm(Protocol):
     def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool) -> ActOutput: ...
 
 
-def make_marl_algo(*, config: BaseModel) -> Any:
+def make_multiagent_algo(*, config: BaseModel) -> Any:
     """The multi-agent algorithm named by ``config.name``."""
     name = getattr(config, "name", None)
     if name not in _BUILDERS:
         raise ValueError(f"unknown multi-agent algorithm {name!r}; known: {sorted(_BUILDERS)}")
-    expected = MARL_ALGO_CONFIGS[name]
+    expected = MULTIAGENT_ALGO_CONFIGS[name]
     if not isinstance(config, expected):
         raise TypeError(f"algorithm {name!r} needs a {expected.__name__}, got {type(config).__name__}")
     return _BUILDERS[name](config)
 
 
-def marl_algo_from_dict(*, algo: dict[str, Any]) -> Any:
+def multiagent_algo_from_dict(*, algo: dict[str, Any]) -> Any:
     """The algorithm of a request's ``algo`` dict (a config's ``model_dump(mode="json")``)."""
-    return make_marl_algo(config=MARL_ALGO_CONFIGS[algo["name"]].model_validate(algo))
+    return make_multiagent_algo(config=MULTIAGENT_ALGO_CONFIGS[algo["name"]].model_validate(algo))
 
 
 _LAZY = ("initial_messages", "critic_to_message", "load_critic")

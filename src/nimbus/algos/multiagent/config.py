@@ -22,7 +22,7 @@ from nimbus.config.fields import Widths
 Schedule = Literal["constant", "linear"]
 
 
-class MarlPPOConfig(ConfigSection):
+class MultiAgentPPOConfig(ConfigSection):
     """The fields IPPO and MAPPO share."""
 
     gamma: float = Field(default=0.99, gt=0.0, le=1.0)
@@ -61,14 +61,14 @@ class MarlPPOConfig(ConfigSection):
     """Adam's ε."""
 
 
-class IPPOConfig(MarlPPOConfig):
+class IPPOConfig(MultiAgentPPOConfig):
     """Independent PPO: each policy's critic sees its agent's own observation."""
 
     name: Literal["ippo"] = "ippo"
     """The algorithm."""
 
 
-class MAPPOConfig(MarlPPOConfig):
+class MAPPOConfig(MultiAgentPPOConfig):
     """MAPPO: the critic sees the global state ⊕ one-hot(agent index)."""
 
     name: Literal["mappo"] = "mappo"

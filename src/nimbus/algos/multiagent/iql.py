@@ -100,7 +100,7 @@ class QPolicy(nn.Module):
 
 
 class ValueAlgorithm:
-    """The MarlAlgorithm protocol (MARL contract) for Q-learning policies; subclasses set name and roles."""
+    """The MultiAgentAlgorithm protocol (multi-agent contract) for Q-learning policies; subclasses set name and roles."""
 
     name = "value"
     roles: tuple[str, ...] = ("policy",)

@@ -1,4 +1,4 @@
-"""IPPO and MAPPO as one `MarlPPO` algorithm (MARLess §4.2, Fig. 5): math only, no Store, no env.
+"""IPPO and MAPPO as one `MultiAgentPPO` algorithm (MARLess §4.2, Fig. 5): math only, no Store, no env.
 
 The learner split: MAPPO runs ``postprocess`` (builds the centralised critic inputs), ``critic`` (GAE with
 the critic's values, then fits the critic) and ``policy`` (the clipped surrogate); IPPO runs ``critic`` and
@@ -7,7 +7,7 @@ marless/learner.py; this module gives them the networks, the critic inputs and t
 
 Example::
 
-    algo = make_marl_algo(config=IPPOConfig())
+    algo = make_multiagent_algo(config=IPPOConfig())
     policy = algo.make_policy(spaces=spaces)
     step = algo.act(model=policy, obs=torch.as_tensor(obs), explore=True)   # extras {"logp": ...}
 """
@@ -18,18 +18,18 @@ import numpy as np
 import torch
 
 from nimbus.algos.base import ActOutput, LossOutput
-from nimbus.algos.multiagent.config import MarlPPOConfig
+from nimbus.algos.multiagent.config import MultiAgentPPOConfig
 from nimbus.algos.multiagent.networks import PolicyNet, ValueNet
 from nimbus.algos.ppo.loss import normalize_advantages, policy_loss
 from nimbus.envs.spaces import EnvSpaces
 
 
-class MarlPPO:
+class MultiAgentPPO:
     """PPO with a separate critic; ``centralised``: the critic input is state ⊕ one-hot(agent index) (MAPPO)."""
 
     on_policy = True
 
-    def __init__(self, *, config: MarlPPOConfig) -> None:
+    def __init__(self, *, config: MultiAgentPPOConfig) -> None:
         self.config = config
         self.name: str = config.name  # type: ignore[attr-defined]
         self.centralised = self.name == "mappo"

@@ -40,6 +40,10 @@ def vdn_targets(*, team_rewards: torch.Tensor, next_values_per_agent: torch.Tens
     return team_rewards.float() + gamma * (alive * next_values_per_agent).sum(dim=0)
 
 
-def vdn_q_tot(*, q_taken_per_agent: torch.Tensor) -> torch.Tensor:
-    """Q_tot = Σ_a Q_a(o_a, u_a): [A, B] → [B]."""
+def vdn_q_tot(*, q_taken_per_agent: torch.Tensor, alive_per_agent: torch.Tensor | None = None) -> torch.Tensor:
+    """Q_tot = Σ_a alive_a · Q_a(o_a, u_a): [A, B] → [B]. ``alive_per_agent`` [A, B] (bool): an agent that finished
+    before the team contributes nothing (its rows until the team's episode ends are padding); None: all live."""
+    if alive_per_agent is not None:
+        q_taken_per_agent = torch.where(alive_per_agent.bool(), q_taken_per_agent,
+                                        torch.zeros_like(q_taken_per_agent))
     return q_taken_per_agent.sum(dim=0)

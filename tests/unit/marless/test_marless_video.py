@@ -11,7 +11,7 @@ import pytest
 from gymnasium import spaces
 from pettingzoo.utils.env import ParallelEnv
 
-from nimbus.algos.multiagent import marl_algo_from_dict
+from nimbus.algos.multiagent import multiagent_algo_from_dict
 from nimbus.algos.multiagent.config import IPPOConfig
 from nimbus.algos.multiagent.messages import initial_messages
 from nimbus.config import parse_config
@@ -62,7 +62,7 @@ def test_an_env_that_cannot_render_is_evaluated_without_video(tmp_path: Path,
     config = _config()
     env = make_parallel_env(env_id=config.env.id, seed=0, kwargs={})
     env.reset()
-    algo = marl_algo_from_dict(algo=IPPOConfig().model_dump(mode="json"))
+    algo = multiagent_algo_from_dict(algo=IPPOConfig().model_dump(mode="json"))
     weights = {"p": initial_messages(algo=algo, spaces=agent_spaces(env=env)["a"], state_dim=4, num_agents=2,
                                      seed=0)["weights"]}
     common = dict(config=config, algo=algo, weights=weights, agent_policy={"a": "p", "b": "p"}, episodes=3, seed=7)

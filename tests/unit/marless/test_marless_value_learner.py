@@ -17,9 +17,9 @@ from nimbus.data.codec import Message
 from nimbus.data.store import KeyExists, ShmStore
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import EnvContractError
-from nimbus.marless.value_learner import (ValueLearnerRequest, VDNPostprocessRequest, align_team_rows,
-                                               join_replay, spaces_header, target_key, team_post_key,
-                                               value_policy_function, vdn_postprocess_function)
+from nimbus.marless.team_rows import VDNPostprocessRequest, align_team_rows, vdn_postprocess_function
+from nimbus.marless.value_learner import (ValueLearnerRequest, join_replay, spaces_header, target_key, team_post_key,
+                                               value_policy_function)
 from nimbus.models.weights import load_model, model_to_message, weights_key
 from tests.unit.function_helpers import ctx, on_store
 
@@ -35,7 +35,7 @@ def one_torch_thread() -> None:
     torch.set_num_threads(1)   # tests/conftest.py restores the count afterwards
 
 
-# --- the actor's per-agent rows and the driver's per-policy batch, as the MARL contract lays them out ---
+# --- the actor's per-agent rows and the driver's per-policy batch, as the multi-agent contract lays them out ---
 
 
 def actor_rows(*, agent: int, num_envs: int, steps: int, rank: int = 0) -> dict[str, np.ndarray]:

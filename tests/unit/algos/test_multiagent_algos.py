@@ -8,8 +8,8 @@ import pytest
 import torch
 from pydantic import TypeAdapter, ValidationError
 
-from nimbus.algos.multiagent import (MARL_ALGO_CONFIGS, critic_to_message, initial_messages, load_critic, make_marl_algo,
-                               marl_algo_from_dict)
+from nimbus.algos.multiagent import (MULTIAGENT_ALGO_CONFIGS, critic_to_message, initial_messages, load_critic, make_multiagent_algo,
+                               multiagent_algo_from_dict)
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.algos.multiagent.ppo import centralised_inputs
 from nimbus.algos.registry import ALGO_CONFIGS, AlgoConfig, make_algorithm
@@ -24,12 +24,12 @@ BOX = EnvSpaces(observation=gym.spaces.Box(-1, 1, (6,), np.float32), action=gym.
 def test_registration_and_roles() -> None:
     from nimbus.algos.multiagent.iql import IQLConfig
     from nimbus.algos.multiagent.vdn import VDNConfig
-    assert MARL_ALGO_CONFIGS == {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig, "vdn": VDNConfig}
-    assert all(ALGO_CONFIGS[name] is config for name, config in MARL_ALGO_CONFIGS.items())
-    iql, vdn = marl_algo_from_dict(algo={"name": "iql"}), marl_algo_from_dict(algo={"name": "vdn"})
+    assert MULTIAGENT_ALGO_CONFIGS == {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig, "vdn": VDNConfig}
+    assert all(ALGO_CONFIGS[name] is config for name, config in MULTIAGENT_ALGO_CONFIGS.items())
+    iql, vdn = multiagent_algo_from_dict(algo={"name": "iql"}), multiagent_algo_from_dict(algo={"name": "vdn"})
     assert (iql.roles, iql.on_policy, vdn.roles, vdn.on_policy) == (("policy",), False, ("postprocess", "policy"), False)
     assert isinstance(TypeAdapter(AlgoConfig).validate_python({"name": "mappo", "lr": 1e-3}), MAPPOConfig)
-    ippo, mappo = make_marl_algo(config=IPPOConfig()), marl_algo_from_dict(algo={"name": "mappo"})
+    ippo, mappo = make_multiagent_algo(config=IPPOConfig()), multiagent_algo_from_dict(algo={"name": "mappo"})
     assert (ippo.name, ippo.roles, ippo.centralised, ippo.on_policy) == ("ippo", ("critic", "policy"), False, True)
     assert (mappo.name, mappo.roles, mappo.centralised) == ("mappo", ("postprocess", "critic", "policy"), True)
 
@@ -49,7 +49,7 @@ def test_config_rejects_bad_values() -> None:
 
 @pytest.mark.parametrize("spaces", [DISCRETE, BOX])
 def test_act_gives_actions_and_their_log_probs(spaces: EnvSpaces) -> None:
-    algo = make_marl_algo(config=IPPOConfig(hidden_sizes=(16,)))
+    algo = make_multiagent_algo(config=IPPOConfig(hidden_sizes=(16,)))
     torch.manual_seed(0)
     policy = algo.make_policy(spaces=spaces)
     obs = torch.randn(7, 6)
@@ -64,7 +64,7 @@ def test_act_gives_actions_and_their_log_probs(spaces: EnvSpaces) -> None:
 
 
 def test_critic_inputs() -> None:
-    ippo, mappo = make_marl_algo(config=IPPOConfig()), make_marl_algo(config=MAPPOConfig())
+    ippo, mappo = make_multiagent_algo(config=IPPOConfig()), make_multiagent_algo(config=MAPPOConfig())
     assert ippo.critic_input_dim(spaces=DISCRETE, state_dim=20, num_agents=3) == 6
     assert mappo.critic_input_dim(spaces=DISCRETE, state_dim=20, num_agents=3) == 23
     critic = mappo.make_critic(spaces=DISCRETE, state_dim=20, num_agents=3)
@@ -74,7 +74,7 @@ def test_critic_inputs() -> None:
 
 
 def test_initial_messages_are_seeded_and_leave_the_global_rng_alone() -> None:
-    algo = make_marl_algo(config=MAPPOConfig(hidden_sizes=(8,)))
+    algo = make_multiagent_algo(config=MAPPOConfig(hidden_sizes=(8,)))
     torch.manual_seed(123)
     expected_next = torch.rand(1)
     torch.manual_seed(123)
@@ -95,7 +95,7 @@ def test_initial_messages_are_seeded_and_leave_the_global_rng_alone() -> None:
 
 
 def test_critic_message_round_trips_with_its_optimizer() -> None:
-    algo = make_marl_algo(config=IPPOConfig(hidden_sizes=(8,)))
+    algo = make_multiagent_algo(config=IPPOConfig(hidden_sizes=(8,)))
     critic = algo.make_critic(spaces=DISCRETE, state_dim=0, num_agents=1)
     optimizer = algo.make_optimizer(model=critic, lr=1e-2)
     critic(torch.randn(5, 6)).pow(2).mean().backward()

@@ -8,11 +8,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from nimbus.marless.report import is_marl, plot_agent_returns, plot_marl_costs, plot_policy_map  # noqa: E402
+from nimbus.marless.report import is_marless, plot_agent_returns, plot_marless_costs, plot_policy_map  # noqa: E402
 
-ROWS = [{"round": k, "extras": {"marl/policies": p, "marl/return/agent_0": -30.0 + k, "marl/return/agent_1": -20.0 - k,
-                                "marl/global_return": -25.0, "marl/learner_cost_usd": 0.01 * (k + 1),
-                                "marl/actor_cost_usd": 0.002 * (k + 1)}}
+ROWS = [{"round": k, "extras": {"marless/policies": p, "marless/return/agent_0": -30.0 + k, "marless/return/agent_1": -20.0 - k,
+                                "marless/global_return": -25.0, "marless/learner_cost_usd": 0.01 * (k + 1),
+                                "marless/actor_cost_usd": 0.002 * (k + 1)}}
         for k, p in enumerate((2, 2, 1))]
 MAPS = [{"round": 0, "agent_policy": {"agent_0": "p_agent_0", "agent_1": "p_agent_1"}, "actors": 4,
          "policies": ["p_agent_0", "p_agent_1"]},
@@ -27,7 +27,7 @@ def lines_by_label(ax) -> dict[str, tuple[list, list]]:
 
 
 def test_only_multiagent_rows_get_the_panels() -> None:
-    assert is_marl(ROWS) and not is_marl([{"round": 0, "extras": {"staleness/mean": 1.0}}])
+    assert is_marless(ROWS) and not is_marless([{"round": 0, "extras": {"staleness/mean": 1.0}}])
 
 
 def test_returns_panel_has_a_line_per_agent_and_the_global_return() -> None:
@@ -53,7 +53,7 @@ def test_policy_map_colours_each_agents_policy_and_counts_policies_and_actors() 
 
 def test_cost_panel_separates_learner_and_actor_functions() -> None:
     fig, ax = plt.subplots()
-    plot_marl_costs(ax, ROWS)
+    plot_marless_costs(ax, ROWS)
     lines = list(lines_by_label(ax).values())
     np.testing.assert_allclose(lines[0][1], [0.01, 0.02, 0.03])
     np.testing.assert_allclose(lines[1][1], [0.002, 0.004, 0.006])

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from tests.unit.marless.marl_harness import (ROLE_FUNCTIONS, SPREAD, actor_request, assemble_batch, ctx,
+from tests.unit.marless.marless_harness import (ROLE_FUNCTIONS, SPREAD, actor_request, assemble_batch, ctx,
                                              learner_request, put_version_zero)
 from nimbus.algos.gae import compute_gae
-from nimbus.algos.multiagent import load_critic, marl_algo_from_dict
+from nimbus.algos.multiagent import load_critic, multiagent_algo_from_dict
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.envs.parallel import agent_spaces, make_parallel_env
-from nimbus.marless.actor import ma_actor_function
-from nimbus.marless.learner import MarlLearnerRequest, critic_function, policy_function, postprocess_function
+from nimbus.marless.actor import marless_actor_function
+from nimbus.marless.learner import MarlessLearnerRequest, critic_function, policy_function, postprocess_function
 from nimbus.models.weights import load_model
 
 AGENTS = ["agent_0", "agent_1", "agent_2"]
@@ -32,11 +32,11 @@ def round_zero(store, *, algo, agent_policy=OWN, policy="p_agent_0", steps=30):
     put_version_zero(store=store, algo=algo, env_id=SPREAD, env_kwargs={"N": 3, "max_cycles": 25},
                      agent_policy=agent_policy)
     versions = {p: 0 for p in set(agent_policy.values())}
-    result = ma_actor_function(context=ctx("ma_actor"), request=actor_request(
+    result = marless_actor_function(context=ctx("marless_actor"), request=actor_request(
         store=store, algo=algo, agent_policy=agent_policy, versions=versions, num_envs=2, steps=steps))
     agents = [a for a in AGENTS if agent_policy[a] == policy]
     batch = assemble_batch(results=[result], agents=agents, all_agents=AGENTS,
-                           centralised=marl_algo_from_dict(algo=algo).centralised)
+                           centralised=multiagent_algo_from_dict(algo=algo).centralised)
     store.put(key=f"batch/{policy}/r0", message=batch)
     return {a: AGENTS.index(a) for a in agents}, batch
 
@@ -52,19 +52,19 @@ def writable(arrays):
 
 
 def critic_net(store, *, algo, key):
-    marl = marl_algo_from_dict(algo=algo)
+    marless = multiagent_algo_from_dict(algo=algo)
     spaces = agent_spaces(env=make_parallel_env(env_id=SPREAD, seed=0, kwargs={"N": 3}))["agent_0"]
-    critic = marl.make_critic(spaces=spaces, state_dim=54, num_agents=3)
-    load_critic(critic=critic, optimizer=marl.make_optimizer(model=critic, lr=1e-3), message=store.get(key=key))
+    critic = marless.make_critic(spaces=spaces, state_dim=54, num_agents=3)
+    load_critic(critic=critic, optimizer=marless.make_optimizer(model=critic, lr=1e-3), message=store.get(key=key))
     return critic
 
 
 def test_request_round_trips_through_a_message() -> None:
-    req = MarlLearnerRequest(env_id=SPREAD, env_kwargs={}, algo=IPPO, policy="p_agent_1", round=4,
+    req = MarlessLearnerRequest(env_id=SPREAD, env_kwargs={}, algo=IPPO, policy="p_agent_1", round=4,
                              agents={"agent_1": 1}, all_agents=AGENTS, batch_key="batch/p_agent_1/r4",
                              weights_version=3, critic_version=3, seed=0, probe=True)
     message = req.to_message()
-    assert MarlLearnerRequest.from_message(message) == req and message.header["_affinity"] == "learner-p_agent_1"
+    assert MarlessLearnerRequest.from_message(message) == req and message.header["_affinity"] == "learner-p_agent_1"
     assert req.key(prefix="adv") == "adv/p_agent_1/r4"
 
 
@@ -159,9 +159,9 @@ def test_policy_update_publishes_v1_and_favours_positive_advantages(store) -> No
     for key in ("policy_loss", "entropy", "approx_kl", "clip_fraction", "policy_s"):
         assert math.isfinite(header[key]), key
     assert store.get(key="optim/p_agent_0/1").header["policy_version"] == 1
-    marl = marl_algo_from_dict(algo=IPPO)
+    marless = multiagent_algo_from_dict(algo=IPPO)
     spaces = agent_spaces(env=make_parallel_env(env_id=SPREAD, seed=0, kwargs={"N": 3}))["agent_0"]
-    old, new = marl.make_policy(spaces=spaces), marl.make_policy(spaces=spaces)
+    old, new = marless.make_policy(spaces=spaces), marless.make_policy(spaces=spaces)
     load_model(model=old, message=store.get(key="weights/p_agent_0/0"))
     load_model(model=new, message=store.get(key="weights/p_agent_0/1"))
     obs, actions = torch.as_tensor(batch.arrays["obs"]), torch.as_tensor(batch.arrays["actions"])
@@ -190,13 +190,13 @@ def run_training(store, *, algo: dict, rounds: int, num_envs: int, steps: int) -
     """actor → (postprocess) → critic → policy per agent's own policy, ``rounds`` times; the mean per-agent return of
     the episodes each round finished."""
     put_version_zero(store=store, algo=algo, env_id=SPREAD, env_kwargs={"N": 3, "max_cycles": 25}, agent_policy=OWN)
-    marl = marl_algo_from_dict(algo=algo)
+    marless = multiagent_algo_from_dict(algo=algo)
     versions = {policy: 0 for policy in OWN.values()}
     actor_cache: dict = {}
     learner_cache: dict = {}
     history = []
     for k in range(rounds):
-        result = ma_actor_function(context=ctx("ma_actor", cache=actor_cache), request=actor_request(
+        result = marless_actor_function(context=ctx("marless_actor", cache=actor_cache), request=actor_request(
             store=store, algo=algo, agent_policy=OWN, versions=versions, slot_seq=k, num_envs=num_envs, steps=steps))
         returns = result.header["episode_returns"]
         if returns["agent_0"]:
@@ -205,11 +205,11 @@ def run_training(store, *, algo: dict, rounds: int, num_envs: int, steps: int) -
             policy = OWN[agent]
             store.put(key=f"batch/{policy}/r{k}", message=assemble_batch(results=[result], agents=[agent],
                                                                          all_agents=AGENTS,
-                                                                         centralised=marl.centralised))
+                                                                         centralised=marless.centralised))
             req = learner_request(store=store, algo=algo, policy=policy, round_=k, agents={agent: AGENTS.index(agent)},
                                   all_agents=AGENTS, weights_version=versions[policy],
                                   critic_version=versions[policy])
-            for role in marl.roles:
+            for role in marless.roles:
                 ROLE_FUNCTIONS[role](context=ctx(role, cache=learner_cache), request=req)
             versions[policy] += 1
     return history

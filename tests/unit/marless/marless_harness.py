@@ -8,13 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from nimbus.algos.multiagent import initial_messages, marl_algo_from_dict
+from nimbus.algos.multiagent import initial_messages, multiagent_algo_from_dict
 from nimbus.data.codec import Message
 from nimbus.data.store import ShmStore
 from nimbus.data.stores import STORE_HEADER
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.marless.actor import MultiAgentActorRequest
-from nimbus.marless.learner import MarlLearnerRequest, critic_function, policy_function, postprocess_function
+from nimbus.marless.learner import MarlessLearnerRequest, critic_function, policy_function, postprocess_function
 from nimbus.models.weights import weights_key
 from nimbus.runtime.base import FunctionContext
 
@@ -35,13 +35,13 @@ def addressed(message: Message, store: ShmStore) -> Message:
 def put_version_zero(*, store: ShmStore, algo: dict[str, Any], env_id: str, env_kwargs: dict[str, Any],
                      agent_policy: dict[str, str], seed: int = 0) -> None:
     """weights/<p>/0 (and critic/<p>/0) for every policy, built on its first agent's spaces."""
-    marl = marl_algo_from_dict(algo=algo)
+    marless = multiagent_algo_from_dict(algo=algo)
     env = make_parallel_env(env_id=env_id, seed=0, kwargs=env_kwargs)
     env.reset()
     spaces, state_dim = agent_spaces(env=env), int(global_state(env=env).shape[0])
     for i, policy in enumerate(sorted(set(agent_policy.values()))):
         agent = min(a for a, p in agent_policy.items() if p == policy)
-        messages = initial_messages(algo=marl, spaces=spaces[agent], state_dim=state_dim,
+        messages = initial_messages(algo=marless, spaces=spaces[agent], state_dim=state_dim,
                                     num_agents=len(agent_policy), seed=seed + i)
         for kind, message in messages.items():
             store.put(key=f"{kind}/{policy}/0", message=message)
@@ -81,7 +81,7 @@ def assemble_batch(*, results: list[Message], agents: list[str], all_agents: lis
 def learner_request(*, store: ShmStore, algo: dict[str, Any], policy: str, round_: int, agents: dict[str, int],
                     all_agents: list[str], weights_version: int, critic_version: int, probe: Any = False,
                     env_id: str = SPREAD, env_kwargs: dict[str, Any] | None = None, seed: int = 0) -> Message:
-    request = MarlLearnerRequest(env_id=env_id, env_kwargs=env_kwargs if env_kwargs is not None else {"N": 3, "max_cycles": 25},
+    request = MarlessLearnerRequest(env_id=env_id, env_kwargs=env_kwargs if env_kwargs is not None else {"N": 3, "max_cycles": 25},
                                  algo=algo, policy=policy, round=round_, agents=agents, all_agents=all_agents,
                                  batch_key=f"batch/{policy}/r{round_}", weights_version=weights_version,
                                  critic_version=critic_version, seed=seed, probe=probe)

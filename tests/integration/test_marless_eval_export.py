@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.multiagent import make_marl_algo
+from nimbus.algos.multiagent import make_multiagent_algo
 from nimbus.config import parse_config
 from nimbus.envs.parallel import agent_spaces, make_parallel_env
 from nimbus.marless.checkpoint import load_policies
-from nimbus.marless.evaluate import evaluate_marl_run
+from nimbus.marless.evaluate import evaluate_marless_run
 from nimbus.models.weights import load_model
 from nimbus.run.loop import train
 from test_cli import nimbus
@@ -35,17 +35,17 @@ VALUE = ["algo.learning_starts=100", "algo.gradient_steps=5"]
 ])
 def test_eval_of_a_multiagent_run_is_the_runs_own_final_evaluation(make_shipped_config, config_name: str,
                                                                    overrides: list[str]) -> None:
-    config = make_shipped_config(config_name, overrides=[*SMALL, *overrides, "marl.sharing=static"])
+    config = make_shipped_config(config_name, overrides=[*SMALL, *overrides, "marless.sharing=static"])
     config = config.model_copy(update={"train": config.train.model_copy(update={"eval_episodes": 3})})
     result = train(config=config)
-    evaluated = evaluate_marl_run(path=result.run_dir, episodes=3, seed=config.seed + 10_000, explore=False)
+    evaluated = evaluate_marless_run(path=result.run_dir, episodes=3, seed=config.seed + 10_000, explore=False)
     assert evaluated.mean_return == pytest.approx(result.summary.eval_return, abs=1e-9)
-    sampled = evaluate_marl_run(path=result.run_dir, episodes=3, seed=config.seed + 10_000, explore=True)
+    sampled = evaluate_marless_run(path=result.run_dir, episodes=3, seed=config.seed + 10_000, explore=True)
     assert sampled.returns != evaluated.returns                   # greedy is not the seeded sampling
     assert evaluated.policy_versions == {"p_agent_0": 2}          # static sharing: one policy for all three
     assert set(evaluated.agent_returns) == {"agent_0", "agent_1", "agent_2"}
     assert np.mean(list(evaluated.agent_returns.values())) == pytest.approx(evaluated.mean_return)
-    filmed = evaluate_marl_run(path=result.run_dir, episodes=2, seed=config.seed + 10_000, explore=False, video=True)
+    filmed = evaluate_marless_run(path=result.run_dir, episodes=2, seed=config.seed + 10_000, explore=False, video=True)
     assert filmed.video_dir == result.run_dir / "videos"
     assert sorted(p.name for p in filmed.video_dir.glob("*.mp4")) == ["eval-episode-0.mp4", "eval-episode-1.mp4"]
     assert filmed.returns == evaluated.returns[:2]                # recording does not change the episodes
@@ -61,7 +61,7 @@ def test_export_of_a_multiagent_run_writes_each_policy_acting_as_eval(make_shipp
     policies = ["p_agent_0", "p_agent_1", "p_agent_2"]
     states = load_policies(path=run_dir, policies=policies)
     config = parse_config(data=states["p_agent_0"].config)
-    algo = make_marl_algo(config=config.algo)
+    algo = make_multiagent_algo(config=config.algo)
     env = make_parallel_env(env_id=config.env.id, seed=0, kwargs=dict(config.env.kwargs), imports=config.env.imports)
     obs, _ = env.reset(seed=0)
     spaces = agent_spaces(env=env)
@@ -87,7 +87,7 @@ def test_the_cli_evaluates_a_multiagent_run_and_refuses_one_of_its_policies_alon
     run_dir = train(config=make_shipped_config("marless-ippo-spread", overrides=[*SMALL, "algo.num_epochs=2"])).run_dir
     proc = nimbus("eval", str(run_dir), "--episodes", "2", "--deterministic")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    expected = evaluate_marl_run(path=run_dir, episodes=2, seed=12345, explore=False)
+    expected = evaluate_marless_run(path=run_dir, episodes=2, seed=12345, explore=False)
     printed = " ".join(proc.stdout.split())   # rich wraps at the terminal width
     assert f"mean global return {expected.mean_return:.2f} ± {expected.std_return:.2f} over 2 episodes" in printed
     assert f"agent_2 (p_agent_2) {expected.agent_returns['agent_2']:.2f}" in printed

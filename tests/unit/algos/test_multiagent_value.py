@@ -1,4 +1,4 @@
-"""IQL and VDN as MarlAlgorithms: configs, the Q policy, ε-greedy act, version-0 messages."""
+"""IQL and VDN as MultiAgentAlgorithms: configs, the Q policy, ε-greedy act, version-0 messages."""
 
 from __future__ import annotations
 

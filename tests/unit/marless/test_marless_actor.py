@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from tests.unit.marless.marl_harness import actor_request, ctx, put_version_zero
-from nimbus.algos.multiagent import marl_algo_from_dict
+from tests.unit.marless.marless_harness import actor_request, ctx, put_version_zero
+from nimbus.algos.multiagent import multiagent_algo_from_dict
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.data.codec import decode, encode
 from nimbus.envs.parallel import agent_spaces, make_parallel_env
 from nimbus.envs.slot_state import pop_slot_state
-from nimbus.marless.actor import MultiAgentActorRequest, ma_actor_function
+from nimbus.marless.actor import MultiAgentActorRequest, marless_actor_function
 from nimbus.models.weights import load_model
 
 AGENTS = ["agent_0", "agent_1", "agent_2"]
@@ -24,7 +24,7 @@ VERSIONS = {policy: 0 for policy in OWN.values()}
 
 def run(store, *, algo=IPPO, agent_policy=OWN, versions=VERSIONS, cache=None, **kwargs):
     request = actor_request(store=store, algo=algo, agent_policy=agent_policy, versions=versions, **kwargs)
-    return ma_actor_function(context=ctx("ma_actor", cache=cache), request=request)
+    return marless_actor_function(context=ctx("marless_actor", cache=cache), request=request)
 
 
 def test_request_round_trips_through_a_message() -> None:
@@ -72,7 +72,7 @@ def test_logp_is_of_the_policy_the_map_gives_each_agent(store) -> None:
                      agent_policy=OWN)
     result = run(store, agent_policy=shared, versions={"p_agent_0": 0})
     assert result.header["policy_versions"] == {"p_agent_0": 0}
-    algo = marl_algo_from_dict(algo=IPPO)
+    algo = multiagent_algo_from_dict(algo=IPPO)
     env = make_parallel_env(env_id="mpe2:simple_spread_v3", seed=0, kwargs={"N": 3})
     models = {}
     for policy in ("p_agent_0", "p_agent_1"):
@@ -119,13 +119,13 @@ def test_a_failed_fragment_drops_the_slot(store) -> None:
     put_version_zero(store=store, algo=IPPO, env_id="mpe2:simple_spread_v3", env_kwargs={"N": 3, "max_cycles": 25},
                      agent_policy=OWN)
     cache: dict = {}
-    kwargs = {"env_id": "marl_harness:failing_spread", "env_kwargs": {"N": 3, "max_cycles": 25, "fail_step": 8},
+    kwargs = {"env_id": "marless_harness:failing_spread", "env_kwargs": {"N": 3, "max_cycles": 25, "fail_step": 8},
               "num_envs": 1}
     run(store, cache=cache, steps=5, **kwargs)
-    assert 0 in cache["ma_slots"]
+    assert 0 in cache["marless_slots"]
     with pytest.raises(RuntimeError, match="injected failure"):
         run(store, cache=cache, steps=5, slot_seq=1, **kwargs)
-    assert 0 not in cache["ma_slots"]
+    assert 0 not in cache["marless_slots"]
 
 
 def test_an_agent_without_weights_is_named(store) -> None:

@@ -22,8 +22,8 @@ POLICIES = ["p_agent_0", "p_agent_1", "p_agent_2"]
 SMALL = ["env.num_envs_per_actor=2", "actors.scaling={kind: fixed, num_actors: 1}", "algo.num_epochs=2"]
 # Sharing toggles whenever its 2-round window fills (γ above any slope): after round 1 two groups share, so the
 # map at round 3 is not the initial one; the scaling rule has convexity windows by then.
-MOVING_CONTROLLERS = ["marl.sharing=marless", "marl.window=2", "marl.gamma=100", "marl.scaling=marless",
-                      "marl.i_max=3", "marl.i_min=1", "marl.beta=0.5"]
+MOVING_CONTROLLERS = ["marless.sharing=marless", "marless.window=2", "marless.gamma=100", "marless.scaling=marless",
+                      "marless.i_max=3", "marless.i_min=1", "marless.beta=0.5"]
 VALUE = ["algo.learning_starts=100", "algo.gradient_steps=5"]
 
 
@@ -43,7 +43,7 @@ def test_a_resume_puts_back_every_network_and_the_run_state(make_shipped_config,
     config = make_shipped_config(config_name, overrides=[*overrides, *MOVING_CONTROLLERS, "train.max_rounds=3"])
     first = train(config=config)
     original = {policy: manifest(first.run_dir, policy, 3) for policy in POLICIES}
-    state = original["p_agent_0"]["extra"]["marl"]
+    state = original["p_agent_0"]["extra"]["marless"]
     assert len(set(state["agent_policy"].values())) == 2 and state["sharing"]["enabled"]
     assert state["scaler"]["windows"]
     assert all(networks <= set(m["files"]) for m in original.values() if m["policy_version"] > 1)
@@ -57,9 +57,9 @@ def test_a_resumed_run_goes_on_from_its_round(make_shipped_config, monkeypatch: 
     """Counters, costs, logs and the scaling rule's next actor count go on; the actors' env slots go on from the
     resumed round's sequence (fresh seeds, not round 0's again)."""
     config = make_shipped_config("marless-ippo-spread", overrides=[
-        *SMALL, "train.max_rounds=2", "marl.scaling=marless", "marl.i_max=3", "marl.i_min=1", "marl.beta=0.5"])
+        *SMALL, "train.max_rounds=2", "marless.scaling=marless", "marless.i_max=3", "marless.i_min=1", "marless.beta=0.5"])
     first = train(config=config)
-    next_actors = manifest(first.run_dir, "p_agent_0", 2)["extra"]["marl"]["next_actors"]
+    next_actors = manifest(first.run_dir, "p_agent_0", 2)["extra"]["marless"]["next_actors"]
     requests = []
     original = multiagent.MultiAgentActorRequest
     monkeypatch.setattr(multiagent, "MultiAgentActorRequest",
@@ -77,7 +77,7 @@ def test_a_resumed_run_goes_on_from_its_round(make_shipped_config, monkeypatch: 
         [row["num_actors"] * per_actor for row in rows]
     assert [r["slot_seq"] for r in requests if r["actor_rank"] == 0] == [2, 3]
     assert rows[2]["cost_usd"] > rows[1]["cost_usd"] and rows[2]["wall_s"] > rows[1]["wall_s"]
-    assert len((first.run_dir / "marl.jsonl").read_text().splitlines()) == 4
+    assert len((first.run_dir / "marless.jsonl").read_text().splitlines()) == 4
     assert {manifest(first.run_dir, p, 4)["policy_version"] for p in POLICIES} == {4}
 
 
