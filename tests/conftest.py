@@ -1,13 +1,17 @@
-"""Shared fixtures: a per-test shared-memory prefix, and a check that no test leaks a segment."""
+"""Shared fixtures: a per-test shared-memory prefix, and a check that no test leaks a segment; a user's networks."""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
 
 from nimbus.data import shm
+from support import USER_NETS
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +27,19 @@ def _isolated_shm_prefix(monkeypatch: pytest.MonkeyPatch, request: pytest.Fixtur
 def prefix(_isolated_shm_prefix: str) -> str:
     """This test's shared-memory prefix, for a test that lists its segments or hands it to a subprocess."""
     return _isolated_shm_prefix
+
+
+@pytest.fixture
+def user_nets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The module ``usernets`` (support.USER_NETS: a user's PPO policy and DQN Q-network, and networks that do not
+    fit) importable here (sys.path) and in the workers this test starts (PYTHONPATH); yields its folder."""
+    code = tmp_path / "usernets_code"
+    code.mkdir()
+    (code / "usernets.py").write_text(USER_NETS)
+    monkeypatch.syspath_prepend(str(code))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")])))
+    yield code
+    sys.modules.pop("usernets", None)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group markers
