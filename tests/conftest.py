@@ -66,6 +66,15 @@ def xdist_groups(item: pytest.Item) -> list[str]:
     return [f"{item.module.__name__}.{name}" for name in shared if item.module is not None]
 
 
+@pytest.hookimpl(trylast=True)  # after the fixtures' own teardown
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """cluster_fixtures keeps one local Ray from one ray module to the next (they run back to back: the "ray"
+    group); it goes down after the last of them, before the next test that is not a ray test."""
+    fixtures = sys.modules.get("cluster_fixtures")
+    if fixtures is not None and "ray" in item.keywords and (nextitem is None or "ray" not in nextitem.keywords):
+        fixtures.shutdown_ray()
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """Skips are never silent: the count and every distinct reason, whatever ``-r`` says (a machine
     without redis-server or Ray shows here which promises went untested)."""
