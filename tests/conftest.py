@@ -42,6 +42,22 @@ def user_nets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     sys.modules.pop("usernets", None)
 
 
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str]):
+    """``code, said = run_cli("train", str(path), "--set", "x=1")``: nimbus's command line in this process
+    (nimbus.cli.main, whose return value the console script exits with; no interpreter to start and no torch to
+    import again), its exit code and everything it printed with white space folded (the console wraps long lines).
+    For refusals before anything starts; the console script itself: tests/integration/test_cli.py."""
+    from nimbus.cli import main
+
+    def run(*args: str) -> tuple[int, str]:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, " ".join((out + err).split())
+
+    return run
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``gpu`` tests skip without CUDA. Groups for pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``; a
