@@ -1,4 +1,6 @@
-"""A user's env (env.imports + FlattenObservation) and a user's network (algo.model) train end to end."""
+"""A user's env (env.imports + FlattenObservation) and a user's network (algo.model) train end to end: PPO on
+forked workers (the user's modules must import there), DQN's Q-network on the async workflow inline
+(runtime/inline.py: what is tested is that the network trains, not where)."""
 
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ def test_custom_dqn_q_network_trains_on_the_async_workflow(user_code, tmp_path: 
         "train.workflow=async", "train.total_env_steps=6000", "train.target_return=null",
         "async_workflow.max_steps_ahead=512", "actors.fragment_steps=64", "env.num_envs_per_actor=1",
         f"output.root_dir={tmp_path}", "output.report=false", "output.tensorboard=false",
-        "output.status_line=false", "train.eval_episodes=10"])
+        "output.status_line=false", "train.eval_episodes=10", "runtime.backend=inline"])
     result = train(config=config)
     assert result.summary.eval_return is not None and result.summary.eval_return > 0.3, result.summary
     weights = load_checkpoint(path=result.run_dir).weights
