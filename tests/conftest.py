@@ -9,6 +9,7 @@ from typing import Iterator
 
 import pytest
 import torch
+from _pytest.nodeid import coerce_node_id   # pytest 9's node ids (see pytest_collection_modifyitems)
 
 from nimbus.data import shm
 from support import USER_NETS
@@ -65,11 +66,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     local Ray instance with num_cpus=2, the whole machine; two at once would share it), and the tests of one
     module-scoped fixture in one (test_cli's trained run is trained once, not once per worker)."""
     skip = None if torch.cuda.is_available() else pytest.mark.skip(reason="no CUDA device on this machine")
+    # pytest-xdist 3.8's worker names a test's group by a suffix on its node id (item._nodeid = "<id>@<group>"), but
+    # pytest 9 derives nodeid from item._id and ignores _nodeid: every group was split across the workers (the ray
+    # tests ran on both, test_cli's module run was trained twice). The suffix is written here, where pytest 9 reads it
+    loadgroup = bool(getattr(config.option, "loadgroup", False))   # a worker of -n N --dist loadgroup
     for item in items:
         if skip is not None and "gpu" in item.keywords:
             item.add_marker(skip)
-        for group in xdist_groups(item):
+        groups = xdist_groups(item)
+        for group in groups:
             item.add_marker(pytest.mark.xdist_group(group))
+        if loadgroup and groups and "@" not in item.nodeid:
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(sorted(groups))}")
 
 
 def xdist_groups(item: pytest.Item) -> list[str]:
