@@ -1,7 +1,8 @@
 """Fixtures for the ``ray`` and ``redis`` tests (import them into a test module to use them).
 
 * ``ray_local`` (module scope): one loopback-only local Ray instance with ``num_cpus=2`` shared by every
-  test of the module (Ray takes seconds to start); shut down after the module.
+  test of the module and kept for the next ray module (Ray takes seconds to start); tests/conftest.py shuts it
+  down after the last ray test in a row.
 * ``redis_server``: a factory that starts a real ``redis-server`` on a free loopback port (options:
   password, maxmemory with noeviction) and stops every server it started after the test. Tests skip
   with a clear reason if the binary is absent (scripts/setup.sh installs Debian's redis-server).
@@ -22,12 +23,15 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from support import wait_for
 
 
 def free_port() -> int:
@@ -101,34 +105,55 @@ def redis_server(tmp_path: Path) -> Iterator:
         server.stop()
 
 
+_kept: list = []   # the RayStart of the local instance this process keeps from one ray module to the next
+
+
+def _ray():
+    return pytest.importorskip("ray", reason="the ray tests need the [ray] extra")
+
+
+def shutdown_ray() -> None:
+    """Shut down whatever Ray this process is connected to (the kept local instance too)."""
+    _kept.clear()
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()
+
+
+def _whole(ray, *, num_cpus: int) -> bool:
+    """The kept instance has all its CPUs free again (a module's runtimes killed their actors): waits a moment for
+    the kills to land."""
+    return wait_for(lambda: ray.available_resources().get("CPU", 0) >= num_cpus, timeout_s=5.0, interval_s=0.1)
+
+
 @pytest.fixture(scope="module")
 def ray_local() -> Iterator:
-    ray = pytest.importorskip("ray", reason="the ray tests need the [ray] extra")
+    """A loopback-only local Ray (num_cpus=2) for the module. Starting one takes seconds, so the instance is kept
+    for the next module that asks for it (tests/conftest.py runs every ray test back to back on one worker and
+    shuts it down after the last); one whose CPUs are not all free again is replaced."""
+    ray = _ray()
     from nimbus.runtime.ray_cluster import start_local_ray
 
-    if ray.is_initialized():
-        ray.shutdown()
-    start = start_local_ray(num_cpus=2)
-    yield start
-    ray.shutdown()
+    if not (_kept and ray.is_initialized() and _whole(ray, num_cpus=2)):
+        shutdown_ray()
+        _kept.append(start_local_ray(num_cpus=2))
+    yield _kept[-1]
 
 
 @pytest.fixture(scope="module")
 def ray_two_nodes() -> Iterator:
     """A two-node ``ray.cluster_utils.Cluster`` on loopback (head: 1 CPU, worker: 2 CPUs), connected."""
-    ray = pytest.importorskip("ray", reason="the ray tests need the [ray] extra")
+    _ray()
     from ray.cluster_utils import Cluster
 
     from nimbus.runtime.ray_cluster import force_loopback
 
-    if ray.is_initialized():
-        ray.shutdown()
+    shutdown_ray()
     force_loopback()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
                                                             "object_store_memory": 150 * 2**20})
     cluster.add_node(num_cpus=2, object_store_memory=150 * 2**20)
-    ray.init(address=cluster.address, logging_level="WARNING")
+    sys.modules["ray"].init(address=cluster.address, logging_level="WARNING")
     cluster.wait_for_nodes()
     yield cluster
-    ray.shutdown()
+    shutdown_ray()
     cluster.shutdown()

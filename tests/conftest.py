@@ -1,13 +1,18 @@
-"""Shared fixtures: a per-test shared-memory prefix, and a check that no test leaks a segment."""
+"""Shared fixtures: a per-test shared-memory prefix, and a check that no test leaks a segment; a user's networks."""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
+from _pytest.nodeid import coerce_node_id   # pytest 9's node ids (see pytest_collection_modifyitems)
 
 from nimbus.data import shm
+from support import USER_NETS
 
 
 @pytest.fixture(autouse=True)
@@ -25,6 +30,35 @@ def prefix(_isolated_shm_prefix: str) -> str:
     return _isolated_shm_prefix
 
 
+@pytest.fixture
+def user_nets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The module ``usernets`` (support.USER_NETS: a user's PPO policy and DQN Q-network, and networks that do not
+    fit) importable here (sys.path) and in the workers this test starts (PYTHONPATH); yields its folder."""
+    code = tmp_path / "usernets_code"
+    code.mkdir()
+    (code / "usernets.py").write_text(USER_NETS)
+    monkeypatch.syspath_prepend(str(code))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")])))
+    yield code
+    sys.modules.pop("usernets", None)
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str]):
+    """``code, said = run_cli("train", str(path), "--set", "x=1")``: nimbus's command line in this process
+    (nimbus.cli.main, whose return value the console script exits with; no interpreter to start and no torch to
+    import again), its exit code and everything it printed with white space folded (the console wraps long lines).
+    For refusals before anything starts; the console script itself: tests/integration/test_cli.py."""
+    from nimbus.cli import main
+
+    def run(*args: str) -> tuple[int, str]:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, " ".join((out + err).split())
+
+    return run
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``gpu`` tests skip without CUDA. Groups for pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``; a
@@ -32,11 +66,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     local Ray instance with num_cpus=2, the whole machine; two at once would share it), and the tests of one
     module-scoped fixture in one (test_cli's trained run is trained once, not once per worker)."""
     skip = None if torch.cuda.is_available() else pytest.mark.skip(reason="no CUDA device on this machine")
+    # pytest-xdist 3.8's worker names a test's group by a suffix on its node id (item._nodeid = "<id>@<group>"), but
+    # pytest 9 derives nodeid from item._id and ignores _nodeid: every group was split across the workers (the ray
+    # tests ran on both, test_cli's module run was trained twice). The suffix is written here, where pytest 9 reads it
+    loadgroup = bool(getattr(config.option, "loadgroup", False))   # a worker of -n N --dist loadgroup
     for item in items:
         if skip is not None and "gpu" in item.keywords:
             item.add_marker(skip)
-        for group in xdist_groups(item):
+        groups = xdist_groups(item)
+        for group in groups:
             item.add_marker(pytest.mark.xdist_group(group))
+        if loadgroup and groups and "@" not in item.nodeid:
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(sorted(groups))}")
 
 
 def xdist_groups(item: pytest.Item) -> list[str]:
@@ -47,6 +88,15 @@ def xdist_groups(item: pytest.Item) -> list[str]:
                                       if defs and defs[-1].scope in ("module", "package", "session")
                                       and not defs[-1].func.__module__.startswith("_pytest")]
     return [f"{item.module.__name__}.{name}" for name in shared if item.module is not None]
+
+
+@pytest.hookimpl(trylast=True)  # after the fixtures' own teardown
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """cluster_fixtures keeps one local Ray from one ray module to the next (they run back to back: the "ray"
+    group); it goes down after the last of them, before the next test that is not a ray test."""
+    fixtures = sys.modules.get("cluster_fixtures")
+    if fixtures is not None and "ray" in item.keywords and (nextitem is None or "ray" not in nextitem.keywords):
+        fixtures.shutdown_ray()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -1,6 +1,6 @@
 """Plain helpers shared by tests in several folders (fixtures live in the conftest files): polling for a
 condition, a run's directory and ledger, a pool's ledger (several workloads), a Python child under this test's
-shared-memory prefix, a pickle that must never be unpickled."""
+shared-memory prefix, a pickle that must never be unpickled, a user's networks (``algo.model``)."""
 
 from __future__ import annotations
 
@@ -65,3 +65,47 @@ class _Evil:
 def evil_pickle(path: Path) -> bytes:
     """A pickle that touches ``path`` if anyone unpickles it."""
     return pickle.dumps(_Evil(path))
+
+
+USER_NETS = '''
+"""A user's networks for algo.model (tests/conftest.py's ``user_nets`` writes this module as ``usernets``)."""
+from torch import nn
+
+
+class Policy(nn.Module):
+    def __init__(self, *, observation_space, action_space, width=32):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(observation_space.shape[0], width), nn.Tanh())
+        out = action_space.n if hasattr(action_space, "n") else action_space.shape[0]
+        self.pi = nn.Linear(width, out)
+        self.v = nn.Linear(width, 1)
+
+    def forward(self, obs):
+        h = self.body(obs)
+        return self.pi(h), self.v(h)
+
+
+class QNet(nn.Module):
+    def __init__(self, *, observation_space, action_space):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(observation_space.shape[0], 64), nn.ReLU(), nn.Linear(64, action_space.n))
+
+    def forward(self, obs):
+        return self.net(obs)
+
+
+class WrongWidth(Policy):
+    def forward(self, obs):
+        h = self.body(obs)
+        return h, self.v(h)          # 32 logits for 2 actions
+
+
+class OneOutput(Policy):
+    def forward(self, obs):
+        return self.pi(self.body(obs))
+
+
+class Positional(nn.Module):
+    def __init__(self, obs_dim):
+        super().__init__()
+'''

@@ -29,11 +29,13 @@ def nimbus(*args: str, cwd: Path | None = None, env: dict[str, str] | None = Non
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One short CartPole run (normalised observations, so export must bake the statistics in)."""
+    """One short CartPole run (normalised observations, so export must bake the statistics in), inline
+    (runtime/inline.py): what these tests use is the run directory; `make run` on forked workers is the last test."""
     root = tmp_path_factory.mktemp("cli")
     proc = nimbus("train", str(REPO / "configs" / "ppo-cartpole.yaml"), "--run-dir", str(root / "run"), *QUIET,
                   "--set", "train.total_env_steps=2048", "--set", "train.target_return=null",
-                  "--set", "train.eval_episodes=2", "--set", "algo.normalize_obs=true")
+                  "--set", "train.eval_episodes=2", "--set", "algo.normalize_obs=true",
+                  "--set", "runtime.backend=inline")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"run directory: {root / 'run'}" in proc.stdout.replace("\n", "")
     return root / "run"

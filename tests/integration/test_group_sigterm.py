@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from nimbus.data.shm import list_segments
+from support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_DEADLINE_S = 10.0   # fixed: ~3 s on a loaded 2-core machine; before the fix 4-13 s here, 23.5 s in the review
@@ -75,5 +76,5 @@ def test_sigterm_to_the_process_group_stops_at_once_with_a_final_checkpoint(tmp_
     assert "starting a new one" not in err, err[-3000:]   # no fork server was replaced while shutting down
     assert exit_s < EXIT_DEADLINE_S, (exit_s, err[-3000:])
     assert list_segments(prefix=prefix) == []
-    time.sleep(0.5)
+    wait_for(lambda: not any(_alive(pid) for pid in descendants), timeout_s=0.5)   # the grace it had: 0.5 s
     assert [pid for pid in descendants if _alive(pid)] == []   # P15: nothing outlives the driver

@@ -1,5 +1,6 @@
 """Population-based training end to end on CartPole: after an exploit the bottom member's new version is
-the top member's weights (by hash, read back from the Store) and the lineage file says so."""
+the top member's weights (by hash, read back from the Store) and the lineage file says so (on forked workers).
+A member's failure and a population's resume are the driver's logic and run inline (runtime/inline.py)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def _failing(tmp_path: Path, policy: str) -> list[str]:
     small = [o.replace("members: 4", "members: 2").replace("max_rounds=3", "max_rounds=2") for o in PBT]
     return [o for o in small if not o.startswith("store.")] + [
         "env.id=nimbus/FlakyCartPole-v0", f"env.kwargs={{fail_at_step: 20, failures: 1, counter_path: '{counter}'}}",
-        "functions.actor={max_retries: 0}", f"pbt.on_member_failure={policy}"]
+        "functions.actor={max_retries: 0}", f"pbt.on_member_failure={policy}", "runtime.backend=inline"]
 
 
 def test_a_member_failing_past_its_retries_is_replaced_and_reported(make_config, tmp_path: Path) -> None:
@@ -88,6 +89,7 @@ def test_a_pbt_run_resumes_every_member_with_its_explored_values_and_counters(ma
     policy version) with the hyperparameters PBT had explored by then, not its first draw; the lineage
     counts go on."""
     two = [o.replace("members: 4", "members: 2") for o in PBT if not o.startswith("train.max_rounds")]
+    two.append("runtime.backend=inline")
     first = train(config=make_config(overrides=two + ["train.max_rounds=4"]))
     run_dir, names = first.run_dir, ("member0", "member1")
     drawn = {h["member"]: h["hyperparameters"]["lr"] for h in _jsonl(run_dir / "hyperparameters.jsonl")

@@ -1,5 +1,7 @@
 """RELIABILITY.md promises on whole runs: faults are retried without double counting, user errors stop
-the run with their traceback, interrupts checkpoint, and nothing is left behind."""
+the run with their traceback, interrupts checkpoint, and nothing is left behind. Checks made inside the functions'
+own code (NaN and shape contracts, non-finite updates) run inline (runtime/inline.py: the worker's code path in
+the driver); faults of workers and processes run on forked workers."""
 
 from __future__ import annotations
 
@@ -19,9 +21,10 @@ from nimbus.errors import FunctionFailed, NimbusError
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
-from support import ledger_rows, only_run_dir
+from support import ledger_rows, only_run_dir, wait_for
 
 ROWS_PER_ACTOR = 4 * 32
+INLINE = "runtime.backend=inline"
 
 
 def test_flaky_actor_is_retried_and_counted_once(make_config, tmp_path: Path) -> None:
@@ -98,7 +101,7 @@ def test_env_raising_every_step_stops_with_original_traceback(make_config) -> No
 def test_nan_from_env_is_named_and_never_reaches_the_loss(make_config, field: str) -> None:
     config = make_config(overrides=["env.id=nimbus/NaNCartPole-v0", "actors.scaling.num_actors=1",
                                     "algo.minibatch_size=128",
-                                    f"env.kwargs={{nan_at_step: 3, field: {field}}}"])
+                                    f"env.kwargs={{nan_at_step: 3, field: {field}}}", INLINE])
     with pytest.raises(FunctionFailed) as info:
         train(config=config)
     message = str(info.value)
@@ -113,7 +116,7 @@ def test_nonfinite_updates_stop_the_run_at_max_nonfinite_losses_in_a_row(make_co
     """A learning rate of 1e30 blows the weights up in round 0; every later update is non-finite (skipped,
     the version still advances), and the third in a row stops the run long before max_rounds."""
     config = make_config(overrides=["algo.lr=1e30", "train.max_nonfinite_losses=3", "train.max_rounds=10",
-                                    "actors.scaling.num_actors=1", "algo.minibatch_size=64"])
+                                    "actors.scaling.num_actors=1", "algo.minibatch_size=64", INLINE])
     with pytest.raises(NimbusError, match="3 learner updates in a row produced a non-finite"):
         train(config=config)
     rows = read_metrics(path=only_run_dir(Path(config.output.root_dir)) / "metrics.jsonl")
@@ -123,7 +126,7 @@ def test_nonfinite_updates_stop_the_run_at_max_nonfinite_losses_in_a_row(make_co
 
 
 def test_wrong_observation_shape_names_expected_and_actual(make_config) -> None:
-    config = make_config(overrides=["env.id=nimbus/WrongShapeCartPole-v0", "env.kwargs={bad_at_step: 2}"])
+    config = make_config(overrides=["env.id=nimbus/WrongShapeCartPole-v0", "env.kwargs={bad_at_step: 2}", INLINE])
     with pytest.raises(FunctionFailed) as info:
         train(config=config)
     message = str(info.value)
@@ -152,13 +155,12 @@ def _child_pids(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def test_unknown_config_key_exits_2_naming_the_path(tmp_path: Path) -> None:
+def test_unknown_config_key_exits_2_naming_the_path(tmp_path: Path, run_cli) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("algo: {name: ppo, learning_rate: 0.1}\n")
-    proc = _nimbus("train", str(config))
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2
-    assert "algo.learning_rate" in err and "unknown key" in err
+    code, said = run_cli("train", str(config))
+    assert code == 2
+    assert "algo.learning_rate" in said and "unknown key" in said
 
 
 @pytest.mark.parametrize(("yaml_text", "expected"), [
@@ -171,14 +173,11 @@ def test_unknown_config_key_exits_2_naming_the_path(tmp_path: Path) -> None:
      "actors: {scaling: {kind: fixed, num_actors: 1024}, fragment_steps: 100000}\n", ["shared memory", "actors.scaling", "env.num_envs_per_actor", "actors.fragment_steps"]),
 ], ids=["wrong-type", "negative-count", "count-beyond-any-quota", "yaml-error", "buffer-beyond-memory"])
 def test_bad_config_exits_2_naming_the_key_before_anything_starts(tmp_path: Path, yaml_text: str,
-                                                                   expected: list[str]) -> None:
+                                                                   expected: list[str], run_cli, prefix: str) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text(f"name: bad\noutput: {{root_dir: {tmp_path / 'runs'}, loggers: []}}\n" + yaml_text)
-    prefix = f"nimbus_badcfg{os.getpid()}_"
-    proc = _nimbus("train", str(config), env={**os.environ, "NIMBUS_SHM_PREFIX": prefix})
-    out, err = proc.communicate(timeout=120)
-    text = " ".join((out + err).split())  # the console wraps long lines
-    assert proc.returncode == 2, text[-3000:]
+    code, text = run_cli("train", str(config))
+    assert code == 2, text[-3000:]
     assert "Traceback" not in text and all(part in text for part in expected), text[-3000:]
     assert not list((tmp_path / "runs").glob("*/ledger.jsonl"))  # no runtime, so no worker, was started
     assert list_segments(prefix=prefix) == []
@@ -213,7 +212,7 @@ def test_an_interrupt_writes_a_final_checkpoint_and_exits_0(tmp_path: Path, sig:
     checkpoints = sorted((run_dir / "checkpoints").glob("ckpt-*"))
     assert checkpoints and json.loads((checkpoints[-1] / "manifest.json").read_text())["round"] == summary["rounds"]
     assert list_segments(prefix=prefix) == []
-    time.sleep(0.5)
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), timeout_s=0.5)   # as before: 0.5 s
     assert [pid for pid in workers if Path(f"/proc/{pid}").exists()] == []
 
 

@@ -1,5 +1,6 @@
 """``train.checkpoint_replay``: the replay buffer and Nitro's window are saved with each checkpoint as plain
-safetensors and ``--resume`` restores them, so an off-policy run continues without refilling."""
+safetensors and ``--resume`` restores them, so an off-policy run continues without refilling. The driver's logic:
+the runs are inline (runtime/inline.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def _dqn(tmp_path: Path, *overrides: str):
         "algo.learning_starts=512", "algo.hidden_sizes=[32]", "algo.buffer_capacity=4096", "algo.train_freq=128",
         "algo.gradient_steps=8", "async_workflow.max_gradient_steps_per_call=8", "algo.prioritized=true",
         "async_workflow.max_steps_ahead=128",  # actors run <= 128 rows past the learner: well under 512 new rows
-        "train.checkpoint_every_rounds=1000", *overrides]))
+        "train.checkpoint_every_rounds=1000", "runtime.backend=inline", *overrides]))
 
 
 def test_resumed_dqn_keeps_its_replay_buffer_and_priorities(tmp_path: Path) -> None:
@@ -53,7 +54,7 @@ def test_resumed_dqn_keeps_its_replay_buffer_and_priorities(tmp_path: Path) -> N
 def test_nitro_window_survives_a_resume(make_config, tmp_path: Path) -> None:
     nitro = ("actors.scaling={kind: nitro, min_actors: 1, max_actors: 3, "
              "hessian: {subset_size: 128, max_iterations: 20}}")
-    common = ["algo.minibatch_size=64", "train.checkpoint_replay=true", nitro]
+    common = ["algo.minibatch_size=64", "train.checkpoint_replay=true", nitro, "runtime.backend=inline"]
     first = train(config=make_config(overrides=[*common, "train.max_rounds=2"]), run_dir=tmp_path / "run")
     assert first.rows[-1].extras["window_len"] == 2
     resumed = train(config=make_config(overrides=[*common, "train.max_rounds=3"]), resume_from=first.run_dir)

@@ -1,6 +1,10 @@
 """``nimbus train --resume``: a run stopped after N rounds continues from its checkpoint — weights,
 optimizer state, counters, metrics and cost carry on, two resumes of one checkpoint are identical, and
-a checkpoint that does not fit the config is refused with a clear error."""
+a checkpoint that does not fit the config is refused with a clear error.
+
+Resuming is the driver's and the checkpoint's logic, the same whichever runtime runs the functions, so most runs
+here are inline (runtime/inline.py, no forked workers); an exact resume on CartPole and the SIGKILL across
+processes run on forked workers."""
 
 from __future__ import annotations
 
@@ -25,20 +29,28 @@ from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
 
+INLINE = "runtime.backend=inline"
+
+
+@pytest.fixture
+def inline_config(make_config):
+    """``make_config`` on the inline runtime: ``inline_config(overrides=[...])``."""
+    return lambda *, overrides: make_config(overrides=[*overrides, INLINE])
+
 
 def _adam_steps(run_dir: Path) -> float:
     scalars = load_checkpoint(path=run_dir).optimizer.header["scalars"]
     return max(values["step"] for values in scalars.values())
 
 
-def test_resume_continues_weights_optimizer_counters_and_metrics(make_config, tmp_path: Path) -> None:
-    first = train(config=make_config(overrides=["train.max_rounds=3", "train.checkpoint_every_rounds=3"]),
+def test_resume_continues_weights_optimizer_counters_and_metrics(inline_config, tmp_path: Path) -> None:
+    first = train(config=inline_config(overrides=["train.max_rounds=3", "train.checkpoint_every_rounds=3"]),
                   run_dir=tmp_path / "run")
     saved = load_checkpoint(path=first.run_dir)
     assert (saved.round, saved.policy_version) == (3, 3)
     steps_after_3 = _adam_steps(first.run_dir)
 
-    resumed = train(config=make_config(overrides=["train.max_rounds=6", "train.checkpoint_every_rounds=3"]),
+    resumed = train(config=inline_config(overrides=["train.max_rounds=6", "train.checkpoint_every_rounds=3"]),
                     resume_from=first.run_dir)
     assert resumed.run_dir == first.run_dir  # a run directory is continued in place
     assert [row.round for row in resumed.rows] == [3, 4, 5]
@@ -51,13 +63,13 @@ def test_resume_continues_weights_optimizer_counters_and_metrics(make_config, tm
     assert resumed.summary.episodes == resumed.rows[-1].episodes > saved.episodes
 
 
-def test_two_resumes_of_one_checkpoint_are_identical(make_config, tmp_path: Path) -> None:
-    first = train(config=make_config(overrides=["train.max_rounds=2", "train.checkpoint_every_rounds=2"]),
+def test_two_resumes_of_one_checkpoint_are_identical(inline_config, tmp_path: Path) -> None:
+    first = train(config=inline_config(overrides=["train.max_rounds=2", "train.checkpoint_every_rounds=2"]),
                   run_dir=tmp_path / "run")
     copies = [tmp_path / "a", tmp_path / "b"]
     for copy in copies:
         shutil.copytree(first.run_dir, copy)
-    results = [train(config=make_config(overrides=["train.max_rounds=4"]), resume_from=copy) for copy in copies]
+    results = [train(config=inline_config(overrides=["train.max_rounds=4"]), resume_from=copy) for copy in copies]
     a, b = ([(r.round, r.env_steps, r.return_mean, r.losses.get("policy_loss")) for r in res.rows] for res in results)
     assert len(a) == 2 and a == b
     final = [load_checkpoint(path=copy) for copy in copies]
@@ -65,39 +77,39 @@ def test_two_resumes_of_one_checkpoint_are_identical(make_config, tmp_path: Path
         np.testing.assert_array_equal(array, final[1].weights.arrays[name])
 
 
-def test_resume_refuses_a_checkpoint_of_another_network(make_config, tmp_path: Path) -> None:
-    first = train(config=make_config(overrides=["train.max_rounds=1", "train.checkpoint_every_rounds=1"]),
+def test_resume_refuses_a_checkpoint_of_another_network(inline_config, tmp_path: Path) -> None:
+    first = train(config=inline_config(overrides=["train.max_rounds=1", "train.checkpoint_every_rounds=1"]),
                   run_dir=tmp_path / "run")
     with pytest.raises(CheckpointError, match="do not fit the network") as wider:
-        train(config=make_config(overrides=["train.max_rounds=2", "algo.hidden_sizes=[32,32]"]),
+        train(config=inline_config(overrides=["train.max_rounds=2", "algo.hidden_sizes=[32,32]"]),
               resume_from=first.run_dir)
     assert "actor.0.weight: checkpoint (64, 4), this config (32, 4)" in str(wider.value)
     assert "env.id" not in str(wider.value)  # the same env: only the network differs
     with pytest.raises(CheckpointError, match="do not fit the network") as other_env:
-        train(config=make_config(overrides=["train.max_rounds=2", "env.id=Acrobot-v1"]), resume_from=first.run_dir)
+        train(config=inline_config(overrides=["train.max_rounds=2", "env.id=Acrobot-v1"]), resume_from=first.run_dir)
     message = str(other_env.value)
     assert "env.id: checkpoint 'CartPole-v1', this config 'Acrobot-v1'" in message
     assert "observation space: checkpoint Box(" in message and "(4,), float32), this config Box(" in message
     assert "action space: checkpoint Discrete(2), this config Discrete(3)" in message
     assert "actor.0.weight: checkpoint (64, 4), this config (64, 6)" in message
     with pytest.raises(CheckpointError, match="no such directory"):
-        train(config=make_config(overrides=["train.max_rounds=2"]), resume_from=tmp_path / "missing")
+        train(config=inline_config(overrides=["train.max_rounds=2"]), resume_from=tmp_path / "missing")
 
 
-def test_cli_resume_reuses_the_run_config(make_config, tmp_path: Path) -> None:
-    first = train(config=make_config(overrides=["train.max_rounds=2", "train.checkpoint_every_rounds=2"]),
+def test_cli_resume_reuses_the_run_config(inline_config, tmp_path: Path) -> None:
+    first = train(config=inline_config(overrides=["train.max_rounds=2", "train.checkpoint_every_rounds=2"]),
                   run_dir=tmp_path / "run")
     assert main(["train", "--resume", str(first.run_dir), "--set", "train.max_rounds=3"]) == 0
     assert [row["round"] for row in read_metrics(path=first.run_dir / "metrics.jsonl")] == [0, 1, 2]
     assert main(["train"]) == 2  # neither a config nor --resume
 
 
-def test_a_resumed_policy_plays_as_well_as_the_one_that_was_saved(make_config, tmp_path: Path) -> None:
-    trained = train(config=make_config(overrides=["train.total_env_steps=40000", "train.target_return=150",
+def test_a_resumed_policy_plays_as_well_as_the_one_that_was_saved(inline_config, tmp_path: Path) -> None:
+    trained = train(config=inline_config(overrides=["train.total_env_steps=40000", "train.target_return=150",
                                                   "train.return_window=20"]), run_dir=tmp_path / "run")
     assert trained.summary.final_return >= 150
     rounds = trained.summary.rounds
-    resumed = train(config=make_config(overrides=[f"train.max_rounds={rounds + 10}", "train.total_env_steps=100000"]),
+    resumed = train(config=inline_config(overrides=[f"train.max_rounds={rounds + 10}", "train.total_env_steps=100000"]),
                     resume_from=trained.run_dir)
     returns = [r.return_mean for r in resumed.rows if r.return_mean is not None]
     # episodes of the restored policy last ~150 steps: 10 rounds of 32 steps per env see them end. A policy
@@ -107,7 +119,8 @@ def test_a_resumed_policy_plays_as_well_as_the_one_that_was_saved(make_config, t
 
 def test_the_async_workflow_resumes_its_policy_version_and_counters(make_shipped_config, tmp_path: Path) -> None:
     def config(rounds: int):
-        return make_shipped_config("dqn-cartpole", [f"train.max_rounds={rounds}", "train.checkpoint_every_rounds=3"])
+        return make_shipped_config("dqn-cartpole", [f"train.max_rounds={rounds}", "train.checkpoint_every_rounds=3",
+                                                    INLINE])
 
     first = train(config=config(3), run_dir=tmp_path / "run")
     saved = load_checkpoint(path=first.run_dir)
@@ -126,9 +139,10 @@ def test_exact_resume_is_bitwise_2n_steps_equal_n_plus_save_load_plus_n(make_con
     """P9: with train.exact_resume, N rounds + checkpoint + a new process's --resume + N rounds give the very
     rounds and weights of 2N rounds straight through (CPU, sync workflow)."""
     over = ["train.exact_resume=true", "train.checkpoint_every_rounds=3", f"env.id={env}"]
-    if env == "Hopper-v5":
-        over += ["actors.fragment_steps=64", "algo.minibatch_size=64"]
-    straight = train(config=make_config(overrides=over + ["train.max_rounds=6"]), run_dir=tmp_path / "straight")
+    if env == "Hopper-v5":   # MuJoCo's snapshot is the env's, not the worker's: inline (CartPole runs on workers)
+        over += ["actors.fragment_steps=64", "algo.minibatch_size=64", INLINE]
+    # the straight run inline: on workers it gives the same numbers bit for bit (test_inline_workflows.py)
+    straight = train(config=make_config(overrides=over + ["train.max_rounds=6", INLINE]), run_dir=tmp_path / "straight")
     half = train(config=make_config(overrides=over + ["train.max_rounds=3"]), run_dir=tmp_path / "half")
     assert load_checkpoint(path=half.run_dir).actors is not None
     resumed = train(config=make_config(overrides=over + ["train.max_rounds=6"]), resume_from=half.run_dir)
@@ -162,7 +176,8 @@ def test_sigkill_inside_optimizer_step_then_a_fresh_process_resumes_exactly(make
     a new process resumes from the newest verified checkpoint (round 4), and its rounds, weights and
     TensorBoard steps continue exactly as an uninterrupted run's."""
     over = ["train.exact_resume=true", "train.checkpoint_every_rounds=2", "output.loggers=[tensorboard]"]
-    straight = train(config=make_config(overrides=over + ["train.max_rounds=7"]), run_dir=tmp_path / "straight")
+    # the uninterrupted run inline: the same numbers as on workers, bit for bit (test_inline_workflows.py)
+    straight = train(config=make_config(overrides=over + ["train.max_rounds=7", INLINE]), run_dir=tmp_path / "straight")
     run_dir, counter = tmp_path / "killed", tmp_path / "steps"
     config = make_config(overrides=over + ["train.max_rounds=7"])
     (tmp_path / "config.yaml").write_text(dump_config(config=config))
@@ -201,10 +216,10 @@ class _Planted:
         return (os.system, (f"touch {self.path}",))
 
 
-def test_a_planted_pickle_checkpoint_is_refused_without_side_effect(make_config, tmp_path: Path) -> None:
+def test_a_planted_pickle_checkpoint_is_refused_without_side_effect(inline_config, tmp_path: Path) -> None:
     """P11: a newest checkpoint whose weights were replaced by a pickle (manifest hash fixed up too) is never
     unpickled: loading falls back to the previous checkpoint, and a lone planted one is refused."""
-    first = train(config=make_config(overrides=["train.max_rounds=2", "train.checkpoint_every_rounds=1"]),
+    first = train(config=inline_config(overrides=["train.max_rounds=2", "train.checkpoint_every_rounds=1"]),
                   run_dir=tmp_path / "run")
     newest = sorted((first.run_dir / "checkpoints").glob("ckpt-*"))[-1]
     marker = tmp_path / "pwned"
@@ -217,26 +232,26 @@ def test_a_planted_pickle_checkpoint_is_refused_without_side_effect(make_config,
     assert load_checkpoint(path=first.run_dir).round == 1  # the previous one, which verifies
     with pytest.raises(CheckpointError, match="not a nimbus checkpoint file, refused"):
         load_checkpoint(path=newest)
-    resumed = train(config=make_config(overrides=["train.max_rounds=3"]), resume_from=first.run_dir)
+    resumed = train(config=inline_config(overrides=["train.max_rounds=3"]), resume_from=first.run_dir)
     assert resumed.summary.rounds == 3 and not marker.exists()
 
 
 def test_raising_total_env_steps_on_resume_keeps_the_original_schedules(
-        make_config, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        inline_config, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """#28.10: the learning rate and clip coefficient of a resumed round are those the original run's linear
     schedules give at that step, not re-scaled to the raised ``train.total_env_steps``; the resume says what
     changed (a warning listing the changed keys)."""
     linear = ["algo.lr_schedule=linear", "algo.clip_schedule=linear", "train.total_env_steps=2048",
               "train.checkpoint_every_rounds=2", "train.target_return=null"]
-    uninterrupted = train(config=make_config(overrides=[*linear, "train.max_rounds=6"]), run_dir=tmp_path / "whole")
-    first = train(config=make_config(overrides=[*linear, "train.max_rounds=4"]), run_dir=tmp_path / "run")
+    uninterrupted = train(config=inline_config(overrides=[*linear, "train.max_rounds=6"]), run_dir=tmp_path / "whole")
+    first = train(config=inline_config(overrides=[*linear, "train.max_rounds=4"]), run_dir=tmp_path / "run")
     with caplog.at_level("WARNING"):
-        resumed = train(config=make_config(overrides=[*linear, "train.max_rounds=6", "train.total_env_steps=4096"]),
+        resumed = train(config=inline_config(overrides=[*linear, "train.max_rounds=6", "train.total_env_steps=4096"]),
                         resume_from=first.run_dir)
     assert [row.round for row in resumed.rows] == [4, 5]
     expected = [(row.losses["lr"], row.losses["clip_coef"]) for row in uninterrupted.rows[4:6]]
     assert [(row.losses["lr"], row.losses["clip_coef"]) for row in resumed.rows] == expected
-    assert expected[1][0] < expected[0][0] < make_config(overrides=linear).algo.lr   # the schedule anneals
+    assert expected[1][0] < expected[0][0] < inline_config(overrides=linear).algo.lr   # the schedule anneals
     assert "train.total_env_steps: 2048 → 4096" in caplog.text
     assert "schedules stay anchored to the run's original 2048 env steps" in caplog.text
     assert load_checkpoint(path=resumed.run_dir).extra["schedule_env_steps"] == 2048   # kept for the next resume

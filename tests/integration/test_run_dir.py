@@ -49,7 +49,9 @@ def _rounds(run_dir: Path) -> list[int]:
     return [json.loads(line)["round"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_a_second_train_of_a_run_directory_in_use_exits_2_naming_the_holder(base_run: Path, tmp_path: Path) -> None:
+def test_a_second_train_of_a_run_directory_in_use_exits_2_naming_the_holder(base_run: Path, tmp_path: Path,
+                                                                            run_cli) -> None:
+    """The holder is another process; the refused trains run in this one (tests/conftest.py's run_cli)."""
     run_dir = tmp_path / "run"
     shutil.copytree(base_run, run_dir)
     first = subprocess.Popen([sys.executable, "-m", "nimbus.cli", "train", "--resume", str(run_dir), *QUIET,
@@ -61,11 +63,11 @@ def test_a_second_train_of_a_run_directory_in_use_exits_2_naming_the_holder(base
             assert first.poll() is None, first.communicate()[1][-3000:]
             time.sleep(0.2)
         assert len(_rounds(run_dir)) >= 6
-        second = nimbus("train", "--resume", str(run_dir), *QUIET, "--set", "train.total_env_steps=10000000")
-        assert second.returncode == 2, second.stderr[-3000:]
-        assert f"is in use by another nimbus process (pid {first.pid})" in " ".join(second.stderr.split())
-        also_new = nimbus("train", str(REPO / "configs" / "ppo-cartpole.yaml"), "--run-dir", str(run_dir), *QUIET)
-        assert also_new.returncode == 2 and f"pid {first.pid}" in " ".join(also_new.stderr.split())
+        code, said = run_cli("train", "--resume", str(run_dir), *QUIET, "--set", "train.total_env_steps=10000000")
+        assert code == 2, said[-3000:]
+        assert f"is in use by another nimbus process (pid {first.pid})" in said
+        code, said = run_cli("train", str(REPO / "configs" / "ppo-cartpole.yaml"), "--run-dir", str(run_dir), *QUIET)
+        assert code == 2 and f"pid {first.pid}" in said, said[-3000:]
     finally:
         first.send_signal(signal.SIGINT)
         _, stderr = first.communicate(timeout=120)
@@ -75,20 +77,19 @@ def test_a_second_train_of_a_run_directory_in_use_exits_2_naming_the_holder(base
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2   # the first run's and the one resume's
 
 
-def test_a_run_directory_holding_a_run_is_never_reused_as_a_new_run(base_run: Path, tmp_path: Path) -> None:
+def test_a_run_directory_holding_a_run_is_never_reused_as_a_new_run(base_run: Path, tmp_path: Path, run_cli) -> None:
     run_dir = tmp_path / "run"
     shutil.copytree(base_run, run_dir)
     before = _digests(run_dir)
-    proc = nimbus("train", str(REPO / "configs" / "ppo-cartpole.yaml"), "--run-dir", str(run_dir), *QUIET,
-                  "--set", "train.total_env_steps=512")
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    message = " ".join(proc.stderr.split())
+    code, message = run_cli("train", str(REPO / "configs" / "ppo-cartpole.yaml"), "--run-dir", str(run_dir), *QUIET,
+                            "--set", "train.total_env_steps=512")
+    assert code == 2, message[-3000:]
     assert f"{run_dir} already holds a run" in message and f"nimbus train --resume {run_dir}" in message
     assert _digests(run_dir) == before   # metrics, ledger, config.yaml and checkpoints untouched
     other = tmp_path / "other"
     shutil.copytree(base_run, other)    # --resume into another directory that holds a run: refused the same way
-    proc = nimbus("train", "--resume", str(run_dir), "--run-dir", str(other), *QUIET)
-    assert proc.returncode == 2 and f"{other} already holds a run" in " ".join(proc.stderr.split())
+    code, message = run_cli("train", "--resume", str(run_dir), "--run-dir", str(other), *QUIET)
+    assert code == 2 and f"{other} already holds a run" in message, message[-3000:]
     (tmp_path / "empty").mkdir()         # an empty directory is a new run's
     proc = nimbus("train", "--resume", str(run_dir), "--run-dir", str(tmp_path / "empty"), *QUIET,
                   "--set", "train.total_env_steps=1280")

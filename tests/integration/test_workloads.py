@@ -1,5 +1,7 @@
 """Several workloads on one pool (run/workloads.py): each its own run dir, ledger rows tagged with their
-workload and summing to the pool's, both learn."""
+workload and summing to the pool's, both learn. The learning run is inline (runtime/inline.py: one pool in the
+driver, the same numbers as forked workers); two workloads taking turns on forked workers: test_artos_pool.py,
+on Ray: test_ray_workloads.py."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ def test_duplicate_workload_names_are_refused_before_anything_starts(make_config
 
 @pytest.mark.slow
 def test_two_cartpole_workloads_on_one_pool_both_learn_and_bill_separately(make_two_workloads, tmp_path: Path) -> None:
-    configs = make_two_workloads(["train.total_env_steps=60000", "train.target_return=195", "train.return_window=20"])
+    configs = make_two_workloads(["train.total_env_steps=60000", "train.target_return=195", "train.return_window=20",
+                                  "runtime.backend=inline"])
     results = train_workloads(configs=configs)
     assert [r.summary.final_return >= 195 for r in results] == [True, True], [r.summary for r in results]
     pool_dir = next(tmp_path.glob("pool-*"))

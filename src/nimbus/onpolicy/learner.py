@@ -82,7 +82,7 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
 def _arm_step_fault(*, optimizer: torch.optim.Optimizer) -> None:
     """With ``learner.optimizer_step`` armed (runtime/faults.py), fire it inside ``optimizer.step()`` (P8 tests)."""
     if armed(name="learner.optimizer_step") is not None and not getattr(optimizer, "_nimbus_fault_hook", False):
-        optimizer.register_step_pre_hook(lambda *_: fault_point(name="learner.optimizer_step"))
+        optimizer.register_step_pre_hook(_fire_optimizer_step_fault)
         optimizer._nimbus_fault_hook = True  # type: ignore[attr-defined]
 
 
@@ -97,3 +97,8 @@ def _read_batch(*, context: FunctionContext, req: LearnerRequest, indices: np.nd
         buffers[name] = Buffer.attach(descriptor=req.buffer)
     rows = buffers[name].read(indices=indices)
     return {key: torch.as_tensor(np.ascontiguousarray(value), device=device) for key, value in rows.items()}
+
+
+def _fire_optimizer_step_fault(*_: object) -> None:
+    """A step pre-hook must return None (torch refuses anything else): fault_point's bool is dropped."""
+    fault_point(name="learner.optimizer_step")

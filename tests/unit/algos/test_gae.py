@@ -16,27 +16,23 @@ def gae(**columns: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
     return compute_gae(**tensors, gamma=GAMMA, gae_lambda=LAMBDA)
 
 
-def test_termination_does_not_bootstrap() -> None:
+@pytest.mark.parametrize(("columns", "expected_advantages", "expected_returns"), [
+    # termination does not bootstrap:
     # δ2 = 1 − 0.7 = 0.3; δ1 = 1 + 0.9·0.7 − 0.6 = 1.03; δ0 = 1 + 0.9·0.6 − 0.5 = 1.04
     # A2 = 0.3; A1 = 1.03 + 0.72·0.3 = 1.246; A0 = 1.04 + 0.72·1.246 = 1.93712
-    advantages, returns = gae(
-        rewards=[1, 1, 1], values=[0.5, 0.6, 0.7], next_values=[0.6, 0.7, 9.0],
-        terminated=[0, 0, 1], cut=[0, 0, 1],
-    )
-    torch.testing.assert_close(advantages, torch.tensor([1.93712, 1.246, 0.3]))
-    torch.testing.assert_close(returns, torch.tensor([2.43712, 1.846, 1.0]))
-
-
-def test_truncation_bootstraps_from_the_final_observation_value() -> None:
+    (dict(next_values=[0.6, 0.7, 9.0], terminated=[0, 0, 1], cut=[0, 0, 1]),
+     [1.93712, 1.246, 0.3], [2.43712, 1.846, 1.0]),
+    # truncation bootstraps from the final observation's value:
     # row 1 truncated, V(final obs) = 2.0; row 2 starts a new episode and ends the fragment (V(next) = 0.8)
     # δ2 = 1 + 0.72 − 0.7 = 1.02; δ1 = 1 + 1.8 − 0.6 = 2.2; δ0 = 1.04
     # A2 = 1.02; A1 = 2.2 (cut: no A2 leaks in); A0 = 1.04 + 0.72·2.2 = 2.624
-    advantages, returns = gae(
-        rewards=[1, 1, 1], values=[0.5, 0.6, 0.7], next_values=[0.6, 2.0, 0.8],
-        terminated=[0, 0, 0], cut=[0, 1, 1],
-    )
-    torch.testing.assert_close(advantages, torch.tensor([2.624, 2.2, 1.02]))
-    torch.testing.assert_close(returns, torch.tensor([3.124, 2.8, 1.72]))
+    (dict(next_values=[0.6, 2.0, 0.8], terminated=[0, 0, 0], cut=[0, 1, 1]),
+     [2.624, 2.2, 1.02], [3.124, 2.8, 1.72]),
+], ids=["termination-does-not-bootstrap", "truncation-bootstraps-from-the-final-observation"])
+def test_episode_ends_by_hand(columns: dict, expected_advantages: list[float], expected_returns: list[float]) -> None:
+    advantages, returns = gae(rewards=[1, 1, 1], values=[0.5, 0.6, 0.7], **columns)
+    torch.testing.assert_close(advantages, torch.tensor(expected_advantages))
+    torch.testing.assert_close(returns, torch.tensor(expected_returns))
 
 
 def test_fragment_cut_separates_runs_of_different_envs() -> None:

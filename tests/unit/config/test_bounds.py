@@ -7,9 +7,6 @@ describes reads it from there.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -88,13 +85,10 @@ def test_the_buffer_is_built_with_the_bound_the_config_checks() -> None:
         data.buffer.close(unlink=True)
 
 
-def test_the_issues_100000_actors_exit_2_before_any_worker_starts(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+def test_the_issues_100000_actors_exit_2_before_any_worker_starts(tmp_path: Path, run_cli) -> None:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "nimbus.cli", "train", str(PPO), "--set",
-                           "actors.scaling.num_actors=100000", "--set", f"output.root_dir={tmp_path}"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert done.returncode == 2, done.stderr[-2000:]
-    said = " ".join((done.stderr + done.stdout).split())   # the console wraps long lines
+    code, said = run_cli("train", str(PPO), "--set", "actors.scaling.num_actors=100000", "--set",
+                         f"output.root_dir={tmp_path}")
+    assert code == 2, said[-2000:]
     assert "actors.scaling.num_actors: Input should be less than or equal to 1024" in said
     assert time.perf_counter() - started < 120 and not list(tmp_path.rglob("ledger.jsonl"))

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -71,13 +68,13 @@ def test_a_ray_on_this_machine_needs_no_token(address: str, monkeypatch: pytest.
     (["store.backend=redis", "store.url=redis://10.0.0.5:6379/0"], "store.url"),
     (["runtime.backend=ray", "runtime.address=10.0.0.1:6379", "store.backend=ray"], "runtime.address"),
 ])
-def test_the_cli_exits_2_naming_the_key_before_anything_starts(overrides: list[str], key: str, tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "nimbus.cli", "train", str(REPO / "configs" / "ppo-cartpole.yaml"),
-            "--set", f"output.root_dir={tmp_path / 'runs'}"]
+def test_the_cli_exits_2_naming_the_key_before_anything_starts(overrides: list[str], key: str, tmp_path: Path,
+                                                               run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    argv = ["train", str(REPO / "configs" / "ppo-cartpole.yaml"), "--set", f"output.root_dir={tmp_path / 'runs'}"]
     for override in overrides:
         argv += ["--set", override]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert key in done.stderr and "allow_insecure: true" in done.stderr
+    code, said = run_cli(*argv)
+    assert code == 2, said[-2000:]
+    assert key in said and "allow_insecure: true" in said
     assert not (tmp_path / "runs").exists()  # refused before a run directory (or anything else) was made

@@ -70,14 +70,11 @@ def test_an_alias_bomb_is_refused_fast_in_little_memory(tmp_path: Path) -> None:
     (BOMB, "expands to more than"),
     ("algo: {name: ppo}\nx: " + "[" * 50_000 + "]" * 50_000 + "\n", "nested too deep"),   # was a RecursionError (rc 1)
 ], ids=["alias-bomb", "deep-nesting"])
-def test_the_cli_exits_2(tmp_path: Path, text: str, message: str) -> None:
+def test_the_cli_exits_2(tmp_path: Path, text: str, message: str, run_cli) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    done = subprocess.run([sys.executable, "-m", "nimbus.cli", "train", str(path)], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=300)
-    said = " ".join((done.stderr + done.stdout).split())   # the console wraps long lines
-    assert done.returncode == 2 and message in said, said[-2000:]
+    code, said = run_cli("train", str(path))
+    assert code == 2 and message in said, said[-2000:]
 
 
 def test_small_anchors_and_merge_keys_still_work() -> None:

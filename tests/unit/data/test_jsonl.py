@@ -11,20 +11,19 @@ import pytest
 from nimbus.data.jsonl import cut_torn_tail, read_jsonl
 
 
-def test_a_torn_last_line_is_skipped_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = tmp_path / "metrics.jsonl"
-    path.write_text('{"round": 0}\n{"round": 1}\n{"round": 2, "env_st')
+@pytest.mark.parametrize(("name", "text", "rows", "warning"), [
+    ("metrics.jsonl", '{"round": 0}\n{"round": 1}\n{"round": 2, "env_st', [{"round": 0}, {"round": 1}],
+     "line 3 is not JSON (a torn last line); skipped"),
+    ("ledger.jsonl", '{"a": 1}\n{"a": 2, "b\n\n{"a": 3}\n', [{"a": 1}, {"a": 3}],
+     "line 2 is not JSON (a corrupt line); skipped"),
+], ids=["torn-last-line", "corrupt-middle-line"])
+def test_a_line_that_is_not_json_is_skipped_and_named(tmp_path: Path, caplog: pytest.LogCaptureFixture, name: str,
+                                                      text: str, rows: list[dict], warning: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
     with caplog.at_level("WARNING"):
-        assert read_jsonl(path=path) == [{"round": 0}, {"round": 1}]
-    assert f"{path} line 3 is not JSON (a torn last line); skipped" in caplog.text
-
-
-def test_a_corrupt_middle_line_is_skipped_and_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = tmp_path / "ledger.jsonl"
-    path.write_text('{"a": 1}\n{"a": 2, "b\n\n{"a": 3}\n')
-    with caplog.at_level("WARNING"):
-        assert read_jsonl(path=path) == [{"a": 1}, {"a": 3}]
-    assert f"{path} line 2 is not JSON (a corrupt line); skipped" in caplog.text
+        assert read_jsonl(path=path) == rows
+    assert f"{path} {warning}" in caplog.text
 
 
 def test_cut_torn_tail_cuts_only_the_torn_row(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

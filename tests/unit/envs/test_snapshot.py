@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from nimbus.envs.make import make_env
 from nimbus.envs.snapshot import SnapshotUnsupported, capture, restore
+from tests.unit.envs.env_helpers import assert_continue_alike
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "Hopper-v5"])
@@ -25,14 +25,7 @@ def test_a_restored_env_continues_exactly(env_id: str) -> None:
     b = make_env(env_id=env_id, seed=99)  # another seed: everything must come from the snapshot
     b.reset()
     restore(env=b, arrays=arrays, meta=meta)
-    for _ in range(400):
-        action, other = a.action_space.sample(), b.action_space.sample()
-        np.testing.assert_array_equal(np.asarray(action), np.asarray(other))
-        got_a, got_b = a.step(action), b.step(action)
-        np.testing.assert_array_equal(got_a[0], got_b[0])
-        assert got_a[1:4] == got_b[1:4]
-        if got_a[2] or got_a[3]:
-            np.testing.assert_array_equal(a.reset()[0], b.reset()[0])
+    assert_continue_alike(a=a, b=b, steps=400)
 
 
 def test_an_env_without_a_known_state_is_refused() -> None:

@@ -17,6 +17,7 @@ from nimbus.envs.snapshot import SnapshotUnsupported, capture, check_snapshot, r
 from nimbus.errors import ConfigError
 from nimbus.onpolicy.policy import check_snapshots
 from nimbus.run.build import build
+from tests.unit.envs.env_helpers import assert_continue_alike
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -82,14 +83,7 @@ def test_the_same_env_with_get_state_and_set_state_restores_exactly() -> None:
     assert b.unwrapped.goal != a.unwrapped.goal
     restore(env=b, arrays=arrays, meta=meta)
     assert b.unwrapped.goal == a.unwrapped.goal
-    for _ in range(120):
-        action = a.action_space.sample()
-        np.testing.assert_array_equal(action, b.action_space.sample())
-        got_a, got_b = a.step(action), b.step(action)
-        np.testing.assert_array_equal(got_a[0], got_b[0])
-        assert got_a[1:4] == got_b[1:4]
-        if got_a[2] or got_a[3]:
-            np.testing.assert_array_equal(a.reset()[0], b.reset()[0])
+    assert_continue_alike(a=a, b=b, steps=120)
 
 
 def test_a_subclass_of_a_classic_control_env_is_not_taken_for_it() -> None:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import textwrap
-from pathlib import Path
-
 import gymnasium as gym
 import pytest
 import torch
@@ -17,59 +13,13 @@ from nimbus.algos.ppo.config import PPOConfig
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 
-NETS = '''
-import torch
-from torch import nn
-
-
-class Policy(nn.Module):
-    def __init__(self, *, observation_space, action_space, width=32):
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(observation_space.shape[0], width), nn.Tanh())
-        out = action_space.n if hasattr(action_space, "n") else action_space.shape[0]
-        self.pi = nn.Linear(width, out)
-        self.v = nn.Linear(width, 1)
-
-    def forward(self, obs):
-        h = self.body(obs)
-        return self.pi(h), self.v(h)
-
-
-class QNet(nn.Module):
-    def __init__(self, *, observation_space, action_space):
-        super().__init__()
-        self.net = nn.Linear(observation_space.shape[0], action_space.n)
-
-    def forward(self, obs):
-        return self.net(obs)
-
-
-class WrongWidth(Policy):
-    def forward(self, obs):
-        h = self.body(obs)
-        return h, self.v(h)          # 32 logits for 2 actions
-
-
-class OneOutput(Policy):
-    def forward(self, obs):
-        return self.pi(self.body(obs))
-
-
-class Positional(nn.Module):
-    def __init__(self, obs_dim):
-        super().__init__()
-'''
-
 CARTPOLE = EnvSpaces(observation=gym.spaces.Box(-1, 1, (4,)), action=gym.spaces.Discrete(2))
 PENDULUM = EnvSpaces(observation=gym.spaces.Box(-1, 1, (3,)), action=gym.spaces.Box(-2, 2, (1,)))
 
 
 @pytest.fixture(autouse=True)
-def nets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    (tmp_path / "usernets.py").write_text(textwrap.dedent(NETS))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield
-    sys.modules.pop("usernets", None)
+def _nets(user_nets) -> None:
+    """Every test here refers to tests/conftest.py's module ``usernets``."""
 
 
 def test_ppo_custom_discrete_model_acts_and_evaluates_with_one_forward_pass() -> None:
@@ -95,8 +45,8 @@ def test_ppo_custom_continuous_model_gets_a_learned_log_std() -> None:
 
 def test_dqn_custom_q_network_and_its_target_copy() -> None:
     model = DQN(config=DQNConfig(model="usernets:QNet")).make_model(spaces=CARTPOLE)
-    assert sorted(model.state_dict()) == ["epsilon", "num_grad_steps", "q.net.bias", "q.net.weight",
-                                          "q_target.net.bias", "q_target.net.weight"]
+    assert sorted(model.state_dict()) == ["epsilon", "num_grad_steps", *(f"{net}.net.{layer}.{kind}" for net in
+                                          ("q", "q_target") for layer in (0, 2) for kind in ("bias", "weight"))]
     out = DQN(config=DQNConfig(model="usernets:QNet")).act(model=model, obs=torch.randn(4, 4), explore=False)
     assert out.actions.shape == (4,)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from support import ledger_rows
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.data.codec import Message
 from nimbus.data.shm import list_segments, run_prefix
@@ -29,13 +30,9 @@ def inline_config(*, name: str, run_root: Path, overrides: list[str]) -> NimbusC
     return parse_config(data=apply_overrides(data=base, overrides=["runtime.backend=inline", *overrides]))
 
 
-def ledger_rows(result: TrainResult) -> list[dict]:
-    return [json.loads(line) for line in (result.run_dir / "ledger.jsonl").read_text().splitlines()]
-
-
 def ok_counts(result: TrainResult, *, field: str = "function") -> dict[str, int]:
     counts: dict[str, int] = {}
-    for row in ledger_rows(result):
+    for row in ledger_rows(result.run_dir):
         if row["outcome"] == "ok":
             counts[row[field]] = counts.get(row[field], 0) + 1
     return counts
@@ -51,7 +48,7 @@ def test_sync_rounds_collect_actors_x_envs_x_steps_and_a_seeded_run_repeats(tmp_
     assert [r.num_actors for r in rows] == [3, 3, 3] and [r.policy_version for r in rows] == [1, 2, 3]
     assert all(r.losses["num_gradient_steps"] == 2 * 96 // 32 for r in rows)   # the learner got every actor's rows
     assert ok_counts(first) == {"actor": 9, "learner": 3}
-    assert not any(r["cold"] for r in ledger_rows(first) if r["outcome"] == "ok")   # prewarmed: every call warm
+    assert not any(r["cold"] for r in ledger_rows(first.run_dir) if r["outcome"] == "ok")   # prewarmed: every call warm
     again = train(config=inline_config(name="ppo-cartpole", run_root=tmp_path / "b", overrides=overrides))
     assert [(r.losses, r.return_mean) for r in again.rows] == [(r.losses, r.return_mean) for r in rows]
     assert list_segments(prefix=run_prefix()) == []
@@ -82,8 +79,10 @@ def test_async_rows_carry_the_policy_lag_of_the_rows_the_learner_read(tmp_path: 
         "policy_lag_rows"].items()}
     rows_read = [int(r.extras["gradient_steps"]) * 64 for r in rows]
     assert sum(lags.values()) == sum(rows_read)
+    # the run's histogram and the rounds' means and maxima describe the same rows
     assert sum(lag * n for lag, n in lags.items()) == pytest.approx(
         sum(r.extras["policy_lag_mean"] * n for r, n in zip(rows, rows_read)))
+    assert max(lags) == max(r.extras["policy_lag_max"] for r in rows)
     assert ok_counts(result)["learner"] == 4
 
 
