@@ -28,12 +28,15 @@ def _command(sweep_dir: Path, space: Path) -> list[str]:
             "--set", "algo.num_epochs=2"]
 
 
-def _states(db: Path) -> list[tuple[int, str]]:
+def _states(db: Path) -> list[tuple[int, str, int]]:
+    """(number, state, values drawn) of every trial in Optuna's SQLite storage."""
     if not db.exists():
         return []
     try:
         with sqlite3.connect(db, timeout=5) as connection:
-            return connection.execute("SELECT number, state FROM trials ORDER BY number").fetchall()
+            return connection.execute(
+                "SELECT t.number, t.state, COUNT(p.param_id) FROM trials t "
+                "LEFT JOIN trial_params p ON p.trial_id = t.trial_id GROUP BY t.trial_id ORDER BY t.number").fetchall()
     except sqlite3.OperationalError:   # the schema is being created
         return []
 
@@ -48,15 +51,16 @@ def test_a_killed_sweep_resumes_and_finishes(tmp_path: Path) -> None:
     first = subprocess.Popen(_command(sweep_dir, space), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and first.poll() is None:
-        states = dict(_states(sweep_dir / "study.db"))
-        if "COMPLETE" in states.values() and "RUNNING" in states.values():
+    while time.monotonic() < deadline and first.poll() is None:   # kill inside a trial whose values are drawn
+        states = _states(sweep_dir / "study.db")
+        if any(state == "COMPLETE" for _, state, _ in states) and any(
+                state == "RUNNING" and drawn == 2 for _, state, drawn in states):
             break
         time.sleep(0.1)
     assert first.poll() is None, f"the sweep ended before it could be killed: {first.stderr.read()[-2000:]}"
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
-    killed = [number for number, state in _states(sweep_dir / "study.db") if state == "RUNNING"]
+    killed = [number for number, state, _ in _states(sweep_dir / "study.db") if state == "RUNNING"]
     assert len(killed) == 1
 
     second = subprocess.run(_command(sweep_dir, space), cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -3,9 +3,10 @@
 Every ``eval_every_env_steps`` env steps the trainer plays ``train.eval_episodes`` full episodes with the
 newest published policy, in the driver, on a fresh env seeded ``seed + 20_000`` (the same episodes each
 time, so evaluations compare across the run). ``train.eval_explore: false`` acts greedily (DQN without ε,
-the mode of a PPO/SAC distribution). The result lands in the round row's extras (``eval/return_mean``,
-``eval/return_std``, ``eval/policy_version``, ``eval/s``: metrics.jsonl and TensorBoard) and in
-``Progress.eval_return``, which ``train.target_eval_return`` stops on.
+the mode of a PPO/SAC distribution; a multi-agent run plays every agent with its policy). The result lands in
+the round row's extras (``eval/return_mean``, ``eval/return_std``, ``eval/policy_version`` or, multi-agent,
+``eval/policy_version/<policy>``, ``eval/s``: metrics.jsonl and the trackers) and in ``Progress.eval_return``,
+which ``train.target_eval_return`` stops on.
 
 The driver is busy while it evaluates: the functions already running go on, but none is started. The
 evaluation is not a function invocation, so the ledger does not bill it.
@@ -50,8 +51,17 @@ class PeriodicEvaluator:
                           explore=self.config.train.eval_explore)
         progress.eval_return = result.mean_return
         return {"eval/return_mean": result.mean_return, "eval/return_std": result.std_return,
-                "eval/policy_version": float(result.policy_version), "eval/s": time.perf_counter() - started}
+                **_versions(result=result), "eval/s": time.perf_counter() - started}
 
     def _mark_after(self, env_steps: int) -> int:
         """The first multiple of ``every`` above ``env_steps``."""
         return (env_steps // self.every + 1) * self.every
+
+
+def _versions(*, result: object) -> dict[str, float]:
+    """``eval/policy_version``; a multi-agent evaluation (marless/evaluate.py) one per policy it played,
+    ``eval/policy_version/<policy>``."""
+    per_policy = getattr(result, "policy_versions", None)
+    if per_policy is not None:
+        return {f"eval/policy_version/{policy}": float(version) for policy, version in sorted(per_policy.items())}
+    return {"eval/policy_version": float(getattr(result, "policy_version"))}

@@ -135,8 +135,12 @@ class Sweep:
         running = self.study.get_trials(deepcopy=False, states=(self.optuna.trial.TrialState.RUNNING,))
         for trial in running:
             self.study.tell(trial.number, state=self.optuna.trial.TrialState.FAIL)
-            self.study.enqueue_trial(trial.params, skip_if_exists=False)
-            log.warning("sweep: trial %d was interrupted; its values run again", trial.number)
+            if len(trial.params) == len(self.space.dimensions):
+                self.study.enqueue_trial(trial.params, skip_if_exists=False)
+                log.warning("sweep: trial %d was interrupted; its values run again", trial.number)
+            else:   # killed between ask() and drawing all its values: there are no values to run again
+                log.warning("sweep: trial %d was interrupted before its values were drawn; a new trial takes "
+                            "its place", trial.number)
         if running:
             self.study.set_user_attr("interrupted", [*self.interrupted(), *(t.number for t in running)])
 

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nimbus.algos.registry import make_algorithm
@@ -12,6 +13,7 @@ from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.models.weights import model_to_message, weights_key
 from nimbus.roles.evaluate import evaluate_policy
+from nimbus.run.loop import train
 from nimbus.run.stop import stop_reason
 from nimbus.types import Progress
 from nimbus.run.periodic_eval import PeriodicEvaluator
@@ -107,7 +109,26 @@ def test_config_errors_name_the_key(overrides: list[str], message: str) -> None:
         dqn_config(*overrides)
 
 
-def test_periodic_evaluation_is_refused_for_several_policies() -> None:
-    data = load_config(path=REPO / "configs" / "marless-ippo-spread.yaml").model_dump(mode="json")
-    with pytest.raises(ConfigError, match="periodic evaluation runs for one policy"):
+def test_periodic_evaluation_is_refused_for_a_population() -> None:
+    data = load_config(path=REPO / "configs" / "pbt-cartpole.yaml").model_dump(mode="json")
+    with pytest.raises(ConfigError, match="periodic evaluation runs for one workflow"):
         parse_config(data=apply_overrides(data=data, overrides=["train.eval_every_env_steps=1000"]))
+
+
+def test_a_multiagent_run_evaluates_periodically_with_each_policys_version(tmp_path: Path) -> None:
+    """The one run loop's periodic evaluation also runs MARLess's workflow: every agent plays its policy, and
+    the row names the version each policy was evaluated at."""
+    data = load_config(path=REPO / "configs" / "marless-ippo-spread.yaml").model_dump(mode="json")
+    data["output"] = {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}
+    config = parse_config(data=apply_overrides(data=data, overrides=[
+        "train.max_rounds=4", "train.eval_every_env_steps=800", "train.eval_episodes=2", "runtime.backend=inline"]))
+    rows = train(config=config).rows
+    before = [0] + [row.env_steps for row in rows[:-1]]
+    due = [row.round for row, steps in zip(rows, before) if row.env_steps // 800 > steps // 800]
+    evaluated = [row.round for row in rows if "eval/return_mean" in row.extras]
+    assert due and evaluated == due
+    for row in rows:
+        if row.round in evaluated:
+            assert {k for k in row.extras if k.startswith("eval/policy_version/")} == {
+                f"eval/policy_version/p_agent_{i}" for i in range(3)}
+            assert np.isfinite(row.extras["eval/return_mean"]) and row.extras["eval/return_mean"] < 0

@@ -66,3 +66,26 @@ def test_a_trials_configs_differ_in_seed_and_name_and_run_under_the_sweep(tmp_pa
     assert [(c.seed, c.name) for c in configs] == [(7, "cp-t4-s0"), (8, "cp-t4-s1"), (9, "cp-t4-s2")]
     assert {c.algo.lr for c in configs} == {0.002} and {c.output.root_dir for c in configs} == {str(tmp_path)}
     assert not any(c.output.report or c.output.status_line for c in configs)
+
+
+@pytest.mark.parametrize("drawn", [0, 1, 2])
+def test_a_trial_a_killed_sweep_left_runs_again_only_with_all_its_values(tmp_path: Path, drawn: int) -> None:
+    """A sweep killed between ``ask()`` and drawing its values left a RUNNING trial with some of them: there is
+    nothing to run again, so no half-filled trial is queued (it would draw the rest afresh)."""
+    import yaml
+
+    from nimbus.sweep.space import parse_space
+    from nimbus.sweep.study import Sweep, SweepOptions
+
+    optuna = pytest.importorskip("optuna")
+    base = yaml.safe_load((Path(__file__).resolve().parents[3] / "configs" / "ppo-cartpole.yaml").read_text())
+    space = parse_space(data={"algo.lr": {"float": [1.0e-4, 3.0e-3]}, "algo.minibatch_size": {"choice": [64, 128]}},
+                        base=base)
+    first = Sweep(base=base, space=space, sweep_dir=tmp_path, options=SweepOptions(trials=3, seeds=1))
+    killed = first.study.ask()
+    for dimension in space.dimensions[:drawn]:
+        dimension.suggest(trial=killed)
+    again = Sweep(base=base, space=space, sweep_dir=tmp_path, options=SweepOptions(trials=3, seeds=1))
+    assert again.interrupted() == [killed.number]
+    queued = again.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    assert [t.system_attrs.get("fixed_params") for t in queued] == ([killed.params] if drawn == 2 else [])
