@@ -35,7 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from nimbus.config.base import ConfigSection
 from nimbus.config.yaml_loader import parse_yaml
@@ -145,18 +145,12 @@ class SimulationConfig(ConfigSection):
     hardware: str | None = None
     """a hardware description YAML: per-kind speedups over the profiled machine and the network's bandwidth"""
 
-    @field_validator("profile")
+    @field_validator("profile", "hardware")
     @classmethod
-    def _profile_readable(cls, value: str | None) -> str | None:
+    def _file_readable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Read the named file now: a ValueError from its loader names simulation.profile / .hardware."""
         if value is not None:
-            load_profile(path=Path(value))   # ValueError → the loader names simulation.profile
-        return value
-
-    @field_validator("hardware")
-    @classmethod
-    def _hardware_readable(cls, value: str | None) -> str | None:
-        if value is not None:
-            load_hardware(path=Path(value))   # ValueError → the loader names simulation.hardware
+            (load_profile if info.field_name == "profile" else load_hardware)(path=Path(value))
         return value
 
     def models(self) -> dict[str, DurationModel]:

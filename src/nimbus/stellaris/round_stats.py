@@ -112,3 +112,11 @@ def round_extras(*, batch: Batch, now_s: float, meter: FlightMeter, learners: in
             "staleness/truncated_fraction": float(np.mean([s.get("truncated_fraction", 0.0)
                                                            for s in batch.stats] or [0.0])),
             "staleness/parameter_s": batch.parameter_s, "staleness/recomputed": float(batch.recomputed)}
+
+
+def mean_stats(*, stats: list[dict[str, float]]) -> dict[str, float]:
+    """Each loss statistic's mean over the gradients that reported it (the round row's ``losses``)."""
+    if not stats:
+        return {}
+    keys = set().union(*stats)
+    return {key: float(np.mean([s[key] for s in stats if key in s])) for key in sorted(keys)}

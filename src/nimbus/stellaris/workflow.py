@@ -55,7 +55,7 @@ from nimbus.roles.specs import role_spec
 from nimbus.stellaris.gradients import gradient_algo_for
 from nimbus.stellaris.learner import GradientRequest
 from nimbus.stellaris.parameter import ParameterRequest
-from nimbus.stellaris.round_stats import Batch, FlightMeter, round_extras
+from nimbus.stellaris.round_stats import Batch, FlightMeter, mean_stats, round_extras
 from nimbus.stellaris.rules import Aggregation, Arrival, Rejection, Verdict, make_rule
 from nimbus.types import Progress, RoundMetrics, schedule_fraction
 
@@ -353,7 +353,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         return ended
 
     def _finish_batch(self, *, batch: Batch) -> None:
-        stats = _mean_stats(batch.stats)
+        stats = mean_stats(stats=batch.stats)
         header = {"policy_version": self.progress.policy_version, "stats": stats,
                   "transfer_s": 0.0, "learning_s": self.clock() - batch.learning_started_s,
                   "compute_s": batch.compute_s, "extras": {}}
@@ -397,10 +397,3 @@ class AsyncLearnersWorkflow(SyncWorkflow):
 
 def _arrival(flight: InFlight) -> Arrival:
     return Arrival(key=flight.grad_key, slot=flight.slot, read_version=flight.read_version)
-
-
-def _mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
-    if not stats:
-        return {}
-    keys = set().union(*stats)
-    return {key: float(np.mean([s[key] for s in stats if key in s])) for key in sorted(keys)}
