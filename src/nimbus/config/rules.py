@@ -112,7 +112,8 @@ def _check_multiagent(*, config: NimbusConfig) -> None:
 
 
 def check_evaluation(*, config: NimbusConfig) -> None:
-    """Periodic evaluation (train.eval_every_env_steps) runs in the run loop for one workflow (run/periodic_eval.py)."""
+    """Periodic evaluation (train.eval_every_env_steps) runs in the run loop's RoundHook for every workflow, a
+    population's members included (run/periodic_eval.py)."""
     train = config.train
     if train.target_eval_return is not None and train.eval_every_env_steps is None:
         raise ValueError("train.target_eval_return needs train.eval_every_env_steps (the evaluations it stops on)")
@@ -120,9 +121,6 @@ def check_evaluation(*, config: NimbusConfig) -> None:
         return
     if train.eval_episodes < 1:
         raise ValueError("train.eval_every_env_steps needs train.eval_episodes ≥ 1 (the episodes of each evaluation)")
-    if config.policies or config.pbt is not None:
-        raise ValueError("train.eval_every_env_steps: periodic evaluation runs for one workflow (single-policy or "
-                         "multiagent); not with policies or pbt")
 
 
 def check_pipeline(*, config: Any) -> None:

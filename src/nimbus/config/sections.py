@@ -228,7 +228,8 @@ class TrainConfig(Section):
     eval_episodes: int = Field(default=10, ge=0)
     """episodes of the final policy evaluated at the end (0: skip), and of each periodic evaluation"""
     eval_every_env_steps: int | None = Field(default=None, ge=1)
-    """also evaluate the newest policy every this many env steps, in the driver (metrics eval/*; None: only at the end)"""
+    """also evaluate the newest policy every this many env steps, in the driver (metrics eval/*; None: only at the end);
+    a population: each member every this many of its own env steps"""
     eval_explore: bool = True
     """evaluation episodes act as in training (sampled actions; DQN's ε); false: greedily (the distribution's mode)"""
     target_eval_return: float | None = None

@@ -174,7 +174,7 @@ class Population:
         """The member's hyperparameters this round; under PBT, every ``interval_rounds``, whether it exploits."""
         self._log(self.hyper_log, {"member": self.names[i], "round": row.round, "env_steps": row.env_steps,
                                    "return_mean": row.return_mean, "policy_version": row.policy_version,
-                                   "hyperparameters": self.values(i)})
+                                   "hyperparameters": self.values(i), **evaluation(row=row)})
         pbt = self.config.pbt
         if pbt is None or row.round % pbt.interval_rounds != pbt.interval_rounds - 1:
             return
@@ -275,6 +275,15 @@ class Population:
         for handle in (self.lineage, self.hyper_log):
             if handle is not None:
                 handle.close()
+
+
+def evaluation(*, row: RoundMetrics) -> dict[str, float]:
+    """A round's periodic evaluation (``train.eval_every_env_steps``, run/periodic_eval.py) for
+    hyperparameters.jsonl: ``eval_return_mean`` and ``eval_policy_version``; {} when the round had none."""
+    if "eval/return_mean" not in row.extras:
+        return {}
+    return {"eval_return_mean": row.extras["eval/return_mean"],
+            "eval_policy_version": int(row.extras["eval/policy_version"])}
 
 
 def lineage_counts(*, path: Path) -> tuple[int, int]:

@@ -146,7 +146,8 @@ def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | N
                 config=plan.config, shared=lambda: pool, run_dir=plan.run_dir, policy=plan.name,
                 resume_from=plan.resume_from, rank_base=plan.rank_base)
             hook = RoundHook(config=plan.config, workflow=members.get(i), runtime=pool.runtime,
-                             after_round=lambda row, i=i: population.after_round(i, row))
+                             after_round=lambda row, i=i: population.after_round(i, row),
+                             progress_env_steps=workflow.progress.env_steps)   # resumed: its next evaluation mark
             members.add(workflow=workflow, hook=hook)   # added first: closed by the finally below if trackers fail
             hook.trackers = trackers.enter_context(RunTrackers.open(
                 output=plan.config.output, run_dir=plan.run_dir, config=plan.config.model_dump(mode="json"),

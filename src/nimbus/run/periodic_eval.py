@@ -8,12 +8,18 @@ the round row's extras (``eval/return_mean``, ``eval/return_std``, ``eval/policy
 ``eval/policy_version/<policy>``, ``eval/s``: metrics.jsonl and the trackers) and in ``Progress.eval_return``,
 which ``train.target_eval_return`` stops on.
 
-The driver is busy while it evaluates: the functions already running go on, but none is started. The
-evaluation is not a function invocation, so the ledger does not bill it.
+A population's members (``policies:``, ``pbt:``; run/members.py) each have a RoundHook and so an evaluator of
+their own: a member is evaluated every ``eval_every_env_steps`` of its own env steps, on its own seed (run seed
++ i), in its own row (``policies/<name>/metrics.jsonl``, its trackers).
+
+The driver is busy while it evaluates: the functions already running go on, but none is started. On the inline
+runtime (functions on a thread of the driver's process) the evaluation holds the runtime's ``exclusive()``, so
+no call runs meanwhile: both seed torch's global RNG. The evaluation is not a function invocation, so the
+ledger does not bill it.
 
 Example::
 
-    evaluator = PeriodicEvaluator(config=config, env_steps=progress.env_steps)
+    evaluator = PeriodicEvaluator(config=config, env_steps=progress.env_steps, runtime=shared.runtime)
     scalars = evaluator.maybe_evaluate(evaluate=workflow.evaluate, progress=workflow.progress)
     row.extras.update(scalars)        # {} when no evaluation was due
 """
@@ -21,10 +27,11 @@ Example::
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from nimbus.config import NimbusConfig
 from nimbus.roles.evaluate import EvalResult
+from nimbus.runtime.base import between_calls
 from nimbus.types import Progress
 
 EVAL_SEED_OFFSET = 20_000   # periodic evaluations: seed + this (the final one uses seed + 10_000)
@@ -33,11 +40,11 @@ EVAL_SEED_OFFSET = 20_000   # periodic evaluations: seed + this (the final one u
 class PeriodicEvaluator:
     """Evaluates when the run's env steps cross the next multiple of ``train.eval_every_env_steps``."""
 
-    def __init__(self, *, config: NimbusConfig, env_steps: int) -> None:
+    def __init__(self, *, config: NimbusConfig, env_steps: int, runtime: Any = None) -> None:
         every = config.train.eval_every_env_steps
         if every is None:
             raise ValueError("PeriodicEvaluator needs train.eval_every_env_steps")
-        self.config, self.every = config, every
+        self.config, self.every, self.runtime = config, every, runtime   # runtime: no inline call meanwhile
         self.next_at = self._mark_after(env_steps)   # a resumed run evaluates at the next multiple
 
     def maybe_evaluate(self, *, evaluate: Callable[..., EvalResult], progress: Progress) -> dict[str, float]:
@@ -47,8 +54,9 @@ class PeriodicEvaluator:
             return {}
         self.next_at = self._mark_after(progress.env_steps)   # a round that crossed several marks: one evaluation
         started = time.perf_counter()
-        result = evaluate(episodes=self.config.train.eval_episodes, seed=self.config.seed + EVAL_SEED_OFFSET,
-                          explore=self.config.train.eval_explore)
+        with between_calls(runtime=self.runtime):
+            result = evaluate(episodes=self.config.train.eval_episodes, seed=self.config.seed + EVAL_SEED_OFFSET,
+                              explore=self.config.train.eval_explore)
         progress.eval_return = result.mean_return
         return {"eval/return_mean": result.mean_return, "eval/return_std": result.std_return,
                 **_versions(result=result), "eval/s": time.perf_counter() - started}

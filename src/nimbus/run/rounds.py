@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from nimbus.config import NimbusConfig
 from nimbus.run.periodic_eval import PeriodicEvaluator
+from nimbus.runtime.base import between_calls
 from nimbus.run.stop import SIGNALS
 from nimbus.run.summary import RunSummary, runtime_scalars, summarise
 from nimbus.types import RoundMetrics
@@ -41,7 +42,7 @@ class RoundHook:
         self.config, self.workflow, self.rows, self.runtime, self.after_round, self.trackers = \
             config, workflow, rows, runtime, after_round, trackers
         self.peak_actors = 1   # the most actors any round used (the serverful baseline reserves them for the run)
-        self.evaluator = PeriodicEvaluator(config=config, env_steps=progress_env_steps) \
+        self.evaluator = PeriodicEvaluator(config=config, env_steps=progress_env_steps, runtime=runtime) \
             if config.train.eval_every_env_steps is not None else None
 
     def __call__(self, row: RoundMetrics) -> None:
@@ -68,7 +69,9 @@ def finish(*, config: NimbusConfig, workflow: "Workflow", shared: "Shared", wall
     workflow.checkpoint()
     eval_return = None
     if config.train.eval_episodes > 0 and stopped_by not in SIGNALS:
-        eval_return = workflow.evaluate(episodes=config.train.eval_episodes, seed=config.seed + FINAL_EVAL_SEED_OFFSET,
-                                        explore=config.train.eval_explore).mean_return
+        with between_calls(runtime=shared.runtime):   # inline: no function's call meanwhile (torch's RNG is shared)
+            eval_return = workflow.evaluate(episodes=config.train.eval_episodes,
+                                            seed=config.seed + FINAL_EVAL_SEED_OFFSET,
+                                            explore=config.train.eval_explore).mean_return
     return summarise(config=config, shared=shared, progress=workflow.progress, wall_s=wall_s, stopped_by=stopped_by,
                      cost_usd=workflow.cost_usd(), peak_actors=peak_actors, eval_return=eval_return)

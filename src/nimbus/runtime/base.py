@@ -21,10 +21,11 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from nimbus.core import Runtime as Runtime  # the contract itself lives in core.py
 from nimbus.data.codec import Message
@@ -87,7 +88,8 @@ class RuntimeStats:
     dropped_results: int
 
 
-OPTIONAL_PARTS = ("now_s", "event_queue")   # what a runtime may add so that a workflow runs on its clock (simulated)
+OPTIONAL_PARTS = ("now_s", "event_queue",   # what a runtime may add so that a workflow runs on its clock (simulated)
+                  "exclusive")              # and the inline runtime's lock on its calls (between_calls)
 
 
 def runtime_clock(*, runtime: Any, default: Callable[[], float] = time.perf_counter) -> Callable[[], float]:
@@ -101,3 +103,12 @@ def event_queue(*, runtime: Any) -> "queue.Queue":
     a simulated runtime's advances its clock), else a plain ``queue.Queue``."""
     make = getattr(runtime, "event_queue", None)
     return make() if make is not None else queue.Queue()
+
+
+def between_calls(*, runtime: Any) -> ContextManager[None]:
+    """A block of the driver's own work (an evaluation) during which no function runs in the driver's process: the
+    runtime's ``exclusive()`` if it has one (runtime.backend: inline runs functions on a thread of the driver's
+    process, which shares torch's global RNG with it: an evaluation's ``torch.manual_seed`` would move a learner's
+    draws, and a learner's draws the evaluation's), else no wait (functions run in processes of their own)."""
+    exclusive = getattr(runtime, "exclusive", None)
+    return exclusive() if exclusive is not None else contextlib.nullcontext()

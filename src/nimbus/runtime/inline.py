@@ -16,7 +16,9 @@ run, through the same path as a worker (runtime/worker.py), so what passes here 
   result is encoded and decoded (copied) before its future resolves. Nothing is shared with the caller,
   and a dtype the codec refuses fails the attempt as it would in a worker.
 * **Driver state**: around each call the torch thread count, torch's CPU RNG, numpy's and ``random``'s
-  global states are saved and restored (functions reseed and set threads as if they owned a process).
+  global states are saved and restored (functions reseed and set threads as if they owned a process). The
+  driver's own work on that state (a periodic or final evaluation) holds ``exclusive()``: no call runs
+  meanwhile, so it neither moves a function's draws nor has its own moved (runtime/base.py ``between_calls``).
 * **Ledger**: one ``attempt_record`` per attempt (and one per pool key ``prewarm``); an exception is
   retried up to ``max_retries`` unless marked not retryable, then the future raises ``FunctionFailed``
   with the original error. A device pool, if given, is leased around each call.
@@ -43,7 +45,7 @@ import uuid
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 import numpy as np
 
@@ -115,6 +117,7 @@ class InlineRuntime(AttemptEndings):
         self._queue: deque[Any] = deque()  # Invocation or _Prewarm, in submission order (retries first)
         self._overran: set[str] = set()  # functions already logged for exceeding timeout_s
         self._changed = threading.Condition(threading.RLock())
+        self._calling = threading.RLock()   # held by the inline thread around each job, by the driver in exclusive()
         self._thread = threading.Thread(target=self._loop, name="nimbus-inline", daemon=True)
         self._thread.start()
 
@@ -144,6 +147,11 @@ class InlineRuntime(AttemptEndings):
     def preregister(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
         """A prewarm: nothing sleeps in process."""
         self.prewarm(spec=spec, count=count, wait_s=wait_s)
+
+    def exclusive(self) -> ContextManager[None]:
+        """Held, no job runs (the one in progress finishes first): for the driver's own work that shares process
+        state with functions (an evaluation seeds torch's global RNG; runtime/base.py's ``between_calls``)."""
+        return self._calling
 
     def bill_provisioned(self) -> None:
         """Nothing to bill: the driver is the only worker, so no capacity is provisioned (no idle time either)."""
@@ -194,10 +202,11 @@ class InlineRuntime(AttemptEndings):
                     return
                 job = self._queue.popleft()
             try:
-                if isinstance(job, _Prewarm):
-                    self._prewarm(job)
-                elif not job.future.cancelled():
-                    self._run(self._attempt(job))
+                with self._calling:
+                    if isinstance(job, _Prewarm):
+                        self._prewarm(job)
+                    elif not job.future.cancelled():
+                        self._run(self._attempt(job))
             except Exception as exc:  # noqa: BLE001 - a bug here must not leave a future pending forever
                 log.exception("inline runtime: %s failed outside its function", getattr(job, "spec", job))
                 if isinstance(job, Invocation):

@@ -1,5 +1,6 @@
 """Periodic evaluation (train.eval_every_env_steps): when it runs, what it evaluates, what it stops."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +16,11 @@ from nimbus.models.weights import model_to_message, weights_key
 from nimbus.roles.evaluate import evaluate_policy
 from nimbus.run.loop import train
 from nimbus.run.stop import stop_reason
-from nimbus.types import Progress
 from nimbus.run.periodic_eval import PeriodicEvaluator
 from nimbus.types import Progress
+from nimbus.data.resume import load_resume_state
+from nimbus.pbt.population import weights_sha256
+from test_inline_workflows import inline_config  # the same directory (pytest puts it on sys.path)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -109,10 +112,77 @@ def test_config_errors_name_the_key(overrides: list[str], message: str) -> None:
         dqn_config(*overrides)
 
 
-def test_periodic_evaluation_is_refused_for_a_population() -> None:
-    data = load_config(path=REPO / "configs" / "pbt-cartpole.yaml").model_dump(mode="json")
-    with pytest.raises(ConfigError, match="periodic evaluation runs for one workflow"):
-        parse_config(data=apply_overrides(data=data, overrides=["train.eval_every_env_steps=1000"]))
+# ------------------------------------------------------------------------------------------------ a population
+EVERY = 160   # a member's round: 1 actor × 4 envs × 16 steps = 64 env steps; marks 160, 320, 480 at rounds 2, 4, 7
+POPULATION = ["pbt={members: 2, interval_rounds: 2, fraction: 0.5, hyperparameters: {lr: {low: 1.0e-4, high: "
+              "1.0e-2, log: true}}}", "actors.fragment_steps=16", "algo.minibatch_size=32", "algo.num_epochs=1",
+              "store.keep_versions=50", f"train.eval_every_env_steps={EVERY}", "train.eval_episodes=2"]
+
+
+def member_rows(run_dir: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "policies" / name / "metrics.jsonl").read_text().splitlines()]
+
+
+def due_rounds(rows: list[dict]) -> list[int]:
+    """The rounds whose env steps crossed a multiple of EVERY (the member's own steps)."""
+    before = [0] + [row["env_steps"] for row in rows[:-1]]
+    return [row["round"] for row, steps in zip(rows, before) if row["env_steps"] // EVERY > steps // EVERY]
+
+
+def evaluated_rounds(rows: list[dict]) -> list[int]:
+    return [row["round"] for row in rows if "eval/return_mean" in row["extras"]]
+
+
+def test_each_population_member_is_evaluated_every_n_of_its_own_env_steps(tmp_path: Path) -> None:
+    """PBT members go through the loop's RoundHook: each member's metrics.jsonl has its evaluations at its own
+    env-step marks, of its own newest version on its own seed, and hyperparameters.jsonl repeats them."""
+    config = inline_config(name="pbt-cartpole", run_root=tmp_path, overrides=["train.max_rounds=5", *POPULATION])
+    run_dir = train(config=config).run_dir
+    hyper = [json.loads(line) for line in (run_dir / "hyperparameters.jsonl").read_text().splitlines()]
+    for i, name in enumerate(("member0", "member1")):
+        rows = member_rows(run_dir, name)
+        assert [row["env_steps"] for row in rows] == [64, 128, 192, 256, 320]
+        assert evaluated_rounds(rows) == due_rounds(rows) == [2, 4]
+        for row in rows:
+            if "eval/return_mean" in row["extras"]:
+                assert row["extras"]["eval/policy_version"] == row["policy_version"]
+        logged = {h["round"]: (h["eval_return_mean"], h["eval_policy_version"]) for h in hyper
+                  if h["member"] == name and "eval_return_mean" in h}
+        assert logged == {row["round"]: (row["extras"]["eval/return_mean"], row["policy_version"])
+                          for row in rows if "eval/return_mean" in row["extras"]}
+        # round 4 is the last: the final checkpoint holds the version it evaluated, on the member's seed (seed + i)
+        state = load_resume_state(path=run_dir / "policies" / name)
+        assert state.policy_version == rows[4]["policy_version"]
+        replayed = evaluate_policy(config=parse_config(data=state.config), weights=state.weights, episodes=2,
+                                   seed=config.seed + i + 20_000, explore=True)
+        assert rows[4]["extras"]["eval/return_mean"] == replayed.mean_return
+
+
+def test_evaluating_a_population_inline_leaves_its_training_as_it_was(tmp_path: Path) -> None:
+    """On the inline runtime the members' functions run on a thread of the driver's process, which shares torch's
+    global RNG with the driver's evaluation: the evaluation holds the runtime's ``exclusive()`` so that no call
+    runs meanwhile, and every member's weights are those of the same run without periodic evaluation."""
+    finals = []
+    for overrides in (POPULATION, [o for o in POPULATION if not o.startswith("train.eval")]):
+        run_dir = train(config=inline_config(name="pbt-cartpole", run_root=tmp_path / str(len(finals)),
+                                             overrides=["train.max_rounds=5", *overrides])).run_dir
+        finals.append([weights_sha256(message=load_resume_state(path=run_dir / "policies" / name).weights)
+                       for name in ("member0", "member1")])
+    assert finals[0] == finals[1]
+
+
+def test_a_resumed_population_evaluates_each_member_at_its_next_mark(tmp_path: Path) -> None:
+    """--resume of a population: a member resumed at 192 env steps evaluates next at 320 (round 4), not at its
+    first resumed round (256: the mark 160 counted from 0 again)."""
+    first = train(config=inline_config(name="pbt-cartpole", run_root=tmp_path,
+                                       overrides=["train.max_rounds=3", *POPULATION]))
+    resumed = train(config=inline_config(name="pbt-cartpole", run_root=tmp_path,
+                                         overrides=["train.max_rounds=6", *POPULATION]), resume_from=first.run_dir)
+    assert resumed.run_dir == first.run_dir
+    for name in ("member0", "member1"):
+        rows = member_rows(first.run_dir, name)
+        assert [row["round"] for row in rows] == [0, 1, 2, 3, 4, 5]
+        assert evaluated_rounds(rows) == due_rounds(rows) == [2, 4]
 
 
 def test_a_multiagent_run_evaluates_periodically_with_each_policys_version(tmp_path: Path) -> None:
