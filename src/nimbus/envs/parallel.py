@@ -1,7 +1,8 @@
 """Multi-agent envs through PettingZoo's Parallel API, with the env contract checked per agent (MARLess §4.1).
 
 An env id is either a catalogued mpe2 env, ``mpe2:simple_spread_v3`` → ``mpe2.simple_spread_v3.parallel_env(**kwargs)``,
-or a user's factory, ``pkg.module:factory`` → ``factory(**kwargs)`` returning a PettingZoo ``ParallelEnv``.
+or a user's factory, ``pkg.module:factory`` → ``factory(**kwargs)`` returning a PettingZoo ``ParallelEnv`` (or an
+``AECEnv`` that declares ``is_parallelizable``, converted by envs/aec.py).
 mpe2 imports pygame when it loads, so the headless settings (``SDL_VIDEODRIVER=dummy``,
 ``PYGAME_HIDE_SUPPORT_PROMPT=1``) are set (unless already set) before any import.
 
@@ -34,7 +35,7 @@ import numpy as np
 from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-from nimbus.envs.aec import refuse_aec
+from nimbus.envs.aec import parallel_from_aec
 from nimbus.envs.checks import check_box_observation, unknown_kwarg
 from nimbus.envs.custom import import_modules, resolve
 from nimbus.envs.spaces import EnvSpaces
@@ -67,7 +68,7 @@ def build_raw_env(*, env_id: str, kwargs: dict[str, Any]) -> ParallelEnv:
         env = factory(**kwargs)
     except TypeError as err:   # an env.kwargs key the factory does not take: exit 2 naming it
         raise unknown_kwarg(error=err, kwargs=kwargs, env_id=env_id) or err from None
-    refuse_aec(env=env, env_id=env_id)
+    env = parallel_from_aec(env=env, env_id=env_id)   # an AEC env: converted where it declares it safe
     if not isinstance(env, ParallelEnv):
         raise ConfigError(f"env.id: {env_id!r} returned a {type(env).__name__}, not a PettingZoo ParallelEnv")
     return env
