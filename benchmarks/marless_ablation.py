@@ -1,7 +1,9 @@
 """MARLess's ablation (issue 27; paper 001, Fig. 13) against the baselines a MARL reader expects.
 
 IPPO on mpe2 simple_spread with N = 3 and N = 6 agents (configs/marless-ippo-spread.yaml with
-``env.kwargs.N``), the same number of rounds in every arm, ≥ 5 seeds. Arms:
+``env.kwargs.N``), the same number of rounds in every arm, ≥ 5 seeds; ``--env adversary``: mpe2 simple_adversary
+(heterogeneous agents: one adversary that sees 8 numbers, N good agents that see 10; ``--agents`` is its ``N``,
+default 2, so 3 agents). Arms:
 
     marless        marless.sharing=marless, marless.scaling=marless   (both techniques)
     sharing-only   marless.sharing=marless, marless.scaling=fixed     (I_max actors every round)
@@ -17,11 +19,20 @@ learner cost (postprocess + critic + policy functions), the actor cost and the *
 row: the run's cost_usd), the mean actors and policies per round, and the detector's toggles. Per arm and N:
 IQM with a 95 % stratified bootstrap interval (nimbus.analysis.stats). Then, claim by claim, MARLess against
 each baseline: learner cost ratio (paper −49 %), actor cost ratio (paper −33 %), return gap (paper: within 5 %),
-and the plain arm against uniform-random play (−27.0 at N = 3, −38.6 at N = 6, docs/marless.md).
+and the plain arm against uniform-random play (−27.0 at N = 3, −38.6 at N = 6, docs/marless.md; simple_adversary
+N = 2: ``UNIFORM_RANDOM["adversary"]``, measured by ``--measure-random``: 300 seeded episodes).
+
+Heterogeneous agents: sharing only ever groups agents of identical spaces (``static`` puts the adversary on one
+policy and the good agents on another; ``marless`` clusters within each class), but ``full`` needs one space for
+every agent (no padding in nimbus): on simple_adversary it exits 2, and the arm is recorded under ``skipped`` with
+that reason instead of crashing the ablation.
 
 Run:  python benchmarks/marless_ablation.py                  (6 arms × N 3, 6 × seeds 0-4; writes
                                                               benchmarks/results/marless_ablation.json)
       python benchmarks/marless_ablation.py --smoke          (2 arms, N = 3, 1 seed, 3 rounds: a minute)
+      python benchmarks/marless_ablation.py --env adversary --output benchmarks/results/marless_ablation_adversary.json
+                                                             (6 arms, full skipped, N = 2 × seeds 0-4)
+      python benchmarks/marless_ablation.py --env adversary --measure-random   (uniform-random return, 300 episodes)
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ import torch
 
 from nimbus.analysis.stats import aggregate
 from nimbus.config import load_config
+from nimbus.errors import ConfigError
 from nimbus.run.loop import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +62,11 @@ ARMS = {"marless": ["marless.sharing=marless", "marless.scaling=marless"],
         "per-agent": ["marless.sharing=none", "marless.scaling=fixed"],
         "full": ["marless.sharing=full", "marless.scaling=fixed"],
         "static": ["marless.sharing=static", "marless.scaling=fixed"]}
-UNIFORM_RANDOM = {3: -27.0, 6: -38.6}   # per-agent return of uniform-random play, 300 episodes (docs/marless.md)
+ENVS = {"spread": "mpe2:simple_spread_v3", "adversary": "mpe2:simple_adversary_v3"}
+DEFAULT_AGENTS = {"spread": [3, 6], "adversary": [2]}
+# per-agent return of uniform-random play, 300 episodes (docs/marless.md); adversary N = 2: `--measure-random`,
+# seed 0, -5.1998 (the same function gives -27.75 and -39.21 for spread N = 3 and 6)
+UNIFORM_RANDOM = {"spread": {3: -27.0, 6: -38.6}, "adversary": {2: -5.20}}
 METRICS = ("eval_return", "learner_cost_usd", "actor_cost_usd", "total_cost_usd", "mean_actors", "mean_policies",
            "toggles", "wall_s")
 I_MAX, ENVS_PER_ACTOR = 12, 2
@@ -60,7 +76,7 @@ log = logging.getLogger("marless_ablation")
 @dataclass(frozen=True)
 class Run:
     arm: str
-    agents: int
+    agents: int               # env.kwargs.N (simple_adversary: the good agents, plus one adversary)
     seed: int
     eval_return: float        # mean per-agent return, greedy episodes of the final policies
     learner_cost_usd: float
@@ -71,21 +87,30 @@ class Run:
     toggles: int              # rounds at which the number of policies changed
     env_steps: int
     wall_s: float
+    env: str = "spread"
 
 
-def overrides(*, extra: list[str], agents: int, seed: int, rounds: int, root: Path, eval_episodes: int) -> list[str]:
+def label(*, env: str, agents: int) -> str:
+    """The summary's key prefix: ``N3`` for simple_spread (as before), ``adversary-N2`` otherwise."""
+    return f"N{agents}" if env == "spread" else f"{env}-N{agents}"
+
+
+def overrides(*, extra: list[str], agents: int, seed: int, rounds: int, root: Path, eval_episodes: int,
+              env: str = "spread") -> list[str]:
     return [f"seed={seed}", f"train.max_rounds={rounds}", "train.total_env_steps=100000000",
-            f"env.kwargs={{N: {agents}, max_cycles: 25}}", f"env.num_envs_per_actor={ENVS_PER_ACTOR}",
+            f"env.id={ENVS[env]}", f"env.kwargs={{N: {agents}, max_cycles: 25}}", f"env.num_envs_per_actor={ENVS_PER_ACTOR}",
             f"actors.scaling={{kind: fixed, num_actors: {I_MAX}}}", f"marless.i_max={I_MAX}",
             "runtime.max_workers=16", f"train.eval_episodes={eval_episodes}", f"output.root_dir={root}",
             "output.status_line=false", "output.loggers=[]", "output.report=false", *extra]
 
 
-def run_arm(*, arm: str, agents: int, seed: int, rounds: int, root: Path, eval_episodes: int) -> Run:
+def run_arm(*, arm: str, agents: int, seed: int, rounds: int, root: Path, eval_episodes: int,
+            env: str = "spread") -> Run:
     config = load_config(path=CONFIG, overrides=overrides(extra=ARMS[arm], agents=agents, seed=seed, rounds=rounds,
-                                                           root=root, eval_episodes=eval_episodes))
+                                                           root=root, eval_episodes=eval_episodes, env=env))
     started = time.perf_counter()
-    result = train(config=config, run_dir=root / f"n{agents}-{arm}-s{seed}")
+    prefix = "" if env == "spread" else f"{env}-"
+    result = train(config=config, run_dir=root / f"{prefix}n{agents}-{arm}-s{seed}")
     wall_s = time.perf_counter() - started
     rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     extras = [row["extras"] for row in rows]
@@ -96,14 +121,40 @@ def run_arm(*, arm: str, agents: int, seed: int, rounds: int, root: Path, eval_e
                total_cost_usd=float(rows[-1]["cost_usd"]),
                mean_actors=float(np.mean([row["num_actors"] for row in rows])), mean_policies=float(np.mean(policies)),
                toggles=int(sum(a != b for a, b in zip(policies, policies[1:]))),
-               env_steps=int(result.summary.env_steps), wall_s=wall_s)
+               env_steps=int(result.summary.env_steps), wall_s=wall_s, env=env)
+
+
+def uniform_random_return(*, env: str, agents: int, episodes: int = 300, seed: int = 0) -> float:
+    """The mean per-agent return (the ablation's eval metric) of uniformly random actions: ``episodes`` episodes
+    of max_cycles 25 on seeds ``seed``, ``seed + 1``, ..., each agent's action space seeded alike."""
+    from nimbus.envs.parallel import make_parallel_env
+
+    made = make_parallel_env(env_id=ENVS[env], seed=seed, kwargs={"N": agents, "max_cycles": 25})
+    totals = []
+    try:
+        for episode in range(episodes):
+            made.reset(seed=seed + episode)
+            for i, agent in enumerate(made.possible_agents):
+                made.action_space(agent).seed(seed + episode * 1000 + i)
+            returns = dict.fromkeys(made.possible_agents, 0.0)
+            while made.agents:
+                _, rewards, _, _, _ = made.step({agent: made.action_space(agent).sample() for agent in made.agents})
+                for agent, reward in rewards.items():
+                    returns[agent] += float(reward)
+            totals.append(float(np.mean(list(returns.values()))))
+    finally:
+        made.close()
+    return float(np.mean(totals))
 
 
 def summarise(runs: list[Run]) -> dict[str, dict[str, dict]]:
-    """Per ``N<agents>/<arm>``: each metric's IQM and 95 % bootstrap interval over the seeds."""
+    """Per ``<label>/<arm>`` (label: ``N<agents>``, or ``<env>-N<agents>`` off simple_spread): each metric's IQM and
+    95 % bootstrap interval over the seeds."""
     out: dict[str, dict[str, dict]] = {}
-    for key in dict.fromkeys(f"N{r.agents}/{r.arm}" for r in runs):
-        mine = [r for r in runs if f"N{r.agents}/{r.arm}" == key]
+    def key_of(r: Run) -> str:
+        return f"{label(env=r.env, agents=r.agents)}/{r.arm}"
+    for key in dict.fromkeys(key_of(r) for r in runs):
+        mine = [r for r in runs if key_of(r) == key]
         out[key] = {name: asdict(aggregate(scores_by_task=[np.array([getattr(r, name) for r in mine], float)],
                                            statistic="iqm")) for name in METRICS}
         out[key]["seeds"] = {"point": len(mine), "low": None, "high": None}
@@ -117,7 +168,10 @@ def claims(summary: dict[str, dict[str, dict]]) -> dict[str, dict[str, float]]:
     for key, arm in summary.items():
         agents, name = key.split("/")
         point = {m: arm[m]["point"] for m in METRICS}
-        out.setdefault(f"{agents}/above_random", {})[name] = point["eval_return"] - UNIFORM_RANDOM[int(agents[1:])]
+        env, _, n = agents.rpartition("-N") if "-N" in agents else ("spread", "", agents[1:])
+        random_return = UNIFORM_RANDOM[env].get(int(n))
+        if random_return is not None:
+            out.setdefault(f"{agents}/above_random", {})[name] = point["eval_return"] - random_return
         ours = summary.get(f"{agents}/marless")
         if name == "marless" or ours is None:
             continue
@@ -147,7 +201,12 @@ def markdown(summary: dict[str, dict[str, dict]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--agents", nargs="+", type=int, default=[3, 6], choices=sorted(UNIFORM_RANDOM))
+    parser.add_argument("--env", default="spread", choices=list(ENVS),
+                        help="spread: simple_spread; adversary: simple_adversary (heterogeneous agents)")
+    parser.add_argument("--agents", nargs="+", type=int, default=None,
+                        help="env.kwargs.N per run (default: 3 6 for spread, 2 for adversary)")
+    parser.add_argument("--measure-random", action="store_true",
+                        help="print the uniform-random return (300 seeded episodes) for --env and --agents, then stop")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--rounds", type=int, default=150, help="rounds per run (600 env steps each)")
     parser.add_argument("--eval-episodes", type=int, default=40)
@@ -156,15 +215,28 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "marless_ablation.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    arms, agents = (["marless", "full"], [3]) if args.smoke else (args.arms, args.agents)
+    agents = args.agents or DEFAULT_AGENTS[args.env]
+    if args.measure_random:
+        for n in agents:
+            print(json.dumps({"env": ENVS[args.env], "N": n, "episodes": 300, "seed": 0,
+                              "uniform_random_return": uniform_random_return(env=args.env, agents=n)}))
+        return
+    arms = (["marless", "full"] if args.env == "spread" else ["marless", "static", "full"]) if args.smoke \
+        else args.arms
+    agents = agents[:1] if args.smoke else agents
     seeds, rounds = ([0], 3) if args.smoke else (args.seeds, args.rounds)
     load_before = os.getloadavg()[0]
-    runs = []
+    runs, skipped = [], {}
     for n in agents:
         for seed in seeds:                   # seed-major: the arms of one seed run back to back
             for arm in arms:
-                run = run_arm(arm=arm, agents=n, seed=seed, rounds=rounds, root=args.root,
-                              eval_episodes=2 if args.smoke else args.eval_episodes)
+                try:
+                    run = run_arm(arm=arm, agents=n, seed=seed, rounds=rounds, root=args.root, env=args.env,
+                                  eval_episodes=2 if args.smoke else args.eval_episodes)
+                except ConfigError as err:   # an arm that cannot apply here (full sharing across spaces): said why
+                    skipped[f"{label(env=args.env, agents=n)}/{arm}"] = str(err)
+                    log.warning("N=%d %s skipped: %s", n, arm, err)
+                    continue
                 log.info("N=%d %s seed %d: eval %.2f, learner $%.5f, actor $%.5f, total $%.5f, %.1f actors, "
                          "%.2f policies, %.0f s", n, arm, seed, run.eval_return, run.learner_cost_usd,
                          run.actor_cost_usd, run.total_cost_usd, run.mean_actors, run.mean_policies, run.wall_s)
@@ -174,7 +246,8 @@ def main() -> None:
     args.output.write_text(json.dumps({
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                     "load_1m_before": load_before, "load_1m_after": os.getloadavg()[0]},
-        "rounds": rounds, "runs": [asdict(r) for r in runs], "summary": summary, "claims": claims(summary)},
+        "env": ENVS[args.env], "uniform_random": UNIFORM_RANDOM[args.env], "rounds": rounds,
+        "runs": [asdict(r) for r in runs], "skipped": skipped, "summary": summary, "claims": claims(summary)},
         indent=2))
     print(markdown(summary))
     print(json.dumps(claims(summary), indent=2))

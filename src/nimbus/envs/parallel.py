@@ -1,7 +1,8 @@
 """Multi-agent envs through PettingZoo's Parallel API, with the env contract checked per agent (MARLess §4.1).
 
 An env id is either a catalogued mpe2 env, ``mpe2:simple_spread_v3`` → ``mpe2.simple_spread_v3.parallel_env(**kwargs)``,
-or a user's factory, ``pkg.module:factory`` → ``factory(**kwargs)`` returning a PettingZoo ``ParallelEnv``.
+or a user's factory, ``pkg.module:factory`` → ``factory(**kwargs)`` returning a PettingZoo ``ParallelEnv`` (or an
+``AECEnv`` that declares ``is_parallelizable``, converted by envs/aec.py).
 mpe2 imports pygame when it loads, so the headless settings (``SDL_VIDEODRIVER=dummy``,
 ``PYGAME_HIDE_SUPPORT_PROMPT=1``) are set (unless already set) before any import.
 
@@ -12,7 +13,14 @@ retried) naming the env, the agent and the step when:
   live agents (the agents that acted, plus any agent that appeared in ``env.agents`` during the step);
 - an agent's observation or action space differs from the one it had when the env was built;
 - an observation does not fit its agent's space (shape and dtype for Box spaces), or is NaN/Inf;
-- a reward is not a finite scalar.
+- a reward is not a finite scalar;
+- an action mask (envs/masks.py) is malformed or allows no action, or a live agent that had one at the first reset
+  has none.
+
+An env whose observations are PettingZoo's masked Dicts (``{"observation", "action_mask"}``) is first wrapped in
+envs/masks.py's ``SplitActionMask``: its agents' observations are the ``observation`` entries and their masks are in
+``infos[agent]["action_mask"]``, as in envs that give them there. ``mask_agents`` (after the first reset) names the
+agents with masks.
 
 Example::
 
@@ -34,9 +42,10 @@ import numpy as np
 from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-from nimbus.envs.aec import refuse_aec
+from nimbus.envs.aec import parallel_from_aec
 from nimbus.envs.checks import check_box_observation, unknown_kwarg
 from nimbus.envs.custom import import_modules, resolve
+from nimbus.envs.masks import check_mask, masks_from, split_masks
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError, EnvContractError
 from nimbus.liveness import beat
@@ -50,7 +59,7 @@ def make_parallel_env(*, env_id: str, seed: int, kwargs: dict[str, Any],
     """The env ``env_id`` built with ``kwargs``, inside the contract checker; its first unseeded reset uses ``seed``."""
     import_modules(modules=imports, key="env.imports")
     raw = build_raw_env(env_id=env_id, kwargs=kwargs)
-    return ContractCheckedParallel(raw, env_id=env_id, seed=seed)
+    return ContractCheckedParallel(split_masks(env=raw), env_id=env_id, seed=seed)
 
 
 def build_raw_env(*, env_id: str, kwargs: dict[str, Any]) -> ParallelEnv:
@@ -67,7 +76,7 @@ def build_raw_env(*, env_id: str, kwargs: dict[str, Any]) -> ParallelEnv:
         env = factory(**kwargs)
     except TypeError as err:   # an env.kwargs key the factory does not take: exit 2 naming it
         raise unknown_kwarg(error=err, kwargs=kwargs, env_id=env_id) or err from None
-    refuse_aec(env=env, env_id=env_id)
+    env = parallel_from_aec(env=env, env_id=env_id)   # an AEC env: converted where it declares it safe
     if not isinstance(env, ParallelEnv):
         raise ConfigError(f"env.id: {env_id!r} returned a {type(env).__name__}, not a PettingZoo ParallelEnv")
     return env
@@ -123,6 +132,7 @@ class ContractCheckedParallel(BaseParallelWrapper):
         self.possible_agents = list(env.possible_agents)
         self._spaces = {agent: (env.observation_space(agent), env.action_space(agent)) for agent in self.possible_agents}
         self.latest_observations: dict[str, np.ndarray] = {}
+        self.mask_agents: frozenset[str] | None = None   # the agents with action masks, from the first reset
         beat()
 
     @property
@@ -149,6 +159,10 @@ class ContractCheckedParallel(BaseParallelWrapper):
         self._check_spaces(agents=live, where=where)
         for agent in live:
             self._check_observation(agent=agent, obs=obs[agent], where=where)
+        masks = masks_from(infos=infos)
+        if self.mask_agents is None:
+            self.mask_agents = frozenset(agent for agent in masks if agent in live)
+        self._check_masks(masks=masks, live=live, where=where)
         self.latest_observations = dict(obs)
         return obs, infos
 
@@ -168,6 +182,7 @@ class ContractCheckedParallel(BaseParallelWrapper):
         for agent in expected:
             self._check_observation(agent=agent, obs=obs[agent], where=where)
             self._check_reward(agent=agent, reward=rewards[agent], where=where)
+        self._check_masks(masks=masks_from(infos=result[4]), live=list(self.env.agents), where=where)
         self.latest_observations.update(obs)
         return result
 
@@ -199,6 +214,14 @@ class ContractCheckedParallel(BaseParallelWrapper):
             if self.env.action_space(agent) != act_space:
                 raise EnvContractError(f"{where}: agent {agent!r}'s action space changed from {act_space} to "
                                        f"{self.env.action_space(agent)}; spaces must never change")
+
+    def _check_masks(self, *, masks: dict[str, np.ndarray], live: list[str], where: str) -> None:
+        for agent in live:
+            if agent in masks:
+                check_mask(mask=masks[agent], space=self._spaces[agent][1], where=f"{where}, agent {agent!r}")
+            elif agent in (self.mask_agents or ()):
+                raise EnvContractError(f"{where}, agent {agent!r}: live but its info has no action_mask, which it had "
+                                       "at the first reset; a masked agent needs a mask at every step it is live")
 
     def _check_observation(self, *, agent: str, obs: Any, where: str) -> None:
         space = self._spaces[agent][0]

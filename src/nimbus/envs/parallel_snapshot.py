@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from nimbus.envs.masks import SplitActionMask
 from nimbus.envs.snapshot import SnapshotUnsupported, has_user_state, user_state_arrays
 
 _PARTS = ("entity", "state", "action")
@@ -49,7 +50,7 @@ def check_parallel_snapshot(*, env: Any, seed: int) -> None:
 
 
 def capture_parallel(*, env: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    if has_user_state(getattr(env, "env", None)):
+    if has_user_state(_user_env(env=env)):
         return _capture_user(env=env)
     parallel, order, raw = _layers(env=env)
     entities = list(raw.world.agents) + list(raw.world.landmarks)
@@ -92,7 +93,7 @@ def capture_parallel(*, env: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]
 
 
 def restore_parallel(*, env: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-    if (meta.get("path") == "user") != has_user_state(getattr(env, "env", None)):
+    if (meta.get("path") == "user") != has_user_state(_user_env(env=env)):
         raise SnapshotUnsupported(f"a {meta.get('path', 'mpe2')} snapshot cannot be restored into "
                                   f"{type(getattr(env, 'env', env)).__name__} (env.id changed?)")
     if meta.get("path") == "user":
@@ -131,7 +132,7 @@ def restore_parallel(*, env: Any, arrays: dict[str, np.ndarray], meta: dict[str,
 
 
 def _capture_user(*, env: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    raw = env.env
+    raw = _user_env(env=env)
     arrays = user_state_arrays(raw=raw)
     arrays.update({f"latest_obs.{agent}": np.array(obs) for agent, obs in env.latest_observations.items()})
     flat, layout = _pack(arrays=arrays, env_name=type(raw).__name__)
@@ -141,8 +142,9 @@ def _capture_user(*, env: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
 
 def _restore_user(*, env: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     arrays = _unpack(flat=arrays["flat"], layout=meta["layout"])
-    env.env.set_state({name[len("user."):]: value for name, value in arrays.items() if name.startswith("user.")})
-    env.env.agents = list(meta["agents"])
+    raw = _user_env(env=env)
+    raw.set_state({name[len("user."):]: value for name, value in arrays.items() if name.startswith("user.")})
+    raw.agents = list(meta["agents"])
     checker = meta["checker"]
     env._episode, env._step, env._seeded = checker["episode"], checker["step"], checker["seeded"]
     env.latest_observations = {key.split(".", 1)[1]: np.array(value) for key, value in arrays.items()
@@ -171,6 +173,12 @@ def _unpack(*, flat: np.ndarray, layout: list[list[Any]]) -> dict[str, np.ndarra
         arrays[name] = flat[offset:offset + size].astype(np.dtype(dtype)).reshape(shape)
         offset += size
     return arrays
+
+
+def _user_env(*, env: Any) -> Any:
+    """The user's env under the contract checker (and under envs/masks.py's mask split, which holds no state)."""
+    inner = getattr(env, "env", None)
+    return inner.env if isinstance(inner, SplitActionMask) else inner
 
 
 def _layers(*, env: Any) -> tuple[Any, Any, Any]:

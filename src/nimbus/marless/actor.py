@@ -11,7 +11,9 @@ running per-agent episode returns) in ``context.cache``, so episodes continue ac
 Result arrays, per agent and prefixed ``<agent>/``, R = num_envs × fragment_steps rows, env-major then time
 (row = e × T + t): ``obs``, ``next_obs`` (the final observation at an episode's end, not the reset one),
 ``actions``, ``logp`` (on-policy algorithms), ``rewards``, ``terminated``, ``truncated``, ``cut`` (terminated |
-truncated | last step of the fragment), ``alive`` (the agent acted in this row). Shared, when the algorithm is
+truncated | last step of the fragment), ``alive`` (the agent acted in this row), and, for an agent whose env gives
+action masks (envs/masks.py), ``action_mask`` (R × n bool: the legal actions it sampled among; the policy's
+Categorical gives the others probability 0, and ``logp`` is of that masked distribution). Shared, when the algorithm is
 centralised: ``state``, ``next_state``. An env ends its episode when no agent is live; an agent that finished
 before the others gets padding rows (its last observation, action 0, reward 0, terminated, ``alive`` False)
 until the env resets, which every learner masks out (marless/rows.py).
@@ -31,8 +33,10 @@ import numpy as np
 import torch
 
 from nimbus.algos.multiagent import multiagent_algo_from_dict
+from nimbus.algos.multiagent.ppo import ACTION_MASK
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
+from nimbus.envs.masks import masks_from
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.slot_state import SLOT_META, SlotState, slot_state_from
 from nimbus.envs.spaces import EnvSpaces
@@ -151,7 +155,8 @@ def _rollout(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentS
     """Step every env ``fragment_steps`` times; per-agent env-major rows, finished episodes, timers."""
     num_envs, steps = req.num_envs, req.fragment_steps
     agents = sorted(spaces)
-    buffers = {agent: _agent_buffers(space=spaces[agent], num_envs=num_envs, steps=steps) for agent in agents}
+    buffers = {agent: _agent_buffers(space=spaces[agent], num_envs=num_envs, steps=steps, masked=agent in slot.masked)
+               for agent in agents}
     states = None
     if slot.states is not None:
         state_dim = slot.states[0].shape[0]
@@ -183,15 +188,19 @@ def _rollout(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentS
     return arrays, (episode_returns, episode_lengths), timers
 
 
-def _agent_buffers(*, space: EnvSpaces, num_envs: int, steps: int) -> dict[str, np.ndarray]:
+def _agent_buffers(*, space: EnvSpaces, num_envs: int, steps: int, masked: bool) -> dict[str, np.ndarray]:
+    """The agent's row columns; ``masked``: also ``action_mask`` (all allowed in padding rows)."""
     obs_shape = tuple(space.observation.shape)
     discrete = not space.action.shape
     action_shape = () if discrete else tuple(space.action.shape)
     lead = (num_envs, steps)
-    return {"obs": np.zeros(lead + obs_shape, np.float32), "next_obs": np.zeros(lead + obs_shape, np.float32),
-            "actions": np.zeros(lead + action_shape, np.int64 if discrete else np.float32),
-            "logp": np.zeros(lead, np.float32), "rewards": np.zeros(lead, np.float32),
-            "terminated": np.zeros(lead, bool), "truncated": np.zeros(lead, bool), "alive": np.zeros(lead, bool)}
+    buffers = {"obs": np.zeros(lead + obs_shape, np.float32), "next_obs": np.zeros(lead + obs_shape, np.float32),
+               "actions": np.zeros(lead + action_shape, np.int64 if discrete else np.float32),
+               "logp": np.zeros(lead, np.float32), "rewards": np.zeros(lead, np.float32),
+               "terminated": np.zeros(lead, bool), "truncated": np.zeros(lead, bool), "alive": np.zeros(lead, bool)}
+    if masked:
+        buffers[ACTION_MASK] = np.ones(lead + (int(space.action.n),), bool)
+    return buffers
 
 
 def _act_all(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentSlot, req: MultiAgentActorRequest,
@@ -207,16 +216,30 @@ def _act_all(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentS
         batch = np.stack([slot.obs[e][agent] for e, agent in pairs]).astype(np.float32, copy=False)
         inputs = append_agent_id(obs=batch, agent_index=np.array([order.index(agent) for _, agent in pairs]),
                                  num_agents=len(order)) if req.agent_id else batch
-        out = algo.act(model=models[policy], obs=torch.as_tensor(inputs), explore=True)
+        masks = _masks(slot=slot, pairs=pairs, buffers=buffers)
+        out = algo.act(model=models[policy], obs=torch.as_tensor(inputs), explore=True) if masks is None else \
+            algo.act(model=models[policy], obs=torch.as_tensor(inputs), explore=True, action_mask=torch.as_tensor(masks))
         logp = out.extras.get("logp")
         for j, (e, agent) in enumerate(pairs):
             columns = buffers[agent]
             columns["obs"][e, t] = batch[j]
+            if masks is not None and ACTION_MASK in columns:
+                columns[ACTION_MASK][e, t] = masks[j]
             columns["actions"][e, t] = out.actions[j]
             if logp is not None:
                 columns["logp"][e, t] = logp[j]
             actions[e][agent] = out.actions[j]
     return actions
+
+
+def _masks(*, slot: MultiAgentSlot, pairs: list[tuple[int, str]],
+           buffers: dict[str, dict[str, np.ndarray]]) -> np.ndarray | None:
+    """The (env, agent) pairs' action masks, B × n bool; None when none of these agents is masked (an unmasked
+    agent sharing the policy with masked ones gets every action allowed)."""
+    if not any(agent in slot.masked for _, agent in pairs):
+        return None
+    width = next(buffers[agent][ACTION_MASK].shape[-1] for _, agent in pairs if agent in slot.masked)
+    return np.stack([slot.masks[e][agent] if agent in slot.masked else np.ones(width, bool) for e, agent in pairs])
 
 
 def _step_env(*, env: Any, e: int, t: int, slot: MultiAgentSlot, actions: dict[str, Any],
@@ -226,7 +249,7 @@ def _step_env(*, env: Any, e: int, t: int, slot: MultiAgentSlot, actions: dict[s
     env_actions = {agent: _env_action(action=a, space=spaces[agent].action) for agent, a in actions.items()}
     if states is not None:
         states["state"][e, t] = slot.states[e]
-    obs, rewards, terminations, truncations, _ = env.step(env_actions)
+    obs, rewards, terminations, truncations, infos = env.step(env_actions)
     for agent, columns in buffers.items():
         if agent in actions:
             columns["next_obs"][e, t] = obs[agent]
@@ -245,6 +268,8 @@ def _step_env(*, env: Any, e: int, t: int, slot: MultiAgentSlot, actions: dict[s
         states["next_state"][e, t] = global_state(env=env)
     if env.agents:
         slot.obs[e] = live
+        if slot.masked:
+            slot.masks[e] = masks_from(infos={agent: infos.get(agent) for agent in live})
         if states is not None:
             slot.states[e] = states["next_state"][e, t]
         return
@@ -253,7 +278,10 @@ def _step_env(*, env: Any, e: int, t: int, slot: MultiAgentSlot, actions: dict[s
         slot.returns[e][agent] = 0.0
     episode_lengths.append(int(slot.lengths[e]))
     slot.lengths[e] = 0
-    slot.obs[e] = dict(env.reset()[0])
+    reset_obs, reset_infos = env.reset()
+    slot.obs[e] = dict(reset_obs)
+    if slot.masked:
+        slot.masks[e] = masks_from(infos=reset_infos)
     if states is not None:
         slot.states[e] = global_state(env=env)
 

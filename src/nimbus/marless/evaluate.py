@@ -2,7 +2,8 @@
 ``nimbus eval RUN_DIR`` of such a run.
 
 Every agent acts with the policy the agent→policy map gives it, on one PettingZoo parallel env, for whole
-episodes. An episode's global return is the mean over agents of their returns (MARLess's metric); each
+episodes (with an env that gives action masks, envs/masks.py, an agent acts among its legal actions only, greedy
+or sampled from the same masked distribution as in training). An episode's global return is the mean over agents of their returns (MARLess's metric); each
 agent's mean return over the episodes is reported beside it.
 
 Example::
@@ -25,6 +26,7 @@ import torch
 from nimbus.algos.multiagent import make_multiagent_algo
 from nimbus.config import NimbusConfig
 from nimbus.data.codec import Message
+from nimbus.envs.masks import masks_from
 from nimbus.envs.parallel import agent_spaces, make_parallel_env
 from nimbus.marless.agent_id import append_agent_id, uses_agent_id, with_agent_id
 from nimbus.marless.checkpoint import is_multiagent, load_run
@@ -64,7 +66,7 @@ def evaluate_agents(*, config: NimbusConfig, algo: Any, weights: dict[str, Messa
                 load_model(model=model, message=weights[policy])
                 models[policy] = model.eval()
         for episode in range(episodes):
-            obs, _ = env.reset(seed=seed + episode)
+            obs, infos = env.reset(seed=seed + episode)
             returns = {agent: 0.0 for agent in agent_policy}
             frames = [env.render()] if recorder is not None else []
             while env.agents:
@@ -75,11 +77,14 @@ def evaluate_agents(*, config: NimbusConfig, algo: Any, weights: dict[str, Messa
                         if agent_id:
                             inputs = append_agent_id(obs=inputs, agent_index=np.array([order.index(agent)]),
                                                      num_agents=len(order))
+                        mask = masks_from(infos=infos).get(agent)   # greedy among the legal actions only
                         out = algo.act(model=models[agent_policy[agent]], explore=explore,
-                                       obs=torch.as_tensor(inputs))
+                                       obs=torch.as_tensor(inputs)) if mask is None else \
+                            algo.act(model=models[agent_policy[agent]], explore=explore, obs=torch.as_tensor(inputs),
+                                     action_mask=torch.as_tensor(mask)[None])
                         action = out.actions[0]
                         actions[agent] = action.item() if np.ndim(action) == 0 else action
-                obs, rewards, _, _, _ = env.step(actions)
+                obs, rewards, _, _, infos = env.step(actions)
                 for agent, reward in rewards.items():
                     returns[agent] += float(reward)
                 frames += [env.render()] if recorder is not None else []

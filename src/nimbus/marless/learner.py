@@ -18,6 +18,9 @@ one request (`MarlessLearnerRequest`) and talk through the Store:
   Header: policy_loss, entropy, approx_kl, clip_fraction, convexity (NaN unprobed), probe_rows (0 unprobed),
   rows, dead_rows, policy_s, policy_version.
 
+With an env that gives action masks, the batch's ``action_mask`` column goes into the surrogate and the probe: the
+log-prob and entropy are those of the masked distribution the actor sampled from (models/distributions.py).
+
 Padding rows (``alive`` False: an agent that finished before the others, marless/rows.py) are masked out: their
 advantages and returns are 0, and neither the value fit, the value normalisation, the surrogate nor the probe
 sees them.
@@ -41,7 +44,7 @@ from torch import nn
 from nimbus.algos.gae import compute_gae
 from nimbus.algos.multiagent import multiagent_algo_from_dict
 from nimbus.algos.multiagent.messages import critic_to_message, load_critic
-from nimbus.algos.multiagent.ppo import centralised_inputs
+from nimbus.algos.multiagent.ppo import ACTION_MASK, centralised_inputs
 from nimbus.algos.ppo.learner import scheduled
 from nimbus.algos.ppo.loss import explained_variance, value_loss
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
@@ -255,6 +258,8 @@ def _policy_batch(*, store: Store, req: MarlessLearnerRequest,
     arrays = {"obs": np.array(batch["obs"], np.float32), "actions": np.array(batch["actions"]),
               "logp": np.array(batch["logp"], np.float32), "rewards": np.array(batch["rewards"], np.float32),
               "advantages": np.array(adv["advantages"])}
+    if ACTION_MASK in batch:   # the masked distribution the actors sampled from (envs/masks.py)
+        arrays[ACTION_MASK] = np.array(batch[ACTION_MASK], dtype=bool)
     live = live_index(arrays=batch)
     if live is not None:
         arrays = {name: value[live] for name, value in arrays.items()}

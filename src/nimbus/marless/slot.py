@@ -8,7 +8,7 @@ none, builds fresh envs seeded from (seed, rank, slot_seq): unfinished episodes 
 twice. Restoring makes a run independent of which worker serves a rank, so a seeded run repeats.
 
 A slot state travels as envs/slot_state.py's ``SlotState``: arrays ``slot.obs.<env>.<agent>`` (the live
-agents' current observations), ``slot.lengths`` and ``slot.env.<env>.<key>`` (envs/parallel_snapshot.py); per
+agents' current observations), ``slot.mask.<env>.<agent>`` (their action masks, for an env that gives them), ``slot.lengths`` and ``slot.env.<env>.<key>`` (envs/parallel_snapshot.py); per
 env, meta holds the env's snapshot and the running per-agent returns. The global state is recomputed from the
 restored env. Nothing is pickled.
 """
@@ -16,11 +16,12 @@ restored env. Nothing is pickled.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from nimbus.envs.masks import masks_from
 from nimbus.envs.parallel import global_state, make_parallel_env
 from nimbus.envs.parallel_snapshot import capture_parallel, restore_parallel
 from nimbus.envs.slot_state import PREFIX, SlotState, check_env_count, env_arrays
@@ -39,6 +40,8 @@ class MultiAgentSlot:
     seq: int
     returns: list[dict[str, float]]      # per env: running episode return per agent
     lengths: np.ndarray
+    masks: list[dict[str, np.ndarray]] = field(default_factory=list)   # per env: the live agents' action masks
+    masked: frozenset[str] = frozenset()   # the agents whose env gives action masks (envs/masks.py)
 
 
 def env_slot(*, cache: dict[str, Any], req: Any, centralised: bool, restore: SlotState | None) -> MultiAgentSlot:
@@ -54,10 +57,12 @@ def env_slot(*, cache: dict[str, Any], req: Any, centralised: bool, restore: Slo
     base = derive_seed(req.seed, req.actor_rank, req.slot_seq)
     envs = [make_parallel_env(env_id=req.env_id, seed=(base + i) % (2**31), kwargs=req.env_kwargs,
                               imports=req.env_imports) for i in range(req.num_envs)]
-    obs = [dict(env.reset()[0]) for env in envs]
-    slot = MultiAgentSlot(envs=envs, obs=obs, states=None, seq=req.slot_seq,
+    resets = [env.reset() for env in envs]
+    slot = MultiAgentSlot(envs=envs, obs=[dict(obs) for obs, _ in resets], states=None, seq=req.slot_seq,
                           returns=[dict.fromkeys(env.possible_agents, 0.0) for env in envs],
-                          lengths=np.zeros(req.num_envs, dtype=np.int64))
+                          lengths=np.zeros(req.num_envs, dtype=np.int64),
+                          masks=[masks_from(infos=infos) for _, infos in resets],
+                          masked=frozenset(envs[0].mask_agents or ()))
     if restore is not None:
         restore_ma_slot(slot=slot, state=restore)
     if centralised:
@@ -75,6 +80,7 @@ def capture_ma_slot(*, slot: MultiAgentSlot) -> SlotState | None:
             env_arrays, env_meta = capture_parallel(env=env)
             arrays.update({f"{PREFIX}env.{e}.{key}": value for key, value in env_arrays.items()})
             arrays.update({f"{PREFIX}obs.{e}.{agent}": np.array(obs) for agent, obs in slot.obs[e].items()})
+            arrays.update({f"{PREFIX}mask.{e}.{agent}": np.array(mask) for agent, mask in slot.masks[e].items()})
             meta.append({"env": env_meta, "returns": dict(slot.returns[e]), "live": list(slot.obs[e])})
     except SnapshotUnsupported as exc:
         if str(exc) not in _warned:
@@ -90,5 +96,7 @@ def restore_ma_slot(*, slot: MultiAgentSlot, state: SlotState) -> None:
     for e, env in enumerate(slot.envs):
         restore_parallel(env=env, arrays=env_arrays(state=state, index=e), meta=state.meta[e]["env"])
         slot.obs[e] = {agent: np.array(state.arrays[f"{PREFIX}obs.{e}.{agent}"]) for agent in state.meta[e]["live"]}
+        slot.masks[e] = {agent: np.array(state.arrays[f"{PREFIX}mask.{e}.{agent}"], dtype=bool)
+                         for agent in state.meta[e]["live"] if f"{PREFIX}mask.{e}.{agent}" in state.arrays}
         slot.returns[e] = {agent: float(value) for agent, value in state.meta[e]["returns"].items()}
     slot.lengths = np.array(state.arrays[f"{PREFIX}lengths"], dtype=np.int64)

@@ -4,6 +4,12 @@ A diagonal Gaussian is a `Normal` over each action dimension; its log-prob and e
 over the action dimensions (as CleanRL's ``probs.log_prob(action).sum(1)``), so both kinds return
 one number per batch row.
 
+An action mask (a Discrete env's legal actions, envs/masks.py) is applied to the logits before the Categorical
+is built (`mask_logits`): an illegal action's logit becomes the dtype's lowest finite number, so its probability is
+exactly 0, it is never sampled nor the mode, and it adds nothing to the entropy (0 · log 0 = 0); the sampling, the
+log-prob and entropy of the loss and the greedy action all use this one masked distribution (as RLlib's and
+BenchMARL's masked Categoricals).
+
 Continuous policies output unbounded actions; the actor clips them to the action space just before
 ``env.step`` (`clip_action`), and the log-prob stored for the learner is of the unclipped action.
 """
@@ -27,6 +33,12 @@ def policy(*, out: torch.Tensor, log_std: torch.Tensor | None) -> Distribution:
     if log_std is None:
         return Categorical(logits=out, validate_args=False)
     return Normal(out, log_std.expand_as(out).exp(), validate_args=False)
+
+
+def mask_logits(*, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``logits`` with every action ``mask`` forbids (False/0) at the dtype's lowest finite number; no gradient
+    reaches a forbidden logit."""
+    return logits.masked_fill(~mask.to(device=logits.device, dtype=torch.bool), torch.finfo(logits.dtype).min)
 
 
 def log_prob(*, dist: Distribution, actions: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """Bad multi-agent input is refused before anything starts (issue 27 fix 6): a policy map across different spaces
 (marless/checks.py, through the sharing controller), env.wrappers (marless/config.py ``check_multiagent_env``)
-and a turn-based AEC env (envs/aec.py ``refuse_aec``), each naming the key and what to do."""
+and a turn-based AEC env that does not declare is_parallelizable (envs/aec.py ``parallel_from_aec``), each naming
+the key and what to do. The conversion of parallelizable AEC envs: tests/unit/envs/test_aec.py."""
 
 from __future__ import annotations
 
@@ -80,17 +81,16 @@ def _aec_env(*, parallelizable: bool) -> object:
     return TurnBased()
 
 
-def test_an_aec_env_is_refused_with_what_to_do() -> None:
+def test_a_turn_based_aec_env_is_refused_with_why() -> None:
     from pettingzoo import ParallelEnv
 
-    from nimbus.envs.aec import refuse_aec
+    from nimbus.envs.aec import parallel_from_aec
 
     with pytest.raises(ConfigError, match=r"^env\.id: 'pkg\.turns:make' returned TurnBased, a turn-based \(AEC\).*"
-                                          r"aec_to_parallel\(env\) from your factory"):
-        refuse_aec(env=_aec_env(parallelizable=True), env_id="pkg.turns:make")
-    with pytest.raises(ConfigError, match=r"does not declare is_parallelizable: its agents act one after another"):
-        refuse_aec(env=_aec_env(parallelizable=False), env_id="pkg.turns:make")
-    refuse_aec(env=ParallelEnv(), env_id="pkg.parallel:make")          # a Parallel env passes
+                                          r"does not declare is_parallelizable: its agents act one after another"):
+        parallel_from_aec(env=_aec_env(parallelizable=False), env_id="pkg.turns:make")
+    parallel = ParallelEnv()
+    assert parallel_from_aec(env=parallel, env_id="pkg.parallel:make") is parallel      # a Parallel env passes
 
 
 def test_a_multiagent_config_with_env_wrappers_exits_2_at_parse() -> None:
@@ -105,12 +105,12 @@ def test_a_multiagent_config_with_env_wrappers_exits_2_at_parse() -> None:
 
 
 def make_turn_based() -> object:
-    return _aec_env(parallelizable=True)
+    return _aec_env(parallelizable=False)
 
 
-def test_building_an_aec_env_is_refused_with_the_hint() -> None:
-    """Wired: envs/parallel.py build_raw_env checks the factory's result with refuse_aec."""
+def test_building_a_turn_based_aec_env_is_refused() -> None:
+    """Wired: envs/parallel.py build_raw_env passes the factory's result through parallel_from_aec."""
     from nimbus.envs.parallel import build_raw_env
 
-    with pytest.raises(ConfigError, match=r"aec_to_parallel"):
+    with pytest.raises(ConfigError, match=r"does not declare is_parallelizable"):
         build_raw_env(env_id=f"{__name__}:make_turn_based", kwargs={})

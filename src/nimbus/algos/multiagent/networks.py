@@ -46,19 +46,24 @@ class PolicyNet(nn.Module):
         if not self.discrete:
             self.actor_logstd = nn.Parameter(torch.zeros(1, width))
 
-    def distribution(self, obs: torch.Tensor) -> Distribution:
+    def distribution(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> Distribution:
+        """π(·|o); with ``action_mask`` (B × n, Discrete), the forbidden actions get probability 0."""
         out = self.actor(obs.reshape(obs.shape[0], -1).float())
+        if action_mask is not None:
+            out = distributions.mask_logits(logits=out, mask=action_mask)
         return distributions.policy(out=out, log_std=None if self.discrete else self.actor_logstd)
 
-    def act(self, obs: torch.Tensor, *, explore: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def act(self, obs: torch.Tensor, *, explore: bool,
+            action_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(action, log π(action|o)); a sample when exploring, the mode otherwise."""
-        dist = self.distribution(obs)
+        dist = self.distribution(obs, action_mask)
         action = dist.sample() if explore else distributions.mode(dist=dist)
         return action, distributions.log_prob(dist=dist, actions=action)
 
-    def evaluate(self, obs: torch.Tensor, *, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def evaluate(self, obs: torch.Tensor, *, actions: torch.Tensor,
+                 action_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(log π(actions|o), entropy of π(·|o)), each of shape (B,), with gradients."""
-        dist = self.distribution(obs)
+        dist = self.distribution(obs, action_mask)
         return distributions.log_prob(dist=dist, actions=actions), distributions.entropy(dist=dist)
 
 

@@ -23,6 +23,8 @@ from nimbus.algos.multiagent.networks import PolicyNet, ValueNet
 from nimbus.algos.ppo.loss import normalize_advantages, policy_loss
 from nimbus.envs.spaces import EnvSpaces
 
+ACTION_MASK = "action_mask"   # the batch column of an env's action masks (envs/masks.py)
+
 
 class MultiAgentPPO:
     """PPO with a separate critic; ``centralised``: the critic input is state ⊕ one-hot(agent index) (MAPPO)."""
@@ -53,20 +55,24 @@ class MultiAgentPPO:
     def make_optimizer(self, *, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(model.parameters(), lr=lr, eps=self.config.adam_eps)
 
-    def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool) -> ActOutput:
-        """Batch-first actions (unclipped for Box spaces) with extras ``logp`` (float32), as numpy."""
+    def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool,
+            action_mask: torch.Tensor | None = None) -> ActOutput:
+        """Batch-first actions (unclipped for Box spaces) with extras ``logp`` (float32), as numpy; with
+        ``action_mask`` (Discrete), only allowed actions, and ``logp`` of the masked distribution."""
         with torch.no_grad():
-            action, log_prob = model.act(torch.as_tensor(obs), explore=explore)
+            action, log_prob = model.act(torch.as_tensor(obs), explore=explore, action_mask=action_mask)
         return ActOutput(actions=action.numpy(), extras={"logp": log_prob.float().numpy()})
 
     def loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
-        """The policy loss (clipped surrogate − ent_coef · entropy) on ``batch`` (obs, actions, logp, advantages)
+        """The policy loss (clipped surrogate − ent_coef · entropy) on ``batch`` (obs, actions, logp, advantages;
+        ``action_mask`` when the env gives masks: log-prob and entropy of the masked distribution the actor sampled)
         at the nominal clip; the advantages normalised over ``batch`` when configured. Its negation is the
         objective whose Hessian the convexity probe reads."""
         return self.policy_loss(model=model, batch=batch, clip_coef=self.config.clip_coef)
 
     def policy_loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor], clip_coef: float) -> LossOutput:
-        new_log_prob, entropy = model.evaluate(batch["obs"], actions=batch["actions"])
+        new_log_prob, entropy = model.evaluate(batch["obs"], actions=batch["actions"],
+                                               action_mask=batch.get(ACTION_MASK))   # the actor's distribution
         advantages = batch["advantages"]
         if self.config.normalize_advantages:
             advantages = normalize_advantages(advantages)
