@@ -136,3 +136,24 @@ def test_the_first_step_is_the_gradient_of_the_summed_loss(store: ShmStore) -> N
             step = (moved - before).detach()
             big = before.grad.abs() > 1e-5
             assert torch.allclose(step[big], -1e-3 * before.grad[big].sign(), atol=1e-5)
+
+
+def test_the_probe_is_per_policy_on_the_joint_objective_only_when_asked(store: ShmStore) -> None:
+    """Each policy's convexity is the Hessian of the joint TD objective w.r.t. its own parameters: two policies give
+    two probes (different networks, different curvatures); none without ``probe``."""
+    algo = VDN(config=small(VDNConfig, gradient_steps=2, batch_size=16))
+    setup_policies(store=store, algo=algo, agent_policy=OWN)
+    versions = {p: 0 for p in OWN.values()}
+    policies = load_policies(store=store, algo=algo, agent_policy=OWN, versions=versions)
+    put_round(store=store, algo=algo, round=0, agent_policy=OWN,
+              rows=game_rows(policies=policies, algo=algo, num_envs=4, rng=np.random.default_rng(6)))
+    plain = team_request(algo=algo, round=0, agent_policy=OWN, versions=versions, replay_keys=[team_post_key(round=0)])
+    unprobed = team_value_function(context=ctx("policy"), request=on_store(plain.to_message(), store))
+    assert all(np.isnan(s["convexity"]) and s["probe_rows"] == 0 for s in unprobed.header["policies"].values())
+    probed_request = team_request(algo=algo, round=1, agent_policy=OWN, versions={p: 1 for p in versions},
+                                  replay_keys=[team_post_key(round=0)])
+    probed_request = type(probed_request)(**{**vars(probed_request), "probe": True})
+    probed = team_value_function(context=ctx("policy"), request=on_store(probed_request.to_message(), store))
+    stats = probed.header["policies"]
+    assert all(s["probe_rows"] == 20 and np.isfinite(s["convexity"]) for s in stats.values())   # 4 envs × 5 steps
+    assert stats["p_agent_0"]["extras"]["hessian_lambda_max"] != stats["p_agent_1"]["extras"]["hessian_lambda_max"]
