@@ -129,7 +129,7 @@ def test_the_first_step_is_the_gradient_of_the_summed_loss(store: ShmStore) -> N
     loss = summed_loss(nets=nets, targets=copy.deepcopy(nets), agent_policy=OWN, config=algo.config,
                        batch={name: value[index] for name, value in batch_all.items()})
     loss.backward()
-    assert result.header["policies"]["p_agent_0"]["policy_loss"] == pytest.approx(float(loss), rel=1e-6)
+    assert result.header["policies"]["p_agent_0"]["policy_loss"] == pytest.approx(float(loss.detach()), rel=1e-6)
     for policy, net in nets.items():
         after = published(store=store, algo=algo, policy=policy)
         for before, moved in zip(net.q.parameters(), after.q.parameters(), strict=True):
