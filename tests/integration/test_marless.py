@@ -46,7 +46,8 @@ def test_ippo_learns_simple_spread(make_shipped_config) -> None:
 
 @pytest.mark.parametrize(("algo", "expected"), [
     ("iql", {"actor": 3, "postprocess": 0, "critic": 0, "policy": 9}),   # a policy function per policy and round
-    ("vdn", {"actor": 3, "postprocess": 3, "critic": 0, "policy": 9}),   # + one team post-processing per round
+    ("vdn", {"actor": 3, "postprocess": 3, "critic": 0, "policy": 3}),   # one post-processing, one team update a round
+    ("qmix", {"actor": 3, "postprocess": 3, "critic": 0, "policy": 3}),
 ])
 def test_value_based_algorithms_run_their_own_functions(make_shipped_config, algo: str, expected: dict) -> None:
     config = make_shipped_config(f"marless-{algo}-spread", overrides=[

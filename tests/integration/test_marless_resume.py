@@ -35,6 +35,7 @@ def manifest(run_dir: Path, policy: str, round: int) -> dict:
 @pytest.mark.parametrize(("config_name", "overrides", "networks"), [
     ("marless-ippo-spread", ["algo={name: mappo}", *SMALL], {"critic.safetensors"}),
     ("marless-vdn-spread", [*SMALL[:2], *VALUE], {"target.safetensors"}),
+    ("marless-qmix-spread", [*SMALL[:2], *VALUE], {"target.safetensors"}),   # + the mixer, in p_agent_0's
 ])
 def test_a_resume_puts_back_every_network_and_the_run_state(make_shipped_config, tmp_path: Path, config_name: str,
                                                             overrides: list[str], networks: set[str]) -> None:
@@ -136,7 +137,7 @@ def test_a_run_resumed_with_its_slots_is_the_run_never_stopped(make_shipped_conf
         == returns[2:]
 
 
-@pytest.mark.parametrize("config_name", ["marless-iql-spread", "marless-vdn-spread"])
+@pytest.mark.parametrize("config_name", ["marless-iql-spread", "marless-vdn-spread", "marless-qmix-spread"])
 def test_a_value_run_resumed_with_its_replay_is_the_run_never_stopped(make_shipped_config, tmp_path: Path,
                                                                       config_name: str) -> None:
     """train.checkpoint_replay keeps IQL's per-policy and VDN's team replay (the last rounds' Store values) in

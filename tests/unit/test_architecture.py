@@ -226,7 +226,7 @@ def test_the_config_finds_every_registered_algorithm_by_name() -> None:
     assert {name: algo_section(name=name) for name in ALGO_SECTIONS} == ALGO_CONFIGS
     for name, cls in ALGO_CONFIGS.items():
         workflow = {"dqn": "async", "sac": "async", "impala": "async"}.get(name, "multiagent" if name in (
-            "ippo", "mappo", "iql", "vdn") else "sync")
+            "ippo", "mappo", "iql", "vdn", "qmix") else "sync")
         config = parse_config(data={"algo": {"name": name}, "train": {"workflow": workflow},
                                     "actors": {"fragment_steps": 50 if name == "impala" else 128}})
         assert type(config.algo) is cls

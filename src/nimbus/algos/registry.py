@@ -25,6 +25,7 @@ from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.multiagent import MULTIAGENT_ALGO_CONFIGS
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.algos.multiagent.iql import IQLConfig
+from nimbus.algos.multiagent.qmix import QMIXConfig
 from nimbus.algos.multiagent.vdn import VDNConfig
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
@@ -33,7 +34,7 @@ from nimbus.algos.sac.config import SACConfig
 from nimbus.errors import ConfigError
 
 AlgoConfig = Annotated[Union[PPOConfig, DQNConfig, ImpalaConfig, SACConfig,  # noqa: UP007
-                             IPPOConfig, MAPPOConfig, IQLConfig, VDNConfig], Field(discriminator="name")]
+                             IPPOConfig, MAPPOConfig, IQLConfig, VDNConfig, QMIXConfig], Field(discriminator="name")]
 
 ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ppo": PPOConfig, "dqn": DQNConfig, "impala": ImpalaConfig,
                                             "sac": SACConfig, **MULTIAGENT_ALGO_CONFIGS}

@@ -28,6 +28,7 @@ ALGO_SECTIONS: dict[str, str] = {
     "mappo": "nimbus.algos.multiagent.config:MAPPOConfig",
     "iql": "nimbus.algos.multiagent.iql:IQLConfig",
     "vdn": "nimbus.algos.multiagent.vdn:VDNConfig",
+    "qmix": "nimbus.algos.multiagent.qmix:QMIXConfig",
 }
 """Every algorithm's config class by ``algo.name``, as ``module:Class`` (imported on first use)."""
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from nimbus.config import NimbusConfig, RuntimeConfig, StoreConfig
 
 OFF_POLICY = ("dqn", "sac", "impala")
-MULTI_AGENT = ("ippo", "mappo", "iql", "vdn")
+MULTI_AGENT = ("ippo", "mappo", "iql", "vdn", "qmix")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
@@ -64,7 +64,7 @@ def _check_learning_starts(*, algo: Any) -> None:
     """A replay holds at most its capacity (data/replay.py Uniform, marless/value_learner.py): with
     learning_starts above it no gradient step would ever run (DQN, SAC, IQL, VDN)."""
     capacity_key = {"dqn": "buffer_capacity", "sac": "buffer_capacity", "iql": "replay_capacity",
-                    "vdn": "replay_capacity"}.get(algo.name)
+                    "vdn": "replay_capacity", "qmix": "replay_capacity"}.get(algo.name)
     if capacity_key is not None and algo.learning_starts > (capacity := getattr(algo, capacity_key)):
         raise ValueError(f"algo.learning_starts ({algo.learning_starts}) exceeds algo.{capacity_key} ({capacity}): "
                          "the replay never holds that many rows, so no gradient step would run")

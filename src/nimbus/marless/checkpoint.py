@@ -43,6 +43,7 @@ from nimbus.data.codec import Message
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.envs.slot_state import slots_from_message, slots_to_message
 from nimbus.errors import CheckpointError
+from nimbus.algos.multiagent.qmix import mixer_key
 from nimbus.marless.value_learner import target_key
 from nimbus.marless.parts import MarlessParts, MarlessProgress, critic_key
 from nimbus.models.weights import optim_key, weights_key
@@ -92,7 +93,16 @@ def run_state(*, parts: MarlessParts, progress: MarlessProgress) -> dict[str, An
             "next_actors": progress.next_actors, "learner_invocations": progress.learner_invocations,
             "sharing": parts.sharing.state_dict(), "scaler": parts.scaler.state_dict(),
             "replays": {owner: list(keys) for owner, keys in progress.replays.items()}
-            if parts.config.train.checkpoint_replay else {}}
+            if parts.config.train.checkpoint_replay else {}, "mixer_version": progress.mixer_version}
+
+
+def _mixer_parts(*, store: Store, parts: MarlessParts, progress: MarlessProgress) -> dict[str, Message]:
+    """QMIX's mixer (weights, optimizer, target at its newest version), in the first policy's checkpoint."""
+    if parts.algo.name != "qmix":
+        return {}
+    found = {f"mixer_{part}": _get(store=store, key=mixer_key(part=part, version=progress.mixer_version))
+             for part in ("weights", "optim", "target")}
+    return {name: message for name, message in found.items() if message is not None}
 
 
 def replay_part(*, key: str) -> str:
@@ -120,6 +130,7 @@ def save_policies(*, parts: MarlessParts, progress: MarlessProgress, checkpointe
     actors = slots_to_message(states=progress.slot_states, slot_seq=progress.slot_seq) \
         if progress.slot_states else None                   # actors.restore_slots: the ranks' episodes go on
     replays = _replay_parts(store=store, replays=extra[MARLESS_KEY]["replays"], policies=sorted(checkpointers))
+    replays[sorted(checkpointers)[0]].update(_mixer_parts(store=store, parts=parts, progress=progress))
     for policy, checkpointer in checkpointers.items():
         version = progress.versions[policy]
         networks = {"target": _get(store=store, key=target_key(policy=policy, version=version))}
@@ -202,6 +213,10 @@ def publish_policies(*, states: dict[str, CheckpointState], parts: MarlessParts)
         if "critic" in state.parts:
             store.put(key=critic_key(policy=policy, version=run["critic_versions"][policy]),
                       message=state.parts["critic"])
+        for part in ("weights", "optim", "target"):   # QMIX's mixer, in the first policy's checkpoint
+            if f"mixer_{part}" in state.parts:
+                store.put(key=mixer_key(part=part, version=int(run["mixer_version"])),
+                          message=state.parts[f"mixer_{part}"])
     parts.sharing.load_state_dict(run["sharing"])
     parts.scaler.load_state_dict(run["scaler"])
     replays = _publish_replays(states=states, parts=parts, replays=run.get("replays", {}))
@@ -221,7 +236,8 @@ def publish_policies(*, states: dict[str, CheckpointState], parts: MarlessParts)
         slot_states=slots, versions=versions,
         critic_versions={policy: int(version) for policy, version in run["critic_versions"].items()},
         agent_policy=dict(run["agent_policy"]), learner_invocations=int(run["learner_invocations"]),
-        next_actors=int(run["next_actors"]), replays=replays, schedule_env_steps=schedule_horizon(state=any_state))
+        next_actors=int(run["next_actors"]), replays=replays, schedule_env_steps=schedule_horizon(state=any_state),
+        mixer_version=int(run.get("mixer_version", 0)))
 
 
 def _saved_slots(*, state: CheckpointState, config: NimbusConfig) -> tuple[dict[int, Any], dict[int, int]]:

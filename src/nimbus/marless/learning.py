@@ -4,10 +4,11 @@ which Store keys the round leaves behind.
 * ``OnPolicyLearning`` (IPPO, MAPPO): each role of the algorithm in order (postprocess → critic → policy),
   one invocation per active policy and role, the policies of a role concurrently; the round's
   ``batch/``, ``post/`` and ``adv/`` values are dropped once the policy functions have returned.
-* ``ValueLearning`` (IQL, VDN): an off-policy replay of the last rounds' batches. IQL's policy function
-  for p reads p's last ``replay_rounds`` batches; VDN's post-processing function (once per round, for the
-  team) joins every policy's batch into ``post/team/r<k>`` and each policy function reads the last rounds
-  of those. A key that leaves every replay is deleted.
+* ``ValueLearning`` (IQL, VDN, QMIX): an off-policy replay of the last rounds' batches. IQL's policy function
+  for p reads p's last ``replay_rounds`` batches; VDN's and QMIX's post-processing function (once per round, for
+  the team) joins every policy's batch into ``post/team/r<k>`` and one policy function for the team
+  (marless/team_learner.py) reads the last rounds of those and updates every active policy (and QMIX's mixer)
+  jointly: two learner invocations a round however many policies. A key that leaves every replay is deleted.
 
 Both return each active policy's scalar stats (loss parts, ``convexity``...) and advance the versions in
 ``progress``.
@@ -125,12 +126,35 @@ class ValueLearning(_Learning):
                 members = sum(p == policy for p in agent_policy.values())
                 stale += self._remember(owner=policy, key=batch_key(policy=policy, round=round),
                                         rows=rows_per_agent * members)
+        if getattr(self.parts.algo, "joint", False):
+            return self._joint(agent_policy=agent_policy, round=round), stale
         requests = [self.request(policy=p, agent_policy=agent_policy, round=round).to_message() for p in active]
         stats = {}
         for policy, result in zip(active, self._invoke(role="policy", requests=requests)):
             stats[policy] = scalar_stats(header=result.header)
             self.progress.versions[policy] += 1
         return stats, stale
+
+    def _joint(self, *, agent_policy: dict[str, str], round: int) -> dict[str, dict[str, float]]:
+        """VDN, QMIX: one team policy function updates every policy in ``agent_policy`` (and the mixer)."""
+        from nimbus.marless.team_learner import TeamLearnerRequest
+        from nimbus.marless.value_learner import spaces_header
+
+        cfg, in_use = self.parts.config, sorted(set(agent_policy.values()))
+        request = TeamLearnerRequest(
+            round=round, algo=cfg.algo.model_dump(mode="json"), all_agents=tuple(self.parts.agents),
+            agent_policy=dict(agent_policy), policy_versions={p: self.progress.versions[p] for p in in_use},
+            replay_keys=tuple(self.replays.get(TEAM, ())),
+            spaces={p: spaces_header(spaces=self.parts.policy_spaces[p]) for p in in_use}, seed=cfg.seed + round,
+            progress=self._progress_fraction(), mixer_version=self.progress.mixer_version,
+            state_dim=self.parts.state_dim, probe=self.probe)
+        result = self._invoke(role="policy", requests=[request.to_message()])[0]
+        self.progress.mixer_version = int(result.header["mixer_version"])
+        stats = {}
+        for policy in in_use:
+            stats[policy] = scalar_stats(header=result.header["policies"][policy])
+            self.progress.versions[policy] += 1
+        return stats
 
     def _remember(self, *, owner: str, key: str, rows: int) -> list[str]:
         """Add this round's key to ``owner``'s replay; the keys that fall out of it (to delete)."""

@@ -38,6 +38,7 @@ ROLE_ENTRYPOINTS = {"postprocess": "nimbus.marless.learner:postprocess_function"
                     "policy": "nimbus.marless.learner:policy_function"}
 VALUE_ROLE_ENTRYPOINTS = {"postprocess": "nimbus.marless.team_rows:vdn_postprocess_function",
                           "policy": "nimbus.marless.value_learner:value_policy_function"}
+TEAM_ENTRYPOINT = "nimbus.marless.team_learner:team_value_function"   # VDN, QMIX: one policy function a round
 
 
 def policy_name(agent: str) -> str:
@@ -65,6 +66,8 @@ def probe_agents(*, config: NimbusConfig) -> tuple[tuple[str, ...], dict[str, En
         env.reset(seed=config.seed)
         spaces = agent_spaces(env=env)
         check_action_masks(algo_name=config.algo.name, masked=env.mask_agents or (), env_id=config.env.id)
+        if config.algo.name == "qmix":
+            require_env_state(env=env, env_id=config.env.id)
         state_dim = int(np.asarray(global_state(env=env)).size)
         if config.actors.restore_slots:   # exit 2 unless a snapshot restores it exactly (envs/parallel_snapshot.py)
             require_snapshot(check=lambda: check_parallel_snapshot(env=env, seed=config.seed), env_id=config.env.id,
@@ -74,9 +77,21 @@ def probe_agents(*, config: NimbusConfig) -> tuple[tuple[str, ...], dict[str, En
     return tuple(sorted(spaces)), spaces, state_dim
 
 
+def require_env_state(*, env: Any, env_id: str) -> None:
+    """QMIX mixes over the env's own global state: exit 2 naming ``algo.name`` when ``env.state()`` is missing."""
+    try:
+        env.state()
+    except (NotImplementedError, AttributeError) as exc:
+        raise ConfigError(f"algo.name: qmix mixes the agents' Q values over the env's global state, but {env_id} "
+                          f"has no state() ({type(exc).__name__}); use vdn (no state needed), or give the env a "
+                          "state() method") from exc
+
+
 def function_specs(*, config: NimbusConfig, algo: object) -> dict[str, object]:
     """The actor and the algorithm's learner roles; the policy function takes the ``learner`` resources."""
     entrypoints = ROLE_ENTRYPOINTS if algo.on_policy else VALUE_ROLE_ENTRYPOINTS
+    if getattr(algo, "joint", False):
+        entrypoints = {**entrypoints, "policy": TEAM_ENTRYPOINT}
     specs = {"actor": role_spec(config=config, role="actor", entrypoint=MARLESS_ACTOR_ENTRYPOINT)}
     for role in algo.roles:
         resources = config.role_function(role="learner" if role == "policy" else role)
@@ -118,6 +133,7 @@ class MarlessProgress(Progress):
     learner_invocations: int = 0
     next_actors: int = 0            # the actor count the next round uses (0: the scaler's initial count)
     replays: dict[str, list[str]] = field(default_factory=dict)   # IQL/VDN: each replay's Store keys, oldest first
+    mixer_version: int = 0          # QMIX: the mixer's newest version (mixer/weights/<v>)
 
 
 @dataclass(frozen=True)
@@ -136,3 +152,4 @@ class MarlessParts:
     metrics: Any                     # report/metrics.py MetricsSink
     agent_id: bool = False           # policies read obs ⊕ one-hot(agent) (marless/agent_id.py)
     policy_spaces: dict[str, Any] = field(default_factory=dict)   # policy → the spaces its networks are built for
+    state_dim: int = 0               # the global state's size (QMIX's mixer input)

@@ -4,7 +4,8 @@
   the round's batches of every policy (``batch/<policy>/r<k>``, rows tagged with ``agent_index``),
   aligns the team's per-agent rows per (env, t) into joint rows and puts ``post/team/r<k>``: per agent
   ``<agent>/obs``, ``<agent>/next_obs``, ``<agent>/actions``, ``<agent>/terminated``, ``<agent>/alive``; for the team
-  ``rewards`` (the sum of the agents' rewards), ``terminated`` (every agent terminated), ``truncated``.
+  ``rewards`` (the sum of the agents' rewards), ``terminated`` (every agent terminated), ``truncated`` and, when
+  the actors recorded it (QMIX), the global ``state`` and ``next_state`` (one per joint row).
   Alignment: every agent's rows, taken in batch order, run over the same (actor, env, t) sequence (the
   actor writes each agent's rows env-major then time, actors in rank order), so the j-th row of each
   agent is the same step. That needs a row for every agent at every step: the actor writes padding rows
@@ -30,6 +31,7 @@ from nimbus.runtime.base import FunctionContext
 
 POSTPROCESS_HEADER = "vdn_postprocess"
 AGENT_COLUMNS = ("obs", "next_obs", "actions", "terminated", ALIVE)   # per agent in a joint (VDN) row
+TEAM_COLUMNS = ("state", "next_state")   # once per joint row, when the actors recorded them (QMIX)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ def align_team_rows(*, rows: dict[str, np.ndarray], all_agents: Sequence[str]) -
     joint["rewards"] = np.sum([np.asarray(rows["rewards"])[sel] for sel in selections], axis=0).astype(np.float32)
     joint["terminated"] = np.all([np.asarray(rows["terminated"])[sel] for sel in selections], axis=0)
     joint["truncated"] = np.any([np.asarray(rows["truncated"])[sel] for sel in selections], axis=0)
+    for shared in TEAM_COLUMNS:   # the global state (QMIX's actors record it): the same for every agent's row
+        if shared in rows:
+            joint[shared] = np.asarray(rows[shared])[selections[0]]
     return joint
 
 
@@ -75,7 +80,8 @@ def vdn_postprocess_function(*, context: FunctionContext, request: Message) -> M
     started = time.perf_counter()
     store = function_store(header=request.header)
     parts = [store.get(key=key).arrays for key in req.batch_keys]
-    columns = [c for c in ("agent_index", "rewards", "truncated", *AGENT_COLUMNS) if all(c in part for part in parts)]
+    columns = [c for c in ("agent_index", "rewards", "truncated", *AGENT_COLUMNS, *TEAM_COLUMNS)
+               if all(c in part for part in parts)]
     rows = {column: np.concatenate([np.asarray(part[column]) for part in parts]) for column in columns}
     joint = align_team_rows(rows=rows, all_agents=req.all_agents)
     store.put(key=req.post_key, message=Message(header={"round": req.round, "agents": list(req.all_agents)},

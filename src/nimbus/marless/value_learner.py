@@ -1,23 +1,12 @@
-"""MARLess's learner functions for the value-based algorithms IQL and VDN (MARLess §4.2, Fig. 5a and 5c).
+"""MARLess's learner function for IQL (MARLess §4.2, Fig. 5a), and the pieces VDN's and QMIX's team learner
+(marless/team_learner.py) shares with it: the replay, the networks of a policy version, the algorithm.
 
-Two FunctionContext functions, each its own function kind in the ledger:
-
-* ``vdn_postprocess_function`` (marless/team_rows.py): VDN's joint rows ``post/team/r<k>``, once per round.
-
-* ``value_policy_function`` (the *policy function*, per policy and round): the off-policy replay is the
+* ``value_policy_function`` (the *policy function*, per policy and round, IQL): the off-policy replay is the
   concatenation of the Store values the request lists in ``replay_keys`` (the driver keeps the last
   ``replay_rounds`` rounds' keys, oldest first: ``batch/<policy>/r<k>`` for IQL, ``post/team/r<k>`` for
-  VDN), cut to the newest ``replay_capacity`` rows. Each of ``gradient_steps`` steps samples
-  ``batch_size`` rows uniformly (with replacement) and takes an Adam step on a Huber TD loss:
-
-  - IQL: Q_p(o, u) against y = r + γ(1 − terminated) Q̄_p(o', argmax_u' Q_p(o', u')) (double DQN).
-  - VDN: Q_tot = Σ_a alive_a · Q_{policy(a)}(o_a, u_a) over the team's agents, against
-    y = R + γ Σ_a (1 − terminated_a) Q̄_{policy(a)}(o'_a, argmax Q_{policy(a)}(o'_a, ·)), R = the team reward.
-    The function for policy p trains p's parameters only. The other policies' Q-networks (and their
-    targets) are read from the Store at the versions the request names (the versions of the round's
-    start) and held fixed: with one policy per agent the round is one block-coordinate (Jacobi) step
-    of VDN, each policy's function running independently of the others, as MARLess invokes one policy
-    function per policy; with one shared policy (full sharing) it is exactly VDN's joint update.
+  VDN and QMIX), cut to the newest ``replay_capacity`` rows. Each of ``gradient_steps`` steps samples
+  ``batch_size`` rows uniformly (with replacement) and takes an Adam step on a Huber TD loss,
+  Q_p(o, u) against y = r + γ(1 − terminated) Q̄_p(o', argmax_u' Q_p(o', u')) (double DQN).
 
   Truncation bootstraps (from ``next_obs``, the true final observation); termination does not.
   Target network: ``target/<policy>/<v>`` is the target in effect when ``weights/<policy>/<v>`` was
@@ -51,14 +40,15 @@ from torch import nn
 
 from nimbus.algos.base import LossOutput
 from nimbus.algos.dqn.loss import td_loss
-from nimbus.algos.multiagent.iql import IQL, IQLConfig, QPolicy, ValueAlgorithm, iql_targets, next_values
-from nimbus.algos.multiagent.vdn import VDN, VDNConfig, vdn_q_tot, vdn_targets
+from nimbus.algos.multiagent.iql import IQL, IQLConfig, QPolicy, ValueAlgorithm, iql_targets
+from nimbus.algos.multiagent.qmix import QMIX, QMIXConfig
+from nimbus.algos.multiagent.vdn import VDN, VDNConfig
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
 from nimbus.data.codec import Message
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.spaces import EnvSpaces
-from nimbus.marless.rows import ALIVE, live_index
+from nimbus.marless.rows import live_index
 from nimbus.models.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
                                       weights_key)
 from nimbus.nitro.probe import ProbeRequest, probe_policy
@@ -101,10 +91,10 @@ def spaces_from_header(header: dict[str, Any]) -> EnvSpaces:
 class ValueLearnerRequest:
     policy: str                       # the policy this invocation trains
     round: int
-    algo: dict[str, Any]              # IQLConfig / VDNConfig as a dict
+    algo: dict[str, Any]              # IQLConfig as a dict
     agents: dict[str, int]            # the agents mapped to ``policy`` → index into all_agents (informational)
-    all_agents: Sequence[str]         # every agent, sorted: VDN's team
-    agent_policy: dict[str, str]      # agent → policy for every agent (VDN reads the others' Q-networks)
+    all_agents: Sequence[str]         # every agent, sorted
+    agent_policy: dict[str, str]      # agent → policy for every agent
     policy_versions: dict[str, int]   # the version of each policy to read; ``policy``'s is the one updated
     replay_keys: Sequence[str]        # the replay: Store keys of the last rounds' batches, oldest first
     spaces: dict[str, dict[str, Any]]  # policy → spaces_header(...), for every policy in agent_policy
@@ -126,19 +116,21 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
     started = time.perf_counter()
     torch.set_num_threads(req.torch_threads)
     store = function_store(header=request.header)
-    algo = _algo(context=context, config=req.algo, store=store)
+    algo = value_algo(context=context, config=req.algo, store=store)
     config = algo.config
     version = req.policy_versions[req.policy]
     spaces = spaces_from_header(req.spaces[req.policy])
     device = torch_device(leased=context.device, requested="cpu")  # the lease's device; the CPU without a pool
     place(cache=context.cache, device=device)  # the warm replay and fixed nets left it at the last lease's end
-    online, target, grad_steps = _own_networks(store=store, algo=algo, spaces=spaces, policy=req.policy,
+    online, target, grad_steps = own_networks(store=store, algo=algo, spaces=spaces, policy=req.policy,
                                                version=version, device=device)
     optimizer = algo.make_optimizer(model=online)
-    _load_optimizer_if_any(store=store, optimizer=optimizer, key=optim_key(policy=req.policy, version=version))
-    replay = _replay(context=context, store=store, keys=req.replay_keys, capacity=config.replay_capacity,
+    load_optimizer_if_any(store=store, optimizer=optimizer, key=optim_key(policy=req.policy, version=version))
+    replay = load_replay(context=context, store=store, keys=req.replay_keys, capacity=config.replay_capacity,
                      device=device)
-    objective = _objective(context=context, store=store, algo=algo, req=req, target=target, device=device)
+    if algo.joint:
+        raise ValueError(f"value_policy_function runs iql; {algo.name} trains the team jointly (marless/team_learner.py)")
+    objective = _Objective(config=config, target=target)
     generator = torch.Generator().manual_seed(derive_seed(req.seed, zlib.crc32(req.policy.encode()), version,
                                                           req.round))
     stats = _train(online=online, target=target, optimizer=optimizer, objective=objective, replay=replay,
@@ -153,10 +145,10 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
                                                                                 version=new_version),
         target_key(policy=req.policy, version=new_version): model_to_message(model=target, version=new_version),
     })
-    newest = _newest(context=context, keys=req.replay_keys, device=device) if req.probe else {}
+    newest = newest_rows(context=context, keys=req.replay_keys, device=device) if req.probe else {}
     extras = _probe(objective=objective, online=online, replay=newest, req=req, version=version)
     return Message(header={"policy": req.policy, "policy_version": new_version, **stats,
-                           "epsilon": float(online.epsilon), "replay_rows": _rows(replay),
+                           "epsilon": float(online.epsilon), "replay_rows": replay_rows(replay),
                            "convexity": float(extras.get(HESSIAN_RATIO_KEY, math.nan)), "extras": extras,
                            "probe_rows": float(extras.get("probe_rows", 0.0)),
                            "policy_s": time.perf_counter() - started, "device": str(device)})
@@ -165,23 +157,21 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
 # --- helpers ---
 
 
-def _algo(*, context: FunctionContext, config: dict[str, Any], store: Store) -> ValueAlgorithm:
+def value_algo(*, context: FunctionContext, config: dict[str, Any], store: Store) -> ValueAlgorithm:
     """The algorithm for ``config``; a new config or another run's Store also drops the cached replay and networks."""
     if context.cache.get("value_algo_config") != config or context.cache.get("value_store") is not store:
         for key in ("value_replay_keys", "value_replay_parts", "value_replay"):
             context.cache.pop(key, None)
-        name = config["name"]
-        if name == "iql":
-            algo: ValueAlgorithm = IQL(config=IQLConfig.model_validate(config))
-        elif name == "vdn":
-            algo = VDN(config=VDNConfig.model_validate(config))
-        else:
-            raise ValueError(f"value_policy_function runs iql or vdn, not {name!r}")
-        context.cache.update(value_algo_config=config, value_algo=algo, value_fixed={}, value_store=store)
+        builders = {"iql": (IQL, IQLConfig), "vdn": (VDN, VDNConfig), "qmix": (QMIX, QMIXConfig)}
+        if config["name"] not in builders:
+            raise ValueError(f"the value learners run {', '.join(builders)}, not {config['name']!r}")
+        algo_cls, config_cls = builders[config["name"]]
+        algo: ValueAlgorithm = algo_cls(config=config_cls.model_validate(config))
+        context.cache.update(value_algo_config=config, value_algo=algo, value_store=store)
     return context.cache["value_algo"]
 
 
-def _own_networks(*, store: Store, algo: ValueAlgorithm, spaces: EnvSpaces, policy: str, version: int,
+def own_networks(*, store: Store, algo: ValueAlgorithm, spaces: EnvSpaces, policy: str, version: int,
                   device: torch.device) -> tuple[QPolicy, QPolicy, int]:
     """(online, target, grad_steps) of ``policy`` at ``version``, fresh modules on ``device`` (the update mutates
     them)."""
@@ -196,27 +186,14 @@ def _own_networks(*, store: Store, algo: ValueAlgorithm, spaces: EnvSpaces, poli
     return online, target, int(message.header.get("grad_steps", 0))
 
 
-def _fixed_networks(*, context: FunctionContext, store: Store, algo: ValueAlgorithm, spaces: EnvSpaces,
-                    policy: str, version: int, device: torch.device) -> tuple[QPolicy, QPolicy]:
-    """Another policy's (online, target) at ``version``, read-only; cached per warm worker (keys are immutable)."""
-    cache: dict[tuple[str, int], tuple[QPolicy, QPolicy]] = context.cache["value_fixed"]
-    if (policy, version) not in cache:
-        online, target, _ = _own_networks(store=store, algo=algo, spaces=spaces, policy=policy, version=version,
-                                          device=device)
-        if len(cache) > 64:   # older versions are never read again
-            cache.clear()
-        cache[(policy, version)] = (online.requires_grad_(False), target)
-    return cache[(policy, version)]
-
-
-def _load_optimizer_if_any(*, store: Store, optimizer: torch.optim.Optimizer, key: str) -> None:
+def load_optimizer_if_any(*, store: Store, optimizer: torch.optim.Optimizer, key: str) -> None:
     try:
         load_optimizer(optimizer=optimizer, message=store.get(key=key))
     except KeyNotFound:
         pass   # version 0 (or a policy copied by sharing): a fresh Adam
 
 
-def _replay(*, context: FunctionContext, store: Store, keys: Sequence[str], capacity: int,
+def load_replay(*, context: FunctionContext, store: Store, keys: Sequence[str], capacity: int,
             device: torch.device) -> dict[str, torch.Tensor]:
     """The replay: the values under ``keys`` concatenated in order, the newest ``capacity`` rows kept."""
     if context.cache.get("value_replay_keys") != list(keys):
@@ -243,7 +220,7 @@ def join_replay(*, parts: Sequence[dict[str, np.ndarray]], capacity: int) -> dic
     return {name: value[-capacity:] for name, value in joined.items()}
 
 
-def _newest(*, context: FunctionContext, keys: Sequence[str], device: torch.device) -> dict[str, torch.Tensor]:
+def newest_rows(*, context: FunctionContext, keys: Sequence[str], device: torch.device) -> dict[str, torch.Tensor]:
     """The newest round's rows of the replay (live ones), what the convexity probe reads: that round's whole batch,
     as the on-policy probe reads its round's batch."""
     if not keys:
@@ -252,24 +229,18 @@ def _newest(*, context: FunctionContext, keys: Sequence[str], device: torch.devi
     return {name: torch.as_tensor(value, device=device) for name, value in newest.items()}
 
 
-def _rows(replay: dict[str, torch.Tensor]) -> int:
+def replay_rows(replay: dict[str, torch.Tensor]) -> int:
     return int(replay["rewards"].shape[0]) if "rewards" in replay else 0
 
 
 class _Objective:
-    """The TD loss of one policy's online network on a batch of replay rows (IQL or VDN), as ``loss(model, batch)``
-    so the Hessian probe can use it too; ``last`` keeps the latest step's TD stats."""
+    """IQL's TD loss of one policy's online network on a batch of replay rows, as ``loss(model, batch)`` so the
+    Hessian probe can use it too."""
 
-    def __init__(self, *, kind: str, config: Any, target: QPolicy,
-                 team: list[tuple[str, QPolicy | None, QPolicy]] | None = None) -> None:
-        self.kind, self.config, self.target, self.team = kind, config, target, team
+    def __init__(self, *, config: Any, target: QPolicy) -> None:
+        self.config, self.target = config, target
 
     def loss(self, *, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
-        if self.kind == "iql":
-            return self._iql(model=model, batch=batch)
-        return self._vdn(model=model, batch=batch)
-
-    def _iql(self, *, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
         c = self.config
         with torch.no_grad():
             q_next_target = self.target.q(batch["next_obs"])
@@ -280,50 +251,11 @@ class _Objective:
         return LossOutput(loss=out.loss, stats={"q_mean": float(out.q_taken.mean()),
                                                 "td_abs": float(out.td_errors.abs().mean())})
 
-    def _vdn(self, *, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
-        c = self.config
-        taken, following, terminated, alive = [], [], [], []
-        for agent, online, target in self.team or []:
-            net = model if online is None else online      # None: the policy being trained
-            q = net.q(batch[f"{agent}/obs"])
-            taken.append(q.gather(1, batch[f"{agent}/actions"].long().view(-1, 1)).squeeze(1))
-            with torch.no_grad():
-                q_next_target = (self.target if online is None else target).q(batch[f"{agent}/next_obs"])
-                q_next_online = net.q(batch[f"{agent}/next_obs"]) if c.double_q else q_next_target
-                following.append(next_values(q_next_online=q_next_online, q_next_target=q_next_target,
-                                             double_q=c.double_q))
-            terminated.append(batch[f"{agent}/terminated"])
-            alive.append(batch[f"{agent}/{ALIVE}"] if f"{agent}/{ALIVE}" in batch
-                         else torch.ones_like(batch[f"{agent}/terminated"], dtype=torch.bool))
-        q_tot = vdn_q_tot(q_taken_per_agent=torch.stack(taken), alive_per_agent=torch.stack(alive))
-        y = vdn_targets(team_rewards=batch["rewards"], next_values_per_agent=torch.stack(following),
-                        terminated_per_agent=torch.stack(terminated), gamma=c.gamma)
-        loss = nn.functional.huber_loss(q_tot, y, delta=c.huber_delta)
-        return LossOutput(loss=loss, stats={"q_mean": float(q_tot.detach().mean()),
-                                            "td_abs": float((y - q_tot.detach()).abs().mean())})
-
-
-def _objective(*, context: FunctionContext, store: Store, algo: ValueAlgorithm, req: ValueLearnerRequest,
-               target: QPolicy, device: torch.device) -> _Objective:
-    if algo.name == "iql":
-        return _Objective(kind="iql", config=algo.config, target=target)
-    team: list[tuple[str, QPolicy | None, QPolicy]] = []
-    for agent in req.all_agents:
-        policy = req.agent_policy[agent]
-        if policy == req.policy:
-            team.append((agent, None, target))
-        else:
-            fixed_online, fixed_target = _fixed_networks(
-                context=context, store=store, algo=algo, spaces=spaces_from_header(req.spaces[policy]),
-                policy=policy, version=req.policy_versions[policy], device=device)
-            team.append((agent, fixed_online, fixed_target))
-    return _Objective(kind="vdn", config=algo.config, target=target, team=team)
-
 
 def _train(*, online: QPolicy, target: QPolicy, optimizer: torch.optim.Optimizer, objective: _Objective,
            replay: dict[str, torch.Tensor], config: Any, grad_steps: int, generator: torch.Generator) -> dict[str, Any]:
     """``gradient_steps`` uniform-minibatch steps (none while the replay is below ``learning_starts``)."""
-    rows = _rows(replay)
+    rows = replay_rows(replay)
     losses, q_means, td_abs, refreshes, nonfinite = [], [], [], 0, 0
     if rows >= max(config.learning_starts, 1):
         for _ in range(config.gradient_steps):
@@ -352,7 +284,7 @@ def _train(*, online: QPolicy, target: QPolicy, optimizer: torch.optim.Optimizer
 
 def _probe(*, objective: _Objective, online: QPolicy, replay: dict[str, torch.Tensor], req: ValueLearnerRequest,
            version: int) -> dict[str, float]:
-    if not req.probe or _rows(replay) == 0:
+    if not req.probe or replay_rows(replay) == 0:
         return {}
     request = DEFAULT_PROBE if req.probe is True else ProbeRequest.from_header(req.probe)
     return probe_policy(algo=objective, model=online, batch=replay, request=request,  # type: ignore[arg-type]

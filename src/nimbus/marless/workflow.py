@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from nimbus.algos.multiagent import initial_messages, make_multiagent_algo
+from nimbus.algos.multiagent.qmix import initial_mixer_message, mixer_key, mixer_keys
 from nimbus.config import NimbusConfig
 from nimbus.data.checkpoint import Checkpointer
 from nimbus.data.codec import Message
@@ -101,7 +102,7 @@ class MultiAgentWorkflow:
         agent_id = uses_agent_id(marless=config.marless)
         parts = MarlessParts(config=config, shared=pool, run_dir=run_dir, agents=agents, spaces=spaces, algo=algo,
                              specs=function_specs(config=config, algo=algo), sharing=sharing, scaler=scaler,
-                             metrics=metrics, agent_id=agent_id,
+                             metrics=metrics, agent_id=agent_id, state_dim=state_dim,
                              policy_spaces=policy_spaces(config=config, agents=agents, spaces=spaces, agent_id=agent_id))
         try:
             progress = _publish(parts=parts, state_dim=state_dim, resume_from=resume_from)
@@ -234,7 +235,7 @@ class MultiAgentWorkflow:
         """The keys the learners are done with, and versions older than ``store.keep_versions`` (every policy
         keeps its newest, trained or frozen)."""
         store, keep = self.parts.shared.store, self.parts.config.store.keep_versions
-        stale = list(stale)
+        stale = list(stale) + mixer_keys(version=self.progress.mixer_version - keep)   # QMIX's mixer
         for policy in active:
             version = self.progress.versions[policy] - keep
             if version >= 0:
@@ -347,6 +348,10 @@ def _publish_initial(*, parts: MarlessParts, progress: MarlessProgress, initial:
     """Version 0 of every agent's policy (and critic), seeded per agent; all of them, so that sharing can later
     hand any agent its own policy."""
     store = parts.shared.store
+    if parts.algo.name == "qmix":   # the mixer's version 0, seeded after the policies'
+        store.put(key=mixer_key(part="weights", version=0), message=initial_mixer_message(
+            algo=parts.algo, state_dim=parts.state_dim, num_agents=len(parts.agents),
+            seed=parts.config.seed + len(initial)))
     for policy, messages in initial.items():
         store.put(key=weights_key(policy=policy, version=0), message=messages["weights"])
         progress.versions[policy] = 0

@@ -70,7 +70,7 @@ class DeployedPolicy(nn.Module):
         return torch.minimum(torch.maximum(action, self.low), self.high) if self.box else action
 
     def _greedy(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.algo_name in ("dqn", "iql", "vdn"):
+        if self.algo_name in ("dqn", "iql", "vdn", "qmix"):
             return self.model.q(obs).argmax(dim=-1)
         if self.algo_name == "sac":
             return self.model.to_env_actions(self.model.actor.sample(obs, deterministic=True)[0])

@@ -23,8 +23,10 @@ BOX = EnvSpaces(observation=gym.spaces.Box(-1, 1, (6,), np.float32), action=gym.
 
 def test_registration_and_roles() -> None:
     from nimbus.algos.multiagent.iql import IQLConfig
+    from nimbus.algos.multiagent.qmix import QMIXConfig
     from nimbus.algos.multiagent.vdn import VDNConfig
-    assert MULTIAGENT_ALGO_CONFIGS == {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig, "vdn": VDNConfig}
+    assert MULTIAGENT_ALGO_CONFIGS == {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig, "vdn": VDNConfig,
+                                       "qmix": QMIXConfig}
     assert all(ALGO_CONFIGS[name] is config for name, config in MULTIAGENT_ALGO_CONFIGS.items())
     iql, vdn = multiagent_algo_from_dict(algo={"name": "iql"}), multiagent_algo_from_dict(algo={"name": "vdn"})
     assert (iql.roles, iql.on_policy, vdn.roles, vdn.on_policy) == (("policy",), False, ("postprocess", "policy"), False)

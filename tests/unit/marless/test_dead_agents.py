@@ -18,7 +18,8 @@ from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.actor import marless_actor_function
 from nimbus.marless.learner import critic_function, policy_function, postprocess_function
 from nimbus.marless.team_rows import align_team_rows
-from nimbus.marless.value_learner import _Objective, join_replay
+from nimbus.marless.team_learner import TeamObjective, TrainedNet
+from nimbus.marless.value_learner import join_replay
 
 EARLY = "tests.unit.marless.early_env:make_env"
 AGENTS = ["long", "short"]
@@ -92,14 +93,16 @@ def test_vdn_gives_a_finished_agent_no_gradient_from_its_padding_rows(store) -> 
     spaces = EnvSpaces(observation=env.observation_space("short"), action=env.action_space("short"))
     torch.manual_seed(0)
     short, long_ = vdn.make_policy(spaces=spaces), vdn.make_policy(spaces=spaces)
-    objective = _Objective(kind="vdn", config=vdn.config, target=short,
-                           team=[("long", long_, long_), ("short", None, short)])
+    nets = {f"p_{agent}": TrainedNet(online=net, target=net, optimizer=vdn.make_optimizer(model=net), grad_steps=0)
+            for agent, net in (("long", long_), ("short", short))}
+    objective = TeamObjective(config=vdn.config, agent_policy={a: f"p_{a}" for a in AGENTS}, agents=AGENTS,
+                              nets=nets, mixer=None)
     batch = {name: torch.as_tensor(value[padding]) for name, value in joint.items()}
-    objective.loss(model=short, batch=batch).loss.backward()
+    objective.loss(batch=batch).loss.backward()
     assert all(p.grad is None or not p.grad.any() for p in short.parameters())
     live = {name: torch.as_tensor(value[~padding]) for name, value in joint.items()}
     short.zero_grad()
-    objective.loss(model=short, batch=live).loss.backward()
+    objective.loss(batch=live).loss.backward()
     assert any(p.grad is not None and p.grad.any() for p in short.parameters())
 
 

@@ -1,5 +1,6 @@
 """``marless/learner_invocations`` counts the learner functions a round invoked (issue 27, item 6): VDN's
-post-processing runs once per round for the team, not once per policy, so 3 policies invoke 3 + 1, not 3 × 2."""
+post-processing runs once per round for the team, not once per policy, and so does its policy function since
+the joint update (issue 27 item 5, marless/team_learner.py): 3 policies invoke 1 + 1, not 3 × 2 (nor 3 + 1)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def rows_of(tmp_path: Path, name: str, overrides: list[str]):
 
 
 @pytest.mark.parametrize(("name", "overrides", "per_round"), [
-    ("marless-vdn-spread", ["algo.learning_starts=100", "algo.gradient_steps=2"], 3 + 1),   # 3 policies + the team
+    ("marless-vdn-spread", ["algo.learning_starts=100", "algo.gradient_steps=2"], 1 + 1),   # the team's two
+    ("marless-qmix-spread", ["algo.learning_starts=100", "algo.gradient_steps=2"], 1 + 1),
     ("marless-iql-spread", ["algo.learning_starts=100", "algo.gradient_steps=2"], 3),
     ("marless-ippo-spread", ["algo.num_epochs=1"], 3 * 2),                                  # critic + policy each
 ])

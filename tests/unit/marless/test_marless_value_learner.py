@@ -1,4 +1,5 @@
-"""IQL/VDN learner functions (marless/value_learner.py), called in-process on a ShmStore (no runtime)."""
+"""IQL/VDN/QMIX learner functions (marless/value_learner.py, marless/team_learner.py), called in-process on a
+ShmStore (no runtime)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import pytest
 import torch
 
 from nimbus.algos.multiagent.iql import IQL, IQLConfig, initial_messages, iql_targets
+from nimbus.algos.multiagent.qmix import initial_mixer_message, mixer_key
 from nimbus.algos.multiagent.vdn import VDN, VDNConfig, vdn_q_tot, vdn_targets
 from nimbus.data.codec import Message
 from nimbus.data.store import KeyExists, ShmStore
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import EnvContractError
+from nimbus.marless.team_learner import TeamLearnerRequest, team_value_function
 from nimbus.marless.team_rows import VDNPostprocessRequest, align_team_rows, vdn_postprocess_function
 from nimbus.marless.value_learner import (ValueLearnerRequest, join_replay, spaces_header, target_key, team_post_key,
                                                value_policy_function)
@@ -26,6 +29,7 @@ from tests.unit.function_helpers import ctx, on_store
 AGENTS = ["agent_0", "agent_1"]
 HORIZON = 5                    # steps per episode of the coordination game
 OBS_DIM = 3 + 1 + 2            # one-hot(s) ⊕ t/H ⊕ one-hot(agent)
+STATE_DIM = 3 + 1              # the game's global state: one-hot(s) ⊕ t/H
 SPACES = EnvSpaces(observation=gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32),
                    action=gym.spaces.Discrete(3))
 
@@ -143,7 +147,8 @@ def game_rows(*, policies: dict[str, torch.nn.Module], algo, num_envs: int, rng:
         flat = obs[:, :HORIZON].reshape(-1, OBS_DIM)
         acts = algo.act(model=policies[agent], obs=torch.as_tensor(flat), explore=explore).actions
         actions[agent] = acts.reshape(num_envs, HORIZON)
-        out[agent] = {"obs": flat, "next_obs": obs[:, 1:].reshape(-1, OBS_DIM), "actions": acts}
+        out[agent] = {"obs": flat, "next_obs": obs[:, 1:].reshape(-1, OBS_DIM), "actions": acts,
+                      "state": flat[:, :STATE_DIM], "next_state": obs[:, 1:, :STATE_DIM].reshape(-1, STATE_DIM)}
     success = (actions["agent_0"] == states[:, :HORIZON]) & (actions["agent_1"] == (states[:, :HORIZON] + 1) % 3)
     last = np.zeros((num_envs, HORIZON), bool)
     last[:, -1] = True
@@ -168,6 +173,9 @@ def greedy_team_return(*, policies: dict[str, torch.nn.Module], algo) -> float:
 
 
 def setup_policies(*, store: ShmStore, algo, agent_policy: dict[str, str], seed: int = 0) -> None:
+    if algo.name == "qmix":
+        store.put(key=mixer_key(part="weights", version=0),
+                  message=initial_mixer_message(algo=algo, state_dim=STATE_DIM, num_agents=2, seed=seed + 10))
     for index, policy in enumerate(sorted(set(agent_policy.values()))):
         message = initial_messages(algo=algo, spaces=SPACES, state_dim=0, num_agents=2, seed=seed + index)["weights"]
         store.put(key=weights_key(policy=policy, version=0), message=message)
@@ -193,6 +201,14 @@ def learner_request(*, algo, policy: str, round: int, agent_policy: dict[str, st
                                progress=progress, probe=probe)
 
 
+def team_request(*, algo, round: int, agent_policy: dict[str, str], versions: dict[str, int],
+                 replay_keys: list[str], progress: float = 0.0, mixer_version: int = 0) -> TeamLearnerRequest:
+    return TeamLearnerRequest(round=round, algo=algo.config.model_dump(mode="json"), all_agents=AGENTS,
+                              agent_policy=agent_policy, policy_versions=dict(versions), replay_keys=replay_keys,
+                              spaces={p: spaces_header(spaces=SPACES) for p in set(agent_policy.values())}, seed=7,
+                              progress=progress, mixer_version=mixer_version, state_dim=STATE_DIM)
+
+
 def put_round(*, store: ShmStore, algo, round: int, rows: dict[str, dict[str, np.ndarray]],
               agent_policy: dict[str, str]) -> list[str]:
     """The driver's side of a round: batch/<policy>/r<k> per policy; for VDN also the post-processing."""
@@ -203,7 +219,7 @@ def put_round(*, store: ShmStore, algo, round: int, rows: dict[str, dict[str, np
         store.put(key=key, message=driver_batch(per_agent={a: [rows[a]] for a in agents}, agents=agents,
                                                 all_agents=AGENTS))
         keys.append(key)
-    if algo.name == "vdn":
+    if algo.joint:
         request = VDNPostprocessRequest(round=round, all_agents=AGENTS, batch_keys=keys, post_key=team_post_key(round=round))
         vdn_postprocess_function(context=ctx("postprocess"), request=on_store(request.to_message(), store))
     return keys
@@ -217,6 +233,7 @@ def train_game(*, store: ShmStore, algo, agent_policy: dict[str, str], rounds: i
     rng = np.random.default_rng(0)
     torch.manual_seed(0)                        # ε-greedy exploration in algo.act draws from torch's generator
     history: dict[str, list[str]] = {}
+    mixer_version = 0
     returns, losses = [greedy_team_return(policies=load_policies(store=store, algo=algo, agent_policy=agent_policy,
                                                                  versions=versions), algo=algo)], []
     worker = ctx("policy")
@@ -225,14 +242,24 @@ def train_game(*, store: ShmStore, algo, agent_policy: dict[str, str], rounds: i
         batch_keys = put_round(store=store, algo=algo, round=round,
                                rows=game_rows(policies=policies, algo=algo, num_envs=num_envs, rng=rng),
                                agent_policy=agent_policy)
-        results = []
-        for policy in sorted(versions):
-            own = [team_post_key(round=round)] if algo.name == "vdn" else [f"batch/{policy}/r{round}"]
-            history[policy] = (history.get(policy, []) + own)[-replay_rounds:]
-            request = learner_request(algo=algo, policy=policy, round=round, agent_policy=agent_policy,
-                                      versions=versions, replay_keys=history[policy], progress=(round + 1) / rounds)
+        if algo.joint:   # VDN, QMIX: one team invocation trains every policy
+            history["team"] = (history.get("team", []) + [team_post_key(round=round)])[-replay_rounds:]
+            request = team_request(algo=algo, round=round, agent_policy=agent_policy, versions=versions,
+                                   replay_keys=history["team"], progress=(round + 1) / rounds,
+                                   mixer_version=mixer_version)
             worker.invocation_id = uuid.uuid4().hex
-            results.append(value_policy_function(context=worker, request=on_store(request.to_message(), store)))
+            result = team_value_function(context=worker, request=on_store(request.to_message(), store))
+            mixer_version = result.header["mixer_version"]
+            results = [Message(header={"policy": p, **stats}) for p, stats in result.header["policies"].items()]
+        else:
+            results = []
+            for policy in sorted(versions):
+                history[policy] = (history.get(policy, []) + [f"batch/{policy}/r{round}"])[-replay_rounds:]
+                request = learner_request(algo=algo, policy=policy, round=round, agent_policy=agent_policy,
+                                          versions=versions, replay_keys=history[policy],
+                                          progress=(round + 1) / rounds)
+                worker.invocation_id = uuid.uuid4().hex
+                results.append(value_policy_function(context=worker, request=on_store(request.to_message(), store)))
         assert batch_keys
         for result in results:
             versions[result.header["policy"]] = result.header["policy_version"]
@@ -334,42 +361,16 @@ def test_a_retry_replaces_its_own_puts_and_recomputes_the_same_version(store: Sh
     policies = load_policies(store=store, algo=algo, agent_policy=OWN, versions=versions)
     put_round(store=store, algo=algo, round=0, agent_policy=OWN,
               rows=game_rows(policies=policies, algo=algo, num_envs=4, rng=np.random.default_rng(2)))
-    request = learner_request(algo=algo, policy="p_agent_0", round=0, agent_policy=OWN, versions=versions,
-                              replay_keys=[team_post_key(round=0)])
+    request = team_request(algo=algo, round=0, agent_policy=OWN, versions=versions,
+                           replay_keys=[team_post_key(round=0)])
     invocation = uuid.uuid4().hex
-    first = value_policy_function(context=ctx("policy", invocation), request=on_store(request.to_message(), store))
-    published = q_params(store.get(key=weights_key(policy="p_agent_0", version=1)))
-    again = value_policy_function(context=ctx("policy", invocation), request=on_store(request.to_message(), store))
-    assert again.header["policy_loss"] == first.header["policy_loss"]
-    assert same(q_params(store.get(key=weights_key(policy="p_agent_0", version=1))), published)
+    first = team_value_function(context=ctx("policy", invocation), request=on_store(request.to_message(), store))
+    published = {p: q_params(store.get(key=weights_key(policy=p, version=1))) for p in versions}
+    again = team_value_function(context=ctx("policy", invocation), request=on_store(request.to_message(), store))
+    assert again.header["policies"]["p_agent_0"]["policy_loss"] == first.header["policies"]["p_agent_0"]["policy_loss"]
+    assert all(same(q_params(store.get(key=weights_key(policy=p, version=1))), published[p]) for p in versions)
     with pytest.raises(KeyExists):
-        value_policy_function(context=ctx("policy"), request=on_store(request.to_message(), store))
-
-
-def test_vdn_trains_its_own_policy_against_the_others_at_their_requested_versions(store: ShmStore) -> None:
-    algo = VDN(config=small(VDNConfig, gradient_steps=3))
-    setup_policies(store=store, algo=algo, agent_policy=OWN)
-    other = algo.make_policy(spaces=SPACES)        # a second version of p_agent_1 with other weights
-    torch.manual_seed(5)
-    store.put(key=weights_key(policy="p_agent_1", version=1), message=model_to_message(model=other, version=1))
-    policies = load_policies(store=store, algo=algo, agent_policy=OWN, versions={"p_agent_0": 0, "p_agent_1": 0})
-    put_round(store=store, algo=algo, round=0, agent_policy=OWN,
-              rows=game_rows(policies=policies, algo=algo, num_envs=4, rng=np.random.default_rng(3)))
-    losses = []
-    for version_of_other in (0, 1):
-        for key in store.keys(prefix="weights/p_agent_0") + store.keys(prefix="optim/p_agent_0") + \
-                store.keys(prefix="target/p_agent_0"):
-            if not key.endswith("/0"):
-                store.delete(key=key)
-        request = learner_request(algo=algo, policy="p_agent_0", round=0, agent_policy=OWN,
-                                  versions={"p_agent_0": 0, "p_agent_1": version_of_other},
-                                  replay_keys=[team_post_key(round=0)])
-        result = value_policy_function(context=ctx("policy"), request=on_store(request.to_message(), store))
-        assert result.header["policy_version"] == 1 and result.header["gradient_steps_run"] == 3
-        losses.append(result.header["policy_loss"])
-    assert losses[0] != losses[1]                  # Q_tot read p_agent_1 at the requested version
-    assert sorted(store.keys(prefix="weights/p_agent_1")) == ["weights/p_agent_1/0", "weights/p_agent_1/1"]
-    assert not store.keys(prefix="target/p_agent_1") and not store.keys(prefix="optim/p_agent_1")
+        team_value_function(context=ctx("policy"), request=on_store(request.to_message(), store))
 
 
 def test_convexity_is_probed_only_when_asked(store: ShmStore) -> None:
@@ -471,9 +472,16 @@ def test_value_learning_beats_random_on_simple_spread(store: ShmStore, algo_cls,
                                          post_key=team_post_key(round=round))
             vdn_postprocess_function(context=ctx("postprocess"), request=on_store(post.to_message(), store))
         results = []
-        for policy in sorted(versions):
-            own = team_post_key(round=round) if algo.name == "vdn" else f"batch/{policy}/r{round}"
-            history[policy] = (history.get(policy, []) + [own])[-100:]
+        if algo.name == "vdn":   # one team invocation trains both policies
+            history["team"] = (history.get("team", []) + [team_post_key(round=round)])[-100:]
+            request = TeamLearnerRequest(
+                round=round, algo=algo.config.model_dump(mode="json"), all_agents=agents, agent_policy=agent_policy,
+                policy_versions=dict(versions), replay_keys=history["team"],
+                spaces={p: spaces_header(spaces=spaces) for p in versions}, seed=1, progress=(round + 1) / rounds)
+            result = team_value_function(context=ctx("policy"), request=on_store(request.to_message(), store))
+            results = [Message(header={"policy": p, **stats}) for p, stats in result.header["policies"].items()]
+        for policy in sorted(versions) if algo.name != "vdn" else []:
+            history[policy] = (history.get(policy, []) + [f"batch/{policy}/r{round}"])[-100:]
             request = ValueLearnerRequest(
                 policy=policy, round=round, algo=algo.config.model_dump(mode="json"),
                 agents={a: i for i, a in enumerate(agents) if agent_policy[a] == policy}, all_agents=agents,

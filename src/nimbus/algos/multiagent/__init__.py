@@ -27,17 +27,19 @@ from nimbus.algos.base import ActOutput
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.algos.multiagent.iql import IQL, IQLConfig
 from nimbus.algos.multiagent.ppo import MultiAgentPPO
+from nimbus.algos.multiagent.qmix import QMIX, QMIXConfig
 from nimbus.algos.multiagent.vdn import VDN, VDNConfig
 from nimbus.envs.spaces import EnvSpaces
 
 MULTIAGENT_ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig,
-                                                 "vdn": VDNConfig}
+                                                 "vdn": VDNConfig, "qmix": QMIXConfig}
 
 _BUILDERS: dict[str, Callable[[Any], Any]] = {
     "ippo": lambda config: MultiAgentPPO(config=config),
     "mappo": lambda config: MultiAgentPPO(config=config),
     "iql": lambda config: IQL(config=config),
     "vdn": lambda config: VDN(config=config),
+    "qmix": lambda config: QMIX(config=config),
 }
 
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 
 class ValueConfigBase(ConfigSection):
-    """The fields IQL and VDN share. Defaults follow EPyMARL's MPE settings for IQL/VDN (lr 5e-4,
+    """The fields IQL, VDN and QMIX share. Defaults follow EPyMARL's MPE settings for IQL/VDN (lr 5e-4,
     γ 0.99, 64-unit hidden layers, ε 1 → 0.05, hard target copy every 200 updates), with DQN's Huber
     loss and gradient-norm clip (algos/dqn/config.py)."""
 
@@ -48,9 +48,10 @@ class ValueConfigBase(ConfigSection):
     gamma: float = Field(0.99, ge=0, le=1)
     """Discount."""
     batch_size: int = Field(256, ge=1)
-    """Rows per gradient step (IQL: one agent's transitions; VDN: joint team transitions)."""
+    """Rows per gradient step (IQL: one agent's transitions; VDN, QMIX: joint team transitions)."""
     gradient_steps: int = Field(50, ge=1)
-    """Gradient steps per learner invocation (one invocation per policy per round)."""
+    """Gradient steps per learner invocation (IQL: one invocation per policy a round; VDN, QMIX: one for the team,
+    each step updating every policy)."""
     replay_capacity: int = Field(50_000, ge=1)
     """Rows the replay holds: the newest rows of the last rounds' batches; older ones are dropped."""
     learning_starts: int = Field(1_000, ge=0)
@@ -70,7 +71,7 @@ class ValueConfigBase(ConfigSection):
     huber_delta: float = Field(10.0, gt=0)
     """Huber loss threshold (MPE returns are tens in magnitude; a large δ is close to MSE)."""
     max_grad_norm: float | None = Field(10.0, gt=0)
-    """Gradient-norm clip; None disables it."""
+    """Gradient-norm clip (VDN, QMIX: one norm over all the team's parameters); None disables it."""
     hidden_sizes: Widths = (64, 64)
     """The Q-network's MLP torso."""
 
@@ -104,8 +105,9 @@ class ValueAlgorithm:
 
     name = "value"
     roles: tuple[str, ...] = ("policy",)
-    centralised = False   # neither IQL nor VDN reads the global state
+    centralised = False   # neither IQL nor VDN reads the global state (QMIX's mixer does)
     on_policy = False
+    joint = False         # VDN, QMIX: one learner invocation trains the whole team (marless/team_learner.py)
 
     def __init__(self, *, config: ValueConfigBase) -> None:
         self.config = config

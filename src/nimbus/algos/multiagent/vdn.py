@@ -4,7 +4,8 @@ The team's joint action value is the sum of the agents' Q values, Q_tot(o, u) = 
 trained with one TD loss on the team reward (the sum of the agents' rewards). Agents act ε-greedily on
 their own Q-network, exactly as in IQL (algos/multiagent/iql.py); only the learner differs. Its roles: a
 *post-processing function* that aligns the team's per-agent rows of a round into joint rows
-(``post/team/r<k>``), then a *policy function* per policy (marless/value_learner.py).
+(``post/team/r<k>``), then one *policy function* for the whole team (marless/team_learner.py): every
+gradient step is one optimizer step on the summed Q over all the team's policies, however many there are.
 
 Example::
 
@@ -31,6 +32,7 @@ class VDNConfig(ValueConfigBase):
 class VDN(ValueAlgorithm):
     name = "vdn"
     roles = ("postprocess", "policy")
+    joint = True          # one team learner invocation a round (marless/team_learner.py)
 
 
 def vdn_targets(*, team_rewards: torch.Tensor, next_values_per_agent: torch.Tensor,
