@@ -234,8 +234,8 @@ def _cmd_simulate_fit(args: argparse.Namespace) -> int:
     path = write_profile(profile=profile, path=Path(args.output or run_dirs[0] / "simulation-profile.yaml"))
     for kind, model in profile.functions.items():
         print(f"{kind:10s} median {model.median_s:.4f} s  sigma {model.sigma:.3f}  cold {model.cold_start_s:.3f} s  "
-              f"per row {model.per_row_s:.2e} s  stragglers {model.straggler_fraction:.3f} x{model.straggler_factor:.2f}  "
-              f"failures {model.failure_fraction:.3f}")
+              f"first call +{model.first_call_s:.3f} s  per row {model.per_row_s:.2e} s  "
+              f"stragglers {model.straggler_fraction:.3f} x{model.straggler_factor:.2f}  failures {model.failure_fraction:.3f}")
     print(f"wrote {path}")
     return 0
 
