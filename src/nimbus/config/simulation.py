@@ -1,6 +1,7 @@
 """The ``simulation:`` section: how long simulated invocations take (``runtime.backend: simulated``, docs/simulated.md).
 
-Per function kind (``actor``, ``learner``, ``parameter``, ``probe``, ``system``: a FunctionSpec's ``kind``) a
+Per function kind (a FunctionSpec's ``kind``: the function roles ``actor``, ``learner``, ``gradient_learner``,
+``parameter``, ``critic``, ``postprocess``, and ``probe``, ``system``) a
 ``DurationModel``; a kind not listed uses ``default``. One attempt's simulated duration is
 
     (median_s + per_row_s × rows) × noise × (straggler_factor with probability straggler_fraction, else 1)
@@ -35,7 +36,7 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -43,7 +44,9 @@ from nimbus.config.base import ConfigSection
 from nimbus.config.yaml_loader import parse_yaml
 from nimbus.errors import ConfigError
 
-KINDS = ("actor", "learner", "parameter", "probe", "system")
+# Every FunctionSpec kind: the config's function roles (sections.py ROLES, a test keeps them in step) and probe, system
+Kind = Literal["actor", "learner", "gradient_learner", "parameter", "critic", "postprocess", "probe", "system"]
+KINDS: tuple[str, ...] = get_args(Kind)
 
 
 class DurationModel(ConfigSection):
@@ -81,7 +84,7 @@ class ProfileFile(ConfigSection):
     version: int = Field(default=1, ge=1, le=1)
     source: str = ""
     """the run directory (ledger) it was fitted from"""
-    functions: dict[Literal["actor", "learner", "parameter", "probe", "system"], DurationModel] = \
+    functions: dict[Kind, DurationModel] = \
         Field(default_factory=dict)
     """one duration model per function kind"""
 
@@ -92,7 +95,7 @@ class HardwareFile(ConfigSection):
     version: int = Field(default=1, ge=1, le=1)
     description: str = ""
     """what it describes, e.g. Lambda actors at 1 vCPU, learners on V100s, 10 Gb/s"""
-    speedup: dict[Literal["actor", "learner", "parameter", "probe", "system"], float] = Field(default_factory=dict)
+    speedup: dict[Kind, float] = Field(default_factory=dict)
     """per kind: how many times faster than the profiled machine (median_s and per_row_s are divided by it)"""
     bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
     """the network between functions, for every kind whose model names no bandwidth"""
@@ -141,9 +144,9 @@ class SimulationConfig(ConfigSection):
     """seeds the duration, straggler and failure draws (with the run's seed): same seeds, same simulated run"""
     profile: str | None = None
     """a profile YAML (``nimbus simulate fit``); its kinds are used unless ``functions`` names them too"""
-    functions: dict[Literal["actor", "learner", "parameter", "probe", "system"], DurationModel] = \
+    functions: dict[Kind, DurationModel] = \
         Field(default_factory=dict)
-    """duration model per function kind (actor, learner, parameter, probe, system)"""
+    """duration model per function kind (actor, learner, gradient_learner, parameter, critic, postprocess, probe, system)"""
     default: DurationModel = Field(default_factory=DurationModel)
     """the duration model of a kind neither functions nor the profile names"""
     hardware: str | None = None

@@ -141,3 +141,18 @@ def test_two_batch_sizes_with_a_near_zero_intercept_give_no_heavy_tail(tmp_path:
     rng = np.random.default_rng(0)
     draws = [draw_attempt(model=learner, rng=rng, rows=128, nbytes=0).duration_s for _ in range(2000)]
     assert max(draws) < 5 * float(np.median(draws))   # the tail of a sigma-0.2 lognormal, not of sigma 4.6
+
+
+def test_every_function_role_is_a_simulated_kind_and_a_stellaris_learner_is_fitted(tmp_path: Path) -> None:
+    """Stellaris's learners are kind gradient_learner: it was no kind of the simulation's, so a profile could not
+    name it, a fit dropped it, and a simulated Stellaris run drew its learners from ``default``."""
+    from nimbus.config.sections import ROLES
+    from nimbus.config.simulation import KINDS
+
+    assert set(ROLES) <= set(KINDS)
+    ledger_from(model=DurationModel(median_s=0.3, cold_start_s=0.0), kind="gradient_learner", n=10,
+                path=tmp_path / "ledger.jsonl")
+    profile = fit_profile(run_dirs=[tmp_path])
+    assert profile.functions["gradient_learner"].median_s == pytest.approx(0.3)
+    path = write_profile(profile=profile, path=tmp_path / "p.yaml")
+    assert SimulationConfig(profile=str(path)).models()["gradient_learner"].median_s == pytest.approx(0.3)
