@@ -13,6 +13,7 @@ Per (actors, seed), real vs simulated:
 
 * **round time**: the median ``round_s`` over rounds after ``--warmup``; error = simulated / real - 1;
 * **cost**: ``summary.serverless_cost_usd`` per round (the ledger priced by cost/pricing.yaml); error as above;
+* **total time**: ``summary.wall_s`` (a tail the median hides shows here and in the cost); error as above;
 * **return curve**: ``recent_return_mean`` at each round (same env steps on both: sync PPO rounds are fixed
   size); error = the largest absolute difference over the rounds, and whether the curves are identical
   (the learning is the same computation on both backends: sync PPO on CPU is deterministic for a seed).
@@ -85,7 +86,8 @@ def compare(*, real: dict, simulated: dict, warmup: int) -> dict:
             "simulated_cost_per_round_usd": sim_cost, "cost_error": sim_cost / real_cost - 1,
             "return_max_abs_diff": max((abs(a - b) for a, b in finite), default=float("nan")),
             "return_curves_identical": bool(finite) and all(a == b for a, b in finite),
-            "real_wall_s": real["wall_s"], "simulated_wall_s": simulated["wall_s"]}
+            "real_wall_s": real["wall_s"], "simulated_wall_s": simulated["wall_s"],
+            "wall_s_error": simulated["wall_s"] / real["wall_s"] - 1}
 
 
 def main() -> None:
@@ -116,9 +118,11 @@ def main() -> None:
                 pairs.append(compare(real=real[n], simulated=simulated, warmup=args.warmup))
                 print(json.dumps(pairs[-1]), flush=True)
     summary = {n: {key: statistics.median(p[key] for p in pairs if p["actors"] == n)
-                   for key in ("round_s_error", "cost_error", "return_max_abs_diff")} for n in ACTORS}
+                   for key in ("round_s_error", "cost_error", "wall_s_error", "return_max_abs_diff")}
+               for n in ACTORS}
     for n, errors in summary.items():
         print(f"{n} actor(s): round time {errors['round_s_error']:+.1%}, cost {errors['cost_error']:+.1%}, "
+              f"total time {errors['wall_s_error']:+.1%}, "
               f"return curve max |diff| {errors['return_max_abs_diff']:.2f} (median over {args.seeds} seed(s))")
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)

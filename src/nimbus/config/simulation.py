@@ -1,14 +1,17 @@
 """The ``simulation:`` section: how long simulated invocations take (``runtime.backend: simulated``, docs/simulated.md).
 
-Per function kind (``actor``, ``learner``, ``parameter``, ``probe``, ``system``: a FunctionSpec's ``kind``) a
+Per function kind (a FunctionSpec's ``kind``: the function roles ``actor``, ``learner``, ``gradient_learner``,
+``parameter``, ``critic``, ``postprocess``, and ``probe``, ``system``) a
 ``DurationModel``; a kind not listed uses ``default``. One attempt's simulated duration is
 
-    base × (straggler_factor with probability straggler_fraction, else 1) + per_row_s × rows + bytes / bandwidth
+    (median_s + per_row_s × rows) × noise × (straggler_factor with probability straggler_fraction, else 1)
+        + first_call_s on a worker's first attempt + bytes / bandwidth
 
-where ``base`` is ``median_s`` (``distribution: constant``) or a lognormal draw with that median and ``sigma``
-(the standard deviation of its log), ``rows`` the largest leading dimension of the request's and the result's
-arrays and ``bytes`` the encoded request plus result. A cold start (a new simulated worker) takes
-``cold_start_s`` first; with probability ``failure_fraction`` an attempt dies (its reply is lost) and is retried.
+where ``noise`` is 1 (``distribution: constant``) or ``exp(sigma × N(0, 1))`` (``distribution: lognormal``: the
+compute term is lognormal with median ``median_s + per_row_s × rows``), ``rows`` the largest leading dimension of
+the request's and the result's arrays and ``bytes`` the encoded request plus result. A cold start (a new simulated
+worker) takes ``cold_start_s`` first; with probability ``failure_fraction`` an attempt dies (its reply is lost) and
+is retried.
 
 ``hardware``: a YAML file describing the simulated cluster relative to the profiled machine: per-kind
 ``speedup`` (durations and per-row times divided by it) and a ``bandwidth_bytes_per_s`` for every kind whose
@@ -33,7 +36,7 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -41,24 +44,28 @@ from nimbus.config.base import ConfigSection
 from nimbus.config.yaml_loader import parse_yaml
 from nimbus.errors import ConfigError
 
-KINDS = ("actor", "learner", "parameter", "probe", "system")
+# Every FunctionSpec kind: the config's function roles (sections.py ROLES, a test keeps them in step) and probe, system
+Kind = Literal["actor", "learner", "gradient_learner", "parameter", "critic", "postprocess", "probe", "system"]
+KINDS: tuple[str, ...] = get_args(Kind)
 
 
 class DurationModel(ConfigSection):
     distribution: Literal["constant", "lognormal"] = "constant"
     """constant: every attempt takes median_s; lognormal: exp(N(log median_s, sigma²)) seconds"""
     median_s: float = Field(default=1.0, gt=0)
-    """the base duration (constant) or the lognormal's median, in simulated seconds"""
+    """the duration at 0 rows (constant) or its lognormal median, in simulated seconds"""
     sigma: float = Field(default=0.0, ge=0, le=5)
-    """lognormal only: the standard deviation of the log of the base duration"""
+    """lognormal only: the standard deviation of the log of the compute term (median_s + per_row_s × rows)"""
     per_row_s: float = Field(default=0.0, ge=0)
-    """seconds added per row (the largest leading dimension of the request's and result's arrays)"""
+    """seconds added to the compute term per row (the largest leading dimension of the request's and result's arrays)"""
+    first_call_s: float = Field(default=0.0, ge=0)
+    """seconds added to a worker's first attempt only (its warm-up: first env reset, first torch call)"""
     bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
     """the request's and the result's encoded bytes cross this link (None: transfers take no time)"""
     cold_start_s: float = Field(default=1.0, ge=0)
     """a new worker's start (process + imports) before its first attempt; billed as init_s"""
     straggler_fraction: float = Field(default=0.0, ge=0, le=1)
-    """the share of attempts whose base duration is multiplied by straggler_factor"""
+    """the share of attempts whose compute term is multiplied by straggler_factor"""
     straggler_factor: float = Field(default=1.0, ge=1)
     """how much slower a straggler is"""
     failure_fraction: float = Field(default=0.0, ge=0, lt=1)
@@ -77,7 +84,7 @@ class ProfileFile(ConfigSection):
     version: int = Field(default=1, ge=1, le=1)
     source: str = ""
     """the run directory (ledger) it was fitted from"""
-    functions: dict[Literal["actor", "learner", "parameter", "probe", "system"], DurationModel] = \
+    functions: dict[Kind, DurationModel] = \
         Field(default_factory=dict)
     """one duration model per function kind"""
 
@@ -88,7 +95,7 @@ class HardwareFile(ConfigSection):
     version: int = Field(default=1, ge=1, le=1)
     description: str = ""
     """what it describes, e.g. Lambda actors at 1 vCPU, learners on V100s, 10 Gb/s"""
-    speedup: dict[Literal["actor", "learner", "parameter", "probe", "system"], float] = Field(default_factory=dict)
+    speedup: dict[Kind, float] = Field(default_factory=dict)
     """per kind: how many times faster than the profiled machine (median_s and per_row_s are divided by it)"""
     bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
     """the network between functions, for every kind whose model names no bandwidth"""
@@ -137,9 +144,9 @@ class SimulationConfig(ConfigSection):
     """seeds the duration, straggler and failure draws (with the run's seed): same seeds, same simulated run"""
     profile: str | None = None
     """a profile YAML (``nimbus simulate fit``); its kinds are used unless ``functions`` names them too"""
-    functions: dict[Literal["actor", "learner", "parameter", "probe", "system"], DurationModel] = \
+    functions: dict[Kind, DurationModel] = \
         Field(default_factory=dict)
-    """duration model per function kind (actor, learner, parameter, probe, system)"""
+    """duration model per function kind (actor, learner, gradient_learner, parameter, critic, postprocess, probe, system)"""
     default: DurationModel = Field(default_factory=DurationModel)
     """the duration model of a kind neither functions nor the profile names"""
     hardware: str | None = None

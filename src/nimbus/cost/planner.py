@@ -21,7 +21,10 @@ pricing model, as a real run's would (serverless); serverful = the pricing model
 the simulated wall time at peak actors (``serverful_cost_usd``).
 
 What it does not model: contention on a shared machine beyond the slot count, stragglers that a larger
-fleet would add beyond the profiled tail, network bandwidth at scale.
+fleet would add beyond the profiled tail, network bandwidth at scale, and learning (no return). For those,
+``nimbus plan --simulate --config X --set ...`` trains the config on the simulated backend once per seed
+(run/plan.py, docs/simulated.md): time, cost and return, with intervals over seeds, in minutes instead of seconds.
+This timing-only model stays the default: it needs only ledgers and answers at once.
 """
 
 from __future__ import annotations

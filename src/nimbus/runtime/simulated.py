@@ -301,7 +301,8 @@ class SimulatedRuntime(AttemptEndings):
             result, report = invoke_function(fn=fn, context=context, request=request)
         body = encode(result, compress_min_bytes=None) if report["outcome"] == "ok" else b""
         draw = draw_attempt(model=self._model(spec), rng=self._rng, rows=rows_of(request, result),
-                            nbytes=len(invocation.body) + len(body))
+                            nbytes=len(invocation.body) + len(body), first_call=worker.served == 0)
+        worker.served += 1
         ending = self._ending(report=report, body=body, draw=draw, spec=spec, start_at=start_at)
         self._schedule(at_s=start_at + ending["after_s"], kind="end", worker=worker, ending=ending)
 

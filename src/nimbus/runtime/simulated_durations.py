@@ -25,7 +25,7 @@ from nimbus.data.codec import Message
 
 @dataclass(frozen=True)
 class Draw:
-    """An attempt's simulated fate: its duration (base, stragglers and the row and byte terms), the transfer part
+    """An attempt's simulated fate: its duration (compute, straggling, first-call and byte terms), the transfer part
     of it, whether it straggled, and whether it dies (then ``dies_after_s`` into it, a uniform share)."""
 
     duration_s: float
@@ -35,15 +35,18 @@ class Draw:
     dies_after_s: float
 
 
-def draw_attempt(*, model: DurationModel, rng: np.random.Generator, rows: int, nbytes: int) -> Draw:
-    """The duration of one attempt over ``rows`` rows and ``nbytes`` bytes (config/simulation.py's formula)."""
+def draw_attempt(*, model: DurationModel, rng: np.random.Generator, rows: int, nbytes: int,
+                 first_call: bool = False) -> Draw:
+    """The duration of one attempt over ``rows`` rows and ``nbytes`` bytes (config/simulation.py's formula);
+    ``first_call``: the worker's first attempt (``first_call_s`` is added)."""
     z, u_straggle, u_die = float(rng.standard_normal()), float(rng.random()), float(rng.random())
-    base = model.median_s * (math.exp(model.sigma * z) if model.distribution == "lognormal" else 1.0)
+    compute = (model.median_s + model.per_row_s * rows) * \
+        (math.exp(model.sigma * z) if model.distribution == "lognormal" else 1.0)
     straggler = u_straggle < model.straggler_fraction
     if straggler:
-        base *= model.straggler_factor
+        compute *= model.straggler_factor
     transfer = nbytes / model.bandwidth_bytes_per_s if model.bandwidth_bytes_per_s else 0.0
-    duration = base + model.per_row_s * rows + transfer
+    duration = compute + (model.first_call_s if first_call else 0.0) + transfer
     dies = u_die < model.failure_fraction
     # the death point reuses u_die, rescaled to [0, 1): a dying attempt is uniform over its duration
     after = duration * (u_die / model.failure_fraction) if dies else duration

@@ -40,6 +40,7 @@ class SimWorker:
     prewarm: bool = False
     idle_since: float | None = None   # None while it runs an attempt (or was never used: see ready_at)
     affinity: str | None = None
+    served: int = 0                   # attempts started on it (the first one pays its model's first_call_s)
     cache: dict[str, Any] = field(default_factory=dict)
     attempt: Attempt | None = None
 

@@ -97,3 +97,62 @@ def test_a_hardware_file_speeds_kinds_up_and_sets_the_network(tmp_path: Path) ->
     (tmp_path / "bad.yaml").write_text("speedup: {learner: 0}\n")
     with pytest.raises(ValueError, match="speedup"):
         SimulationConfig(hardware=str(tmp_path / "bad.yaml"))
+
+
+def records_of(*, durations: list[float], kind: str, worker: str = "w") -> list:
+    spec = FunctionSpec(name=kind, entrypoint="x:y", kind=kind)
+    out, at = [], 0.0
+    for i, d in enumerate(durations):
+        out.append(attempt_record(spec=spec, invocation_id=f"{kind}-{i}", attempt=1, worker_id=worker, cold=False,
+                                  init_s=0.0, queued_at=at, start_at=at, end_at=at + d, outcome="ok", error_type=None))
+        at += d
+    return out
+
+
+def test_a_first_call_warm_up_is_a_once_per_worker_term_not_a_per_call_straggler() -> None:
+    """The issue-30 record: each actor's first call took ~7x the median (warm-up); the fit called it an i.i.d.
+    straggler (1/64 of calls, x7), which the simulation then drew on any call."""
+    rng = np.random.default_rng(0)
+    steady = list(0.02 * np.exp(0.1 * rng.standard_normal(63)))
+    model = fit_model(records=records_of(durations=[0.14] + steady, kind="actor"))
+    assert model.straggler_fraction == 0.0 and model.straggler_factor == 1.0
+    assert model.first_call_s == pytest.approx(0.12, abs=0.005)
+    assert model.median_s == pytest.approx(0.02, rel=0.05) and model.sigma == pytest.approx(0.1, rel=0.3)
+    flat = fit_model(records=records_of(durations=[0.02] * 10, kind="actor"))   # no warm-up: no term
+    assert flat.first_call_s == pytest.approx(0.0, abs=1e-12) and flat.distribution == "constant"
+
+
+def test_two_batch_sizes_with_a_near_zero_intercept_give_no_heavy_tail(tmp_path: Path) -> None:
+    """Seeds 1-2 of the issue-30 record: learner time ~ per_row_s x rows with almost no intercept. Fitting a
+    lognormal to durations less the row term clamped half of them to 1e-6 (sigma 4.6, simulated calls of 4-40 s,
+    cost +206..+1232 %). The spread is now fitted on each duration's ratio to the line."""
+    runs = []
+    for actors in (1, 2):
+        run = tmp_path / f"run{actors}"
+        batch = actors * 4 * 32
+        ledger_from(model=DurationModel(distribution="lognormal", median_s=0.0005 + 0.00035 * batch, sigma=0.2,
+                                        cold_start_s=0.0), kind="learner", n=60, path=run / "ledger.jsonl", seed=actors)
+        (run / "config.yaml").write_text(f"env: {{num_envs_per_actor: 4}}\nactors: {{fragment_steps: 32, scaling: "
+                                         f"{{kind: fixed, num_actors: {actors}}}}}\n")
+        runs.append(run)
+    learner = fit_profile(run_dirs=runs).functions["learner"]
+    assert learner.sigma == pytest.approx(0.2, abs=0.06)
+    assert learner.per_row_s == pytest.approx(0.00035, rel=0.15)
+    rng = np.random.default_rng(0)
+    draws = [draw_attempt(model=learner, rng=rng, rows=128, nbytes=0).duration_s for _ in range(2000)]
+    assert max(draws) < 5 * float(np.median(draws))   # the tail of a sigma-0.2 lognormal, not of sigma 4.6
+
+
+def test_every_function_role_is_a_simulated_kind_and_a_stellaris_learner_is_fitted(tmp_path: Path) -> None:
+    """Stellaris's learners are kind gradient_learner: it was no kind of the simulation's, so a profile could not
+    name it, a fit dropped it, and a simulated Stellaris run drew its learners from ``default``."""
+    from nimbus.config.sections import ROLES
+    from nimbus.config.simulation import KINDS
+
+    assert set(ROLES) <= set(KINDS)
+    ledger_from(model=DurationModel(median_s=0.3, cold_start_s=0.0), kind="gradient_learner", n=10,
+                path=tmp_path / "ledger.jsonl")
+    profile = fit_profile(run_dirs=[tmp_path])
+    assert profile.functions["gradient_learner"].median_s == pytest.approx(0.3)
+    path = write_profile(profile=profile, path=tmp_path / "p.yaml")
+    assert SimulationConfig(profile=str(path)).models()["gradient_learner"].median_s == pytest.approx(0.3)

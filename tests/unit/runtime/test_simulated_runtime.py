@@ -255,3 +255,31 @@ def test_the_simulated_path_reads_no_real_clock() -> None:
         imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                     for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(name=node.module or "")])}
         assert not imported & {"time", "datetime"}, f"{name} imports a real clock"
+
+
+def test_first_call_s_is_paid_once_per_worker_and_per_row_time_is_inside_the_lognormal() -> None:
+    ledger = Ledger()
+    runtime = sim(models={"actor": DurationModel(median_s=1.0, first_call_s=0.5, cold_start_s=0.0)}, ledger=ledger)
+    for i in range(3):
+        runtime.invoke(spec=spec("a"), request=Message(header={"i": i})).result()
+    assert [r.duration_s for r in ledger.records()] == pytest.approx([1.5, 1.0, 1.0])
+    runtime.shutdown()
+    model = DurationModel(distribution="lognormal", median_s=0.001, per_row_s=0.01, sigma=0.3)
+    rng = np.random.default_rng(0)
+    logs = np.log([draw_attempt(model=model, rng=rng, rows=100, nbytes=0).duration_s for _ in range(3000)])
+    assert np.exp(np.median(logs)) == pytest.approx(1.001, rel=0.05) and logs.std() == pytest.approx(0.3, rel=0.1)
+
+
+def test_a_learner_pays_its_cold_start_once_over_many_sync_rounds_under_keep_alive() -> None:
+    """Alternating actor and learner calls, as sync rounds do: one cold start each, billed once."""
+    ledger = Ledger()
+    runtime = sim(models={"actor": DurationModel(median_s=0.1, cold_start_s=0.2),
+                          "learner": DurationModel(median_s=0.3, cold_start_s=1.04)}, keep_alive_s=600.0, ledger=ledger)
+    for i in range(20):
+        runtime.invoke(spec=spec("a"), request=Message(header={"i": i})).result()
+        runtime.invoke(spec=spec("l", kind="learner"), request=Message(header={"i": i})).result()
+    learners = [r for r in ledger.records() if r.kind == "learner"]
+    assert [r.cold for r in learners].count(True) == 1
+    assert sum(r.init_s for r in learners) == pytest.approx(1.04)
+    assert runtime.now_s() == pytest.approx(0.2 + 1.04 + 20 * 0.4)
+    runtime.shutdown()
