@@ -3,9 +3,11 @@ the resident parameter function's state lost mid-run is rebuilt and the run is t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from safetensors import safe_open
 
 from nimbus.config import load_config
 from nimbus.report.metrics import read_metrics
@@ -58,3 +60,62 @@ def test_a_lost_resident_state_is_rebuilt_and_the_run_is_the_same_bits(tmp_path:
     assert lost["rows"] == kept["rows"]
     assert lost["weights"] == kept["weights"] == plain["weights"]
     assert lost["optimizer"] == kept["optimizer"] == plain["optimizer"]
+
+
+def test_a_learner_launched_while_a_version_is_produced_reads_the_published_one_and_counts_it_stale(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read policy (docs/stellaris.md): a learner launched while the parameter function produces v+1 does not
+    wait; it reads v, the newest published version, and when its gradient is aggregated after v+1 is published its
+    staleness counts that version (≥ 1)."""
+    from nimbus.stellaris.workflow import AsyncLearnersWorkflow
+    launched, members = {}, {}
+    launch, on_parameter = AsyncLearnersWorkflow._launch, AsyncLearnersWorkflow._on_parameter
+
+    def recording_launch(self, *, slot, batch, positions):
+        busy, published = self.parameter_busy, self.progress.policy_version
+        launch(self, slot=slot, batch=batch, positions=positions)
+        launched[self.in_flight[slot].grad_key] = (busy, published, self.in_flight[slot].read_version)
+
+    def recording_on_parameter(self, *, future, aggregation, batch, request):
+        members.update({m.key: m.staleness for m in aggregation.members})
+        on_parameter(self, future=future, aggregation=aggregation, batch=batch, request=request)
+
+    monkeypatch.setattr(AsyncLearnersWorkflow, "_launch", recording_launch)
+    monkeypatch.setattr(AsyncLearnersWorkflow, "_on_parameter", recording_on_parameter)
+    train_inline(tmp_path, name="policy", resident=True)
+    during = {key: read for key, (busy, published, read) in launched.items() if busy}
+    assert during, "no learner was launched while the parameter function ran"
+    assert all(read == launched[key][1] for key, read in during.items())   # the published version, no wait
+    assert all(members[key] >= 1 for key in during if key in members)   # aggregated after v+1: counted stale
+    assert sum(key in members for key in during) > 0
+
+
+def test_a_resumed_resident_run_starts_from_the_checkpoints_full_state(tmp_path: Path) -> None:
+    """A resident run's checkpoint (round 3: its optimizer state exported) resumed to round 6 twice, resident and
+    not: the resumed resident parameter function anchors at the checkpoint's version with its optimizer state, so
+    both resumed runs end with the same weights and optimizer state, bit for bit. Fails if the anchor of a resumed
+    run is taken without its optimizer state (``has_optimizer_state`` false: a fresh Adam)."""
+    def config(*, rounds: int, resident: bool, name: str):
+        return load_config(path=CONFIG, overrides=[
+            f"train.max_rounds={rounds}", f"output.root_dir={tmp_path / name}", "output.loggers=[]",
+            "output.report=false", "output.status_line=false", "train.eval_episodes=0", "runtime.backend=inline",
+            f"stellaris.resident_parameter={str(resident).lower()}"])
+    first = train(config=config(rounds=3, resident=True, name="first"))
+    ends = []
+    for resident in (True, False):
+        copy = tmp_path / f"copy-{resident}"
+        __import__("shutil").copytree(first.run_dir, copy)
+        resumed = train(config=config(rounds=6, resident=resident, name=f"resumed-{resident}"), resume_from=copy)
+        final = sorted((resumed.run_dir / "checkpoints").glob("ckpt-*"))[-1]
+        assert final.name != "ckpt-000003"
+        ends.append(((final / "weights.safetensors").read_bytes(), saved_state(final / "optimizer.safetensors")))
+    assert ends[0] == ends[1]
+
+
+def saved_state(path: Path) -> tuple[dict[str, bytes], object]:
+    """A saved optimizer state: its arrays' bytes and its metadata as data (the non-resident parameter function
+    loads the checkpoint's state on its cold first call and keeps its per-parameter entries in the saved key order,
+    "0", "1", "10", ...; a resident rebuild puts them in parameter order: the same state in another JSON order)."""
+    with safe_open(str(path), "np") as saved:
+        return ({key: saved.get_tensor(key).tobytes() for key in saved.keys()},
+                json.loads(saved.metadata()["nimbus"]))
