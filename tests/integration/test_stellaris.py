@@ -150,5 +150,7 @@ def test_the_same_config_runs_on_ray(ray_local, make_shipped_config, name: str, 
     ok = [r for r in ledger_rows(result.run_dir) if r["outcome"] == "ok"]
     assert {r["function"] for r in ok} >= {"gradient_learner", "parameter", "actor"}
     # one parameter invocation publishes one version (the stellaris rule's one averaged step); one runs at a time,
-    # and the one in flight when the stop is seen may still finish on the pool without its version being adopted
-    assert sum(r["function"] == "parameter" for r in ok) - result.summary.policy_version in (0, 1)
+    # and the one in flight when the stop is seen may still finish on the pool without its version being adopted;
+    # the final checkpoint's export of the resident optimizer state is one more parameter invocation (none when that
+    # version's full state was already published: every 50th aggregation)
+    assert sum(r["function"] == "parameter" for r in ok) - result.summary.policy_version in (0, 1, 2)

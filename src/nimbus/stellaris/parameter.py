@@ -46,7 +46,7 @@ from nimbus.models.weights import load_optimizer, optim_key
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.faults import fault_point
 from nimbus.stellaris.learner import GRAD_PREFIX, GradientRequest, compute_gradient, gradient_state, model_at
-from nimbus.stellaris.resident import Held, keep_resident, publish, recomputed_key, resident_at, take_resident
+from nimbus.stellaris.resident import Held, has_key, keep_resident, publish, recomputed_key, resident_at, take_resident
 from nimbus.stellaris.steps import apply_aggregation, stored_gradient, usable_gradients
 
 
@@ -136,8 +136,9 @@ def _export(*, state: dict[str, Any], store: Store, req: ParameterRequest, polic
     held, rebuilt = resident_at(state=state, store=store, run_key=req.run_key, policy=policy,
                                 version=req.policy_version, replay=req.replay,
                                 has_optimizer_state=req.has_optimizer_state)
-    publish(store=store, state=state, policy=policy, version=req.policy_version, held=held, weights=False,
-            optimizer=True, writer=writer)
+    if not has_key(store=store, key=optim_key(policy=policy, version=req.policy_version)):   # else put meanwhile
+        publish(store=store, state=state, policy=policy, version=req.policy_version, held=held, weights=False,
+                optimizer=True, writer=writer)
     return Message(header={"published": False, "exported": True, "policy_version": req.policy_version,
                            "rebuilt": rebuilt, "parameter_s": time.perf_counter() - started})
 

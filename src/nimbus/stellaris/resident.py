@@ -89,6 +89,11 @@ def rebuild(*, state: dict[str, Any], store: Store, policy: str, version: int, r
     return model, optimizer
 
 
+def has_key(*, store: Store, key: str) -> bool:
+    """Whether ``key`` holds a committed value (``keys(prefix=)`` is path-wise: a key is not under itself)."""
+    return key in store.keys(prefix=key.rsplit("/", 1)[0])
+
+
 def publish(*, store: Store, state: dict[str, Any], policy: str, version: int, held: Held, weights: bool,
             optimizer: bool, writer: str) -> None:
     """Put the weights and/or the optimizer state of ``version`` (tagged with ``writer``: a retry redoes its puts)."""

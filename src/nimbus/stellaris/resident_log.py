@@ -19,7 +19,7 @@ from nimbus.data.codec import Message
 from nimbus.data.store import Store
 from nimbus.models.weights import optim_key
 from nimbus.stellaris.parameter import ParameterRequest
-from nimbus.stellaris.resident import FULL_STATE_EVERY, recomputed_key
+from nimbus.stellaris.resident import FULL_STATE_EVERY, has_key, recomputed_key
 
 
 @dataclass
@@ -49,9 +49,8 @@ class ResidentLog:
         """Before a checkpoint of ``version``: have the parameter function put its optimizer state (waits for it);
         the anchor moves there unless a parameter call is in flight. The gradient keys the Store may drop."""
         policy = model["policy"]
-        if version == 0 or optim_key(policy=policy, version=version) in store.keys(prefix=optim_key(
-                policy=policy, version=version)):
-            return []
+        if version == 0 or has_key(store=store, key=optim_key(policy=policy, version=version)):
+            return []   # version 0 has none; a full-state aggregation or an earlier export put it
         request = ParameterRequest(model=model, policy_version=version, keys=[], scales=[], separate_steps=False,
                                    progress=0.0, export=True, **self.request_fields(version=version))
         invoke(request.to_message()).result()

@@ -173,6 +173,8 @@ def test_an_export_puts_the_optimizer_state_the_non_resident_run_published(store
                       separate_steps=False, progress=0.0, full_state=False)
     assert len(log.export(version=5, model=model_fields(), store=resident, invoke=invoke, parameter_busy=True)) == 0
     assert [h["rebuilt"] for h in headers] == [True, True] and log.anchor == 3   # a call in flight: anchor stays
+    assert log.export(version=5, model=model_fields(), store=resident, invoke=invoke, parameter_busy=False) == [] \
+        and len(headers) == 2   # its optimizer state is in the Store now: nothing to export
     for version in (3, 5):
         got = resident.get(key=optim_key(policy="main", version=version))
         want = plain.get(key=optim_key(policy="main", version=version))
