@@ -14,7 +14,7 @@ on the local (forked workers) backend. Per run:
 
 Per arm: the mean and the range over the seeds. No evaluation (this measures the system, not learning).
 
-Run:  python benchmarks/stellaris_parameter.py                    (2 arms × 3 seeds × 60 rounds; alone about 4
+Run:  python benchmarks/stellaris_parameter.py                    (2 arms × 5 seeds × 60 rounds; alone about 3
                                                                     min on 2 cores; writes
                                                                     benchmarks/results/stellaris_parameter.json)
       python benchmarks/stellaris_parameter.py --smoke            (1 seed, 3 rounds)
@@ -104,7 +104,7 @@ def summary(*, runs: list[Run]) -> dict[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--straggler-factor", type=float, default=4.0)
     parser.add_argument("--root", type=Path, default=REPO / "runs" / "stellaris-parameter")

@@ -307,8 +307,9 @@ class AsyncLearnersWorkflow(StellarisCheckpoint, SyncWorkflow):
                 owner.admitted += 1
         batch.aggregations += 1
         batch.parameter_s += header["parameter_s"]
-        if header.get("rebuilt"):
-            log.info("stellaris: the parameter function rebuilt its state at version %d", request.policy_version)
+        if header.get("rebuilt") and request.replay:   # (a cold first call with nothing to replay is not logged)
+            log.info("stellaris: the parameter function rebuilt its state at version %d (%d aggregations replayed)",
+                     request.policy_version, len(request.replay))
         self._delete(keys=list(request.keys) if self.resident is None else
                      self.resident.done_with(request=request, published=header["published"]))
         self._count_nonfinite(nonfinite=bool(refused_keys))
