@@ -16,7 +16,8 @@ v+1, before its result is sent); ``learner.optimizer_step`` (inside ``optimizer.
 learner's update, before the parameters change); ``gradient.published`` (a gradient learner right after its
 put); ``gradient.nonfinite`` (``nan``: a gradient learner's gradient becomes NaN before its finiteness check);
 ``gradient.poisoned`` (``nan``: the gradient a learner puts is NaN, after its check: the parameter function refuses
-it); ``actor.started`` (an actor function before it reads its weights); ``marless.policy.published`` (a multi-agent
+it); ``parameter.published`` (Stellaris's parameter function right after its put of version v+1);
+``actor.started`` (an actor function before it reads its weights); ``marless.policy.published`` (a multi-agent
 policy function right after its put of weights and optimizer state v+1).
 
 Example::

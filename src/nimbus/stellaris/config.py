@@ -51,6 +51,10 @@ class StellarisConfig(ConfigSection):
     code (the authors' form, exact), none; null: code for stellaris_code, paper for every other rule"""
     rho: float = Field(default=1.0, gt=0)
     """ρ, the truncation's clip threshold"""
+    resident_parameter: bool = True
+    """keep the parameter function's model and optimizer in its worker across aggregations and publish only
+    weights (the optimizer state for checkpoints); false: every aggregation publishes the full state
+    (stellaris/resident.py, docs/stellaris.md)"""
     stragglers: StragglersConfig = Field(default_factory=StragglersConfig)
     """benchmark aid: slow chosen learner slots by a factor (docs/stellaris.md, "Stragglers")"""
 

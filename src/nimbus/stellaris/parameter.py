@@ -21,8 +21,11 @@ counts the step and refreshes its target network every ``target_update_interval`
 travels with the weights of each version. Gradients cover the trainable parameters only (a target
 network's are frozen).
 
-Weights and optimizer state of v+1 are put with the invocation id as writer (a retry replaces its own
-puts, P1). With no usable gradient nothing is published and the header says ``published: false``.
+Weights of v+1 are put with the invocation id as writer (a retry replaces its own puts, P1), and its optimizer
+state too unless the state is resident (``resident``: stellaris/resident.py keeps model and optimizer in the
+worker, rebuilds them from the Store's last full state and a replay log when lost, and the optimizer state is put
+only when asked, ``publish_state``, or exported for a checkpoint, ``export``). With no usable gradient nothing is
+published and the header says ``published: false``. The steps themselves: stellaris/steps.py.
 """
 
 from __future__ import annotations
@@ -40,10 +43,11 @@ from nimbus.data.codec import Message
 from nimbus.data.store import Store
 from nimbus.data.stores import function_store
 from nimbus.models.weights import load_optimizer, optim_key
-from nimbus.roles.learner import LearnerRequest, publish_version
 from nimbus.runtime.base import FunctionContext
-from nimbus.stellaris.gradients import gradient_algo_for
+from nimbus.runtime.faults import fault_point
 from nimbus.stellaris.learner import GRAD_PREFIX, GradientRequest, compute_gradient, gradient_state, model_at
+from nimbus.stellaris.resident import Held, has_key, keep_resident, publish, recomputed_key, resident_at, take_resident
+from nimbus.stellaris.steps import apply_aggregation, stored_gradient, usable_gradients
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,15 @@ class ParameterRequest:
     # per member: None (its gradient as its learner put it) or what recomputing it with the truncation by its
     # co-members needs: {"batch_key", "read_version", "peer_versions", "truncation", "rho", "progress"}
     recompute: Sequence[dict[str, Any] | None] = ()
+    # the resident parameter function (stellaris/resident.py): keep the state in the worker under run_key, publish
+    # the optimizer state only with publish_state; replay: the aggregations from the anchor (policy_version −
+    # len(replay), whose full state is in the Store; has_optimizer_state says whether it has optimizer state);
+    # export: no aggregation, only put the optimizer state of policy_version (a checkpoint needs it)
+    resident: bool = False
+    run_key: str = ""
+    replay: Sequence[dict[str, Any]] = ()
+    publish_state: bool = True
+    export: bool = False
 
     def to_message(self, *, positions: Sequence[np.ndarray | None] = ()) -> Message:
         """``positions``: each recomputed member's task (None for the others)."""
@@ -76,101 +89,83 @@ def parameter_function(*, context: FunctionContext, request: Message) -> Message
     model_req = GradientRequest(**req.model)
     store = function_store(header=request.header)
     state = gradient_state(context=context, req=model_req)
-    model = model_at(state=state, store=store, policy=model_req.policy, version=req.policy_version, slot="param")
-    optimizer = _optimizer(state=state, store=store, model=model, req=req, policy=model_req.policy)
-    fetched = _member_gradients(state=state, store=store, req=req, model_req=model_req, request=request)
-    gradients, refused = _usable_gradients(fetched=fetched, model=model, keys=req.keys, scales=req.scales)
+    if req.export:
+        return _export(state=state, store=store, req=req, policy=model_req.policy, writer=context.invocation_id)
+    held, rebuilt = _held(state=state, store=store, req=req, policy=model_req.policy)
+    model, optimizer = held
+    fetched = _member_gradients(state=state, store=store, req=req, model_req=model_req, request=request,
+                                writer=context.invocation_id)
+    gradients, refused = usable_gradients(fetched=fetched, model=model, keys=req.keys, scales=req.scales)
     if not gradients:
+        if req.resident:   # nothing stepped: the state still holds policy_version
+            keep_resident(state=state, run_key=req.run_key, policy=model_req.policy, version=req.policy_version,
+                          held=held)
         return Message(header={"published": False, "policy_version": req.policy_version, "refused": refused,
-                               "applied": 0, "parameter_s": time.perf_counter() - started})
-    config = state["algo"].config
-    gradient_algo = gradient_algo_for(name=config.name)
-    base_lr = gradient_algo.learning_rate(config=config, progress=req.progress)
-    steps = [gradients] if not req.separate_steps else [[g] for g in gradients]
-    for step in steps:
-        _step(model=model, optimizer=optimizer, gradients=step, base_lr=base_lr, max_grad_norm=config.max_grad_norm)
-        gradient_algo.after_step(model=model, config=config)
-    for group in optimizer.param_groups:   # the state published: α0, not the last step's scaled rate
-        group["lr"] = base_lr
-    publish_version(store=store, state=state, req=_as_learner_request(req=req, policy=model_req.policy),
-                    model=model, optimizer=optimizer, writer=context.invocation_id)
+                               "applied": 0, "parameter_s": time.perf_counter() - started, "rebuilt": rebuilt})
+    apply_aggregation(state=state, model=model, optimizer=optimizer, gradients=gradients,
+                      separate_steps=req.separate_steps, progress=req.progress)
     new_version = req.policy_version + 1
-    state["models"]["param"] = ((model_req.policy, new_version), model)
-    state["param_optimizer"] = ((model_req.policy, new_version), optimizer)
+    publish(store=store, state=state, policy=model_req.policy, version=new_version, held=held, weights=True,
+            optimizer=req.publish_state, writer=context.invocation_id)
+    fault_point(name="parameter.published")
+    if req.resident:
+        keep_resident(state=state, run_key=req.run_key, policy=model_req.policy, version=new_version, held=held)
+    else:
+        state["models"]["param"] = ((model_req.policy, new_version), model)
+        state["param_optimizer"] = ((model_req.policy, new_version), optimizer)
     return Message(header={"published": True, "policy_version": new_version, "refused": refused,
                            "applied": len(gradients), "parameter_s": time.perf_counter() - started,
-                           "recomputed": sum(r is not None for r in req.recompute),
+                           "recomputed": sum(r is not None for r in req.recompute), "rebuilt": rebuilt,
                            "device": str(state["device"])})
 
 
+def _held(*, state: dict[str, Any], store: Store, req: ParameterRequest, policy: str) -> tuple[Held, bool]:
+    """The model and optimizer at ``req.policy_version``: resident (stellaris/resident.py), or, without
+    ``resident``, the warm worker's if it produced that version, else loaded from its full state in the Store."""
+    if req.resident:
+        return take_resident(state=state, store=store, run_key=req.run_key, policy=policy,
+                             version=req.policy_version, replay=req.replay,
+                             has_optimizer_state=req.has_optimizer_state)
+    model = model_at(state=state, store=store, policy=policy, version=req.policy_version, slot="param")
+    return (model, _optimizer(state=state, store=store, model=model, req=req, policy=policy)), False
+
+
+def _export(*, state: dict[str, Any], store: Store, req: ParameterRequest, policy: str, writer: str) -> Message:
+    """Put the optimizer state of ``req.policy_version`` (a checkpoint needs it), rebuilt if not resident."""
+    started = time.perf_counter()
+    held, rebuilt = resident_at(state=state, store=store, run_key=req.run_key, policy=policy,
+                                version=req.policy_version, replay=req.replay,
+                                has_optimizer_state=req.has_optimizer_state)
+    if not has_key(store=store, key=optim_key(policy=policy, version=req.policy_version)):   # else put meanwhile
+        publish(store=store, state=state, policy=policy, version=req.policy_version, held=held, weights=False,
+                optimizer=True, writer=writer)
+    return Message(header={"published": False, "exported": True, "policy_version": req.policy_version,
+                           "rebuilt": rebuilt, "parameter_s": time.perf_counter() - started})
+
+
 def _member_gradients(*, state: dict[str, Any], store: Store, req: ParameterRequest, model_req: GradientRequest,
-                      request: Message) -> list[dict[str, np.ndarray]]:
+                      request: Message, writer: str) -> list[dict[str, np.ndarray]]:
     """Each member's gradient by parameter name: as its learner put it, or recomputed at its read version with the
     IS truncation by the versions of the learners aggregated with it (issue 26 item 9)."""
     fetched = []
     for index, key in enumerate(req.keys):
         redo = req.recompute[index] if index < len(req.recompute) else None
         if redo is None:
-            arrays = store.get(key=key).arrays
-            fetched.append({name[len(GRAD_PREFIX):]: np.asarray(a) for name, a in arrays.items()
-                            if name.startswith(GRAD_PREFIX)})
+            fetched.append(stored_gradient(store=store, key=key))
             continue
         member_req = replace(model_req, policy_version=redo["read_version"], batch_key=redo["batch_key"],
                              grad_key=key, peer_versions=list(redo["peer_versions"]), truncation=redo["truncation"],
                              rho=redo["rho"], progress=redo["progress"])
         computed = compute_gradient(state=state, store=store, req=member_req,
                                     positions=np.asarray(request.arrays[f"positions.{index}"]))
-        fetched.append({name: (p.grad.detach().cpu().numpy() if computed.finite
-                               else np.full(tuple(p.shape), np.nan, np.float32))
-                        for name, p in computed.model.named_parameters() if p.grad is not None})
+        gradient = {name: (p.grad.detach().cpu().numpy() if computed.finite
+                           else np.full(tuple(p.shape), np.nan, np.float32))
+                    for name, p in computed.model.named_parameters() if p.grad is not None}
+        if req.resident:   # a replay reads it as applied (stellaris/resident.py)
+            store.put(key=recomputed_key(key=key), writer=writer, message=Message(
+                header={}, arrays={GRAD_PREFIX + name: g for name, g in gradient.items()}))
+        fetched.append(gradient)
     return fetched
-
-
-Scaled = tuple[dict[str, torch.Tensor], float]   # a gradient by parameter name, and its Eq. 4 scale
-
-
-def _usable_gradients(*, fetched: list[dict[str, np.ndarray]], model: nn.Module, keys: Sequence[str],
-                      scales: Sequence[float]) -> tuple[list[Scaled], list[dict[str, str]]]:
-    """(gradient, scale) of the gradients that match the model's parameters and are finite; the others named
-    with a reason."""
-    shapes = {name: tuple(p.shape) for name, p in _trainable(model)}
-    usable, refused = [], []
-    for key, scale, grads in zip(keys, scales, fetched):
-        reason = _problem(grads=grads, shapes=shapes)
-        if reason is not None:
-            refused.append({"key": key, "reason": reason})
-            continue
-        usable.append(({name: torch.from_numpy(np.array(g)) for name, g in grads.items()}, float(scale)))
-    return usable, refused
-
-
-def _problem(*, grads: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> str | None:
-    if grads.keys() != shapes.keys():
-        return f"parameters differ: {sorted(set(grads) ^ set(shapes))[:3]}"
-    for name, grad in grads.items():
-        if tuple(grad.shape) != shapes[name]:
-            return f"{name}: shape {tuple(grad.shape)}, the model's is {shapes[name]}"
-        if not np.isfinite(grad).all():
-            return f"{name}: not finite"
-    return None
-
-
-def _trainable(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
-    return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-
-
-def _step(*, model: nn.Module, optimizer: torch.optim.Optimizer,
-          gradients: list[Scaled], base_lr: float, max_grad_norm: float | None) -> None:
-    """One step: p.grad = Σ s_i·g_i / Σ s_i, clipped, at learning rate base_lr · mean(s_i) (Eq. 4; docstring)."""
-    trainable = _trainable(model)
-    total = sum(scale for _, scale in gradients)
-    weights = [scale / total for _, scale in gradients] if total > 0 else [1.0 / len(gradients)] * len(gradients)
-    for name, param in trainable:
-        param.grad = sum(w * g[name] for w, (g, _) in zip(weights, gradients)).to(param.device, param.dtype)
-    nn.utils.clip_grad_norm_([p for _, p in trainable], max_grad_norm if max_grad_norm is not None else float("inf"))
-    for group in optimizer.param_groups:
-        group["lr"] = base_lr * total / len(gradients)
-    optimizer.step()
 
 
 def _optimizer(*, state: dict[str, Any], store: Store, model: nn.Module, req: ParameterRequest,
@@ -182,10 +177,3 @@ def _optimizer(*, state: dict[str, Any], store: Store, model: nn.Module, req: Pa
     if req.has_optimizer_state:
         load_optimizer(optimizer=optimizer, message=store.get(key=optim_key(policy=policy, version=req.policy_version)))
     return optimizer
-
-
-def _as_learner_request(*, req: ParameterRequest, policy: str) -> LearnerRequest:
-    """publish_version reads only the policy and version of its request."""
-    return LearnerRequest(env_id="", env_kwargs={}, algo={}, policy=policy, policy_version=req.policy_version,
-                          has_optimizer_state=True, buffer={}, progress=req.progress, seed=0, device="cpu",
-                          torch_threads=1)

@@ -13,28 +13,22 @@
     every task of a batch is settled        → the round's metrics row (staleness, threshold, admitted,
                                               refused, aggregations, truncated fraction, learners)
 
-One parameter function runs at a time; gradients that land meanwhile wait and are offered when it
-returns, so a queued gradient's staleness cannot change while it waits. A learner slot stays taken
-until the rule has taken its gradient: without this back-pressure, learners that produce gradients
-faster than the parameter function applies them grow a backlog, and staleness with it, without bound. A round is one batch: its
-row is written when every gradient computed on it has been applied or refused (rows stay in round
-order). The next batch is taken once every task of the earlier ones has been launched — a rule may
-still hold some of their gradients, waiting for fresher ones that only the next batch can bring —
-and its actors start then, so at most two rounds of rows are in the on-policy buffer (the learners
-read theirs from the Store).
-
-Progress (issue 26 item 6): a learner's non-finite gradient is ``rule.lost``; a parameter call that refuses
-members is ``rule.applied(refused_keys=)``, one that publishes nothing ``rule.unpublished``; and after every
-event a watchdog calls ``rule.stalled()`` when nothing is in flight, nothing waits, no parameter call runs and
-no free slot may launch a remaining task. The rule's state travels in the checkpoint (item 8). Learners are
-launched without truncation peers; the parameter function truncates a member by the versions aggregated
-with it (item 9). Round metrics: stellaris/round_stats.py.
+One parameter function runs at a time; gradients that land meanwhile are offered when it returns. A learner
+slot stays taken until the rule has taken its gradient (back-pressure: else a backlog, and staleness, grow without
+bound). A round is one batch; its row is written when every gradient computed on it is applied or refused. The
+next batch is taken once every task of the earlier ones is launched. Progress (issue 26 item 6): ``rule.lost``,
+``rule.applied(refused_keys=)``, ``rule.unpublished`` and a watchdog (``rule.stalled()``); the rule's state
+travels in the checkpoint (item 8); the parameter function truncates a member by its co-members (item 9); with
+``stellaris.resident_parameter`` its state stays in its worker (stellaris/resident.py, resident_log.py). A
+learner reads the newest *published* version, never waits for one being produced; its staleness counts from it.
+Details: docs/stellaris.md. Round metrics: stellaris/round_stats.py.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -55,6 +49,8 @@ from nimbus.roles.specs import role_spec
 from nimbus.stellaris.gradients import gradient_algo_for
 from nimbus.stellaris.learner import GradientRequest
 from nimbus.stellaris.parameter import ParameterRequest
+from nimbus.stellaris.persistence import StellarisCheckpoint
+from nimbus.stellaris.resident_log import ResidentLog
 from nimbus.stellaris.round_stats import Batch, FlightMeter, mean_stats, round_extras
 from nimbus.stellaris.rules import Aggregation, Arrival, Rejection, Verdict, make_rule
 from nimbus.types import Progress, RoundMetrics, schedule_fraction
@@ -63,7 +59,6 @@ log = logging.getLogger(__name__)
 PARAMETER_ENTRYPOINT = "nimbus.stellaris.parameter:parameter_function"
 GRADIENT_LEARNER_ENTRYPOINT = "nimbus.stellaris.learner:gradient_learner_function"
 TRANSITIONS_ACTOR_ENTRYPOINT = "nimbus.offpolicy.actor:offpolicy_actor_function"   # IMPACT: rows (s, a, r, s')
-RULE_STATE_KEY = "stellaris_rule"   # the checkpoint manifest's extra: the aggregation rule's state
 
 
 @dataclass(frozen=True)
@@ -76,7 +71,7 @@ class InFlight:
     progress: float                # the schedules' fraction at launch
 
 
-class AsyncLearnersWorkflow(SyncWorkflow):
+class AsyncLearnersWorkflow(StellarisCheckpoint, SyncWorkflow):
     """Stellaris: several learner functions in flight, a parameter function aggregates by a rule."""
 
     @classmethod
@@ -109,25 +104,9 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         self.next_round = progress.rounds
         self.watchdog_fired = 0
         self.meter = FlightMeter(now_s=self.clock())   # learners in flight over time (round_stats.py)
-
-    # ------------------------------------------------------------------------------ checkpoint
-    def checkpoint_extra(self) -> dict:
-        """The rule's state (δmax and its measurement, round, counters: rule_base.Rule.state) goes in the checkpoint,
-        so a resumed run continues β_k instead of measuring δmax again (issue 26 item 8)."""
-        return {RULE_STATE_KEY: self.rule.state()}
-
-    def publish(self) -> None:
-        """The checkpoint's version (lifecycle.py), and the rule's state saved with it. A resume under another
-        rule (``--set stellaris.rule=...``) starts that rule fresh."""
-        super().publish()
-        saved = self.resumed.extra.get(RULE_STATE_KEY) if self.resumed is not None else None
-        if saved is None:
-            return
-        if saved.get("rule") != self.rule.name:
-            log.warning("the checkpoint's rule is %s, this run's %s: the rule starts fresh", saved.get("rule"),
-                        self.rule.name)
-            return
-        self.rule.restore(state=saved)
+        # the resident parameter function's anchor and replay log (stellaris/resident_log.py)
+        self.resident = ResidentLog(run_key=uuid.uuid4().hex, anchor=progress.policy_version) \
+            if cfg.resident_parameter else None
 
     # ------------------------------------------------------------------------------- actions
     def _take_batch(self) -> None:
@@ -210,22 +189,27 @@ class AsyncLearnersWorkflow(SyncWorkflow):
     def _aggregate(self, *, aggregation: Aggregation, batch: Batch) -> None:
         cfg = self.system.config
         version = self.progress.policy_version
-        model = dict(vars(self._gradient_request(version=version, batch_key="", grad_key="", peer_versions=(),
-                                                 truncation="none", rho=1.0, progress=0.0)))
         flights = [self.held[m.key] for m in aggregation.members]
         recompute = [self._recompute(flight=f, together=flights) for f in flights]
-        request = ParameterRequest(model=model, policy_version=version, has_optimizer_state=version > 0,
+        resident = self.resident.request_fields(version=version) if self.resident is not None else \
+            {"has_optimizer_state": version > 0}
+        request = ParameterRequest(model=self._model_fields(version=version), policy_version=version,
                                    keys=[m.key for m in aggregation.members],
                                    scales=[m.scale for m in aggregation.members],
                                    separate_steps=aggregation.separate_steps,
                                    progress=schedule_fraction(progress=self.progress,
                                                               total_env_steps=cfg.train.total_env_steps),
-                                   recompute=recompute)
+                                   recompute=recompute, **resident)
         batch.recomputed += sum(r is not None for r in recompute)
         self.parameter_busy = True
         future = self.system.runtime.invoke(spec=self.parameter_spec, request=request.to_message(
             positions=[f.positions if r is not None else None for f, r in zip(flights, recompute)]))
-        self._watch(kind="parameter", future=future, meta=(aggregation, batch))
+        self._watch(kind="parameter", future=future, meta=(aggregation, batch, request))
+
+    def _model_fields(self, *, version: int) -> dict[str, Any]:
+        """The parameter function's model fields: a learner request's env, algo, policy and device."""
+        return dict(vars(self._gradient_request(version=version, batch_key="", grad_key="", peer_versions=(),
+                                                truncation="none", rho=1.0, progress=0.0)))
 
     def _recompute(self, *, flight: InFlight, together: list[InFlight]) -> dict[str, Any] | None:
         """Eq. 2 truncates a gradient by the policies of the learners aggregated with it: their versions other than
@@ -246,7 +230,7 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         if kind == "gradient":
             self._on_gradient(future=future, flight=meta)
         else:
-            self._on_parameter(future=future, aggregation=meta[0], batch=meta[1])
+            self._on_parameter(future=future, aggregation=meta[0], batch=meta[1], request=meta[2])
         ended = self._finish_settled_batches()
         self._offer_waiting()
         self._launch_learners()
@@ -304,10 +288,10 @@ class AsyncLearnersWorkflow(SyncWorkflow):
             self._delete(keys=[rejection.key])
             log.debug("gradient %s refused: %s", rejection.key, rejection.reason)
 
-    def _on_parameter(self, *, future: Future, aggregation: Aggregation, batch: Batch) -> None:
+    def _on_parameter(self, *, future: Future, aggregation: Aggregation, batch: Batch,
+                      request: ParameterRequest) -> None:
         header = future.result().header
         self.parameter_busy = False
-        keys = [m.key for m in aggregation.members]
         refused_keys = {r["key"] for r in header["refused"]}
         for member in aggregation.members:
             self.held.pop(member.key, None)
@@ -323,7 +307,11 @@ class AsyncLearnersWorkflow(SyncWorkflow):
                 owner.admitted += 1
         batch.aggregations += 1
         batch.parameter_s += header["parameter_s"]
-        self._delete(keys=keys)
+        if header.get("rebuilt") and request.replay:   # (a cold first call with nothing to replay is not logged)
+            log.info("stellaris: the parameter function rebuilt its state at version %d (%d aggregations replayed)",
+                     request.policy_version, len(request.replay))
+        self._delete(keys=list(request.keys) if self.resident is None else
+                     self.resident.done_with(request=request, published=header["published"]))
         self._count_nonfinite(nonfinite=bool(refused_keys))
         if header["published"]:
             self.rule.applied(aggregation=aggregation, refused_keys=refused_keys)
@@ -375,6 +363,8 @@ class AsyncLearnersWorkflow(SyncWorkflow):
         keep = self.system.config.store.keep_versions
         needed = {f.read_version for f in (*self.in_flight.values(), *self.held.values())}
         needed.add(self.round.policy_version)
+        if self.resident is not None:   # the anchor's full state rebuilds a lost resident state
+            needed.add(self.resident.anchor)
         floor = min(needed | {self.progress.policy_version - keep + 1})
         for version in range(max(0, floor - 4 * self.cfg.learners), floor):
             for key in (weights_key(policy=self.policy, version=version), optim_key(policy=self.policy, version=version)):
