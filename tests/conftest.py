@@ -47,12 +47,16 @@ def user_nets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 def run_cli(capsys: pytest.CaptureFixture[str]):
     """``code, said = run_cli("train", str(path), "--set", "x=1")``: nimbus's command line in this process
     (nimbus.cli.main, whose return value the console script exits with; no interpreter to start and no torch to
-    import again), its exit code and everything it printed with white space folded (the console wraps long lines).
-    For refusals before anything starts; the console script itself: tests/integration/test_cli.py."""
+    import again), its exit code (argparse's SystemExit too: 2 for usage errors, 0 for --help) and everything it
+    printed with white space folded (the console wraps long lines). The console script itself:
+    tests/integration/test_cli.py."""
     from nimbus.cli import main
 
     def run(*args: str) -> tuple[int, str]:
-        code = main(list(args))
+        try:
+            code = main(list(args))
+        except SystemExit as exc:   # argparse: usage errors exit 2, --help exits 0
+            code = exc.code if isinstance(exc.code, int) else 1
         out, err = capsys.readouterr()
         return code, " ".join((out + err).split())
 

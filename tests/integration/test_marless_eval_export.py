@@ -1,10 +1,12 @@
 """``nimbus eval`` and ``nimbus export`` of runs with several policies: a multi-agent run's agents are evaluated
 together with the map they had (the same number the run's own final evaluation gave) and each policy in use
-is exported, acting as eval does; a run of several policies evaluates and exports every member."""
+is exported, acting as eval does; a run of several policies evaluates and exports every member. The commands run
+through nimbus.cli.main in this process (``run_cli``; the console script itself: test_cli.py)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +22,6 @@ from nimbus.marless.checkpoint import load_policies
 from nimbus.marless.evaluate import evaluate_marless_run
 from nimbus.models.weights import load_model
 from nimbus.run.loop import train
-from test_cli import nimbus
 
 pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
 # the subject is eval and export of a finished run: the runs train inline (runtime/inline.py), without forks
@@ -54,10 +55,11 @@ def test_eval_of_a_multiagent_run_is_the_runs_own_final_evaluation(make_shipped_
     assert clip.n_frames == 26 and clip.size == [700, 700]       # the reset frame + 25 steps (max_cycles)
 
 
-def test_export_of_a_multiagent_run_writes_each_policy_acting_as_eval(make_shipped_config, tmp_path: Path) -> None:
+def test_export_of_a_multiagent_run_writes_each_policy_acting_as_eval(make_shipped_config, tmp_path: Path,
+                                                                      run_cli) -> None:
     run_dir = train(config=make_shipped_config("marless-iql-spread", overrides=[*SMALL, *VALUE])).run_dir
-    proc = nimbus("export", str(run_dir))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, said = run_cli("export", str(run_dir))
+    assert code == 0, said[-3000:]
     policies = ["p_agent_0", "p_agent_1", "p_agent_2"]
     states = load_policies(path=run_dir, policies=policies)
     config = parse_config(data=states["p_agent_0"].config)
@@ -66,16 +68,21 @@ def test_export_of_a_multiagent_run_writes_each_policy_acting_as_eval(make_shipp
     obs, _ = env.reset(seed=0)
     spaces = agent_spaces(env=env)
     env.close()
+    batches = {policy: np.stack([spaces[f"agent_{index}"].observation.sample() for _ in range(64)]
+                                + [obs[f"agent_{index}"]]).astype(np.float32) for index, policy in enumerate(policies)}
+    # one fresh interpreter (torch only) loads every exported file
+    script = ("import json, sys, torch\nout = {}\n"
+              "for path, batch in json.loads(sys.argv[1]).items():\n"
+              "    files = {'nimbus.json': ''}\n"
+              "    m = torch.jit.load(path, _extra_files=files)\n"
+              "    out[path] = {'actions': m(torch.tensor(batch)).tolist(), 'meta': json.loads(files['nimbus.json'])}\n"
+              "print(json.dumps(out))")
+    files = {policy: str(run_dir / "export" / f"{policy}.pt") for policy in policies}
+    out = subprocess.run([sys.executable, "-c", script, json.dumps({files[p]: batches[p].tolist() for p in policies})],
+                         capture_output=True, text=True, check=True, timeout=120)
+    outputs = json.loads(out.stdout)
     for index, policy in enumerate(policies):
-        agent = f"agent_{index}"
-        batch = np.stack([spaces[agent].observation.sample() for _ in range(64)] + [obs[agent]]).astype(np.float32)
-        script = ("import json, sys, torch; files = {'nimbus.json': ''}; "
-                  "m = torch.jit.load(sys.argv[1], _extra_files=files); "
-                  "x = torch.tensor(json.loads(sys.argv[2])); "
-                  "print(json.dumps({'actions': m(x).tolist(), 'meta': json.loads(files['nimbus.json'])}))")
-        out = subprocess.run([sys.executable, "-c", script, str(run_dir / "export" / f"{policy}.pt"),
-                              json.dumps(batch.tolist())], capture_output=True, text=True, check=True, timeout=60)
-        exported = json.loads(out.stdout)
+        agent, batch, exported = f"agent_{index}", batches[policy], outputs[files[policy]]
         assert exported["meta"]["agents"] == [agent] and exported["meta"]["policy_version"] == 2
         model = algo.make_policy(spaces=spaces[agent])
         load_model(model=model, message=states[policy].weights)
@@ -83,28 +90,26 @@ def test_export_of_a_multiagent_run_writes_each_policy_acting_as_eval(make_shipp
         np.testing.assert_array_equal(np.asarray(exported["actions"]), greedy)
 
 
-def test_the_cli_evaluates_a_multiagent_run_and_refuses_one_of_its_policies_alone(make_shipped_config) -> None:
+def test_the_cli_evaluates_a_multiagent_run_and_refuses_one_of_its_policies_alone(make_shipped_config,
+                                                                                   run_cli) -> None:
     run_dir = train(config=make_shipped_config("marless-ippo-spread", overrides=[*SMALL, "algo.num_epochs=2"])).run_dir
-    proc = nimbus("eval", str(run_dir), "--episodes", "2", "--deterministic")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, printed = run_cli("eval", str(run_dir), "--episodes", "2", "--deterministic")
+    assert code == 0, printed[-3000:]
     expected = evaluate_marless_run(path=run_dir, episodes=2, seed=12345, explore=False)
-    printed = " ".join(proc.stdout.split())   # rich wraps at the terminal width
     assert f"mean global return {expected.mean_return:.2f} ± {expected.std_return:.2f} over 2 episodes" in printed
     assert f"agent_2 (p_agent_2) {expected.agent_returns['agent_2']:.2f}" in printed
     for command in ("eval", "export"):
-        proc = nimbus(command, str(run_dir / "policies" / "p_agent_0"))
-        printed = " ".join((proc.stdout + proc.stderr).split())
-        assert proc.returncode == 1 and "one policy of a multi-agent run" in printed
+        code, printed = run_cli(command, str(run_dir / "policies" / "p_agent_0"))
+        assert code == 1 and "one policy of a multi-agent run" in printed, printed
 
 
-def test_eval_and_export_of_a_run_of_several_policies_cover_every_member(make_config) -> None:
+def test_eval_and_export_of_a_run_of_several_policies_cover_every_member(make_config, run_cli) -> None:
     run_dir = train(config=make_config(overrides=[
         "train.max_rounds=1", "actors.scaling={kind: fixed, num_actors: 1}", "algo.minibatch_size=64",
         "policies=[{name: a, algo: {lr: 1.0e-3}}, {name: b, algo: {lr: 3.0e-4}}]", "runtime.backend=inline"])).run_dir
-    proc = nimbus("eval", str(run_dir), "--episodes", "2", "--deterministic")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [line for line in proc.stdout.splitlines() if "mean return" in line]
-    assert [line.split(":")[0] for line in lines] == ["a", "b"]
-    proc = nimbus("export", str(run_dir))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, said = run_cli("eval", str(run_dir), "--episodes", "2", "--deterministic")
+    assert code == 0, said[-3000:]
+    assert re.findall(r"(\w+): policy_version \d+: mean return", said) == ["a", "b"], said
+    code, said = run_cli("export", str(run_dir))
+    assert code == 0, said[-3000:]
     assert all((run_dir / "policies" / name / "export" / "policy.pt").is_file() for name in ("a", "b"))
