@@ -1,11 +1,13 @@
 """The ``async_learners`` workflow (Stellaris §IV, Fig. 4) as trigger → action bindings over the sync parts.
 
-    DataKeyTrigger(n=N actors, size=N·E·T) → take the batch: its rows go to the Store (``batch/<policy>/r<k>``),
-                                            cut into gradient tasks (epochs × minibatches, PPO's own
-                                            split), and the next round's actors start at once with the
-                                            newest weights (they pull the newest version before sampling)
-    a learner slot is free                  → invoke a learner function on the next task at the newest
-      (and the rule's may_launch)             version (stellaris/learner.py); up to
+    an actor delivers                       → its rows, post-processed once (PPO: GAE), fill the round's
+                                              buffer; each full slice goes to the Store
+                                              (``batch/<policy>/r<k>/s<i>``) with one task per pass
+                                              (stellaris/filling.py, slices.py)
+    DataKeyTrigger(n=N actors, size=N·E·T) → the rest is the round's last slice; the next round's actors
+                                              start at once with the newest weights
+    a learner slot is free                  → invoke a learner function on the next task (its slice only)
+      (and the rule's may_launch)             at the newest version (stellaris/learner.py); at most
                                               ``stellaris.learners`` in flight
     a gradient lands                        → the aggregation rule (stellaris/rules.py) queues, refuses
                                               (P7, counted) or aggregates: the parameter function
@@ -16,7 +18,7 @@
 One parameter function runs at a time; gradients that land meanwhile are offered when it returns. A learner
 slot stays taken until the rule has taken its gradient (back-pressure: else a backlog, and staleness, grow without
 bound). A round is one batch; its row is written when every gradient computed on it is applied or refused. The
-next batch is taken once every task of the earlier ones is launched. Progress (issue 26 item 6): ``rule.lost``,
+next round's actors start once every task of the earlier batches is launched. Progress (issue 26 item 6): ``rule.lost``,
 ``rule.applied(refused_keys=)``, ``rule.unpublished`` and a watchdog (``rule.stalled()``); the rule's state
 travels in the checkpoint (item 8); the parameter function truncates a member by its co-members (item 9); with
 ``stellaris.resident_parameter`` its state stays in its worker (stellaris/resident.py, resident_log.py). A

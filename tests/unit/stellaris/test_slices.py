@@ -35,3 +35,14 @@ def test_units_are_shuffled_whole() -> None:
             assert column[0] % 32 == 0 and np.array_equal(np.diff(column), np.ones(31))   # a whole fragment, in order
     with pytest.raises(ValueError, match="multiple"):
         SliceCutter(slice_rows=48, unit_rows=32)
+
+
+def test_an_impact_slice_must_be_whole_env_columns() -> None:
+    from pathlib import Path
+
+    from nimbus.config import load_config
+    from nimbus.errors import ConfigError
+    config = Path(__file__).resolve().parents[3] / "configs" / "stellaris-impact-cartpole.yaml"
+    with pytest.raises((ConfigError, ValueError), match="stellaris.slice_rows"):
+        load_config(path=config, overrides=["stellaris.slice_rows=48"])
+    assert load_config(path=config, overrides=["stellaris.slice_rows=64"]).stellaris.slice_rows == 64
