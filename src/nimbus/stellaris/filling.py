@@ -64,13 +64,21 @@ class SliceFilling:
     def _filling_batch(self) -> Batch:
         if self.filling is None:
             now_s = self.clock()
-            self.rule.start_round(index=self.round.index)
             self.filling = Batch(round=self.round, key=f"batch/{self.policy}/r{self.round.index}", tasks=[],
                                  outstanding=0, learning_started_s=now_s,
                                  flight_integral_start=self.meter.integral(now_s=now_s),
-                                 threshold=self.rule.threshold, max_in_flight=len(self.in_flight))
+                                 max_in_flight=len(self.in_flight))
             self.batches.append(self.filling)
         return self.filling
+
+    def _start_learning(self, *, batch: Batch) -> None:
+        """Its first learner launches: the rule's training round k starts (β_k, stellaris/rules.py) and the round's
+        learning time counts from here. Batches start in order: a batch's tasks launch only once the earlier
+        batches' are all launched, so round k starts as it did before slices, when its learning starts."""
+        now_s = self.clock()
+        self.rule.start_round(index=batch.round.index)
+        batch.threshold = self.rule.threshold
+        batch.learning_started_s, batch.flight_integral_start = now_s, self.meter.integral(now_s=now_s)
 
     def _add_slice(self, *, batch: Batch, arrays: dict[str, np.ndarray]) -> None:
         """Put one slice under its own key; one learner task per pass, ordered pass-major over the batch's slices."""

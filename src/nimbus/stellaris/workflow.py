@@ -147,6 +147,8 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
                 self._launch(slot=slot, batch=batch, piece=batch.tasks.pop(0)[2])
 
     def _launch(self, *, slot: int, batch: Batch, piece: Slice) -> None:
+        if batch.learners_invoked == 0:
+            self._start_learning(batch=batch)
         cfg, version = self.system.config, self.progress.policy_version
         grad_key = f"grad/{self.policy}/{next(self.task_ids)}"
         progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
