@@ -84,6 +84,9 @@ def _check_async_learners(*, config: NimbusConfig) -> None:
         if config.actors.fragment_steps != algo.rollout_length:
             raise ValueError(f"actors.fragment_steps ({config.actors.fragment_steps}) must equal algo.rollout_length "
                              f"({algo.rollout_length}): IMPACT's gradient tasks are whole env columns")
+        if (config.stellaris.slice_rows or algo.rollout_length) % algo.rollout_length:
+            raise ValueError(f"stellaris.slice_rows ({config.stellaris.slice_rows}) must be a multiple of "
+                             f"algo.rollout_length ({algo.rollout_length}): a slice is whole env columns")
     if getattr(config.algo, "normalize_obs", False):
         raise ValueError("algo.normalize_obs: not with train.workflow: async_learners (the observation statistics "
                          "are folded by the one learner of a sync round)")

@@ -34,7 +34,13 @@ class StellarisConfig(ConfigSection):
     rule: Literal["stellaris", "stellaris_code", "sync", "softsync", "ssp", "async"] = "stellaris"
     """gradient aggregation rule (stellaris/rules.py)"""
     learners: int = Field(default=3, ge=1)
-    """learner functions in flight at once (the paper runs 4 per GPU)"""
+    """the most learner functions in flight at once (a cap: how many a round launches follows its rows and
+    slice_rows; the paper runs 4 per GPU)"""
+    slice_rows: int | None = Field(default=None, ge=1)
+    """rows of a learner slice: each slice of the filling buffer is learned by its own learner functions (one per
+    pass: PPO's num_epochs, IMPACT's circular_buffer_replays) as soon as it is full (null: PPO's
+    algo.minibatch_size; IMPACT: ⌈env columns of a round / learners⌉ columns; IMPACT needs a multiple of
+    algo.rollout_length)"""
     decay: float = Field(default=0.96, gt=0, le=1)
     """d in β_k = δmax · d^k (stellaris, stellaris_code)"""
     root: int = Field(default=3, ge=1)

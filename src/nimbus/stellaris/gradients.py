@@ -4,11 +4,12 @@
 compute one gradient per task (stellaris/learner.py) and a parameter function step the
 optimizer (stellaris/parameter.py). The parts that differ per algorithm live here:
 
-* **tasks**: PPO's own minibatch epochs over rows (``num_epochs`` × ``minibatch_size``, rows shuffled per
-  epoch). IMPACT learns on time-major [T, B] batches, so a task is a set of whole env columns (each a
-  fragment of ``rollout_length`` steps, V-trace needs the sequence): per replay the B columns are shuffled
-  and cut into ``learners`` groups, and the batch is replayed ``circular_buffer_replays`` (K) times — IMPACT's
-  circular buffer with the round's batch as its one entry (``circular_buffer_batches`` does not apply).
+* **slices** (stellaris/slices.py): the round's rows are cut into slices as actors deliver; each slice is
+  learned ``passes`` times, one learner function per pass. PPO: a slice is ``algo.minibatch_size`` rows by
+  default (its minibatch), learned ``num_epochs`` times; GAE is the driver's (``driver_postprocess``). IMPACT
+  learns on time-major [T, B] batches, so a slice is whole env columns (``unit_rows`` = ``rollout_length``
+  rows; V-trace needs the sequence), by default ⌈B / learners⌉ columns, learned ``circular_buffer_replays``
+  (K) times — IMPACT's circular buffer with the round's batch as its one entry.
 * **loss** on a task, with the cross-learner IS truncation (Eq. 2) on π/μ, and **log π(a|s)** of a peer
   policy for that truncation, in the loss's shape.
 * **after each optimizer step**: IMPACT counts the step and refreshes its target network every
@@ -18,7 +19,7 @@ optimizer (stellaris/parameter.py). The parts that differ per algorithm live her
 Example::
 
     gradient_algo = gradient_algo_for(name="impala")
-    tasks = gradient_algo.tasks(config=cfg, rows=512, learners=3, generator=torch.Generator().manual_seed(0))
+    gradient_algo.default_slice_rows(config=cfg, batch_rows=512, learners=3)   # 6 columns of 32: 192
 """
 
 from __future__ import annotations
@@ -37,8 +38,15 @@ from nimbus.algos.truncation import Truncation
 
 class GradientAlgo(Protocol):
     behaviour_key: str    # the batch column holding log μ(a|s)
+    driver_postprocess: bool   # the driver post-processes rows once (PPO's GAE); else the learner (a layout)
 
-    def tasks(self, *, config: Any, rows: int, learners: int, generator: torch.Generator) -> list[np.ndarray]: ...
+    def unit_rows(self, *, config: Any) -> int: ...
+
+    def passes(self, *, config: Any) -> int: ...
+
+    def default_slice_rows(self, *, config: Any, batch_rows: int, learners: int) -> int: ...
+
+    def positions(self, *, config: Any, rows: int) -> np.ndarray: ...
 
     def select(self, *, batch: dict[str, torch.Tensor], positions: torch.Tensor) -> dict[str, torch.Tensor]: ...
 
@@ -56,14 +64,19 @@ class PPOGradients:
     """Rows of the post-processed (GAE) batch; PPO's loss with its scheduled clip; no state after a step."""
 
     behaviour_key = "log_prob"
+    driver_postprocess = True
 
-    def tasks(self, *, config: Any, rows: int, learners: int, generator: torch.Generator) -> list[np.ndarray]:
-        size = min(config.minibatch_size, rows)
-        tasks = []
-        for _ in range(config.num_epochs):
-            order = torch.randperm(rows, generator=generator).numpy()
-            tasks.extend(order[start:start + size] for start in range(0, rows, size))
-        return tasks
+    def unit_rows(self, *, config: Any) -> int:
+        return 1
+
+    def passes(self, *, config: Any) -> int:
+        return config.num_epochs
+
+    def default_slice_rows(self, *, config: Any, batch_rows: int, learners: int) -> int:
+        return min(config.minibatch_size, batch_rows)
+
+    def positions(self, *, config: Any, rows: int) -> np.ndarray:
+        return np.arange(rows)
 
     def select(self, *, batch: dict[str, torch.Tensor], positions: torch.Tensor) -> dict[str, torch.Tensor]:
         return {key: value[positions] for key, value in batch.items()}
@@ -89,15 +102,20 @@ class ImpactGradients:
     """Whole env columns of the time-major batch; IMPACT's V-trace loss over its target network."""
 
     behaviour_key = "behaviour_log_prob"
+    driver_postprocess = False
 
-    def tasks(self, *, config: Any, rows: int, learners: int, generator: torch.Generator) -> list[np.ndarray]:
-        columns = rows // config.rollout_length
-        per_task = -(-columns // max(1, min(learners, columns)))
-        tasks = []
-        for _ in range(config.circular_buffer_replays):
-            order = torch.randperm(columns, generator=generator).numpy()
-            tasks.extend(np.sort(order[start:start + per_task]) for start in range(0, columns, per_task))
-        return tasks
+    def unit_rows(self, *, config: Any) -> int:
+        return config.rollout_length
+
+    def passes(self, *, config: Any) -> int:
+        return config.circular_buffer_replays
+
+    def default_slice_rows(self, *, config: Any, batch_rows: int, learners: int) -> int:
+        columns = max(1, batch_rows // config.rollout_length)
+        return -(-columns // max(1, min(learners, columns))) * config.rollout_length
+
+    def positions(self, *, config: Any, rows: int) -> np.ndarray:
+        return np.arange(rows // config.rollout_length)
 
     def select(self, *, batch: dict[str, torch.Tensor], positions: torch.Tensor) -> dict[str, torch.Tensor]:
         return {key: value[:, positions] for key, value in batch.items()}

@@ -1,8 +1,8 @@
 """Stellaris's learner function: the PPO or IMPACT gradient of one task at the newest weights, put in the Store.
 
-It reads the weights of ``policy_version`` (the newest the driver knew at launch), the round's batch
-from the Store key ``batch_key`` (post-processed once per warm worker: PPO's GAE uses the actors'
-values and IMPACT's layout is time-major, so neither depends on the version), computes the loss on the
+It reads the weights of ``policy_version`` (the newest the driver knew at launch) and only its slice of the
+round's rows, from the Store key ``batch_key`` (stellaris/slices.py: PPO's rows arrive with the driver's GAE;
+IMPACT's are made time-major here, once per warm worker), computes the loss on the
 task ``positions`` (PPO: rows; IMPACT: env columns; stellaris/gradients.py) and puts the
 gradient under ``grad_key`` tagged with the version it read. It never steps an optimizer: the
 parameter function aggregates (stellaris/parameter.py).
@@ -168,10 +168,12 @@ def model_at(*, state: dict[str, Any], store: Any, policy: str, version: int, sl
 
 
 def _batch(*, state: dict[str, Any], store: Any, key: str) -> dict[str, torch.Tensor]:
+    """The rows under ``key`` (the workflow's slice) on the device; post-processed here only when the driver has
+    not (``postprocessed`` in its header: PPO's GAE is the driver's, once per row; IMPACT's layout is the learner's)."""
     if state["batch"] is None or state["batch"][0] != key:
-        arrays = store.get(key=key).arrays
-        rows = {name: torch.as_tensor(np.array(value), device=state["device"]) for name, value in arrays.items()}
-        state["batch"] = (key, state["algo"].postprocess(batch=rows))
+        message = store.get(key=key)
+        rows = {name: torch.as_tensor(np.array(value), device=state["device"]) for name, value in message.arrays.items()}
+        state["batch"] = (key, rows if message.header.get("postprocessed") else state["algo"].postprocess(batch=rows))
     return state["batch"][1]
 
 

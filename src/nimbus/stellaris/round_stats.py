@@ -13,7 +13,9 @@ A round's row (issue 26, Metrics) carries, over the gradients computed on its ba
     staleness/aggregations               parameter invocations for its gradients
     staleness/gradients_per_aggregation  gradients per aggregation, mean over the aggregations its gradients
                                           were in (each weighted by its share of them)
-    staleness/learners_invoked           learner functions launched on its batch
+    staleness/learners_invoked           learner functions launched on its batch (slices × passes: follows its rows)
+    staleness/learners_early             of them, launched before its round's last actor delivered
+    staleness/slices, /rows_sliced       slices cut from its rows (stellaris/slices.py), and their rows
     staleness/learners_in_flight_share   learners in flight, time-weighted mean over the round (from its batch
                                           taken to its row) over ``stellaris.learners``, not a snapshot (a
                                           timing: ``_share``); /learners_in_flight_max the most at once
@@ -61,9 +63,9 @@ class Batch:
     """One round's batch while its gradients are computed and aggregated."""
 
     round: Any                      # onpolicy/sync.py RoundState
-    key: str
-    tasks: list[np.ndarray]
-    outstanding: int
+    key: str                        # the prefix of its slices' Store keys (``<key>/s<i>``)
+    tasks: list[Any]                # (pass, slice index, slices.Slice) not launched yet, in that order
+    outstanding: int                # gradients launched or to launch and not yet settled
     learning_started_s: float
     flight_integral_start: float = 0.0
     threshold: float | None = None  # β of this round (the rule's, when the batch started)
@@ -81,6 +83,10 @@ class Batch:
     parameter_s: float = 0.0
     compute_s: float = 0.0
     recomputed: int = 0             # gradients the parameter function recomputed with their co-members' truncation
+    slice_keys: list[str] = field(default_factory=list)
+    complete: bool = False          # every actor of its round delivered (no slice will be added)
+    rows: int = 0                   # rows cut into its slices
+    learners_early: int = 0         # learners launched before its round's last actor delivered
 
 
 def staleness_histogram(*, staleness: list[int]) -> dict[str, float]:
@@ -107,6 +113,8 @@ def round_extras(*, batch: Batch, now_s: float, meter: FlightMeter, learners: in
             "staleness/gradients_per_aggregation": batch.aggregated / batch.aggregation_share
             if batch.aggregation_share else 0.0,
             "staleness/learners_invoked": float(batch.learners_invoked),
+            "staleness/learners_early": float(batch.learners_early), "staleness/slices": float(len(batch.slice_keys)),
+            "staleness/rows_sliced": float(batch.rows),
             "staleness/learners_in_flight_share": float(in_flight) / learners,
             "staleness/learners_in_flight_max": float(batch.max_in_flight),
             "staleness/truncated_fraction": float(np.mean([s.get("truncated_fraction", 0.0)

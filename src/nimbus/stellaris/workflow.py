@@ -1,11 +1,13 @@
 """The ``async_learners`` workflow (Stellaris §IV, Fig. 4) as trigger → action bindings over the sync parts.
 
-    DataKeyTrigger(n=N actors, size=N·E·T) → take the batch: its rows go to the Store (``batch/<policy>/r<k>``),
-                                            cut into gradient tasks (epochs × minibatches, PPO's own
-                                            split), and the next round's actors start at once with the
-                                            newest weights (they pull the newest version before sampling)
-    a learner slot is free                  → invoke a learner function on the next task at the newest
-      (and the rule's may_launch)             version (stellaris/learner.py); up to
+    an actor delivers                       → its rows, post-processed once (PPO: GAE), fill the round's
+                                              buffer; each full slice goes to the Store
+                                              (``batch/<policy>/r<k>/s<i>``) with one task per pass
+                                              (stellaris/filling.py, slices.py)
+    DataKeyTrigger(n=N actors, size=N·E·T) → the rest is the round's last slice; the next round's actors
+                                              start at once with the newest weights
+    a learner slot is free                  → invoke a learner function on the next task (its slice only)
+      (and the rule's may_launch)             at the newest version (stellaris/learner.py); at most
                                               ``stellaris.learners`` in flight
     a gradient lands                        → the aggregation rule (stellaris/rules.py) queues, refuses
                                               (P7, counted) or aggregates: the parameter function
@@ -16,7 +18,7 @@
 One parameter function runs at a time; gradients that land meanwhile are offered when it returns. A learner
 slot stays taken until the rule has taken its gradient (back-pressure: else a backlog, and staleness, grow without
 bound). A round is one batch; its row is written when every gradient computed on it is applied or refused. The
-next batch is taken once every task of the earlier ones is launched. Progress (issue 26 item 6): ``rule.lost``,
+next round's actors start once every task of the earlier batches is launched. Progress (issue 26 item 6): ``rule.lost``,
 ``rule.applied(refused_keys=)``, ``rule.unpublished`` and a watchdog (``rule.stalled()``); the rule's state
 travels in the checkpoint (item 8); the parameter function truncates a member by its co-members (item 9); with
 ``stellaris.resident_parameter`` its state stays in its worker (stellaris/resident.py, resident_log.py). A
@@ -34,11 +36,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-import torch
 
 from nimbus.config import NimbusConfig
 from nimbus.config.rules import OFF_POLICY
-from nimbus.data.codec import Message
 from nimbus.data.triggers import TriggerTable
 from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
@@ -46,11 +46,12 @@ from nimbus.onpolicy.policy import ACTOR_ENTRYPOINT, PolicyFunctions
 from nimbus.onpolicy.sync import SyncWorkflow
 from nimbus.onpolicy.system import System
 from nimbus.roles.specs import role_spec
-from nimbus.stellaris.gradients import gradient_algo_for
 from nimbus.stellaris.learner import GradientRequest
 from nimbus.stellaris.parameter import ParameterRequest
 from nimbus.stellaris.persistence import StellarisCheckpoint
 from nimbus.stellaris.resident_log import ResidentLog
+from nimbus.stellaris.filling import SliceFilling
+from nimbus.stellaris.slices import Slice
 from nimbus.stellaris.round_stats import Batch, FlightMeter, mean_stats, round_extras
 from nimbus.stellaris.rules import Aggregation, Arrival, Rejection, Verdict, make_rule
 from nimbus.types import Progress, RoundMetrics, schedule_fraction
@@ -67,11 +68,12 @@ class InFlight:
     batch: Batch
     read_version: int
     grad_key: str
+    data_key: str                  # its slice's Store key: all it reads of the batch
     positions: np.ndarray          # its task (the parameter function recomputes it with its co-members' truncation)
     progress: float                # the schedules' fraction at launch
 
 
-class AsyncLearnersWorkflow(StellarisCheckpoint, SyncWorkflow):
+class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
     """Stellaris: several learner functions in flight, a parameter function aggregates by a rule."""
 
     @classmethod
@@ -94,6 +96,7 @@ class AsyncLearnersWorkflow(StellarisCheckpoint, SyncWorkflow):
         self.table = TriggerTable()   # no ObjectKeyTrigger: actors start when a batch is taken, not per version
         self.table.bind(name="take_batch", trigger=self.data_trigger, action=self._take_batch)
         self.batches: list[Batch] = []
+        self._start_filling()   # the filling buffer and its slices (stellaris/filling.py)
         self.in_flight: dict[int, InFlight] = {}
         self.arrivals: list[tuple[InFlight, dict[str, Any]]] = []   # landed while a parameter function ran
         self.parameter_busy = False
@@ -110,22 +113,18 @@ class AsyncLearnersWorkflow(StellarisCheckpoint, SyncWorkflow):
 
     # ------------------------------------------------------------------------------- actions
     def _take_batch(self) -> None:
-        if any(b.tasks for b in self.batches):   # the previous batch still has tasks: taken when they are launched
+        """Every actor of the sampling round delivered: its remainder is its last slice, and the next round's actors
+        start (once every task of the earlier batches is launched: they may not run further ahead)."""
+        if any(b.tasks for b in self.batches if b is not self.filling):
             self.batch_ready = True
             return
-        indices = self.system.replay.select(buffer=self.system.buffer)
-        self.system.replay.consumed(indices=indices)
         self.prewarmer.round_finished()   # the actors are needed again now (runtime/prewarm.py)
         self.round.actors_done_s = self.clock()
-        key = f"batch/{self.policy}/r{self.round.index}"
-        self.system.store.put(key=key, message=Message(header={"round": self.round.index},
-                                                       arrays=self.system.buffer.read(indices=indices)))
-        tasks = self._tasks(rows=len(indices))
-        now_s = self.clock()
-        self.rule.start_round(index=self.round.index)
-        self.batches.append(Batch(round=self.round, key=key, tasks=tasks, outstanding=len(tasks),
-                                  learning_started_s=now_s, flight_integral_start=self.meter.integral(now_s=now_s),
-                                  threshold=self.rule.threshold, max_in_flight=len(self.in_flight)))
+        batch = self._filling_batch()
+        rest = self.cutter.rest()
+        if rest is not None:
+            self._add_slice(batch=batch, arrays=rest)
+        batch.complete, self.filling = True, None
         self._invoke_actors()     # the next round samples with the newest weights while this one is learned
         self._launch_learners()
 
@@ -134,45 +133,41 @@ class AsyncLearnersWorkflow(StellarisCheckpoint, SyncWorkflow):
         self.round.index = self.next_round   # rounds overlap: the next one starts before this one's row
         self.next_round += 1
 
-    def _tasks(self, *, rows: int) -> list[np.ndarray]:
-        """The algorithm's gradient tasks over the batch (PPO: minibatch epochs; IMPACT: env columns × K replays),
-        seeded per round (stellaris/gradients.py)."""
-        generator = torch.Generator().manual_seed(self.system.config.seed * 1_000_003 + self.round.index)
-        return gradient_algo_for(name=self.system.config.algo.name).tasks(
-            config=self.system.config.algo, rows=rows, learners=self.cfg.learners, generator=generator)
-
     def _launch_learners(self) -> None:
-        batch = next((b for b in self.batches if b.tasks), None)
-        if batch is None:
-            if self.batch_ready:      # every task of the earlier batches launched: the next batch starts
-                self.batch_ready = False
-                self._take_batch()
+        if self.batch_ready and not any(b.tasks for b in self.batches if b is not self.filling):
+            self.batch_ready = False      # every task of the earlier batches launched: the next round starts
+            self._take_batch()
             return
-        for slot in range(self.cfg.learners):
-            if not batch.tasks:
-                return
-            if slot in self.in_flight or not self.rule.may_launch(slot=slot):
-                continue
-            self._launch(slot=slot, batch=batch, positions=batch.tasks.pop(0))
+        for batch in [b for b in self.batches if b.tasks]:
+            for slot in range(self.cfg.learners):
+                if not batch.tasks:
+                    break
+                if slot in self.in_flight or not self.rule.may_launch(slot=slot):
+                    continue
+                self._launch(slot=slot, batch=batch, piece=batch.tasks.pop(0)[2])
 
-    def _launch(self, *, slot: int, batch: Batch, positions: np.ndarray) -> None:
+    def _launch(self, *, slot: int, batch: Batch, piece: Slice) -> None:
+        if batch.learners_invoked == 0:
+            self._start_learning(batch=batch)
         cfg, version = self.system.config, self.progress.policy_version
         grad_key = f"grad/{self.policy}/{next(self.task_ids)}"
         progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
         # no truncation peers: the learners aggregated together are not known yet (issue 26 item 9); alone, Eq. 2
         # is min(r_self, ρ), and the parameter function recomputes a member aggregated with other versions
         request = self._gradient_request(
-            version=version, batch_key=batch.key, grad_key=grad_key, peer_versions=(),
+            version=version, batch_key=piece.key, grad_key=grad_key, peer_versions=(),
             truncation=cfg.stellaris.truncation_form(), rho=cfg.stellaris.rho, progress=progress,
             slowdown=cfg.stellaris.slowdown(slot=slot))
-        flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, positions=positions,
-                          progress=progress)
+        flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, data_key=piece.key,
+                          positions=piece.positions, progress=progress)
         self.in_flight[slot] = flight
         self._flight_changed()
         self.owner[grad_key] = batch
         self.rule.launched(slot=slot)
         batch.learners_invoked += 1
-        future = self.system.runtime.invoke(spec=self.gradient_spec, request=request.to_message(positions=positions))
+        batch.learners_early += not batch.complete
+        future = self.system.runtime.invoke(spec=self.gradient_spec,
+                                            request=request.to_message(positions=piece.positions))
         self._watch(kind="gradient", future=future, meta=flight)
 
     def _gradient_request(self, *, version: int, batch_key: str, grad_key: str, peer_versions: list[int] | tuple,
@@ -219,13 +214,14 @@ class AsyncLearnersWorkflow(StellarisCheckpoint, SyncWorkflow):
         peers = sorted({f.read_version for f in together} - {flight.read_version})
         if not peers or truncation == "none":
             return None
-        return {"batch_key": flight.batch.key, "read_version": flight.read_version, "peer_versions": peers,
+        return {"batch_key": flight.data_key, "read_version": flight.read_version, "peer_versions": peers,
                 "truncation": truncation, "rho": self.cfg.rho, "progress": flight.progress}
 
     # -------------------------------------------------------------------------------- events
     def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
         if kind == "actor":
             self._on_actor(future=future, rank=meta)
+            self._on_rows()
             return False
         if kind == "gradient":
             self._on_gradient(future=future, flight=meta)
@@ -333,9 +329,10 @@ class AsyncLearnersWorkflow(StellarisCheckpoint, SyncWorkflow):
     # ------------------------------------------------------------------------------ rounds
     def _finish_settled_batches(self) -> bool:
         ended = False
-        while self.batches and self.batches[0].outstanding == 0 and not self.batches[0].tasks:
+        while self.batches and self.batches[0].complete and self.batches[0].outstanding == 0 \
+                and not self.batches[0].tasks:
             batch = self.batches.pop(0)
-            self.system.store.delete(key=batch.key)
+            self._delete(keys=batch.slice_keys)
             self._finish_batch(batch=batch)
             ended = True
         return ended

@@ -71,9 +71,9 @@ def test_a_learner_launched_while_a_version_is_produced_reads_the_published_one_
     launched, members = {}, {}
     launch, on_parameter = AsyncLearnersWorkflow._launch, AsyncLearnersWorkflow._on_parameter
 
-    def recording_launch(self, *, slot, batch, positions):
+    def recording_launch(self, *, slot, batch, piece):
         busy, published = self.parameter_busy, self.progress.policy_version
-        launch(self, slot=slot, batch=batch, positions=positions)
+        launch(self, slot=slot, batch=batch, piece=piece)
         launched[self.in_flight[slot].grad_key] = (busy, published, self.in_flight[slot].read_version)
 
     def recording_on_parameter(self, *, future, aggregation, batch, request):

@@ -71,20 +71,20 @@ def model(store):
     return model
 
 
-def test_impact_tasks_are_whole_columns_shared_by_the_learners_and_replayed_k_times():
+def test_impact_slices_are_whole_columns_shared_by_the_learners_and_replayed_k_times():
     config = ImpalaConfig(variant="impact", rollout_length=32, circular_buffer_replays=2)
-    tasks = ImpactGradients().tasks(config=config, rows=16 * 32, learners=3, generator=torch.Generator().manual_seed(0))
-    assert [len(t) for t in tasks] == [6, 6, 4, 6, 6, 4]
-    for replay in (tasks[:3], tasks[3:]):   # each replay covers every column once
-        assert sorted(np.concatenate(replay).tolist()) == list(range(16))
-    assert not all(np.array_equal(a, b) for a, b in zip(tasks[:3], tasks[3:]))   # reshuffled per replay
+    impact = ImpactGradients()
+    assert impact.unit_rows(config=config) == 32 and impact.passes(config=config) == 2
+    # 16 columns, 3 learners: slices of 6 columns (the last of a round 4), as the tasks before slices
+    assert impact.default_slice_rows(config=config, batch_rows=16 * 32, learners=3) == 6 * 32
+    assert impact.positions(config=config, rows=6 * 32).tolist() == list(range(6))
 
 
-def test_ppo_tasks_are_its_minibatch_epochs():
+def test_ppo_slices_are_its_minibatches_learned_for_each_epoch():
     config = PPOConfig(num_epochs=3, minibatch_size=64)
-    tasks = PPOGradients().tasks(config=config, rows=256, learners=3, generator=torch.Generator().manual_seed(0))
-    assert [len(t) for t in tasks] == [64] * 12
-    assert sorted(np.concatenate(tasks[:4]).tolist()) == list(range(256))
+    ppo = PPOGradients()
+    assert ppo.default_slice_rows(config=config, batch_rows=256, learners=3) == 64 and ppo.passes(config=config) == 3
+    assert ppo.positions(config=config, rows=64).tolist() == list(range(64))
 
 
 def test_the_learner_puts_the_impact_gradient_of_its_columns_and_no_target_gradient(store, model):
