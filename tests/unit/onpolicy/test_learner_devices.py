@@ -5,6 +5,8 @@ the lease's device from its context, and names the device it used. The numerics 
 
 from __future__ import annotations
 
+import dataclasses
+
 import uuid
 
 import gymnasium as gym
@@ -128,11 +130,12 @@ def test_the_multi_agent_critic_and_policy_learners_mix_no_devices(store: ShmSto
 
 
 def test_the_multi_agent_value_learner_mixes_no_devices(store: ShmStore) -> None:
-    """VDN: the trained policy's nets, the other policy's fixed nets and the replay on the leased device, twice
-    (the second warm), with the probe."""
+    """VDN's team function (marless/team_learner.py): every policy's nets, their targets and the joint replay on
+    the leased device, twice (the second warm, from the first's versions), with the probe."""
     from tests.unit.marless import test_marless_value_learner as harness
     from nimbus.algos.multiagent.vdn import VDN, VDNConfig
-    from nimbus.marless.value_learner import team_post_key, value_policy_function
+    from nimbus.marless.team_learner import team_value_function
+    from nimbus.marless.value_learner import team_post_key
 
     algo = VDN(config=harness.small(VDNConfig, gradient_steps=3, batch_size=16))
     harness.setup_policies(store=store, algo=algo, agent_policy=harness.OWN)
@@ -141,14 +144,15 @@ def test_the_multi_agent_value_learner_mixes_no_devices(store: ShmStore) -> None
     harness.put_round(store=store, algo=algo, round=0, agent_policy=harness.OWN, rows=harness.game_rows(
         policies=policies, algo=algo, num_envs=8, rng=np.random.default_rng(0)))
     worker = leased_context()
-    for policy in ("p_agent_0", "p_agent_1"):
-        request = harness.learner_request(algo=algo, policy=policy, round=0, agent_policy=harness.OWN,
-                                          versions={"p_agent_0": 0, "p_agent_1": 0},
-                                          replay_keys=[team_post_key(round=0)],
-                                          probe={"subset_size": 16, "max_iterations": 4, "tolerance": 1e-3})
+    for version in (0, 1):
+        request = harness.team_request(algo=algo, round=0, agent_policy=harness.OWN,
+                                       versions={"p_agent_0": version, "p_agent_1": version},
+                                       replay_keys=[team_post_key(round=0)])
+        request = dataclasses.replace(request, probe={"subset_size": 16, "max_iterations": 4, "tolerance": 1e-3})
         with DeviceAudit():
-            header = value_policy_function(context=worker, request=on_store(request.to_message(), store)).header
-        assert header["device"] == "cpu" and header["gradient_steps_run"] == 3
+            header = team_value_function(context=worker, request=on_store(request.to_message(), store)).header
+        assert header["device"] == "cpu"
+        assert {p: s["gradient_steps_run"] for p, s in header["policies"].items()} == {"p_agent_0": 3, "p_agent_1": 3}
 
 
 def test_the_stellaris_gradient_and_parameter_functions_mix_no_devices(store: ShmStore) -> None:
