@@ -45,7 +45,7 @@ from nimbus.config.yaml_loader import parse_yaml
 from nimbus.errors import ConfigError
 
 # Every FunctionSpec kind: the config's function roles (sections.py ROLES, a test keeps them in step) and probe, system
-Kind = Literal["actor", "learner", "gradient_learner", "parameter", "critic", "postprocess", "probe", "system"]
+Kind = Literal["actor", "learner", "gradient_learner", "parameter", "critic", "postprocess", "policy", "probe", "system"]
 KINDS: tuple[str, ...] = get_args(Kind)
 
 
@@ -174,7 +174,7 @@ class SimulationConfig(ConfigSection):
         return models.get(kind, self.default)
 
 
-SIMULATED_WORKFLOWS = ("sync", "async_learners")
+SIMULATED_WORKFLOWS = ("sync", "async_learners", "multiagent")
 
 
 def check_simulated(*, config: Any) -> None:
