@@ -16,7 +16,8 @@ Both return each active policy's scalar stats (loss parts, ``convexity``...) and
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+import contextlib
+from concurrent.futures import CancelledError, Future
 from typing import Any
 
 from nimbus.data.codec import Message
@@ -36,7 +37,8 @@ def results_of(*, futures: list[Future], what: str) -> list[Message]:
     awaited through its own ``exception()``, not ``concurrent.futures.wait``: a simulated runtime's future advances
     the virtual clock when awaited that way, where ``wait`` would block on a condition nothing signals."""
     for future in futures:
-        future.exception()   # every one has ended (as ``wait`` would) before the first failure is raised
+        with contextlib.suppress(CancelledError):   # a cancelled one fails below, as after ``wait``
+            future.exception()   # every one has ended (as ``wait`` would) before the first failure is raised
     out = []
     for future in futures:
         try:
