@@ -1,7 +1,7 @@
 """The ``simulation:`` section: how long simulated invocations take (``runtime.backend: simulated``, docs/simulated.md).
 
 Per function kind (a FunctionSpec's ``kind``: the function roles ``actor``, ``learner``, ``gradient_learner``,
-``parameter``, ``critic``, ``postprocess``, and ``probe``, ``system``) a
+``parameter``, ``critic``, ``postprocess``, MARLess's ``policy``, and ``probe``, ``system``) a
 ``DurationModel``; a kind not listed uses ``default``. One attempt's simulated duration is
 
     (median_s + per_row_s × rows) × noise × (straggler_factor with probability straggler_fraction, else 1)
@@ -45,7 +45,8 @@ from nimbus.config.yaml_loader import parse_yaml
 from nimbus.errors import ConfigError
 
 # Every FunctionSpec kind: the config's function roles (sections.py ROLES, a test keeps them in step) and probe, system
-Kind = Literal["actor", "learner", "gradient_learner", "parameter", "critic", "postprocess", "probe", "system"]
+Kind = Literal["actor", "learner", "gradient_learner", "parameter", "critic", "postprocess", "policy", "probe",
+               "system"]
 KINDS: tuple[str, ...] = get_args(Kind)
 
 
@@ -146,7 +147,7 @@ class SimulationConfig(ConfigSection):
     """a profile YAML (``nimbus simulate fit``); its kinds are used unless ``functions`` names them too"""
     functions: dict[Kind, DurationModel] = \
         Field(default_factory=dict)
-    """duration model per function kind (actor, learner, gradient_learner, parameter, critic, postprocess, probe, system)"""
+    """duration model per function kind (actor, learner, gradient_learner, parameter, critic, postprocess, policy, probe, system)"""
     default: DurationModel = Field(default_factory=DurationModel)
     """the duration model of a kind neither functions nor the profile names"""
     hardware: str | None = None
@@ -174,13 +175,14 @@ class SimulationConfig(ConfigSection):
         return models.get(kind, self.default)
 
 
-SIMULATED_WORKFLOWS = ("sync", "async_learners")
+SIMULATED_WORKFLOWS = ("sync", "async_learners", "multiagent")
 
 
 def check_simulated(*, config: Any) -> None:
-    """``runtime.backend: simulated`` runs what only the driver's thread and the virtual clock drive: the sync and
-    async_learners workflows, one policy, no device pool, no pre-warm monitor (real timers), no pipelines (real
-    polling threads). Raises ValueError naming the key that conflicts."""
+    """``runtime.backend: simulated`` runs what only the driver's thread and the virtual clock drive: the sync,
+    async_learners and multiagent workflows, one population member, no device pool, no pre-warm monitor (real
+    timers), no pipelines (real polling threads). ``async`` stays refused: its loop waits on a plain queue with a
+    real-time poll and reads ``time.perf_counter`` for its windows. Raises ValueError naming the key that conflicts."""
     if config.runtime.backend != "simulated":
         return
     refused = [

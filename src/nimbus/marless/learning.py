@@ -16,7 +16,8 @@ Both return each active policy's scalar stats (loss parts, ``convexity``...) and
 
 from __future__ import annotations
 
-from concurrent.futures import Future, wait
+import contextlib
+from concurrent.futures import CancelledError, Future
 from typing import Any
 
 from nimbus.data.codec import Message
@@ -32,8 +33,12 @@ def batch_key(*, policy: str, round: int) -> str:
 
 
 def results_of(*, futures: list[Future], what: str) -> list[Message]:
-    """Every future's result, in order; the first failure (after the runtime's retries) stops the run."""
-    wait(futures)
+    """Every future's result, in order; the first failure (after the runtime's retries) stops the run. Each future is
+    awaited through its own ``exception()``, not ``concurrent.futures.wait``: a simulated runtime's future advances
+    the virtual clock when awaited that way, where ``wait`` would block on a condition nothing signals."""
+    for future in futures:
+        with contextlib.suppress(CancelledError):   # a cancelled one fails below, as after ``wait``
+            future.exception()   # every one has ended (as ``wait`` would) before the first failure is raised
     out = []
     for future in futures:
         try:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -46,6 +45,7 @@ from nimbus.marless.scaling import MarlessActorScaler
 from nimbus.marless.sharing import SharingController, space_signature
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.report.metrics import MetricsSink
+from nimbus.runtime.base import runtime_clock
 from nimbus.runtime.prewarm import make_prewarmer
 from nimbus.types import Progress, RoundMetrics, Shared
 
@@ -71,7 +71,8 @@ class MultiAgentWorkflow:
         self.progress = progress
         self.on_round = on_round
         self.stop_requested = False
-        self.started_s = time.perf_counter()
+        self.clock = runtime_clock(runtime=parts.shared.runtime)   # simulated seconds on runtime.backend: simulated
+        self.started_s = self.clock()
         self.num_actors = progress.next_actors or parts.scaler.initial()
         self._cost_seen = 0
         self._cost_usd = progress.cost_usd_before
@@ -155,13 +156,13 @@ class MultiAgentWorkflow:
             self._map_log.close()
 
     def _round(self) -> RoundMetrics:
-        index, started = self.progress.rounds, time.perf_counter()
+        index, started = self.progress.rounds, self.clock()
         agent_policy = dict(self.progress.agent_policy)
         active = sorted(set(agent_policy.values()))
         results = self._sample(agent_policy=agent_policy, num_actors=self.num_actors)
-        sampled = time.perf_counter()
+        sampled = self.clock()
         episodes = self._ingest(results=results, agent_policy=agent_policy, active=active, round=index)
-        ingested = time.perf_counter()
+        ingested = self.clock()
         rows_per_agent = self.num_actors * self.parts.config.env.num_envs_per_actor * \
             self.parts.config.actors.fragment_steps
         self.learning.probe_now(agent_returns=episodes.agent_means)
@@ -170,7 +171,7 @@ class MultiAgentWorkflow:
                                          rows_per_agent=rows_per_agent)
         self.prewarmer.round_finished()
         self.progress.policy_version = sum(self.progress.versions.values())
-        learned = time.perf_counter()
+        learned = self.clock()
         self._forget(active=active, stale=stale)
         convexity = {policy: stats[policy].get("convexity", float("nan")) for policy in active}
         new_map = self.parts.sharing.decide(round=index, agent_returns=episodes.agent_means,
@@ -280,7 +281,7 @@ class MultiAgentWorkflow:
     def _row(self, *, index: int, started: float, sampled: float, ingested: float, learned: float,
              episodes: "Episodes", stats: dict[str, dict[str, float]], active: list[str],
              agent_policy: dict[str, str], num_actors: int, invocations: int) -> RoundMetrics:
-        progress, now = self.progress, time.perf_counter()
+        progress, now = self.progress, self.clock()
         progress.rounds += 1
         progress.episodes += len(episodes.global_returns)
         progress.recent_returns = (progress.recent_returns + episodes.global_returns)[-self.parts.config.train.return_window:]

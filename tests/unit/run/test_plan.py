@@ -3,6 +3,7 @@ intervals; refusals exit 2 before any run starts. The timing-only model stays th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,17 @@ def test_plan_without_simulate_needs_run_dirs_and_actors(run_cli) -> None:
     assert code == 2 and "RUN_DIR" in said
     code, said = run_cli("plan", "--simulate")
     assert code == 2 and "--config" in said
+
+
+def test_plan_simulate_runs_a_marless_config(run_cli, tmp_path: Path) -> None:
+    """The multiagent workflow on the simulated backend (issue 30: MARLess at the paper's actor counts)."""
+    pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
+    code, said = run_cli("plan", "--simulate", "--config", str(REPO / "configs" / "marless-ippo-spread.yaml"),
+                         "--set", "actors.scaling.num_actors=2", "--set", "env.num_envs_per_actor=2",
+                         "--set", "algo.num_epochs=1", "--set", "train.total_env_steps=200",
+                         "--set", "train.eval_episodes=0", "--seeds", "0", "1", "--dir", str(tmp_path))
+    assert code == 0, said
+    assert "seed 0: 2 rounds, 200 env steps" in said and "seed 1: 2 rounds, 200 env steps" in said
+    assert "final_return: IQM" in said
+    kinds = {json.loads(line)["kind"] for line in (tmp_path / "seed-0" / "ledger.jsonl").read_text().splitlines()}
+    assert {"actor", "critic", "policy"} <= kinds

@@ -156,3 +156,17 @@ def test_every_function_role_is_a_simulated_kind_and_a_stellaris_learner_is_fitt
     assert profile.functions["gradient_learner"].median_s == pytest.approx(0.3)
     path = write_profile(profile=profile, path=tmp_path / "p.yaml")
     assert SimulationConfig(profile=str(path)).models()["gradient_learner"].median_s == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("algo", ["ippo", "mappo", "iql", "vdn", "qmix"])
+def test_every_marless_role_is_a_simulated_kind_and_a_policy_function_is_fitted(tmp_path: Path, algo: str) -> None:
+    """MARLess's function kinds are its roles (marless/parts.py function_specs): ``policy`` was no kind of the
+    simulation's, so a simulated MARLess run drew its policy functions from ``default`` and a fit dropped them."""
+    from nimbus.algos.multiagent import MULTIAGENT_ALGO_CONFIGS, make_multiagent_algo
+    from nimbus.config.simulation import KINDS
+
+    roles = make_multiagent_algo(config=MULTIAGENT_ALGO_CONFIGS[algo]()).roles
+    assert {"actor", *roles} <= set(KINDS)
+    ledger_from(model=DurationModel(median_s=0.2, cold_start_s=0.0), kind="policy", n=10, path=tmp_path / "ledger.jsonl")
+    assert fit_profile(run_dirs=[tmp_path]).functions["policy"].median_s == pytest.approx(0.2)
+    assert SimulationConfig(functions={"policy": DurationModel(median_s=0.5)}).models()["policy"].median_s == 0.5
