@@ -81,6 +81,17 @@ def published(*, store: ShmStore, algo: VDN, policy: str) -> nn.Module:
     return model
 
 
+def first_round(*, store: ShmStore, algo: VDN, agent_policy: dict[str, str], num_envs: int,
+                seed: int) -> dict[str, int]:
+    """Version 0 of every policy in the Store and round 0's game rows post-processed; returns the versions."""
+    setup_policies(store=store, algo=algo, agent_policy=agent_policy)
+    versions = {p: 0 for p in agent_policy.values()}
+    policies = load_policies(store=store, algo=algo, agent_policy=agent_policy, versions=versions)
+    put_round(store=store, algo=algo, round=0, agent_policy=agent_policy,
+              rows=game_rows(policies=policies, algo=algo, num_envs=num_envs, rng=np.random.default_rng(seed)))
+    return versions
+
+
 def max_gap(a: nn.Module, b: nn.Module) -> float:
     return max(float((x - y).detach().abs().max()) for x, y in zip(a.q.parameters(), b.q.parameters(), strict=True))
 
@@ -90,11 +101,7 @@ def test_one_team_invocation_takes_joint_steps_on_the_summed_q(store: ShmStore, 
     """Fails before the fix: each policy's function stepped alone (and there was no team function)."""
     algo = VDN(config=small(VDNConfig, gradient_steps=STEPS, batch_size=32, double_q=False, max_grad_norm=0.5,
                             target_update_period=100))
-    setup_policies(store=store, algo=algo, agent_policy=agent_policy)
-    versions = {p: 0 for p in agent_policy.values()}
-    policies = load_policies(store=store, algo=algo, agent_policy=agent_policy, versions=versions)
-    put_round(store=store, algo=algo, round=0, agent_policy=agent_policy,
-              rows=game_rows(policies=policies, algo=algo, num_envs=8, rng=np.random.default_rng(4)))
+    versions = first_round(store=store, algo=algo, agent_policy=agent_policy, num_envs=8, seed=4)
     request = team_request(algo=algo, round=0, agent_policy=agent_policy, versions=versions,
                            replay_keys=[team_post_key(round=0)])
     result = team_value_function(context=ctx("policy"), request=on_store(request.to_message(), store))
@@ -115,11 +122,7 @@ def test_the_first_step_is_the_gradient_of_the_summed_loss(store: ShmStore) -> N
     (Adam's first step) for every policy."""
     algo = VDN(config=small(VDNConfig, gradient_steps=1, batch_size=32, double_q=False, max_grad_norm=None,
                             lr=1e-3))
-    setup_policies(store=store, algo=algo, agent_policy=OWN)
-    versions = {p: 0 for p in OWN.values()}
-    policies = load_policies(store=store, algo=algo, agent_policy=OWN, versions=versions)
-    put_round(store=store, algo=algo, round=0, agent_policy=OWN,
-              rows=game_rows(policies=policies, algo=algo, num_envs=8, rng=np.random.default_rng(5)))
+    versions = first_round(store=store, algo=algo, agent_policy=OWN, num_envs=8, seed=5)
     request = team_request(algo=algo, round=0, agent_policy=OWN, versions=versions, replay_keys=[team_post_key(round=0)])
     result = team_value_function(context=ctx("policy"), request=on_store(request.to_message(), store))
     nets = load_policies(store=store, algo=algo, agent_policy={p: p for p in versions}, versions=versions)
@@ -142,11 +145,7 @@ def test_the_probe_is_per_policy_on_the_joint_objective_only_when_asked(store: S
     """Each policy's convexity is the Hessian of the joint TD objective w.r.t. its own parameters: two policies give
     two probes (different networks, different curvatures); none without ``probe``."""
     algo = VDN(config=small(VDNConfig, gradient_steps=2, batch_size=16))
-    setup_policies(store=store, algo=algo, agent_policy=OWN)
-    versions = {p: 0 for p in OWN.values()}
-    policies = load_policies(store=store, algo=algo, agent_policy=OWN, versions=versions)
-    put_round(store=store, algo=algo, round=0, agent_policy=OWN,
-              rows=game_rows(policies=policies, algo=algo, num_envs=4, rng=np.random.default_rng(6)))
+    versions = first_round(store=store, algo=algo, agent_policy=OWN, num_envs=4, seed=6)
     plain = team_request(algo=algo, round=0, agent_policy=OWN, versions=versions, replay_keys=[team_post_key(round=0)])
     unprobed = team_value_function(context=ctx("policy"), request=on_store(plain.to_message(), store))
     assert all(np.isnan(s["convexity"]) and s["probe_rows"] == 0 for s in unprobed.header["policies"].values())
