@@ -33,6 +33,7 @@ Run:  python benchmarks/marless_ablation.py                  (6 arms × N 3, 6 �
       python benchmarks/marless_ablation.py --env adversary --output benchmarks/results/marless_ablation_adversary.json
                                                              (6 arms, full skipped, N = 2 × seeds 0-4)
       python benchmarks/marless_ablation.py --env adversary --measure-random   (uniform-random return, 300 episodes)
+      python benchmarks/marless_ablation.py --merge a.json b.json --output all.json   (arms split across invocations)
 """
 
 from __future__ import annotations
@@ -198,6 +199,37 @@ def markdown(summary: dict[str, dict[str, dict]]) -> str:
     return "\n".join(lines)
 
 
+def write(*, output: Path, runs: list[Run], skipped: dict[str, str], machine: dict, env: str, rounds: int,
+          sources: list[str] | None = None) -> None:
+    """The results file: the runs, each arm's IQM summary and the claims; prints the table and the claims."""
+    summary = summarise(runs)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    record = {"machine": machine, "env": ENVS[env], "uniform_random": UNIFORM_RANDOM[env], "rounds": rounds,
+              "runs": [asdict(r) for r in runs], "skipped": skipped, "summary": summary, "claims": claims(summary)}
+    if sources:
+        record["merged_from"] = sources
+    output.write_text(json.dumps(record, indent=2))
+    print(markdown(summary))
+    print(json.dumps(claims(summary), indent=2))
+
+
+def merge(*, paths: list[Path], output: Path) -> None:
+    """One results file from several (one env and round count; arms or N split across invocations). Each source's
+    machine record (its loads) is kept under ``machine.sources``."""
+    records = [json.loads(path.read_text()) for path in paths]
+    if len({(r["env"], r["rounds"]) for r in records}) != 1:
+        raise SystemExit("--merge: the files differ in env or rounds; merge only runs of one setting")
+    env = next(name for name, env_id in ENVS.items() if env_id == records[0]["env"])
+    runs = [Run(**row) for record in records for row in record["runs"]]
+    keys = [(r.env, r.agents, r.arm, r.seed) for r in runs]
+    if len(keys) != len(set(keys)):
+        raise SystemExit("--merge: a run (arm, N, seed) appears in two files")
+    skipped = {k: v for record in records for k, v in record["skipped"].items()}
+    machine = {"sources": {str(path): record["machine"] for path, record in zip(paths, records)}}
+    write(output=output, runs=runs, skipped=skipped, machine=machine, env=env, rounds=records[0]["rounds"],
+          sources=[str(path) for path in paths])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
@@ -213,8 +245,13 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=REPO / "runs" / "marless-ablation")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "marless_ablation.json")
+    parser.add_argument("--merge", nargs="+", type=Path, default=None,
+                        help="combine the runs of earlier --output files (arms split across invocations) into --output")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.merge:
+        merge(paths=args.merge, output=args.output)
+        return
     agents = args.agents or DEFAULT_AGENTS[args.env]
     if args.measure_random:
         for n in agents:
@@ -241,16 +278,9 @@ def main() -> None:
                          "%.2f policies, %.0f s", n, arm, seed, run.eval_return, run.learner_cost_usd,
                          run.actor_cost_usd, run.total_cost_usd, run.mean_actors, run.mean_policies, run.wall_s)
                 runs.append(run)
-    summary = summarise(runs)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                    "load_1m_before": load_before, "load_1m_after": os.getloadavg()[0]},
-        "env": ENVS[args.env], "uniform_random": UNIFORM_RANDOM[args.env], "rounds": rounds,
-        "runs": [asdict(r) for r in runs], "skipped": skipped, "summary": summary, "claims": claims(summary)},
-        indent=2))
-    print(markdown(summary))
-    print(json.dumps(claims(summary), indent=2))
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+               "load_1m_before": load_before, "load_1m_after": os.getloadavg()[0]}
+    write(output=args.output, runs=runs, skipped=skipped, machine=machine, env=args.env, rounds=rounds)
 
 
 if __name__ == "__main__":
