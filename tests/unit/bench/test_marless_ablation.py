@@ -48,3 +48,25 @@ def test_the_uniform_random_return_is_seeded() -> None:
     first = ablation.uniform_random_return(env="adversary", agents=2, episodes=3, seed=0)
     assert first == ablation.uniform_random_return(env="adversary", agents=2, episodes=3, seed=0)
     assert first != ablation.uniform_random_return(env="adversary", agents=2, episodes=3, seed=1)
+
+
+def test_merge_summarises_the_runs_of_several_files_as_one_and_refuses_a_run_twice(tmp_path: Path) -> None:
+    ablation = _script()
+    def run(arm: str, seed: int, eval_return: float) -> object:
+        return ablation.Run(arm=arm, agents=3, seed=seed, eval_return=eval_return, learner_cost_usd=1.0 + seed,
+                            actor_cost_usd=0.5, total_cost_usd=1.5 + seed, mean_actors=12.0, mean_policies=3.0,
+                            toggles=0, env_steps=90000, wall_s=1.0)
+    plain = [run("per-agent", seed, -21.0 - seed) for seed in range(3)]
+    ours = [run("marless", seed, -22.0 - seed) for seed in range(3)]
+    machine = {"load_1m_before": 1.0}
+    for name, runs in (("a.json", plain), ("b.json", ours)):
+        ablation.write(output=tmp_path / name, runs=runs, skipped={}, machine=machine, env="spread", rounds=150)
+    ablation.merge(paths=[tmp_path / "a.json", tmp_path / "b.json"], output=tmp_path / "all.json")
+    ablation.write(output=tmp_path / "one.json", runs=plain + ours, skipped={}, machine=machine, env="spread",
+                   rounds=150)
+    merged, one = (__import__("json").loads((tmp_path / n).read_text()) for n in ("all.json", "one.json"))
+    assert merged["summary"] == one["summary"] and merged["claims"] == one["claims"]
+    assert "N3/marless_vs_per-agent" in merged["claims"]                  # the cross-file comparison exists
+    assert set(merged["machine"]["sources"]) == {str(tmp_path / "a.json"), str(tmp_path / "b.json")}
+    with pytest.raises(SystemExit, match="appears in two files"):
+        ablation.merge(paths=[tmp_path / "a.json", tmp_path / "a.json"], output=tmp_path / "twice.json")
