@@ -21,6 +21,7 @@ def _lags(run_dir: Path) -> dict[int, int]:
     return {int(lag): rows for lag, rows in json.loads((run_dir / "policy_lag.json").read_text())["policy_lag_rows"].items()}
 
 
+@pytest.mark.slow
 def test_simulated_impala_learns_cartpole_above_random(make_shipped_config) -> None:
     config = make_shipped_config("impala-cartpole", overrides=[*SIM, "train.total_env_steps=30000",
                                                                "train.target_return=100"])
@@ -38,6 +39,7 @@ def test_two_simulated_async_runs_give_the_same_rows_bitwise(make_shipped_config
             "simulation.functions.actor.sigma=0.5", "simulation.functions.actor.failure_fraction=0.2"])
         result = train(config=config, run_dir=tmp_path / run)
         lines.append((result.run_dir / "metrics.jsonl").read_text())
+        assert any(r["outcome"] == "worker_died" for r in ledger_rows(result.run_dir))
     assert lines[0] == lines[1] and len(lines[0].splitlines()) == 6
 
 
@@ -83,3 +85,37 @@ def test_injected_deaths_are_retried_and_each_fragment_counts_once(make_shipped_
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
     consumed = sum(_lags(result.run_dir).values())
     assert consumed == 40 * len(rows)   # one fragment per update, each update counted once
+
+
+def test_a_time_triggered_learner_fires_every_period_of_simulated_time(make_shipped_config) -> None:
+    """``learner_trigger: time``: the loop's 20 ms waits end in simulated time, so the trigger is polled between the
+    actors' 1 s fragments and a 0.1 s learner starts every 0.3 s (at most one 20 ms wait late), not at the next
+    fragment's delivery."""
+    config = make_shipped_config("dqn-cartpole", overrides=[
+        *SIM, *CONSTANT, "train.max_rounds=8", "algo.learning_starts=256", "algo.hidden_sizes=[32]",
+        "async_workflow.learner_trigger=time", "async_workflow.learner_period_s=0.3",
+        "simulation.functions.actor.median_s=1.0", "simulation.functions.learner.median_s=0.1"])
+    result = train(config=config)
+    starts = [r["start_at"] for r in ledger_rows(result.run_dir) if r["function"] == "learner" and r["outcome"] == "ok"]
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert len(starts) == 8 and all(0.3 - 1e-9 <= gap < 0.32 + 1e-9 for gap in gaps), gaps
+
+
+@pytest.mark.parametrize("variant", ["sac", "impact", "lockstep"])
+def test_sac_impact_heard_from_and_lockstep_run_on_the_simulated_clock(make_shipped_config, variant: str) -> None:
+    name, rounds, overrides = {
+        "sac": ("sac-pendulum", 4, ["algo.hidden_sizes=[32, 32]"]),
+        "impact": ("impala-cartpole", 6, ["algo.variant=impact", "actors.scaling.num_actors=3"]),
+        "lockstep": ("dqn-cartpole", 3, ["algo.learning_starts=256", "algo.hidden_sizes=[32]",
+                                         "async_workflow.lockstep=true"]),
+    }[variant]
+    result = train(config=make_shipped_config(name, overrides=[*SIM, f"train.max_rounds={rounds}", *overrides]))
+    rows = read_metrics(path=result.run_dir / "metrics.jsonl")
+    assert [r["policy_version"] for r in rows] == list(range(1, rounds + 1))
+    ledger = [r for r in ledger_rows(result.run_dir) if r["outcome"] == "ok"]
+    learners = [r for r in ledger if r["function"] == "learner"]
+    actors = [r for r in ledger if r["function"] == "actor"]
+    overlaps = [a for a in actors for b in learners if a["start_at"] < b["end_at"] and b["start_at"] < a["end_at"]]
+    if variant == "impact":
+        assert all(r["extras"]["actors_heard_from"] == 1 for r in rows)   # XingTian: v+1 goes to one actor
+    assert bool(overlaps) == (variant != "lockstep")   # simulated times: lockstep alternates, async overlaps
