@@ -46,8 +46,9 @@ def check_workflow(*, config: NimbusConfig) -> None:
                          "replay buffer is not checkpointed); drop it, --resume still continues the run")
     if name not in OFF_POLICY:
         raise ValueError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; algo.name {name} needs sync")
-    if config.runtime.backend not in ("local", "inline") or config.store.backend != "shm":
-        raise ValueError("train.workflow: async runs on runtime.backend: local with store.backend: shm for now "
+    if config.runtime.backend not in ("local", "inline", "simulated") or config.store.backend != "shm":
+        raise ValueError("train.workflow: async runs on runtime.backend: local, inline or simulated with "
+                         "store.backend: shm for now "
                          "(its learner reads the shared-memory buffer in place); got "
                          f"{config.runtime.backend} / {config.store.backend}")
     if config.algo.name == "impala" and config.actors.fragment_steps != config.algo.rollout_length:

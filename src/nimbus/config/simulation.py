@@ -175,14 +175,14 @@ class SimulationConfig(ConfigSection):
         return models.get(kind, self.default)
 
 
-SIMULATED_WORKFLOWS = ("sync", "async_learners", "multiagent")
+SIMULATED_WORKFLOWS = ("sync", "async", "async_learners", "multiagent")   # a new workflow is refused until it
+# waits on the runtime's event queue and reads the runtime's clock (runtime/base.py event_queue, runtime_clock)
 
 
 def check_simulated(*, config: Any) -> None:
     """``runtime.backend: simulated`` runs what only the driver's thread and the virtual clock drive: the sync,
-    async_learners and multiagent workflows, one population member, no device pool, no pre-warm monitor (real
-    timers), no pipelines (real polling threads). ``async`` stays refused: its loop waits on a plain queue with a
-    real-time poll and reads ``time.perf_counter`` for its windows. Raises ValueError naming the key that conflicts."""
+    async, async_learners and multiagent workflows, one population member, no device pool, no pre-warm monitor
+    (real timers), no pipelines (real polling threads). Raises ValueError naming the key that conflicts."""
     if config.runtime.backend != "simulated":
         return
     refused = [

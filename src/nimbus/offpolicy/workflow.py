@@ -43,6 +43,7 @@ from nimbus.onpolicy.lifecycle import SystemWorkflow
 from nimbus.onpolicy.policy import BufferPlan, PolicyFunctions
 from nimbus.onpolicy.replay_checkpoint import restore_replay
 from nimbus.onpolicy.system import System
+from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.runtime.prewarm import make_prewarmer
 from nimbus.types import POLICY, Progress, RoundMetrics, schedule_fraction
 
@@ -108,8 +109,10 @@ class AsyncWorkflow(SystemWorkflow):
                            prioritized_steps_per_call=self.wf.prioritized_steps_per_call)
         if progress.restore_replay is not None:    # train.checkpoint_replay: no refill from learning_starts
             restore_replay(message=progress.restore_replay, buffer=system.buffer, replay=self.replay, pacer=self.pacer)
-        self.events: queue.Queue[tuple[str, Future, Any]] = queue.Queue()
-        self.started_s = time.perf_counter()
+        self.events: queue.Queue[tuple[str, Future, Any]] = event_queue(runtime=system.runtime)
+        self.clock = runtime_clock(runtime=system.runtime)   # simulated seconds on runtime.backend: simulated
+        self.poll_clock = runtime_clock(runtime=system.runtime, default=time.monotonic)   # the triggers' clock
+        self.started_s = self.clock()
         self.stop_requested = False
         self.running: dict[int, tuple[Future, int]] = {}     # actor rank → (future, policy_version)
         self.idle_since: dict[int, float] = {}               # actor ranks held back, since when
@@ -123,7 +126,7 @@ class AsyncWorkflow(SystemWorkflow):
         self.last_heard_from: tuple[int, ...] = ()
         self.last_result_s: float | None = None
         self.lag_counts: Counter[int] = Counter()
-        self.window = Window(started_s=time.perf_counter())
+        self.window = Window(started_s=self.clock())
         self._cost_seen, self._cost_usd = 0, progress.cost_usd_before
         self.table = self._bind()
         self.prewarmer = make_prewarmer(config=cfg, runtime=system.runtime, ledger=system.ledger,
@@ -134,11 +137,11 @@ class AsyncWorkflow(SystemWorkflow):
         if wf.learner_trigger == "data":
             trigger: Any = DataKeyTrigger(buffer=self.system.buffer, n_actors=1, size_rows=self.plan.train_rows)
         else:
-            trigger = TimeTrigger(period_s=wf.learner_period_s)
+            trigger = TimeTrigger(period_s=wf.learner_period_s, clock=self.poll_clock)
         table.bind(name="learner_due", trigger=trigger, action=self._learner_is_due)
         if wf.sync_to == "all":
-            table.bind(name="sync_weights", trigger=TimeTrigger(period_s=wf.weight_sync_period_s),
-                       action=self._sync_all)
+            sync = TimeTrigger(period_s=wf.weight_sync_period_s, clock=self.poll_clock)
+            table.bind(name="sync_weights", trigger=sync, action=self._sync_all)
         else:
             table.bind(name="send_weights", trigger=ObjectKeyTrigger(store_events=self.system.store_events,
                                                                      key_prefix=f"weights/{POLICY}/"),
@@ -187,7 +190,7 @@ class AsyncWorkflow(SystemWorkflow):
         self.window.ranks_ran.add(rank)
         self.pacer.rows_in_flight += self.plan.fragment_rows
         if rank in self.idle_since:
-            self.window.parked_s += time.perf_counter() - self.idle_since.pop(rank)
+            self.window.parked_s += self.clock() - self.idle_since.pop(rank)
         future.add_done_callback(lambda f: self.events.put(("actor", f, rank)))
 
     def _learner_batch(self) -> tuple[ReplayBatch | None, int]:
@@ -222,7 +225,7 @@ class AsyncWorkflow(SystemWorkflow):
                                             request=request.to_batch_message(batch=batch))
         self.learner = LearnerCall(future=future, batch=batch, version=version, gradient_steps=steps,
                                    heard_from=tuple(sorted({int(r) for r in meta["actor_rank"]})),
-                                   lags=version - meta["policy_version"], started_s=time.perf_counter())
+                                   lags=version - meta["policy_version"], started_s=self.clock())
         self.pacer.steps_started += steps
         self.pacer.rows_taken = self.replay.taken_rows if self.plan.kind == "fifo" else 0   # IMPACT's reuses: once
         self.learner_due = self.wf.learner_trigger == "data" and self._more_work()
@@ -238,17 +241,17 @@ class AsyncWorkflow(SystemWorkflow):
         """Start the learner and every actor that may run now."""
         learner_before = self.learner
         self._start_learner()
-        now = time.perf_counter()   # the longest-parked rank first: rank 0 must not take every free slot
+        now = self.clock()   # the longest-parked rank first: rank 0 must not take every free slot
         waiting = sorted((r for r in range(self.decision.num_actors) if r not in self.running),
                          key=lambda r: (self.idle_since.get(r, now), r))
         for rank in waiting:
             if not self._may_start_actor():
-                self.idle_since.setdefault(rank, time.perf_counter())
+                self.idle_since.setdefault(rank, self.clock())
                 continue
             self.prewarmer.await_warm()   # workers pre-warmed (a scale-up's) take these invocations
             self._invoke_actor(rank)
         if self.learner is not None and self.learner is not learner_before:
-            now = time.perf_counter()      # a learner call is a round: the parked ranks wait for its end
+            now = self.clock()      # a learner call is a round: the parked ranks wait for its end
             parked = [r for r in range(self.decision.num_actors) if r not in self.running]
             self.prewarmer.round_started(num_actors=len(parked),
                                          idle_s=[now - self.idle_since.get(r, now) for r in parked])
@@ -258,7 +261,7 @@ class AsyncWorkflow(SystemWorkflow):
         self.running.pop(rank, None)
         self.pacer.rows_in_flight -= self.plan.fragment_rows
         result: Message = future.result()  # raises FunctionFailed when retries are spent
-        started, header = time.perf_counter(), result.header
+        started, header = self.clock(), result.header
         accepted = self.system.buffer.ingest(invocation_id=header["_invocation_id"], actor_rank=rank,
                                              policy_version=header["policy_version"], arrays=result.arrays)
         if accepted:
@@ -272,7 +275,7 @@ class AsyncWorkflow(SystemWorkflow):
             window.episode_returns.extend(header["episode_returns"])
             window.sampling_s += header["sampling_s"]
             window.actor_work_s += header["env_s"] + header["inference_s"]
-        self.window.ingest_s += time.perf_counter() - started
+        self.window.ingest_s += self.clock() - started
 
     def _on_learner(self, *, future: Future) -> None:
         call, self.learner = self.learner, None
@@ -297,7 +300,7 @@ class AsyncWorkflow(SystemWorkflow):
         self._forget_old_versions()
 
     def _finish_round(self, *, call: LearnerCall, header: dict[str, Any]) -> None:
-        now, progress, window = time.perf_counter(), self.progress, self.window
+        now, progress, window = self.clock(), self.progress, self.window
         round_s = now - (self.last_result_s if self.last_result_s is not None else call.started_s)
         self.last_result_s = now
         returns = window.episode_returns
@@ -371,7 +374,7 @@ class AsyncWorkflow(SystemWorkflow):
         self.on_round = on_round
         self.system.store_events.notify(key=weights_key(policy=POLICY, version=self.progress.policy_version))
         try:
-            self.table.poll(now_s=time.monotonic())
+            self.table.poll(now_s=self.poll_clock())
             self._pump()
             while not self.stop_requested:
                 try:
@@ -384,7 +387,7 @@ class AsyncWorkflow(SystemWorkflow):
                     self._on_learner(future=future)
                 if should_stop(self.progress):
                     return
-                self.table.poll(now_s=time.monotonic())
+                self.table.poll(now_s=self.poll_clock())
                 self._pump()
                 if not self.running and self.learner is None and self.events.empty() and not self._can_progress():
                     log.info("async workflow: env-step budget spent and nothing left to learn; stopping")

@@ -12,8 +12,9 @@ A discrete-event simulation of a serverless cluster whose learning is real (docs
   is delivered at start + duration.
 * **Waiting**: ``SimEvents.get`` (the workflow's event queue, ``event_queue()``) and ``SimFuture.result`` advance
   the clock event by event (starts and ends, in time order, ties in the order they were scheduled) until a
-  future resolves; nothing sleeps. With nothing in flight, ``SimEvents.get(timeout=t)`` moves the clock by ``t``
-  and raises ``queue.Empty``, as a real wait would time out.
+  future resolves; nothing sleeps. ``SimEvents.get(timeout=t)`` waits at most ``t`` simulated seconds: with no
+  result delivered by then, the clock stands at now + ``t`` and it raises ``queue.Empty``, as a real wait would
+  time out (so a workflow's time triggers, polled after each wait, fire on time).
 * **Endings**: as every backend (attempts.py): billed once in simulated seconds (``start_at``/``end_at``/
   ``queued_at`` are simulated, from 0), then accepted, retried or failed. A simulated death (``failure_fraction``:
   the function ran, its reply is lost, its worker retired) and a simulated duration over ``timeout_s`` are
@@ -112,10 +113,15 @@ class SimEvents(queue.Queue):
         self._runtime = runtime
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        while self.empty() and self._runtime.advance():
+        """Run events until a result is delivered or, with ``timeout``, until ``timeout`` simulated seconds passed
+        (the clock then stands at the deadline and ``queue.Empty`` is raised, as a real wait would time out).
+        ``block=False`` runs only the events due now; ``timeout=None`` waits for the next result, and raises
+        ``queue.Empty`` (instead of hanging) when nothing is in flight."""
+        deadline = self._runtime.now_s() + (timeout or 0.0) if timeout is not None or not block else None
+        while self.empty() and self._runtime.advance(until_s=deadline):
             pass
-        if self.empty() and block:
-            self._runtime.idle(seconds=timeout or 0.0)   # nothing in flight: the wait times out in virtual time
+        if self.empty() and deadline is not None:
+            self._runtime.idle(seconds=deadline - self._runtime.now_s())   # the wait times out in virtual time
         return super().get(block=False)                   # queue.Empty when nothing came
 
 
@@ -150,12 +156,12 @@ class SimulatedRuntime(AttemptEndings):
         self._now = max(self._now, at_s)
         self._pool.now_s = self._now
 
-    def advance(self) -> bool:
+    def advance(self, *, until_s: float | None = None) -> bool:
         """Start what may start, then run events in time order until one resolves a future; False when nothing is
-        in flight (no event left)."""
+        in flight (no event left) or, with ``until_s``, when the next event comes after it."""
         while True:
             self._dispatch()
-            if not self._events:
+            if not self._events or (until_s is not None and self._events[0].at_s > until_s):
                 return False
             event = heapq.heappop(self._events)
             self._set_now(event.at_s)

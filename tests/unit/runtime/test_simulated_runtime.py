@@ -71,12 +71,30 @@ def test_results_come_in_simulated_end_order_and_the_clock_jumps_to_each() -> No
     for name, future in (("slow", slow), ("fast", fast)):
         future.add_done_callback(lambda f, name=name: events.put((name, runtime.now_s())))
     assert runtime.now_s() == 0.0
-    assert events.get(timeout=0.5) == ("fast", 1.0)   # submitted second, ends first
-    assert events.get(timeout=0.5) == ("slow", 3.0)
+    assert events.get(timeout=5.0) == ("fast", 1.0)   # submitted second, ends first
+    assert events.get(timeout=5.0) == ("slow", 3.0)
     assert STARTS == [("slow", 0), ("fast", 1)]        # both started at 0, in submission order
     rows_ = {r.function: r for r in runtime._ledger.records()}
     assert (rows_["slow"].start_at, rows_["slow"].end_at, rows_["slow"].duration_s) == (0.0, 3.0, 3.0)
     assert (rows_["fast"].start_at, rows_["fast"].end_at) == (0.0, 1.0)
+    runtime.shutdown()
+
+
+def test_a_wait_with_a_timeout_ends_at_its_deadline_in_simulated_time() -> None:
+    """A workflow polls its time triggers after each wait: a wait for a 3 s function with a 0.5 s timeout returns
+    empty at 0.5 s (as a real wait would), not at the function's end; the function still ends at 3 s."""
+    runtime = sim(models={"actor": DurationModel(median_s=3.0, cold_start_s=0.0)})
+    events = runtime.event_queue()
+    runtime.invoke(spec=spec("slow"), request=Message(header={"i": 0})).add_done_callback(
+        lambda f: events.put(("slow", runtime.now_s())))
+    waits, got = [], None
+    while got is None:
+        try:
+            got = events.get(timeout=0.5)
+        except queue.Empty:
+            waits.append(runtime.now_s())
+    assert waits == [0.5, 1.0, 1.5, 2.0, 2.5]
+    assert got == ("slow", 3.0) and runtime.now_s() == 3.0
     runtime.shutdown()
 
 
