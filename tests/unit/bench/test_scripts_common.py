@@ -3,7 +3,7 @@ child named with its stderr, the load and CPU seconds around a run, min/median/m
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import subprocess
 import sys
@@ -11,16 +11,17 @@ from pathlib import Path
 
 import pytest
 
-COMMON = Path(__file__).resolve().parents[3] / "benchmarks" / "_common.py"
+BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def common():
-    spec = importlib.util.spec_from_file_location("_common", COMMON)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["_common"] = module   # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
+    """Imported as a script imports it: its folder on sys.path (``python benchmarks/<script>.py`` puts it there)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module("_common")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
 
 
 def _child(code: str) -> list[str]:
