@@ -91,7 +91,7 @@ def stats(values: Iterable[float]) -> dict[str, float]:
 def record(*, benchmark: str) -> dict[str, Any]:
     """What every result file starts with: the benchmark, the command that ran it, the machine and the time."""
     return {"benchmark": benchmark, "command": " ".join(["python"] + sys.argv),
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+            "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 

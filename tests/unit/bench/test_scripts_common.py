@@ -63,6 +63,7 @@ def test_stats_record_versions_and_the_result_file(common, tmp_path: Path) -> No
     head = common.record(benchmark="demo")
     assert list(head) == ["benchmark", "command", "machine", "timestamp"]
     assert head["benchmark"] == "demo" and head["command"].startswith("python ") and head["machine"]["cpus"] >= 1
+    assert head["machine"]["python"] == sys.version.split()[0]
     assert common.versions(modules=("json",)) == {"python": sys.version.split()[0], "json": json.__version__}
     out = common.write_result(path=tmp_path / "deep" / "r.json", result={**head, "runs": [1]})
     assert out == tmp_path / "deep" / "r.json" and json.loads(out.read_text())["runs"] == [1]
