@@ -24,17 +24,13 @@ Run:  python benchmarks/cluster_backends.py [--repeats 3]   (writes benchmarks/r
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from _common import child_line, child_result, record, stats, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ("local", "ray")
@@ -73,17 +69,10 @@ def overhead(*, rows: list[dict], warmup: int) -> dict:
 
 def spawn(*, backend: str, seed: int, timeout_s: float) -> dict:
     cmd = [sys.executable, __file__, "--child", backend, "--seed", str(seed)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RUN ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{backend} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RUN "):])
+    return child_result(cmd=cmd, cwd=REPO, timeout_s=timeout_s, what=f"{backend} seed {seed}")
 
 
 def summarise(*, runs: list[dict]) -> dict:
-    def stats(values: list[float]) -> dict:
-        return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
     keys = ("wall_s", "ray_start_s", "in_round_overhead_ms", "cycle_overhead_ms", "round_ms", "in_round_share")
     out = {b: {k: stats([r[k] for r in runs if r["backend"] == b]) for k in keys} for b in BACKENDS}
     pairs = [(a, b) for a in runs for b in runs if a["seed"] == b["seed"] and (a["backend"], b["backend"]) == BACKENDS]
@@ -103,7 +92,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.child:
         with tempfile.TemporaryDirectory(prefix="nimbus-backends-") as tmp:
-            print("RUN " + json.dumps(run_child(backend=args.child, seed=args.seed, out_dir=Path(tmp))), flush=True)
+            print(child_line(run_child(backend=args.child, seed=args.seed, out_dir=Path(tmp))), flush=True)
         return 0
     runs = []
     for seed in range(args.repeats):
@@ -120,13 +109,9 @@ def main() -> int:
     ratio = summary["ray_over_local"]["in_round_overhead_ms"]["median"]
     print(f"ray/local per-round overhead: x{ratio:.2f} in-round, "
           f"x{summary['ray_over_local']['cycle_overhead_ms']['median']:.2f} cycle (goal <= 1.5)")
-    result = {"benchmark": "cluster_backends", "command": " ".join(["python"] + sys.argv),
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count()}, "overrides": OVERRIDES,
-              "warmup_rounds": args.warmup, "runs": runs, "summary": summary, "goal_ratio": 1.5,
-              "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    result = {**record(benchmark="cluster_backends"), "overrides": OVERRIDES,
+              "warmup_rounds": args.warmup, "runs": runs, "summary": summary, "goal_ratio": 1.5}
+    print(f"wrote {write_result(path=args.out, result=result)}")
     return 0
 
 

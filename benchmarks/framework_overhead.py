@@ -27,17 +27,13 @@ Run:  python benchmarks/framework_overhead.py [--repeats 3] [--cases cartpole,ca
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from _common import child_line, child_result, record, stats, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 CASES: dict[str, dict] = {
@@ -87,15 +83,7 @@ def spawn(*, case: str, seed: int, src: Path | None, timeout_s: float) -> list[d
     if src is not None:
         env["PYTHONPATH"] = f"{src}{os.pathsep}{env.get('PYTHONPATH', '')}"
     cmd = [sys.executable, __file__, "--child", case, "--seed", str(seed)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("ROWS ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{case} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("ROWS "):])
-
-
-def stats(values: list[float]) -> dict:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+    return child_result(cmd=cmd, env=env, cwd=REPO, timeout_s=timeout_s, what=f"{case} seed {seed}")
 
 
 def main() -> int:
@@ -113,7 +101,7 @@ def main() -> int:
     if args.child:
         with tempfile.TemporaryDirectory(prefix="nimbus-overhead-") as tmp:
             rows = run_case(case=args.child, seed=args.seed, out_dir=Path(tmp))
-        print("ROWS " + json.dumps(rows), flush=True)
+        print(child_line(rows), flush=True)
         return 0
 
     variants = [(v.split("=", 1)[0], Path(v.split("=", 1)[1])) for v in args.variant] or [("installed", None)]
@@ -157,14 +145,10 @@ def main() -> int:
                   f" cycle overhead x{r['cycle_overhead_ms_median']['median']:.2f} "
                   f"(min {r['cycle_overhead_ms_median']['min']:.2f}, max {r['cycle_overhead_ms_median']['max']:.2f}),"
                   f" cycle time x{r['cycle_ms_median']['median']:.2f}")
-    result = {"benchmark": "framework_overhead", "command": " ".join(["python"] + sys.argv),
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+    result = {**record(benchmark="framework_overhead"),
               "variants": {name: str(src) if src else "installed" for name, src in variants}, "cases": CASES,
-              "warmup_rounds": args.warmup, "runs": runs, "summary": summary, "ratios": ratios, "goal_share": 0.03,
-              "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+              "warmup_rounds": args.warmup, "runs": runs, "summary": summary, "ratios": ratios, "goal_share": 0.03}
+    print(f"wrote {write_result(path=args.out, result=result)}")
     return 0
 
 

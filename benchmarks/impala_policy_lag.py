@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from _common import child_line, child_result, record, versions, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,11 +57,7 @@ def run_once(*, actors: int, steps: int, ahead: str, seed: int, out_dir: Path) -
 def spawn(*, actors: int, steps: int, ahead: str, seed: int, timeout_s: float) -> dict:
     cmd = [sys.executable, __file__, "--child", str(actors), "--child-steps", str(steps), "--ahead", ahead,
            "--seed", str(seed)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{actors} actors failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return child_result(cmd=cmd, cwd=REPO, timeout_s=timeout_s, what=f"{actors} actors")
 
 
 def main() -> int:
@@ -82,7 +75,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="nimbus-bench-") as tmp:
             result = run_once(actors=args.child, steps=args.child_steps, ahead=args.ahead, seed=args.seed,
                               out_dir=Path(tmp))
-        print("RESULT " + json.dumps(result), flush=True)
+        print(child_line(result), flush=True)
         return 0
     runs = [spawn(actors=n, steps=args.steps, ahead=args.ahead, seed=args.seed, timeout_s=args.timeout_s)
             for n in args.actors]
@@ -95,13 +88,8 @@ def main() -> int:
         p = run["lag_percentiles"]
         print(f"{run['actors']:6d} {run['updates']:7d} {run['lag_mean']:6.2f} {p['p50']:5.0f} {p['p90']:5.0f} "
               f"{p['p99']:5.0f} {run['lag_max']:5d}  {hist}")
-    result = {"benchmark": "impala_policy_lag", "command": " ".join(["python"] + sys.argv),
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-              "versions": {"python": platform.python_version()}, "runs": runs,
-              "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    result = {**record(benchmark="impala_policy_lag"), "versions": versions(modules=()), "runs": runs}
+    print(f"wrote {write_result(path=args.out, result=result)}")
     return 0
 
 

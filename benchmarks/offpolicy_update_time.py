@@ -23,15 +23,12 @@ Run:  python benchmarks/offpolicy_update_time.py [--repeats 2] [--configs sac-pe
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _common import RunUsage, child_line, child_result, record, versions, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = {"sac-pendulum": 3000, "dqn-cartpole": 20000, "impala-cartpole": 30000}
@@ -61,13 +58,9 @@ def run_once(*, config_name: str, lockstep: bool, steps: int, seed: int, out_dir
 def spawn(*, config_name: str, lockstep: bool, steps: int, seed: int, timeout_s: float) -> dict:
     cmd = [sys.executable, __file__, "--child", config_name, "--lockstep", str(int(lockstep)),
            "--child-steps", str(steps), "--seed", str(seed)]
-    load_before = os.getloadavg()[0]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{config_name} lockstep={lockstep} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return {**json.loads(lines[-1][len("RESULT "):]), "loadavg_1m_before": load_before,
-            "loadavg_1m_after": os.getloadavg()[0]}
+    usage = RunUsage.start()
+    result = child_result(cmd=cmd, cwd=REPO, timeout_s=timeout_s, what=f"{config_name} lockstep={lockstep}")
+    return {**result, **usage.fields(cpu=False)}
 
 
 def summarise(*, runs: list[dict], metric: str) -> dict:
@@ -107,7 +100,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="nimbus-bench-") as tmp:
             result = run_once(config_name=args.child, lockstep=bool(args.lockstep), steps=args.child_steps,
                               seed=args.seed, out_dir=Path(tmp))
-        print("RESULT " + json.dumps(result), flush=True)
+        print(child_line(result), flush=True)
         return 0
     runs = []
     for repeat in range(args.repeats):
@@ -128,15 +121,9 @@ def main() -> int:
         print(f"{name:16s} {s['update_s']['async'] * 1e3:10.2f} {s['update_s']['lockstep'] * 1e3:10.2f} "
               f"{s['ratio_async_over_lockstep']:7.2f}  {rest['async'] * 1e3:6.2f} / {rest['lockstep'] * 1e3:6.2f}  "
               f"goal <= {GOAL}: {'met' if s['goal_met'] else 'NOT met'}")
-    import torch
-    result = {"benchmark": "offpolicy_update_time", "command": " ".join(["python"] + sys.argv),
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-              "versions": {"python": platform.python_version(), "torch": torch.__version__},
-              "metric": args.metric, "runs": runs, "summary": summary, "goal_ratio": GOAL,
-              "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    result = {**record(benchmark="offpolicy_update_time"), "versions": versions(modules=("torch",)),
+              "metric": args.metric, "runs": runs, "summary": summary, "goal_ratio": GOAL}
+    print(f"wrote {write_result(path=args.out, result=result)}")
     return 0
 
 

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import write_result
+
 from nimbus.config import NimbusConfig, apply_overrides, parse_config
 from nimbus.pbt.explore import initial_values
 from nimbus.pbt.config import MutationConfig
@@ -105,8 +107,7 @@ def main() -> None:
               "summary": summarise(rows)}
     print(json.dumps(report["summary"], indent=1))
     if not args.smoke:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(report, indent=1))
+        write_result(path=Path(args.output), result=report, indent=1)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _common import record, write_result
 
 from nimbus.config import apply_overrides, load_config, parse_config
 from nimbus.cost.planner import profile_runs, simulate
@@ -62,13 +62,10 @@ def main() -> int:
     print(f"{'4 actors':16s} {'predicted':>11s} {'measured':>11s} {'error':>8s}")
     for key in truth:
         print(f"{key:16s} {predicted[key]:11.4f} {truth[key]:11.4f} {errors[key]:+8.1%}")
-    result = {"benchmark": "planner_validation", "command": " ".join([Path(sys.executable).name] + sys.argv),
-              "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
+    result = {**record(benchmark="planner_validation"),
               "rounds": args.rounds, "predicted": predicted, "measured": truth, "relative_error": errors,
-              "serverful_usd_predicted": plan.serverful_usd, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+              "serverful_usd_predicted": plan.serverful_usd}
+    print(f"wrote {write_result(path=args.out, result=result)}")
     return 0
 
 

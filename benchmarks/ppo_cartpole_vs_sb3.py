@@ -31,16 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import resource
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _common import RunUsage, child_line, child_result, record, stats, versions, write_result
+
 REPO = Path(__file__).resolve().parents[1]
+SB3_MODULES = ("torch", "gymnasium", "stable_baselines3")
 TARGET = 475.0
 WINDOW = 100
 ZOO = {"n_envs": 8, "n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98, "n_epochs": 20,
@@ -117,7 +116,7 @@ def child(args: argparse.Namespace) -> int:
             result = run_nimbus(seed=args.seed, cap_steps=args.cap_steps, out_dir=Path(tmp))
     else:
         result = run_sb3(seed=args.seed, cap_steps=args.cap_steps, torch_threads=args.sb3_torch_threads)
-    print("RESULT " + json.dumps(result), flush=True)
+    print(child_line(result), flush=True)
     return 0
 
 
@@ -130,15 +129,11 @@ def spawn(*, framework: str, seed: int, cap_steps: int, nimbus_src: Path | None,
     cmd = [sys.executable, __file__, "--child", framework, "--seed", str(seed), "--cap-steps", str(cap_steps)]
     if sb3_torch_threads is not None:
         cmd += ["--sb3-torch-threads", str(sb3_torch_threads)]
-    load_before, cpu_before = os.getloadavg()[0], _children_cpu_s()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
+    usage = RunUsage.start()
+    result = child_result(cmd=cmd, env=env, cwd=REPO, timeout_s=timeout_s, what=f"{framework} seed {seed}")
     _reap_orphans()
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{framework} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     # machine load around the run (the machine is shared) and the CPU seconds the run used, workers included
-    return {**json.loads(lines[-1][len("RESULT "):]), "loadavg_1m_before": load_before,
-            "loadavg_1m_after": os.getloadavg()[0], "cpu_s": _children_cpu_s() - cpu_before}
+    return {**result, **usage.fields()}
 
 
 def _become_subreaper() -> None:
@@ -162,23 +157,6 @@ def _reap_orphans(*, timeout_s: float = 10.0) -> None:
         if pid == 0:
             time.sleep(0.01)
     raise RuntimeError(f"descendants still alive {timeout_s} s after the run ended")
-
-
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def stats(values: list[float]) -> dict:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
-def versions() -> dict:
-    import gymnasium
-    import stable_baselines3
-    import torch
-    return {"python": platform.python_version(), "torch": torch.__version__, "gymnasium": gymnasium.__version__,
-            "stable_baselines3": stable_baselines3.__version__}
 
 
 def main() -> int:
@@ -234,14 +212,11 @@ def main() -> int:
     print(f"ratio nimbus/SB3 of medians: {ratio:.2f} (per seed: {', '.join(f'{r:.2f}' for r in per_seed)}); "
           f"goal <= 0.8: {'met' if goal_met else 'NOT met'}")
 
-    result = {"benchmark": "ppo_cartpole_vs_sb3", "command": " ".join(["python"] + sys.argv),
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count()}, "versions": versions(),
+    result = {**record(benchmark="ppo_cartpole_vs_sb3"), "versions": versions(modules=SB3_MODULES),
               "target_return": TARGET, "return_window": WINDOW, "cap_steps": args.cap_steps, "hyperparameters": ZOO,
               "runs": runs, "summary": summary, "ratio_of_medians": ratio, "ratio_per_seed": per_seed,
-              "goal_ratio": 0.8, "goal_met": goal_met, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+              "goal_ratio": 0.8, "goal_met": goal_met}
+    print(f"wrote {write_result(path=args.out, result=result)}")
     return 0
 
 

@@ -32,11 +32,12 @@ import argparse
 import json
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import child_line, child_result, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = ("sb3", "nimbus", "nimbus_pipe", "nimbus_vec")
@@ -98,7 +99,7 @@ def child(args: argparse.Namespace) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             out = run_nimbus(steps=args.steps, seed=args.seed, pipelined=args.child == "nimbus_pipe",
                              out_dir=Path(tmp), envs_per_actor=4 if args.child == "nimbus_vec" else 1)
-    print("RESULT " + json.dumps(out), flush=True)
+    print(child_line(out), flush=True)
 
 
 def parent(args: argparse.Namespace) -> None:
@@ -107,13 +108,9 @@ def parent(args: argparse.Namespace) -> None:
     runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
     for repeat in range(args.repeats):
         for name in VARIANTS:
-            proc = subprocess.run([sys.executable, __file__, "--child", name, "--steps", str(args.steps),
-                                   "--seed", str(repeat), "--sb3-threads", str(args.sb3_threads)],
-                                  capture_output=True, text=True, cwd=REPO)
-            lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-            if proc.returncode != 0 or not lines:
-                raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
-            runs[name].append(json.loads(lines[-1][7:]))
+            runs[name].append(child_result(cmd=[sys.executable, __file__, "--child", name, "--steps", str(args.steps),
+                                                "--seed", str(repeat), "--sb3-threads", str(args.sb3_threads)],
+                                           cwd=REPO, timeout_s=None, what=name))
             print(f"repeat {repeat} {name}: {runs[name][-1]['steps_per_s']:.0f} steps/s", flush=True)
     summary = {}
     for name, results in runs.items():
@@ -133,8 +130,7 @@ def parent(args: argparse.Namespace) -> None:
         summary["nimbus"]["round_s_median"][1]
     out = {"summary": summary, "runs": runs, "steps": args.steps, "sb3_threads": args.sb3_threads,
            "environment": environment()}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(out, indent=1))
+    write_result(path=Path(args.json), result=out, indent=1)
     print(json.dumps(summary, indent=1))
 
 

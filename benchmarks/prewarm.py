@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from _common import write_result
 
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.cost.ledger import Ledger
@@ -129,8 +130,7 @@ def main() -> None:
     report["change"] = report["round_s_median_on"] / report["round_s_median_off"] - 1.0
     print(json.dumps({k: v for k, v in report.items() if k != "runs"}))
     if not args.smoke:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(report, indent=1))
+        write_result(path=Path(args.output), result=report, indent=1)
 
 
 def scale_up_main(*, args: argparse.Namespace) -> None:
@@ -153,8 +153,7 @@ def scale_up_main(*, args: argparse.Namespace) -> None:
         print(json.dumps({"workflow": workflow, **summary[workflow]}), flush=True)
     if not args.smoke:
         out = Path(args.output).with_name("prewarm_workflows.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"rounds": rounds, "repeats": repeats, "runs": runs, "summary": summary}, indent=1))
+        write_result(path=out, result={"rounds": rounds, "repeats": repeats, "runs": runs, "summary": summary}, indent=1)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,13 @@ Run:  python benchmarks/ray_startup.py [--repeats 3]   (writes benchmarks/result
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _common import child_line, child_result, record, stats, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,31 +66,22 @@ def main() -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print("RUN " + json.dumps(child(settle_s=args.settle_s)), flush=True)
+        print(child_line(child(settle_s=args.settle_s)), flush=True)
         return 0
     runs = []
     for repeat in range(args.repeats):
         load = os.getloadavg()[0]
-        proc = subprocess.run([sys.executable, __file__, "--child", "--settle-s", str(args.settle_s)],
-                              capture_output=True, text=True, timeout=300, cwd=REPO)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("RUN ")]
-        if proc.returncode != 0 or not lines:
-            raise RuntimeError(f"repeat {repeat} failed:\n{proc.stderr[-3000:]}")
-        run = {**json.loads(lines[-1][4:]), "load_1m": load}
+        run = {**child_result(cmd=[sys.executable, __file__, "--child", "--settle-s", str(args.settle_s)], cwd=REPO,
+                              timeout_s=300, what=f"repeat {repeat}"), "load_1m": load}
         runs.append(run)
         print(f"repeat {repeat}: import {run['import_s']:.2f} s, init {run['init_s']:.2f} s, {run['processes']} "
               f"processes, RSS {run['rss_mib']:.0f} MiB, PSS {run['pss_mib']:.0f} MiB, first cold invoke "
               f"{run['first_cold_invoke_s']:.2f} s, warm {run['warm_invoke_ms_median']:.2f} ms, shutdown "
               f"{run['shutdown_s']:.2f} s; load {load:.1f}", flush=True)
     keys = [k for k in runs[0] if isinstance(runs[0][k], (int, float))]
-    summary = {k: {"min": min(r[k] for r in runs), "median": statistics.median(r[k] for r in runs),
-                   "max": max(r[k] for r in runs)} for k in keys}
-    result = {"benchmark": "ray_startup", "command": " ".join(["python"] + sys.argv),
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count()}, "runs": runs,
-              "summary": summary, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    summary = {k: stats(r[k] for r in runs) for k in keys}
+    result = {**record(benchmark="ray_startup"), "runs": runs, "summary": summary}
+    print(f"wrote {write_result(path=args.out, result=result)}")
     return 0
 
 

@@ -24,8 +24,6 @@ Smoke: python benchmarks/runtime_latency.py --calls 20 --repeats 1 --cold 1 --ro
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
 import statistics
 import subprocess
@@ -35,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import record, write_result
 
 from nimbus.cost.ledger import Ledger, LedgerRecord
 from nimbus.data.codec import Message
@@ -174,13 +173,10 @@ def main() -> int:
         goals["nimbus train -> round 0 <= 1.5 s"] = fs["nimbus train -> round 0 (ms)"]["median"] <= 1500.0
     for goal, met in goals.items():
         print(f"goal {goal}: {'met' if met else 'NOT met'}")
-    result = {"benchmark": "runtime_latency", "command": " ".join([Path(sys.executable).name] + sys.argv),
-              "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                          "cpus": os.cpu_count(), "processor": platform.processor()},
-              "start_methods": results, "goals": goals, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    head = record(benchmark="runtime_latency")
+    head["machine"]["processor"] = platform.processor()
+    result = {**head, "start_methods": results, "goals": goals}
+    print(f"wrote {write_result(path=args.out, result=result)}")
     return 0
 
 

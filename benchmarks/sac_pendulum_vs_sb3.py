@@ -27,18 +27,16 @@ Run:  python benchmarks/sac_pendulum_vs_sb3.py [--seeds 3] [--cap-steps 20000]
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _common import RunUsage, child_line, child_result, record, stats, versions, write_result
+
 REPO = Path(__file__).resolve().parents[1]
+SB3_MODULES = ("torch", "gymnasium", "stable_baselines3")
 TARGET = -200.0
 WINDOW = 10
 ZOO = {"learning_rate": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 100, "tau": 0.005,
@@ -106,43 +104,20 @@ def child(args: argparse.Namespace) -> int:
             result = run_nimbus(seed=args.seed, cap_steps=args.cap_steps, out_dir=Path(tmp))
     else:
         result = run_sb3(seed=args.seed, cap_steps=args.cap_steps, threads=args.sb3_threads)
-    print("RESULT " + json.dumps(result), flush=True)
+    print(child_line(result), flush=True)
     return 0
 
 
 def spawn(*, framework: str, seed: int, cap_steps: int, timeout_s: float, sb3_threads: int) -> dict:
     cmd = [sys.executable, __file__, "--child", framework, "--seed", str(seed), "--cap-steps", str(cap_steps),
            "--sb3-threads", str(sb3_threads)]
-    load_before, cpu_before = os.getloadavg()[0], _children_cpu_s()
+    usage = RunUsage.start()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
+        result = child_result(cmd=cmd, cwd=REPO, timeout_s=timeout_s, what=f"{framework} seed {seed}")
     except subprocess.TimeoutExpired:
-        return {"framework": framework, "seed": seed, "reached": False, "timed_out": True,
-                "time_to_target_s": timeout_s, "env_steps": -1, "gradient_steps": -1, "final_return": None,
-                "loadavg_1m_before": load_before, "loadavg_1m_after": os.getloadavg()[0],
-                "cpu_s": _children_cpu_s() - cpu_before}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{framework} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return {**json.loads(lines[-1][len("RESULT "):]), "loadavg_1m_before": load_before,
-            "loadavg_1m_after": os.getloadavg()[0], "cpu_s": _children_cpu_s() - cpu_before}
-
-
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def stats(values: list[float]) -> dict:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
-def versions() -> dict:
-    import gymnasium
-    import stable_baselines3
-    import torch
-    return {"python": platform.python_version(), "torch": torch.__version__, "gymnasium": gymnasium.__version__,
-            "stable_baselines3": stable_baselines3.__version__}
+        result = {"framework": framework, "seed": seed, "reached": False, "timed_out": True,
+                  "time_to_target_s": timeout_s, "env_steps": -1, "gradient_steps": -1, "final_return": None}
+    return {**result, **usage.fields()}
 
 
 def main() -> int:
@@ -178,15 +153,12 @@ def main() -> int:
         print(f"{f:34s} {s['min']:8.2f} {s['median']:8.2f} {s['max']:8.2f}  {summary[f]['reached']}/{len(by[f])}")
     print(f"ratio nimbus/SB3 of medians: {ratio:.2f} (per seed: {', '.join(f'{r:.2f}' for r in per_seed)}); "
           f"goal <= 1.0: {'met' if goal_met else 'NOT met'}")
-    result = {"benchmark": "sac_pendulum_vs_sb3", "command": " ".join(["python"] + sys.argv),
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count()}, "versions": versions(),
+    result = {**record(benchmark="sac_pendulum_vs_sb3"), "versions": versions(modules=SB3_MODULES),
               "target_return": TARGET, "return_window": WINDOW, "cap_steps": args.cap_steps, "hyperparameters": ZOO,
               "sb3_threads": args.sb3_threads,
               "runs": runs, "summary": summary, "ratio_of_medians": ratio, "ratio_per_seed": per_seed,
-              "goal_ratio": 1.0, "goal_met": goal_met, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+              "goal_ratio": 1.0, "goal_met": goal_met}
+    print(f"wrote {write_result(path=args.out, result=result)}")
     return 0
 
 

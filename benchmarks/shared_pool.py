@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import write_result
+
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.cost.ledger import Ledger
 from nimbus.run.loop import train
@@ -94,8 +96,7 @@ def main() -> None:
               "shared_over_one_alone_median": statistics.median(r["shared_over_one_alone"] for r in rows)}
     print(json.dumps({k: v for k, v in report.items() if k != "runs"}))
     if not args.smoke:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(report, indent=1))
+        write_result(path=Path(args.output), result=report, indent=1)
 
 
 if __name__ == "__main__":

@@ -20,15 +20,13 @@ Smoke: python benchmarks/slot_restore.py --repeats 2 --env-ids CartPole-v1 --out
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import record, write_result
 
 from nimbus.data.codec import Message, decode, encode
 from nimbus.envs.make import make_env
@@ -134,12 +132,8 @@ def main() -> int:
         fragment = f"{m['fragment_ms']:9.2f}" if "fragment_ms" in m else f"{'-':>9s}"
         print(f"{r['env_id']:22s} {m['cold_build_ms']:11.2f} {m['restore_ms']:9.3f} {m['capture_ms']:9.3f} "
               f"{m['codec_ms']:8.3f} {r['snapshot_bytes']:8d} {fragment}")
-    out = {"benchmark": "slot_restore", "command": " ".join([Path(sys.executable).name] + sys.argv),
-           "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
-           "results": results, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2))
-    print(f"wrote {args.out}")
+    out = {**record(benchmark="slot_restore"), "results": results}
+    print(f"wrote {write_result(path=args.out, result=out)}")
     return 0
 
 

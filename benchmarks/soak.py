@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import write_result
 
 from nimbus.bench.procfs import descendants, memory_kib, open_fds
 from nimbus.bench.transfer import environment
@@ -93,8 +94,7 @@ def main() -> int:
         summary = summarise(samples)
     out = {"summary": summary, "exit_code": code, "leftovers": leftovers, "samples": samples,
            "minutes": args.minutes, "config": args.config, "environment": environment()}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
+    write_result(path=args.out, result=out, indent=1)
     print(json.dumps({"summary": summary, "exit_code": code, "leftovers": leftovers}, indent=1))
     return 0 if code == 0 and not leftovers["processes"] and not leftovers["segments"] else 1
 

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from _common import write_result
 
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.cost.ledger import Ledger, LedgerRecord
@@ -94,8 +95,7 @@ def main() -> None:
               "held_cpu_s_pool_over_own": ratios, "held_cpu_s_pool_over_own_median": statistics.median(ratios)}
     print(json.dumps({k: v for k, v in report.items() if k != "runs"}))
     if not args.smoke:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(report, indent=1))
+        write_result(path=Path(args.output), result=report, indent=1)
 
 
 if __name__ == "__main__":

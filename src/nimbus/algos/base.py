@@ -14,8 +14,9 @@ Example (what an actor function does)::
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -57,3 +58,19 @@ class Algorithm(Protocol):
     def postprocess(self, *, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
 
     def loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput: ...
+
+
+A = TypeVar("A")
+
+
+def build_by_name(*, config: Any, builders: Mapping[str, Callable[[Any], A]], configs: Mapping[str, type],
+                  kind: str) -> A:
+    """What ``builders[config.name]`` builds from ``config``: ValueError naming the known ones for an unknown
+    ``kind`` ("algorithm", "multi-agent algorithm"), TypeError for a config that is not ``configs[name]``."""
+    name = getattr(config, "name", None)
+    if name not in builders:
+        raise ValueError(f"unknown {kind} {name!r}; known: {sorted(builders)}")
+    expected = configs[name]
+    if not isinstance(config, expected):
+        raise TypeError(f"algorithm {name!r} needs a {expected.__name__}, got {type(config).__name__}")
+    return builders[name](config)

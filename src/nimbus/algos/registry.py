@@ -17,7 +17,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, Field
 
-from nimbus.algos.base import Algorithm
+from nimbus.algos.base import Algorithm, build_by_name
 from nimbus.algos.dqn.algorithm import DQN
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.impala.algorithm import Impala
@@ -54,9 +54,4 @@ def make_algorithm(*, config: BaseModel) -> Algorithm:
     if name in MULTIAGENT_ALGO_CONFIGS:
         raise ConfigError(f"algo.name: {name!r} is a multi-agent algorithm; it needs train.workflow: multiagent "
                           "(and a PettingZoo Parallel env)")
-    if name not in _BUILDERS:
-        raise ValueError(f"unknown algorithm {name!r}; known: {sorted(_BUILDERS)}")
-    expected = ALGO_CONFIGS[name]
-    if not isinstance(config, expected):
-        raise TypeError(f"algorithm {name!r} needs a {expected.__name__}, got {type(config).__name__}")
-    return _BUILDERS[name](config)
+    return build_by_name(config=config, builders=_BUILDERS, configs=ALGO_CONFIGS, kind="algorithm")

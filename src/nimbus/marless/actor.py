@@ -35,6 +35,7 @@ import torch
 from nimbus.algos.multiagent import multiagent_algo_from_dict
 from nimbus.algos.multiagent.ppo import ACTION_MASK
 from nimbus.data.codec import Message
+from nimbus.data.request import WireRequest
 from nimbus.data.stores import function_store
 from nimbus.envs.masks import masks_from
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
@@ -51,7 +52,7 @@ COLUMNS = ("obs", "next_obs", "actions", "logp", "rewards", "terminated", "trunc
 
 
 @dataclass(frozen=True)
-class MultiAgentActorRequest:
+class MultiAgentActorRequest(WireRequest, header="marless_actor", affinity="actor-{actor_rank}"):
     env_id: str
     env_kwargs: dict[str, Any]
     num_envs: int
@@ -68,14 +69,13 @@ class MultiAgentActorRequest:
 
     def to_message(self, *, restore: SlotState | None = None) -> Message:
         """``restore``: the rank's newest slot, for a worker that does not hold it."""
-        header = {"marless_actor": dict(vars(self)), "_affinity": f"actor-{self.actor_rank}"}
         if restore is None:
-            return Message(header=header)
-        return Message(header={**header, SLOT_META: restore.meta}, arrays=dict(restore.arrays))
+            return self.wire_message()
+        return self.wire_message(extra_header={SLOT_META: restore.meta}, arrays=dict(restore.arrays))
 
     @classmethod
     def from_message(cls, message: Message) -> "MultiAgentActorRequest":
-        fields = dict(message.header["marless_actor"])
+        fields = dict(message.header[cls.HEADER])
         fields["env_imports"] = tuple(fields.get("env_imports", ()))
         return cls(**fields)
 

@@ -49,6 +49,7 @@ from nimbus.algos.ppo.learner import scheduled
 from nimbus.algos.ppo.loss import explained_variance, value_loss
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
 from nimbus.data.codec import Message
+from nimbus.data.request import WireRequest
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
@@ -68,7 +69,7 @@ DEFAULT_PROBE = ProbeRequest(subset_size=None, max_iterations=30, tolerance=1e-3
 
 
 @dataclass(frozen=True)
-class MarlessLearnerRequest:
+class MarlessLearnerRequest(WireRequest, header="marless_learner", affinity="learner-{policy}"):
     env_id: str
     env_kwargs: dict[str, Any]
     algo: dict[str, Any]
@@ -84,13 +85,6 @@ class MarlessLearnerRequest:
     probe: bool | dict[str, Any] = False   # True or a ProbeRequest header: measure the convexity after the update
     env_imports: Sequence[str] = ()
     agent_id: bool = False                 # the networks read obs ⊕ one-hot(agent) (marless/agent_id.py)
-
-    def to_message(self) -> Message:
-        return Message(header={"marless_learner": dict(vars(self)), "_affinity": f"learner-{self.policy}"})
-
-    @classmethod
-    def from_message(cls, message: Message) -> "MarlessLearnerRequest":
-        return cls(**message.header["marless_learner"])
 
     def key(self, *, prefix: str) -> str:
         """``<prefix>/<policy>/r<round>`` (post, adv)."""

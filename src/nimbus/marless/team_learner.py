@@ -42,6 +42,7 @@ from nimbus.algos.multiagent.qmix import mixer_key
 from nimbus.algos.multiagent.vdn import vdn_q_tot, vdn_targets
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
 from nimbus.data.codec import Message
+from nimbus.data.request import WireRequest
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.marless.rows import ALIVE
@@ -57,7 +58,7 @@ TEAM_HEADER = "team_learner"
 
 
 @dataclass(frozen=True)
-class TeamLearnerRequest:
+class TeamLearnerRequest(WireRequest, header=TEAM_HEADER, affinity=f"learner-{TEAM}"):
     round: int
     algo: dict[str, Any]              # VDNConfig / QMIXConfig as a dict
     all_agents: Sequence[str]         # every agent, sorted: the team
@@ -71,13 +72,6 @@ class TeamLearnerRequest:
     state_dim: int = 0                # QMIX: the global state's size
     torch_threads: int = 1
     probe: bool | dict[str, Any] | None = False   # True (DEFAULT_PROBE) or a ProbeRequest header: convexity
-
-    def to_message(self) -> Message:
-        return Message(header={TEAM_HEADER: dict(vars(self)), "_affinity": f"learner-{TEAM}"})
-
-    @classmethod
-    def from_message(cls, message: Message) -> "TeamLearnerRequest":
-        return cls(**message.header[TEAM_HEADER])
 
 
 @dataclass

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nimbus.data.codec import Message
+from nimbus.data.request import WireRequest
 from nimbus.data.stores import function_store
 from nimbus.errors import EnvContractError
 from nimbus.marless.rows import ALIVE
@@ -35,18 +36,11 @@ TEAM_COLUMNS = ("state", "next_state")   # once per joint row, when the actors r
 
 
 @dataclass(frozen=True)
-class VDNPostprocessRequest:
+class VDNPostprocessRequest(WireRequest, header=POSTPROCESS_HEADER, affinity="postprocess-team"):
     round: int
     all_agents: Sequence[str]          # every agent, sorted (``agent_index`` indexes this list)
     batch_keys: Sequence[str]          # this round's batch/<policy>/r<k> of every policy with agents
     post_key: str                      # where the joint rows go: post/team/r<k>
-
-    def to_message(self) -> Message:
-        return Message(header={POSTPROCESS_HEADER: dict(vars(self)), "_affinity": "postprocess-team"})
-
-    @classmethod
-    def from_message(cls, message: Message) -> "VDNPostprocessRequest":
-        return cls(**message.header[POSTPROCESS_HEADER])
 
 
 # --- joint rows for VDN (the TD targets are in algos/multiagent/iql.py and vdn.py) ---

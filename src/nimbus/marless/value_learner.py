@@ -45,6 +45,7 @@ from nimbus.algos.multiagent.qmix import QMIX, QMIXConfig
 from nimbus.algos.multiagent.vdn import VDN, VDNConfig
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
 from nimbus.data.codec import Message
+from nimbus.data.request import WireRequest
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.spaces import EnvSpaces
@@ -88,7 +89,7 @@ def spaces_from_header(header: dict[str, Any]) -> EnvSpaces:
 
 
 @dataclass(frozen=True)
-class ValueLearnerRequest:
+class ValueLearnerRequest(WireRequest, header=VALUE_HEADER, affinity="learner-{policy}"):
     policy: str                       # the policy this invocation trains
     round: int
     algo: dict[str, Any]              # IQLConfig as a dict
@@ -102,13 +103,6 @@ class ValueLearnerRequest:
     progress: float                   # 0..1 through the run: ε's schedule
     torch_threads: int = 1
     probe: bool | dict[str, Any] | None = False   # True (DEFAULT_PROBE) or a ProbeRequest header: convexity
-
-    def to_message(self) -> Message:
-        return Message(header={VALUE_HEADER: dict(vars(self)), "_affinity": f"learner-{self.policy}"})
-
-    @classmethod
-    def from_message(cls, message: Message) -> "ValueLearnerRequest":
-        return cls(**message.header[VALUE_HEADER])
 
 
 def value_policy_function(*, context: FunctionContext, request: Message) -> Message:

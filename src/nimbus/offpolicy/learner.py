@@ -47,7 +47,7 @@ class OffPolicyLearnerRequest(LearnerRequest):
             arrays["next_indices"] = batch.next_indices.astype(np.int64)
             arrays["next_seqs"] = batch.next_seqs.astype(np.int64)
         arrays.update({COLUMN_PREFIX + key: np.asarray(value) for key, value in batch.columns.items()})
-        return Message(header={"learner": asdict(self), "_affinity": f"learner-{self.policy}"}, arrays=arrays)
+        return self.wire_message(arrays=arrays)
 
 
 def offpolicy_learner_function(*, context: FunctionContext, request: Message) -> Message:

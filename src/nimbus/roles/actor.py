@@ -25,6 +25,7 @@ import torch
 from nimbus.algos.base import Algorithm
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.data.codec import Message
+from nimbus.data.request import WireRequest
 from nimbus.envs.make import make_env
 from nimbus.envs.obsnorm import rms_from_extras
 from nimbus.envs.slot_state import SLOT_META, SlotState, capture_slot, restore_slot
@@ -34,7 +35,7 @@ from nimbus.runtime.base import FunctionContext
 
 
 @dataclass(frozen=True)
-class ActorRequest:
+class ActorRequest(WireRequest, header="actor", affinity="actor-{actor_rank}"):
     env_id: str
     env_kwargs: dict[str, Any]
     num_envs: int
@@ -51,14 +52,9 @@ class ActorRequest:
 
     def to_message(self, *, restore: SlotState | None = None) -> Message:
         """The request; ``restore``: the env slot to rebuild (a resumed run's first fragment of this rank)."""
-        header = {"actor": dict(vars(self)), "_affinity": f"actor-{self.actor_rank}"}  # shallow
         if restore is None:
-            return Message(header=header)
-        return Message(header={**header, SLOT_META: restore.meta}, arrays=restore.arrays)
-
-    @classmethod
-    def from_message(cls, message: Message) -> "ActorRequest":
-        return cls(**message.header["actor"])
+            return self.wire_message()
+        return self.wire_message(extra_header={SLOT_META: restore.meta}, arrays=restore.arrays)
 
 
 @dataclass

@@ -24,6 +24,7 @@ import torch
 
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.data.codec import Message
+from nimbus.data.request import WireRequest
 from nimbus.data.store import Store
 from nimbus.data.stores import put_all
 from nimbus.envs.obsnorm import rms_from_extras, rms_to_extras
@@ -36,7 +37,7 @@ from nimbus.runtime.faults import fault_point
 
 
 @dataclass(frozen=True)
-class LearnerRequest:
+class LearnerRequest(WireRequest, header="learner", affinity="learner-{policy}"):
     env_id: str
     env_kwargs: dict[str, Any]
     algo: dict[str, Any]
@@ -55,13 +56,7 @@ class LearnerRequest:
 
     def to_message(self, *, indices: np.ndarray, obs_moments: dict[str, np.ndarray] | None = None) -> Message:
         """``obs_moments``: the round's raw-observation moments (``algo.normalize_obs``), see envs/obsnorm.py."""
-        # a shallow dict (not asdict's deep copy, ~0.1 ms): the header is serialised before it leaves the process
-        return Message(header={"learner": dict(vars(self)), "_affinity": f"learner-{self.policy}"},
-                       arrays={"indices": indices.astype(np.int64), **(obs_moments or {})})
-
-    @classmethod
-    def from_message(cls, message: Message) -> "LearnerRequest":
-        return cls(**message.header["learner"])
+        return self.wire_message(arrays={"indices": indices.astype(np.int64), **(obs_moments or {})})
 
 
 def resolve_device(*, requested: str, leased: str | None = None) -> torch.device:

@@ -31,6 +31,7 @@ import torch
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.algos.truncation import Truncation
 from nimbus.data.codec import Message
+from nimbus.data.request import WireRequest
 from nimbus.data.stores import function_store
 from nimbus.models.weights import load_model, weights_key
 from nimbus.roles.actor import request_spaces
@@ -44,7 +45,7 @@ GRAD_PREFIX = "grad."
 
 
 @dataclass(frozen=True)
-class GradientRequest:
+class GradientRequest(WireRequest, header="gradient", affinity="gradient-{policy}"):
     env_id: str
     env_kwargs: dict[str, Any]
     algo: dict[str, Any]
@@ -63,12 +64,7 @@ class GradientRequest:
     slowdown: float = 1.0          # stellaris.stragglers: sleep (slowdown − 1) × the compute time (a benchmark aid)
 
     def to_message(self, *, positions: np.ndarray) -> Message:
-        return Message(header={"gradient": dict(vars(self)), "_affinity": f"gradient-{self.policy}"},
-                       arrays={"positions": positions.astype(np.int64)})
-
-    @classmethod
-    def from_message(cls, message: Message) -> "GradientRequest":
-        return cls(**message.header["gradient"])
+        return self.wire_message(arrays={"positions": positions.astype(np.int64)})
 
 
 def gradient_to_message(*, model: torch.nn.Module, read_version: int) -> Message:

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from nimbus.data.codec import Message
+from nimbus.data.request import WireRequest
 from nimbus.data.store import Store
 from nimbus.data.stores import function_store
 from nimbus.models.weights import load_optimizer, optim_key
@@ -51,7 +52,7 @@ from nimbus.stellaris.steps import apply_aggregation, stored_gradient, usable_gr
 
 
 @dataclass(frozen=True)
-class ParameterRequest:
+class ParameterRequest(WireRequest, header="parameter", affinity="parameter-{model[policy]}"):
     model: dict[str, Any]          # a GradientRequest's header fields (env, algo, policy, device) for the model
     policy_version: int            # the version the step starts from; it publishes policy_version + 1
     has_optimizer_state: bool
@@ -75,12 +76,7 @@ class ParameterRequest:
     def to_message(self, *, positions: Sequence[np.ndarray | None] = ()) -> Message:
         """``positions``: each recomputed member's task (None for the others)."""
         arrays = {f"positions.{i}": p.astype(np.int64) for i, p in enumerate(positions) if p is not None}
-        return Message(header={"parameter": dict(vars(self)), "_affinity": f"parameter-{self.model['policy']}"},
-                       arrays=arrays)
-
-    @classmethod
-    def from_message(cls, message: Message) -> "ParameterRequest":
-        return cls(**message.header["parameter"])
+        return self.wire_message(arrays=arrays)
 
 
 def parameter_function(*, context: FunctionContext, request: Message) -> Message:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import torch
 from pydantic import BaseModel
 
-from nimbus.algos.base import ActOutput
+from nimbus.algos.base import ActOutput, build_by_name
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.algos.multiagent.iql import IQL, IQLConfig
 from nimbus.algos.multiagent.ppo import MultiAgentPPO
@@ -56,13 +56,8 @@ class MultiAgentAlgorithm(Protocol):
 
 def make_multiagent_algo(*, config: BaseModel) -> Any:
     """The multi-agent algorithm named by ``config.name``."""
-    name = getattr(config, "name", None)
-    if name not in _BUILDERS:
-        raise ValueError(f"unknown multi-agent algorithm {name!r}; known: {sorted(_BUILDERS)}")
-    expected = MULTIAGENT_ALGO_CONFIGS[name]
-    if not isinstance(config, expected):
-        raise TypeError(f"algorithm {name!r} needs a {expected.__name__}, got {type(config).__name__}")
-    return _BUILDERS[name](config)
+    return build_by_name(config=config, builders=_BUILDERS, configs=MULTIAGENT_ALGO_CONFIGS,
+                         kind="multi-agent algorithm")
 
 
 def multiagent_algo_from_dict(*, algo: dict[str, Any]) -> Any:
