@@ -301,7 +301,9 @@ def merge(*, paths: list[Path], output: Path, target: float) -> None:
         table[arm]["to_target"] = {"target": target, "reached": len(reached), "of": len(mine),
                                    "cost_usd": interval(reached) if reached else None}
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({"merged": [str(p) for p in paths], "arms": table, "per_run": extra,
+    sources = [{key: value for key, value in json.loads(path.read_text()).items() if key not in ("arms", "runs")}
+               | {"path": str(path)} for path in paths]     # each invocation's command, total_s, machine and load
+    output.write_text(json.dumps({"merged": [str(p) for p in paths], "sources": sources, "arms": table, "per_run": extra,
                                   "runs": [asdict(r) for r in runs]}, indent=1))
     print(markdown(table=table))
 
