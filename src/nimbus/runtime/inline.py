@@ -16,7 +16,10 @@ run, through the same path as a worker (runtime/worker.py), so what passes here 
   result is encoded and decoded (copied) before its future resolves. Nothing is shared with the caller,
   and a dtype the codec refuses fails the attempt as it would in a worker.
 * **Driver state**: around each call the torch thread count, torch's CPU RNG, numpy's and ``random``'s
-  global states are saved and restored (functions reseed and set threads as if they owned a process). The
+  global states are saved and restored (functions reseed and set threads as if they owned a process). Each
+  pool key's slot keeps its own torch thread count from call to call, as a worker process does: it starts at
+  ``cpus`` (max(1, floor)) and a function's ``torch.set_num_threads(n)`` sets min(n, cpus) (``slot_threads``;
+  runtime/worker.py), so a warm call runs at the threads its cold call set, not at the driver's. The
   driver's own work on that state (a periodic or final evaluation) holds ``exclusive()``: no call runs
   meanwhile, so it neither moves a function's draws nor has its own moved (runtime/base.py ``between_calls``).
 * **Ledger**: one ``attempt_record`` per attempt (and one per pool key ``prewarm``); an exception is
@@ -73,6 +76,7 @@ class InlineSlot:
     requested_at: float = 0.0
     cache: dict[str, Any] = field(default_factory=dict)
     attempt: Attempt | None = None
+    torch_threads: int | None = None    # the slot's thread count between calls (None: not yet called)
 
 
 class _Slots:
@@ -104,6 +108,24 @@ def driver_state_kept() -> Iterator[None]:
         torch.set_num_threads(threads)
         np.random.set_state(np_state)
         random.setstate(py_state)
+
+
+@contextlib.contextmanager
+def slot_threads(slot: InlineSlot) -> Iterator[None]:
+    """The torch thread count a worker of ``slot``'s spec would have during the block: ``cpus`` at its first call,
+    then what its calls left, with ``torch.set_num_threads(n)`` clamped to ``cpus`` as in runtime/worker.py.
+    Inside ``driver_state_kept``, which restores the driver's count afterwards."""
+    import torch
+
+    cap = max(1, int(slot.spec.resources.cpus))
+    original = torch.set_num_threads
+    torch.set_num_threads = lambda n: original(max(1, min(int(n), cap)))
+    original(cap if slot.torch_threads is None else slot.torch_threads)
+    try:
+        yield
+    finally:
+        slot.torch_threads = torch.get_num_threads()
+        torch.set_num_threads = original
 
 
 class InlineRuntime(AttemptEndings):
@@ -270,7 +292,7 @@ class InlineRuntime(AttemptEndings):
                                   invocation_id=invocation.invocation_id, attempt=attempt.number, cache=slot.cache,
                                   device=attempt.lease.device if attempt.lease is not None else None)
         liveness.install(send=None)
-        with driver_state_kept():
+        with driver_state_kept(), slot_threads(slot):
             result, report = invoke_function(fn=slot.fn, context=context, request=decode(invocation.body, copy=True))
         if report["outcome"] != "ok":
             return None, report

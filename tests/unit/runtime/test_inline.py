@@ -49,6 +49,14 @@ def hand_back(*, context: FunctionContext, request: Message) -> Message:
     return Message(arrays={"x": request.arrays["x"]})
 
 
+def threads_set_when_cold(*, context: FunctionContext, request: Message) -> Message:
+    """As MARLess's actor and learner do: set the threads when the cache is built (the cold call), not after."""
+    if "built" not in context.cache:
+        context.cache["built"] = True
+        torch.set_num_threads(int(request.header["threads"]))
+    return Message(header={"threads": torch.get_num_threads()})
+
+
 STARTED = threading.Event()
 
 
@@ -148,6 +156,20 @@ def test_the_driver_keeps_its_thread_count_and_random_states(runtime) -> None:
     assert [torch.rand(1).item(), float(np.random.rand()), random.random()] == expected
     second = inline.invoke(spec=spec_of("reseed"), request=Message()).result(timeout=30).header
     assert second["draws"] == first["draws"]
+
+
+def test_a_warm_call_runs_at_the_threads_its_slot_left_not_at_the_drivers(runtime) -> None:
+    inline, _ = runtime
+    torch.set_num_threads(2)
+    one = spec_of("threads_set_when_cold")                                 # cpus 1: a worker's cap is 1
+    seen = [inline.invoke(spec=one, request=Message(header={"threads": 4})).result(timeout=30).header["threads"]
+            for _ in range(2)]
+    assert seen == [1, 1]                                                 # 4 clamped to cpus; warm stays at 1
+    two = FunctionSpec(name="wide", entrypoint=one.entrypoint, timeout_s=5.0, resources=Resources(cpus=2))
+    seen = [inline.invoke(spec=two, request=Message(header={"threads": 1})).result(timeout=30).header["threads"]
+            for _ in range(2)]
+    assert seen == [1, 1]                                                 # its cold call set 1; the warm one keeps it
+    assert torch.get_num_threads() == 2                                   # the driver's own count is back
 
 
 def test_a_result_the_codec_refuses_fails_as_in_a_worker(runtime) -> None:
