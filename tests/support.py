@@ -4,6 +4,7 @@ shared-memory prefix, a pickle that must never be unpickled, a user's networks (
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pickle
@@ -11,10 +12,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Callable
 
 from nimbus.cost.ledger import Ledger
 from nimbus.data.shm import PREFIX_ENV
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` executed as module ``name``, for tests of what a script computes (registered in
+    sys.modules first: its dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def wait_for(predicate: Callable[[], bool], *, timeout_s: float, interval_s: float = 0.02) -> bool:

@@ -4,7 +4,6 @@ the config error's reason, and compares each arm with that env's uniform-random 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -12,17 +11,11 @@ import pytest
 
 import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from nimbus.errors import ConfigError
+from support import load_benchmark
 
 pytest.importorskip("mpe2")
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "marless_ablation.py"
-
-
 def _script():
-    spec = importlib.util.spec_from_file_location("marless_ablation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["marless_ablation"] = module        # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("marless_ablation")
 
 
 def test_full_sharing_on_the_heterogeneous_env_is_refused_with_its_reason(tmp_path: Path) -> None:

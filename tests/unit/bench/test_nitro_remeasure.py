@@ -4,7 +4,6 @@ reports is the trailing mean over at least N episodes, each round weighted by th
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -12,16 +11,10 @@ import pytest
 
 import nimbus.config  # noqa: F401  (first: nimbus.config.root imports technique configs, a cycle otherwise)
 from nimbus.config import load_config
-
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "nitro_remeasure.py"
-
+from support import load_benchmark
 
 def _script():
-    spec = importlib.util.spec_from_file_location("nitro_remeasure", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nitro_remeasure"] = module        # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("nitro_remeasure")
 
 
 def _paper_scale_args(module, monkeypatch):
