@@ -5,14 +5,16 @@ truncation) on ``runtime.backend: simulated`` (docs/simulated.md): the learning 
 from a profile fitted on a real run of the same config (``nimbus simulate fit``). Scale (the paper's §VIII-A/B:
 16 learners = 4 V100s × 4 learner functions; PPO's batch of 4096; 50 rounds):
 
-    16 learners in flight (``--learners``); 16 actors × 4 envs × 64 steps = 4096 rows a round (``--actors``), cut
-    into slices of 128 rows (``algo.minibatch_size``), 4 epochs: 128 gradients a round; ``--rounds`` rounds.
+    16 learners in flight (``--learners``); ``--actors`` × 4 envs × 64 steps a round (16: 4096 rows, the paper's
+    batch; the record uses 8: 2048 rows), cut into slices of 128 rows (``algo.minibatch_size``, the profile's learner
+    batch), 4 epochs: 4 × rows / 128 gradients a round; ``--rounds`` rounds (the paper: 50; the record: 15).
 
-Stragglers: the simulation's tail model on the gradient learner (``straggler_fraction`` × ``straggler_factor``, set
-by ``--tail-fraction`` / ``--tail-factor`` on top of the fitted profile, which is written to ``--root``) over the
-profile's lognormal spread. ``stellaris.stragglers`` (a benchmark aid that sleeps in real time) is off: a simulated
-function's duration is drawn, its real time does not count. The paper states no straggler setting; the default
-tail, 1/16 of learner calls 4× slower, is the ablation's one 4×-slow slot of 16 as an i.i.d. share.
+Stragglers: the simulation's tail model on the gradient learner (``straggler_fraction`` × ``straggler_factor``) over
+the lognormal spread, both as fitted from the real run (there: 10 % of learner calls 3.9× slower, from 4 learners
+sharing 2 cores); ``--tail-fraction`` / ``--tail-factor`` replace the fitted tail (the profile used is written to
+``--root``). ``stellaris.stragglers`` (a benchmark aid that sleeps in real time) is off: a simulated function's
+duration is drawn, its real time does not count, so the aid would only slow the benchmark. The paper states no
+straggler setting.
 
 Cost: the paper's model (§VIII-A): learner and parameter functions are a quarter of a p3.2xlarge each
 (``learner.function.gpus=0.25``, cost/pricing.yaml), actors Lambda-priced CPU functions; no pre-warming
@@ -28,7 +30,8 @@ truncation), each as measured.
 Run:  nimbus train configs/stellaris-cartpole.yaml --set train.total_env_steps=10240 --set stellaris.learners=4 \\
         --set train.eval_episodes=0 --run-dir runs/stellaris-profile-real        (real, local workers: the profile)
       nimbus simulate fit runs/stellaris-profile-real --output benchmarks/results/stellaris_paper_scale_profile.yaml
-      python benchmarks/stellaris_paper_scale.py --profile benchmarks/results/stellaris_paper_scale_profile.yaml
+      python benchmarks/stellaris_paper_scale.py --profile benchmarks/results/stellaris_paper_scale_profile.yaml \
+        --actors 8 --rounds 15                                     (the record: 7 arms x 5 seeds)
       python benchmarks/stellaris_paper_scale.py --profile P --smoke       (2 arms, 1 seed, 2 rounds)
       python benchmarks/stellaris_paper_scale.py --merge a.json b.json --output all.json
 """
@@ -60,13 +63,16 @@ PAPER_ARMS = ("ppo", "sync", "softsync", "ssp", "async", "stellaris", "stellaris
 log = logging.getLogger("stellaris_paper_scale")
 
 
-def tailed_profile(*, profile: Path, fraction: float, factor: float, out: Path) -> Path:
-    """``profile`` with the gradient learner's straggler tail set (the other kinds as fitted), written to ``out``."""
+def tailed_profile(*, profile: Path, fraction: float | None, factor: float | None, out: Path) -> Path:
+    """``profile`` with the gradient learner's straggler tail set where given (None: as fitted; the other kinds as
+    fitted), written to ``out``."""
     loaded = load_profile(path=profile)
     if "gradient_learner" not in loaded.functions:
         raise ValueError(f"{profile}: functions.gradient_learner: missing (fit the profile from an async_learners run)")
-    learner = loaded.functions["gradient_learner"].model_copy(
-        update={"straggler_fraction": fraction, "straggler_factor": factor})
+    fitted = loaded.functions["gradient_learner"]
+    fraction = fitted.straggler_fraction if fraction is None else fraction
+    factor = fitted.straggler_factor if factor is None else factor
+    learner = fitted.model_copy(update={"straggler_fraction": fraction, "straggler_factor": factor})
     return write_profile(profile=loaded.model_copy(
         update={"functions": {**loaded.functions, "gradient_learner": learner},
                 "source": f"{loaded.source}; gradient_learner tail {fraction} x {factor}"}), path=out)
@@ -201,8 +207,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=50, help="the paper trains 50 rounds")
     parser.add_argument("--learners", type=int, default=16)
     parser.add_argument("--actors", type=int, default=16, help="× 4 envs × 64 steps = rows a round")
-    parser.add_argument("--tail-fraction", type=float, default=1 / 16, help="share of learner calls that straggle")
-    parser.add_argument("--tail-factor", type=float, default=4.0, help="how much slower a straggling call is")
+    parser.add_argument("--tail-fraction", type=float, help="share of learner calls that straggle (default: fitted)")
+    parser.add_argument("--tail-factor", type=float, help="how much slower a straggling call is (default: fitted)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more config overrides")
     add_shared_arguments(parser=parser, root=REPO / "runs" / "stellaris-paper-scale",
                          output=REPO / "benchmarks" / "results" / "stellaris_paper_scale.json")
