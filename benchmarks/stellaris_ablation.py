@@ -43,7 +43,7 @@ import logging
 import os
 import platform
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +52,10 @@ import torch
 from nimbus.analysis.stats import aggregate
 from nimbus.config import load_config
 from nimbus.roles.evaluate import evaluate_checkpoint
+from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
+from nimbus.run.summary import RunSummary, TrainResult
+from nimbus.types import RoundMetrics
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "stellaris-cartpole.yaml"
@@ -113,6 +116,22 @@ def run_arm(*, arm: str, seed: int, rounds: int, root: Path, extra: list[str], e
                  f"output.root_dir={root}", "output.status_line=false", "output.loggers=[]", "output.report=false",
                  "train.eval_episodes=0", *common, *extra]
     result = train(config=load_config(path=CONFIG, overrides=overrides), run_dir=root / f"{arm}-s{seed}")
+    return measured(arm=arm, seed=seed, result=result, eval_episodes=eval_episodes, tail=tail, target=target)
+
+
+def collected(*, run_dir: Path, eval_episodes: int, tail: int, target: float) -> Run:
+    """The Run of a finished run directory ``<arm>-s<seed>`` (its metrics.jsonl, summary.json and checkpoint),
+    as run_arm measured it: for runs whose benchmark process was stopped before it wrote its JSON."""
+    arm, seed = run_dir.name.rsplit("-s", 1)
+    names = {f.name for f in fields(RoundMetrics)}   # a row also carries keys beyond the dataclass (runtime, ...)
+    rows = [RoundMetrics(**{k: v for k, v in row.items() if k in names})
+            for row in read_metrics(path=run_dir / "metrics.jsonl")]
+    summary = RunSummary(**json.loads((run_dir / "summary.json").read_text()))
+    return measured(arm=arm, seed=int(seed), result=TrainResult(run_dir=run_dir, summary=summary, rows=rows),
+                    eval_episodes=eval_episodes, tail=tail, target=target)
+
+
+def measured(*, arm: str, seed: int, result: TrainResult, eval_episodes: int, tail: int, target: float) -> Run:
     rows = result.rows
     evaluated = evaluate_checkpoint(path=result.run_dir, episodes=eval_episodes, seed=EVAL_SEED, explore=False)
     returns = [r.return_mean for r in rows[-tail:] if r.return_mean is not None]

@@ -34,6 +34,7 @@ Run:  nimbus train configs/stellaris-cartpole.yaml --set train.total_env_steps=1
         --actors 8 --rounds 15                                     (the record: 7 arms x 5 seeds)
       python benchmarks/stellaris_paper_scale.py --profile P --smoke       (2 arms, 1 seed, 2 rounds)
       python benchmarks/stellaris_paper_scale.py --merge a.json b.json --output all.json
+      python benchmarks/stellaris_paper_scale.py --merge a.json --collect ROOT/ppo-s1 ROOT/sync-s1 ...
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stellaris_ablation import (ARMS, BASELINES, Run, _interval, add_shared_arguments, cell,  # noqa: E402
-                                run_arm, table)
+                                collected, run_arm, table)
 
 from nimbus.config.simulation import load_profile  # noqa: E402
 from nimbus.runtime.simulated_fit import write_profile  # noqa: E402
@@ -210,6 +211,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--tail-fraction", type=float, help="share of learner calls that straggle (default: fitted)")
     parser.add_argument("--tail-factor", type=float, help="how much slower a straggling call is (default: fitted)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more config overrides")
+    parser.add_argument("--collect", nargs="+", type=Path, metavar="RUN_DIR",
+                        help="finished run directories <arm>-s<seed> to measure (with --merge's files)")
     add_shared_arguments(parser=parser, root=REPO / "runs" / "stellaris-paper-scale",
                          output=REPO / "benchmarks" / "results" / "stellaris_paper_scale.json")
     return parser.parse_args()
@@ -219,8 +222,10 @@ def main() -> None:
     args = parse()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     started, load_before = time.perf_counter(), os.getloadavg()[0]
-    if args.merge:
-        runs = [Run(**r) for path in args.merge for r in json.loads(path.read_text())["runs"]]
+    if args.merge or args.collect:
+        runs = [Run(**r) for path in args.merge or [] for r in json.loads(path.read_text())["runs"]]
+        runs += [collected(run_dir=d, eval_episodes=args.eval_episodes, tail=args.tail, target=args.target)
+                 for d in args.collect or []]
     else:
         runs = measure(args)
     summary = summarize(runs=runs, learned=args.learned)
