@@ -46,7 +46,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +96,14 @@ def at_budget(*, runs: list[Run], axis: int) -> tuple[float, dict[str, list[floa
         if within:
             found[run.arm].append(float(within[-1]))
     return budget, found
+
+
+def retargeted(*, run: Run, target: float) -> Run:
+    """``run`` with its time and cost to ``target`` read off its curve (the first round whose training return
+    reaches it), so merged runs can be compared at another target."""
+    reached = [point for point in run.curve if np.isfinite(point[2]) and point[2] >= target]
+    time_s, cost = (reached[0][0], reached[0][1]) if reached else (None, None)
+    return replace(run, time_to_target_s=time_s, cost_to_target_usd=cost)
 
 
 def summarize(*, runs: list[Run], learned: float) -> dict:
@@ -228,6 +236,7 @@ def main() -> None:
                  for d in args.collect or []]
     else:
         runs = measure(args)
+    runs = [retargeted(run=run, target=args.target) for run in runs]
     summary = summarize(runs=runs, learned=args.learned)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({

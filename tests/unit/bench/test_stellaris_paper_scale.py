@@ -60,3 +60,12 @@ def test_the_tailed_profile_changes_only_the_gradient_learners_straggler_model(t
         paper.tailed_profile(profile=write_profile(profile=ProfileFile(functions={"actor": fitted.functions["actor"]}),
                                                    path=tmp_path / "actor.yaml"),
                              fraction=0.1, factor=2.0, out=tmp_path / "x.yaml")
+
+
+def test_time_and_cost_to_a_target_are_read_off_the_curve_at_the_first_round_reaching_it() -> None:
+    paper = _script()
+    run = _run(paper, arm="ppo", seed=0, curve=[(1.0, 0.1, float("nan")), (2.0, 0.2, 40.0), (3.0, 0.3, 60.0),
+                                                (4.0, 0.4, 45.0), (5.0, 0.5, 80.0)])
+    assert (paper.retargeted(run=run, target=50.0).time_to_target_s,
+            paper.retargeted(run=run, target=50.0).cost_to_target_usd) == (3.0, 0.3)
+    assert paper.retargeted(run=run, target=100.0).time_to_target_s is None
