@@ -122,7 +122,9 @@ def run_arm(*, arm: str, seed: int, rounds: int, root: Path, extra: list[str], e
 def collected(*, run_dir: Path, eval_episodes: int, tail: int, target: float) -> Run:
     """The Run of a finished run directory ``<arm>-s<seed>`` (its metrics.jsonl, summary.json and checkpoint),
     as run_arm measured it: for runs whose benchmark process was stopped before it wrote its JSON."""
-    arm, seed = run_dir.name.rsplit("-s", 1)
+    arm, _, seed = run_dir.name.rpartition("-s")
+    if arm not in ARMS or not seed.isdigit() or not (run_dir / "summary.json").is_file():
+        raise ValueError(f"{run_dir}: not a finished run directory <arm>-s<seed> (arms: {', '.join(ARMS)})")
     names = {f.name for f in fields(RoundMetrics)}   # a row also carries keys beyond the dataclass (runtime, ...)
     rows = [RoundMetrics(**{k: v for k, v in row.items() if k in names})
             for row in read_metrics(path=run_dir / "metrics.jsonl")]

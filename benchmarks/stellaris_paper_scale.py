@@ -232,8 +232,12 @@ def main() -> None:
     started, load_before = time.perf_counter(), os.getloadavg()[0]
     if args.merge or args.collect:
         runs = [Run(**r) for path in args.merge or [] for r in json.loads(path.read_text())["runs"]]
-        runs += [collected(run_dir=d, eval_episodes=args.eval_episodes, tail=args.tail, target=args.target)
-                 for d in args.collect or []]
+        try:
+            runs += [collected(run_dir=d, eval_episodes=args.eval_episodes, tail=args.tail, target=args.target)
+                     for d in args.collect or []]
+        except ValueError as exc:   # bad input: exit 2 naming the directory
+            print(f"error: --collect: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     else:
         runs = measure(args)
     runs = [retargeted(run=run, target=args.target) for run in runs]

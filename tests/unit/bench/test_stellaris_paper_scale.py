@@ -69,3 +69,11 @@ def test_time_and_cost_to_a_target_are_read_off_the_curve_at_the_first_round_rea
     assert (paper.retargeted(run=run, target=50.0).time_to_target_s,
             paper.retargeted(run=run, target=50.0).cost_to_target_usd) == (3.0, 0.3)
     assert paper.retargeted(run=run, target=100.0).time_to_target_s is None
+
+
+def test_collect_refuses_a_directory_that_is_not_a_finished_arm_run(tmp_path: Path) -> None:
+    paper = _script()
+    for name in ("notes", "bogus-s0", "ppo-s0"):      # no -s<seed>; an unknown arm; no summary.json (unfinished)
+        (tmp_path / name).mkdir()
+        with pytest.raises(ValueError, match="not a finished run directory"):
+            paper.collected(run_dir=tmp_path / name, eval_episodes=1, tail=1, target=1.0)
