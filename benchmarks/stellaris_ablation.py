@@ -43,7 +43,7 @@ import logging
 import os
 import platform
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +52,10 @@ import torch
 from nimbus.analysis.stats import aggregate
 from nimbus.config import load_config
 from nimbus.roles.evaluate import evaluate_checkpoint
+from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
+from nimbus.run.summary import RunSummary, TrainResult
+from nimbus.types import RoundMetrics
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "stellaris-cartpole.yaml"
@@ -89,6 +92,10 @@ class Run:
     optimizer_steps: int
     gradients_per_aggregation: float
     staleness_counts: dict[str, float] = field(default_factory=dict)   # staleness/count_* summed over the run
+    staleness_mean: float = float("nan")   # mean over rounds of staleness/mean
+    staleness_max: float = float("nan")    # largest staleness/max of the run
+    # per round: (wall_s, cost_usd, training return over the return window): reward at equal time or cost
+    curve: list[tuple[float, float, float]] = field(default_factory=list)
 
 
 def _to_target(*, rows: list, target: float) -> tuple[float | None, float | None]:
@@ -99,13 +106,34 @@ def _to_target(*, rows: list, target: float) -> tuple[float | None, float | None
 
 
 def run_arm(*, arm: str, seed: int, rounds: int, root: Path, extra: list[str], eval_episodes: int, tail: int,
-            target: float, straggler_factor: float) -> Run:
+            target: float, straggler_factor: float, learners: int = 4, common: tuple[str, ...] = ()) -> Run:
+    """One arm, one seed. ``common`` (e.g. the simulated backend's keys) comes after the ablation's settings and
+    before the arm's own ``extra``; ``straggler_factor`` 1 turns the benchmark aid off."""
+    stragglers = "[0]" if straggler_factor > 1.0 else "[]"
     overrides = [f"seed={seed}", f"train.max_rounds={rounds}", "train.total_env_steps=10000000",
-                 "train.target_return=null", "stellaris.learners=4",
-                 f"stellaris.stragglers={{learners: [0], factor: {straggler_factor}}}", f"output.root_dir={root}",
-                 "output.status_line=false", "output.loggers=[]", "output.report=false",
-                 "train.eval_episodes=0", *extra]
+                 "train.target_return=null", f"stellaris.learners={learners}",
+                 f"stellaris.stragglers={{learners: {stragglers}, factor: {straggler_factor}}}",
+                 f"output.root_dir={root}", "output.status_line=false", "output.loggers=[]", "output.report=false",
+                 "train.eval_episodes=0", *common, *extra]
     result = train(config=load_config(path=CONFIG, overrides=overrides), run_dir=root / f"{arm}-s{seed}")
+    return measured(arm=arm, seed=seed, result=result, eval_episodes=eval_episodes, tail=tail, target=target)
+
+
+def collected(*, run_dir: Path, eval_episodes: int, tail: int, target: float) -> Run:
+    """The Run of a finished run directory ``<arm>-s<seed>`` (its metrics.jsonl, summary.json and checkpoint),
+    as run_arm measured it: for runs whose benchmark process was stopped before it wrote its JSON."""
+    arm, _, seed = run_dir.name.rpartition("-s")
+    if arm not in ARMS or not seed.isdigit() or not (run_dir / "summary.json").is_file():
+        raise ValueError(f"{run_dir}: not a finished run directory <arm>-s<seed> (arms: {', '.join(ARMS)})")
+    names = {f.name for f in fields(RoundMetrics)}   # a row also carries keys beyond the dataclass (runtime, ...)
+    rows = [RoundMetrics(**{k: v for k, v in row.items() if k in names})
+            for row in read_metrics(path=run_dir / "metrics.jsonl")]
+    summary = RunSummary(**json.loads((run_dir / "summary.json").read_text()))
+    return measured(arm=arm, seed=int(seed), result=TrainResult(run_dir=run_dir, summary=summary, rows=rows),
+                    eval_episodes=eval_episodes, tail=tail, target=target)
+
+
+def measured(*, arm: str, seed: int, result: TrainResult, eval_episodes: int, tail: int, target: float) -> Run:
     rows = result.rows
     evaluated = evaluate_checkpoint(path=result.run_dir, episodes=eval_episodes, seed=EVAL_SEED, explore=False)
     returns = [r.return_mean for r in rows[-tail:] if r.return_mean is not None]
@@ -127,7 +155,10 @@ def run_arm(*, arm: str, seed: int, rounds: int, root: Path, extra: list[str], e
                optimizer_steps=int(admitted if separate else sum(r.extras["staleness/aggregations"] for r in rows)),
                gradients_per_aggregation=float(np.mean([r.extras["staleness/gradients_per_aggregation"]
                                                         for r in rows])),
-               staleness_counts=dict(sorted(counts.items())))
+               staleness_counts=dict(sorted(counts.items())),
+               staleness_mean=float(np.nanmean([r.extras.get("staleness/mean", np.nan) for r in rows])),
+               staleness_max=float(np.nanmax([r.extras.get("staleness/max", np.nan) for r in rows])),
+               curve=[(r.wall_s, r.cost_usd, r.extras.get("recent_return_mean", float("nan"))) for r in rows])
 
 
 def _interval(values: list[float]) -> dict[str, float | None] | None:
@@ -189,12 +220,28 @@ def claims(summary: dict[str, dict]) -> list[str]:
     return lines
 
 
+def cell(entry: dict | None, fmt: str) -> str:
+    """An interval as a table cell: IQM [low, high], or — where there is none."""
+    if entry is None:
+        return "—"
+    low = "" if entry["low"] is None else f" [{entry['low']:{fmt}}, {entry['high']:{fmt}}]"
+    return f"{entry['iqm']:{fmt}}{low}"
+
+
+def add_shared_arguments(*, parser: argparse.ArgumentParser, root: Path, output: Path) -> None:
+    """The flags this script and benchmarks/stellaris_paper_scale.py share."""
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--target", type=float, default=195.0, help="training return (100-episode window)")
+    parser.add_argument("--learned", type=float, default=100.0, help="evaluation IQM an arm must reach")
+    parser.add_argument("--tail", type=int, default=10, help="rounds in the return variance")
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--root", type=Path, default=root)
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--merge", nargs="+", type=Path)
+    parser.add_argument("--output", type=Path, default=output)
+
+
 def markdown(summary: dict[str, dict]) -> str:
-    def cell(entry: dict | None, fmt: str) -> str:
-        if entry is None:
-            return "—"
-        low = "" if entry["low"] is None else f" [{entry['low']:{fmt}}, {entry['high']:{fmt}}]"
-        return f"{entry['iqm']:{fmt}}{low}"
     lines = ["| arm | eval return IQM [95 %] | learned | reached target | time to target (s) | cost to target (USD) "
              "| tail variance | optimizer steps (run) | grads/agg | refused | parameter share of wall |", "|" + " --- |" * 11]
     for arm, s in summary.items():
@@ -211,17 +258,10 @@ def markdown(summary: dict[str, dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--straggler-factor", type=float, default=4.0)
-    parser.add_argument("--target", type=float, default=195.0, help="training return (100-episode window)")
-    parser.add_argument("--learned", type=float, default=100.0, help="evaluation IQM an arm must reach")
-    parser.add_argument("--tail", type=int, default=10, help="rounds in the return variance")
-    parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--root", type=Path, default=REPO / "runs" / "stellaris-ablation")
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--merge", nargs="+", type=Path)
-    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "stellaris_ablation.json")
+    add_shared_arguments(parser=parser, root=REPO / "runs" / "stellaris-ablation",
+                         output=REPO / "benchmarks" / "results" / "stellaris_ablation.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.merge:
