@@ -3,24 +3,17 @@ common to every arm, and the derived profile adds the straggler tail to the grad
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from nimbus.config.simulation import DurationModel, ProfileFile, load_profile
 from nimbus.runtime.simulated_fit import write_profile
-
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "stellaris_paper_scale.py"
+from support import load_benchmark
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("stellaris_paper_scale", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["stellaris_paper_scale"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("stellaris_paper_scale")
 
 
 def _run(module, *, arm: str, seed: int, curve: list[tuple[float, float, float]]):
