@@ -144,6 +144,23 @@ def similarity(*, samples: dict[str, np.ndarray], pca_dims: int, bandwidth: floa
     return agents, kl
 
 
+def similarity_within_classes(*, samples: dict[str, np.ndarray], compatible: dict[str, str], pca_dims: int,
+                              bandwidth: float, kl_samples: int, seed: int) -> tuple[list[str], np.ndarray]:
+    """``similarity`` inside each class of compatible agents (agents with other spaces have samples of other widths
+    and are never grouped together); entries across classes stay 0, which ``group_agents`` never reads. One class
+    (every agent alike) is ``similarity`` itself."""
+    agents = list(samples)
+    classes: dict[str, list[int]] = {}
+    for index, agent in enumerate(agents):
+        classes.setdefault(compatible[agent], []).append(index)
+    kl = np.zeros((len(agents), len(agents)))
+    for members in classes.values():
+        _, block = similarity(samples={agents[i]: samples[agents[i]] for i in members}, pca_dims=pca_dims,
+                              bandwidth=bandwidth, kl_samples=kl_samples, seed=seed)
+        kl[np.ix_(members, members)] = block
+    return agents, kl
+
+
 def group_agents(*, agents: list[str], kl: np.ndarray, num_groups: int, seed: int,
                  compatible: dict[str, str]) -> list[list[str]]:
     """KMeans on the symmetrised divergences, within each class of compatible agents; groups in agent order."""
@@ -226,9 +243,9 @@ class SharingController:
             return {agent: policy_of(agent) for agent in self.agents}
         self.enabled, self.enablings = True, self.enablings + 1
         count = num_groups(enabling=self.enablings, num_agents=len(self.agents))
-        agents, kl = similarity(samples={a: samples[a] for a in self.agents}, pca_dims=self.config.pca_dims,
-                                bandwidth=self.config.kde_bandwidth, kl_samples=self.config.kl_samples,
-                                seed=self.seed + round)
+        agents, kl = similarity_within_classes(samples={a: samples[a] for a in self.agents}, compatible=self.compatible,
+                                               pca_dims=self.config.pca_dims, bandwidth=self.config.kde_bandwidth,
+                                               kl_samples=self.config.kl_samples, seed=self.seed + round)
         self.groups = group_agents(agents=agents, kl=kl, num_groups=count, seed=self.seed + round,
                                    compatible=self.compatible)
         mapping = {}

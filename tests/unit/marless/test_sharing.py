@@ -100,6 +100,24 @@ def test_agents_with_other_spaces_never_share() -> None:
     assert all(len(group) == 1 or "agent_0" not in group for group in groups)
 
 
+def test_the_controller_groups_agents_of_different_widths_within_their_class() -> None:
+    """simple_adversary: the adversary sees 8 numbers, the good agents 10; the samples (obs, action) differ in width,
+    so similarity is computed per class (today's code concatenated them: a numpy ValueError at the first enabling)."""
+    rng = np.random.default_rng(0)
+    samples = {"adversary_0": rng.normal(size=(200, 9)),
+               "agent_0": rng.normal(loc=-4.0, size=(200, 11)), "agent_1": rng.normal(loc=-4.0, size=(200, 11)),
+               "agent_2": rng.normal(loc=4.0, size=(200, 11))}
+    compatible = {"adversary_0": "adversary", "agent_0": "good", "agent_1": "good", "agent_2": "good"}
+    config = MarlessConfig(sharing="marless", window=2, gamma=0.5)
+    controller = SharingController(config=config, agents=list(samples), compatible=compatible, seed=0)
+    flat, convexity = {a: 1.0 for a in samples}, {a: float(i) for i, a in enumerate(samples)}
+    assert controller.decide(round=0, agent_returns=flat, samples=samples, convexity=convexity) is None
+    shared = controller.decide(round=1, agent_returns=flat, samples=samples, convexity=convexity)
+    assert controller.groups == [["adversary_0"], ["agent_0", "agent_1"], ["agent_2"]]
+    assert shared == {"adversary_0": "p_adversary_0", "agent_0": "p_agent_1", "agent_1": "p_agent_1",
+                      "agent_2": "p_agent_2"}
+
+
 def test_the_base_model_is_the_member_with_the_highest_convexity() -> None:
     group = ["agent_0", "agent_1", "agent_2"]
     assert base_agent(group=group, convexity={"agent_0": 0.2, "agent_1": 3.0, "agent_2": 1.0}) == "agent_1"
