@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import time
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -110,8 +109,7 @@ class AsyncWorkflow(SystemWorkflow):
         if progress.restore_replay is not None:    # train.checkpoint_replay: no refill from learning_starts
             restore_replay(message=progress.restore_replay, buffer=system.buffer, replay=self.replay, pacer=self.pacer)
         self.events: queue.Queue[tuple[str, Future, Any]] = event_queue(runtime=system.runtime)
-        self.clock = runtime_clock(runtime=system.runtime)   # simulated seconds on runtime.backend: simulated
-        self.poll_clock = runtime_clock(runtime=system.runtime, default=time.monotonic)   # the triggers' clock
+        self.clock = runtime_clock(runtime=system.runtime)   # rounds and triggers; simulated seconds when simulated
         self.started_s = self.clock()
         self.stop_requested = False
         self.running: dict[int, tuple[Future, int]] = {}     # actor rank → (future, policy_version)
@@ -137,10 +135,10 @@ class AsyncWorkflow(SystemWorkflow):
         if wf.learner_trigger == "data":
             trigger: Any = DataKeyTrigger(buffer=self.system.buffer, n_actors=1, size_rows=self.plan.train_rows)
         else:
-            trigger = TimeTrigger(period_s=wf.learner_period_s, clock=self.poll_clock)
+            trigger = TimeTrigger(period_s=wf.learner_period_s, clock=self.clock)
         table.bind(name="learner_due", trigger=trigger, action=self._learner_is_due)
         if wf.sync_to == "all":
-            sync = TimeTrigger(period_s=wf.weight_sync_period_s, clock=self.poll_clock)
+            sync = TimeTrigger(period_s=wf.weight_sync_period_s, clock=self.clock)
             table.bind(name="sync_weights", trigger=sync, action=self._sync_all)
         else:
             table.bind(name="send_weights", trigger=ObjectKeyTrigger(store_events=self.system.store_events,
@@ -374,7 +372,7 @@ class AsyncWorkflow(SystemWorkflow):
         self.on_round = on_round
         self.system.store_events.notify(key=weights_key(policy=POLICY, version=self.progress.policy_version))
         try:
-            self.table.poll(now_s=self.poll_clock())
+            self.table.poll(now_s=self.clock())
             self._pump()
             while not self.stop_requested:
                 try:
@@ -387,7 +385,7 @@ class AsyncWorkflow(SystemWorkflow):
                     self._on_learner(future=future)
                 if should_stop(self.progress):
                     return
-                self.table.poll(now_s=self.poll_clock())
+                self.table.poll(now_s=self.clock())
                 self._pump()
                 if not self.running and self.learner is None and self.events.empty() and not self._can_progress():
                     log.info("async workflow: env-step budget spent and nothing left to learn; stopping")
