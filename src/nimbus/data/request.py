@@ -24,7 +24,7 @@ import numpy as np
 
 from nimbus.data.codec import Message
 
-AFFINITY_KEY = "_affinity"  # the same key as runtime/attempts.py reads
+AFFINITY_KEY = "_affinity"  # the header key the runtime routes by (runtime/attempts.py imports it from here)
 
 R = TypeVar("R", bound="WireRequest")
 

@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 from nimbus.cost.ledger import Ledger, Tally, attempt_record, provisioned_record
 from nimbus.data.codec import Message
+from nimbus.data.request import AFFINITY_KEY  # request header key: route to the idle worker that last served it
 from nimbus.errors import FunctionFailed
 from nimbus.runtime.base import FunctionSpec
 
-AFFINITY_KEY = "_affinity"  # request header key: route to the idle worker that last served this key
 INVOCATION_ID_KEY = "_invocation_id"  # result header keys naming the accepted attempt
 ATTEMPT_KEY = "_attempt"
 Action = Callable[[], None]  # work to do after the runtime's lock is released (resolving futures)
