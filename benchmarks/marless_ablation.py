@@ -34,6 +34,8 @@ Run:  python benchmarks/marless_ablation.py                  (6 arms × N 3, 6 �
                                                              (6 arms, full skipped, N = 2 × seeds 0-4)
       python benchmarks/marless_ablation.py --env adversary --measure-random   (uniform-random return, 300 episodes)
       python benchmarks/marless_ablation.py --merge a.json b.json --output all.json   (arms split across invocations)
+      python benchmarks/marless_ablation.py --agents 6 --arms marless --env-steps 90000   (an arm at equal env steps:
+                                                             the scaling arms sample ~22 % of I_max's steps a round)
 """
 
 from __future__ import annotations
@@ -97,8 +99,10 @@ def label(*, env: str, agents: int) -> str:
 
 
 def overrides(*, extra: list[str], agents: int, seed: int, rounds: int, root: Path, eval_episodes: int,
-              env: str = "spread") -> list[str]:
-    return [f"seed={seed}", f"train.max_rounds={rounds}", "train.total_env_steps=100000000",
+              env: str = "spread", env_steps: int | None = None) -> list[str]:
+    stop = [f"train.max_rounds={rounds}", "train.total_env_steps=100000000"] if env_steps is None \
+        else ["train.max_rounds=100000", f"train.total_env_steps={env_steps}"]
+    return [f"seed={seed}", *stop,
             f"env.id={ENVS[env]}", f"env.kwargs={{N: {agents}, max_cycles: 25}}", f"env.num_envs_per_actor={ENVS_PER_ACTOR}",
             f"actors.scaling={{kind: fixed, num_actors: {I_MAX}}}", f"marless.i_max={I_MAX}",
             "runtime.max_workers=16", f"train.eval_episodes={eval_episodes}", f"output.root_dir={root}",
@@ -106,9 +110,10 @@ def overrides(*, extra: list[str], agents: int, seed: int, rounds: int, root: Pa
 
 
 def run_arm(*, arm: str, agents: int, seed: int, rounds: int, root: Path, eval_episodes: int,
-            env: str = "spread") -> Run:
+            env: str = "spread", env_steps: int | None = None) -> Run:
     config = load_config(path=CONFIG, overrides=overrides(extra=ARMS[arm], agents=agents, seed=seed, rounds=rounds,
-                                                           root=root, eval_episodes=eval_episodes, env=env))
+                                                           root=root, eval_episodes=eval_episodes, env=env,
+                                                           env_steps=env_steps))
     started = time.perf_counter()
     prefix = "" if env == "spread" else f"{env}-"
     result = train(config=config, run_dir=root / f"{prefix}n{agents}-{arm}-s{seed}")
@@ -241,6 +246,9 @@ def main() -> None:
                         help="print the uniform-random return (300 seeded episodes) for --env and --agents, then stop")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--rounds", type=int, default=150, help="rounds per run (600 env steps each)")
+    parser.add_argument("--env-steps", type=int, default=None,
+                        help="stop each run at this many env steps instead of --rounds (arms at equal samples; "
+                             "the results file records rounds 0)")
     parser.add_argument("--eval-episodes", type=int, default=40)
     parser.add_argument("--root", type=Path, default=REPO / "runs" / "marless-ablation")
     parser.add_argument("--smoke", action="store_true")
@@ -269,7 +277,7 @@ def main() -> None:
             for arm in arms:
                 try:
                     run = run_arm(arm=arm, agents=n, seed=seed, rounds=rounds, root=args.root, env=args.env,
-                                  eval_episodes=2 if args.smoke else args.eval_episodes)
+                                  eval_episodes=2 if args.smoke else args.eval_episodes, env_steps=args.env_steps)
                 except ConfigError as err:   # an arm that cannot apply here (full sharing across spaces): said why
                     skipped[f"{label(env=args.env, agents=n)}/{arm}"] = str(err)
                     log.warning("N=%d %s skipped: %s", n, arm, err)
@@ -280,7 +288,8 @@ def main() -> None:
                 runs.append(run)
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                "load_1m_before": load_before, "load_1m_after": os.getloadavg()[0]}
-    write(output=args.output, runs=runs, skipped=skipped, machine=machine, env=args.env, rounds=rounds)
+    write(output=args.output, runs=runs, skipped=skipped, machine=machine, env=args.env,
+          rounds=0 if args.env_steps else rounds)
 
 
 if __name__ == "__main__":

@@ -63,3 +63,15 @@ def test_merge_summarises_the_runs_of_several_files_as_one_and_refuses_a_run_twi
     assert set(merged["machine"]["sources"]) == {str(tmp_path / "a.json"), str(tmp_path / "b.json")}
     with pytest.raises(SystemExit, match="appears in two files"):
         ablation.merge(paths=[tmp_path / "a.json", tmp_path / "a.json"], output=tmp_path / "twice.json")
+
+
+def test_env_steps_stops_the_arms_at_equal_samples_instead_of_equal_rounds(tmp_path: Path) -> None:
+    ablation = _script()
+    from nimbus.config import load_config
+    def train_section(**kw):
+        config = load_config(path=ablation.CONFIG, overrides=ablation.overrides(
+            extra=ablation.ARMS["marless"], agents=6, seed=0, rounds=150, root=tmp_path, eval_episodes=0, **kw))
+        return config.train.max_rounds, config.train.total_env_steps
+    assert train_section() == (150, 100_000_000)                   # equal rounds: the step budget never binds
+    rounds, steps = train_section(env_steps=90_000)
+    assert steps == 90_000 and rounds >= 90_000 // (2 * 2 * 25)   # enough rounds at I_min = 2 actors of 2 envs
