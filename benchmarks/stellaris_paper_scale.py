@@ -16,8 +16,8 @@ sharing 2 cores); ``--tail-fraction`` / ``--tail-factor`` replace the fitted tai
 duration is drawn, its real time does not count, so the aid would only slow the benchmark. The paper states no
 straggler setting.
 
-Cost: the paper's model (§VIII-A): learner and parameter functions are a quarter of a p3.2xlarge each
-(``learner.function.gpus=0.25``, cost/pricing.yaml), actors Lambda-priced CPU functions; no pre-warming
+Cost: the paper's model (§VIII-A): a gradient learner is a quarter of a p3.2xlarge (``learner.function.gpus=0.25``,
+cost/pricing.yaml; the parameter function keeps its 2048 MB CPU spec, Lambda-priced), actors Lambda-priced CPU functions; no pre-warming
 (``runtime.prewarm=false``: the paper excludes pre-warm and keep-alive cost), no worker cap. Each run records both
 bills (docs/architecture.md, "Two bills"): billed (each new worker's cold start included, as nimbus's ledger bills
 it) and without cold starts and provisioned idle time (``serverless_cost_excl_cold_usd``, the paper's exclusion),
