@@ -73,6 +73,7 @@ class Progress:
     last_row: RoundMetrics | None = None
     wall_s_before: float = 0.0     # a resumed run: wall time and cost of the sessions before this one
     cost_usd_before: float = 0.0
+    cost_excl_cold_usd_before: float | None = None   # ditto without cold starts (None: a checkpoint without it)
     slot_seq_base: int = 0         # a resumed run: env slots start here, so its envs reset with fresh seeds
     slot_seq: dict[int, int] = field(default_factory=dict)      # per actor rank, as of the last finished round
     slot_states: dict[int, Any] = field(default_factory=dict)   # train.exact_resume: SlotState per rank, ditto

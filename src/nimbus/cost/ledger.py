@@ -236,14 +236,17 @@ class Ledger:
 
     def records_since(self, *, start: int) -> list[LedgerRecord]:
         """``records(start=start)``, reading the file for the ones no longer in memory (a round that wrote more
-        than ``keep_in_memory`` records before its cost was read): what cost accounting needs, every record once."""
+        than ``keep_in_memory`` records before its cost was read): what cost accounting needs, every record once.
+        ``start`` counts this ledger's records: a resumed run's file also holds the sessions before, first."""
         try:
             return self.records(start=start)
         except LookupError:
             if self._path is None:
                 raise
             with self._lock:   # every appended line is flushed; no append while reading
-                return Ledger.load(path=self._path)[start:]
+                rows = Ledger.load(path=self._path)
+                mine = self._dropped + len(self._records)   # this ledger's records: the file's last ones
+                return rows[len(rows) - mine + start:]
 
     def totals(self) -> LedgerTotals:
         with self._lock:

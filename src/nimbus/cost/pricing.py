@@ -14,6 +14,12 @@ instances raise ``ConfigError`` naming the key path.
   runs ``memory_mb / 1024 x billed_s x provisioned_duration_usd_per_gb_s`` (lower than the on-demand rate). A
   provisioned GPU worker holds its GPU share all along: its provisioned time costs the GPU rate and its
   attempts nothing more. Its start (``"prewarm"``, ``cold``) is billed as any cold start's init.
+* Excluding cold starts and provisioned idle time (``cost_excl_cold_usd``, the papers' model: Stellaris §VIII-A
+  bills function seconds with pre-warm and keep-alive excluded): each attempt is priced for its billed seconds
+  less its cold start's ``init_s`` (never below its ``duration_s``), at the rate its worker pays while busy
+  (on demand; on a provisioned CPU worker the provisioned rate plus the duration rate; a GPU worker its GPU
+  share); ``"prewarm"`` records (pre-warmed workers' starts, provisioned stretches) cost nothing. So
+  ``cost_usd - cost_excl_cold_usd`` is the price of the cold starts plus the provisioned workers' idle time.
 * Serverful baseline: instances reserved for the whole wall time of the run:
   ``ceil(peak_learner_gpus / learner_instance.gpus)`` learner instances (none without GPUs) plus
   ``ceil(peak_actor_cpus / actor_instance.vcpus)`` actor instances.
@@ -23,6 +29,7 @@ Example::
     pricing = load_pricing()
     usd = sum(pricing.cost_usd(record=r) for r in ledger.records())
     by_kind = pricing.cost_breakdown(records=ledger.records())   # {"actor": 0.0012, "learner": 0.04}
+    warm = pricing.total_cost_usd(records=ledger.records(), excl_cold=True)   # without cold starts and idle time
 """
 
 from __future__ import annotations
@@ -87,15 +94,30 @@ class PricingModel(BaseModel):
             rate = self.serverless.provisioned_duration_usd_per_gb_s
         return record.memory_mb / 1024.0 * record.billed_s * rate
 
-    def cost_breakdown(self, *, records: Iterable[LedgerRecord]) -> dict[str, float]:
-        """Dollars per function kind (actor, learner, parameter, ...)."""
+    def cost_excl_cold_usd(self, *, record: LedgerRecord) -> float:
+        """What one ledger record costs without cold starts and provisioned idle time (module docstring)."""
+        if record.outcome == "prewarm":   # a pre-warmed worker's start, or a provisioned worker's time
+            return 0.0
+        busy_s = max(record.duration_s, record.billed_s - record.init_s) if record.cold else record.billed_s
+        if record.gpus > 0:
+            gpu = self.instances[self.serverless.gpu_instance]
+            return record.gpus / gpu.gpus * gpu.usd_per_hour * busy_s / 3600.0
+        rate = self.serverless.cpu_usd_per_gb_s
+        if record.provisioned:
+            rate = self.serverless.provisioned_usd_per_gb_s + self.serverless.provisioned_duration_usd_per_gb_s
+        return record.memory_mb / 1024.0 * busy_s * rate
+
+    def cost_breakdown(self, *, records: Iterable[LedgerRecord], excl_cold: bool = False) -> dict[str, float]:
+        """Dollars per function kind (actor, learner, parameter, ...); ``excl_cold``: without cold starts and
+        provisioned idle time (``cost_excl_cold_usd``)."""
+        price = self.cost_excl_cold_usd if excl_cold else self.cost_usd
         out: dict[str, float] = {}
         for record in records:
-            out[record.kind] = out.get(record.kind, 0.0) + self.cost_usd(record=record)
+            out[record.kind] = out.get(record.kind, 0.0) + price(record=record)
         return out
 
-    def total_cost_usd(self, *, records: Iterable[LedgerRecord]) -> float:
-        return sum(self.cost_breakdown(records=records).values())
+    def total_cost_usd(self, *, records: Iterable[LedgerRecord], excl_cold: bool = False) -> float:
+        return sum(self.cost_breakdown(records=records, excl_cold=excl_cold).values())
 
     def serverful_cost_usd(self, *, wall_s: float, peak_actor_cpus: float, peak_learner_gpus: float) -> float:
         """Reserved instances for the whole run, sized for its peaks (module docstring)."""

@@ -96,4 +96,6 @@ def progress_extra(*, progress: Progress, total_env_steps: int) -> dict:
             "nonfinite_in_a_row": progress.nonfinite_in_a_row,
             "schedule_env_steps": progress.schedule_env_steps or total_env_steps,
             "wall_s": last.wall_s if last is not None else progress.wall_s_before,
-            "cost_usd": last.cost_usd if last is not None else progress.cost_usd_before}
+            "cost_usd": last.cost_usd if last is not None else progress.cost_usd_before,
+            "cost_excl_cold_usd": last.extras.get("cost_excl_cold_usd", progress.cost_excl_cold_usd_before)
+            if last is not None else progress.cost_excl_cold_usd_before}   # the run loop's figure (run/rounds.py)

@@ -229,7 +229,8 @@ def publish_policies(*, states: dict[str, CheckpointState], parts: MarlessParts)
         rounds=any_state.round, env_steps=any_state.env_steps, episodes=any_state.episodes,
         policy_version=sum(versions.values()), recent_returns=[float(r) for r in extra.get("recent_returns", [])],
         nonfinite_in_a_row=int(extra.get("nonfinite_in_a_row", 0)), wall_s_before=float(extra.get("wall_s", 0.0)),
-        cost_usd_before=float(extra.get("cost_usd", 0.0)), slot_seq=slot_seq,
+        cost_usd_before=float(extra.get("cost_usd", 0.0)), cost_excl_cold_usd_before=extra.get("cost_excl_cold_usd"),
+        slot_seq=slot_seq,
         # a rank with no saved slot has never run: with the slots saved it starts at sequence 0, as it would have
         # in the run that was never stopped; without them every rank starts fresh from the resumed round
         slot_seq_base=0 if slots else any_state.round,

@@ -253,6 +253,7 @@ def progress_from(*, state: CheckpointState, progress_type: type) -> "Progress":
                          nonfinite_in_a_row=int(extra.get("nonfinite_in_a_row", 0)),
                          wall_s_before=float(extra.get("wall_s", 0.0)),
                          cost_usd_before=float(extra.get("cost_usd", 0.0)),
+                         cost_excl_cold_usd_before=extra.get("cost_excl_cold_usd"),
                          slot_seq_base=state.round, slot_seq=slot_seq, slot_states=dict(slots), restore_slots=slots,
                          schedule_env_steps=schedule_horizon(state=state))
 

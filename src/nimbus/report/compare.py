@@ -60,6 +60,7 @@ class RunComparison:
     cost_usd: float                # total serverless cost, from the ledger (summary.json)
     return_per_usd: float | None   # final_return / cost_usd
     eval_return: float | None = None   # summary.json's evaluation of the final policy, when the run evaluated
+    cost_excl_cold_usd: float | None = None   # the cost without cold starts and provisioned idle (None: older run)
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,8 @@ def load_run(*, run_dir: Path) -> _Run:
                                rounds=int(summary.get("rounds", len(rows))),
                                env_steps=int(summary.get("env_steps", 0)), wall_s=float(summary.get("wall_s", 0.0)),
                                final_return=final, cost_usd=cost, return_per_usd=per_usd,
-                               eval_return=summary.get("eval_return"))
+                               eval_return=summary.get("eval_return"),
+                               cost_excl_cold_usd=summary.get("serverless_cost_excl_cold_usd"))
     return _Run(comparison=comparison, rows=rows, config=config)
 
 
@@ -251,12 +253,13 @@ def group_statistics(*, run_dirs: list[Path], score: Score = "final_return", gro
 def comparison_table(*, rows: list[RunComparison]) -> Table:
     """The rich table ``nimbus compare`` prints."""
     table = Table(title="nimbus compare", show_header=True)
-    for column in ("run", "name", "rounds", "env steps", "wall (s)", "final return", "cost (USD)", "return / USD"):
+    for column in ("run", "name", "rounds", "env steps", "wall (s)", "final return", "cost (USD)",
+                   "cost excl. cold (USD)", "return / USD"):
         table.add_column(column, justify="left" if column in ("run", "name") else "right")
     for row in rows:
         table.add_row(escape(row.label), escape(row.name), f"{row.rounds:,}", f"{row.env_steps:,}",
-                      f"{row.wall_s:,.1f}",
-                      _fmt(row.final_return, "{:,.2f}"), f"{row.cost_usd:.6f}", _fmt(row.return_per_usd, "{:,.0f}"))
+                      f"{row.wall_s:,.1f}", _fmt(row.final_return, "{:,.2f}"), f"{row.cost_usd:.6f}",
+                      _fmt(row.cost_excl_cold_usd, "{:.6f}"), _fmt(row.return_per_usd, "{:,.0f}"))
     return table
 
 

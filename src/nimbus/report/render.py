@@ -25,12 +25,27 @@ from nimbus.report.panels import plot_cost_per_round, plot_ratio_and_score, plot
 from nimbus.report.techniques import technique_panels  # noqa: E402
 
 
-def cost_by_kind(*, run_dir: Path) -> dict[str, float]:
+def cost_by_kind(*, run_dir: Path, excl_cold: bool = False) -> dict[str, float]:
+    """Dollars per function kind from the run's ledger; ``excl_cold``: without cold starts and provisioned idle
+    time (cost/pricing.py)."""
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     pricing_path = (config.get("cost") or {}).get("pricing_path")
     pricing = load_pricing(path=Path(pricing_path) if pricing_path else None)
     records = Ledger.load(path=run_dir / "ledger.jsonl")
-    return pricing.cost_breakdown(records=records)
+    return pricing.cost_breakdown(records=records, excl_cold=excl_cold)
+
+
+def _plot_cost_by_kind(ax: Any, *, costs: dict[str, float], warm: dict[str, float]) -> None:
+    """Each kind's bill beside its bill without cold starts and provisioned idle time."""
+    kinds = sorted(costs)
+    at = list(range(len(kinds)))
+    ax.bar([x - 0.2 for x in at], [costs[k] for k in kinds], width=0.4, color="tab:green", label="billed")
+    ax.bar([x + 0.2 for x in at], [warm.get(k, 0.0) for k in kinds], width=0.4, color="tab:olive",
+           label="excl. cold starts and provisioned idle")
+    ax.set_xticks(at, kinds)
+    ax.set_ylabel("cost (USD, serverless)")
+    ax.set_title("cost by function kind", fontsize=10)
+    ax.legend(fontsize=8)
 
 
 def _plot_returns(ax: Any, rows: list[dict[str, Any]], x_key: str, label: str) -> None:
@@ -64,10 +79,7 @@ def render_report(*, run_dir: Path) -> Path:
     axes[1, 0].set_xlabel("round")
     axes[1, 0].set_ylabel("functions")
     axes[1, 0].legend(fontsize=8)
-    kinds = sorted(costs)
-    axes[1, 1].bar(kinds, [costs[k] for k in kinds], color="tab:green")
-    axes[1, 1].set_ylabel("cost (USD, serverless)")
-    axes[1, 1].set_title("cost by function kind", fontsize=10)
+    _plot_cost_by_kind(axes[1, 1], costs=costs, warm=cost_by_kind(run_dir=run_dir, excl_cold=True))
     if panels is not None:
         panels.draw(axes=axes, rows=rows, run_dir=run_dir)
     elif any("staleness/mean" in r.get("extras", {}) for r in rows):   # Stellaris runs: the staleness panel
@@ -101,6 +113,7 @@ def summary_table(*, run_dir: Path) -> Table:
               "env_steps": "env steps", "episodes": "episodes", "rounds": "rounds", "wall_s": "wall time (s)",
               "invocations": "invocations", "attempts": "attempts", "cold_starts": "cold starts",
               "retries": "retries", "serverless_cost_usd": "serverless cost (USD)",
+              "serverless_cost_excl_cold_usd": "serverless cost excl. cold starts and provisioned idle (USD)",
               "serverful_cost_usd": "serverful cost, same run (USD)", "stopped_by": "stopped by"}
     for key, label in labels.items():
         table.add_row(label, fmt(summary.get(key)))

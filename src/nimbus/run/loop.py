@@ -116,7 +116,7 @@ def _run_one(*, config: NimbusConfig, run_dir: Path, workflow: Workflow, pool: S
     try:
         workflow.start()
         hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=pool().runtime,
-                         progress_env_steps=workflow.progress.env_steps, trackers=trackers)
+                         progress_env_steps=workflow.progress.env_steps, trackers=trackers, shared=pool)
         with Interrupt(workflows=[workflow]) as interrupt:
             lost_store = run_unless_store_lost(  # P12: a lost store stops cleanly, with a final checkpoint
                 run=lambda: workflow.run(should_stop=lambda p: stop_reason(config=config, progress=p) is not None,

@@ -1,13 +1,15 @@
 """What the run loop does after every round and at the end, for every workflow: the same order everywhere.
 
-After a round (``RoundHook``): periodic evaluation (``train.eval_every_env_steps``) → metrics.jsonl → the
-experiment trackers (``output.loggers``: the same row, report/trackers.py) → the member controller (a population's
-``after_round``) → a checkpoint when one is due. At the end (``finish``): the final checkpoint, the final
+After a round (``RoundHook``): the cost without cold starts and provisioned idle time into the row's extras
+(``cost_excl_cold_usd``, cost/meter.py; when the hook has the run's ``shared``) → periodic evaluation
+(``train.eval_every_env_steps``) → metrics.jsonl → the experiment trackers (``output.loggers``: the same row,
+report/trackers.py) → the member controller (a population's ``after_round``) → a checkpoint when one is due. At the end (``finish``): the final checkpoint, the final
 evaluation (not after SIGINT/SIGTERM) and the summary.
 
 Example::
 
-    hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=shared.runtime, trackers=trackers)
+    hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=shared.runtime, trackers=trackers,
+                     shared=lambda: shared)
     workflow.run(should_stop=..., on_round=hook)
     summary = finish(config=config, workflow=workflow, shared=shared, wall_s=60.0, stopped_by="max_rounds",
                      peak_actors=hook.peak_actors)
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from nimbus.config import NimbusConfig
+from nimbus.cost.meter import ExclColdMeter
 from nimbus.run.periodic_eval import PeriodicEvaluator
 from nimbus.runtime.base import between_calls
 from nimbus.run.stop import SIGNALS
@@ -38,9 +41,12 @@ class RoundHook:
 
     def __init__(self, *, config: NimbusConfig, workflow: Callable[[], "Workflow"], rows: Any = None,
                  runtime: "Runtime | None" = None, after_round: Callable[[RoundMetrics], None] | None = None,
-                 progress_env_steps: int = 0, trackers: "RunTrackers | None" = None) -> None:
+                 progress_env_steps: int = 0, trackers: "RunTrackers | None" = None,
+                 shared: "Callable[[], Shared] | None" = None) -> None:
         self.config, self.workflow, self.rows, self.runtime, self.after_round, self.trackers = \
             config, workflow, rows, runtime, after_round, trackers
+        self.shared = shared   # the run's ledger and pricing: each row's cost_excl_cold_usd (None: not written)
+        self._excl_cold: ExclColdMeter | None = None
         self.peak_actors = 1   # the most actors any round used (the serverful baseline reserves them for the run)
         self.evaluator = PeriodicEvaluator(config=config, env_steps=progress_env_steps, runtime=runtime) \
             if config.train.eval_every_env_steps is not None else None
@@ -50,6 +56,8 @@ class RoundHook:
         if self.rows is not None:
             self.rows.append(row)
         self.peak_actors = max(self.peak_actors, row.num_actors)
+        if self.shared is not None:
+            row.extras["cost_excl_cold_usd"] = self._cost_excl_cold_usd(workflow=workflow)
         if self.evaluator is not None:
             row.extras.update(self.evaluator.maybe_evaluate(evaluate=workflow.evaluate, progress=workflow.progress))
         runtime = runtime_scalars(runtime=self.runtime) if self.runtime else {}
@@ -61,6 +69,16 @@ class RoundHook:
         every = config.train.checkpoint_every_rounds
         if row.round % every == every - 1:
             workflow.checkpoint()
+
+    def _cost_excl_cold_usd(self, *, workflow: "Workflow") -> float:
+        """The run's cost so far without cold starts and provisioned idle time, from the same ledger as the row's
+        ``cost_usd`` (a resumed run: from the figure its checkpoint saved, else from its full cost before)."""
+        if self._excl_cold is None:
+            shared, progress = self.shared(), workflow.progress
+            self._excl_cold = ExclColdMeter.resumed(ledger=shared.ledger, pricing=shared.pricing,
+                                                    cost_usd_before=progress.cost_usd_before,
+                                                    cost_excl_cold_usd_before=progress.cost_excl_cold_usd_before)
+        return self._excl_cold.usd()
 
 
 def finish(*, config: NimbusConfig, workflow: "Workflow", shared: "Shared", wall_s: float, stopped_by: str,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nimbus.config import NimbusConfig
+from nimbus.cost.meter import ExclColdMeter
 from nimbus.types import RoundMetrics
 
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ class RunSummary:
     serverless_cost_usd: float
     serverful_cost_usd: float
     stopped_by: str
+    # the serverless cost without cold starts and provisioned idle time (cost/meter.py; the papers' model); None in
+    # a summary.json written before it existed
+    serverless_cost_excl_cold_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,11 @@ class TrainResult:
 def summarise(*, config: NimbusConfig, shared: "Shared", progress: "Progress", wall_s: float, stopped_by: str,
               cost_usd: float, peak_actors: int, eval_return: float | None) -> RunSummary:
     """The summary of one policy's (or one MARLess run's) progress; the serverful baseline reserves the peak
-    actors and the learner's GPUs for the whole wall time."""
+    actors and the learner's GPUs for the whole wall time. The cost without cold starts and provisioned idle time
+    is read off ``shared``'s ledger now, every record of this session, as ``cost_usd`` was just before."""
+    cost_excl_cold_usd = ExclColdMeter.resumed(
+        ledger=shared.ledger, pricing=shared.pricing, cost_usd_before=progress.cost_usd_before,
+        cost_excl_cold_usd_before=progress.cost_excl_cold_usd_before).usd()
     totals = shared.ledger.totals()
     serverful = shared.pricing.serverful_cost_usd(
         wall_s=wall_s, peak_actor_cpus=peak_actors * config.actors.function.cpus,
@@ -68,7 +76,8 @@ def summarise(*, config: NimbusConfig, shared: "Shared", progress: "Progress", w
         eval_return=eval_return, env_steps=progress.env_steps, episodes=progress.episodes, rounds=progress.rounds,
         policy_version=progress.policy_version, wall_s=wall_s, invocations=totals.invocations,
         attempts=totals.attempts, cold_starts=totals.cold_starts, retries=totals.retries,
-        serverless_cost_usd=cost_usd, serverful_cost_usd=serverful, stopped_by=stopped_by)
+        serverless_cost_usd=cost_usd, serverful_cost_usd=serverful, stopped_by=stopped_by,
+        serverless_cost_excl_cold_usd=cost_excl_cold_usd)
 
 
 def write_summary(*, run_dir: Path, summary: RunSummary) -> None:

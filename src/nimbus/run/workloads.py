@@ -90,7 +90,8 @@ def _add_workloads(*, members: Members, runtime: Any, store: Any, pool_ledger: L
             config=config, shared=lambda view=views[-1]: view, run_dir=run_dir, policy=config.name,
             resume_from=None, workload=config.name)
         hook = None if after_round is None else lambda row, i=i: _stop_all_if(after_round(i, row), members=members)
-        round_hook = RoundHook(config=config, workflow=members.get(i), runtime=runtime, after_round=hook)
+        round_hook = RoundHook(config=config, workflow=members.get(i), runtime=runtime, after_round=hook,
+                               shared=lambda view=views[-1]: view)   # the workload's ledger: its cost_excl_cold_usd
         members.add(workflow=workflow, hook=round_hook)   # added first: closed by the caller if trackers fail
         round_hook.trackers = trackers.enter_context(RunTrackers.open(output=config.output, run_dir=run_dir,
                                                                       config=config.model_dump(mode="json")))

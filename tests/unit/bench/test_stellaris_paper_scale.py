@@ -70,3 +70,29 @@ def test_collect_refuses_a_directory_that_is_not_a_finished_arm_run(tmp_path: Pa
         (tmp_path / name).mkdir()
         with pytest.raises(ValueError, match="not a finished run directory"):
             paper.collected(run_dir=tmp_path / name, eval_episodes=1, tail=1, target=1.0)
+
+
+def _paper_run(module, *, arm: str, seed: int, curve: list[tuple[float, float, float]], excl: list[float]):
+    return module.PaperRun(**vars(_run(module, arm=arm, seed=seed, curve=curve)), cost_excl_cold_usd=excl[-1],
+                           curve_excl_cold=excl)
+
+
+def test_both_bills_to_a_target_are_read_at_the_same_round_and_compared_at_the_common_target() -> None:
+    paper = _script()
+    curve = [(1.0, 0.10, 20.0), (2.0, 0.20, 60.0), (3.0, 0.30, 120.0)]
+    ppo = [_paper_run(paper, arm="ppo", seed=s, curve=curve, excl=[0.05, 0.15, 0.25]) for s in range(3)]
+    stellaris = [_paper_run(paper, arm="stellaris", seed=s, curve=[(1.0, 0.2, 30.0), (2.0, 0.4, 70.0 + s)],
+                            excl=[0.1, 0.2]) for s in range(3)]
+    hit = paper.retargeted(run=ppo[0], target=50.0)
+    assert (hit.cost_to_target_usd, hit.cost_excl_cold_to_target_usd) == (0.20, 0.15)   # round 2's two bills
+    assert paper.retargeted(run=ppo[0], target=500.0).cost_excl_cold_to_target_usd is None
+    assert paper.common_target(runs=ppo + stellaris) == 70.0          # stellaris seed 0 peaks at 70
+    runs = [paper.retargeted(run=r, target=100.0) for r in ppo + stellaris]
+    summary = paper.summarize(runs=runs, learned=0.0)
+    assert summary["ppo"]["cost_to_target_excl_cold_usd"]["iqm"] == pytest.approx(0.25)
+    assert summary["stellaris"]["cost_to_target_excl_cold_usd"] is None           # never reached 100
+    assert summary["stellaris"]["cost_to_common_target_excl_cold_usd"]["iqm"] == pytest.approx(0.2)
+    assert summary["ppo"]["cost_to_common_target_usd"]["iqm"] == pytest.approx(0.3)   # 120 is ppo's first >= 70
+    assert summary["stellaris"]["cost_excl_cold_usd"]["iqm"] == pytest.approx(0.2)
+    lines = "\n".join(paper.cost_claims(summary))
+    assert "total cost, excl. cold starts: stellaris 0.2" in lines and "cost to 70" in lines

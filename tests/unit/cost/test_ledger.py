@@ -106,6 +106,21 @@ def test_records_since_reads_the_file_for_records_no_longer_in_memory(tmp_path) 
         memory_only.records_since(start=0)
 
 
+def test_records_since_counts_only_this_ledgers_records_in_a_resumed_runs_file(tmp_path) -> None:
+    """A resumed run appends to the ledger file of the sessions before: reading records no longer in memory
+    from the file must skip those sessions' rows, or the resumed run's cost counts them twice."""
+    path = tmp_path / "ledger.jsonl"
+    before = Ledger(path=path)
+    for i in range(3):
+        before.append(record=record(invocation_id=f"old{i}"))
+    before.close()
+    ledger = Ledger(path=path, keep_in_memory=2)   # the resumed session
+    for i in range(5):
+        ledger.append(record=record(invocation_id=f"new{i}"))
+    assert [r.invocation_id for r in ledger.records_since(start=0)] == [f"new{i}" for i in range(5)]
+    assert [r.invocation_id for r in ledger.records_since(start=1)] == [f"new{i}" for i in range(1, 5)]
+
+
 def test_provisioned_stretches_are_not_starts_nor_attempts() -> None:
     stretch = record(outcome="prewarm", attempt=0, cold=False, provisioned=True)
     start = record(outcome="prewarm", attempt=0, cold=True, provisioned=True)
