@@ -67,7 +67,7 @@ def test_cli_compare(tmp_path: Path) -> None:
     a = _fake_run(tmp_path, name="nitro", label="a", final=10.0, cost=0.01, nitro=True)
     assert main(["compare", str(a), "--output", str(tmp_path / "c.png")]) == 0
     assert plt.imread(tmp_path / "c.png").shape == (432, 1440, 4)
-    assert main(["compare", str(tmp_path / "missing")]) == 1
+    assert main(["compare", str(tmp_path / "missing"), "--output", str(tmp_path / "m.png")]) == 1
 
 
 @pytest.mark.parametrize("nitro", [True, False])
@@ -175,7 +175,8 @@ def test_cli_compare_prints_the_statistics_and_draws_a_profile(tmp_path: Path, c
     assert big.split("│")[-2].strip().startswith("451.00 [")  # the IQM of five with its interval
     assert "P(X > Y)" in out
     assert plt.imread(tmp_path / "c-profile.png").shape[2] == 4
-    assert main(["compare", *map(str, runs), "--score", "eval_return"]) == 1   # the fake runs did not evaluate
+    # the fake runs did not evaluate (the figure goes to tmp_path: the default ./compare.png landed in the repo once)
+    assert main(["compare", *map(str, runs), "--score", "eval_return", "--output", str(tmp_path / "e.png")]) == 1
 
 
 def test_the_profile_counts_runs_above_each_threshold(tmp_path: Path, figures: list) -> None:
