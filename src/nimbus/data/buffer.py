@@ -16,7 +16,8 @@ One writer: the process that created the buffer ingests, from one thread at a ti
 per invocation id, P2; the last ``dedup_window`` ids are remembered).
 Other processes ``attach`` by descriptor and read rows zero-copy. Readers in other processes see a
 row once the header's counters include it (the header is updated last); a reader that holds
-positions while the writer wraps over them sees newer rows (check ``ingest_seq``).
+positions while the writer wraps over them sees newer rows (check ``ingest_seq``). The blocks themselves
+(segments, descriptor, header layout) are data/buffer_blocks.py's.
 """
 
 from __future__ import annotations
@@ -28,22 +29,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from nimbus.data.shm import Segment, check_room, segment_name
+from nimbus.data.buffer_blocks import META_DTYPES, allocate, attach_segments, header_dtype, map_blocks
+from nimbus.data.shm import Segment
 
 if TYPE_CHECKING:
     from nimbus.algos.base import KeySpec
 
 logger = logging.getLogger(__name__)
-
-DESCRIPTOR_VERSION = 1
-META_DTYPES = {"actor_rank": "int32", "policy_version": "int64", "ingest_seq": "int64", "read_flag": "uint8"}
-_COUNTERS = ("capacity_rows", "max_actors", "write_index", "size_rows", "total_rows", "total_ingests",
-             "duplicate_ingests", "overwritten_rows", "overwritten_unread_rows", "latest_policy_version")
-
-
-def _header_dtype(max_actors: int) -> np.dtype:
-    fields = [(name, "<i8") for name in _COUNTERS]
-    return np.dtype(fields + [("rows_by_actor", "<i8", (max_actors,)), ("version_by_actor", "<i8", (max_actors,))])
 
 
 @dataclass(frozen=True)
@@ -93,15 +85,8 @@ class Buffer:
         self._descriptor = descriptor
         self._segments = segments
         self._owner = owner
-        by_name = {segment.name: segment for segment in segments}
-        capacity = int(descriptor["capacity_rows"])
-        self._columns = {key: _array(by_name[d["segment"]], (capacity, *d["shape"]), d["dtype"])
-                         for key, d in descriptor["keys"].items()}
-        self._meta = {name: _array(by_name[d["segment"]], (capacity,), d["dtype"])
-                      for name, d in descriptor["meta"].items()}
-        header = by_name[descriptor["header"]]
-        self._header = np.ndarray(shape=(), dtype=_header_dtype(int(descriptor["max_actors"])),
-                                  buffer=header.buffer)
+        blocks = map_blocks(descriptor=descriptor, segments=segments)
+        self._columns, self._meta, self._header = blocks.columns, blocks.meta, blocks.header
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._dedup_window = dedup_window
         self._listeners: list[Callable[[IngestEvent], None]] = []
@@ -115,28 +100,7 @@ class Buffer:
             raise ValueError(f"buffer needs capacity_rows ≥ 1 (got {capacity_rows}), max_actors ≥ 1 "
                              f"(got {max_actors}) and a non-empty spec")
         keys = {key: {"shape": [int(d) for d in s.shape], "dtype": np.dtype(s.dtype).name} for key, s in spec.items()}
-        sizes = {key: capacity_rows * int(np.prod(d["shape"], dtype=np.int64)) * np.dtype(d["dtype"]).itemsize
-                 for key, d in keys.items()}
-        meta_sizes = {name: capacity_rows * np.dtype(dt).itemsize for name, dt in META_DTYPES.items()}
-        header_size = _header_dtype(max_actors).itemsize
-        check_room(total_bytes=sum(sizes.values()) + sum(meta_sizes.values()) + header_size)
-        segments: list[Segment] = []
-        try:
-            for key in keys:
-                segments.append(Segment.create(name=segment_name(kind="bk"), size_bytes=sizes[key]))
-                keys[key]["segment"] = segments[-1].name
-            meta = {}
-            for name, dt in META_DTYPES.items():
-                segments.append(Segment.create(name=segment_name(kind="bm"), size_bytes=meta_sizes[name]))
-                meta[name] = {"segment": segments[-1].name, "dtype": dt}
-            segments.append(Segment.create(name=segment_name(kind="bh"), size_bytes=header_size))
-        except BaseException:
-            for segment in segments:
-                segment.close()
-                segment.unlink()
-            raise
-        descriptor = {"version": DESCRIPTOR_VERSION, "capacity_rows": capacity_rows, "max_actors": max_actors,
-                      "keys": keys, "meta": meta, "header": segments[-1].name}
+        descriptor, segments = allocate(keys=keys, capacity_rows=capacity_rows, max_actors=max_actors)
         buffer = cls(descriptor=descriptor, segments=segments, owner=True, dedup_window=dedup_window)
         buffer._init_header()
         return buffer
@@ -151,20 +115,7 @@ class Buffer:
     @classmethod
     def attach(cls, *, descriptor: dict[str, Any]) -> "Buffer":
         """Map an existing buffer (worker side). The result reads; only the creator ingests."""
-        if descriptor.get("version") != DESCRIPTOR_VERSION:
-            raise ValueError(f"buffer descriptor version {descriptor.get('version')!r} is not "
-                             f"{DESCRIPTOR_VERSION}")
-        names = [d["segment"] for d in descriptor["keys"].values()]
-        names += [d["segment"] for d in descriptor["meta"].values()] + [descriptor["header"]]
-        segments: list[Segment] = []
-        try:
-            for name in names:
-                segments.append(Segment.attach(name=name))
-        except BaseException:
-            for segment in segments:
-                segment.close()
-            raise
-        buffer = cls(descriptor=descriptor, segments=segments, owner=False)
+        buffer = cls(descriptor=descriptor, segments=attach_segments(descriptor=descriptor), owner=False)
         if int(buffer._header["capacity_rows"]) != buffer.capacity_rows:
             buffer.close(unlink=False)
             raise ValueError(f"buffer header {descriptor['header']!r} does not match its descriptor")
@@ -178,7 +129,7 @@ class Buffer:
     def close(self, *, unlink: bool | None = None) -> None:
         """Unmap; unlink the segments too if ``unlink`` (default: if this buffer created them)."""
         unlink = self._owner if unlink is None else unlink
-        self._columns, self._meta, self._header = {}, {}, np.zeros((), _header_dtype(self.max_actors))
+        self._columns, self._meta, self._header = {}, {}, np.zeros((), header_dtype(max_actors=self.max_actors))
         for segment in self._segments:
             segment.close()
             if unlink:
@@ -391,10 +342,6 @@ class Buffer:
             overwritten_rows=int(h["overwritten_rows"]), overwritten_unread_rows=int(h["overwritten_unread_rows"]),
             latest_policy_version=int(h["latest_policy_version"]),
             actors_seen=int(np.count_nonzero(h["rows_by_actor"])))
-
-
-def _array(segment: Segment, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    return np.ndarray(shape=shape, dtype=np.dtype(dtype), buffer=segment.buffer)
 
 
 def _slices(*, start: int, rows: int, capacity: int) -> tuple[tuple[int, int], ...]:

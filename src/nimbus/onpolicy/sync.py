@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -85,8 +84,7 @@ class SyncWorkflow(SystemWorkflow):
         self.rank_base = system.rank_base  # population members' actor ranks are disjoint (env slots, affinity, seeds)
         self.adopt_version: Callable[[int], int] = lambda version: version  # PBT's exploit may publish another
         self.events: queue.Queue[tuple[str, Future, Any]] = event_queue(runtime=system.runtime)
-        self.clock = runtime_clock(runtime=system.runtime)   # simulated seconds on runtime.backend: simulated
-        self.poll_clock = runtime_clock(runtime=system.runtime, default=time.monotonic)   # the triggers' clock
+        self.clock = runtime_clock(runtime=system.runtime)   # rounds and triggers; simulated seconds when simulated
         self.started_s = self.clock()
         self.decision = system.scaler.initial()
         self.round: RoundState | None = None
@@ -258,7 +256,7 @@ class SyncWorkflow(SystemWorkflow):
         gets each round's row."""
         self.on_round = on_round
         self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
-        self.table.poll(now_s=self.poll_clock())
+        self.table.poll(now_s=self.clock())
         while not self.stop_requested:
             try:
                 kind, future, meta = self.events.get(timeout=0.5)
@@ -266,7 +264,7 @@ class SyncWorkflow(SystemWorkflow):
                 continue
             if self.handle(kind=kind, future=future, meta=meta) and should_stop(self.progress):
                 return
-            self.table.poll(now_s=self.poll_clock())
+            self.table.poll(now_s=self.clock())
 
     # ------------------------------------------- several workflows on one driver loop (run/members.py)
     def attach(self, *, events: Any) -> None:
@@ -276,7 +274,7 @@ class SyncWorkflow(SystemWorkflow):
     def begin(self) -> None:
         """Announce the current version, so the first round's actors start (``run`` does this itself)."""
         self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
-        self.table.poll(now_s=self.poll_clock())
+        self.table.poll(now_s=self.clock())
 
     def poll(self, *, now_s: float) -> None:
         self.table.poll(now_s=now_s)

@@ -30,6 +30,13 @@ def spec(name: str, *, timeout_s: float = 10.0, max_retries: int = 3, cpus: floa
                         max_retries=max_retries, kind=kind)
 
 
+def written_pid(path: Path, *, timeout_s: float) -> int:
+    """The pid the ``sleep`` builtin writes to ``path`` once it holds one: ``write_text`` creates the file before it
+    writes, so a worker preempted in between leaves it empty for a while (``exists`` alone is not enough)."""
+    assert wait_for(lambda: path.exists() and path.read_text().strip() != "", timeout_s=timeout_s)
+    return int(path.read_text())
+
+
 def rows_of(ledger, future_or_id) -> list:
     return sorted((r for r in ledger.records() if r.invocation_id == future_or_id), key=lambda r: r.attempt)
 
@@ -212,8 +219,7 @@ def test_a_worker_killed_mid_invocation_is_retried(make_runtime, tmp_path: Path)
     pid_path = tmp_path / "pid"
     future = runtime.invoke(spec=spec("sleep", max_retries=1),
                             request=Message(header={"attempt_seconds": [30, 0], "pid_path": str(pid_path)}))
-    assert wait_for(pid_path.exists, timeout_s=20)
-    os.kill(int(pid_path.read_text()), signal.SIGKILL)
+    os.kill(written_pid(pid_path, timeout_s=20), signal.SIGKILL)
     assert future.result(timeout=30).header["attempt"] == 2
     assert [r.outcome for r in ledger.records()] == ["worker_died", "ok"]
 
