@@ -12,7 +12,10 @@ the head node every 512 steps"), batch 256 (the paper's 1024 would quadruple the
 same replay ratio); dqn-cartpole and impala-cartpole at 32 actors (the shipped fragments). Back-pressure: each actor
 may be one fragment ahead of what the learner consumed (``max_steps_ahead`` = actors × fragment rows). Update time:
 simulated seconds from one learner result to the next per gradient step (the first round excluded), as the real
-benchmark; the learner's share of a lockstep run's time bounds what overlap can hide.
+benchmark; the learner's share of a lockstep run's time bounds what overlap can hide. A run stops when its last
+wave of fragments lands, and the time before its first learner result (the first wave, the learner's cold start)
+is in no counted round: with W waves the update time covers W − 2 actor phases, so a run needs ``MIN_WAVES`` or
+more (a warning says so; with 2 waves it measures the learner alone).
 
 ``--experiment prewarm`` (ARTOS §6.3, Table 5: PPO's average update time −7.7 % with pre-warming). PPO CartPole sync
 rounds with the paper's 16 actors (4 envs × 32 steps each: 2,048 rows a round), ``prewarm.mode`` none vs monitor
@@ -60,6 +63,7 @@ from artos_profiles import PROFILES, learner_median_s, resident_learner, take_pr
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
+MIN_WAVES = 4       # lockstep: waves of every actor's fragment a run needs (below)
 SKIP_ROUNDS = 6     # prewarm: round 0's start-up, then the monitor's first full window (5 rounds)
 QUIET = ("train.eval_episodes=0", "train.target_return=null", "output.loggers=[]", "output.report=false",
          "output.status_line=false", "train.checkpoint_every_rounds=100000")
@@ -98,6 +102,10 @@ def arm_overrides(*, experiment: str, arm: str, name: str, args: argparse.Namesp
         base.append(f"simulation.hardware={learner_hardware(speedup=args.learner_speedup, root=args.root)}")
     if experiment == "lockstep":
         ahead = actors * fragment_rows(name=name, sets=sets)
+        if steps < MIN_WAVES * ahead:
+            log.warning("%s: %d env steps are %.1f waves of %d actors' fragments: the update time (rounds after the "
+                        "first, the run stopping when the last wave lands) misses most actor phases; use at least %d",
+                        name, steps, steps / ahead, actors, MIN_WAVES * ahead)
         base += [f"async_workflow.max_steps_ahead={ahead}", f"async_workflow.lockstep={str(arm == 'lockstep').lower()}"]
     else:
         rows = actors * fragment_rows(name=name, sets=sets)
