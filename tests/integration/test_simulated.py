@@ -97,8 +97,9 @@ def test_a_malformed_simulation_section_exits_2_naming_the_key(make_config, over
 
 
 def test_what_the_simulation_cannot_drive_is_refused_before_anything_starts(make_config) -> None:
-    with pytest.raises(ConfigError, match="prewarm.mode"):
-        make_config(overrides=[*SIM, "prewarm.mode=monitor"])
+    with pytest.raises(ConfigError, match="devices.pool"):
+        make_config(overrides=[*SIM, "devices.pool=on_demand"])
+    make_config(overrides=[*SIM, "prewarm.mode=monitor"])   # the monitor's trigger runs on the virtual clock
 
 
 def test_a_profile_fitted_from_a_real_runs_ledger_drives_a_simulated_run(make_config, tmp_path: Path) -> None:

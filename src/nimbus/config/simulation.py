@@ -181,8 +181,9 @@ SIMULATED_WORKFLOWS = ("sync", "async", "async_learners", "multiagent")   # a ne
 
 def check_simulated(*, config: Any) -> None:
     """``runtime.backend: simulated`` runs what only the driver's thread and the virtual clock drive: the sync,
-    async, async_learners and multiagent workflows, one population member, no device pool, no pre-warm monitor
-    (real timers), no pipelines (real polling threads). Raises ValueError naming the key that conflicts."""
+    async, async_learners and multiagent workflows, one population member, no device pool, no pipelines (real
+    polling threads). The pre-warm monitor runs: its trigger is a timer on the virtual clock (runtime/prewarm.py).
+    Raises ValueError naming the key that conflicts."""
     if config.runtime.backend != "simulated":
         return
     refused = [
@@ -190,7 +191,6 @@ def check_simulated(*, config: Any) -> None:
          f"{config.train.workflow!r} is not simulated (simulated: {', '.join(SIMULATED_WORKFLOWS)})"),
         ("policies", bool(config.policies) or config.pbt is not None, "a population is not simulated"),
         ("devices.pool", config.devices.pool != "none", "the device pool is not simulated"),
-        ("prewarm.mode", config.prewarm.mode != "none", "the pre-warm monitor runs on real timers"),
         ("pipeline", config.pipeline.minibatch or config.pipeline.dual_stage or config.pipeline.loader,
          "pipelines poll in real time"),
         ("actors.preregister", bool(config.actors.preregister), "pre-registration is not simulated"),

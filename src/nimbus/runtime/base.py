@@ -89,6 +89,7 @@ class RuntimeStats:
 
 
 OPTIONAL_PARTS = ("now_s", "event_queue",   # what a runtime may add so that a workflow runs on its clock (simulated)
+                  "call_later",             # and sets its timers on it (runtime/prewarm.py's trigger)
                   "exclusive")              # and the inline runtime's lock on its calls (between_calls)
 
 

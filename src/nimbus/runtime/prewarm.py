@@ -42,6 +42,10 @@ their keep-alive are not subtracted.
 ``prewarm.mode: none`` makes a controller that observes nothing and never fires. Workers are started through
 ``Runtime.prewarm(spec, n)``; pre-warmed workers are billed as provisioned capacity (cost/pricing.py).
 
+**The runtime's clock** (``make_prewarmer``): the controller reads the runtime's clock and sets its trigger with the
+runtime's timer where the runtime has them (the simulated backend's ``now_s`` and ``call_later``: simulated seconds,
+the trigger an event on the virtual clock, docs/simulated.md), else ``time.monotonic`` and a ``threading.Timer``.
+
 Example::
 
     monitor = WorkloadMonitor(window=5, stability=0.2)
@@ -57,6 +61,8 @@ import threading
 import time
 from collections import deque
 from typing import Any, Callable, Iterable, Sequence
+
+from nimbus.runtime.base import runtime_clock
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +149,22 @@ class WorkloadMonitor:
 READY_WAIT_S = 30.0   # the longest a round waits for workers pre-warmed for it (a stuck start must not stall a run)
 
 
+def thread_timer(*, delay_s: float, callback: Callable[[], None]) -> threading.Timer:
+    """A daemon ``threading.Timer`` running ``callback`` after ``delay_s`` real seconds (``cancel()`` stops it)."""
+    timer = threading.Timer(delay_s, callback)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def make_prewarmer(*, config: Any, runtime: Any, ledger: Any, actor_spec: Any, workload: str) -> "PrewarmController":
     """The controller ``config.prewarm`` asks for (``mode: none``: a disabled one), pre-warming ``actor_spec``'s
-    workers on ``runtime`` and reading start-up times from ``ledger``."""
+    workers on ``runtime`` and reading start-up times from ``ledger``; on the runtime's clock and timer where it has
+    them (module docstring)."""
     cfg = config.prewarm
     return PrewarmController(
+        clock=runtime_clock(runtime=runtime, default=time.monotonic),
+        call_later=getattr(runtime, "call_later", thread_timer),
         workload=workload, actor_function=actor_spec.name,
         monitor=WorkloadMonitor(window=cfg.window, stability=cfg.stability),
         keep_alive_s=config.runtime.keep_alive_s, enabled=cfg.mode == "monitor",
@@ -161,18 +178,22 @@ class PrewarmController:
 
     ``prewarm(n)`` starts ``n`` actor workers (the runtime's ``prewarm(spec, n)``); ``records_since(i)`` returns
     the workload's ledger rows from the ``i``-th on; ``enabled`` False (``prewarm.mode: none``) makes every
-    method a no-op. ``wait_warm(wait_s)`` blocks until no pre-warmed worker is still starting. ``fired`` counts the
-    triggers that fired, ``warmed`` the workers they asked for, ``scaled_up`` those asked for ahead of scale-ups."""
+    method a no-op. ``wait_warm(wait_s)`` blocks until no pre-warmed worker is still starting. ``clock`` and
+    ``call_later(delay_s=, callback=)`` (returns a timer with ``cancel()``) are the clock and the timer the trigger is
+    set with. ``fired`` counts the triggers that fired, ``warmed`` the workers they asked for, ``scaled_up`` those
+    asked for ahead of scale-ups."""
 
     def __init__(self, *, workload: str, actor_function: str, monitor: WorkloadMonitor, keep_alive_s: float,
                  prewarm: Callable[[int], None], records_since: Callable[[int], list[Any]],
                  enabled: bool = True, clock: Callable[[], float] = time.monotonic,
+                 call_later: Callable[..., Any] = thread_timer,
                  wait_warm: Callable[[float], None] | None = None) -> None:
         self.workload, self.actor_function, self.monitor = workload, actor_function, monitor
         self.keep_alive_s, self.enabled = keep_alive_s, enabled
         self._prewarm, self._records_since, self._clock = prewarm, records_since, clock
+        self._call_later = call_later
         self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
+        self._timer: Any = None   # what call_later returned: a threading.Timer, or a simulated timer
         self._round_start: float | None = None
         self._actor_done: list[float] = []
         self._num_actors = 0
@@ -199,9 +220,7 @@ class PrewarmController:
                 starts, fins = self.monitor.windows(workload=self.workload)
                 delay = fire_delay_s(threshold_s=threshold, actor_starts=starts, learner_fins=fins,
                                      keep_alive_s=self.keep_alive_s)
-                self._timer = threading.Timer(delay, self.fire)
-                self._timer.daemon = True
-                self._timer.start()
+                self._timer = self._call_later(delay_s=delay, callback=self.fire)
 
     def actor_finished(self) -> None:
         if not self.enabled:

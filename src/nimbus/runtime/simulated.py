@@ -21,6 +21,9 @@ A discrete-event simulation of a serverless cluster whose learning is real (docs
   retried like a worker's; a function's real exception is its error. A function's Store writes are visible from
   its simulated start (workflows name the versions they read, so none reads a version before its producer ended).
 * **Timings**: a result header's own ``*_s`` numbers are replaced by simulated ones (simulated_timings).
+* **Timers**: ``call_later(delay_s=, callback=)`` runs ``callback`` in the driver once the clock reaches now +
+  ``delay_s`` (an event like a start or an end; a cancelled timer's event is dropped without moving the clock): what
+  a real backend does with a timer thread (ARTOS's pre-warm trigger, runtime/prewarm.py).
 * **Determinism**: invocation and worker ids count up, draws come from one generator seeded by (run seed,
   ``simulation.seed``) in start order, functions run under ``driver_state_kept``: same config, same run.
 * **Threads**: functions run with torch at one thread (``single_threaded``), a learner's ``torch_threads`` too.
@@ -68,9 +71,20 @@ log = logging.getLogger(__name__)
 class _Event:
     at_s: float
     seq: int
-    kind: str = field(compare=False)            # "start" | "end"
-    worker: SimWorker = field(compare=False)
+    kind: str = field(compare=False)            # "start" | "end" | "timer"
+    worker: SimWorker | None = field(compare=False)
     ending: dict[str, Any] = field(compare=False, default_factory=dict)
+    timer: "SimTimer | None" = field(compare=False, default=None)
+
+
+class SimTimer:
+    """A callback due at a simulated moment (``SimulatedRuntime.call_later``); ``cancel()`` drops it if not yet run."""
+
+    def __init__(self, *, callback: Callable[[], None]) -> None:
+        self.callback, self.cancelled = callback, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
 
 
 @contextlib.contextmanager
@@ -156,6 +170,13 @@ class SimulatedRuntime(AttemptEndings):
         self._now = max(self._now, at_s)
         self._pool.now_s = self._now
 
+    def call_later(self, *, delay_s: float, callback: Callable[[], None]) -> SimTimer:
+        """Run ``callback`` (in the driver, while it waits) when the clock reaches now + ``delay_s``; the returned
+        timer's ``cancel()`` drops it. A threading.Timer's part on the real backends."""
+        timer = SimTimer(callback=callback)
+        self._schedule(at_s=self._now + max(0.0, delay_s), kind="timer", worker=None, timer=timer)
+        return timer
+
     def advance(self, *, until_s: float | None = None) -> bool:
         """Start what may start, then run events in time order until one resolves a future; False when nothing is
         in flight (no event left) or, with ``until_s``, when the next event comes after it."""
@@ -163,12 +184,23 @@ class SimulatedRuntime(AttemptEndings):
             self._dispatch()
             if not self._events or (until_s is not None and self._events[0].at_s > until_s):
                 return False
-            event = heapq.heappop(self._events)
-            self._set_now(event.at_s)
-            if event.kind == "start":
-                self._execute(event.worker)
-            elif self._end(event):
+            if self._run_next():
                 return True
+
+    def _run_next(self) -> bool:
+        """Pop the next event and run it at its moment (a cancelled timer is dropped and does not move the clock);
+        True if it resolved a future."""
+        event = heapq.heappop(self._events)
+        if event.timer is not None and event.timer.cancelled:
+            return False
+        self._set_now(event.at_s)
+        if event.kind == "start":
+            self._execute(event.worker)
+            return False
+        if event.kind == "timer":
+            event.timer.callback()
+            return False
+        return self._end(event)
 
     def wait_for(self, *, future: Future) -> None:
         """Advance until ``future`` is resolved; a future nothing will resolve is an error, not a hang."""
@@ -186,9 +218,7 @@ class SimulatedRuntime(AttemptEndings):
             self._dispatch()
             if not self._events or self._events[0].at_s > at_s:
                 break
-            event = heapq.heappop(self._events)
-            self._set_now(event.at_s)
-            self._execute(event.worker) if event.kind == "start" else self._end(event)
+            self._run_next()
         self._set_now(at_s)
 
     # ---- public API --------------------------------------------------------------------------------
@@ -206,13 +236,17 @@ class SimulatedRuntime(AttemptEndings):
         return [self.invoke(spec=spec, request=request) for request in requests]
 
     def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
-        """Start workers of ``spec`` until ``count`` exist (each a cold start, billed on its ``prewarm`` row, then
-        provisioned); with ``wait_s``, the driver waits (virtually) until they are ready, at most that long."""
+        """Start ``count`` more workers of ``spec``, as the local backend does (each a cold start, billed on its
+        ``prewarm`` row, then provisioned; with ``runtime.max_workers`` full of busy workers, fewer); with ``wait_s``,
+        the driver waits (virtually) until every worker of ``spec`` is ready, at most that long."""
         model = self._model(spec)
         ready = self._now
         for worker in [w for w in self._pool.slots.values() if pool_key(w.spec) == pool_key(spec)]:
             ready = max(ready, worker.ready_at)
-        for _ in range(max(0, count - self._pool.count(spec=spec))):
+        for _ in range(max(0, count)):
+            if not self._pool.has_room():
+                log.warning("prewarm %s: no room (max_workers=%s, none idle)", spec.name, self._pool.max_workers)
+                break
             self._load(spec)
             worker = self._pool.spawn(spec=spec, now_s=self._now, init_s=model.cold_start_s, prewarm=True)
             self._record(worker, attempt=None, outcome="prewarm", start_at=worker.ready_at, end_at=worker.ready_at,
@@ -248,7 +282,7 @@ class SimulatedRuntime(AttemptEndings):
         self._closed = True
         pending = list(self._queue)
         self._queue.clear()
-        for worker in sorted({e.worker for e in self._events}, key=lambda w: w.worker_id):
+        for worker in sorted({e.worker for e in self._events if e.worker is not None}, key=lambda w: w.worker_id):
             self._cancel(worker)
         self._events.clear()
         for invocation in pending:
@@ -266,9 +300,10 @@ class SimulatedRuntime(AttemptEndings):
                 self._loaded[key] = load_entrypoint(spec.entrypoint)
         return self._loaded[key]
 
-    def _schedule(self, *, at_s: float, kind: str, worker: SimWorker, ending: dict[str, Any] | None = None) -> None:
+    def _schedule(self, *, at_s: float, kind: str, worker: SimWorker | None, ending: dict[str, Any] | None = None,
+                  timer: SimTimer | None = None) -> None:
         heapq.heappush(self._events, _Event(at_s=at_s, seq=next(self._seq), kind=kind, worker=worker,
-                                            ending=ending or {}))
+                                            ending=ending or {}, timer=timer))
 
     def _dispatch(self) -> None:
         """Give queued invocations workers, in queue order, while capacity allows; each starts when its worker is

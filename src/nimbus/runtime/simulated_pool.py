@@ -96,8 +96,10 @@ class SimPool:
                     now_s - worker.idle_since > self.keep_alive_s:
                 self._retire(worker, at_s=worker.idle_since + self.keep_alive_s)
 
-    def count(self, *, spec: FunctionSpec) -> int:
-        return sum(1 for w in self.slots.values() if pool_key(w.spec) == pool_key(spec))
+    def has_room(self) -> bool:
+        """Whether a new worker may start now: ``max_workers`` not reached, or an idle worker ``spawn`` can retire."""
+        return self.max_workers is None or len(self.slots) < self.max_workers or \
+            any(w.attempt is None for w in self.slots.values())
 
     # ---- AttemptEndings' ``_pool`` ----------------------------------------------------------------
     def retire(self, worker: SimWorker) -> None:
