@@ -212,7 +212,7 @@ def test_a_worker_killed_mid_invocation_is_retried(make_runtime, tmp_path: Path)
     pid_path = tmp_path / "pid"
     future = runtime.invoke(spec=spec("sleep", max_retries=1),
                             request=Message(header={"attempt_seconds": [30, 0], "pid_path": str(pid_path)}))
-    assert wait_for(pid_path.exists, timeout_s=20)
+    assert wait_for(lambda: pid_path.exists() and pid_path.read_text().strip() != "", timeout_s=20)
     os.kill(int(pid_path.read_text()), signal.SIGKILL)
     assert future.result(timeout=30).header["attempt"] == 2
     assert [r.outcome for r in ledger.records()] == ["worker_died", "ok"]
