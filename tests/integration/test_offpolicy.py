@@ -40,15 +40,24 @@ def test_dqn_cartpole_greedy_policy_reaches_475_within_50k_steps(make_shipped_co
 
 
 @pytest.mark.slow
-def test_sac_pendulum_reaches_minus_200_within_15k_steps(make_shipped_config) -> None:
-    # learning, not just improving: −200 is where rl-zoo's SAC ends on Pendulum; the shipped [256, 256]
-    # network (docs/benchmarks.md: −200 at a median 6 368 env steps, 70-100 s at load 4-5)
-    config = make_shipped_config("sac-pendulum", overrides=["train.total_env_steps=15000",
-                                                            "train.target_return=-200", "train.return_window=10",
-                                                            INLINE])
+def test_sac_pendulum_greedy_policy_reaches_minus_200_within_15k_steps(make_shipped_config) -> None:
+    # learning, not just improving: −200 is where rl-zoo's SAC ends on Pendulum (the first evaluation, at ~500
+    # env steps, plays −1 480 to −1 590); the shipped [256, 256] network and replay ratio. The run stops on a
+    # periodic greedy evaluation (5 episodes every 500 env steps, SB3's EvalCallback) reaching −200, not on the
+    # mean of the last 10 training episodes, which trails the policy by up to 10 episodes of 200 steps. Measured
+    # inline at load 4-6 (the async workflow's weight sync is timed, so a rerun differs a little): the greedy
+    # policy first reached −200 at 4 512, 3 008 and 2 512 env steps for seeds 0, 1 and 2 (−123, −170, −183;
+    # seeds 1 and 2 took 38 and 33 CPU s); seed 0's moving mean reached −200 only at 7 984 (105 CPU s). The
+    # greedy return swings after its first crossing (seed 0: −123, −288, −373, −128 every 500 steps), so the
+    # final evaluation is not asserted.
+    config = make_shipped_config("sac-pendulum", overrides=[
+        "train.total_env_steps=15000", "train.eval_every_env_steps=500", "train.eval_episodes=5",
+        "train.eval_explore=false", "train.target_eval_return=-200", INLINE])
     result = train(config=config)
-    assert result.summary.stopped_by == "target_return", result.summary
-    assert result.summary.final_return >= -200 and result.summary.env_steps <= 15_000
+    assert result.summary.stopped_by == "target_eval_return", result.summary
+    assert result.summary.env_steps <= 15_000
+    evals = [row.extras["eval/return_mean"] for row in result.rows if "eval/return_mean" in row.extras]
+    assert evals[-1] >= -200 and evals[0] < -600, evals   # from a fresh policy's play to the bar
 
 
 @pytest.mark.slow
