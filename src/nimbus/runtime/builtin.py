@@ -68,8 +68,11 @@ def sleep(*, context: FunctionContext, request: Message) -> Message:
     per_attempt = header.get("attempt_seconds")
     if per_attempt and context.attempt <= len(per_attempt):
         seconds = float(per_attempt[context.attempt - 1])
-    if "pid_path" in header:
-        Path(header["pid_path"]).write_text(str(os.getpid()))
+    if "pid_path" in header:   # whole or absent: written beside, then renamed (a reader never sees an empty file)
+        pid_path = Path(header["pid_path"])
+        partial = pid_path.with_name(f".{pid_path.name}.{os.getpid()}")
+        partial.write_text(str(os.getpid()))
+        os.replace(partial, pid_path)
     time.sleep(seconds)
     return Message(header=_who(context, slept_s=seconds, device=context.device))
 
