@@ -106,3 +106,11 @@ def write_result(*, path: Path, result: Mapping[str, Any], indent: int = 2) -> P
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=indent))
     return path
+
+
+def interval_cell(entry: Mapping[str, Any] | None, fmt: str) -> str:
+    """An IQM interval (nimbus.analysis.stats) as a table cell: ``IQM [low, high]``, or — where there is none."""
+    if entry is None:
+        return "—"
+    bounds = "" if entry["low"] is None else f" [{entry['low']:{fmt}}, {entry['high']:{fmt}}]"
+    return f"{entry['iqm']:{fmt}}{bounds}"

@@ -59,6 +59,7 @@ from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import interval_cell  # noqa: E402
 from artos_profiles import PROFILES, learner_median_s, resident_learner, take_profiles  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -192,11 +193,7 @@ def summarize(*, runs: list[dict], arms: tuple[str, str]) -> dict:
     return out
 
 
-def shown(entry: dict | None, fmt: str) -> str:
-    if entry is None:
-        return "—"
-    tail = "" if entry["low"] is None else f" [{entry['low']:{fmt}}, {entry['high']:{fmt}}]"
-    return f"{entry['iqm']:{fmt}}{tail}"
+shown = interval_cell
 
 
 def markdown(*, summary: dict, arms: tuple[str, str], experiment: str) -> str:

@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import platform
+import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -56,6 +57,9 @@ from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
 from nimbus.run.summary import RunSummary, TrainResult
 from nimbus.types import RoundMetrics
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import interval_cell  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "stellaris-cartpole.yaml"
@@ -220,12 +224,7 @@ def claims(summary: dict[str, dict]) -> list[str]:
     return lines
 
 
-def cell(entry: dict | None, fmt: str) -> str:
-    """An interval as a table cell: IQM [low, high], or — where there is none."""
-    if entry is None:
-        return "—"
-    low = "" if entry["low"] is None else f" [{entry['low']:{fmt}}, {entry['high']:{fmt}}]"
-    return f"{entry['iqm']:{fmt}}{low}"
+cell = interval_cell   # stellaris_paper_scale imports it from here
 
 
 def add_shared_arguments(*, parser: argparse.ArgumentParser, root: Path, output: Path) -> None:
