@@ -171,6 +171,11 @@ class SimulationConfig(ConfigSection):
         hardware = load_hardware(path=Path(self.hardware))
         return {kind: hardware.apply(kind=kind, model=merged.get(kind, self.default)) for kind in KINDS}
 
+    def named_kinds(self) -> set[str]:
+        """The kinds the profile or ``functions`` names (the others take ``default``)."""
+        loaded = load_profile(path=Path(self.profile)).functions if self.profile is not None else {}
+        return {*loaded, *self.functions}
+
     def model_for(self, *, kind: str, models: dict[str, DurationModel]) -> DurationModel:
         return models.get(kind, self.default)
 
@@ -181,16 +186,19 @@ SIMULATED_WORKFLOWS = ("sync", "async", "async_learners", "multiagent")   # a ne
 
 def check_simulated(*, config: Any) -> None:
     """``runtime.backend: simulated`` runs what only the driver's thread and the virtual clock drive: the sync,
-    async, async_learners and multiagent workflows, one population member, no device pool, no pipelines (real
-    polling threads). The pre-warm monitor runs: its trigger is a timer on the virtual clock (runtime/prewarm.py).
-    Raises ValueError naming the key that conflicts."""
+    async, async_learners and multiagent workflows, one population member (several workloads on one pool too:
+    run/workloads.py), no pipelines (real polling threads). The pre-warm monitor runs: its trigger is a timer on
+    the virtual clock (runtime/prewarm.py). The on-demand device pool runs as ``devices.cpu_slots`` simulated
+    devices (runtime/simulated_pool.py), so ``devices.kind: cuda`` is refused. Raises ValueError naming the key
+    that conflicts."""
     if config.runtime.backend != "simulated":
         return
     refused = [
         ("train.workflow", config.train.workflow not in SIMULATED_WORKFLOWS,
          f"{config.train.workflow!r} is not simulated (simulated: {', '.join(SIMULATED_WORKFLOWS)})"),
         ("policies", bool(config.policies) or config.pbt is not None, "a population is not simulated"),
-        ("devices.pool", config.devices.pool != "none", "the device pool is not simulated"),
+        ("devices.kind", config.devices.pool != "none" and config.devices.kind == "cuda",
+         "the simulated device pool has devices.cpu_slots devices and its functions compute on the CPU"),
         ("pipeline", config.pipeline.minibatch or config.pipeline.dual_stage or config.pipeline.loader,
          "pipelines poll in real time"),
         ("actors.preregister", bool(config.actors.preregister), "pre-registration is not simulated"),

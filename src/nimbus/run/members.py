@@ -3,11 +3,14 @@ pbt/population.py) and several workloads on one pool (run/workloads.py). run/loo
 
 Each member's events go to one queue, tagged (member index, generation); ``drive`` moves them: a member runs
 rounds until its stop rule holds after one of them; an event of an older generation (a replaced member's
-unfinished round) is dropped. Every round goes through the same ``RoundHook`` as a single run's.
+unfinished round) is dropped. Every round goes through the same ``RoundHook`` as a single run's. The queue is the
+runtime's own (runtime/base.py ``event_queue``) and the members' triggers are polled on its clock
+(``runtime_clock``): on the simulated backend, waiting on it advances the virtual clock, so every member's
+functions run and end in one simulated-time order (docs/simulated.md, "Several workloads on one pool").
 
 Example::
 
-    members = Members(configs=configs)
+    members = Members(configs=configs, runtime=runtime)
     for i, workflow in enumerate(workflows):
         members.add(workflow=workflow, hook=RoundHook(config=configs[i], workflow=members.get(i)))
     members.drive(on_failure=lambda i, error: False)     # False: the error stops the run
@@ -31,6 +34,7 @@ from nimbus.run.rounds import RoundHook, finish
 from nimbus.run.signals import Interrupt
 from nimbus.run.stop import stop_reason
 from nimbus.run.summary import TrainResult
+from nimbus.runtime.base import event_queue, runtime_clock
 
 POLL_S = 0.5
 
@@ -48,11 +52,13 @@ class Tagged:
 class Members:
     """The member workflows (core.MemberWorkflow) of one driver loop, their configs and their generations."""
 
-    def __init__(self, *, configs: list[NimbusConfig]) -> None:
+    def __init__(self, *, configs: list[NimbusConfig], runtime: Any) -> None:
+        """``runtime``: the pool every member invokes on; its event queue and clock drive the loop."""
         self.configs = configs
         self.workflows: list[Any] = []
         self.generation: list[int] = []
-        self.events: queue.Queue[Any] = queue.Queue()
+        self.events: queue.Queue[Any] = event_queue(runtime=runtime)
+        self.clock = runtime_clock(runtime=runtime, default=time.monotonic)
         self.lost_store: StoreUnavailable | None = None
 
     def add(self, *, workflow: Any, hook: Callable[[Any], None]) -> None:
@@ -122,7 +128,7 @@ class Members:
             if ended and self.stopped(i) is not None:
                 active.discard(i)
                 continue
-            self.workflows[i].poll(now_s=time.monotonic())
+            self.workflows[i].poll(now_s=self.clock())
 
 
 def train_population(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None) -> TrainResult:
@@ -138,7 +144,7 @@ def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | N
                    trackers: ExitStack) -> TrainResult:
     population = controller_class(name="population")(config=config, run_dir=run_dir, resume_from=resume_from)
     pool = build_shared(config=config, run_dir=run_dir)
-    members = Members(configs=[plan.config for plan in population.plans])
+    members = Members(configs=[plan.config for plan in population.plans], runtime=pool.runtime)
     started = time.perf_counter()
     try:
         for i, plan in enumerate(population.plans):

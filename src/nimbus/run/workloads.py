@@ -5,7 +5,9 @@ workers); each workload keeps its own run directory, Store, buffer, metrics, che
 cost (its policy is named after it, in the pool's one Store). Its functions are named ``<workload>/actor`` and ``<workload>/learner`` (its own warm workers) and
 carry ``workload`` into every ledger row; the pool's ledger (``<root>/pool-<stamp>/ledger.jsonl``) has
 every row, and each workload's ``ledger.jsonl`` its own, so their costs sum to the pool's. The pool
-divides CPUs between workloads by ``runtime.share_weight`` (fair share, runtime/fairshare.py). The workloads are
+divides CPUs between workloads by ``runtime.share_weight`` (fair share, runtime/fairshare.py), and a
+``devices: {pool: on_demand}`` pool (the first config's) its devices. The local, Ray and simulated backends run it
+(simulated: every workload's functions in one virtual-time order, wall_s in simulated seconds). The workloads are
 members of one driver loop (run/members.py): the same rounds, stop rules, signals, store-loss handling, final
 checkpoint and summary as any run (run/loop.py).
 """
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +33,7 @@ from nimbus.run.members import Members
 from nimbus.run.registry import workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
 from nimbus.run.summary import TrainResult, write_summary
+from nimbus.runtime.base import runtime_clock
 from nimbus.runtime.factory import StampedRuntime, make_runtime
 from nimbus.types import RoundMetrics, Shared
 
@@ -121,8 +123,9 @@ def _train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | N
     backend = make_runtime(config=_pool_config(configs=configs), ledger=pool_ledger,
                            worker_env=store_worker_env(config=configs[0].store))
     backend.set_shares(weights={config.name: config.runtime.share_weight for config in configs})
-    members = Members(configs=configs)
-    started = time.perf_counter()
+    members = Members(configs=configs, runtime=backend)
+    clock = runtime_clock(runtime=backend)   # simulated seconds on the simulated backend
+    started = clock()
     store = None
     try:
         store = driver_store(config=configs[0].store, namespace=run_namespace(run_dir=pool_dir))
@@ -133,7 +136,7 @@ def _train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | N
             workflow.publish()
             workflow.prewarm()
         reasons = members.drive_until_stopped(on_failure=lambda i, error: False)
-        wall_s = time.perf_counter() - started
+        wall_s = clock() - started
         results = []
         for config, workflow, view, reason in zip(configs, members.workflows, views, reasons):
             summary = finish(config=config, workflow=workflow, shared=view, wall_s=wall_s, stopped_by=reason,

@@ -49,9 +49,13 @@ def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str
                           compress_min_bytes=config.channel.compress_min_bytes, worker_env=worker_env)
     if rc.backend == "simulated":
         from nimbus.runtime.simulated import SimulatedRuntime
+        from nimbus.runtime.simulated_pool import simulated_devices
 
+        devices = None if config.devices.pool == "none" else \
+            simulated_devices(slots=config.devices.cpu_slots, kinds=frozenset(config.devices.kinds))
         return SimulatedRuntime(ledger=ledger, simulation=config.simulation, capacity_cpus=rc.capacity_cpus,
-                                max_workers=rc.max_workers, keep_alive_s=rc.keep_alive_s, seed=config.seed)
+                                max_workers=rc.max_workers, keep_alive_s=rc.keep_alive_s, seed=config.seed,
+                                devices=devices)
     from nimbus.runtime.devices import device_pool
     if rc.backend == "inline":
         from nimbus.runtime.inline import InlineRuntime

@@ -20,14 +20,18 @@ A discrete-event simulation of a serverless cluster whose learning is real (docs
   the function ran, its reply is lost, its worker retired) and a simulated duration over ``timeout_s`` are
   retried like a worker's; a function's real exception is its error. A function's Store writes are visible from
   its simulated start (workflows name the versions they read, so none reads a version before its producer ended).
-* **Timings**: a result header's own ``*_s`` numbers are replaced by simulated ones (simulated_timings).
+* **Timings**: a result header's own ``*_s`` numbers are replaced by simulated ones (simulated_timings); a Nitro
+  learner's ``probe_s`` is drawn from the ``probe`` kind's model when one is named (with_probe).
 * **Timers**: ``call_later(delay_s=, callback=)`` runs ``callback`` in the driver once the clock reaches now +
   ``delay_s`` (an event like a start or an end; a cancelled timer's event is dropped without moving the clock): what
   a real backend does with a timer thread (ARTOS's pre-warm trigger, runtime/prewarm.py).
 * **Determinism**: invocation and worker ids count up, draws come from one generator seeded by (run seed,
   ``simulation.seed``) in start order, functions run under ``driver_state_kept``: same config, same run.
 * **Threads**: functions run with torch at one thread (``single_threaded``), a learner's ``torch_threads`` too.
-* **Not done**: devices, heartbeats, fair shares (``set_shares`` is ignored); one driver thread only.
+* **Shared pool**: ``set_shares`` weights pick the next queued invocation by fair share and ``devices`` (an
+  on-demand pool, simulated_pool.simulated_devices) leases learner-side kinds a device from placement to end, in
+  simulated seconds, as the local backend does (run/workloads.py runs several workloads on one such runtime).
+* **Not done**: heartbeats; one driver thread only.
 
 Example::
 
@@ -40,15 +44,13 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import logging
-import queue
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -60,8 +62,10 @@ from nimbus.data.stores import close_function_stores
 from nimbus.runtime.attempts import AFFINITY_KEY, Attempt, AttemptEndings, Invocation
 from nimbus.runtime.base import FunctionContext, FunctionSpec, RuntimeStats
 from nimbus.runtime.inline import driver_state_kept
-from nimbus.runtime.simulated_durations import draw_attempt, rows_of, simulated_timings
-from nimbus.runtime.simulated_pool import PoolKey, SimPool, SimWorker, pool_key
+from nimbus.runtime.devices import DevicePool
+from nimbus.runtime.simulated_durations import draw_attempt, rows_of, simulated_timings, with_probe
+from nimbus.runtime.simulated_pool import PoolKey, SimPool, SimWorker, next_queued, pool_key
+from nimbus.runtime.simulated_waits import SimEvents, SimFuture, SimTimer, single_threaded
 from nimbus.runtime.worker import error_report, invoke_function, load_entrypoint
 
 log = logging.getLogger(__name__)
@@ -77,76 +81,16 @@ class _Event:
     timer: "SimTimer | None" = field(compare=False, default=None)
 
 
-class SimTimer:
-    """A callback due at a simulated moment (``SimulatedRuntime.call_later``); ``cancel()`` drops it if not yet run."""
-
-    def __init__(self, *, callback: Callable[[], None]) -> None:
-        self.callback, self.cancelled = callback, False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-@contextlib.contextmanager
-def single_threaded() -> Iterator[None]:
-    """Torch at one thread inside the block, whatever a function asks (``set_num_threads`` clamped to 1): a simulated
-    function's real speed does not matter, a thread pool fighting the driver's does (5-10x slower on a loaded
-    machine), and one thread gives the same floating-point sums on every machine."""
-    import torch
-
-    original = torch.set_num_threads
-    torch.set_num_threads = lambda n: original(1)
-    original(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads = original
-
-
-class SimFuture(Future):
-    """A future whose ``result``/``exception`` advance the simulation until it is resolved (instead of blocking)."""
-
-    def __init__(self, *, runtime: "SimulatedRuntime") -> None:
-        super().__init__()
-        self._runtime = runtime
-
-    def result(self, timeout: float | None = None) -> Any:
-        self._runtime.wait_for(future=self)
-        return super().result(timeout=0)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        self._runtime.wait_for(future=self)
-        return super().exception(timeout=0)
-
-
-class SimEvents(queue.Queue):
-    """The workflow's event queue under simulation: ``get`` advances the clock to the next delivered result."""
-
-    def __init__(self, *, runtime: "SimulatedRuntime") -> None:
-        super().__init__()
-        self._runtime = runtime
-
-    def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        """Run events until a result is delivered or, with ``timeout``, until ``timeout`` simulated seconds passed
-        (the clock then stands at the deadline and ``queue.Empty`` is raised, as a real wait would time out).
-        ``block=False`` runs only the events due now; ``timeout=None`` waits for the next result, and raises
-        ``queue.Empty`` (instead of hanging) when nothing is in flight."""
-        deadline = self._runtime.now_s() + (timeout or 0.0) if timeout is not None or not block else None
-        while self.empty() and self._runtime.advance(until_s=deadline):
-            pass
-        if self.empty() and deadline is not None:
-            self._runtime.idle(seconds=deadline - self._runtime.now_s())   # the wait times out in virtual time
-        return super().get(block=False)                   # queue.Empty when nothing came
-
-
 class SimulatedRuntime(AttemptEndings):
     """The simulated backend of the Runtime protocol (module docstring)."""
 
     def __init__(self, *, ledger: Ledger, simulation: SimulationConfig, capacity_cpus: float | None,
-                 max_workers: int | None, keep_alive_s: float, seed: int) -> None:
+                 max_workers: int | None, keep_alive_s: float, seed: int, devices: DevicePool | None = None) -> None:
         self._ledger, self._tally, self._closed = ledger, Tally(), False
+        self._devices, self._weights = devices, {}   # the device pool and fair-share weights (both optional)
         self._counts = {"failed": 0, "dropped": 0}
         self._models, self._simulation = simulation.models(), simulation
+        self._probe = self._models["probe"] if "probe" in simulation.named_kinds() else None   # Nitro's probe part
         self._rng = np.random.default_rng([seed, simulation.seed])
         self._pool = SimPool(capacity_cpus=capacity_cpus, max_workers=max_workers, keep_alive_s=keep_alive_s,
                              on_retire=self._retired)
@@ -259,7 +203,8 @@ class SimulatedRuntime(AttemptEndings):
         self.prewarm(spec=spec, count=count, wait_s=wait_s)
 
     def set_shares(self, *, weights: dict[str, float]) -> None:
-        """Accepted and ignored (no fair share)."""
+        """Workload → weight: queued invocations are placed by fair share (runtime/fairshare.py); empty: FIFO."""
+        self._weights = dict(weights)
 
     def bill_provisioned(self) -> None:
         """Bill every provisioned worker's time up to the simulated now."""
@@ -308,20 +253,24 @@ class SimulatedRuntime(AttemptEndings):
     def _dispatch(self) -> None:
         """Give queued invocations workers, in queue order, while capacity allows; each starts when its worker is
         ready (now, or after its cold start)."""
-        while self._queue:
-            invocation = self._queue[0]
+        while (index := next_queued(queue=self._queue, slots=self._pool.slots.values(), weights=self._weights,
+                                    devices=self._devices)) is not None:
+            invocation = self._queue[index]
             if invocation.future.cancelled():
-                self._queue.popleft()
+                del self._queue[index]
                 continue
             if not self._pool.fits(spec=invocation.spec):
                 return
-            self._queue.popleft()
+            del self._queue[index]
             worker, cold = self._pool.take(spec=invocation.spec, affinity=invocation.affinity, now_s=self._now,
                                            cold_start_s=self._model(invocation.spec).cold_start_s)
             invocation.attempts += 1
             start_at = max(self._now, worker.ready_at)
             worker.attempt = Attempt(invocation=invocation, number=invocation.attempts, cold=cold,
                                      dispatched_at=start_at)
+            if self._devices is not None and self._devices.needs(spec=invocation.spec):   # held from placement
+                worker.attempt.lease = self._devices.acquire(spec=invocation.spec, now=self._now,
+                                                             invocation_id=invocation.invocation_id)
             self._schedule(at_s=start_at, kind="start", worker=worker)
 
     def _execute(self, worker: SimWorker) -> None:
@@ -335,7 +284,8 @@ class SimulatedRuntime(AttemptEndings):
                 "outcome": "error", "start_at": start_at, "retire": True, "error": error_report(exc), "after_s": 0.0})
             return
         context = FunctionContext(worker_id=worker.worker_id, function=spec.name, invocation_id=invocation.invocation_id,
-                                  attempt=attempt.number, cache=worker.cache)
+                                  attempt=attempt.number, cache=worker.cache,
+                                  device=attempt.lease.device if attempt.lease is not None else None)
         liveness.install(send=None)
         request = decode(invocation.body, copy=True)
         with driver_state_kept(), single_threaded():
@@ -343,13 +293,15 @@ class SimulatedRuntime(AttemptEndings):
         body = encode(result, compress_min_bytes=None) if report["outcome"] == "ok" else b""
         draw = draw_attempt(model=self._model(spec), rng=self._rng, rows=rows_of(request, result),
                             nbytes=len(invocation.body) + len(body), first_call=worker.served == 0)
+        draw, parts = with_probe(draw=draw, model=self._probe, rng=self._rng,
+                                 result=result if report["outcome"] == "ok" else None)
         worker.served += 1
-        ending = self._ending(report=report, body=body, draw=draw, spec=spec, start_at=start_at)
+        ending = self._ending(report=report, body=body, draw=draw, spec=spec, start_at=start_at, parts=parts)
         self._schedule(at_s=start_at + ending["after_s"], kind="end", worker=worker, ending=ending)
 
     @staticmethod
-    def _ending(*, report: dict[str, Any], body: bytes, draw: Any, spec: FunctionSpec,
-                start_at: float) -> dict[str, Any]:
+    def _ending(*, report: dict[str, Any], body: bytes, draw: Any, spec: FunctionSpec, start_at: float,
+                parts: dict[str, float]) -> dict[str, Any]:
         """How the attempt will end: its real error, a simulated death or timeout, or its result."""
         if report["outcome"] != "ok":
             return {"outcome": "error", "start_at": start_at, "retire": False, "error": report["error"],
@@ -363,7 +315,7 @@ class SimulatedRuntime(AttemptEndings):
                 "type": "FunctionTimeout", "retryable": True,
                 "traceback": f"{spec.name}: simulated {draw.duration_s:.3f} s exceeded timeout_s={spec.timeout_s}"}}
         message = decode(body, copy=True)
-        simulated_timings(header=message.header, duration_s=draw.duration_s, transfer_s=draw.transfer_s)
+        simulated_timings(header=message.header, duration_s=draw.duration_s, transfer_s=draw.transfer_s, parts=parts)
         return {"outcome": "ok", "start_at": start_at, "retire": False, "error": None, "message": message,
                 "after_s": draw.duration_s}
 
@@ -385,12 +337,18 @@ class SimulatedRuntime(AttemptEndings):
         if attempt is None:
             return
         start_at = min(attempt.dispatched_at or self._now, self._now)
+        self._release_lease(attempt)
         self._record(worker, attempt=attempt, outcome="cancelled", start_at=start_at, end_at=self._now, error_type=None)
         self._release_body(attempt)
         attempt.invocation.future.cancel()
 
     def _release_body(self, attempt: Attempt) -> None:
         attempt.invocation.body = b""
+
+    def _release_lease(self, attempt: Attempt) -> None:
+        """The attempt's device goes back to the pool at the simulated now."""
+        if attempt.lease is not None and self._devices is not None:
+            self._devices.release(lease=attempt.lease, now=self._now)
 
     def _retired(self, worker: SimWorker, at_s: float) -> None:
         """A worker left (reclaimed after keep-alive, killed, or evicted): its last provisioned stretch is billed."""

@@ -65,14 +65,36 @@ def rows_of(*messages: Message | None) -> int:
     return rows
 
 
-def simulated_timings(*, header: dict[str, Any], duration_s: float, transfer_s: float) -> None:
+def simulated_timings(*, header: dict[str, Any], duration_s: float, transfer_s: float,
+                      parts: dict[str, float] | None = None) -> None:
     """Replace a result header's own timings (top-level numbers named ``*_s``, and those in ``extras``) by simulated
     seconds, so a row built from them is the simulation's and repeats bitwise: ``transfer_s`` becomes the
-    simulated transfer, every other ``*_s`` the attempt's whole simulated duration (a simulated function has no
-    parts: sampling_s, env_s, inference_s, learning_s, compute_s, parameter_s... each report it)."""
+    simulated transfer, a key of ``parts`` its own simulated seconds (``probe_s``: :func:`with_probe`), every other
+    ``*_s`` the attempt's whole simulated duration (sampling_s, env_s, inference_s, learning_s, compute_s...)."""
+    parts = {"transfer_s": transfer_s, **(parts or {})}
     for table in (header, header.get("extras")):
         if not isinstance(table, dict):
             continue
         for key, value in list(table.items()):
             if key.endswith("_s") and isinstance(value, (int, float)) and not isinstance(value, bool):
-                table[key] = transfer_s if key == "transfer_s" else duration_s
+                table[key] = parts.get(key, duration_s)
+
+
+PROBE_KEY = "probe_s"   # Nitro's probe time in a learner's result (nitro/probe.py PROBE_SECONDS_KEY)
+
+
+def with_probe(*, draw: Draw, model: DurationModel | None, rng: np.random.Generator,
+               result: Message | None) -> tuple[Draw, dict[str, float]]:
+    """A result that reports ``probe_s`` (Nitro's Hessian probe, run inside the learner call after its update): with
+    a ``probe`` model (``model``; None when neither ``simulation.functions`` nor the profile names the kind), the
+    probe's seconds are drawn from it (three more draws, after the attempt's) and added to the attempt's duration,
+    and ``probe_s`` reports them; the learner's model then times the update alone. Else the draw is unchanged and
+    ``probe_s`` is the whole duration, as every other part."""
+    extras = result.header.get("extras") if result is not None else None
+    if model is None or result is None or (PROBE_KEY not in result.header and
+                                           not (isinstance(extras, dict) and PROBE_KEY in extras)):
+        return draw, {}
+    probe_s = draw_attempt(model=model, rng=rng, rows=0, nbytes=0).duration_s
+    total = draw.duration_s + probe_s
+    return Draw(duration_s=total, transfer_s=draw.transfer_s, straggler=draw.straggler, dies=draw.dies,
+                dies_after_s=draw.dies_after_s if draw.dies else total), {PROBE_KEY: probe_s}
