@@ -36,7 +36,7 @@ class DevicesConfig(ConfigSection):
     learners_per_device: int = Field(default=1, ge=1)
     """learner-side functions that share one GPU at once (Stellaris runs 4); CPU slots are cpu_slots"""
     kinds: tuple[str, ...] = LEARNER_SIDE_KINDS
-    """FunctionSpec kinds that lease a device (local runtime only)"""
+    """FunctionSpec kinds that lease a device (local, inline and simulated runtimes)"""
 
 
 class PrewarmConfig(ConfigSection):
