@@ -45,6 +45,7 @@ def test_two_workloads_take_turns_on_one_simulated_device_in_simulated_time(make
         learners = [r for r in own if r["kind"] == "learner" and r["outcome"] == "ok"]
         leases[name] = [(r["device"], r["lease_start_at"], r["lease_end_at"]) for r in learners]
         assert all(r["billed_s"] == 3.0 for r in learners)
+        assert not [r for r in own if r["start_at"] >= learners[-1]["end_at"]]   # a stopped workload holds nothing
     assert leases == {"cartA": [("cpu:0", 1.0, 4.0), ("cpu:0", 7.0, 10.0), ("cpu:0", 13.0, 16.0)],
                       "cartB": [("cpu:0", 4.0, 7.0), ("cpu:0", 10.0, 13.0), ("cpu:0", 16.0, 19.0)]}
     pricing = load_pricing(path=None)
