@@ -69,3 +69,15 @@ def test_without_a_device_limit_each_workload_runs_as_it_would_alone(make_two_wo
     alone_rows = read_metrics(path=alone.run_dir / "metrics.jsonl")
     assert [{k: v for k, v in row.items() if k not in strip} for row in paired] == \
         [{k: v for k, v in row.items() if k not in strip} for row in alone_rows]
+
+
+@pytest.mark.timeout(240)
+def test_the_workloads_share_weights_divide_a_cpu_limit_by_fair_share(make_two_workloads, tmp_path: Path) -> None:
+    """4 actors each (1 s, 1 CPU) on 2 CPUs at equal ``runtime.share_weight``: each workload holds one CPU, so each
+    one's actors start at 0, 1, 2, 3 (FIFO would have run A's four at 0, 0, 1, 1 first); both learners then run 4-7."""
+    results = _pair(make_two_workloads, root=tmp_path / "fair", extra=[
+        "runtime.capacity_cpus=2", "actors.scaling.num_actors=4", "train.max_rounds=1"])
+    for result in results:
+        own = ledger_rows(result.run_dir)
+        assert sorted(r["start_at"] for r in own if r["kind"] == "actor") == [0.0, 1.0, 2.0, 3.0]
+        assert [(r["start_at"], r["end_at"]) for r in own if r["kind"] == "learner"] == [(4.0, 7.0)]

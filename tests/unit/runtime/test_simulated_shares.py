@@ -4,6 +4,10 @@ and end below is derived by hand in the test's comment."""
 
 from __future__ import annotations
 
+import queue
+
+import pytest
+
 from nimbus.config.simulation import DurationModel, SimulationConfig
 from nimbus.cost.ledger import Ledger
 from nimbus.data.codec import Message
@@ -79,3 +83,15 @@ def test_one_simulated_device_serialises_learners_and_leases_are_simulated_secon
     assert (rows["a/actor"].end_at, rows["b/actor"].end_at, rows["b/actor"].device) == (1.0, 1.0, "")
     assert runtime._devices.held_s_by_workload == {"a": 3.0, "b": 3.0}
     runtime.shutdown()
+
+
+def test_a_learner_in_flight_at_shutdown_gives_its_device_back_at_the_simulated_now() -> None:
+    runtime = sim(capacity=None, slots=1)
+    events = runtime.event_queue()
+    runtime.invoke(spec=spec(workload="a", kind="learner"), request=Message())
+    with pytest.raises(queue.Empty):     # nothing ends by 1 s: the clock stands at 1 s, as a real wait times out
+        events.get(timeout=1.0)
+    runtime.shutdown()
+    (row,) = runtime._ledger.records()
+    assert (row.outcome, row.lease_start_at, row.lease_end_at) == ("cancelled", 0.0, 1.0)
+    assert runtime._devices.free() == 1
