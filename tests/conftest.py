@@ -82,6 +82,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
         if loadgroup and groups and "@" not in item.nodeid:
             item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(sorted(groups))}")
+    items[:] = two_node_tests_last(items)
+
+
+def two_node_tests_last(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The tests of cluster_fixtures' two-node cluster right after the last other ray test: every other ray test
+    shares one local Ray, which the cluster replaces; in the middle of the ray group it cost a second start of the
+    local one (5-7 s) after them."""
+    two_nodes = [item for item in items if "ray_two_nodes" in getattr(item, "fixturenames", ())]
+    rest = [item for item in items if item not in two_nodes]
+    ray = [index for index, item in enumerate(rest) if "ray" in item.keywords]
+    return rest[:ray[-1] + 1] + two_nodes + rest[ray[-1] + 1:] if two_nodes and ray else items
 
 
 def xdist_groups(item: pytest.Item) -> list[str]:
