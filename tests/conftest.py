@@ -51,12 +51,15 @@ def run_cli(capsys: pytest.CaptureFixture[str]):
     printed with white space folded (the console wraps long lines). The console script itself:
     tests/integration/test_cli.py."""
     from nimbus.cli import main
+    from nimbus.runtime import pool
 
     def run(*args: str) -> tuple[int, str]:
         try:
             code = main(list(args))
         except SystemExit as exc:   # argparse: usage errors exit 2, --help exits 0
             code = exc.code if isinstance(exc.code, int) else 1
+        finally:   # a refused train leaves the fork server it started early for this process's exit to close; a
+            pool._close_early()   # later test's runtime would adopt it, with this test's environment (PYTHONPATH)
         out, err = capsys.readouterr()
         return code, " ".join((out + err).split())
 
