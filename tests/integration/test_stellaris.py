@@ -137,8 +137,9 @@ def test_impact_learners_in_flight_learn_cartpole(make_shipped_config) -> None:
 @pytest.mark.parametrize(("name", "tasks"), [("stellaris-cartpole", 8)])
 def test_the_same_config_runs_on_ray(ray_local, make_shipped_config, name: str, tasks: int) -> None:
     """The shipped PPO config with only the backend, CPU shares that fit the 2-CPU instance, 2 learners in flight
-    (not 3) and 1 actor (not 2: one Ray worker fewer to start; 8 gradient tasks a round) changed: learners in flight, gradients aggregated by the parameter function, every task settled once.
-    2 actors x 0.5 + 2 learners x 0.25 + the parameter function's 0.25 leave room on the 2 CPUs; with a third learner
+    (not 3) and 1 actor (not 2: one Ray worker fewer to start; 8 gradient tasks a round) changed: learners in
+    flight, gradients aggregated by the parameter function, every task settled once.
+    1 actor x 0.5 + 2 learners x 0.25 + the parameter function's 0.25 leave room on the 2 CPUs; with a third learner
     they asked for all of them and the full instance evicted idle workers to start others (measured: 19 Ray workers
     started for 3 rounds, 121 s, against 5 and 22 s at load 17). One run proves the async_learners workflow on Ray
     (the Ray group is the suite's long pole); IMPACT's learners are the same functions on another loss: its learning
