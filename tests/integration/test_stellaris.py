@@ -134,12 +134,11 @@ def test_impact_learners_in_flight_learn_cartpole(make_shipped_config) -> None:
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize(("name", "tasks"), [("stellaris-cartpole", 8)])
+@pytest.mark.parametrize(("name", "tasks"), [("stellaris-cartpole", 16)])
 def test_the_same_config_runs_on_ray(ray_local, make_shipped_config, name: str, tasks: int) -> None:
-    """The shipped PPO config with only the backend, CPU shares that fit the 2-CPU instance, 2 learners in flight
-    (not 3) and 1 actor (not 2: one Ray worker fewer to start; 8 gradient tasks a round) changed: learners in
-    flight, gradients aggregated by the parameter function, every task settled once.
-    1 actor x 0.5 + 2 learners x 0.25 + the parameter function's 0.25 leave room on the 2 CPUs; with a third learner
+    """The shipped PPO config with only the backend, CPU shares that fit the 2-CPU instance and 2 learners in flight
+    (not 3) changed: learners in flight, gradients aggregated by the parameter function, every task settled once.
+    2 actors x 0.5 + 2 learners x 0.25 + the parameter function's 0.25 leave room on the 2 CPUs; with a third learner
     they asked for all of them and the full instance evicted idle workers to start others (measured: 19 Ray workers
     started for 3 rounds, 121 s, against 5 and 22 s at load 17). One run proves the async_learners workflow on Ray
     (the Ray group is the suite's long pole); IMPACT's learners are the same functions on another loss: its learning
@@ -147,7 +146,7 @@ def test_the_same_config_runs_on_ray(ray_local, make_shipped_config, name: str, 
     config = make_shipped_config(name, overrides=[
         "runtime.backend=ray", "actors.function.cpus=0.5", "functions.gradient_learner.cpus=0.25",
         "functions.parameter.cpus=0.25", "train.max_rounds=3", "train.eval_episodes=0",
-        "stellaris.learners=2", "actors.scaling.num_actors=1"])
+        "stellaris.learners=2"])
     result = train(config=config)
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
     # the stop is seen after round 3; a batch already taken then is finished and written (3 or 4 rows)
