@@ -51,12 +51,15 @@ def run_cli(capsys: pytest.CaptureFixture[str]):
     printed with white space folded (the console wraps long lines). The console script itself:
     tests/integration/test_cli.py."""
     from nimbus.cli import main
+    from nimbus.runtime import pool
 
     def run(*args: str) -> tuple[int, str]:
         try:
             code = main(list(args))
         except SystemExit as exc:   # argparse: usage errors exit 2, --help exits 0
             code = exc.code if isinstance(exc.code, int) else 1
+        finally:   # a refused train leaves the fork server it started early for this process's exit to close; a
+            pool._close_early()   # later test's runtime would adopt it, with this test's environment (PYTHONPATH)
         out, err = capsys.readouterr()
         return code, " ".join((out + err).split())
 
@@ -82,6 +85,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
         if loadgroup and groups and "@" not in item.nodeid:
             item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(sorted(groups))}")
+    items[:] = two_node_tests_last(items)
+
+
+def two_node_tests_last(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The tests of cluster_fixtures' two-node cluster right after the last other ray test: every other ray test
+    shares one local Ray, which the cluster replaces; in the middle of the ray group it cost a second start of the
+    local one (5-7 s) after them."""
+    two_nodes = [item for item in items if "ray_two_nodes" in getattr(item, "fixturenames", ())]
+    rest = [item for item in items if item not in two_nodes]
+    ray = [index for index, item in enumerate(rest) if "ray" in item.keywords]
+    return rest[:ray[-1] + 1] + two_nodes + rest[ray[-1] + 1:] if two_nodes and ray else items
 
 
 def xdist_groups(item: pytest.Item) -> list[str]:

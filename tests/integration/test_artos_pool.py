@@ -21,11 +21,12 @@ COLD_ACTORS = ["algo.num_epochs=200", "runtime.keep_alive_s=0.25", "runtime.prew
 
 def test_monitor_prewarms_actor_workers_once_the_workload_is_stable(make_config) -> None:
     torch.set_num_threads(1)
-    config = make_config(overrides=[*COLD_ACTORS, "train.total_env_steps=4096", "prewarm.mode=monitor",
-                                    "prewarm.stability=1.0"])  # λ 1: stable on a busy 2-core machine too
+    # λ 1: stable on a busy 2-core machine too; a window of 3 rounds (not the default 5): 7 rounds left to act in
+    config = make_config(overrides=[*COLD_ACTORS, "train.total_env_steps=2560", "prewarm.mode=monitor",
+                                    "prewarm.stability=1.0", "prewarm.window=3"])
     result = train(config=config)
     rows = Ledger.load(path=result.run_dir / "ledger.jsonl")
-    assert result.summary.rounds >= 16
+    assert result.summary.rounds == 10
     prewarms = [r for r in rows if r.outcome == "prewarm" and r.function == "actor"]
     assert prewarms, "no actor worker was pre-warmed by the monitor (runtime.prewarm is off)"
     first_learner_end = min(r.end_at for r in rows if r.kind == "learner" and r.outcome == "ok")
@@ -36,7 +37,8 @@ def test_monitor_prewarms_actor_workers_once_the_workload_is_stable(make_config)
 
 def test_monitor_off_prewarms_nothing(make_config) -> None:
     torch.set_num_threads(1)
-    config = make_config(overrides=[*COLD_ACTORS, "train.total_env_steps=2048", "prewarm.mode=none"])
+    config = make_config(overrides=[*COLD_ACTORS, "train.total_env_steps=1536", "prewarm.mode=none",
+                                    "prewarm.stability=1.0", "prewarm.window=3"])   # the monitor above would act
     rows = Ledger.load(path=train(config=config).run_dir / "ledger.jsonl")
     assert not [r for r in rows if r.outcome == "prewarm"]
     assert [r for r in rows if r.function == "actor" and r.cold and r.outcome == "ok"]  # cold starts did occur

@@ -44,6 +44,7 @@ def test_same_seed_gives_the_same_rounds_on_local_and_ray(ray_local, make_config
 
 @pytest.mark.redis
 def test_redis_store_on_ray_deletes_each_batch_once_consumed(ray_local, redis_server, make_config) -> None:
+    """One actor (one Ray worker fewer to start): the batch is the driver's, whatever the actors."""
     import redis
 
     server = redis_server()
@@ -62,7 +63,8 @@ def test_redis_store_on_ray_deletes_each_batch_once_consumed(ray_local, redis_se
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     result = train(config=make_config(overrides=RAY + ["store.backend=redis", f"store.url={server.url}",
-                                                       "train.max_rounds=6"]))
+                                                       "train.max_rounds=6", "actors.scaling.num_actors=1",
+                                                       "algo.minibatch_size=128"]))
     done.set()
     watcher.join()
     assert result.summary.rounds == 6

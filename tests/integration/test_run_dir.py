@@ -1,6 +1,7 @@
 """A run directory belongs to one ``nimbus train`` at a time and is never reused as a new run (#28.4); torn
 JSON-lines files (a killed driver, a full disk) are skipped by readers and cut before a resume appends (#28.6).
-Real ``nimbus train`` subprocesses with tiny step counts."""
+Real ``nimbus train`` subprocesses with tiny step counts, inline (runtime/inline.py): the subject is the run directory,
+which the driver writes whatever backend computes the rounds; a forked pool cost each run ~3 s of start-up."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from nimbus.errors import CheckpointError
 from nimbus.run.loop import train
 
 REPO = Path(__file__).resolve().parents[2]
-QUIET = ["--set", "output.status_line=false", "--set", "train.eval_episodes=0", "--set", "output.report=false"]
+QUIET = ["--set", "output.status_line=false", "--set", "train.eval_episodes=0", "--set", "output.report=false",
+         "--set", "runtime.backend=inline"]
 
 
 def nimbus(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess:
@@ -131,7 +133,8 @@ def test_a_full_disk_at_a_checkpoint_is_one_clear_error_and_keeps_the_previous(
 
     monkeypatch.setattr(ckpt_mod, "_write_file", disk_full_from_round_4)
     with pytest.raises(CheckpointError) as full:
-        train(config=make_config(overrides=["train.max_rounds=6", "train.checkpoint_every_rounds=2"]),
+        train(config=make_config(overrides=["train.max_rounds=6", "train.checkpoint_every_rounds=2",
+                                            "runtime.backend=inline"]),
               run_dir=tmp_path / "run")
     checkpoints = tmp_path / "run" / "checkpoints"
     assert str(full.value) == (f"checkpoint of round 4 not written to {checkpoints}: No space left on device "

@@ -3,7 +3,9 @@
 MLflow's SQLite store) is read back and compared with metrics.jsonl row by row, under the documented names
 (docs/tracking.md, written out here rather than taken from report/trackers.py); the resolved config and the
 artifacts (summary.json, report.png) are there. A run ended by an exception leaves its tracker runs failed; one
-stopped by SIGINT finishes them with the artifacts."""
+stopped by SIGINT finishes them with the artifacts. The runs are inline (runtime/inline.py): the subject is what
+the trackers store, which the driver writes whatever backend computed the rows; a forked pool cost each run ~3 s
+of fork-server start-up."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ pytest.importorskip("wandb")
 pytest.importorskip("mlflow")
 
 ROUNDS = 4
+INLINE = "runtime.backend=inline"
 OWN_NAME = ("eval/", "staleness/")   # extras under their own name; every other extra under control/
 
 
@@ -48,7 +51,7 @@ def expected_scalars(row: dict[str, Any]) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def tracked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[dict[str, Any]]]:
     config = cartpole_config(tmp_path=tmp_path_factory.mktemp("runs"),
-                             overrides=[f"train.max_rounds={ROUNDS}", "output.report=true",
+                             overrides=[f"train.max_rounds={ROUNDS}", "output.report=true", INLINE,
                                         "output.loggers=[tensorboard, wandb, mlflow]",
                                         "output.wandb.project=nimbus-test"])
     result = train(config=config)
@@ -126,7 +129,7 @@ def test_a_run_ended_by_an_exception_leaves_its_tracker_runs_failed(tmp_path: Pa
     from mlflow.tracking import MlflowClient
 
     config = cartpole_config(tmp_path=tmp_path, overrides=[
-        "env.id=nimbus/RaisingCartPole-v0", "actors.function.max_retries=0", "output.loggers=[wandb, mlflow]",
+        "env.id=nimbus/RaisingCartPole-v0", "actors.function.max_retries=0", "output.loggers=[wandb, mlflow]", INLINE,
         "output.wandb.project=nimbus-test"])
     with pytest.raises(Exception, match="injected error on every step"):
         train(config=config)
@@ -143,7 +146,7 @@ def test_sigint_finishes_the_tracker_runs_with_every_round_and_the_artifacts(tmp
     from mlflow.tracking import MlflowClient
 
     sets = [f"output.root_dir={tmp_path}", "output.loggers=[mlflow]", "output.report=true",
-            "output.status_line=false", "train.eval_episodes=0", "train.total_env_steps=10000000"]
+            "output.status_line=false", "train.eval_episodes=0", "train.total_env_steps=10000000", INLINE]
     driver = subprocess.Popen([sys.executable, "-m", "nimbus.cli", "train", str(REPO / "configs/ppo-cartpole.yaml"),
                                *[item for s in sets for item in ("--set", s)]], stderr=subprocess.PIPE, text=True,
                               env=os.environ.copy())
@@ -172,7 +175,7 @@ def test_resume_continues_the_same_tracker_runs(tmp_path: Path) -> None:
     from tests.unit.report.tracker_files import wandb_records
 
     def config(rounds: int):
-        return cartpole_config(tmp_path=tmp_path, overrides=[f"train.max_rounds={rounds}",
+        return cartpole_config(tmp_path=tmp_path, overrides=[f"train.max_rounds={rounds}", INLINE,
                                                              "output.loggers=[mlflow, wandb]",
                                                              "output.wandb.project=nimbus-test"])
 
@@ -192,7 +195,7 @@ def test_resume_continues_the_same_tracker_runs(tmp_path: Path) -> None:
     assert sorted(wandb_history(first.run_dir)) == [row["env_steps"] for row in rows]
 
 
-POPULATION = ["train.max_rounds=2", "algo.minibatch_size=64", "actors.scaling={kind: fixed, num_actors: 1}",
+POPULATION = ["train.max_rounds=2", INLINE, "algo.minibatch_size=64", "actors.scaling={kind: fixed, num_actors: 1}",
               "pbt={members: 2, interval_rounds: 1, fraction: 0.5, "
               "hyperparameters: {lr: {low: 1.0e-5, high: 1.0e-2, log: true}}}",
               "output.loggers=[wandb, mlflow]", "output.wandb.project=nimbus-test", "output.report=true"]
@@ -229,7 +232,7 @@ def test_each_workload_has_its_own_tracker_run(make_two_workloads) -> None:
 
     from nimbus.run.workloads import train_workloads
 
-    results = train_workloads(configs=make_two_workloads(["train.max_rounds=2", "output.loggers=[mlflow]"]))
+    results = train_workloads(configs=make_two_workloads(["train.max_rounds=2", "output.loggers=[mlflow]", INLINE]))
     for result in results:
         rows = read_metrics(path=result.run_dir / "metrics.jsonl")
         ids = json.loads((result.run_dir / "trackers.json").read_text())["mlflow"]

@@ -50,3 +50,17 @@ def test_a_full_disk_is_one_clear_line_with_exit_1(monkeypatch, capsys) -> None:
 def test_other_os_errors_are_not_called_a_full_disk(monkeypatch) -> None:
     with pytest.raises(PermissionError):
         _main_raising(monkeypatch, PermissionError(errno.EACCES, "Permission denied"))
+
+
+def test_a_refused_train_in_this_process_leaves_no_fork_server_for_the_next_test(run_cli, tmp_path) -> None:
+    """tests/conftest.py's run_cli closes the fork server ``nimbus train`` starts before it reads the config
+    (runtime/pool.py start_early): left behind, the next local runtime of the test process adopted it, with the
+    refused test's environment (test_custom_env_model's corridor was not importable after test_cli's exit 2)."""
+    from pathlib import Path
+
+    from nimbus.runtime import pool
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "ppo-cartpole.yaml"
+    code, said = run_cli("train", str(config), "--set", "env.id=NoSuchEnv-v0", "--set", f"output.root_dir={tmp_path}")
+    assert code == 2, said
+    assert "server" not in pool._early
