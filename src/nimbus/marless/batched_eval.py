@@ -1,12 +1,14 @@
 """Greedy multi-agent evaluation, many episodes at once (marless/evaluate.py's path without exploration or video).
 
 Episode ``k`` is played on an env reset with seed ``seed + k``, as one-at-a-time evaluation plays it, but up to
-``len(envs)`` episodes run together (``NUM_ENVS`` in evaluation): each step, every live env's agents are grouped by policy (and by whether the env
-gives them an action mask) and each group takes one forward pass, then every env steps. An env whose episode ends
-starts the next unplayed episode. Greedy actions draw no random numbers, so an episode's returns depend only on
-its seed and the policies, not on which env plays it or beside which episodes: for an env whose ``reset(seed=...)``
-determines the episode (PettingZoo's contract), the returns are those of one-at-a-time play (tests/unit/marless/
-test_batched_eval.py checks them equal on simple_spread, simple_adversary, agents that finish early and masks).
+``len(envs)`` episodes run together (``NUM_ENVS`` in evaluation): each step, every live env's agents are grouped by
+policy (and by whether the env gives them an action mask), each group takes one forward pass, then every env steps.
+An env whose episode ends starts the next unplayed episode. Greedy actions draw no random numbers, so an episode's
+actions depend only on its seed and the policies, not on which env plays it or beside which episodes, except that a
+forward over many rows sums in another order than a one-row forward: arg-max (Discrete) actions are those of
+one-at-a-time play unless two scores tie to rounding, Box actions agree to rounding
+(tests/unit/marless/test_batched_eval.py). This needs an env whose ``reset(seed=...)`` determines the episode
+(PettingZoo's contract).
 
 Example::
 
@@ -43,7 +45,8 @@ class _Episode:
 
 
 def play_greedy(*, envs: list[Any], algo: Any, models: dict[str, torch.nn.Module],
-                agent_policy: dict[str, str], agent_order: list[str], agent_id: bool, episodes: int, seed: int) -> list[dict[str, float]]:
+                agent_policy: dict[str, str], agent_order: list[str], agent_id: bool, episodes: int,
+                seed: int) -> list[dict[str, float]]:
     """Each episode's per-agent returns (keys in ``agent_policy`` order), in episode order, played on ``envs`` (built
     alike; the caller closes them); ``agent_order``: the env's sorted agents (the one-hot's index when ``agent_id``)."""
     playing = [_Episode(env=env) for env in envs]

@@ -6,8 +6,9 @@ episode ``k`` on seed ``seed + k`` (with an env that gives action masks, envs/ma
 actions only, greedy or sampled from the same masked distribution as in training). An episode's global return is the
 mean over agents of their returns (MARLess's metric); each agent's mean return over the episodes is reported beside
 it. Greedy evaluation without video (the periodic and final evaluations of a run) plays ``NUM_ENVS`` episodes at
-once, one forward per policy per step (marless/batched_eval.py: the same returns); sampled or filmed episodes are
-played one after another on one env, so sampling draws from torch's RNG (seeded ``seed``) in a fixed order.
+once, one forward per policy per step (marless/batched_eval.py: the same episodes; Box actions agree to rounding);
+sampled or filmed episodes are played one after another on one env, so sampling draws from torch's RNG (seeded
+``seed``) in a fixed order.
 
 Example::
 
@@ -55,7 +56,7 @@ def evaluate_agents(*, config: NimbusConfig, algo: Any, weights: dict[str, Messa
                     episodes: int, seed: int, explore: bool = False, video_dir: Path | None = None) -> MarlessEvalResult:
     """``episodes`` episodes on seeds ``seed``, ``seed + 1``...; ``weights``: each policy in use, by name;
     ``video_dir``: record each episode there as ``eval-episode-<k>.mp4``. Greedy without video, the episodes are
-    played many at once (marless/batched_eval.py: the same episodes, the same returns); otherwise one at a time."""
+    played many at once (marless/batched_eval.py: the same episodes); otherwise one at a time."""
     torch.manual_seed(seed)
     if explore or video_dir is not None:
         played, filmed = _play_one_at_a_time(config=config, algo=algo, weights=weights, agent_policy=agent_policy,
