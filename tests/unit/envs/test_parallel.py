@@ -150,3 +150,15 @@ def test_good_bad_env_passes() -> None:
     for _ in range(2):
         run_episode(env)
     parallel_api_test(functools.partial(bad_env)(), num_cycles=10)
+
+
+def test_a_space_the_env_returns_unchanged_is_not_compared_by_value_each_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """simple_spread returns the same space objects at every call: the checker compares them by identity, not with
+    Box's ``__eq__`` (np.isclose on the bounds, 10 % of an IPPO run's time); a space that is a new object is still
+    compared by value (test_contract_errors_name_env_agent_and_step: a changed space raises)."""
+    env = make_parallel_env(env_id="mpe2:simple_spread_v3", seed=0, kwargs={"N": 3, "max_cycles": 25})
+    compared = []
+    box_eq = gym.spaces.Box.__eq__
+    monkeypatch.setattr(gym.spaces.Box, "__eq__", lambda self, other: compared.append(1) or box_eq(self, other))
+    run_episode(env)
+    assert compared == []
