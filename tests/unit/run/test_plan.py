@@ -49,7 +49,7 @@ def test_plan_simulate_runs_each_seed_and_prints_rows_and_intervals(run_cli, tmp
 
 
 @pytest.mark.parametrize(("args", "key"), [
-    (("--set", "devices.pool=on_demand"), "devices.pool"),
+    (("--set", "devices.pool=on_demand", "--set", "devices.kind=cuda"), "devices.kind"),   # simulated devices: CPU
     (("--set", "actors.scaling.num_actors=0"), "actors.scaling.num_actors"),
 ])
 def test_plan_simulate_refuses_what_the_simulated_backend_refuses(run_cli, tmp_path: Path, args, key) -> None:
