@@ -19,6 +19,10 @@ run: setup
 # trained run). `make test TEST_WORKERS=0` runs them in one process.
 TEST_WORKERS ?= 2
 test test-fast: export PYTEST_ADDOPTS := $(PYTEST_ADDOPTS) -n $(TEST_WORKERS) --dist loadgroup
+# Bytecode caches on while testing, whatever the environment says (PYTHONDONTWRITEBYTECODE=1 on this machine): without
+# them each xdist worker rewrites every test module and every interpreter a test starts (CLI runs, spawned and Ray
+# workers) compiles nimbus again. Collecting the suite: 17 s without, 8 s with (docs/guide.md).
+test test-fast: export PYTHONDONTWRITEBYTECODE :=
 
 test: setup
 	$(VENV)/bin/python -m pytest -q
