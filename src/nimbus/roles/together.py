@@ -4,26 +4,16 @@ policy, gymnasium envs) and marless/batched_eval.py (agents, PettingZoo parallel
 Episode ``k`` is played on an env reset with seed ``seed + k``, as one-at-a-time evaluation plays it, but up to
 ``len(envs)`` episodes run together: each step the caller's ``act`` chooses every live episode's actions at once (one
 forward over their rows), then each env steps (``step``); an env whose episode ends starts the next unplayed episode
-there and then. Live episodes are handed to ``act`` in their envs' or their episodes' order (``order``). Greedy actions draw no random numbers, so an
-episode depends only on its seed and the policies, not on which env plays it or beside which episodes, up to the
-rounding of a forward over many rows (it sums in another order than a one-row forward). Torch runs on one thread
+there and then. Live episodes are handed to ``act`` in their envs' or their episodes' order (``order``). Greedy
+actions draw no random numbers, so an episode depends only on its seed and the policies, not on which env plays it or
+beside which episodes, up to the rounding of a forward over many rows (it sums in another order than a one-row
+forward; the rows' order too). Torch runs on one thread
 meanwhile: forwards of a few to ~100 rows, where two threads' barrier on a loaded machine cost ms a call.
 
-Example::
+Example (roles/evaluate.py ``_greedy_together``, whose ``_Episode`` keeps an env, its last observation, its return and
+``over``)::
 
-    @dataclass(eq=False)
-    class Episode:
-        env: gym.Env
-        obs: np.ndarray
-        total: float = 0.0
-        over: bool = False
-
-    def step(episode, action):
-        episode.obs, reward, terminated, truncated, _ = episode.env.step(action)
-        episode.total, episode.over = episode.total + reward, terminated or truncated
-
-    played = play_together(envs=envs, episodes=100, seed=30_000, step=step, order="episode",
-                           start=lambda *, env, seed: Episode(env=env, obs=env.reset(seed=seed)[0]),
+    played = play_together(envs=envs, episodes=100, seed=30_000, start=_start, step=_step, order="episode",
                            act=lambda live: policy.actions(obs=np.stack([e.obs for e in live]), explore=False))
     played[7].total     # episode 7's return (its env reset with seed 30_007)
 """
