@@ -44,7 +44,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -52,13 +51,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nimbus.analysis.stats import aggregate
 from nimbus.config import load_config
 from nimbus.cost.ledger import Ledger
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _artos import QUIET, iqm_interval, recent_return, write_runs  # noqa: E402
 from _common import interval_cell  # noqa: E402
 from artos_profiles import PROFILES, learner_median_s, resident_learner, take_profiles  # noqa: E402
 
@@ -66,8 +65,6 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 MIN_WAVES = 4       # lockstep: waves of every actor's fragment a run needs (below)
 SKIP_ROUNDS = 6     # prewarm: round 0's start-up, then the monitor's first full window (5 rounds)
-QUIET = ("train.eval_episodes=0", "train.target_return=null", "output.loggers=[]", "output.report=false",
-         "output.status_line=false", "train.checkpoint_every_rounds=100000")
 # config → (actors, env steps, overrides): the paper's settings where this machine can compute the learning
 PAPER = {
     "sac-pendulum": (4, 8192, ("actors.fragment_steps=512",)),
@@ -144,23 +141,10 @@ def one_run(*, experiment: str, arm: str, name: str, seed: int, args: argparse.N
             "round_s_mean": float(np.mean([r["round_s"] for r in counted])),
             "learner_call_s": sum(float(r["extras"].get("learner_call_s", r.get("learning_s") or 0.0)) for r in rows),
             "wall_s": float(rows[-1]["wall_s"]), "cost_usd": float(result.summary.serverless_cost_usd),
-            "curve": [(float(r["wall_s"]), _return(r)) for r in rows],
+            "curve": [(float(r["wall_s"]), recent_return(r)) for r in rows],
             "cold_actor_attempts": sum(r.cold for r in actors), "actor_attempts": len(actors),
             "prewarmed_workers": sum(r.outcome == "prewarm" and r.cold and r.kind == "actor" for r in ledger),
             "final_return": result.summary.final_return, "real_s": time.perf_counter() - started}
-
-
-def _return(row: dict) -> float:
-    value = row["extras"].get("recent_return_mean")
-    return float("nan") if value is None else float(value)
-
-
-def interval(values: list[float]) -> dict | None:
-    values = [v for v in values if v is not None and np.isfinite(v)]
-    if not values:
-        return None
-    found = aggregate(scores_by_task=[np.asarray(values, dtype=np.float64)], statistic="iqm")
-    return {"iqm": found.point, "low": found.low, "high": found.high, "runs": len(values)}
 
 
 def return_at(*, run: dict, budget_s: float) -> float | None:
@@ -178,10 +162,10 @@ def summarize(*, runs: list[dict], arms: tuple[str, str]) -> dict:
         budget = min(float(np.median([r["wall_s"] for r in rs])) for rs in mine.values() if rs)
         cell: dict = {"equal_time_budget_s": budget}
         for arm, rs in mine.items():
-            cell[arm] = {key: interval([r[key] for r in rs]) for key in
+            cell[arm] = {key: iqm_interval([r[key] for r in rs]) for key in
                          ("update_s_per_step", "round_s_mean", "wall_s", "cost_usd", "final_return",
                           "cold_actor_attempts", "prewarmed_workers")}
-            cell[arm]["return_at_equal_time"] = interval([return_at(run=r, budget_s=budget) for r in rs])
+            cell[arm]["return_at_equal_time"] = iqm_interval([return_at(run=r, budget_s=budget) for r in rs])
             cell[arm]["learner_share"] = float(np.mean([r["learner_call_s"] / r["wall_s"] for r in rs]))
         first, second = arms
         key = "update_s_per_step" if arms == ("lockstep", "async") else "round_s_mean"
@@ -273,11 +257,7 @@ def main() -> None:
     summary = summarize(runs=runs, arms=arms)
     output = args.output or RESULTS / f"artos_paper_scale_{args.experiment}.json"
     if not args.smoke:
-        output.write_text(json.dumps({
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                        "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
-                        "real_s": time.perf_counter() - started},
-            "command": " ".join(sys.argv), "runs": runs, "summary": summary}, indent=1))
+        write_runs(path=output, runs=runs, summary=summary, started_s=started, load_before=load_before)
     print(markdown(summary=summary, arms=arms, experiment=args.experiment))
 
 

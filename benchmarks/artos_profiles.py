@@ -30,11 +30,12 @@ from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
 from nimbus.runtime.simulated_fit import fit_model, fit_profile, first_attempts, write_profile
 
+import _artos  # (beside this file: the scripts that import this one put the folder on sys.path)
+
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = {name: f"artos_{name}_profile.yaml" for name in
             ("sac-pendulum", "dqn-cartpole", "impala-cartpole", "ppo-cartpole")}
-QUIET = ("train.eval_episodes=0", "train.target_return=null", "output.loggers=[]", "output.report=false",
-         "output.status_line=false", "train.checkpoint_every_rounds=100000", "seed=0")
+QUIET = (*_artos.QUIET, "seed=0")   # one seed: a profile is fitted from one run per setting
 # config → (env steps of the real run, its overrides): 2 actors on this machine, the paper scale's fragments
 OFFPOLICY_RUNS = {
     "sac-pendulum": (4096, ("actors.fragment_steps=512",)),

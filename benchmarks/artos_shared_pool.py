@@ -33,10 +33,8 @@ Run:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -44,7 +42,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nimbus.analysis.stats import aggregate
 from nimbus.config import load_config
 from nimbus.cost.ledger import Ledger
 from nimbus.report.metrics import read_metrics
@@ -53,14 +50,13 @@ from nimbus.run.summary import TrainResult
 from nimbus.run.workloads import train_workloads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _artos import QUIET, iqm_interval, recent_return, write_runs  # noqa: E402
 from _common import interval_cell  # noqa: E402
 from artos_profiles import PROFILES, resident_learner  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 CONFIG = "ppo-cartpole"
-QUIET = ("train.eval_episodes=0", "train.target_return=null", "output.loggers=[]", "output.report=false",
-         "output.status_line=false", "train.checkpoint_every_rounds=100000")
 FIGURES = ("makespan_s", "round_s_mean", "cost_usd", "cpu_s_held", "device_s_held", "cpu_utilisation",
            "device_utilisation", "return_at_equal_time", "final_return")
 log = logging.getLogger("artos_shared_pool")
@@ -108,13 +104,8 @@ def figures(*, arm: str, seed: int, results: list[TrainResult], held_s: list[flo
             "cost_usd": float(sum(r.summary.serverless_cost_usd for r in results)),
             "cpu_s_held": cpu_s_held, "device_s_held": device_s_held,
             "cpu_utilisation": busy_cpu_s / cpu_s_held, "device_utilisation": lease_s / device_s_held,
-            "curves": [[(float(row["wall_s"]), _return(row)) for row in own] for own in rows],
-            "final_return": float(np.nanmean([_return(own[-1]) for own in rows]))}
-
-
-def _return(row: dict) -> float:
-    value = row["extras"].get("recent_return_mean")
-    return float("nan") if value is None else float(value)
+            "curves": [[(float(row["wall_s"]), recent_return(row)) for row in own] for own in rows],
+            "final_return": float(np.nanmean([recent_return(own[-1]) for own in rows]))}
 
 
 def return_at(*, run: dict, budget_s: float) -> float | None:
@@ -127,14 +118,6 @@ def return_at(*, run: dict, budget_s: float) -> float | None:
     return float(np.mean(found)) if len(found) == len(run["curves"]) else None
 
 
-def interval(values: list[float | None]) -> dict | None:
-    values = [v for v in values if v is not None and np.isfinite(v)]
-    if not values:
-        return None
-    found = aggregate(scores_by_task=[np.asarray(values, dtype=np.float64)], statistic="iqm")
-    return {"iqm": found.point, "low": found.low, "high": found.high, "runs": len(values)}
-
-
 def summarize(*, runs: list[dict], arms: list[str]) -> dict:
     """Per arm: each figure's IQM interval over seeds; per shared arm: its ratios to ``own`` (IQMs and per seed)."""
     by_arm = {arm: sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["seed"]) for arm in arms}
@@ -144,7 +127,7 @@ def summarize(*, runs: list[dict], arms: list[str]) -> dict:
             run["return_at_equal_time"] = return_at(run=run, budget_s=budget)
     out: dict = {"equal_time_budget_s": budget}
     for arm, rs in by_arm.items():
-        out[arm] = {key: interval([r[key] for r in rs]) for key in FIGURES}
+        out[arm] = {key: iqm_interval([r[key] for r in rs]) for key in FIGURES}
         if arm != "own" and by_arm.get("own"):
             own = {r["seed"]: r for r in by_arm["own"]}
             out[arm]["per_seed_over_own"] = {key: [r[key] / own[r["seed"]][key] for r in rs if r["seed"] in own]
@@ -210,11 +193,7 @@ def main() -> None:
             runs.append(run)
     summary = summarize(runs=runs, arms=arms)
     if not args.smoke:
-        args.output.write_text(json.dumps({
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                        "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
-                        "real_s": time.perf_counter() - started},
-            "command": " ".join(sys.argv), "runs": runs, "summary": summary}, indent=1))
+        write_runs(path=args.output, runs=runs, summary=summary, started_s=started, load_before=load_before)
     print(markdown(summary=summary, arms=arms, workloads=args.workloads))
 
 

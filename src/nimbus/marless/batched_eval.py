@@ -3,7 +3,8 @@
 Episode ``k`` is played on an env reset with seed ``seed + k``, as one-at-a-time evaluation plays it, but up to
 ``len(envs)`` episodes run together (``NUM_ENVS`` in evaluation): each step, every live env's agents are grouped by
 policy (and by whether the env gives them an action mask), each group takes one forward pass, then every env steps.
-An env whose episode ends starts the next unplayed episode. Greedy actions draw no random numbers, so an episode's
+An env whose episode ends starts the next unplayed episode (roles/together.py, which roles/evaluate.py's greedy
+evaluation of one policy shares; forwards on one torch thread). Greedy actions draw no random numbers, so an episode's
 actions depend only on its seed and the policies, not on which env plays it or beside which episodes, except that a
 forward over many rows sums in another order than a one-row forward: arg-max (Discrete) actions are those of
 one-at-a-time play unless two scores tie to rounding, Box actions agree to rounding
@@ -20,8 +21,7 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,19 +29,20 @@ import torch
 
 from nimbus.envs.masks import masks_from
 from nimbus.marless.agent_id import append_agent_id
+from nimbus.roles.together import play_together
 
 NUM_ENVS = 32   # episodes played together (100 greedy simple_spread episodes: 2.5 s one at a time, see docs/marless.md)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Episode:
-    """One env and the episode it is playing."""
+    """One env and the episode it is playing (roles/together.py)."""
 
     env: Any
-    index: int = -1                       # which episode (seed + index); -1 once no episode is left for this env
-    obs: dict[str, Any] = field(default_factory=dict)
-    infos: dict[str, Any] = field(default_factory=dict)
-    returns: dict[str, float] = field(default_factory=dict)
+    obs: dict[str, Any]
+    infos: dict[str, Any]
+    returns: dict[str, float]
+    over: bool = False
 
 
 def play_greedy(*, envs: list[Any], algo: Any, models: dict[str, torch.nn.Module],
@@ -49,41 +50,25 @@ def play_greedy(*, envs: list[Any], algo: Any, models: dict[str, torch.nn.Module
                 seed: int) -> list[dict[str, float]]:
     """Each episode's per-agent returns (keys in ``agent_policy`` order), in episode order, played on ``envs`` (built
     alike; the caller closes them); ``agent_order``: the env's sorted agents (the one-hot's index when ``agent_id``)."""
-    playing = [_Episode(env=env) for env in envs]
-    done: list[dict[str, float] | None] = [None] * episodes
-    pending = iter(range(episodes))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)   # forwards of ~100 rows; with 2 threads on a loaded machine a call took 7 ms, not 0.1
-    try:
-        for slot in playing:
-            _refill(slot=slot, pending=pending, done=done, seed=seed, agent_policy=agent_policy)
-        while live := [slot for slot in playing if slot.index >= 0]:
-            actions = _greedy_actions(slots=live, algo=algo, models=models, agent_policy=agent_policy,
-                                      agent_order=agent_order, agent_id=agent_id)
-            for slot, chosen in zip(live, actions):
-                slot.obs, rewards, _, _, slot.infos = slot.env.step(chosen)
-                for agent, reward in rewards.items():
-                    slot.returns[agent] += float(reward)
-                if not slot.env.agents:
-                    done[slot.index] = slot.returns
-                    _refill(slot=slot, pending=pending, done=done, seed=seed, agent_policy=agent_policy)
-    finally:
-        torch.set_num_threads(threads)
-    return [returns for returns in done if returns is not None]
+    def start(*, env: Any, seed: int) -> _Episode:   # seed: the episode's; one whose reset leaves no agent is over
+        obs, infos = env.reset(seed=seed)
+        return _Episode(env=env, obs=obs, infos=infos, returns={agent: 0.0 for agent in agent_policy},
+                        over=not env.agents)
+
+    def act(live: list[_Episode]) -> list[dict[str, Any]]:
+        return _greedy_actions(slots=live, algo=algo, models=models, agent_policy=agent_policy,
+                               agent_order=agent_order, agent_id=agent_id)
+
+    played = play_together(envs=envs, episodes=episodes, seed=seed, start=start, act=act, step=_step,
+                           order="env")
+    return [episode.returns for episode in played]
 
 
-def _refill(*, slot: _Episode, pending: Iterator[int], done: list[dict[str, float] | None], seed: int,
-            agent_policy: dict[str, str]) -> None:
-    """Start the next unplayed episode ``k`` on ``slot``'s env (reset with seed ``seed + k``); an episode whose reset
-    leaves no agent is over at once, as one-at-a-time play has it. ``slot.index`` -1: no episode left."""
-    for index in pending:
-        slot.index = index
-        slot.obs, slot.infos = slot.env.reset(seed=seed + index)
-        slot.returns = {agent: 0.0 for agent in agent_policy}
-        if slot.env.agents:
-            return
-        done[index] = slot.returns
-    slot.index = -1
+def _step(episode: _Episode, actions: dict[str, Any]) -> None:
+    episode.obs, rewards, _, _, episode.infos = episode.env.step(actions)
+    for agent, reward in rewards.items():
+        episode.returns[agent] += float(reward)
+    episode.over = not episode.env.agents
 
 
 def _greedy_actions(*, slots: list[_Episode], algo: Any, models: dict[str, torch.nn.Module],

@@ -34,6 +34,7 @@ from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import CheckpointError
 from nimbus.models.distributions import clip_action
 from nimbus.models.weights import load_model
+from nimbus.roles.together import play_together
 
 log = logging.getLogger(__name__)
 NUM_ENVS = 16   # greedy evaluation: episodes played together
@@ -115,33 +116,35 @@ def _one_at_a_time(*, env: gym.Env, policy: LoadedPolicy, episodes: int, seed: i
     return returns
 
 
+@dataclass(eq=False)
+class _Episode:
+    """One greedy episode played together with others (roles/together.py): its env, last observation and return."""
+
+    env: gym.Env
+    obs: np.ndarray
+    total: float = 0.0
+    over: bool = False
+
+
 def _greedy_together(*, envs: list[gym.Env], policy: LoadedPolicy, episodes: int, seed: int) -> list[float]:
     """Each greedy episode's return, episode k reset with seed + k as one at a time, ``len(envs)`` episodes stepped
-    together with one forward per step (an env whose episode ends takes the next). Greedy actions draw no random
-    numbers, so the episodes are those of one-at-a-time play, up to the rounding of a forward over many rows (an
-    arg-max flips only where two actions tie to rounding; Box actions move in their last bits)."""
-    pending, returns = iter(range(episodes)), [0.0] * episodes
-    playing: list[list[Any]] = []   # [env, episode, obs]
-    for env in envs:
-        for episode in pending:
-            playing.append([env, episode, env.reset(seed=seed + episode)[0]])
-            break
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)   # forwards of a few rows: two threads' barrier on a loaded machine cost ms a call
-    try:
-        while playing:
-            actions = policy.actions(obs=np.stack([slot[2] for slot in playing]), explore=False)
-            for slot, action in zip(list(playing), actions):
-                slot[2], reward, terminated, truncated, _ = slot[0].step(action.item() if action.ndim == 0 else action)
-                returns[slot[1]] += float(reward)
-                if terminated or truncated:
-                    playing.remove(slot)
-                    for episode in pending:
-                        playing.append([slot[0], episode, slot[0].reset(seed=seed + episode)[0]])
-                        break
-    finally:
-        torch.set_num_threads(threads)
-    return returns
+    together with one forward per step (roles/together.py). Greedy actions draw no random numbers, so the episodes
+    are those of one-at-a-time play, up to the rounding of a forward over many rows (an arg-max flips only where two
+    actions tie to rounding; Box actions move in their last bits)."""
+    played = play_together(envs=envs, episodes=episodes, seed=seed, start=_start, step=_step, order="episode",
+                           act=lambda live: policy.actions(obs=np.stack([episode.obs for episode in live]),
+                                                           explore=False))
+    return [episode.total for episode in played]
+
+
+def _start(*, env: gym.Env, seed: int) -> _Episode:
+    return _Episode(env=env, obs=env.reset(seed=seed)[0])
+
+
+def _step(episode: _Episode, action: np.ndarray) -> None:
+    episode.obs, reward, terminated, truncated, _ = episode.env.step(action.item() if action.ndim == 0 else action)
+    episode.total += float(reward)
+    episode.over = terminated or truncated
 
 
 def _with_video(*, env: gym.Env, video_dir: Path, seed: int) -> tuple[gym.Env, Path | None]:

@@ -138,12 +138,8 @@ def _train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | N
             workflow.prewarm()
         reasons = members.drive_until_stopped(on_failure=lambda i, error: False)
         wall_s = clock() - started
-        results = []
-        for config, workflow, view, reason in zip(configs, members.workflows, views, reasons):
-            summary = finish(config=config, workflow=workflow, shared=view, wall_s=wall_s, stopped_by=reason,
-                             peak_actors=workflow.decision.num_actors)
-            write_summary(run_dir=workflow.system.run_dir, summary=summary)
-            results.append(TrainResult(run_dir=workflow.system.run_dir, summary=summary, rows=[]))
+        results = _summaries(configs=configs, workflows=members.workflows, views=views, reasons=reasons,
+                             wall_s=wall_s)
     finally:
         for workflow in members.workflows:
             workflow.close()
@@ -160,4 +156,16 @@ def _train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | N
             from nimbus.report.render import render_report
             render_report(run_dir=result.run_dir)
     members.raise_if_store_lost(where=pool_dir.parent)
+    return results
+
+
+def _summaries(*, configs: list[NimbusConfig], workflows: list[Any], views: list[Shared], reasons: list[str],
+               wall_s: float) -> list[TrainResult]:
+    """Each workload's summary (written to its summary.json), with the pool's ``wall_s``."""
+    results = []
+    for config, workflow, view, reason in zip(configs, workflows, views, reasons):
+        summary = finish(config=config, workflow=workflow, shared=view, wall_s=wall_s, stopped_by=reason,
+                         peak_actors=workflow.decision.num_actors)
+        write_summary(run_dir=workflow.system.run_dir, summary=summary)
+        results.append(TrainResult(run_dir=workflow.system.run_dir, summary=summary, rows=[]))
     return results

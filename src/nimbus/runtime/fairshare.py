@@ -12,7 +12,10 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from nimbus.runtime.devices import DevicePool
 
 
 def fair_pick(*, queued: Sequence[str], busy_cpus: Mapping[str, float], weights: Mapping[str, float]) -> int:
@@ -42,3 +45,16 @@ def next_index(*, queue: Iterable[Any], slots: Iterable[Any], weights: Mapping[s
         if slot.attempt is not None:
             busy[slot.spec.workload] = busy.get(slot.spec.workload, 0.0) + slot.spec.resources.cpus
     return fair_pick(queued=[invocation.spec.workload for invocation in queue], busy_cpus=busy, weights=weights)
+
+
+def next_placeable(*, queue: Sequence[Any], slots: Iterable[Any], weights: Mapping[str, float],
+                   devices: DevicePool | None) -> int | None:
+    """:func:`next_index`, except that while no device of ``devices`` (an on-demand pool, runtime/devices.py) is free,
+    only among the queued invocations whose kind leases none; None when none is eligible (or the queue is empty).
+    The local and simulated runtimes place with it."""
+    if devices is None or devices.free() > 0:
+        return next_index(queue=queue, slots=slots, weights=weights) if queue else None
+    eligible = [i for i, invocation in enumerate(queue) if not devices.needs(spec=invocation.spec)]
+    if not eligible:
+        return None
+    return eligible[next_index(queue=[queue[i] for i in eligible], slots=slots, weights=weights)]

@@ -57,7 +57,7 @@ from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, new_invocation
 from nimbus.runtime.base import FunctionSpec, RuntimeStats
 from nimbus.runtime.devices import DevicePool
-from nimbus.runtime.fairshare import next_index
+from nimbus.runtime.fairshare import next_placeable
 from nimbus.runtime.pool import same_pool, WorkerHandle, WorkerPool, WorkerSlot
 from nimbus.runtime.scheduling import PoolScheduling
 
@@ -170,14 +170,8 @@ class LocalRuntime(PoolScheduling, AttemptEndings):
     def _next_index(self) -> int | None:
         """The queued invocation to place next (fair share); with a device pool and no free device, only among
         those that need none (None when every queued one waits for a device)."""
-        if self._devices is None or self._devices.free() > 0:
-            return super()._next_index()
-        eligible = [i for i, inv in enumerate(self._queue) if not self._devices.needs(spec=inv.spec)]
-        if not eligible:
-            return None
-        pick = next_index(queue=[self._queue[i] for i in eligible], slots=self._pool.slots.values(),
-                          weights=self._weights)
-        return eligible[pick]
+        return next_placeable(queue=self._queue, slots=self._pool.slots.values(), weights=self._weights,
+                              devices=self._devices)
 
     def _drop_cancelled(self, invocation: Invocation) -> None:
         discard_body(body=invocation.body)

@@ -63,8 +63,9 @@ from nimbus.runtime.attempts import AFFINITY_KEY, Attempt, AttemptEndings, Invoc
 from nimbus.runtime.base import FunctionContext, FunctionSpec, RuntimeStats
 from nimbus.runtime.inline import driver_state_kept
 from nimbus.runtime.devices import DevicePool
+from nimbus.runtime.fairshare import next_placeable
 from nimbus.runtime.simulated_durations import draw_attempt, rows_of, simulated_timings, with_probe
-from nimbus.runtime.simulated_pool import PoolKey, SimPool, SimWorker, next_queued, pool_key
+from nimbus.runtime.simulated_pool import PoolKey, SimPool, SimWorker, pool_key
 from nimbus.runtime.simulated_waits import SimEvents, SimFuture, SimTimer, single_threaded
 from nimbus.runtime.worker import error_report, invoke_function, load_entrypoint
 
@@ -253,8 +254,8 @@ class SimulatedRuntime(AttemptEndings):
     def _dispatch(self) -> None:
         """Give queued invocations workers, in queue order, while capacity allows; each starts when its worker is
         ready (now, or after its cold start)."""
-        while (index := next_queued(queue=self._queue, slots=self._pool.slots.values(), weights=self._weights,
-                                    devices=self._devices)) is not None:
+        while (index := next_placeable(queue=self._queue, slots=self._pool.slots.values(), weights=self._weights,
+                                       devices=self._devices)) is not None:
             invocation = self._queue[index]
             if invocation.future.cancelled():
                 del self._queue[index]

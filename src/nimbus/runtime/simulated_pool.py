@@ -21,26 +21,12 @@ from typing import Any, Callable
 from nimbus.runtime.attempts import Attempt, by_affinity
 from nimbus.runtime.base import FunctionSpec, Resources
 from nimbus.runtime.devices import DevicePool
-from nimbus.runtime.fairshare import next_index
 
 PoolKey = tuple[str, str, Resources]
 
 
 def pool_key(spec: FunctionSpec) -> PoolKey:
     return spec.name, spec.entrypoint, spec.resources
-
-
-def next_queued(*, queue: Any, slots: Any, weights: dict[str, float], devices: DevicePool | None) -> int | None:
-    """The index of the queued invocation to place next, as the local backend chooses it: FIFO without
-    ``weights``, else the oldest of the workload with the fewest busy CPUs per unit of weight (runtime/fairshare.py);
-    while no device of ``devices`` is free, only among those whose kind leases none (None: every queued one waits
-    for a device)."""
-    if devices is None or devices.free() > 0:
-        return next_index(queue=queue, slots=slots, weights=weights) if queue else None
-    eligible = [i for i, invocation in enumerate(queue) if not devices.needs(spec=invocation.spec)]
-    if not eligible:
-        return None
-    return eligible[next_index(queue=[queue[i] for i in eligible], slots=slots, weights=weights)]
 
 
 def simulated_devices(*, slots: int, kinds: frozenset[str]) -> DevicePool:
