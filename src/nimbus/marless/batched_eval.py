@@ -59,8 +59,7 @@ def play_greedy(*, envs: list[Any], algo: Any, models: dict[str, torch.nn.Module
         return _greedy_actions(slots=live, algo=algo, models=models, agent_policy=agent_policy,
                                agent_order=agent_order, agent_id=agent_id)
 
-    played = play_together(envs=envs, episodes=episodes, seed=seed, start=start, act=act, step=_step,
-                           order="env")
+    played = play_together(envs=envs, episodes=episodes, seed=seed, start=start, act=act, step=_step)
     return [episode.returns for episode in played]
 
 

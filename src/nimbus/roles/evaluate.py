@@ -131,7 +131,7 @@ def _greedy_together(*, envs: list[gym.Env], policy: LoadedPolicy, episodes: int
     together with one forward per step (roles/together.py). Greedy actions draw no random numbers, so the episodes
     are those of one-at-a-time play, up to the rounding of a forward over many rows (an arg-max flips only where two
     actions tie to rounding; Box actions move in their last bits)."""
-    played = play_together(envs=envs, episodes=episodes, seed=seed, start=_start, step=_step, order="episode",
+    played = play_together(envs=envs, episodes=episodes, seed=seed, start=_start, step=_step,
                            act=lambda live: policy.actions(obs=np.stack([episode.obs for episode in live]),
                                                            explore=False))
     return [episode.total for episode in played]
