@@ -78,6 +78,14 @@ def test_the_device_loader_stages_pinned_minibatches_on_the_gpu_in_order() -> No
         assert torch.equal(minibatch["on_gpu"].cpu(), batch["on_gpu"].cpu()[rows])
 
 
+def _warm_cublas() -> None:
+    """cuBLAS's per-process workspace is allocated through torch's caching allocator at a process's first matmul on
+    the device and kept for the process's life (65 MiB on an H200, torch 2.11): part of the baseline, not a lease's."""
+    layer = torch.nn.Linear(8, 8, device=CUDA)
+    layer(torch.ones(4, 8, device=CUDA)).sum().backward()
+    del layer
+
+
 def test_a_lease_leaves_the_gpu_as_it_found_it(store) -> None:
     """The learner computes on the leased GPU; at the lease's end its warm model and optimizer state are on the
     CPU and the allocator holds what it held before; the next lease moves them back and updates warm."""
@@ -89,6 +97,7 @@ def test_a_lease_leaves_the_gpu_as_it_found_it(store) -> None:
     algo = PPO(config=PPOConfig(num_epochs=2, minibatch_size=32))
     store.put(key=weights_key(policy="main", version=0),
               message=model_to_message(model=algo.make_model(spaces=spaces), version=0))
+    _warm_cublas()
     torch.cuda.synchronize()
     gc.collect()
     torch.cuda.empty_cache()
@@ -152,6 +161,6 @@ def test_a_learner_killed_mid_update_on_the_gpu_is_retried(make_config, tmp_path
     rows = Ledger.load(path=result.run_dir / "ledger.jsonl")
     learners = [r for r in rows if r.kind == "learner"]
     assert result.summary.rounds == 3
-    assert any(r.outcome != "ok" for r in learners), "the fault did not fire"
-    failed = next(r for r in learners if r.outcome != "ok")
+    failed = next((r for r in learners if r.outcome == "worker_died"), None)   # not the pre-warm rows
+    assert failed is not None, "the fault did not fire"
     assert any(r.invocation_id == failed.invocation_id and r.outcome == "ok" for r in learners)  # retried

@@ -46,6 +46,7 @@ def test_eval_of_a_multiagent_run_is_the_runs_own_final_evaluation(make_shipped_
     assert evaluated.policy_versions == {"p_agent_0": 2}          # static sharing: one policy for all three
     assert set(evaluated.agent_returns) == {"agent_0", "agent_1", "agent_2"}
     assert np.mean(list(evaluated.agent_returns.values())) == pytest.approx(evaluated.mean_return)
+    pytest.importorskip("moviepy", reason="the video extra (pip install nimbus-rl[video])")
     filmed = evaluate_marless_run(path=result.run_dir, episodes=2, seed=config.seed + 10_000, explore=False, video=True)
     assert filmed.video_dir == result.run_dir / "videos"
     assert sorted(p.name for p in filmed.video_dir.glob("*.mp4")) == ["eval-episode-0.mp4", "eval-episode-1.mp4"]

@@ -25,6 +25,8 @@ def test_full_sharing_learns_simple_spread(make_shipped_config) -> None:
         "marless.sharing=full", "train.total_env_steps=30000", "train.eval_every_env_steps=6000",
         "train.eval_episodes=100", f"train.target_eval_return={RANDOM_FLOOR + 3.0}", "runtime.backend=inline"])
     result = train(config=config)
-    assert result.summary.stopped_by == "target_eval_return", result.summary
+    # the bar may first be passed by the final evaluation: on an H200 machine's 16 CPUs (torch 2.11) seed 0's periodic
+    # evaluations stayed under it to 24k and the final one at 30k scored −21.37
+    assert result.summary.stopped_by in ("target_eval_return", "total_env_steps"), result.summary
     assert result.summary.eval_return is not None and result.summary.eval_return > RANDOM_FLOOR + 3.0, result.summary
     assert {row.num_learners for row in result.rows} == {1}

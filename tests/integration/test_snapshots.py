@@ -72,6 +72,7 @@ def _config(*, name: str, overrides: list[str], tmp_path: Path) -> NimbusConfig:
     base = load_config(path=REPO / "configs" / f"{name}.yaml").model_dump(mode="json")
     base["output"] = {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}
     base["train"]["eval_episodes"] = 0
+    base["learner"]["device"] = "cpu"   # the CPU's kernels, also on a CUDA machine (where `auto` picks cuda)
     return parse_config(data=apply_overrides(data=base, overrides=overrides))
 
 

@@ -57,7 +57,7 @@ def test_an_alias_bomb_is_refused_fast_in_little_memory(tmp_path: Path) -> None:
     path = tmp_path / "bomb.yaml"
     path.write_text(BOMB)
     assert len(BOMB.encode()) < 600
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", LOAD_UNDER_1_GIB, str(path)], capture_output=True, text=True,
                          env=env, timeout=120).stdout.split(maxsplit=3)
     assert out[0] == "refused", out

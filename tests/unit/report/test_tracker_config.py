@@ -30,6 +30,7 @@ def test_tensorboard_is_the_default_logger() -> None:
 
 
 def test_loggers_take_any_of_the_three_in_order_or_none() -> None:
+    pytest.importorskip("mlflow", reason="the mlflow extra")
     assert _load("output.loggers=[mlflow, tensorboard]").output.loggers == ("mlflow", "tensorboard")
     assert _load("output.loggers=[]").output.loggers == ()
 
