@@ -4,6 +4,8 @@
 # Budget: under 8 minutes on one GPU. Without CUDA it checks the set-up, says "no CUDA: skipped" and exits 0.
 #
 #   scripts/gpu_check.sh            # PYTHON=python3 VENV=.venv-gpu SECONDS_PER_FIGURE=3 by default
+#   WHEELS=dir scripts/gpu_check.sh # a machine without network: what is missing (or older than pyproject.toml asks)
+#                                   # is installed from the wheels in dir (`pip download` them elsewhere)
 #
 # Set-up: a venv with --system-site-packages over $PYTHON (its torch, CUDA build included, is used as is),
 # `pip install --no-deps --no-build-isolation -e .` into it; nimbus's other dependencies must already be
@@ -45,17 +47,28 @@ except ImportError:  # Python 3.10
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 extras = project["optional-dependencies"]
 wanted = project["dependencies"] + extras["test"] + extras["mpe"]
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    Requirement = None
 missing = []
 for requirement in wanted:
     name = re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0]
     try:
-        md.version(name)
+        version = md.version(name)
     except md.PackageNotFoundError:
         missing.append(name)
+        continue
+    if Requirement and not Requirement(requirement).specifier.contains(version, prereleases=True):
+        missing.append(name)   # too old (the image's pytest 8 cannot load tests/conftest.py)
 print(" ".join(sorted(set(missing))))
 EOF
 )
-if [ -n "$MISSING" ]; then
+if [ -n "$MISSING" ] && [ -n "${WHEELS:-}" ]; then
+  say "installing what is missing or too old from $WHEELS (no index): $MISSING"
+  "$PY" -m pip install -q --no-index --find-links "$WHEELS" --upgrade $MISSING >>"$LOG_DIR/pip.log" 2>&1 \
+    || say "not all of $MISSING are in $WHEELS (see $LOG_DIR/pip.log)"
+elif [ -n "$MISSING" ]; then
   if "$PY" -c "import urllib.request as u; u.urlopen('https://pypi.org/simple/pip/', timeout=3)" 2>/dev/null; then
     say "installing what is missing from PyPI: $MISSING (torch and numpy held at the machine's versions)"
     "$PY" -c "import numpy, torch; print(f'torch=={torch.__version__}\nnumpy=={numpy.__version__}')" \
