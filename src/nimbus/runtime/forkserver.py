@@ -149,6 +149,7 @@ class ForkServer:
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._closing = False   # set by interrupt(): no request is sent and no server is started any more
+        self._owner = threading.current_thread()   # the thread whose end kills the server (PR_SET_PDEATHSIG)
         self._start()
 
     @property
@@ -158,6 +159,20 @@ class ForkServer:
     @property
     def preload(self) -> tuple[str, ...]:
         return self._preload
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment the server started with: its workers' (each request adds the run's prefix)."""
+        return self._env
+
+    @property
+    def reusable(self) -> bool:
+        """Alive, not interrupted, and tied to the main thread (started by ``runtime/pool.py start_early``): it
+        outlives the run that used it, so the next run of this process may adopt it. Lock-free: ``close`` of a
+        spawner asks while a spawn may hold the lock."""
+        proc = self._proc
+        return (self._owner is threading.main_thread() and not self._closing and proc is not None
+                and proc.poll() is None)
 
     def adopt(self, *, prefix: str, janitor_track: Callable[[int], None]) -> bool:
         """Serve a run from now on (a server started before the run, ``start_early``): its workers get the
@@ -184,6 +199,7 @@ class ForkServer:
         finally:
             theirs.close()
         self._sock = ours
+        self._owner = threading.current_thread()   # a restart on the spawner thread dies with that thread
         self._track(self._proc.pid)
 
     def spawn(self, *, worker_id: str, spec: FunctionSpec, inline_max_bytes: int,

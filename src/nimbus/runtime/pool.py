@@ -61,31 +61,64 @@ def worker_env(*, spec: FunctionSpec, prefix: str) -> dict[str, str]:
     return env
 
 
-_early: dict[str, ForkServer] = {}   # "server": the one start_early started, until a Spawner adopts it
+_early: dict[str, ForkServer] = {}   # "server": a main-thread server no run holds now (started early or parked)
 _early_lock = threading.Lock()
+_atexit_registered: list[bool] = []   # atexit closes the early server once, however often one starts
+ENV_NOT_COMPARED = ("PYTEST_CURRENT_TEST",)   # pytest's label of the running test: it changes with every test
+
+
+def _server_env() -> dict[str, str]:
+    """A fork server's environment as the driver's is now; each request carries the run's prefix."""
+    env = worker_env(spec=FunctionSpec(name="forkserver", entrypoint=""), prefix="")
+    env.pop(PREFIX_ENV)
+    return env
+
+
+def _fits(server: ForkServer, *, preload: tuple[str, ...]) -> bool:
+    """Its workers would be what a new server's are: the same preload and the driver's environment as it is now
+    (a variable set since, e.g. a fault to inject, must reach the workers)."""
+    def compared(env: dict[str, str]) -> dict[str, str]:
+        return {key: value for key, value in env.items() if key not in ENV_NOT_COMPARED}
+    return server.preload == preload and compared(server.env) == compared(_server_env()) and server.reusable
 
 
 def start_early(*, preload: tuple[str, ...]) -> None:
-    """Start a fork server now, before the run exists, so that its template's imports (torch, gymnasium:
-    seconds) overlap the driver's own imports and set-up (``nimbus train``). The first fork-server Spawner
-    with the same ``preload`` adopts it (``ForkServer.adopt``: the run's prefix goes to each worker with its
-    request, the run's janitor learns the pid); one nobody adopts is closed at exit. It is started on the
-    calling thread, whose end would kill it (PR_SET_PDEATHSIG): call it from the main thread."""
+    """Have a fork server on the main thread for the next run: the one a previous run of this process parked
+    (``park``) if it fits (``_fits``), else a new one, started now, so that its template's imports (torch,
+    gymnasium: seconds) overlap the driver's own imports and set-up (``nimbus train``; a local runtime built on
+    the main thread calls it too). The first fork-server Spawner with the same ``preload`` adopts it
+    (``ForkServer.adopt``: the run's prefix goes to each worker with its request, the run's janitor learns the
+    pid); one nobody adopts is closed at exit. Started on the calling thread, whose end would kill it
+    (PR_SET_PDEATHSIG): call it from the main thread."""
     with _early_lock:
-        if "server" in _early:
+        old = _early.get("server")
+        if old is not None and _fits(old, preload=preload):
             return
-        env = worker_env(spec=FunctionSpec(name="forkserver", entrypoint=""), prefix="")
-        env.pop(PREFIX_ENV)   # no run yet: each request carries the run's prefix
-        _early["server"] = ForkServer(prefix="", preload=preload, env=env, janitor_track=lambda pid: None)
-        atexit.register(_close_early)
+        if old is not None:
+            _early.pop("server").close()
+        _early["server"] = ForkServer(prefix="", preload=preload, env=_server_env(), janitor_track=lambda pid: None)
+        if not _atexit_registered:
+            atexit.register(_close_early)
+            _atexit_registered.append(True)
 
 
 def _take_early(*, preload: tuple[str, ...]) -> ForkServer | None:
     with _early_lock:
         server = _early.get("server")
-        if server is None or server.preload != preload:
+        if server is None or not _fits(server, preload=preload):
             return None
         return _early.pop("server")
+
+
+def park(server: ForkServer) -> None:
+    """At a run's end: keep a reusable server (``ForkServer.reusable``) for the next run of this process, its
+    template warm (no import of torch again: ~3 CPU-seconds a run), or close it. One is kept at most."""
+    if server.reusable and server.adopt(prefix="", janitor_track=lambda pid: None):
+        with _early_lock:
+            if "server" not in _early:
+                _early["server"] = server
+                return
+    server.close()
 
 
 def _close_early() -> None:
@@ -148,11 +181,14 @@ class Spawner:
         short (``ForkServer.interrupt``: no new server either); then the server is stopped on the spawner thread."""
         self._closing = True
         server = self._server
-        if server is not None:
+        if server is not None and not server.reusable:
             server.interrupt()
         self._queue.put(None)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=timeout_s)
+            if self._thread.is_alive() and server is not None:   # a spawn still waits on the server: cut it short
+                server.interrupt()
+                self._thread.join(timeout=1.0)
 
     def _start_server(self, preload: tuple[str, ...], janitor_track: Callable[[int], None]) -> None:
         early = _take_early(preload=preload)
@@ -190,7 +226,7 @@ class Spawner:
                 handle, error = None, exc
             self._on_spawned(worker_id, handle, error)
         if self._server is not None:
-            self._server.close()
+            park(self._server)
 
 
 @dataclass(eq=False)
@@ -256,6 +292,8 @@ class WorkerPool:
         self._next_id = 0
         self._next_check_at = 0.0  # monotonic time the monitor wakes up next (next_check_s)
         self._reaper = Reaper(prefix=prefix)
+        if start_method == "fork_server" and threading.current_thread() is threading.main_thread():
+            start_early(preload=preload)   # or the fitting one a previous run parked: the Spawner adopts it
         self._spawner = Spawner(prefix=prefix, inline_max_bytes=inline_max_bytes,
                                 compress_min_bytes=compress_min_bytes, on_spawned=on_spawned,
                                 start_method=start_method, preload=preload, janitor_track=self._reaper.track_helper)

@@ -136,9 +136,74 @@ def test_an_early_server_with_other_preloads_is_not_adopted(make_runtime) -> Non
     pool._close_early()
     pool.start_early(preload=("numpy", "json"))
     try:
+        early = pool._early["server"]
         runtime, _ = make_runtime(start_method="fork_server", preload=("numpy",))
         runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
-        assert runtime._pool._spawner._server is not pool._early["server"]
+        assert runtime._pool._spawner._server is not early
+        assert early._proc.poll() is not None   # replaced by one that fits, not kept beside it
+    finally:
+        pool._close_early()
+
+
+def test_a_runs_server_serves_the_next_run_of_the_process_with_its_own_prefix(make_runtime) -> None:
+    """A local runtime built on the main thread takes a main-thread server and parks it at shutdown; the next
+    runtime adopts it (no template imports again) and its workers get that runtime's prefix."""
+    from nimbus.runtime import pool
+
+    pool._close_early()
+    try:
+        first, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+        header = first.invoke(spec=INTROSPECT, request=Message()).result(timeout=30).header
+        server = first._pool._spawner._server
+        assert _ppid(header["pid"]) == server.pid and server.reusable
+        first.shutdown()
+        assert pool._early["server"] is server and server.reusable
+        second, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+        header = second.invoke(spec=INTROSPECT, request=Message()).result(timeout=30).header
+        assert second._pool._spawner._server is server and _ppid(header["pid"]) == server.pid
+        assert header["shm_prefix"] == second._prefix   # from the request: the parked server has none
+    finally:
+        pool._close_early()
+
+
+def test_a_variable_set_after_a_run_reaches_the_next_runs_workers(make_runtime, monkeypatch) -> None:
+    """A parked server keeps the environment it started with: one set since (a fault to inject, a user's
+    variable) means a new server, or the workers would not see it."""
+    from nimbus.runtime import pool
+
+    pool._close_early()
+    try:
+        first, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+        first.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
+        first.shutdown()
+        parked = pool._early["server"]
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")   # the workers' own limit wins; the server's env must change
+        monkeypatch.setenv("NIMBUS_TEST_FLAG", "on")
+        second, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+        second.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
+        server = second._pool._spawner._server
+        assert server is not parked and parked._proc.poll() is not None
+        assert server.env["NIMBUS_TEST_FLAG"] == "on"
+    finally:
+        pool._close_early()
+
+
+def test_a_server_restarted_on_the_spawner_thread_is_not_parked(make_runtime) -> None:
+    """A restart happens on the spawner thread, whose end kills it (PR_SET_PDEATHSIG): closed with the run."""
+    from nimbus.runtime import pool
+
+    pool._close_early()
+    try:
+        runtime, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+        first = runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30).header
+        server = runtime._pool._spawner._server
+        os.kill(server.pid, signal.SIGKILL)
+        assert wait_for(lambda: not pid_alive(first["pid"]), timeout_s=10)
+        runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
+        restarted = server.pid
+        assert not server.reusable
+        runtime.shutdown()
+        assert "server" not in pool._early and not pid_alive(restarted)
     finally:
         pool._close_early()
 
