@@ -150,6 +150,7 @@ class ForkServer:
         self._sock: socket.socket | None = None
         self._closing = False   # set by interrupt(): no request is sent and no server is started any more
         self._owner = threading.current_thread()   # the thread whose end kills the server (PR_SET_PDEATHSIG)
+        self._cwd = os.getcwd()   # its workers' working directory
         self._start()
 
     @property
@@ -164,6 +165,10 @@ class ForkServer:
     def env(self) -> dict[str, str]:
         """The environment the server started with: its workers' (each request adds the run's prefix)."""
         return self._env
+
+    @property
+    def cwd(self) -> str:
+        return self._cwd
 
     @property
     def reusable(self) -> bool:
@@ -200,6 +205,7 @@ class ForkServer:
             theirs.close()
         self._sock = ours
         self._owner = threading.current_thread()   # a restart on the spawner thread dies with that thread
+        self._cwd = os.getcwd()
         self._track(self._proc.pid)
 
     def spawn(self, *, worker_id: str, spec: FunctionSpec, inline_max_bytes: int,

@@ -75,11 +75,13 @@ def _server_env() -> dict[str, str]:
 
 
 def _fits(server: ForkServer, *, preload: tuple[str, ...]) -> bool:
-    """Its workers would be what a new server's are: the same preload and the driver's environment as it is now
-    (a variable set since, e.g. a fault to inject, must reach the workers)."""
+    """Its workers would be what a new server's are: the same preload, and the driver's environment and working
+    directory as they are now (a variable set since, e.g. a fault to inject, must reach the workers, and a
+    relative path must mean what it means to the driver)."""
     def compared(env: dict[str, str]) -> dict[str, str]:
         return {key: value for key, value in env.items() if key not in ENV_NOT_COMPARED}
-    return server.preload == preload and compared(server.env) == compared(_server_env()) and server.reusable
+    return (server.preload == preload and compared(server.env) == compared(_server_env())
+            and server.cwd == os.getcwd() and server.reusable)
 
 
 def start_early(*, preload: tuple[str, ...]) -> None:

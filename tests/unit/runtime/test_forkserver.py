@@ -188,6 +188,24 @@ def test_a_variable_set_after_a_run_reaches_the_next_runs_workers(make_runtime, 
         pool._close_early()
 
 
+def test_a_run_from_another_working_directory_gets_a_new_server(make_runtime, monkeypatch, tmp_path) -> None:
+    """Workers run in their server's working directory: a parked server started elsewhere does not fit."""
+    from nimbus.runtime import pool
+
+    pool._close_early()
+    try:
+        first, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+        first.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
+        first.shutdown()
+        parked = pool._early["server"]
+        monkeypatch.chdir(tmp_path)
+        second, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+        second.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
+        assert second._pool._spawner._server is not parked and second._pool._spawner._server.cwd == str(tmp_path)
+    finally:
+        pool._close_early()
+
+
 def test_a_server_restarted_on_the_spawner_thread_is_not_parked(make_runtime) -> None:
     """A restart happens on the spawner thread, whose end kills it (PR_SET_PDEATHSIG): closed with the run."""
     from nimbus.runtime import pool
