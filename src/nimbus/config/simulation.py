@@ -186,8 +186,9 @@ SIMULATED_WORKFLOWS = ("sync", "async", "async_learners", "multiagent")   # a ne
 
 def check_simulated(*, config: Any) -> None:
     """``runtime.backend: simulated`` runs what only the driver's thread and the virtual clock drive: the sync,
-    async, async_learners and multiagent workflows, one population member (several workloads on one pool too:
-    run/workloads.py), no pipelines (real polling threads). The pre-warm monitor runs: its trigger is a timer on
+    async, async_learners and multiagent workflows, populations (``policies``, ``pbt``: run/members.py drives the
+    members on the runtime's event queue and clock) and several workloads on one pool (run/workloads.py); no
+    pipelines (real polling threads). The pre-warm monitor runs: its trigger is a timer on
     the virtual clock (runtime/prewarm.py). The on-demand device pool runs as ``devices.cpu_slots`` simulated
     devices (runtime/simulated_pool.py), so ``devices.kind: cuda`` is refused. Raises ValueError naming the key
     that conflicts."""
@@ -196,7 +197,6 @@ def check_simulated(*, config: Any) -> None:
     refused = [
         ("train.workflow", config.train.workflow not in SIMULATED_WORKFLOWS,
          f"{config.train.workflow!r} is not simulated (simulated: {', '.join(SIMULATED_WORKFLOWS)})"),
-        ("policies", bool(config.policies) or config.pbt is not None, "a population is not simulated"),
         ("devices.kind", config.devices.pool != "none" and config.devices.kind == "cuda",
          "the simulated device pool has devices.cpu_slots devices and its functions compute on the CPU"),
         ("pipeline", config.pipeline.minibatch or config.pipeline.dual_stage or config.pipeline.loader,

@@ -145,7 +145,7 @@ def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | N
     population = controller_class(name="population")(config=config, run_dir=run_dir, resume_from=resume_from)
     pool = build_shared(config=config, run_dir=run_dir)
     members = Members(configs=[plan.config for plan in population.plans], runtime=pool.runtime)
-    started = time.perf_counter()
+    started = members.clock()   # simulated seconds on the simulated backend
     try:
         for i, plan in enumerate(population.plans):
             workflow = workflow_class(name=workflow_name(config=plan.config)).build(
@@ -164,7 +164,7 @@ def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | N
             workflow.publish()
         population.prewarm(shared=pool)
         reasons = members.drive_until_stopped(on_failure=population.on_failure, on_replaced=population.attach)
-        wall_s = time.perf_counter() - started
+        wall_s = members.clock() - started
         summaries = {plan.name: finish(config=plan.config, workflow=workflow, shared=pool, stopped_by=reason,
                                        wall_s=wall_s + workflow.progress.wall_s_before,
                                        peak_actors=workflow.decision.num_actors * len(members.workflows))
