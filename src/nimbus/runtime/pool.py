@@ -180,7 +180,9 @@ class Spawner:
 
     def close(self, *, timeout_s: float = 10.0) -> None:
         """Start nothing more: spawns still queued are dropped (reported as errors), one in progress is cut
-        short (``ForkServer.interrupt``: no new server either); then the server is stopped on the spawner thread."""
+        short (``ForkServer.interrupt``: no new server either; a reusable server only if the spawn still waits
+        after ``timeout_s``, so that it can be parked); then, on the spawner thread, the server is parked or
+        stopped (``park``)."""
         self._closing = True
         server = self._server
         if server is not None and not server.reusable:
