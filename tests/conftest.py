@@ -51,7 +51,7 @@ def run_cli(capsys: pytest.CaptureFixture[str]):
     printed with white space folded (the console wraps long lines). The console script itself:
     tests/integration/test_cli.py."""
     from nimbus.cli import main
-    from nimbus.runtime import pool
+    from nimbus.runtime import spare_server
 
     def run(*args: str) -> tuple[int, str]:
         try:
@@ -59,7 +59,7 @@ def run_cli(capsys: pytest.CaptureFixture[str]):
         except SystemExit as exc:   # argparse: usage errors exit 2, --help exits 0
             code = exc.code if isinstance(exc.code, int) else 1
         finally:   # a refused train leaves the fork server it started early for this process's exit to close; a
-            pool._close_early()   # later test's runtime would adopt it, with this test's environment (PYTHONPATH)
+            spare_server.close_early()   # later test's runtime would adopt it, with this test's environment (PYTHONPATH)
         out, err = capsys.readouterr()
         return code, " ".join((out + err).split())
 

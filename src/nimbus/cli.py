@@ -23,7 +23,7 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)   # a full disk or quota, wherev
 
 def _start_fork_server_early(*, paths: list[Path], overrides: list[str]) -> None:
     """Start the local backend's fork server before the driver imports torch through the config, so the two
-    imports overlap (runtime/pool.py ``start_early``). A glance at the raw YAML decides: only when every config
+    imports overlap (runtime/spare_server.py ``start_early``). A glance at the raw YAML decides: only when every config
     runs on the local backend's fork server (the defaults, or ``--set runtime.backend=local`` /
     ``runtime.start_method=fork_server``); the validated config decides everything else, and a server nobody
     adopts (a refused config) is closed at exit."""
@@ -46,7 +46,7 @@ def _start_fork_server_early(*, paths: list[Path], overrides: list[str]) -> None
         if (runtime.get("backend", "local"), runtime.get("start_method", "fork_server")) != ("local", "fork_server"):
             return
     from nimbus.runtime.forkserver import TRAINING_PRELOAD
-    from nimbus.runtime.pool import start_early
+    from nimbus.runtime.spare_server import start_early
 
     start_early(preload=TRAINING_PRELOAD)
 

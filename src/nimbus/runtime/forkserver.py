@@ -172,7 +172,7 @@ class ForkServer:
 
     @property
     def reusable(self) -> bool:
-        """Alive, not interrupted, and tied to the main thread (started by ``runtime/pool.py start_early``): it
+        """Alive, not interrupted, and tied to the main thread (started by ``runtime/spare_server.py start_early``): it
         outlives the run that used it, so the next run of this process may adopt it. Lock-free: ``close`` of a
         spawner asks while a spawn may hold the lock."""
         proc = self._proc

@@ -1,4 +1,5 @@
-"""How the runtime starts a Python child (worker, fork server, janitor) without the current directory on its path.
+"""How the runtime starts a Python child (worker, fork server, janitor): without the current directory on its path,
+and (``worker_env``) with what environment.
 
 ``python -m module`` puts the current directory first on ``sys.path``: a ``secrets.py`` (or any name a child
 imports, stdlib names included) planted where the user happens to run ``nimbus train`` would run as code in
@@ -14,7 +15,11 @@ Example::
 
 from __future__ import annotations
 
+import os
 import sys
+
+from nimbus.data.shm import PREFIX_ENV, streaming_copy_env
+from nimbus.runtime.base import FunctionSpec
 
 _BOOTSTRAP = "import sys; del sys.path[0]; import runpy; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
 
@@ -29,3 +34,12 @@ def module_command(*, module: str) -> list[str]:
 def bootstrap_command(*, module: str) -> list[str]:
     """The Python 3.10 form (no ``-P``): ``-c`` puts ``''`` (the current directory) first; it goes before any import."""
     return [sys.executable, "-c", _BOOTSTRAP.format(module=module)]
+
+
+def worker_env(*, spec: FunctionSpec, prefix: str) -> dict[str, str]:
+    """The driver's environment plus the run's segment prefix, thread limits from ``spec`` and streaming
+    copies of large bodies (``shm.streaming_copy_env``)."""
+    env = streaming_copy_env(dict(os.environ))
+    threads = str(max(1, int(spec.resources.cpus)))
+    env.update({PREFIX_ENV: prefix, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
+    return env

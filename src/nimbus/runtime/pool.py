@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import queue
@@ -29,10 +28,10 @@ from typing import Any, Callable, Iterable
 
 from nimbus.liveness import SILENT_BEATS
 from nimbus.data.channel import Inbox, body_segment_prefix
-from nimbus.data.shm import PREFIX_ENV, streaming_copy_env
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.forkserver import ForkedProcess, ForkServer
-from nimbus.runtime.interpreter import module_command
+from nimbus.runtime.interpreter import module_command, worker_env
+from nimbus.runtime.spare_server import park, start_early, take_early
 from nimbus.runtime.janitor import Reaper
 
 log = logging.getLogger(__name__)
@@ -50,84 +49,6 @@ class WorkerHandle:
     @property
     def pid(self) -> int:
         return self.proc.pid
-
-
-def worker_env(*, spec: FunctionSpec, prefix: str) -> dict[str, str]:
-    """The driver's environment plus the run's segment prefix, thread limits from ``spec`` and streaming
-    copies of large bodies (``shm.streaming_copy_env``)."""
-    env = streaming_copy_env(dict(os.environ))
-    threads = str(max(1, int(spec.resources.cpus)))
-    env.update({PREFIX_ENV: prefix, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
-    return env
-
-
-_early: dict[str, ForkServer] = {}   # "server": a main-thread server no run holds now (started early or parked)
-_early_lock = threading.Lock()
-_atexit_registered: list[bool] = []   # atexit closes the early server once, however often one starts
-ENV_NOT_COMPARED = ("PYTEST_CURRENT_TEST",)   # pytest's label of the running test: it changes with every test
-
-
-def _server_env() -> dict[str, str]:
-    """A fork server's environment as the driver's is now; each request carries the run's prefix."""
-    env = worker_env(spec=FunctionSpec(name="forkserver", entrypoint=""), prefix="")
-    env.pop(PREFIX_ENV)
-    return env
-
-
-def _fits(server: ForkServer, *, preload: tuple[str, ...]) -> bool:
-    """Its workers would be what a new server's are: the same preload, and the driver's environment and working
-    directory as they are now (a variable set since, e.g. a fault to inject, must reach the workers, and a
-    relative path must mean what it means to the driver)."""
-    def compared(env: dict[str, str]) -> dict[str, str]:
-        return {key: value for key, value in env.items() if key not in ENV_NOT_COMPARED}
-    return (server.preload == preload and compared(server.env) == compared(_server_env())
-            and server.cwd == os.getcwd() and server.reusable)
-
-
-def start_early(*, preload: tuple[str, ...]) -> None:
-    """Have a fork server on the main thread for the next run: the one a previous run of this process parked
-    (``park``) if it fits (``_fits``), else a new one, started now, so that its template's imports (torch,
-    gymnasium: seconds) overlap the driver's own imports and set-up (``nimbus train``; a local runtime built on
-    the main thread calls it too). The first fork-server Spawner with the same ``preload`` adopts it
-    (``ForkServer.adopt``: the run's prefix goes to each worker with its request, the run's janitor learns the
-    pid); one nobody adopts is closed at exit. Started on the calling thread, whose end would kill it
-    (PR_SET_PDEATHSIG): call it from the main thread."""
-    with _early_lock:
-        old = _early.get("server")
-        if old is not None and _fits(old, preload=preload):
-            return
-        if old is not None:
-            _early.pop("server").close()
-        _early["server"] = ForkServer(prefix="", preload=preload, env=_server_env(), janitor_track=lambda pid: None)
-        if not _atexit_registered:
-            atexit.register(_close_early)
-            _atexit_registered.append(True)
-
-
-def _take_early(*, preload: tuple[str, ...]) -> ForkServer | None:
-    with _early_lock:
-        server = _early.get("server")
-        if server is None or not _fits(server, preload=preload):
-            return None
-        return _early.pop("server")
-
-
-def park(server: ForkServer) -> None:
-    """At a run's end: keep a reusable server (``ForkServer.reusable``) for the next run of this process, its
-    template warm (no import of torch again: ~3 CPU-seconds a run), or close it. One is kept at most."""
-    if server.reusable and server.adopt(prefix="", janitor_track=lambda pid: None):
-        with _early_lock:
-            if "server" not in _early:
-                _early["server"] = server
-                return
-    server.close()
-
-
-def _close_early() -> None:
-    with _early_lock:
-        server = _early.pop("server", None)
-    if server is not None:
-        server.close()
 
 
 def spawn_worker(*, worker_id: str, spec: FunctionSpec, prefix: str, inline_max_bytes: int,
@@ -195,7 +116,7 @@ class Spawner:
                 self._thread.join(timeout=1.0)
 
     def _start_server(self, preload: tuple[str, ...], janitor_track: Callable[[int], None]) -> None:
-        early = _take_early(preload=preload)
+        early = take_early(preload=preload)
         if early is not None:
             if early.adopt(prefix=self._options["prefix"], janitor_track=janitor_track):
                 self._server = early

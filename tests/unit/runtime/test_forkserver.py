@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from nimbus.data.codec import Message
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.forkserver import ForkServer
@@ -111,127 +113,102 @@ def test_a_request_without_a_socket_is_answered_with_an_error() -> None:
         server.close()
 
 
-def test_a_server_started_before_the_run_is_adopted_and_its_workers_get_the_runs_prefix(make_runtime) -> None:
-    """``nimbus train`` starts the server before the config is parsed (runtime/pool.py start_early): the runtime
-    uses that very server, its janitor learns the pid, and each worker gets the run's segment prefix."""
-    from nimbus.runtime import pool
+@pytest.fixture
+def spare():
+    """runtime/spare_server.py with no server kept, before and after the test (an in-process `nimbus train` of an
+    earlier test may have left one)."""
+    from nimbus.runtime import spare_server
 
-    pool._close_early()   # one an in-process `nimbus train` of an earlier test started and never handed on
-    pool.start_early(preload=("numpy",))
-    early = pool._early["server"]
-    try:
-        runtime, _ = make_runtime(start_method="fork_server", preload=("numpy",))
-        header = runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30).header
-        assert runtime._pool._spawner._server is early and _ppid(header["pid"]) == early.pid
-        assert header["shm_prefix"] == runtime._prefix and header["shm_prefix"].startswith("nimbus")
-        assert early._track == runtime._pool._reaper.track_helper   # the run's janitor was told its pid
-        assert "server" not in pool._early                     # taken: a second runtime starts its own
-    finally:
-        pool._close_early()
+    spare_server.close_early()
+    yield spare_server
+    spare_server.close_early()
 
 
-def test_an_early_server_with_other_preloads_is_not_adopted(make_runtime) -> None:
-    from nimbus.runtime import pool
-
-    pool._close_early()
-    pool.start_early(preload=("numpy", "json"))
-    try:
-        early = pool._early["server"]
-        runtime, _ = make_runtime(start_method="fork_server", preload=("numpy",))
-        runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
-        assert runtime._pool._spawner._server is not early
-        assert early._proc.poll() is not None   # replaced by one that fits, not kept beside it
-    finally:
-        pool._close_early()
+def _served(runtime) -> ForkServer:
+    """The runtime's fork server, once it has served one invocation."""
+    runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
+    return runtime._pool._spawner._server
 
 
-def test_a_runs_server_serves_the_next_run_of_the_process_with_its_own_prefix(make_runtime) -> None:
+def _parked_by_a_run(make_runtime, spare) -> ForkServer:
+    """The server a first runtime on the main thread used and, at its shutdown, kept for the next run."""
+    first, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+    server = _served(first)
+    first.shutdown()
+    assert spare._early["server"] is server and server.reusable
+    return server
+
+
+def test_a_server_started_before_the_run_is_adopted_and_its_workers_get_the_runs_prefix(make_runtime, spare) -> None:
+    """``nimbus train`` starts the server before the config is parsed (runtime/spare_server.py start_early): the
+    runtime uses that very server, its janitor learns the pid, and each worker gets the run's segment prefix."""
+    spare.start_early(preload=("numpy",))
+    early = spare._early["server"]
+    runtime, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+    header = runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30).header
+    assert runtime._pool._spawner._server is early and _ppid(header["pid"]) == early.pid
+    assert header["shm_prefix"] == runtime._prefix and header["shm_prefix"].startswith("nimbus")
+    assert early._track == runtime._pool._reaper.track_helper   # the run's janitor was told its pid
+    assert "server" not in spare._early                     # taken: a second runtime starts its own
+
+
+def test_an_early_server_with_other_preloads_is_not_adopted(make_runtime, spare) -> None:
+    spare.start_early(preload=("numpy", "json"))
+    early = spare._early["server"]
+    runtime, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+    assert _served(runtime) is not early
+    assert early._proc.poll() is not None   # replaced by one that fits, not kept beside it
+
+
+def test_a_runs_server_serves_the_next_run_of_the_process_with_its_own_prefix(make_runtime, spare) -> None:
     """A local runtime built on the main thread takes a main-thread server and parks it at shutdown; the next
     runtime adopts it (no template imports again) and its workers get that runtime's prefix."""
-    from nimbus.runtime import pool
-
-    pool._close_early()
-    try:
-        first, _ = make_runtime(start_method="fork_server", preload=("numpy",))
-        header = first.invoke(spec=INTROSPECT, request=Message()).result(timeout=30).header
-        server = first._pool._spawner._server
-        assert _ppid(header["pid"]) == server.pid and server.reusable
-        first.shutdown()
-        assert pool._early["server"] is server and server.reusable
-        second, _ = make_runtime(start_method="fork_server", preload=("numpy",))
-        header = second.invoke(spec=INTROSPECT, request=Message()).result(timeout=30).header
-        assert second._pool._spawner._server is server and _ppid(header["pid"]) == server.pid
-        assert header["shm_prefix"] == second._prefix   # from the request: the parked server has none
-    finally:
-        pool._close_early()
+    server = _parked_by_a_run(make_runtime, spare)
+    second, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+    header = second.invoke(spec=INTROSPECT, request=Message()).result(timeout=30).header
+    assert second._pool._spawner._server is server and _ppid(header["pid"]) == server.pid
+    assert header["shm_prefix"] == second._prefix   # from the request: the parked server has none
 
 
-def test_a_variable_set_after_a_run_reaches_the_next_runs_workers(make_runtime, monkeypatch) -> None:
+def test_a_variable_set_after_a_run_reaches_the_next_runs_workers(make_runtime, spare, monkeypatch) -> None:
     """A parked server keeps the environment it started with: one set since (a fault to inject, a user's
     variable) means a new server, or the workers would not see it."""
-    from nimbus.runtime import pool
-
-    pool._close_early()
-    try:
-        first, _ = make_runtime(start_method="fork_server", preload=("numpy",))
-        first.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
-        first.shutdown()
-        parked = pool._early["server"]
-        monkeypatch.setenv("OMP_NUM_THREADS", "3")   # the workers' own limit wins; the server's env must change
-        monkeypatch.setenv("NIMBUS_TEST_FLAG", "on")
-        second, _ = make_runtime(start_method="fork_server", preload=("numpy",))
-        second.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
-        server = second._pool._spawner._server
-        assert server is not parked and parked._proc.poll() is not None
-        assert server.env["NIMBUS_TEST_FLAG"] == "on"
-    finally:
-        pool._close_early()
+    parked = _parked_by_a_run(make_runtime, spare)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")   # the workers' own limit wins; the server's env must change
+    monkeypatch.setenv("NIMBUS_TEST_FLAG", "on")
+    server = _served(make_runtime(start_method="fork_server", preload=("numpy",))[0])
+    assert server is not parked and parked._proc.poll() is not None
+    assert server.env["NIMBUS_TEST_FLAG"] == "on"
 
 
-def test_a_run_from_another_working_directory_gets_a_new_server(make_runtime, monkeypatch, tmp_path) -> None:
+def test_a_run_from_another_working_directory_gets_a_new_server(make_runtime, spare, monkeypatch, tmp_path) -> None:
     """Workers run in their server's working directory: a parked server started elsewhere does not fit."""
-    from nimbus.runtime import pool
-
-    pool._close_early()
-    try:
-        first, _ = make_runtime(start_method="fork_server", preload=("numpy",))
-        first.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
-        first.shutdown()
-        parked = pool._early["server"]
-        monkeypatch.chdir(tmp_path)
-        second, _ = make_runtime(start_method="fork_server", preload=("numpy",))
-        second.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
-        assert second._pool._spawner._server is not parked and second._pool._spawner._server.cwd == str(tmp_path)
-    finally:
-        pool._close_early()
+    parked = _parked_by_a_run(make_runtime, spare)
+    monkeypatch.chdir(tmp_path)
+    server = _served(make_runtime(start_method="fork_server", preload=("numpy",))[0])
+    assert server is not parked and server.cwd == str(tmp_path)
 
 
-def test_a_server_restarted_on_the_spawner_thread_is_not_parked(make_runtime) -> None:
+def test_a_server_restarted_on_the_spawner_thread_is_not_parked(make_runtime, spare) -> None:
     """A restart happens on the spawner thread, whose end kills it (PR_SET_PDEATHSIG): closed with the run."""
-    from nimbus.runtime import pool
-
-    pool._close_early()
-    try:
-        runtime, _ = make_runtime(start_method="fork_server", preload=("numpy",))
-        first = runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30).header
-        server = runtime._pool._spawner._server
-        os.kill(server.pid, signal.SIGKILL)
-        assert wait_for(lambda: not pid_alive(first["pid"]), timeout_s=10)
-        runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
-        restarted = server.pid
-        assert not server.reusable
-        runtime.shutdown()
-        assert "server" not in pool._early and not pid_alive(restarted)
-    finally:
-        pool._close_early()
+    runtime, _ = make_runtime(start_method="fork_server", preload=("numpy",))
+    first = runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30).header
+    server = runtime._pool._spawner._server
+    os.kill(server.pid, signal.SIGKILL)
+    assert wait_for(lambda: not pid_alive(first["pid"]), timeout_s=10)
+    runtime.invoke(spec=INTROSPECT, request=Message()).result(timeout=30)
+    restarted = server.pid
+    assert not server.reusable
+    runtime.shutdown()
+    assert "server" not in spare._early and not pid_alive(restarted)
 
 
 def test_nimbus_train_starts_the_server_early_only_for_the_local_fork_server(tmp_path: Path, monkeypatch) -> None:
     from nimbus import cli
-    from nimbus.runtime import pool
+    from nimbus.runtime import spare_server
 
     started: list[tuple[str, ...]] = []
-    monkeypatch.setattr(pool, "start_early", lambda *, preload: started.append(preload))
+    monkeypatch.setattr(spare_server, "start_early", lambda *, preload: started.append(preload))
     cases = {"local.yaml": ("name: a\n", [], True), "spawn.yaml": ("runtime: {start_method: spawn}\n", [], False),
              "ray.yaml": ("runtime:\n  backend: ray\n", [], False),
              "set.yaml": ("name: a\n", ["runtime.backend=ray"], False), "bad.yaml": ("runtime: [\n", [], False),

@@ -10,7 +10,8 @@ from nimbus.data.channel import open_frame
 from nimbus.data.shm import run_prefix
 from nimbus.data.transport import LENGTH, recv_frame
 from nimbus.runtime.base import FunctionSpec, Resources
-from nimbus.runtime.pool import spawn_worker, worker_env
+from nimbus.runtime.interpreter import worker_env
+from nimbus.runtime.pool import spawn_worker
 from runtime_helpers import evil_pickle
 
 
