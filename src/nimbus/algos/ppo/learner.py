@@ -26,13 +26,13 @@ from nimbus.algos.base import LossOutput
 from nimbus.algos.ppo.config import PPOConfig, Schedule
 from nimbus.algos.truncation import Truncation
 from nimbus.liveness import beat
-from nimbus.algos.ppo.loss import explained_variance, normalize_advantages, ppo_loss
+from nimbus.algos.ppo.loss import LOSS_STATS, explained_variance, normalize_advantages, ppo_loss
 from nimbus.models.mlp import ActorCritic
 
 logger = logging.getLogger(__name__)
 
 REQUIRED_KEYS = ("obs", "actions", "log_prob", "values", "advantages", "returns")
-MEAN_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")  # averaged over the steps taken
+MEAN_STATS = LOSS_STATS  # averaged over the steps taken
 
 
 @dataclass(frozen=True)
@@ -141,14 +141,13 @@ def gradient_step(*, model: nn.Module, optimizer: torch.optim.Optimizer, loss: t
     """Backward, clip, step; returns the pre-clip gradient norm, or None (no step) if it is not finite."""
     beat()  # progress per minibatch (P5), a skipped one too; the optimizer hook beats again after the step
     optimizer.zero_grad(set_to_none=True)
-    if not torch.isfinite(loss):
-        logger.warning("skipping a PPO minibatch: non-finite loss %s", loss.item())
-        return None
-    loss.backward()
-    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm).item()
-    if not math.isfinite(grad_norm):
+    loss.backward()  # a non-finite loss is backed too and then skipped: one device read for both checks below
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    loss_value, grad_norm = torch.stack([loss.detach().double(), norm.double()]).tolist()  # exact for float32
+    if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
         optimizer.zero_grad(set_to_none=True)
-        logger.warning("skipping a PPO minibatch: non-finite gradient norm %s", grad_norm)
+        logger.warning("skipping a PPO minibatch: non-finite %s", f"loss {loss_value}" if not math.isfinite(loss_value)
+                       else f"gradient norm {grad_norm}")
         return None
     optimizer.step()
     return grad_norm

@@ -19,6 +19,7 @@ from nimbus.algos.base import LossOutput
 from nimbus.algos.truncation import Truncation, surrogate_terms, truncated_fraction
 
 _ADV_EPSILON = 1e-8
+LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")  # ppo_loss's stats, in order
 
 
 def policy_loss(
@@ -79,13 +80,9 @@ def ppo_loss(
     v_loss = value_loss(new_values=new_values, old_values=old_values, returns=returns, vf_clip=vf_clip)
     entropy_loss = entropy.mean()
     loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
-    stats = {
-        "policy_loss": pg_loss.item(),
-        "value_loss": v_loss.item(),
-        "entropy": entropy_loss.item(),
-        "approx_kl": approx_kl.item(),
-        "clip_fraction": clip_fraction.item(),
-    }
+    # one device read for the five (each .item() is a synchronisation on a GPU); float32 → the same floats
+    parts = torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), approx_kl, clip_fraction])
+    stats = dict(zip(LOSS_STATS, parts.tolist(), strict=True))
     if truncation is not None:
         stats["truncated_fraction"] = truncated_fraction(log_prob=new_log_prob, behaviour_log_prob=old_log_prob,
                                                          truncation=truncation)

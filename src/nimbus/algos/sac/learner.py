@@ -61,6 +61,7 @@ def sac_update(*, model: SACModel, optimizer: torch.optim.Optimizer, batch: dict
     n = batch["obs"].shape[0]
     totals = dict.fromkeys(_STATS, 0.0)
     steps = 0
+    steps_before = int(model.num_grad_steps)  # read once: on a GPU each read of the buffer is a synchronisation
     for start in range(0, n, config.batch_size):
         minibatch = {k: v[start:start + config.batch_size] for k, v in batch.items()}
         out = batch_losses(model=model, batch=minibatch, config=config)
@@ -68,9 +69,9 @@ def sac_update(*, model: SACModel, optimizer: torch.optim.Optimizer, batch: dict
         out.total.backward()
         optimizer.step()
         model.num_grad_steps += 1
-        if int(model.num_grad_steps) % config.target_update_interval == 0:
-            polyak_update(source=model.critic, target=model.critic_target, tau=config.tau)
         steps += 1
+        if (steps_before + steps) % config.target_update_interval == 0:
+            polyak_update(source=model.critic, target=model.critic_target, tau=config.tau)
         for key in _STATS:
             totals[key] += out.stats[f"losses/{key}"]
     means = {k: v / max(steps, 1) for k, v in totals.items()}

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from nimbus.algos.sac.algorithm import SACModel
     from nimbus.algos.sac.config import SACConfig
 
+LOSS_STATS = ("losses/qf_loss", "losses/actor_loss", "losses/alpha_loss", "losses/alpha", "losses/qf1_values",
+              "losses/entropy")  # batch_losses's stats, in order
 
 def soft_q_target(*, rewards: torch.Tensor, discounts: torch.Tensor, next_q1: torch.Tensor, next_q2: torch.Tensor,
                   next_log_prob: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
@@ -79,13 +81,9 @@ def batch_losses(*, model: SACModel, batch: dict[str, torch.Tensor], config: SAC
     if config.autotune_alpha:
         al_loss = alpha_loss(log_alpha=model.log_alpha, log_prob=log_prob, target_entropy=model.target_entropy)
     else:
-        al_loss = torch.zeros(())
-    stats = {
-        "losses/qf_loss": float(c_loss.detach()),
-        "losses/actor_loss": float(a_loss.detach()),
-        "losses/alpha_loss": float(al_loss.detach()),
-        "losses/alpha": float(alpha),
-        "losses/qf1_values": float(q1.detach().mean()),
-        "losses/entropy": float(-log_prob.detach().mean()),
-    }
+        al_loss = torch.zeros((), device=c_loss.device)
+    # one device read for the six (each float() of a tensor is a synchronisation on a GPU); the same floats
+    parts = torch.stack([c_loss.detach(), a_loss.detach(), al_loss.detach(), alpha, q1.detach().mean(),
+                         -log_prob.detach().mean()])
+    stats = dict(zip(LOSS_STATS, parts.tolist(), strict=True))
     return SACLosses(critic_loss=c_loss, actor_loss=a_loss, alpha_loss=al_loss, stats=stats)
