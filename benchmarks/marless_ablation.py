@@ -36,6 +36,17 @@ Run:  python benchmarks/marless_ablation.py                  (6 arms × N 3, 6 �
       python benchmarks/marless_ablation.py --merge a.json b.json --output all.json   (arms split across invocations)
       python benchmarks/marless_ablation.py --agents 6 --arms marless --env-steps 90000   (an arm at equal env steps:
                                                              the scaling arms sample ~22 % of I_max's steps a round)
+
+At the paper's actor counts, simulated (issue 30): ``--profile P`` runs every arm on ``runtime.backend: simulated``
+(docs/simulated.md) with the durations of a profile fitted on a real run of this setting (``--take-profile``), no
+worker cap and no capacity limit (a CPU per actor function, as Lambda gives), ``--i-max`` actors (the paper's 50)
+of ``--envs-per-actor`` envs. The learning is real; times and costs are the simulated ledger's.
+
+      python benchmarks/marless_ablation.py --agents 6 --i-max 50 --envs-per-actor 1 --take-profile
+                                            (a real 4-round run at 50 actors, alone → benchmarks/results/
+                                             marless_n6_profile.yaml; its real durations are this machine's)
+      python benchmarks/marless_ablation.py --agents 6 --i-max 50 --envs-per-actor 1 \
+          --profile benchmarks/results/marless_n6_profile.yaml --arms marless per-agent --output ...
 """
 
 from __future__ import annotations
@@ -89,7 +100,7 @@ class Run:
     mean_policies: float
     toggles: int              # rounds at which the number of policies changed
     env_steps: int
-    wall_s: float
+    wall_s: float             # real seconds; simulated runs: the simulated clock's
     env: str = "spread"
 
 
@@ -98,26 +109,76 @@ def label(*, env: str, agents: int) -> str:
     return f"N{agents}" if env == "spread" else f"{env}-N{agents}"
 
 
+@dataclass(frozen=True)
+class Scale:
+    """Actor functions and where they run: this machine (the default) or a simulated cluster (``profile``)."""
+
+    i_max: int = I_MAX
+    envs_per_actor: int = ENVS_PER_ACTOR
+    profile: Path | None = None      # simulated: the fitted durations; None: real runs on the local backend
+
+    def keys(self) -> list[str]:
+        if self.profile is None:
+            return ["runtime.max_workers=16"]
+        return ["runtime.backend=simulated", f"simulation.profile={self.profile}", "runtime.max_workers=null"]
+
+
 def overrides(*, extra: list[str], agents: int, seed: int, rounds: int, root: Path, eval_episodes: int,
-              env: str = "spread", env_steps: int | None = None) -> list[str]:
+              env: str = "spread", env_steps: int | None = None, scale: Scale = Scale()) -> list[str]:
     stop = [f"train.max_rounds={rounds}", "train.total_env_steps=100000000"] if env_steps is None \
         else ["train.max_rounds=100000", f"train.total_env_steps={env_steps}"]
     return [f"seed={seed}", *stop,
-            f"env.id={ENVS[env]}", f"env.kwargs={{N: {agents}, max_cycles: 25}}", f"env.num_envs_per_actor={ENVS_PER_ACTOR}",
-            f"actors.scaling={{kind: fixed, num_actors: {I_MAX}}}", f"marless.i_max={I_MAX}",
-            "runtime.max_workers=16", f"train.eval_episodes={eval_episodes}", f"output.root_dir={root}",
+            f"env.id={ENVS[env]}", f"env.kwargs={{N: {agents}, max_cycles: 25}}",
+            f"env.num_envs_per_actor={scale.envs_per_actor}",
+            f"actors.scaling={{kind: fixed, num_actors: {scale.i_max}}}", f"marless.i_max={scale.i_max}",
+            *scale.keys(), f"train.eval_episodes={eval_episodes}", f"output.root_dir={root}",
             "output.status_line=false", "output.loggers=[]", "output.report=false", *extra]
 
 
+def take_profile(*, agents: int, scale: Scale, root: Path, output: Path, rounds: int = 4) -> None:
+    """Real runs at ``scale``'s actor counts (``rounds`` rounds each, local backend, alone) fitted into a simulation
+    profile (``nimbus simulate fit``): the plain arm gives the actor, critic and policy lines; the MARLess arm held at
+    I_max actors (``marless.i_min`` = I_max), which probes every policy's Hessian each round, gives the ``probe``
+    kind: its policy calls' median less the plain arm's, at the same rows. The simulated runtime adds a probe draw to
+    each policy call that reports ``probe_s`` (runtime/simulated_durations.py ``with_probe``). The probe runs on the
+    whole batch, so at fewer actors it is overstated: against MARLess, whose scaler runs fewer."""
+    from statistics import median
+
+    from nimbus.config.simulation import DurationModel
+    from nimbus.cost.ledger import Ledger
+    from nimbus.runtime.simulated_fit import fit_profile, write_profile
+
+    real = Scale(i_max=scale.i_max, envs_per_actor=scale.envs_per_actor)
+    dirs = {}
+    for arm, extra in (("per-agent", ARMS["per-agent"]), ("marless", [*ARMS["marless"], f"marless.i_min={scale.i_max}"])):
+        config = load_config(path=CONFIG, overrides=[*overrides(extra=extra, agents=agents, seed=0, rounds=rounds,
+                                                                root=root, eval_episodes=0, scale=real),
+                                                     "runtime.max_workers=null"])
+        dirs[arm] = train(config=config, run_dir=root / f"profile-n{agents}-i{scale.i_max}-{arm}").run_dir
+
+    def policy_median_s(run_dir: Path) -> float:
+        return median(r.duration_s for r in Ledger.load(path=run_dir / "ledger.jsonl")
+                      if r.kind == "policy" and r.outcome == "ok" and not r.cold)
+
+    profile = fit_profile(run_dirs=[dirs["per-agent"]])
+    probe_s = policy_median_s(dirs["marless"]) - policy_median_s(dirs["per-agent"])
+    probe = DurationModel(distribution="lognormal", median_s=max(probe_s, 1e-3),
+                          sigma=profile.functions["policy"].sigma, cold_start_s=0.0)
+    write_profile(profile=profile.model_copy(update={
+        "functions": {**profile.functions, "probe": probe},
+        "source": f"{profile.source}; probe: policy median of {dirs['marless']} less the plain arm's"}), path=output)
+    log.info("profile written to %s (probe %.3f s a policy call)", output, probe_s)
+
+
 def run_arm(*, arm: str, agents: int, seed: int, rounds: int, root: Path, eval_episodes: int,
-            env: str = "spread", env_steps: int | None = None) -> Run:
+            env: str = "spread", env_steps: int | None = None, scale: Scale = Scale()) -> Run:
     config = load_config(path=CONFIG, overrides=overrides(extra=ARMS[arm], agents=agents, seed=seed, rounds=rounds,
                                                            root=root, eval_episodes=eval_episodes, env=env,
-                                                           env_steps=env_steps))
+                                                           env_steps=env_steps, scale=scale))
     started = time.perf_counter()
     prefix = "" if env == "spread" else f"{env}-"
     result = train(config=config, run_dir=root / f"{prefix}n{agents}-{arm}-s{seed}")
-    wall_s = time.perf_counter() - started
+    wall_s = result.summary.wall_s if scale.profile else time.perf_counter() - started  # simulated: virtual seconds
     rows = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     extras = [row["extras"] for row in rows]
     policies = [int(e["marless/policies"]) for e in extras]
@@ -255,12 +316,23 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "marless_ablation.json")
     parser.add_argument("--merge", nargs="+", type=Path, default=None,
                         help="combine the runs of earlier --output files (arms split across invocations) into --output")
+    parser.add_argument("--i-max", type=int, default=I_MAX, help="actor functions (the paper's 50; 12 fit 2 cores)")
+    parser.add_argument("--envs-per-actor", type=int, default=ENVS_PER_ACTOR)
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="run the arms simulated, on this fitted profile (--take-profile writes one)")
+    parser.add_argument("--take-profile", type=Path, nargs="?", const=REPO / "benchmarks" / "results" /
+                        "marless_n6_profile.yaml", default=None,
+                        help="a real 4-round run at --i-max actors (alone), fitted into this profile, then stop")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.merge:
         merge(paths=args.merge, output=args.output)
         return
     agents = args.agents or DEFAULT_AGENTS[args.env]
+    scale = Scale(i_max=args.i_max, envs_per_actor=args.envs_per_actor, profile=args.profile)
+    if args.take_profile:
+        take_profile(agents=agents[0], scale=scale, root=args.root, output=args.take_profile)
+        return
     if args.measure_random:
         for n in agents:
             print(json.dumps({"env": ENVS[args.env], "N": n, "episodes": 300, "seed": 0,
@@ -277,7 +349,8 @@ def main() -> None:
             for arm in arms:
                 try:
                     run = run_arm(arm=arm, agents=n, seed=seed, rounds=rounds, root=args.root, env=args.env,
-                                  eval_episodes=2 if args.smoke else args.eval_episodes, env_steps=args.env_steps)
+                                  eval_episodes=2 if args.smoke else args.eval_episodes, env_steps=args.env_steps,
+                                  scale=scale)
                 except ConfigError as err:   # an arm that cannot apply here (full sharing across spaces): said why
                     skipped[f"{label(env=args.env, agents=n)}/{arm}"] = str(err)
                     log.warning("N=%d %s skipped: %s", n, arm, err)
@@ -287,7 +360,8 @@ def main() -> None:
                          run.actor_cost_usd, run.total_cost_usd, run.mean_actors, run.mean_policies, run.wall_s)
                 runs.append(run)
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-               "load_1m_before": load_before, "load_1m_after": os.getloadavg()[0]}
+               "load_1m_before": load_before, "load_1m_after": os.getloadavg()[0], "i_max": scale.i_max,
+               "envs_per_actor": scale.envs_per_actor, "simulated_profile": str(scale.profile) if scale.profile else None}
     write(output=args.output, runs=runs, skipped=skipped, machine=machine, env=args.env,
           rounds=0 if args.env_steps else rounds)
 
