@@ -10,6 +10,7 @@ import errno
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -17,34 +18,19 @@ from rich.markup import escape
 from nimbus.errors import ConfigError, NimbusError
 from nimbus.run.rundir import RunDirError
 
+if TYPE_CHECKING:
+    from nimbus.config import NimbusConfig
+
 console = Console(stderr=True)
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)   # a full disk or quota, wherever the run writes
 
 
-def _start_fork_server_early(*, paths: list[Path], overrides: list[str]) -> None:
-    """Start the local backend's fork server before the driver imports torch through the config, so the two
-    imports overlap (runtime/spare_server.py ``start_early``). A glance at the raw YAML decides: only when every config
-    runs on the local backend's fork server (the defaults, or ``--set runtime.backend=local`` /
-    ``runtime.start_method=fork_server``); the validated config decides everything else, and a server nobody
-    adopts (a refused config) is closed at exit."""
-    from nimbus.config.yaml_loader import parse_yaml
-
-    chosen = {}
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key.strip() in ("runtime.backend", "runtime.start_method"):
-            chosen[key.strip().removeprefix("runtime.")] = value.strip()
-        elif key.strip() == "runtime":   # the whole section: not worth parsing here
-            return
-    for path in paths:
-        try:   # the bounded loader (config/yaml_loader.py): an alias bomb or deep nesting is load_config's exit 2
-            data = parse_yaml(text=path.read_text(), source=str(path))
-        except (OSError, ConfigError):
-            return
-        runtime = data.get("runtime") if isinstance(data, dict) else None
-        runtime = {**(runtime if isinstance(runtime, dict) else {}), **chosen}
-        if (runtime.get("backend", "local"), runtime.get("start_method", "fork_server")) != ("local", "fork_server"):
-            return
+def _start_fork_server_early(*, configs: list[NimbusConfig]) -> None:
+    """Start the local backend's fork server before the driver imports torch (nimbus.run.loop), so the two imports
+    overlap (runtime/spare_server.py ``start_early``): only when every config runs on the local backend's fork
+    server. Called after the configs validated (which imports no torch), so a refused config exits 2 at once."""
+    if not all((c.runtime.backend, c.runtime.start_method) == ("local", "fork_server") for c in configs):
+        return
     from nimbus.runtime.forkserver import TRAINING_PRELOAD
     from nimbus.runtime.spare_server import start_early
 
@@ -52,11 +38,7 @@ def _start_fork_server_early(*, paths: list[Path], overrides: list[str]) -> None
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    config_paths = [Path(p) for p in args.config] or ([Path(args.resume) / "config.yaml"] if args.resume else [])
-    _start_fork_server_early(paths=config_paths, overrides=args.set or [])
     from nimbus.config import load_config
-    from nimbus.report.render import print_summary
-    from nimbus.run.loop import train
 
     resume = Path(args.resume) if args.resume else None
     if len(args.config) > 1:  # several workloads on one pool (run/workloads.py)
@@ -68,6 +50,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if not config_path.exists():
         raise ConfigError(f"{config_path}: no such config file")
     config = load_config(path=config_path, overrides=args.set or [])
+    _start_fork_server_early(configs=[config])
+    from nimbus.report.render import print_summary
+    from nimbus.run.loop import train
+
     result = train(config=config, run_dir=Path(args.run_dir) if args.run_dir else None, resume_from=resume)
     print_summary(run_dir=result.run_dir, console=Console())
     Console().print(f"run directory: {result.run_dir}")
@@ -76,8 +62,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _train_workloads(args: argparse.Namespace) -> int:
     from nimbus.config import load_config
-    from nimbus.report.render import print_summary
-    from nimbus.run.workloads import train_workloads
 
     if args.resume or args.run_dir:
         raise ConfigError("--resume and --run-dir take one config; several configs each get their own run dir")
@@ -85,6 +69,10 @@ def _train_workloads(args: argparse.Namespace) -> int:
         if not Path(path).exists():
             raise ConfigError(f"{path}: no such config file")
     configs = [load_config(path=Path(path), overrides=args.set or []) for path in args.config]
+    _start_fork_server_early(configs=configs)
+    from nimbus.report.render import print_summary
+    from nimbus.run.workloads import train_workloads
+
     for result in train_workloads(configs=configs):
         print_summary(run_dir=result.run_dir, console=Console())
         Console().print(f"run directory: {result.run_dir}")

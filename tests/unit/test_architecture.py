@@ -218,6 +218,16 @@ def test_importing_config_loads_neither_torch_nor_any_algorithm_nor_anything_abo
     assert above == []
 
 
+def test_validating_every_shipped_config_imports_no_torch() -> None:
+    """`nimbus train bad.yaml` exits 2 before torch loads (seconds on a small machine), whatever algorithm it names:
+    each algorithm's section module is torch-free (the multi-agent ones too: algos/multiagent/config.py)."""
+    code = ("import sys, pathlib; from nimbus.config import load_config\n"
+            f"[load_config(path=p, overrides=[]) for p in sorted(pathlib.Path({str(PACKAGE.parents[1] / 'configs')!r}).glob('*.yaml'))]\n"
+            "print(' '.join(m for m in sys.modules if m == 'torch' or m.startswith('torch.')) or 'none')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split()[:5] == ["none"]
+
+
 def test_the_config_finds_every_registered_algorithm_by_name() -> None:
     from nimbus.algos.registry import ALGO_CONFIGS
     from nimbus.config import parse_config

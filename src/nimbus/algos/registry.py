@@ -23,10 +23,7 @@ from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.impala.algorithm import Impala
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.multiagent import MULTIAGENT_ALGO_CONFIGS
-from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
-from nimbus.algos.multiagent.iql import IQLConfig
-from nimbus.algos.multiagent.qmix import QMIXConfig
-from nimbus.algos.multiagent.vdn import VDNConfig
+from nimbus.algos.multiagent.config import IPPOConfig, IQLConfig, MAPPOConfig, QMIXConfig, VDNConfig
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.algos.sac.algorithm import SAC

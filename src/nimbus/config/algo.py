@@ -26,9 +26,9 @@ ALGO_SECTIONS: dict[str, str] = {
     "sac": "nimbus.algos.sac.config:SACConfig",
     "ippo": "nimbus.algos.multiagent.config:IPPOConfig",
     "mappo": "nimbus.algos.multiagent.config:MAPPOConfig",
-    "iql": "nimbus.algos.multiagent.iql:IQLConfig",
-    "vdn": "nimbus.algos.multiagent.vdn:VDNConfig",
-    "qmix": "nimbus.algos.multiagent.qmix:QMIXConfig",
+    "iql": "nimbus.algos.multiagent.config:IQLConfig",
+    "vdn": "nimbus.algos.multiagent.config:VDNConfig",
+    "qmix": "nimbus.algos.multiagent.config:QMIXConfig",
 }
 """Every algorithm's config class by ``algo.name``, as ``module:Class`` (imported on first use)."""
 

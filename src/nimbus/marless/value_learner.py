@@ -40,9 +40,10 @@ from torch import nn
 
 from nimbus.algos.base import LossOutput
 from nimbus.algos.dqn.loss import td_loss
-from nimbus.algos.multiagent.iql import IQL, IQLConfig, QPolicy, ValueAlgorithm, iql_targets
-from nimbus.algos.multiagent.qmix import QMIX, QMIXConfig
-from nimbus.algos.multiagent.vdn import VDN, VDNConfig
+from nimbus.algos.multiagent.config import IQLConfig, QMIXConfig, VDNConfig
+from nimbus.algos.multiagent.iql import IQL, QPolicy, ValueAlgorithm, iql_targets
+from nimbus.algos.multiagent.qmix import QMIX
+from nimbus.algos.multiagent.vdn import VDN
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest

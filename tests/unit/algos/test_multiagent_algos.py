@@ -22,9 +22,9 @@ BOX = EnvSpaces(observation=gym.spaces.Box(-1, 1, (6,), np.float32), action=gym.
 
 
 def test_registration_and_roles() -> None:
-    from nimbus.algos.multiagent.iql import IQLConfig
-    from nimbus.algos.multiagent.qmix import QMIXConfig
-    from nimbus.algos.multiagent.vdn import VDNConfig
+    from nimbus.algos.multiagent.config import IQLConfig
+    from nimbus.algos.multiagent.config import QMIXConfig
+    from nimbus.algos.multiagent.config import VDNConfig
     assert MULTIAGENT_ALGO_CONFIGS == {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig, "vdn": VDNConfig,
                                        "qmix": QMIXConfig}
     assert all(ALGO_CONFIGS[name] is config for name, config in MULTIAGENT_ALGO_CONFIGS.items())

@@ -8,8 +8,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from nimbus.algos.multiagent.iql import IQL, IQLConfig, initial_messages
-from nimbus.algos.multiagent.vdn import VDN, VDNConfig
+from nimbus.algos.multiagent.config import IQLConfig, VDNConfig
+from nimbus.algos.multiagent.iql import IQL, initial_messages
+from nimbus.algos.multiagent.vdn import VDN
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.models.weights import load_model

@@ -12,8 +12,8 @@ import torch
 
 from tests.unit.marless.early_env import make_env
 from tests.unit.marless.marless_harness import actor_request, assemble_batch, ctx, learner_request, put_version_zero
-from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
-from nimbus.algos.multiagent.vdn import VDN, VDNConfig, vdn_q_tot
+from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig, VDNConfig
+from nimbus.algos.multiagent.vdn import VDN, vdn_q_tot
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.actor import marless_actor_function
 from nimbus.marless.learner import critic_function, policy_function, postprocess_function

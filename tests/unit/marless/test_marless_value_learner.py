@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.multiagent.iql import IQL, IQLConfig, initial_messages, iql_targets
+from nimbus.algos.multiagent.config import IQLConfig, VDNConfig
+from nimbus.algos.multiagent.iql import IQL, initial_messages, iql_targets
 from nimbus.algos.multiagent.qmix import initial_mixer_message, mixer_key
-from nimbus.algos.multiagent.vdn import VDN, VDNConfig, vdn_q_tot, vdn_targets
+from nimbus.algos.multiagent.vdn import VDN, vdn_q_tot, vdn_targets
 from nimbus.data.codec import Message
 from nimbus.data.store import KeyExists, ShmStore
 from nimbus.envs.spaces import EnvSpaces

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from nimbus.algos.multiagent.qmix import QMIX, QMIXConfig, mixer_key
+from nimbus.algos.multiagent.config import QMIXConfig
+from nimbus.algos.multiagent.qmix import QMIX, mixer_key
 from nimbus.config import apply_overrides, load_config, parse_config
 from nimbus.data.codec import Message
 from nimbus.data.store import ShmStore

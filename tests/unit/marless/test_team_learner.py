@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from nimbus.algos.multiagent.vdn import VDN, VDNConfig
+from nimbus.algos.multiagent.config import VDNConfig
+from nimbus.algos.multiagent.vdn import VDN
 from nimbus.data.store import ShmStore
 from nimbus.marless.team_learner import team_value_function
 from nimbus.marless.value_learner import team_post_key

@@ -133,7 +133,8 @@ def test_the_multi_agent_value_learner_mixes_no_devices(store: ShmStore) -> None
     """VDN's team function (marless/team_learner.py): every policy's nets, their targets and the joint replay on
     the leased device, twice (the second warm, from the first's versions), with the probe."""
     from tests.unit.marless import test_marless_value_learner as harness
-    from nimbus.algos.multiagent.vdn import VDN, VDNConfig
+    from nimbus.algos.multiagent.config import VDNConfig
+    from nimbus.algos.multiagent.vdn import VDN
     from nimbus.marless.team_learner import team_value_function
     from nimbus.marless.value_learner import team_post_key
 

@@ -203,21 +203,28 @@ def test_a_server_restarted_on_the_spawner_thread_is_not_parked(make_runtime, sp
     assert "server" not in spare._early and not pid_alive(restarted)
 
 
-def test_nimbus_train_starts_the_server_early_only_for_the_local_fork_server(tmp_path: Path, monkeypatch) -> None:
+def test_nimbus_train_starts_the_server_early_only_for_the_local_fork_server(monkeypatch) -> None:
     from nimbus import cli
+    from nimbus.config import parse_config
     from nimbus.runtime import spare_server
 
     started: list[tuple[str, ...]] = []
     monkeypatch.setattr(spare_server, "start_early", lambda *, preload: started.append(preload))
-    cases = {"local.yaml": ("name: a\n", [], True), "spawn.yaml": ("runtime: {start_method: spawn}\n", [], False),
-             "ray.yaml": ("runtime:\n  backend: ray\n", [], False),
-             "set.yaml": ("name: a\n", ["runtime.backend=ray"], False), "bad.yaml": ("runtime: [\n", [], False),
-             "reset.yaml": ("runtime: {start_method: spawn}\n", ["runtime.start_method=fork_server"], True),
-             "section.yaml": ("name: a\n", ["runtime={backend: ray}"], False)}
-    for name, (text, overrides, expected) in cases.items():
-        (tmp_path / name).write_text(text)
+    local, spawn, ray = (parse_config(data={"algo": {"name": "ppo"}, **data}) for data in (
+        {}, {"runtime": {"start_method": "spawn"}}, {"runtime": {"backend": "ray"}}))
+    for configs, expected in (([local], True), ([spawn], False), ([ray], False), ([local, local], True),
+                              ([local, ray], False)):   # several workloads: every one must be local
         started.clear()
-        cli._start_fork_server_early(paths=[tmp_path / name], overrides=overrides)
-        assert bool(started) == expected, name
-    cli._start_fork_server_early(paths=[tmp_path / "local.yaml", tmp_path / "ray.yaml"], overrides=[])
-    assert started == []                                         # several workloads: every one must be local
+        cli._start_fork_server_early(configs=configs)
+        assert bool(started) == expected, configs
+
+
+def test_a_refused_config_exits_2_before_torch_or_a_fork_server_loads() -> None:
+    """Validation comes first: `nimbus train` of a bad config loads neither torch nor the early fork server."""
+    cartpole = Path(__file__).resolve().parents[3] / "configs" / "ppo-cartpole.yaml"
+    code = ("import sys; from nimbus.cli import main\n"
+            f"print('exit', main(['train', {str(cartpole)!r}, '--set', 'algo.lr=-1']))\n"
+            "from nimbus.runtime import spare_server\n"
+            "print('torch' in sys.modules, 'server' in spare_server._early)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["exit", "2", "False", "False"], done.stdout + done.stderr[-2000:]

@@ -7,7 +7,8 @@ model as a buffer, so it travels with the weights the learner publishes (the lea
 run's progress); the target network and the gradient-step count live in the Store beside the weights
 (``target/<policy>/<v>``, the weights header's ``grad_steps``).
 
-``ValueConfigBase`` and ``ValueAlgorithm`` are shared with VDN (algos/multiagent/vdn.py).
+``ValueAlgorithm`` is shared with VDN and QMIX (algos/multiagent/vdn.py, qmix.py); the configs live in
+algos/multiagent/config.py (torch-free: validating a config imports no torch).
 
 Example::
 
@@ -23,69 +24,17 @@ from typing import TYPE_CHECKING, Literal
 import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import Field, model_validator
 from torch import nn
 
 from nimbus.algos.base import ActOutput
 from nimbus.algos.dqn.loss import double_q_target, epsilon_greedy, linear_schedule
-from nimbus.config.base import ConfigSection
-from nimbus.config.fields import check_batch_fits, Widths
+from nimbus.algos.multiagent.config import ValueConfigBase
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.models.qnet import QNetwork
 
 if TYPE_CHECKING:
     from nimbus.data.codec import Message
-
-
-class ValueConfigBase(ConfigSection):
-    """The fields IQL, VDN and QMIX share. Defaults follow EPyMARL's MPE settings for IQL/VDN (lr 5e-4,
-    γ 0.99, 64-unit hidden layers, ε 1 → 0.05, hard target copy every 200 updates), with DQN's Huber
-    loss and gradient-norm clip (algos/dqn/config.py)."""
-
-    lr: float = Field(5e-4, gt=0)
-    """Adam learning rate."""
-    gamma: float = Field(0.99, ge=0, le=1)
-    """Discount."""
-    batch_size: int = Field(256, ge=1)
-    """Rows per gradient step (IQL: one agent's transitions; VDN, QMIX: joint team transitions)."""
-    gradient_steps: int = Field(50, ge=1)
-    """Gradient steps per learner invocation (IQL: one invocation per policy a round; VDN, QMIX: one for the team,
-    each step updating every policy)."""
-    replay_capacity: int = Field(50_000, ge=1)
-    """Rows the replay holds: the newest rows of the last rounds' batches; older ones are dropped."""
-    learning_starts: int = Field(1_000, ge=0)
-    """Replay rows needed before the first gradient step (before that the invocation publishes v+1 with
-    only ε updated)."""
-    exploration_initial_eps: float = Field(1.0, ge=0, le=1)
-    """ε at the start of the run."""
-    exploration_final_eps: float = Field(0.05, ge=0, le=1)
-    """ε after ``exploration_fraction`` of the run."""
-    exploration_fraction: float = Field(0.5, ge=0, le=1)
-    """Fraction of the run (progress 0..1) over which ε decays linearly."""
-    target_update_period: int = Field(200, ge=1)
-    """Gradient steps between hard copies of the online network into the target, counted across
-    invocations."""
-    double_q: bool = True
-    """Double DQN targets (the online network picks a', the target network values it)."""
-    huber_delta: float = Field(10.0, gt=0)
-    """Huber loss threshold (MPE returns are tens in magnitude; a large δ is close to MSE)."""
-    max_grad_norm: float | None = Field(10.0, gt=0)
-    """Gradient-norm clip (VDN, QMIX: one norm over all the team's parameters); None disables it."""
-    hidden_sizes: Widths = (64, 64)
-    """The Q-network's MLP torso."""
-
-    @model_validator(mode="after")
-    def _check(self) -> ValueConfigBase:
-        check_batch_fits(batch_size=self.batch_size, capacity=self.replay_capacity, capacity_key="replay_capacity")
-        return self
-
-
-class IQLConfig(ValueConfigBase):
-    """Independent Q-learning: one DQN per policy on its own agents' transitions."""
-
-    name: Literal["iql"] = "iql"
-    """The algorithm."""
 
 
 class QPolicy(nn.Module):

@@ -24,10 +24,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 import torch
-from pydantic import Field
 from torch import nn
 
-from nimbus.algos.multiagent.iql import ValueAlgorithm, ValueConfigBase
+from nimbus.algos.multiagent.iql import ValueAlgorithm
 
 if TYPE_CHECKING:
     from nimbus.data.codec import Message
@@ -42,19 +41,6 @@ def mixer_key(*, part: Literal["weights", "optim", "target"], version: int) -> s
 def mixer_keys(*, version: int) -> list[str]:
     """Every Store key of the mixer's ``version`` (none for a negative version)."""
     return [mixer_key(part=part, version=version) for part in ("weights", "optim", "target")] if version >= 0 else []
-
-
-class QMIXConfig(ValueConfigBase):
-    """QMIX: Q_tot from a monotonic mixing network over the env's global state, one TD loss on it.
-
-    Mixer sizes as pymarl's defaults (``mixing_embed_dim`` 32, ``hypernet_embed`` 64)."""
-
-    name: Literal["qmix"] = "qmix"
-    """The algorithm."""
-    mixing_embed_dim: int = Field(32, ge=1)
-    """E: the mixing network's hidden width."""
-    hypernet_embed: int = Field(64, ge=1)
-    """The hypernetworks' hidden width (two-layer hypernetworks for the mixing weights)."""
 
 
 def _nonnegative(weights: torch.Tensor) -> torch.Tensor:

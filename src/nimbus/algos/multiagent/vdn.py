@@ -15,18 +15,10 @@ Example::
 
 from __future__ import annotations
 
-from typing import Literal
 
 import torch
 
-from nimbus.algos.multiagent.iql import ValueAlgorithm, ValueConfigBase
-
-
-class VDNConfig(ValueConfigBase):
-    """Value decomposition: Q_tot = Σ over the team's agents of their Q values, one TD loss."""
-
-    name: Literal["vdn"] = "vdn"
-    """The algorithm."""
+from nimbus.algos.multiagent.iql import ValueAlgorithm
 
 
 class VDN(ValueAlgorithm):
