@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 LOSS_STATS = ("losses/qf_loss", "losses/actor_loss", "losses/alpha_loss", "losses/alpha", "losses/qf1_values",
               "losses/entropy")  # batch_losses's stats, in order
 
+
 def soft_q_target(*, rewards: torch.Tensor, discounts: torch.Tensor, next_q1: torch.Tensor, next_q2: torch.Tensor,
                   next_log_prob: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
     """y = r + γ(1 − terminated) · (min(Q1', Q2')(s', a') − α · log π(a'|s')), a' ~ π(·|s'); no grad."""
