@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from nimbus.runtime.base import Runtime
 
 POLICY = "main"  # the policy of a one-policy run (a population names each member: pbt/population.py)
+# the seconds of Nitro's Hessian probe in a learner's result header or extras: written by nitro/probe.py, read by
+# the simulated runtime, which times the probe on its own model (runtime/simulated_durations.py with_probe)
+PROBE_SECONDS_KEY = "probe_s"
 
 
 @dataclass(frozen=True)

@@ -52,14 +52,13 @@ from nimbus.analysis.hessian import (HESSIAN_LAMBDA_MAX_KEY, HESSIAN_LAMBDA_MIN_
                                      extreme_eigenvalues, subset_indices)
 from nimbus.nitro.probe_authors import probe_authors
 from nimbus.roles.actor import derive_seed
-from nimbus.types import RoundMetrics, ScalingDecision
+from nimbus.types import PROBE_SECONDS_KEY, RoundMetrics, ScalingDecision
 
 if TYPE_CHECKING:
     from nimbus.nitro.config import ScalingConfig
 
 #: Sub-modules whose parameters are not the policy's (separate value network, frozen target copy).
 NON_POLICY_MODULES = ("critic", "target_net")
-PROBE_SECONDS_KEY = "probe_s"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import numpy as np
 
 from nimbus.config.simulation import DurationModel
 from nimbus.data.codec import Message
+from nimbus.types import PROBE_SECONDS_KEY
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,6 @@ def simulated_timings(*, header: dict[str, Any], duration_s: float, transfer_s: 
                 table[key] = parts.get(key, duration_s)
 
 
-PROBE_KEY = "probe_s"   # Nitro's probe time in a learner's result (nitro/probe.py PROBE_SECONDS_KEY)
-
-
 def with_probe(*, draw: Draw, model: DurationModel | None, rng: np.random.Generator,
                result: Message | None) -> tuple[Draw, dict[str, float]]:
     """A result that reports ``probe_s`` (Nitro's Hessian probe, run inside the learner call after its update): with
@@ -91,10 +89,10 @@ def with_probe(*, draw: Draw, model: DurationModel | None, rng: np.random.Genera
     and ``probe_s`` reports them; the learner's model then times the update alone. Else the draw is unchanged and
     ``probe_s`` is the whole duration, as every other part."""
     extras = result.header.get("extras") if result is not None else None
-    if model is None or result is None or (PROBE_KEY not in result.header and
-                                           not (isinstance(extras, dict) and PROBE_KEY in extras)):
+    if model is None or result is None or (PROBE_SECONDS_KEY not in result.header and
+                                           not (isinstance(extras, dict) and PROBE_SECONDS_KEY in extras)):
         return draw, {}
     probe_s = draw_attempt(model=model, rng=rng, rows=0, nbytes=0).duration_s
     total = draw.duration_s + probe_s
     return Draw(duration_s=total, transfer_s=draw.transfer_s, straggler=draw.straggler, dies=draw.dies,
-                dies_after_s=draw.dies_after_s if draw.dies else total), {PROBE_KEY: probe_s}
+                dies_after_s=draw.dies_after_s if draw.dies else total), {PROBE_SECONDS_KEY: probe_s}
