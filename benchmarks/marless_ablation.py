@@ -150,7 +150,8 @@ def take_profile(*, agents: int, scale: Scale, root: Path, output: Path, rounds:
 
     real = Scale(i_max=scale.i_max, envs_per_actor=scale.envs_per_actor)
     dirs = {}
-    for arm, extra in (("per-agent", ARMS["per-agent"]), ("marless", [*ARMS["marless"], f"marless.i_min={scale.i_max}"])):
+    held = [*ARMS["marless"], f"marless.i_min={scale.i_max}"]   # MARLess at I_max: it probes, at the plain arm's rows
+    for arm, extra in (("per-agent", ARMS["per-agent"]), ("marless", held)):
         config = load_config(path=CONFIG, overrides=[*overrides(extra=extra, agents=agents, seed=0, rounds=rounds,
                                                                 root=root, eval_episodes=0, scale=real),
                                                      "runtime.max_workers=null"])
@@ -361,7 +362,8 @@ def main() -> None:
                 runs.append(run)
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                "load_1m_before": load_before, "load_1m_after": os.getloadavg()[0], "i_max": scale.i_max,
-               "envs_per_actor": scale.envs_per_actor, "simulated_profile": str(scale.profile) if scale.profile else None}
+               "envs_per_actor": scale.envs_per_actor,
+               "simulated_profile": str(scale.profile) if scale.profile else None}
     write(output=args.output, runs=runs, skipped=skipped, machine=machine, env=args.env,
           rounds=0 if args.env_steps else rounds)
 
