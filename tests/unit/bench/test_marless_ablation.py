@@ -75,3 +75,18 @@ def test_env_steps_stops_the_arms_at_equal_samples_instead_of_equal_rounds(tmp_p
     assert train_section() == (150, 100_000_000)                   # equal rounds: the step budget never binds
     rounds, steps = train_section(env_steps=90_000)
     assert steps == 90_000 and rounds >= 90_000 // (2 * 2 * 25)   # enough rounds at I_min = 2 actors of 2 envs
+
+
+def test_a_profile_runs_the_arms_simulated_at_its_actor_counts(tmp_path: Path) -> None:
+    """``--profile`` (issue 30): every arm on the simulated backend with the fitted durations, no worker cap, and
+    ``--i-max`` actors of ``--envs-per-actor`` envs; without it, real runs capped at 16 workers."""
+    ablation = _script()
+    from nimbus.config import load_config
+    profile = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "marless_n6_profile.yaml"
+    def runtime_of(scale):
+        config = load_config(path=ablation.CONFIG, overrides=ablation.overrides(
+            extra=ablation.ARMS["per-agent"], agents=6, seed=0, rounds=3, root=tmp_path, eval_episodes=0, scale=scale))
+        return (config.runtime.backend, config.runtime.max_workers, config.marless.i_max, config.env.num_envs_per_actor,
+                config.simulation.profile is not None)
+    assert runtime_of(ablation.Scale()) == ("local", 16, 12, 2, False)
+    assert runtime_of(ablation.Scale(i_max=50, envs_per_actor=1, profile=profile)) == ("simulated", None, 50, 1, True)
