@@ -58,8 +58,8 @@ def run_cli(capsys: pytest.CaptureFixture[str]):
             code = main(list(args))
         except SystemExit as exc:   # argparse: usage errors exit 2, --help exits 0
             code = exc.code if isinstance(exc.code, int) else 1
-        finally:   # a refused train leaves the fork server it started early for this process's exit to close; a
-            spare_server.close_early()   # later test's runtime would adopt it, with this test's environment (PYTHONPATH)
+        finally:   # a train refused after its config validated (a missing env) leaves the fork server it started
+            spare_server.close_early()   # early; a later test's runtime would adopt it, with this test's environment
         out, err = capsys.readouterr()
         return code, " ".join((out + err).split())
 

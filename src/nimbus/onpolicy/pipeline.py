@@ -42,8 +42,8 @@ from typing import Iterable, Iterator
 import torch
 
 from nimbus.algos.gae import compute_gae
-from nimbus.algos.ppo.learner import MEAN_STATS, REQUIRED_KEYS, UpdateStats, gradient_step, minibatch_loss, scheduled
-from nimbus.algos.ppo.loss import explained_variance
+from nimbus.algos.ppo.learner import REQUIRED_KEYS, UpdateStats, gradient_step, minibatch_loss, scheduled
+from nimbus.algos.ppo.loss import LOSS_STATS, explained_variance
 from nimbus.onpolicy.loader import DeviceLoader
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class StreamingPPOUpdate:
         self.keys_in: list[set[str]] = [set() for _ in block_rows]
         self.gae_done = [False] * len(block_rows)
         self.next_minibatch = 0  # of epoch 1, when pipelined
-        self.totals = dict.fromkeys((*MEAN_STATS, "grad_norm"), 0.0)
+        self.totals = dict.fromkeys((*LOSS_STATS, "grad_norm"), 0.0)
         self.steps = self.skipped = 0
         self.last_kl = 0.0
         self.lock = threading.Lock()
@@ -162,7 +162,7 @@ class StreamingPPOUpdate:
             return
         self.steps += 1
         self.last_kl = out.stats["approx_kl"]
-        for key in MEAN_STATS:
+        for key in LOSS_STATS:
             self.totals[key] += out.stats[key]
         self.totals["grad_norm"] += grad_norm
 

@@ -149,9 +149,7 @@ class ForkServer:
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._closing = False   # set by interrupt(): no request is sent and no server is started any more
-        self._owner = threading.current_thread()   # the thread whose end kills the server (PR_SET_PDEATHSIG)
-        self._cwd = os.getcwd()   # its workers' working directory
-        self._start()
+        self._start()   # also sets _owner (the thread whose end kills the server) and _cwd (its workers')
 
     @property
     def pid(self) -> int | None:
@@ -204,8 +202,9 @@ class ForkServer:
         finally:
             theirs.close()
         self._sock = ours
-        self._owner = threading.current_thread()   # a restart on the spawner thread dies with that thread
-        self._cwd = os.getcwd()
+        # the thread whose end kills the server (PR_SET_PDEATHSIG): a restart on the spawner thread dies with it
+        self._owner = threading.current_thread()
+        self._cwd = os.getcwd()   # its workers' working directory
         self._track(self._proc.pid)
 
     def spawn(self, *, worker_id: str, spec: FunctionSpec, inline_max_bytes: int,

@@ -24,7 +24,6 @@ from nimbus.runtime.interpreter import worker_env
 
 _early: dict[str, ForkServer] = {}   # "server": a main-thread server no run holds now (started early or parked)
 _early_lock = threading.Lock()
-_atexit_registered: list[bool] = []   # atexit closes the early server once, however often one starts
 ENV_NOT_COMPARED = ("PYTEST_CURRENT_TEST",)   # pytest's label of the running test: it changes with every test
 
 
@@ -60,9 +59,6 @@ def start_early(*, preload: tuple[str, ...]) -> None:
         if old is not None:
             _early.pop("server").close()
         _early["server"] = ForkServer(prefix="", preload=preload, env=_server_env(), janitor_track=lambda pid: None)
-        if not _atexit_registered:
-            atexit.register(close_early)
-            _atexit_registered.append(True)
 
 
 def take_early(*, preload: tuple[str, ...]) -> ForkServer | None:
@@ -85,7 +81,11 @@ def park(server: ForkServer) -> None:
 
 
 def close_early() -> None:
+    """Close the server kept, if any (at exit; a test that must not leave one for the next)."""
     with _early_lock:
         server = _early.pop("server", None)
     if server is not None:
         server.close()
+
+
+atexit.register(close_early)   # one kept or started early and never adopted dies with the process, not after it

@@ -2,7 +2,8 @@
 
 from nimbus.algos import lazy_exports
 
-__all__ = ["DQN", "DQNConfig", "DQNModel", "DQNUpdate", "DQNUpdateStats", "dqn_update"]
-__getattr__ = lazy_exports(package=__name__, homes={
+_HOMES = {
     "DQN": "algorithm", "DQNModel": "algorithm", "DQNConfig": "config", "DQNUpdate": "learner",
-    "DQNUpdateStats": "learner", "dqn_update": "learner"})
+    "DQNUpdateStats": "learner", "dqn_update": "learner"}
+__all__ = sorted(_HOMES)
+__getattr__ = lazy_exports(package=__name__, homes=_HOMES)

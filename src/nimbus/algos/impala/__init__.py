@@ -2,7 +2,8 @@
 
 from nimbus.algos import lazy_exports
 
-__all__ = ["Impala", "ImpalaConfig", "ImpalaModel", "ImpalaUpdateStats", "VTraceReturns", "impala_update", "vtrace"]
-__getattr__ = lazy_exports(package=__name__, homes={
+_HOMES = {
     "Impala": "algorithm", "ImpalaModel": "algorithm", "ImpalaConfig": "config", "ImpalaUpdateStats": "learner",
-    "impala_update": "learner", "VTraceReturns": "vtrace", "vtrace": "vtrace"})
+    "impala_update": "learner", "VTraceReturns": "vtrace", "vtrace": "vtrace"}
+__all__ = sorted(_HOMES)
+__getattr__ = lazy_exports(package=__name__, homes=_HOMES)

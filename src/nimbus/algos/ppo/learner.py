@@ -32,7 +32,6 @@ from nimbus.models.mlp import ActorCritic
 logger = logging.getLogger(__name__)
 
 REQUIRED_KEYS = ("obs", "actions", "log_prob", "values", "advantages", "returns")
-MEAN_STATS = LOSS_STATS  # averaged over the steps taken
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ def ppo_update(
         group["lr"] = lr
     num_rows = batch["obs"].shape[0]
     minibatch_size = min(config.minibatch_size, num_rows)
-    totals = dict.fromkeys((*MEAN_STATS, "grad_norm"), 0.0)
+    totals = dict.fromkeys((*LOSS_STATS, "grad_norm"), 0.0)   # averaged over the steps taken
     steps = skipped = epochs_done = 0
     for _ in range(config.num_epochs):
         order = torch.randperm(num_rows, generator=generator)
@@ -116,7 +115,7 @@ def ppo_update(
                 continue
             steps += 1
             last_kl = out.stats["approx_kl"]
-            for key in MEAN_STATS:
+            for key in LOSS_STATS:
                 totals[key] += out.stats[key]
             totals["grad_norm"] += grad_norm
         epochs_done += 1

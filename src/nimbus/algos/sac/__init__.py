@@ -2,7 +2,8 @@
 
 from nimbus.algos import lazy_exports
 
-__all__ = ["SAC", "SACConfig", "SACModel", "SACUpdateStats", "make_optimizer", "sac_update"]
-__getattr__ = lazy_exports(package=__name__, homes={
+_HOMES = {
     "SAC": "algorithm", "SACModel": "algorithm", "SACConfig": "config", "SACUpdateStats": "learner",
-    "make_optimizer": "learner", "sac_update": "learner"})
+    "make_optimizer": "learner", "sac_update": "learner"}
+__all__ = sorted(_HOMES)
+__getattr__ = lazy_exports(package=__name__, homes=_HOMES)

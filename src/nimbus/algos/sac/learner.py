@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from nimbus.algos.sac.config import SACConfig
-from nimbus.algos.sac.loss import batch_losses
+from nimbus.algos.sac.loss import LOSS_STATS, batch_losses
 from nimbus.models.qnet import polyak_update
 
 if TYPE_CHECKING:
@@ -53,13 +53,10 @@ def make_optimizer(*, model: SACModel, config: SACConfig) -> torch.optim.Optimiz
     return torch.optim.Adam(groups, lr=config.lr, foreach=True)  # multi-tensor: small nets are overhead-bound
 
 
-_STATS = ("qf_loss", "actor_loss", "alpha_loss", "alpha", "entropy", "qf1_values")
-
-
 def sac_update(*, model: SACModel, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
                config: SACConfig) -> SACUpdateStats:
     n = batch["obs"].shape[0]
-    totals = dict.fromkeys(_STATS, 0.0)
+    totals = dict.fromkeys(LOSS_STATS, 0.0)
     steps = 0
     steps_before = int(model.num_grad_steps)  # read once: on a GPU each read of the buffer is a synchronisation
     for start in range(0, n, config.batch_size):
@@ -72,7 +69,7 @@ def sac_update(*, model: SACModel, optimizer: torch.optim.Optimizer, batch: dict
         steps += 1
         if (steps_before + steps) % config.target_update_interval == 0:
             polyak_update(source=model.critic, target=model.critic_target, tau=config.tau)
-        for key in _STATS:
-            totals[key] += out.stats[f"losses/{key}"]
-    means = {k: v / max(steps, 1) for k, v in totals.items()}
-    return SACUpdateStats(**means, num_gradient_steps=steps, total_gradient_steps=int(model.num_grad_steps))
+        for key in LOSS_STATS:
+            totals[key] += out.stats[key]
+    means = {key.removeprefix("losses/"): total / max(steps, 1) for key, total in totals.items()}
+    return SACUpdateStats(**means, num_gradient_steps=steps, total_gradient_steps=steps_before + steps)
