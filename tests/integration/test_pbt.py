@@ -56,6 +56,8 @@ def test_pbt_exploit_copies_the_top_members_weights_and_records_lineage(make_con
     assert set(members) == {f"member{i}" for i in range(4)} and all(m["rounds"] == 3 for m in members.values())
     for name in members:
         assert len((run_dir / "policies" / name / "metrics.jsonl").read_text().splitlines()) == 3
+    learners = [row for row in _jsonl(run_dir / "ledger.jsonl") if row["kind"] == "learner" and row["outcome"] == "ok"]
+    assert len(learners) == 12 and not any(row["cold"] for row in learners)   # a warm learner for each member
 
 
 def _failing(tmp_path: Path, policy: str) -> list[str]:

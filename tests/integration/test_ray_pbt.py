@@ -31,3 +31,9 @@ def test_pbt_runs_on_ray_with_the_local_config(ray_local, make_config) -> None:
     members = json.loads((result.run_dir / "population.json").read_text())["members"]
     assert {name: m["rounds"] for name, m in members.items()} == {"member0": 3, "member1": 3}
     assert list_segments(prefix=run_prefix()) == []
+    # Each member's learner was warm before round 0: with one pre-warmed learner the second member's first round
+    # waited ~6 s for a cold start, the first member ended its rounds before the second began, and no ranking saw
+    # both (no exploit in 2 of 12 seeds)
+    ledger = [json.loads(line) for line in (result.run_dir / "ledger.jsonl").read_text().splitlines()]
+    learners = [row for row in ledger if row["kind"] == "learner" and row["outcome"] == "ok"]
+    assert len(learners) == 6 and not any(row["cold"] for row in learners)
