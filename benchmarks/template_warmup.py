@@ -1,6 +1,6 @@
 """What the fork server's template warm-up buys: a learner's cold start and first invocation, per template mode.
 
-The template (runtime/forkserver.py ``prepare_template``) imports numpy/torch/gymnasium and then does torch's
+The template (runtime/fork_template.py ``prepare_template``) imports numpy/torch/gymnasium and then does torch's
 lazy first-``step()`` imports (torch._dynamo, sympy: seconds) so that no forked worker pays them. Modes:
 
 * ``fork_safe`` (today): an SGD step on a scalar whose gradient is assigned: no autograd, no CUDA;

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -48,10 +48,6 @@ from nimbus.report.metrics import MetricsSink
 from nimbus.runtime.base import runtime_clock
 from nimbus.runtime.prewarm import make_prewarmer
 from nimbus.types import Progress, RoundMetrics, Shared
-
-if TYPE_CHECKING:
-    from nimbus.types import Progress
-    from nimbus.types import Shared
 
 log = logging.getLogger(__name__)
 LEARNER_ROLES = ("postprocess", "critic", "policy")

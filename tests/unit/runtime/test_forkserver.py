@@ -100,7 +100,7 @@ def test_a_request_without_a_socket_is_answered_with_an_error() -> None:
     try:
         from nimbus.data.codec import decode, encode
         from dataclasses import asdict
-        from nimbus.runtime.forkserver import SpawnRequest
+        from nimbus.runtime.fork_template import SpawnRequest
         request = SpawnRequest(worker_id="x", function="e", entrypoint="nimbus.runtime.builtin:empty", prefix="",
                                spawn_time=0.0, threads=1, driver_pid=os.getpid(), inline_max_bytes=0,
                                compress_min_bytes=-1)

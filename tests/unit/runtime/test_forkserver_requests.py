@@ -1,4 +1,4 @@
-"""The fork server's request parser (runtime/forkserver.py ``parse_request``) and the server under bad requests:
+"""The fork server's request parser (runtime/fork_template.py ``parse_request``) and the server under bad requests:
 a request that is not a valid spawn request is refused with an error reply; the server and its workers go on."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from nimbus.data.codec import MAGIC, PREFIX, VERSION, Message, decode, encode
 from nimbus.errors import CodecError
 from nimbus.runtime.base import FunctionSpec
-from nimbus.runtime.forkserver import ForkServer, SpawnRequest, parse_request
+from nimbus.runtime.fork_template import SpawnRequest, parse_request
+from nimbus.runtime.forkserver import ForkServer
 from runtime_helpers import pid_alive
 
 INTROSPECT = FunctionSpec(name="introspect", entrypoint="nimbus.runtime.builtin:introspect", timeout_s=20.0)

@@ -53,7 +53,7 @@ def _workers_of(driver_pid: int) -> list[int]:
             continue
         if ppid == driver_pid and b"nimbus.runtime.worker" in cmdline:
             pids.append(int(entry.name))
-        elif ppid == driver_pid and b"nimbus.runtime.forkserver" in cmdline:
+        elif ppid == driver_pid and b"nimbus.runtime.fork_template" in cmdline:
             pids += [int(entry.name), *_workers_of(int(entry.name))]
     return pids
 

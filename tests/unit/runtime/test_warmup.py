@@ -42,7 +42,8 @@ for name in ("is_available", "device_count", "init", "_lazy_init", "current_devi
 if hasattr(torch._C, "_cuda_getDeviceCount"):
     torch._C._cuda_getDeviceCount = counted("cuda._cuda_getDeviceCount", torch._C._cuda_getDeviceCount)
 
-from nimbus.runtime.forkserver import TRAINING_PRELOAD, prepare_template
+from nimbus.runtime.fork_template import prepare_template
+from nimbus.runtime.forkserver import TRAINING_PRELOAD
 prepare_template(preload=TRAINING_PRELOAD)
 template = dict(calls)
 warmed = "torch._dynamo" in sys.modules   # the lazy first-step imports happened (the point of warming)
