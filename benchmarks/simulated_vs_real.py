@@ -22,6 +22,7 @@ Then the error's median over seeds for each actor count. Writes benchmarks/resul
 
 Run:  python benchmarks/simulated_vs_real.py [--seeds 3] [--env-steps 20480]
 Small check (about 2 minutes):  python benchmarks/simulated_vs_real.py --seeds 1 --env-steps 1536 --warmup 1
+On a GPU machine (scripts/gpu_check.sh runs it):  ... --learner-device cuda
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ FITTED = (1, 2)   # the actor counts whose real runs the profile is fitted from 
 MINIBATCH = "algo.minibatch_size=128"   # one actor's round (4 envs x 32 steps): the shipped 256 needs 2 actors
 
 
-def run_child(*, backend: str, actors: int, seed: int, env_steps: int, run_dir: Path, profile: str | None) -> dict:
+def run_child(*, backend: str, actors: int, seed: int, env_steps: int, run_dir: Path, profile: str | None,
+              learner_device: str | None = None) -> dict:
     """One run in this process; its rows and summary as JSON-ready data."""
     from nimbus.config import load_config
     from nimbus.run.loop import train
@@ -53,6 +55,8 @@ def run_child(*, backend: str, actors: int, seed: int, env_steps: int, run_dir: 
                  "output.report=false", "output.loggers=[]", "output.status_line=false"]
     if profile is not None:
         overrides.append(f"simulation.profile={profile}")
+    if learner_device is not None:
+        overrides.append(f"learner.device={learner_device}")
     result = train(config=load_config(path=REPO / "configs" / "ppo-cartpole.yaml", overrides=overrides),
                    run_dir=run_dir)
     rows = [{"round": r.round, "env_steps": r.env_steps, "round_s": r.round_s, "cost_usd": r.cost_usd,
@@ -96,6 +100,8 @@ def main() -> None:
     parser.add_argument("--env-steps", type=int, default=20480)
     parser.add_argument("--warmup", type=int, default=3, help="rounds left out of the round-time median")
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "simulated_vs_real.json"))
+    parser.add_argument("--learner-device", default=None,
+                        help="learner.device for every run (cuda: the validation on a GPU machine; default: the config's)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -109,12 +115,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nimbus-simvsreal-") as tmp:
         for seed in range(args.seeds):
             real = {n: spawn(backend="local", actors=n, seed=seed, env_steps=args.env_steps,
-                             run_dir=Path(tmp) / f"real-{n}-{seed}", profile=None) for n in ACTORS}
+                             run_dir=Path(tmp) / f"real-{n}-{seed}", profile=None,
+                             learner_device=args.learner_device) for n in ACTORS}
             profile = write_profile(profile=fit_profile(run_dirs=[Path(real[n]["run_dir"]) for n in FITTED]),
                                     path=Path(tmp) / f"profile-{seed}.yaml")
             for n in ACTORS:
                 simulated = spawn(backend="simulated", actors=n, seed=seed, env_steps=args.env_steps,
-                                  run_dir=Path(tmp) / f"sim-{n}-{seed}", profile=str(profile))
+                                  run_dir=Path(tmp) / f"sim-{n}-{seed}", profile=str(profile),
+                                  learner_device=args.learner_device)
                 pairs.append(compare(real=real[n], simulated=simulated, warmup=args.warmup))
                 print(json.dumps(pairs[-1]), flush=True)
     summary = {n: {key: statistics.median(p[key] for p in pairs if p["actors"] == n)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check (issue 25.5): on a machine with CUDA, set nimbus up against the machine's own torch (no
-# downloads), run the `gpu` tests and the learner benchmark, and print a summary block for docs/benchmarks.md.
+# downloads), run the `gpu` tests, the learner benchmark and the simulated-vs-real validation with the learner on
+# cuda, and print a summary block for docs/benchmarks.md.
 # Budget: under 8 minutes on one GPU. Without CUDA it checks the set-up, says "no CUDA: skipped" and exits 0.
 #
 #   scripts/gpu_check.sh            # PYTHON=python3 VENV=.venv-gpu SECONDS_PER_FIGURE=3 by default
@@ -95,6 +96,11 @@ tail -n 25 "$LOG_DIR/pytest.log"
 timeout 150 "$PY" benchmarks/gpu_learners.py --seconds "$SECONDS_PER_FIGURE" \
   --out "$LOG_DIR/gpu_learners.json" >"$LOG_DIR/benchmark.md" 2>"$LOG_DIR/benchmark.err"
 BENCH_RC=$?
+# issue 30's validation on a GPU machine: real PPO CartPole with the learner on cuda at 1, 2 and 4 actors, a
+# profile fitted from the 1- and 2-actor runs, the same runs simulated from it (4 actors out of sample)
+timeout 240 "$PY" benchmarks/simulated_vs_real.py --seeds 1 --env-steps 2048 --warmup 1 --learner-device cuda \
+  --output "$LOG_DIR/simulated_vs_real.json" >"$LOG_DIR/simulated_vs_real.txt" 2>&1
+SIM_RC=$?
 ELAPSED_S=$(( $(date +%s) - START_S ))
 
 echo
@@ -105,5 +111,9 @@ echo
 echo "gpu tests: $(tail -n 1 "$LOG_DIR/pytest.log") (exit $TESTS_RC)"
 echo
 if [ "$BENCH_RC" -eq 0 ]; then cat "$LOG_DIR/benchmark.md"; else echo "benchmark failed (exit $BENCH_RC): $(tail -n 3 "$LOG_DIR/benchmark.err")"; fi
+echo
+echo "simulated vs real, learner on cuda (\`benchmarks/simulated_vs_real.py --seeds 1 --env-steps 2048 --warmup 1 \
+--learner-device cuda\`; simulated / real - 1), exit $SIM_RC:"
+grep "actor(s):" "$LOG_DIR/simulated_vs_real.txt" || tail -n 3 "$LOG_DIR/simulated_vs_real.txt"
 echo "-----------------------------------------"
-[ "$TESTS_RC" -eq 0 ] && [ "$BENCH_RC" -eq 0 ]
+[ "$TESTS_RC" -eq 0 ] && [ "$BENCH_RC" -eq 0 ] && [ "$SIM_RC" -eq 0 ]
