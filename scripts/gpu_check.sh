@@ -60,7 +60,7 @@ for requirement in wanted:   # every requirement here is "name[extras]>=version"
         missing.append(name)
         continue
     if floor and release(version) < release(floor.group(1)):
-        missing.append(name)   # too old (the image's pytest 8 cannot load tests/conftest.py)
+        missing.append(name)   # too old (tests/conftest.py needs pytest 9.2: it imports _pytest.nodeid)
 print(" ".join(sorted(set(missing))))
 EOF
 )
