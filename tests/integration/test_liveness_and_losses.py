@@ -28,6 +28,12 @@ def test_env_sleeping_forever_in_step_is_named_and_stops_the_run(make_config, ca
     assert alerts and all("actor attempt" in a and "no heartbeat for 3 x heartbeat_s=0.5" in a for a in alerts)
 
 
+# A worker for each of the 4 actors and the learner: at the default max_workers (2 x 2 cores = 4) a worker was
+# evicted every round, a rank whose worker had gone started fresh envs elsewhere (step counts from 0), and in a
+# clean-clone run no env reached its 71st step in 5 rounds: no kill, no worker_died row
+WARM_POOL = "runtime.max_workers=5"
+
+
 def test_sigkill_of_one_of_four_actors_and_the_retry_samples_a_current_policy(make_config, tmp_path: Path,
                                                                              monkeypatch) -> None:
     """P4: an actor worker SIGKILLed mid-rollout in round 2 (of 4 actors): the run goes on to its last round,
@@ -44,7 +50,7 @@ def test_sigkill_of_one_of_four_actors_and_the_retry_samples_a_current_policy(ma
     monkeypatch.setattr(Buffer, "ingest", recording_ingest)
     counter = tmp_path / "counter"
     steps_before_kill = 2 * 32 + 7  # round 2 of the killed rank (32 steps per env per round)
-    config = make_config(overrides=["env.id=nimbus/KillerCartPole-v0", "actors.scaling.num_actors=4",
+    config = make_config(overrides=["env.id=nimbus/KillerCartPole-v0", "actors.scaling.num_actors=4", WARM_POOL,
                                     "train.max_rounds=5", "env.num_envs_per_actor=2",
                                     f"env.kwargs={{counter_path: {counter}, failures: 1, "
                                     f"fail_at_step: {steps_before_kill}}}"])
