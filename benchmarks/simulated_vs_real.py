@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="rounds left out of the round-time median")
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "simulated_vs_real.json"))
     parser.add_argument("--learner-device", default=None,
-                        help="learner.device for every run (cuda: the validation on a GPU machine; default: the config's)")
+                        help="learner.device for every run (cuda: the check on a GPU machine; default: the config's)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -54,8 +54,9 @@ def test_other_os_errors_are_not_called_a_full_disk(monkeypatch) -> None:
 
 def test_a_refused_train_in_this_process_leaves_no_fork_server_for_the_next_test(run_cli, tmp_path) -> None:
     """tests/conftest.py's run_cli closes the fork server ``nimbus train`` starts once the config validated, before
-    the run is built (runtime/spare_server.py start_early): left behind, the next local runtime of the test process adopted it, with the
-    refused test's environment (test_custom_env_model's corridor was not importable after test_cli's exit 2)."""
+    the run is built (runtime/spare_server.py start_early): left behind, the next local runtime of the test process
+    adopted it, with the refused test's environment (test_custom_env_model's corridor was not importable after
+    test_cli's exit 2)."""
     from pathlib import Path
 
     from nimbus.runtime import spare_server

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import torch
 
@@ -43,11 +43,21 @@ from nimbus.onpolicy.policy import (BufferPlan, PolicyFunctions, build_policy, p
                                     probe_spaces)
 
 if TYPE_CHECKING:
+    from nimbus.runtime.base import FunctionSpec
     from nimbus.types import Progress
     from nimbus.types import Shared
 
 log = logging.getLogger(__name__)
 PREWARM_WAIT_S = 120.0
+
+
+def prewarm_round_zero(*, runtime: Any, learner_spec: FunctionSpec, learners: int, actor_spec: FunctionSpec,
+                       actors: int) -> None:
+    """Start ``learners`` learner and ``actors`` actor workers side by side, then wait for both kinds (up to
+    ``PREWARM_WAIT_S`` each), so round 0 pays no cold start: a single run's lifecycle and a population's."""
+    runtime.prewarm(spec=learner_spec, count=learners)
+    runtime.prewarm(spec=actor_spec, count=actors, wait_s=PREWARM_WAIT_S)
+    runtime.prewarm(spec=learner_spec, count=0, wait_s=PREWARM_WAIT_S)
 MAX_DIFFERENCES_SHOWN = 8
 W = TypeVar("W", bound="SystemWorkflow")
 
@@ -125,9 +135,8 @@ class SystemWorkflow:
         """Workers ready before round 0 (``runtime.prewarm``), so round 0 needs no extra cold starts."""
         system = self.system
         if system.config.runtime.prewarm:
-            system.runtime.prewarm(spec=system.learner_spec, count=1)
-            system.runtime.prewarm(spec=system.actor_spec, count=self.peak_actors(), wait_s=PREWARM_WAIT_S)
-            system.runtime.prewarm(spec=system.learner_spec, count=0, wait_s=PREWARM_WAIT_S)
+            prewarm_round_zero(runtime=system.runtime, learner_spec=system.learner_spec, learners=1,
+                               actor_spec=system.actor_spec, actors=self.peak_actors())
 
     def start(self) -> None:
         """publish, prewarm, and the stopped spares that scaling up wakes before any cold start."""

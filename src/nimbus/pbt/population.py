@@ -40,7 +40,7 @@ from nimbus.data.replay import FullBatch
 from nimbus.data.resume import load_resume_state
 from nimbus.errors import CheckpointError, FunctionFailed
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.onpolicy.lifecycle import PREWARM_WAIT_S
+from nimbus.onpolicy.lifecycle import prewarm_round_zero
 from nimbus.onpolicy.sync import SyncWorkflow
 from nimbus.pbt.explore import exploit_source, explore, initial_values, ranked
 from nimbus.types import RoundMetrics
@@ -159,10 +159,8 @@ class Population:
         began, and PBT's ranking saw one member at a time)."""
         if self.config.runtime.prewarm:
             first, members = self.workflows[0], len(self.workflows)
-            shared.runtime.prewarm(spec=first.system.learner_spec, count=members)
-            shared.runtime.prewarm(spec=first.system.actor_spec, wait_s=PREWARM_WAIT_S,
-                                   count=first.peak_actors() * members)
-            shared.runtime.prewarm(spec=first.system.learner_spec, count=0, wait_s=PREWARM_WAIT_S)
+            prewarm_round_zero(runtime=shared.runtime, learner_spec=first.system.learner_spec, learners=members,
+                               actor_spec=first.system.actor_spec, actors=first.peak_actors() * members)
 
     def values(self, i: int) -> dict[str, Any]:
         keys = self.config.pbt.hyperparameters if self.config.pbt is not None else {}
