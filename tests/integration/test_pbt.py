@@ -120,3 +120,20 @@ def test_resuming_a_run_of_one_policy_as_a_population_names_the_problem(make_con
     with pytest.raises(CheckpointError, match="no policies/ directory"):
         train(config=make_config(overrides=PBT), resume_from=tmp_path)
 
+
+
+def test_synchronous_pbt_ranks_each_generation_whole_however_the_rounds_interleave(make_config) -> None:
+    """Members that learn at different speeds (num_epochs 1 to 100): without the wait a fast member ends rounds
+    while a slow one is still in its first; with ``pbt.synchronous`` every member ends round r before any starts
+    round r + 1, and each generation's bottom half (2 of 4) exploits a member of its top half."""
+    speeds = [o.replace("hyperparameters: {lr: {low: 1.0e-5, high: 1.0e-2, log: true}}",
+                        "synchronous: true, hyperparameters: {num_epochs: {low: 1, high: 100}}") for o in PBT]
+    run_dir = train(config=make_config(overrides=speeds)).run_dir
+    hyper = _jsonl(run_dir / "hyperparameters.jsonl")
+    assert len({h["hyperparameters"]["num_epochs"] for h in hyper if h["round"] == 0}) == 4
+    assert [h["round"] for h in hyper] == sorted(h["round"] for h in hyper)   # generation by generation
+    exploits = [e for e in _jsonl(run_dir / "lineage.jsonl") if e["event"] == "exploit"]
+    for generation in range(3):
+        mine = [e for e in exploits if e["round"] == generation]
+        assert len(mine) == 2 and not {e["member"] for e in mine} & {e["source"] for e in mine}
+        assert all(e["weights_sha256"] == e["source_weights_sha256"] for e in mine)

@@ -194,10 +194,15 @@ class SyncWorkflow(SystemWorkflow):
         finish_learner_round(system=self.system, policy=self.policy, version=version, new_version=new_version)
         self.progress.policy_version = new_version  # before on_round: a checkpoint there holds this round's version
         self._finish_round(header=header)
-        new_version = self.adopt_version(new_version)  # a controller may replace the policy (PBT exploit)
-        self._forget_old_versions(current=new_version)
-        self.progress.policy_version = new_version
-        self.system.store_events.notify(key=weights_key(policy=self.policy, version=new_version))
+        self.switch_version(version=self.adopt_version(new_version))  # a controller may replace it (PBT exploit)
+
+    def switch_version(self, *, version: int) -> None:
+        """Make ``version`` the current one and announce it: the next round's actors start at the next ``poll``.
+        Between rounds a controller may call it with a version of its own (synchronous PBT's exploit of a member
+        that waited for the population)."""
+        self._forget_old_versions(current=version)
+        self.progress.policy_version = version
+        self.system.store_events.notify(key=weights_key(policy=self.policy, version=version))
 
     def _finish_round(self, *, header: dict[str, Any], extras: dict[str, float] | None = None,
                       num_learners: int = 1) -> None:

@@ -63,6 +63,10 @@ class PBTConfig(_Frozen):
     """explore: probability of drawing a hyperparameter afresh from its range instead of perturbing it"""
     hyperparameters: dict[str, MutationConfig]
     """algo keys to sample, perturb and resample, with their ranges"""
+    synchronous: bool = False
+    """rank the population at once: a member that ends a ranking round waits until every member still training has
+    ended it (XingTian's generations; Ray Tune's ``synch=True``), so which member exploits does not depend on how
+    the members' rounds interleave. false: each member is ranked alone against the others' returns so far"""
     on_member_failure: Literal["replace", "stop"] = "replace"
     """a member whose function fails past its retries: re-seed it from a top member, or end the run"""
 

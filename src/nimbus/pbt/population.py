@@ -11,7 +11,9 @@ driver loop and calls the controller's hooks: ``attach`` (a member's workflow, w
 PBT (Jaderberg et al. 2017; XingTian 5.1): every ``pbt.interval_rounds`` of a member's rounds it is
 ranked against the population by its recent mean return; in the bottom fraction it *exploits*: its next
 version is a copy of a top member's newest weights and optimizer state (published as a new version, so
-no worker's cache holds it), and it *explores* (pbt/explore.py). ``lineage.jsonl`` records every exploit
+no worker's cache holds it), and it *explores* (pbt/explore.py). With ``pbt.synchronous`` the population is
+the driver's Gate (run/members.py): a member that ended a ranking round waits until every member still training
+has ended it, and the generation is ranked at once. ``lineage.jsonl`` records every exploit
 and failure with the weights' SHA-256 of both sides; ``hyperparameters.jsonl`` every member's values per
 round.
 
@@ -127,7 +129,10 @@ class Population:
                                          resume_from=member_resume, rank_base=i * RANK_STRIDE))
         self.names = [plan.name for plan in self.plans]
         self.workflows: list[SyncWorkflow] = []
-        self.pending: dict[int, str] = {}
+        self.pending: dict[int, tuple[str, dict[str, Any]]] = {}   # member → (its source, its explored values)
+        self.held: set[int] = set()       # synchronous: members that ended a ranking round and wait for the others
+        self.finished: set[int] = set()   # members whose stop rule held: ranked, never waited for
+        self.released: list[int] = []     # held members the last ranking let go, for the driver to start
         self.lineage: Any = None      # lineage.jsonl and hyperparameters.jsonl, open from ``begin`` on
         self.hyper_log: Any = None
 
@@ -180,15 +185,63 @@ class Population:
         pbt = self.config.pbt
         if pbt is None or row.round % pbt.interval_rounds != pbt.interval_rounds - 1:
             return
-        scores = self.scores()
-        if len(scores) == len(self.names):  # every member has returns to be ranked by
+        if not pbt.synchronous:
+            self._rank(members=[i], current=i)
+            return
+        self.held.add(i)
+        self._rank_complete_generations(current=i)
+
+    # -------------------------------------------------------------- synchronous PBT (run/members.py's Gate)
+    def holds(self, i: int) -> bool:
+        return i in self.held
+
+    def on_stopped(self, i: int) -> None:
+        """Nobody waits for member ``i`` any more; if it waits itself (its last round was a ranking round) it is
+        still ranked with that round's generation, so which member exploits there does not depend on which ended
+        last (an exploit then only changes its final weights, as one at a last round does without the wait)."""
+        self.finished.add(i)
+        self._rank_complete_generations(current=None)
+
+    def take_released(self) -> list[int]:
+        released, self.released = self.released, []
+        return released
+
+    def _rank_complete_generations(self, *, current: int | None) -> None:
+        """Rank the held members of the oldest generation (their rounds) once every member still training has
+        ended it, and release them; ``current``: the member whose round is ending now (its exploit is its
+        learner's next version, through ``adopt_version``)."""
+        while self.held:
+            generation = min(self.workflows[j].progress.rounds for j in self.held)
+            if any(self.workflows[j].progress.rounds < generation
+                   for j in range(len(self.workflows)) if j not in self.finished):
+                return
+            waiting = sorted(j for j in self.held if self.workflows[j].progress.rounds == generation)
+            self.held.difference_update(waiting)
+            self._rank(members=waiting, current=current)
+            self.released += [j for j in waiting if j != current]
+
+    def _rank(self, *, members: list[int], current: int | None) -> None:
+        """Each of ``members`` (in order) in the bottom fraction copies a top member and explores; ``current``'s
+        copy waits for its learner's version (``_adopt``), the others' (held between rounds) are made now."""
+        scores, pbt = self.scores(), self.config.pbt
+        if len(scores) < len(self.names):   # every member needs returns to be ranked by
+            return
+        for i in members:
             source = exploit_source(member=self.names[i], scores=scores, fraction=pbt.fraction, rng=self.rng)
-            if source is not None and source != self.names[i]:
-                self.pending[i] = source
+            if source is None or source == self.names[i]:
+                continue
+            self.pending[i] = (source, explore(values=self.values(i), space=pbt.hyperparameters,
+                                               factors=pbt.perturb_factors,
+                                               resample_probability=pbt.resample_probability, rng=self.rng))
+            if i != current:
+                workflow = self.workflows[i]
+                version = self._adopt(i, workflow.progress.policy_version)
+                if version != workflow.progress.policy_version:
+                    workflow.switch_version(version=version)
 
     def _adopt(self, i: int, version: int) -> int:
         """The member's next version: its learner's, or (exploit) a copy of the source's newest weights."""
-        source_name = self.pending.pop(i, None)
+        source_name, after = self.pending.pop(i, (None, {}))
         if source_name is None:
             return version
         source = self.workflows[self.names.index(source_name)]
@@ -198,9 +251,6 @@ class Population:
         before = self.values(i)
         self._copy(source=source_name, source_version=source.progress.policy_version,
                    member=self.names[i], version=new_version)
-        pbt = self.config.pbt
-        after = explore(values=before, space=pbt.hyperparameters, factors=pbt.perturb_factors,
-                        resample_probability=pbt.resample_probability, rng=self.rng)
         system = self.workflows[i].system
         system.config = with_algo(config=system.config, values=after)
         self.exploits += 1

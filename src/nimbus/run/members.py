@@ -22,7 +22,7 @@ import queue
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from nimbus.config import NimbusConfig
 from nimbus.errors import FunctionFailed, StoreUnavailable
@@ -47,6 +47,38 @@ class Tagged:
 
     def put(self, item: Any) -> None:
         self.shared.put((self.tag, item))
+
+
+class Gate(Protocol):
+    """Which members wait between rounds (synchronous PBT: pbt/population.py's Population)."""
+
+    def holds(self, i: int) -> bool:
+        """Member ``i`` ended a round and waits: its next round does not start yet."""
+        ...
+
+    def on_stopped(self, i: int) -> None:
+        """Member ``i`` met its stop rule: nobody waits for it any more."""
+        ...
+
+    def take_released(self) -> list[int]:
+        """The members that waited and may start their next round now (each once)."""
+        ...
+
+
+class Ungated:
+    """No member ever waits: each starts its next round as soon as the last one ended."""
+
+    def holds(self, i: int) -> bool:
+        return False
+
+    def on_stopped(self, i: int) -> None:
+        pass
+
+    def take_released(self) -> list[int]:
+        return []
+
+
+UNGATED = Ungated()
 
 
 class Members:
@@ -87,12 +119,13 @@ class Members:
         return stop_reason(config=self.configs[i], progress=self.workflows[i].progress)
 
     def drive_until_stopped(self, *, on_failure: Callable[[int, FunctionFailed], bool],
-                            on_replaced: Callable[[int, Any], None] = lambda i, workflow: None) -> list[str]:
+                            on_replaced: Callable[[int, Any], None] = lambda i, workflow: None,
+                            gate: Gate = UNGATED) -> list[str]:
         """``drive`` with SIGINT/SIGTERM → ``request_stop`` on every member and a lost store (P12) ending it cleanly
         (``self.lost_store``); each member's stop reason."""
         with Interrupt(workflows=self.workflows) as interrupt:   # the list itself: a replaced member's new workflow
             self.lost_store = run_unless_store_lost(run=lambda: self.drive(on_failure=on_failure,
-                                                                            on_replaced=on_replaced))
+                                                                            on_replaced=on_replaced, gate=gate))
         lost = "store_unavailable" if self.lost_store is not None else None
         return [lost or interrupt.received or self.stopped(i) or "interrupted" for i in range(len(self.workflows))]
 
@@ -104,9 +137,10 @@ class Members:
                                    f"checkpoint of every member under {where}")
 
     def drive(self, *, on_failure: Callable[[int, FunctionFailed], bool],
-              on_replaced: Callable[[int, Any], None] = lambda i, workflow: None) -> None:
+              on_replaced: Callable[[int, Any], None] = lambda i, workflow: None, gate: Gate = UNGATED) -> None:
         """Every member runs rounds until its stop rule; ``on_failure(i, error)``: True when the member was
-        re-seeded (it gets a new workflow, passed to ``on_replaced``), False to stop the run with the error."""
+        re-seeded (it gets a new workflow, passed to ``on_replaced``), False to stop the run with the error.
+        ``gate``: a member it holds starts its next round only once the gate releases it."""
         active = set(range(len(self.workflows)))
         for i in sorted(active):
             self.workflows[i].begin()
@@ -127,8 +161,12 @@ class Members:
                 continue
             if ended and self.stopped(i) is not None:
                 active.discard(i)
-                continue
-            self.workflows[i].poll(now_s=self.clock())
+                gate.on_stopped(i)
+            elif not gate.holds(i):
+                self.workflows[i].poll(now_s=self.clock())
+            for j in gate.take_released():
+                if j in active:
+                    self.workflows[j].poll(now_s=self.clock())
 
 
 def train_population(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None) -> TrainResult:
@@ -163,7 +201,8 @@ def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | N
             population.attach(i, workflow)
             workflow.publish()
         population.prewarm(shared=pool)
-        reasons = members.drive_until_stopped(on_failure=population.on_failure, on_replaced=population.attach)
+        reasons = members.drive_until_stopped(on_failure=population.on_failure, on_replaced=population.attach,
+                                              gate=population)
         wall_s = members.clock() - started
         summaries = {plan.name: finish(config=plan.config, workflow=workflow, shared=pool, stopped_by=reason,
                                        wall_s=wall_s + workflow.progress.wall_s_before,
