@@ -86,12 +86,13 @@ def test_on_member_failure_stop_ends_the_run_with_the_members_error(make_config,
         train(config=make_config(overrides=_failing(tmp_path, "stop")))
 
 
-def test_a_pbt_run_resumes_every_member_with_its_explored_values_and_counters(make_config) -> None:
+@pytest.mark.parametrize("synchronous", [False, True])
+def test_a_pbt_run_resumes_every_member_with_its_explored_values_and_counters(make_config, synchronous) -> None:
     """--resume of a population: every member continues from its own newest checkpoint (rounds, env steps,
     policy version) with the hyperparameters PBT had explored by then, not its first draw; the lineage
-    counts go on."""
+    counts go on. Synchronous too: no member waits for a generation the first run ranked."""
     two = [o.replace("members: 4", "members: 2") for o in PBT if not o.startswith("train.max_rounds")]
-    two.append("runtime.backend=inline")
+    two += ["runtime.backend=inline", f"pbt.synchronous={str(synchronous).lower()}"]
     first = train(config=make_config(overrides=two + ["train.max_rounds=4"]))
     run_dir, names = first.run_dir, ("member0", "member1")
     drawn = {h["member"]: h["hyperparameters"]["lr"] for h in _jsonl(run_dir / "hyperparameters.jsonl")
@@ -119,7 +120,6 @@ def test_a_pbt_run_resumes_every_member_with_its_explored_values_and_counters(ma
 def test_resuming_a_run_of_one_policy_as_a_population_names_the_problem(make_config, tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="no policies/ directory"):
         train(config=make_config(overrides=PBT), resume_from=tmp_path)
-
 
 
 def test_synchronous_pbt_ranks_each_generation_whole_however_the_rounds_interleave(make_config) -> None:
