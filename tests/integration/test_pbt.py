@@ -137,3 +137,19 @@ def test_synchronous_pbt_ranks_each_generation_whole_however_the_rounds_interlea
         mine = [e for e in exploits if e["round"] == generation]
         assert len(mine) == 2 and not {e["member"] for e in mine} & {e["source"] for e in mine}
         assert all(e["weights_sha256"] == e["source_weights_sha256"] for e in mine)
+
+
+def test_every_members_actor_keeps_its_envs_from_round_to_round(make_config, monkeypatch) -> None:
+    """Acrobot's random-policy episodes last 500 steps, 8 fragments of 64: a member sees a return only if its
+    actor's envs live on from round to round. On 2 cores the pool's default (2 x cores = 4 workers) held the 4
+    members' learners and at most a few actors; the members' ranks moved between actor workers, restarted their
+    envs each time, and 3 rounds in 128 saw an episode end. The pool is sized for every member's actor and
+    learner (run/build.py pool_config), as several workloads' is."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    acrobot = [o for o in PBT if not o.startswith(("train.max_rounds", "algo.num_epochs"))] + [
+        "env.id=Acrobot-v1", "env.num_envs_per_actor=4", "actors.fragment_steps=64", "train.max_rounds=9",
+        "algo.num_epochs=1", "runtime.max_workers=null"]
+    run_dir = train(config=make_config(overrides=acrobot)).run_dir
+    for i in range(4):
+        rows = _jsonl(run_dir / "policies" / f"member{i}" / "metrics.jsonl")
+        assert len(rows) == 9 and any(row["return_mean"] is not None for row in rows), f"member{i}: no episode ended"

@@ -147,7 +147,8 @@ class RuntimeConfig(Section):
     capacity_cpus: float | None = Field(default=None, gt=0)
     """CPUs busy at once (default: all cores); idle warm workers do not count"""
     max_workers: int | None = Field(default=None, ge=1)
-    """worker processes kept, busy or warm (default 2 x capacity)"""
+    """worker processes kept, busy or warm (default 2 x capacity; a population or several workloads: at least every
+    member's or workload's peak actors + 1 learner)"""
     keep_alive_s: float = Field(default=600.0, gt=0)
     """idle warm workers are reclaimed after this (OpenWhisk default)"""
     prewarm: bool = True

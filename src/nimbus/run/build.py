@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from nimbus.config import NimbusConfig, dump_config
+from nimbus.config.rules import peak_actors
 from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import load_pricing
 from nimbus.data.shm import claim_run_prefix, release_run_prefix, sweep_orphans
@@ -64,9 +65,25 @@ def build(*, config: NimbusConfig, run_dir: Path) -> System:
                         functions=workflow.functions(config=config), data=data)
 
 
-def build_shared(*, config: NimbusConfig, run_dir: Path, shm_prefix: str | None = None) -> Shared:
+def pool_config(*, configs: list[NimbusConfig]) -> NimbusConfig:
+    """The first config, its pool sized (unless runtime.max_workers is set) to keep the peak workers of every
+    config sharing it warm at once (several workloads, a population's members): each has its own actors and
+    learner, and evicting them would cold-start every round and restart the evicted actors' envs mid-episode."""
+    first = configs[0]
+    if first.runtime.max_workers is not None:
+        return first
+    needed = sum(peak_actors(scaling=config.actors.scaling) + 1 for config in configs)
+    capacity = first.runtime.capacity_cpus or (0.0 if first.runtime.backend == "simulated"   # not this machine's:
+                                               else float(os.cpu_count() or 1))          # a simulated run repeats anywhere
+    runtime = first.runtime.model_copy(update={"max_workers": max(needed, int(2 * capacity))})
+    return first.model_copy(update={"runtime": runtime})
+
+
+def build_shared(*, config: NimbusConfig, run_dir: Path, shm_prefix: str | None = None,
+                 pool: NimbusConfig | None = None) -> Shared:
     """The pool of workers, the ledger, the Store and pricing; ``shm_prefix``: the run's claimed prefix (claimed
-    here when None)."""
+    here when None); ``pool``: the config whose runtime section makes the pool (a population's: ``pool_config``),
+    when not ``config``'s."""
     check_devices(config=config)   # before any worker (the multi-agent run builds no PolicyData)
     shm_prefix = shm_prefix or claim_run_prefix()
     swept = sweep_orphans()  # segments of drivers that died together with their janitor
@@ -74,7 +91,7 @@ def build_shared(*, config: NimbusConfig, run_dir: Path, shm_prefix: str | None 
         log.warning("removed %d shared-memory segments left by dead nimbus runs", swept)
     (run_dir / "config.yaml").write_text(dump_config(config=config))
     ledger = Ledger(path=run_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)  # the file has all
-    backend = make_runtime(config=config, ledger=ledger, worker_env=store_worker_env(config=config.store))
+    backend = make_runtime(config=pool or config, ledger=ledger, worker_env=store_worker_env(config=config.store))
     try:  # the store after the runtime: the ray store lives in the Ray instance the runtime joined
         store = driver_store(config=config.store, namespace=run_namespace(run_dir=run_dir))
     except BaseException:

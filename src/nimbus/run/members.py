@@ -3,7 +3,8 @@ pbt/population.py) and several workloads on one pool (run/workloads.py). run/loo
 
 Each member's events go to one queue, tagged (member index, generation); ``drive`` moves them: a member runs
 rounds until its stop rule holds after one of them; an event of an older generation (a replaced member's
-unfinished round) is dropped. Every round goes through the same ``RoundHook`` as a single run's. The queue is the
+unfinished round) is dropped; a ``Gate`` may hold a member between rounds (its triggers are not polled until the
+gate releases it: synchronous PBT). Every round goes through the same ``RoundHook`` as a single run's. The queue is the
 runtime's own (runtime/base.py ``event_queue``) and the members' triggers are polled on its clock
 (``runtime_clock``): on the simulated backend, waiting on it advances the virtual clock, so every member's
 functions run and end in one simulated-time order (docs/simulated.md, "Several workloads on one pool").
@@ -28,7 +29,7 @@ from nimbus.config import NimbusConfig
 from nimbus.errors import FunctionFailed, StoreUnavailable
 from nimbus.report.trackers import RunTrackers
 from nimbus.roles.remote import run_unless_store_lost, store_failure
-from nimbus.run.build import build_shared
+from nimbus.run.build import build_shared, pool_config
 from nimbus.run.registry import controller_class, workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
 from nimbus.run.signals import Interrupt
@@ -181,7 +182,8 @@ def train_population(*, config: NimbusConfig, run_dir: Path, resume_from: Path |
 def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None,
                    trackers: ExitStack) -> TrainResult:
     population = controller_class(name="population")(config=config, run_dir=run_dir, resume_from=resume_from)
-    pool = build_shared(config=config, run_dir=run_dir)
+    pool = build_shared(config=config, run_dir=run_dir,   # room for every member's actors and learner at once
+                        pool=pool_config(configs=[plan.config for plan in population.plans]))
     members = Members(configs=[plan.config for plan in population.plans], runtime=pool.runtime)
     started = members.clock()   # simulated seconds on the simulated backend
     try:

@@ -15,20 +15,18 @@ checkpoint and summary as any run (run/loop.py).
 from __future__ import annotations
 
 import json
-import os
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable
 
 from nimbus.config import NimbusConfig, dump_config
-from nimbus.config.rules import peak_actors
 from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import load_pricing
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.errors import ConfigError
 from nimbus.report.trackers import RunTrackers
-from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, make_run_dir, run_namespace
+from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, make_run_dir, pool_config, run_namespace
 from nimbus.run.members import Members
 from nimbus.run.registry import workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
@@ -55,20 +53,6 @@ def check_workloads(*, configs: list[NimbusConfig]) -> None:
         if (config.runtime.backend, config.runtime.address) != (configs[0].runtime.backend, configs[0].runtime.address):
             raise ConfigError(f"runtime.backend: {where}: every workload runs on the first one's pool "
                               f"({configs[0].runtime.backend}, address {configs[0].runtime.address!r})")
-
-
-def _pool_config(*, configs: list[NimbusConfig]) -> NimbusConfig:
-    """The first config, its pool sized (unless runtime.max_workers is set) to keep every workload's peak
-    workers warm at once: each workload has its own warm workers, and evicting them would cold-start
-    every round."""
-    first = configs[0]
-    if first.runtime.max_workers is not None:
-        return first
-    needed = sum(peak_actors(scaling=config.actors.scaling) + 1 for config in configs)
-    capacity = first.runtime.capacity_cpus or (0.0 if first.runtime.backend == "simulated"   # not this machine's:
-                                               else float(os.cpu_count() or 1))          # a simulated run repeats anywhere
-    runtime = first.runtime.model_copy(update={"max_workers": max(needed, int(2 * capacity))})
-    return first.model_copy(update={"runtime": runtime})
 
 
 def _workload_view(*, config: NimbusConfig, runtime: Any, store: Any, pool_ledger: Ledger, run_dir: Path) -> Shared:
@@ -121,7 +105,7 @@ def _train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | N
     shm_prefix = claim_run_prefix()  # the pool's own segment prefix, before any worker starts
     pool_dir = make_run_dir(config=configs[0].model_copy(update={"name": "pool"}))
     pool_ledger = Ledger(path=pool_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)
-    backend = make_runtime(config=_pool_config(configs=configs), ledger=pool_ledger,
+    backend = make_runtime(config=pool_config(configs=configs), ledger=pool_ledger,
                            worker_env=store_worker_env(config=configs[0].store))
     backend.set_shares(weights={config.name: config.runtime.share_weight for config in configs})
     members = Members(configs=configs, runtime=backend)

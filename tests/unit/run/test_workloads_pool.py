@@ -1,4 +1,4 @@
-"""The pool of several workloads (run/workloads.py ``_pool_config``): sized from the workloads, and on the simulated
+"""The pool of several workloads (run/build.py ``pool_config``): sized from the workloads, and on the simulated
 backend never from this machine's CPU count (a simulated run must repeat bitwise on any machine)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nimbus.run.workloads import _pool_config
+from nimbus.run.build import pool_config
 from test_inline_workflows import inline_config  # the same directory (pytest puts it on sys.path)
 
 
@@ -19,5 +19,5 @@ def test_the_pool_keeps_every_workloads_workers_and_simulated_ignores_this_machi
     found = []
     for cpus in (64, 2):
         monkeypatch.setattr("os.cpu_count", lambda cpus=cpus: cpus)
-        found.append(_pool_config(configs=configs).runtime.max_workers)
+        found.append(pool_config(configs=configs).runtime.max_workers)
     assert found == [expected_64, expected_2]   # 2 workloads x (2 actors + 1 learner) = 6
