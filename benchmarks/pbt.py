@@ -20,8 +20,8 @@ their mean over seeds. Goal: PBT's best >= the independent best, PBT's median cl
 Full figure (run alone on a quiet machine; 3 seeds x 8 trainings of 30k steps = 720k env steps, estimated
 at 10-12 min on 2 quiet cores; check the first seed's wall time and lower --steps if it runs long):
     python benchmarks/pbt.py --seeds 0 1 2 --steps 30000      (writes benchmarks/results/pbt.json)
-Synchronous against asynchronous (5 seeds, 100k steps, ~20 min alone):
-    python benchmarks/pbt.py --seeds 0 1 2 3 4 --steps 100000 --arms pbt pbt-sync \
+All three arms, interleaved per seed (5 seeds, 100k steps, ~20 min alone):
+    python benchmarks/pbt.py --seeds 0 1 2 3 4 --steps 100000 --arms pbt pbt-sync independent \
         --output benchmarks/results/pbt_sync_100k.json
 Smoke check (seconds):  python benchmarks/pbt.py --smoke
 """
