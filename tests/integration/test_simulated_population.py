@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
 
@@ -20,8 +22,9 @@ SIM = ["runtime.backend=simulated", "runtime.prewarm=false", "runtime.max_worker
        "simulation.functions.learner.median_s=3.0", "simulation.functions.learner.cold_start_s=0.0"]
 
 
-def _pbt(make_shipped_config, *, root: Path):
-    config = make_shipped_config("pbt-cartpole", overrides=[*SIM, "train.max_rounds=10", f"output.root_dir={root}"])
+def _pbt(make_shipped_config, *, root: Path, synchronous: bool = False):
+    config = make_shipped_config("pbt-cartpole", overrides=[*SIM, "train.max_rounds=10", f"output.root_dir={root}",
+                                                            f"pbt.synchronous={str(synchronous).lower()}"])
     return train(config=config)
 
 
@@ -32,8 +35,10 @@ def _trace(run_dir: Path) -> dict:
             "rows": {m: read_metrics(path=run_dir / "policies" / m / "metrics.jsonl") for m in members}}
 
 
-def test_pbt_runs_in_simulated_time_and_repeats_bitwise(make_shipped_config, tmp_path: Path) -> None:
-    first = _pbt(make_shipped_config, root=tmp_path / "a")
+@pytest.mark.parametrize("synchronous", [False, True])
+def test_pbt_runs_in_simulated_time_and_repeats_bitwise(make_shipped_config, tmp_path: Path, synchronous) -> None:
+    """Synchronous too: the population with its wait runs to the end and repeats bitwise on the virtual clock."""
+    first = _pbt(make_shipped_config, root=tmp_path / "a", synchronous=synchronous)
     lineage = [json.loads(line) for line in (first.run_dir / "lineage.jsonl").read_text().splitlines()]
     assert [e["event"] for e in lineage].count("exploit") >= 1, lineage   # the controller acted
     trace = _trace(first.run_dir)
@@ -42,7 +47,7 @@ def test_pbt_runs_in_simulated_time_and_repeats_bitwise(make_shipped_config, tmp
         assert [row["round_s"] for row in rows] == [4.0] * 10           # side by side on one pool
         assert [row["wall_s"] for row in rows] == [4.0 * (r + 1) for r in range(10)]
     assert first.summary.wall_s == 40.0                                  # simulated, not this machine's seconds
-    again = _pbt(make_shipped_config, root=tmp_path / "b")
+    again = _pbt(make_shipped_config, root=tmp_path / "b", synchronous=synchronous)
     assert _trace(again.run_dir) == trace
 
 
