@@ -79,7 +79,8 @@ def run_pbt(*, seed: int, steps: int, episodes: int, interval: int, root: Path, 
         f"pbt={{members: 4, interval_rounds: {interval}, fraction: 0.25, synchronous: {str(synchronous).lower()}, "
         "hyperparameters: {lr: {low: 1.0e-5, high: 1.0e-2, log: true}}}"]))
     wall_s = time.perf_counter() - started
-    returns = [evaluate(run_dir=member, episodes=episodes) for member in sorted((result.run_dir / "policies").iterdir())]
+    members = sorted((result.run_dir / "policies").iterdir())
+    returns = [evaluate(run_dir=member, episodes=episodes) for member in members]
     exploits = json.loads((result.run_dir / "population.json").read_text())["exploits"]
     return {"returns": returns, "exploits": exploits, "wall_s": wall_s}
 
@@ -123,7 +124,8 @@ def summarise(rows: list[dict], arms: list[str]) -> dict:
         out[arm] = {"best_per_seed": best, "median_per_seed": median, "wall_s_per_seed": wall,
                     "exploits_per_seed": [r[arm]["exploits"] for r in rows],
                     "best_mean": statistics.mean(best), "median_mean": statistics.mean(median),
-                    "best_iqm": iqm_interval(best), "median_iqm": iqm_interval(median), "wall_s_iqm": iqm_interval(wall)}
+                    "best_iqm": iqm_interval(best), "median_iqm": iqm_interval(median),
+                    "wall_s_iqm": iqm_interval(wall)}
     return out
 
 

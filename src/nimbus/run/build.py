@@ -73,8 +73,9 @@ def pool_config(*, configs: list[NimbusConfig]) -> NimbusConfig:
     if first.runtime.max_workers is not None:
         return first
     needed = sum(peak_actors(scaling=config.actors.scaling) + 1 for config in configs)
-    capacity = first.runtime.capacity_cpus or (0.0 if first.runtime.backend == "simulated"   # not this machine's:
-                                               else float(os.cpu_count() or 1))          # a simulated run repeats anywhere
+    # a simulated run's pool is not this machine's: it repeats anywhere
+    capacity = first.runtime.capacity_cpus or (0.0 if first.runtime.backend == "simulated"
+                                               else float(os.cpu_count() or 1))
     runtime = first.runtime.model_copy(update={"max_workers": max(needed, int(2 * capacity))})
     return first.model_copy(update={"runtime": runtime})
 
