@@ -85,9 +85,8 @@ def run_pbt(*, seed: int, steps: int, episodes: int, interval: int, root: Path, 
     return {"returns": returns, "exploits": exploits, "wall_s": wall_s}
 
 
-def run_independent(*, seed: int, steps: int, episodes: int, root: Path) -> dict:
-    """The 4 drawn learning rates trained alone, one after the other (member i: seed + i and lr_i)."""
-    lrs = [d["lr"] for d in initial_values(space={"lr": LR}, members=4, seed=seed)]
+def run_independent(*, seed: int, lrs: list[float], steps: int, episodes: int, root: Path) -> dict:
+    """The population's drawn learning rates trained alone, one after the other (member i: seed + i and lr_i)."""
     started = time.perf_counter()
     returns = []
     for i, lr in enumerate(lrs):
@@ -101,7 +100,7 @@ def run_seed(*, seed: int, arms: list[str], steps: int, episodes: int, interval:
     row: dict = {"seed": seed, "lrs": [d["lr"] for d in initial_values(space={"lr": LR}, members=4, seed=seed)]}
     for arm in arms:
         if arm == "independent":
-            row[arm] = run_independent(seed=seed, steps=steps, episodes=episodes, root=root)
+            row[arm] = run_independent(seed=seed, lrs=row["lrs"], steps=steps, episodes=episodes, root=root)
         else:
             row[arm] = run_pbt(seed=seed, steps=steps, episodes=episodes, interval=interval, root=root,
                                synchronous=arm == "pbt-sync")

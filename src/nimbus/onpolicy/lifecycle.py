@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PREWARM_WAIT_S = 120.0
+MAX_DIFFERENCES_SHOWN = 8
+W = TypeVar("W", bound="SystemWorkflow")
 
 
 def prewarm_round_zero(*, runtime: Any, learner_spec: FunctionSpec, learners: int, actor_spec: FunctionSpec,
@@ -58,8 +60,6 @@ def prewarm_round_zero(*, runtime: Any, learner_spec: FunctionSpec, learners: in
     runtime.prewarm(spec=learner_spec, count=learners)
     runtime.prewarm(spec=actor_spec, count=actors, wait_s=PREWARM_WAIT_S)
     runtime.prewarm(spec=learner_spec, count=0, wait_s=PREWARM_WAIT_S)
-MAX_DIFFERENCES_SHOWN = 8
-W = TypeVar("W", bound="SystemWorkflow")
 
 
 class SystemWorkflow:
