@@ -71,10 +71,12 @@ def _default(field: FieldInfo, *, value: Any) -> str:
     return f"`{value!r}`"
 
 
-def _rows(model: type[BaseModel], prefix: str, defaults: BaseModel | None = None) -> list[str]:
+def _rows(model: type[BaseModel], prefix: str, defaults: BaseModel | None = None,
+          inherits: str | None = None) -> list[str]:
     """One row per key of ``model``. ``defaults``: the instance a parent section's default factory builds;
     its values (``learner.function``'s 600 s, 4096 MB) are the real defaults, and a section given in part
-    keeps them (config.Section), so they are what the rows show."""
+    keeps them (config.Section), so they are what the rows show. ``inherits``: the section whose values
+    the keys not given take (``functions.learner`` → ``learner.function``), shown instead of a value."""
     rows: list[str] = []
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
@@ -84,7 +86,9 @@ def _rows(model: type[BaseModel], prefix: str, defaults: BaseModel | None = None
             meaning = field.description or _first_line(members[0].__doc__)
             shown = "" if isinstance(value, BaseModel) or value is _NO_DEFAULT else f"`{value!r}`"
             rows.append(f"| `{path}` | section |{_pad(shown)}| {_cell(meaning)} |")
-            rows += _rows(members[0], f"{path}.", value if isinstance(value, members[0]) else None)
+            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+            rows += _rows(members[0], f"{path}.", value if isinstance(value, members[0]) else None,
+                          inherits=extra.get("inherits"))
             continue
         for member in members:   # a union: each member's keys under its tag, with the member's own defaults
             tag = _tag(member)
@@ -93,7 +97,8 @@ def _rows(model: type[BaseModel], prefix: str, defaults: BaseModel | None = None
             rows.append(f"| `{heading}` | section |{_pad(shown)}| {_cell(_first_line(member.__doc__))} |")
             rows += _rows(member, f"{path}.")
         if not members:
-            rows.append(f"| `{path}` | {_type_name(field.annotation)} | {_default(field, value=value)} | "
+            shown = f"{inherits}'s" if inherits else _default(field, value=value)
+            rows.append(f"| `{path}` | {_type_name(field.annotation)} | {shown} | "
                         f"{_cell(field.description or '')} |")
     return rows
 

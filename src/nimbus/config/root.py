@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from nimbus.config.algo import AlgoSection
 from nimbus.config.bounds import MAX_SEED, RANK_STRIDE
@@ -77,6 +77,24 @@ class NimbusConfig(Section):
         if configured is not None:
             return configured
         return self.actors.function if role == "actor" else self.learner.function
+
+    @model_validator(mode="before")
+    @classmethod
+    def _role_functions_inherit(cls, data: Any) -> Any:
+        """``functions.actor`` / ``functions.learner`` given in part take ``actors.function``'s /
+        ``learner.function``'s values for the keys not given, so ``--set functions.learner.cpus=2`` keeps the
+        learner's 4096 MB, 600 s and 0.25 GPU instead of FunctionConfig's class defaults."""
+        if not isinstance(data, dict) or not isinstance(data.get("functions"), dict):
+            return data
+        functions = dict(data["functions"])
+        for role, section, section_type in (("actor", "actors", ActorsConfig), ("learner", "learner", LearnerConfig)):
+            if isinstance(functions.get(role), dict):
+                try:
+                    inherited = section_type.model_validate(data.get(section, {})).function
+                except ValidationError:
+                    return data   # the section's own error is reported, with its key path, by the validation
+                functions[role] = {**inherited.model_dump(), **functions[role]}
+        return {**data, "functions": functions}
 
     @model_validator(mode="after")
     def _check_population(self) -> "NimbusConfig":

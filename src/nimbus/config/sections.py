@@ -121,10 +121,11 @@ def _learner_like() -> FunctionConfig:
 class FunctionsConfig(Section):
     """Resources, timeout and retries per function role (``functions.<role>``); the ledger names the role."""
 
-    actor: FunctionConfig | None = None
-    """actor functions (default: actors.function)"""
-    learner: FunctionConfig | None = None
-    """learner functions that update weights (default: learner.function)"""
+    actor: FunctionConfig | None = Field(default=None, json_schema_extra={"inherits": "actors.function"})
+    """actor functions (default: actors.function; each key not given here takes actors.function's value)"""
+    learner: FunctionConfig | None = Field(default=None, json_schema_extra={"inherits": "learner.function"})
+    """learner functions that update weights (default: learner.function; each key not given here takes
+    learner.function's value, e.g. 4096 MB, 600 s and 0.25 GPU)"""
     gradient_learner: FunctionConfig = Field(default_factory=_learner_like)
     """learner functions that return gradients, not weights (Stellaris)"""
     parameter: FunctionConfig = Field(default_factory=lambda: FunctionConfig(memory_mb=2048))
