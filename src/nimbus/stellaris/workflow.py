@@ -107,6 +107,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         self.next_round = progress.rounds
         self.watchdog_fired = 0
         self.meter = FlightMeter(now_s=self.clock())   # learners in flight over time (round_stats.py)
+        self.stored_versions = {progress.policy_version}   # versions whose weights this run put in the Store
         # the resident parameter function's anchor and replay log (stellaris/resident_log.py)
         self.resident = ResidentLog(run_key=uuid.uuid4().hex, anchor=progress.policy_version) \
             if cfg.resident_parameter else None
@@ -312,6 +313,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         if header["published"]:
             self.rule.applied(aggregation=aggregation, refused_keys=refused_keys)
             self.progress.policy_version = header["policy_version"]
+            self.stored_versions.add(self.progress.policy_version)
             self._forget_unused_versions()
         else:   # every member refused: the version stays, and sync may launch for it again
             self.rule.unpublished(aggregation=aggregation)
@@ -362,10 +364,13 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         needed.add(self.round.policy_version)
         if self.resident is not None:   # the anchor's full state rebuilds a lost resident state
             needed.add(self.resident.anchor)
-        floor = min(needed | {self.progress.policy_version - keep + 1})
-        for version in range(max(0, floor - 4 * self.cfg.learners), floor):
-            for key in (weights_key(policy=self.policy, version=version), optim_key(policy=self.policy, version=version)):
-                self._delete(keys=[key])
+        newest_kept = self.progress.policy_version - keep + 1
+        # every stored version, not a window below the floor: the anchor pins the floor for many aggregations, and
+        # when it moves the floor jumps past versions that a fixed window would never reach again
+        for version in sorted(v for v in self.stored_versions if v < newest_kept and v not in needed):
+            self._delete(keys=[weights_key(policy=self.policy, version=version),
+                               optim_key(policy=self.policy, version=version)])
+            self.stored_versions.discard(version)
 
     def _delete(self, *, keys: list[str]) -> None:
         for key in keys:
