@@ -13,7 +13,9 @@ Result arrays, per agent and prefixed ``<agent>/``, R = num_envs × fragment_ste
 ``actions``, ``logp`` (on-policy algorithms), ``rewards``, ``terminated``, ``truncated``, ``cut`` (terminated |
 truncated | last step of the fragment), ``alive`` (the agent acted in this row), and, for an agent whose env gives
 action masks (envs/masks.py), ``action_mask`` (R × n bool: the legal actions it sampled among; the policy's
-Categorical gives the others probability 0, and ``logp`` is of that masked distribution). Shared, when the algorithm is
+Categorical gives the others probability 0, and ``logp`` is of that masked distribution) and, for the value-based
+algorithms, ``next_action_mask`` (the legal actions of ``next_obs``, what their TD target maximises over; all allowed
+where the env gave none, e.g. after the agent's last step). Shared, when the algorithm is
 centralised: ``state``, ``next_state``. An env ends its episode when no agent is live; an agent that finished
 before the others gets padding rows (its last observation, action 0, reward 0, terminated, ``alive`` False)
 until the env resets, which every learner masks out (marless/rows.py).
@@ -33,6 +35,7 @@ import numpy as np
 import torch
 
 from nimbus.algos.multiagent import multiagent_algo_from_dict
+from nimbus.algos.multiagent.iql import NEXT_ACTION_MASK
 from nimbus.algos.multiagent.ppo import ACTION_MASK
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
@@ -179,8 +182,7 @@ def _rollout(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentS
         columns = buffers[agent]
         columns["cut"] = columns["terminated"] | columns["truncated"]
         columns["cut"][:, -1] = True
-        if not algo.on_policy:
-            columns.pop("logp")
+        columns.pop("logp" if not algo.on_policy else NEXT_ACTION_MASK, None)   # what the learners read
         for name, value in columns.items():
             arrays[f"{agent}/{name}"] = value.reshape(num_envs * steps, *value.shape[2:])
     for name, value in (states or {}).items():
@@ -200,6 +202,7 @@ def _agent_buffers(*, space: EnvSpaces, num_envs: int, steps: int, masked: bool)
                "terminated": np.zeros(lead, bool), "truncated": np.zeros(lead, bool), "alive": np.zeros(lead, bool)}
     if masked:
         buffers[ACTION_MASK] = np.ones(lead + (int(space.action.n),), bool)
+        buffers[NEXT_ACTION_MASK] = np.ones(lead + (int(space.action.n),), bool)
     return buffers
 
 
@@ -250,9 +253,12 @@ def _step_env(*, env: Any, e: int, t: int, slot: MultiAgentSlot, actions: dict[s
     if states is not None:
         states["state"][e, t] = slot.states[e]
     obs, rewards, terminations, truncations, infos = env.step(env_actions)
+    next_masks = masks_from(infos={agent: infos.get(agent) for agent in actions}) if slot.masked else {}
     for agent, columns in buffers.items():
         if agent in actions:
             columns["next_obs"][e, t] = obs[agent]
+            if agent in next_masks and NEXT_ACTION_MASK in columns:   # the target's max runs over these
+                columns[NEXT_ACTION_MASK][e, t] = next_masks[agent]
             columns["rewards"][e, t] = rewards[agent]
             columns["terminated"][e, t] = bool(terminations[agent])
             columns["truncated"][e, t] = bool(truncations[agent])

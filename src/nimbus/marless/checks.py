@@ -5,13 +5,11 @@
   built for ``<agent>``'s observation and action spaces, so ``marless.agent_policy`` may map another agent onto it
   only when their spaces are identical (the same test ``marless.sharing`` groups by: ``sharing.space_signature``).
   Without it a mismatched map failed in the actors with a numpy error after every retry (exit 1).
-* ``check_action_masks``: an env that gives action masks (envs/masks.py) runs with IPPO or MAPPO, whose actors,
-  losses and evaluation use the masked distribution; IQL and VDN do not read masks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 from nimbus.errors import ConfigError
 
@@ -55,13 +53,3 @@ def check_full_sharing(*, compatible: Mapping[str, str]) -> None:
                           f"{len(classes)} kinds ({'; '.join(classes)}). Use sharing: static (one policy per kind) "
                           "or a marless.policy_mapping")
 
-
-MASKED_ALGOS = ("ippo", "mappo")
-
-
-def check_action_masks(*, algo_name: str, masked: Collection[str], env_id: str) -> None:
-    """Refuse an env with action masks for an algorithm that would ignore them (its agents would act illegally)."""
-    if masked and algo_name not in MASKED_ALGOS:
-        raise ConfigError(f"algo.name: {algo_name} does not read action masks, but env {env_id!r} gives them for "
-                          f"{', '.join(sorted(masked))}; use one of {', '.join(MASKED_ALGOS)} (their actors sample, "
-                          "and their losses and evaluation score, only the legal actions)")

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from nimbus.algos.base import LossOutput
-from nimbus.algos.multiagent.iql import ValueAlgorithm, next_values
+from nimbus.algos.multiagent.iql import NEXT_ACTION_MASK, ValueAlgorithm, next_values
 from nimbus.algos.multiagent.qmix import mixer_key
 from nimbus.algos.multiagent.vdn import vdn_q_tot, vdn_targets
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
@@ -167,7 +167,8 @@ class TeamObjective:
                 q_next_target = target.q(batch[f"{agent}/next_obs"])
                 q_next_online = online.q(batch[f"{agent}/next_obs"]) if c.double_q else q_next_target
                 following.append(next_values(q_next_online=q_next_online, q_next_target=q_next_target,
-                                             double_q=c.double_q))
+                                             double_q=c.double_q,
+                                             next_action_mask=batch.get(f"{agent}/{NEXT_ACTION_MASK}")))
             terminated.append(batch[f"{agent}/terminated"])
             alive.append(batch.get(f"{agent}/{ALIVE}", torch.ones_like(terminated[-1], dtype=torch.bool)))
         q_tot, y = self._mix(batch=batch, taken=torch.stack(taken), following=torch.stack(following),

@@ -32,6 +32,7 @@ from nimbus.runtime.base import FunctionContext
 
 POSTPROCESS_HEADER = "vdn_postprocess"
 AGENT_COLUMNS = ("obs", "next_obs", "actions", "terminated", ALIVE)   # per agent in a joint (VDN) row
+MASK_COLUMNS = ("action_mask", "next_action_mask")   # per agent, when its env gives action masks
 TEAM_COLUMNS = ("state", "next_state")   # once per joint row, when the actors recorded them (QMIX)
 
 
@@ -46,38 +47,51 @@ class VDNPostprocessRequest(WireRequest, header=POSTPROCESS_HEADER, affinity="po
 # --- joint rows for VDN (the TD targets are in algos/multiagent/iql.py and vdn.py) ---
 
 
-def align_team_rows(*, rows: dict[str, np.ndarray], all_agents: Sequence[str]) -> dict[str, np.ndarray]:
-    """Per-agent rows (``agent_index`` into ``all_agents``) → joint rows, the j-th row of each agent together."""
-    index = np.asarray(rows["agent_index"])
-    selections = [np.flatnonzero(index == i) for i in range(len(all_agents))]
-    counts = {agent: int(sel.size) for agent, sel in zip(all_agents, selections, strict=True)}
-    if len(set(counts.values())) != 1 or not selections or selections[0].size == 0:
+def align_team_rows(*, parts: Sequence[dict[str, np.ndarray]], all_agents: Sequence[str]) -> dict[str, np.ndarray]:
+    """The policies' batches (rows tagged with ``agent_index`` into ``all_agents``) → joint rows, the j-th row of each
+    agent together. Each agent's columns are taken from the batch that holds its rows and never concatenated with
+    another policy's, so agents whose observations differ in size each keep their own width."""
+    own = {agent: _agent_rows(parts=parts, agent_index=i) for i, agent in enumerate(all_agents)}
+    counts = {agent: int(rows["rewards"].shape[0]) for agent, rows in own.items()}
+    if len(set(counts.values())) != 1 or not own or next(iter(counts.values())) == 0:
         raise EnvContractError(f"VDN needs every agent at every step; rows per agent: {counts}")
     joint: dict[str, np.ndarray] = {}
-    rows = {ALIVE: np.ones(index.shape[0], dtype=bool), **rows}   # rows written before the column: all live
-    for agent, sel in zip(all_agents, selections, strict=True):
-        for column in AGENT_COLUMNS:
-            joint[f"{agent}/{column}"] = np.asarray(rows[column])[sel]
-    joint["rewards"] = np.sum([np.asarray(rows["rewards"])[sel] for sel in selections], axis=0).astype(np.float32)
-    joint["terminated"] = np.all([np.asarray(rows["terminated"])[sel] for sel in selections], axis=0)
-    joint["truncated"] = np.any([np.asarray(rows["truncated"])[sel] for sel in selections], axis=0)
+    for agent, rows in own.items():
+        rows.setdefault(ALIVE, np.ones(counts[agent], dtype=bool))   # rows written before the column: all live
+        for column in (*AGENT_COLUMNS, *(c for c in MASK_COLUMNS if c in rows)):
+            joint[f"{agent}/{column}"] = rows[column]
+    joint["rewards"] = np.sum([rows["rewards"] for rows in own.values()], axis=0).astype(np.float32)
+    joint["terminated"] = np.all([rows["terminated"] for rows in own.values()], axis=0)
+    joint["truncated"] = np.any([rows["truncated"] for rows in own.values()], axis=0)
+    first = own[all_agents[0]]
     for shared in TEAM_COLUMNS:   # the global state (QMIX's actors record it): the same for every agent's row
-        if shared in rows:
-            joint[shared] = np.asarray(rows[shared])[selections[0]]
+        if shared in first:
+            joint[shared] = first[shared]
     return joint
 
 
+def _agent_rows(*, parts: Sequence[dict[str, np.ndarray]], agent_index: int) -> dict[str, np.ndarray]:
+    """The columns of one agent's rows, in batch order, from the batches that hold it (an agent maps to one policy,
+    so to one batch a round)."""
+    pieces: dict[str, list[np.ndarray]] = {}
+    for part in parts:
+        selection = np.flatnonzero(np.asarray(part["agent_index"]) == agent_index)
+        if selection.size == 0:
+            continue
+        for column, value in part.items():
+            pieces.setdefault(column, []).append(np.asarray(value)[selection])
+    if not pieces:
+        return {"rewards": np.zeros(0, np.float32)}
+    return {column: np.concatenate(values) for column, values in pieces.items()}
 
 
 def vdn_postprocess_function(*, context: FunctionContext, request: Message) -> Message:
     req = VDNPostprocessRequest.from_message(request)
     started = time.perf_counter()
     store = function_store(header=request.header)
-    parts = [store.get(key=key).arrays for key in req.batch_keys]
-    columns = [c for c in ("agent_index", "rewards", "truncated", *AGENT_COLUMNS, *TEAM_COLUMNS)
-               if all(c in part for part in parts)]
-    rows = {column: np.concatenate([np.asarray(part[column]) for part in parts]) for column in columns}
-    joint = align_team_rows(rows=rows, all_agents=req.all_agents)
+    wanted = ("agent_index", "rewards", "truncated", *AGENT_COLUMNS, *MASK_COLUMNS, *TEAM_COLUMNS)
+    parts = [{c: v for c, v in store.get(key=key).arrays.items() if c in wanted} for key in req.batch_keys]
+    joint = align_team_rows(parts=parts, all_agents=req.all_agents)
     store.put(key=req.post_key, message=Message(header={"round": req.round, "agents": list(req.all_agents)},
                                                 arrays=joint), writer=context.invocation_id)
     return Message(header={"post_key": req.post_key, "rows": int(joint["rewards"].shape[0]),

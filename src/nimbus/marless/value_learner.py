@@ -41,7 +41,7 @@ from torch import nn
 from nimbus.algos.base import LossOutput
 from nimbus.algos.dqn.loss import td_loss
 from nimbus.algos.multiagent.config import IQLConfig, QMIXConfig, VDNConfig
-from nimbus.algos.multiagent.iql import IQL, QPolicy, ValueAlgorithm, iql_targets
+from nimbus.algos.multiagent.iql import IQL, NEXT_ACTION_MASK, QPolicy, ValueAlgorithm, iql_targets
 from nimbus.algos.multiagent.qmix import QMIX
 from nimbus.algos.multiagent.vdn import VDN
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
@@ -241,7 +241,8 @@ class _Objective:
             q_next_target = self.target.q(batch["next_obs"])
             q_next_online = model.q(batch["next_obs"]) if c.double_q else q_next_target
             y = iql_targets(rewards=batch["rewards"], terminated=batch["terminated"], q_next_online=q_next_online,
-                            q_next_target=q_next_target, gamma=c.gamma, double_q=c.double_q)
+                            q_next_target=q_next_target, gamma=c.gamma, double_q=c.double_q,
+                            next_action_mask=batch.get(NEXT_ACTION_MASK))
         out = td_loss(q_values=model.q(batch["obs"]), actions=batch["actions"], targets=y, huber_delta=c.huber_delta)
         return LossOutput(loss=out.loss, stats={"q_mean": float(out.q_taken.mean()),
                                                 "td_abs": float(out.td_errors.abs().mean())})

@@ -119,19 +119,6 @@ def test_greedy_evaluation_picks_the_best_legal_action(tmp_path) -> None:
     assert int(action[0]) in (1, 2)
 
 
-def test_an_algorithm_that_ignores_masks_is_refused_before_any_worker(tmp_path) -> None:
-    from nimbus.config import load_config
-    from nimbus.marless.checks import check_action_masks
-    from nimbus.marless.parts import probe_agents
-
-    check_action_masks(algo_name="ippo", masked={"a"}, env_id=MASKED)
-    check_action_masks(algo_name="iql", masked=(), env_id=MASKED)
-    config = load_config(path=REPO / "configs" / "marless-iql-spread.yaml",
-                         overrides=[f"env.id={MASKED}", "env.kwargs={}", "actors.restore_slots=false"])
-    with pytest.raises(ConfigError, match=r"^algo\.name: iql does not read action masks.*gives them for a, b"):
-        probe_agents(config=config)
-
-
 def test_a_mask_that_allows_nothing_breaks_the_env_contract() -> None:
     from tests.unit.marless import masked_env
 

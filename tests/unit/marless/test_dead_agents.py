@@ -85,7 +85,7 @@ def test_vdn_gives_a_finished_agent_no_gradient_from_its_padding_rows(store) -> 
     rows = {column: np.concatenate([np.asarray(result.arrays[f"{agent}/{column}"]) for agent in AGENTS])
             for column in ("obs", "next_obs", "actions", "terminated", "truncated", "rewards", "alive")}
     rows["agent_index"] = np.repeat([0, 1], 20)
-    joint = align_team_rows(rows=rows, all_agents=AGENTS)
+    joint = align_team_rows(parts=[rows], all_agents=AGENTS)
     padding = ~joint["short/alive"]
     assert padding.sum() == 14 and joint["long/alive"].all()
     vdn = VDN(config=VDNConfig(hidden_sizes=(16,)))

@@ -110,18 +110,18 @@ def test_align_joins_rows_of_the_same_env_and_step_across_policies_and_actors(st
 def test_align_from_one_shared_policy_batch_and_the_errors() -> None:
     per_agent = {agent: [actor_rows(agent=i, num_envs=2, steps=3)] for i, agent in enumerate(AGENTS)}
     rows = driver_batch(per_agent=per_agent, agents=AGENTS, all_agents=AGENTS).arrays
-    joint = align_team_rows(rows=rows, all_agents=AGENTS)
+    joint = align_team_rows(parts=[rows], all_agents=AGENTS)
     assert np.array_equal(joint["agent_1/obs"][:, 0] - joint["agent_0/obs"][:, 0], np.full(6, 1000.0))
     short = {name: value[:-1] for name, value in rows.items()}
     with pytest.raises(EnvContractError, match="every agent at every step"):
-        align_team_rows(rows=short, all_agents=AGENTS)
+        align_team_rows(parts=[short], all_agents=AGENTS)
     # agent_1 finished at t = 0 of env 0 and has padding rows (terminated, reward 0) until env 0 ends at t = 2
     padded = {name: value.copy() for name, value in rows.items()}
     agent_0_rows, agent_1_rows = np.flatnonzero(rows["agent_index"] == 0), np.flatnonzero(rows["agent_index"] == 1)
     padded["terminated"][agent_1_rows[:3]] = True
     padded["terminated"][agent_0_rows[2]] = True
     padded["rewards"][agent_1_rows[1:3]] = 0.0
-    joint = align_team_rows(rows=padded, all_agents=AGENTS)
+    joint = align_team_rows(parts=[padded], all_agents=AGENTS)
     assert joint["agent_1/terminated"][:3].all() and joint["agent_0/terminated"][:3].tolist() == [False, False, True]
     assert joint["terminated"].tolist() == [False, False, True, False, False, False]   # once every agent has
     assert np.allclose(joint["rewards"][1:3], joint["agent_0/obs"][1:3, 0] / 1000)

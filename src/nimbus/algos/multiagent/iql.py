@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from nimbus.algos.base import ActOutput
-from nimbus.algos.dqn.loss import double_q_target, epsilon_greedy, linear_schedule
+from nimbus.algos.dqn.loss import epsilon_greedy, linear_schedule
 from nimbus.algos.multiagent.config import ValueConfigBase
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
@@ -35,6 +35,8 @@ from nimbus.models.qnet import QNetwork
 
 if TYPE_CHECKING:
     from nimbus.data.codec import Message
+
+NEXT_ACTION_MASK = "next_action_mask"   # the batch column of the legal actions of next_obs (the target's max)
 
 
 class QPolicy(nn.Module):
@@ -71,11 +73,19 @@ class ValueAlgorithm:
     def make_optimizer(self, *, model: QPolicy) -> torch.optim.Optimizer:
         return torch.optim.Adam(model.q.parameters(), lr=self.config.lr)
 
-    def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool) -> ActOutput:
-        """Greedy actions; with ``explore``, each replaced by a uniform one with probability ε (the model's)."""
+    def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool,
+            action_mask: torch.Tensor | None = None) -> ActOutput:
+        """Greedy actions; with ``explore``, each replaced by a uniform one with probability ε (the model's). With
+        ``action_mask`` [B, n] (the env's legal actions), both the greedy and the uniform action are legal ones."""
         with torch.no_grad():
             q_values = model.q(obs)
-        actions = epsilon_greedy(q_values=q_values, epsilon=float(model.epsilon)) if explore else q_values.argmax(dim=1)
+            if action_mask is not None:
+                actions = masked_epsilon_greedy(q_values=q_values, action_mask=action_mask,
+                                                epsilon=float(model.epsilon) if explore else 0.0)
+            elif explore:
+                actions = epsilon_greedy(q_values=q_values, epsilon=float(model.epsilon))
+            else:
+                actions = q_values.argmax(dim=1)
         return ActOutput(actions=actions.cpu().numpy().astype(np.int64))
 
     def epsilon_at(self, *, progress: float) -> float:
@@ -89,21 +99,47 @@ class IQL(ValueAlgorithm):
     roles = ("policy",)
 
 
-# --- the TD targets: pure functions over tensors ---
+# --- acting and the TD targets among the legal actions: pure functions over tensors ---
+
+
+def masked_q(*, q_values: torch.Tensor, action_mask: torch.Tensor | None) -> torch.Tensor:
+    """``q_values`` [B, n] with every action ``action_mask`` forbids at the dtype's lowest finite number, so no
+    argmax or max picks it (pymarl's ``mac_out[avail_actions == 0] = -9999999``); None: unchanged."""
+    if action_mask is None:
+        return q_values
+    return q_values.masked_fill(~action_mask.to(device=q_values.device, dtype=torch.bool),
+                                torch.finfo(q_values.dtype).min)
+
+
+def masked_epsilon_greedy(*, q_values: torch.Tensor, action_mask: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """The best legal action of each row, replaced with probability ``epsilon`` by one drawn uniformly among the
+    row's legal actions (torch's global RNG: the random scores first, then the coin flips). No grad."""
+    with torch.no_grad():
+        legal = action_mask.to(device=q_values.device, dtype=torch.bool)
+        greedy = masked_q(q_values=q_values, action_mask=legal).argmax(dim=1)
+        if epsilon <= 0.0:
+            return greedy
+        scores = torch.rand(q_values.shape).to(q_values.device).masked_fill(~legal, -1.0)   # legal: uniform in [0, 1)
+        return torch.where(torch.rand(greedy.shape).to(q_values.device) < epsilon, scores.argmax(dim=1), greedy)
+
 
 
 def iql_targets(*, rewards: torch.Tensor, terminated: torch.Tensor, q_next_online: torch.Tensor,
-                q_next_target: torch.Tensor, gamma: float, double_q: bool) -> torch.Tensor:
-    """y = r + γ(1 − terminated)·Q̄(o', a*), a* from the online (double) or the target network. [B]."""
-    return double_q_target(q_next_online=q_next_online, q_next_target=q_next_target, returns_n=rewards,
-                           discount_n=gamma * (1.0 - terminated.float()), double_q=double_q)
+                q_next_target: torch.Tensor, gamma: float, double_q: bool,
+                next_action_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """y = r + γ(1 − terminated)·Q̄(o', a*), a* from the online (double) or the target network, among the legal
+    actions of o' when ``next_action_mask`` [B, n] is given. [B]."""
+    return rewards.float() + gamma * (1.0 - terminated.float()) * next_values(
+        q_next_online=q_next_online, q_next_target=q_next_target, double_q=double_q, next_action_mask=next_action_mask)
 
 
-def next_values(*, q_next_online: torch.Tensor, q_next_target: torch.Tensor, double_q: bool) -> torch.Tensor:
-    """Q̄(o', a*) per row [B] (a* as in ``iql_targets``), no grad."""
-    zeros = torch.zeros(q_next_target.shape[0], device=q_next_target.device)
-    return double_q_target(q_next_online=q_next_online, q_next_target=q_next_target, returns_n=zeros,
-                           discount_n=torch.ones_like(zeros), double_q=double_q)
+def next_values(*, q_next_online: torch.Tensor, q_next_target: torch.Tensor, double_q: bool,
+                next_action_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Q̄(o', a*) per row [B], a* the argmax of the online (double) or the target network's Q over the legal
+    actions of o' (all without ``next_action_mask``), valued by the target network; no grad."""
+    with torch.no_grad():
+        selector = masked_q(q_values=q_next_online if double_q else q_next_target, action_mask=next_action_mask)
+        return q_next_target.gather(1, selector.argmax(dim=1, keepdim=True)).squeeze(1)
 
 
 def initial_messages(*, algo: ValueAlgorithm, spaces: EnvSpaces, state_dim: int, num_agents: int,
