@@ -99,6 +99,9 @@ class ActorsConfig(Section):
     """results carry the rank's env slot; a worker lacking it (reclaimed, new, retry) restores it: episodes go on"""
     preregister: int = Field(default=0, ge=0, le=MAX_ACTORS)
     """local only: actor workers started before round 0, then stopped (SIGSTOP) until scaling up wakes them"""
+    env_backend: Literal["gymnasium", "vector", "envpool", "auto"] = "gymnasium"
+    """how an on-policy actor steps its envs: gymnasium (one by one), vector (gymnasium's SyncVectorEnv), envpool
+    (C++, the envpool extra), auto (envpool where it has the env and nothing needs gymnasium's envs)"""
 
 
 class LearnerConfig(Section):

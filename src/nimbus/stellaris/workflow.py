@@ -108,6 +108,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         self.watchdog_fired = 0
         self.meter = FlightMeter(now_s=self.clock())   # learners in flight over time (round_stats.py)
         self.stored_versions = {progress.policy_version}   # versions whose weights this run put in the Store
+        self.slice_read: dict[str, int] = {}       # slice key → the version its last launched pass read
         # the resident parameter function's anchor and replay log (stellaris/resident_log.py)
         self.resident = ResidentLog(run_key=uuid.uuid4().hex, anchor=progress.policy_version) \
             if cfg.resident_parameter else None
@@ -141,11 +142,32 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
             return
         for batch in [b for b in self.batches if b.tasks]:
             for slot in range(self.cfg.learners):
-                if not batch.tasks:
-                    break
                 if slot in self.in_flight or not self.rule.may_launch(slot=slot):
                     continue
-                self._launch(slot=slot, batch=batch, piece=batch.tasks.pop(0)[2])
+                index = self._next_task(batch=batch)
+                if index is None:
+                    break
+                self._launch(slot=slot, batch=batch, piece=batch.tasks.pop(index)[2])
+
+    def _next_task(self, *, batch: Batch) -> int | None:
+        """The first of ``batch``'s tasks whose slice no pass read at the newest version: another pass of that slice
+        at that version would compute the same gradient bit for bit, and both would be applied. It waits for a
+        newer version (the watchdog drops it when none can come, ``_drop_repeated_passes``)."""
+        version = self.progress.policy_version
+        return next((i for i, (_, _, piece) in enumerate(batch.tasks) if self.slice_read.get(piece.key) != version),
+                    None)
+
+    def _drop_repeated_passes(self) -> None:
+        """Nothing can publish a newer version, and the tasks left would repeat a pass of their slice at this one:
+        they are dropped (a repeated pass adds the same gradient again, no information)."""
+        version = self.progress.policy_version
+        for batch in self.batches:
+            repeated = [t for t in batch.tasks if self.slice_read.get(t[2].key) == version]
+            if repeated:
+                log.warning("stellaris: %d passes of round %d dropped: they would repeat a gradient at version %d",
+                            len(repeated), batch.round.index, version)
+            batch.tasks = [t for t in batch.tasks if t not in repeated]
+            batch.outstanding -= len(repeated)
 
     def _launch(self, *, slot: int, batch: Batch, piece: Slice) -> None:
         if batch.learners_invoked == 0:
@@ -161,6 +183,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
             slowdown=cfg.stellaris.slowdown(slot=slot))
         flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, data_key=piece.key,
                           positions=piece.positions, progress=progress)
+        self.slice_read[piece.key] = version
         self.in_flight[slot] = flight
         self._flight_changed()
         self.owner[grad_key] = batch
@@ -232,7 +255,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         self._offer_waiting()
         self._launch_learners()
         self._watchdog()
-        return ended
+        return self._finish_settled_batches() or ended
 
     def _on_gradient(self, *, future: Future, flight: InFlight) -> None:
         header = future.result().header   # raises FunctionFailed when retries are spent
@@ -274,6 +297,11 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         self.watchdog_fired += 1
         self._settle(verdict=self.rule.stalled())
         self._launch_learners()
+        if not (self.in_flight or self.parameter_busy) and self.batch_ready:
+            # only repeated passes are left, and no actor samples (the next round waits for them): no newer version
+            # can come, so they are dropped
+            self._drop_repeated_passes()
+            self._launch_learners()
 
     def _refuse(self, *, rejections: tuple[Rejection, ...]) -> None:
         for rejection in rejections:
@@ -335,6 +363,8 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
                 and not self.batches[0].tasks:
             batch = self.batches.pop(0)
             self._delete(keys=batch.slice_keys)
+            for key in batch.slice_keys:
+                self.slice_read.pop(key, None)
             self._finish_batch(batch=batch)
             ended = True
         return ended
