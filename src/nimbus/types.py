@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from nimbus.core import ActorScaler as ActorScaler, Controller as Controller  # the contracts live in core.py
+from nimbus.errors import NimbusError
 
 if TYPE_CHECKING:
     from nimbus.cost.ledger import Ledger
@@ -84,6 +85,13 @@ class Progress:
     restore_replay: Any = None     # train.checkpoint_replay: the replay file's Message (onpolicy/replay_checkpoint.py)
     eval_return: float | None = None   # the last periodic evaluation's mean return (run/periodic_eval.py)
     schedule_env_steps: int | None = None   # a resumed run: its original horizon, which schedules keep (data/resume.py)
+
+    def count_nonfinite(self, *, nonfinite: bool, limit: int, what: str = "learner updates") -> None:
+        """``train.max_nonfinite_losses``: one more update that produced a non-finite loss or gradient (its step was
+        skipped, the weights kept), or a finite one that ends the streak; ``limit`` in a row stop the run."""
+        self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if nonfinite else 0
+        if self.nonfinite_in_a_row >= limit:
+            raise NimbusError(f"{limit} {what} in a row produced a non-finite loss or gradient; stopping")
 
 
 def schedule_fraction(*, progress: Progress, total_env_steps: int) -> float:

@@ -10,12 +10,13 @@ one request (`MarlessLearnerRequest`) and talk through the Store:
   input for MAPPO), GAE per agent segment (``cut`` ends a segment; ``terminated`` bootstraps 0, a truncation
   bootstraps V(next_obs)), puts ``adv/<policy>/r<k>`` (advantages, returns), then fits the critic on the
   returns (epochs × minibatches) and puts ``critic/<policy>/<v+1>`` (network + optimizer state).
-  Header: value_loss, explained_variance, rows, dead_rows, critic_s, critic_version.
+  Header: value_loss, critic_nonfinite_steps, explained_variance, rows, dead_rows, critic_s, critic_version.
 - ``policy_function`` runs PPO's clipped surrogate on the advantages (epochs × minibatches), puts
   ``weights/<policy>/<v+1>`` and ``optim/<policy>/<v+1>``, and, when the request asks (``probe``), measures
   the convexity C = −λmax/λmin of the policy objective's Hessian on the whole batch's live rows (nitro/probe.py,
   analysis/hessian.py); the driver asks only on rounds a controller reads it (marless/learning.py).
-  Header: policy_loss, entropy, approx_kl, clip_fraction, convexity (NaN unprobed), probe_rows (0 unprobed),
+  Header: policy_loss, entropy, approx_kl, clip_fraction, nonfinite_steps, convexity (NaN unprobed), probe_rows (0
+  unprobed),
   rows, dead_rows, policy_s, policy_version.
 
 With an env that gives action masks, the batch's ``action_mask`` column goes into the surrogate and the probe: the
@@ -26,7 +27,9 @@ advantages and returns are 0, and neither the value fit, the value normalisation
 sees them.
 
 Every put is tagged with the invocation id, so a retried invocation may redo its puts (data/store.py).
-A non-finite loss or gradient skips that minibatch (the weights are kept), as ppo_update does.
+A non-finite loss or gradient skips that minibatch (the weights are kept), as ppo_update does; the headers count the
+skipped steps (``critic_nonfinite_steps``, ``nonfinite_steps``), which the driver's ``train.max_nonfinite_losses``
+guard reads (marless/workflow.py).
 """
 
 from __future__ import annotations
@@ -134,12 +137,12 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
         inputs, values, returns = (x[torch.as_tensor(live, device=device)] for x in (inputs, values, returns))
     if algo.config.value_norm:
         critic.return_norm.update(returns)
-    fit = _fit_critic(algo=algo, critic=critic, optimizer=optimizer, inputs=inputs, req=req,
-                      values=critic.return_norm.normalize(values), returns=critic.return_norm.normalize(returns))
+    fit, skipped = _fit_critic(algo=algo, critic=critic, optimizer=optimizer, inputs=inputs, req=req,
+                               values=critic.return_norm.normalize(values), returns=critic.return_norm.normalize(returns))
     new_version = req.critic_version + 1
     store.put(key=f"critic/{req.policy}/{new_version}", writer=context.invocation_id,
               message=critic_to_message(critic=critic, optimizer=optimizer, version=new_version))
-    return Message(header={"critic_version": new_version, "value_loss": fit,
+    return Message(header={"critic_version": new_version, "value_loss": fit, "critic_nonfinite_steps": skipped,
                            "explained_variance": explained_variance(values=values, returns=returns),
                            "adv_key": req.key(prefix="adv"), "rows": int(len(returns)),
                            "dead_rows": int(len(batch["rewards"]) - len(returns)), "device": str(device),
@@ -216,21 +219,23 @@ def _minibatches(*, rows: int, num_minibatches: int, generator: torch.Generator)
 
 
 def _fit_critic(*, algo: Any, critic: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
-                values: torch.Tensor, returns: torch.Tensor, req: MarlessLearnerRequest) -> float:
+                values: torch.Tensor, returns: torch.Tensor, req: MarlessLearnerRequest) -> tuple[float, int]:
     """Epochs × minibatches of the (optionally clipped) value loss on the critic's own units (standardised with
-    ``value_norm``); the mean loss over the steps taken."""
+    ``value_norm``); the mean loss over the steps taken and how many steps a non-finite loss or gradient skipped."""
     config = algo.config
     _set_lr(optimizer=optimizer, lr=scheduled(value=config.critic_lr, schedule=config.lr_schedule,
                                               progress=req.progress))
     generator = torch.Generator().manual_seed(derive_seed(req.seed, req.round, 4))
-    losses = []
+    losses, skipped = [], 0
     for _ in range(config.num_epochs):
         for rows in _minibatches(rows=len(returns), num_minibatches=config.num_minibatches, generator=generator):
             loss = value_loss(new_values=critic(inputs[rows]), old_values=values[rows], returns=returns[rows],
                               vf_clip=config.vf_clip)
             if _step(model=critic, optimizer=optimizer, loss=loss, max_grad_norm=config.max_grad_norm):
                 losses.append(loss.item())
-    return float(np.mean(losses)) if losses else math.nan
+            else:
+                skipped += 1
+    return float(np.mean(losses)) if losses else math.nan, skipped
 
 
 def _load_policy(*, store: Store, req: MarlessLearnerRequest, algo: Any, model: nn.Module) -> torch.optim.Optimizer:
@@ -270,11 +275,13 @@ def _zero_dead(values: torch.Tensor, *, live: np.ndarray) -> torch.Tensor:
 
 def _fit_policy(*, algo: Any, model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
                 req: MarlessLearnerRequest) -> dict[str, float]:
-    """PPO epochs × minibatches; the mean of each loss statistic over the steps taken (NaN if none)."""
+    """PPO epochs × minibatches; the mean of each loss statistic over the steps taken (NaN if none) and
+    ``nonfinite_steps``, the steps a non-finite loss or gradient skipped."""
     config = algo.config
     _set_lr(optimizer=optimizer, lr=scheduled(value=config.lr, schedule=config.lr_schedule, progress=req.progress))
     generator = torch.Generator().manual_seed(derive_seed(req.seed, req.round, 5))
     totals: dict[str, list[float]] = {"policy_loss": [], "entropy": [], "approx_kl": [], "clip_fraction": []}
+    skipped = 0
     for _ in range(config.num_epochs):
         for rows in _minibatches(rows=batch["obs"].shape[0], num_minibatches=config.num_minibatches,
                                  generator=generator):
@@ -283,7 +290,10 @@ def _fit_policy(*, algo: Any, model: nn.Module, optimizer: torch.optim.Optimizer
             if _step(model=model, optimizer=optimizer, loss=out.loss, max_grad_norm=config.max_grad_norm):
                 for key in totals:
                     totals[key].append(out.stats[key])
-    return {key: float(np.mean(values)) if values else math.nan for key, values in totals.items()}
+            else:
+                skipped += 1
+    return {**{key: float(np.mean(values)) if values else math.nan for key, values in totals.items()},
+            "nonfinite_steps": skipped}
 
 
 def _step(*, model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float) -> bool:

@@ -54,6 +54,14 @@ def scalar_stats(*, header: dict[str, Any]) -> dict[str, float]:
             and not k.endswith("_version") and k != "rows" and not k.startswith("_")}
 
 
+def nonfinite_round(*, stats: dict[str, dict[str, float]]) -> bool:
+    """Whether a learner function of the round skipped a step on a non-finite loss or gradient (every learner counts
+    them: ``nonfinite_steps``, the critic's ``critic_nonfinite_steps``); the driver's ``train.max_nonfinite_losses``
+    guard counts such rounds in a row."""
+    return any(value > 0 for policy_stats in stats.values() for key, value in policy_stats.items()
+               if key.endswith("nonfinite_steps"))
+
+
 class _Learning:
     def __init__(self, *, parts: Any, progress: Any) -> None:
         self.parts, self.progress = parts, progress

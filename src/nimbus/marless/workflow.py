@@ -36,7 +36,7 @@ from nimbus.marless.actor import MultiAgentActorRequest
 from nimbus.marless.checkpoint import check_policies, load_policies, policy_directory, publish_policies, \
     save_policies
 from nimbus.marless.evaluate import MarlessEvalResult, evaluate_agents
-from nimbus.marless.learning import batch_key, make_learning, results_of
+from nimbus.marless.learning import batch_key, make_learning, nonfinite_round, results_of
 from nimbus.marless.rows import Episodes, dead_fraction, live_samples, policy_batch
 from nimbus.marless.agent_id import uses_agent_id
 from nimbus.marless.parts import (MarlessParts, MarlessProgress, check_agent_policy, critic_key, fixed_actors,
@@ -166,6 +166,8 @@ class MultiAgentWorkflow:
         stats, stale = self.learning.run(active=active, agent_policy=agent_policy, round=index,
                                          rows_per_agent=rows_per_agent)
         self.prewarmer.round_finished()
+        self.progress.count_nonfinite(nonfinite=nonfinite_round(stats=stats),
+                                      limit=self.parts.config.train.max_nonfinite_losses, what="rounds of learners")
         self.progress.policy_version = sum(self.progress.versions.values())
         learned = self.clock()
         self._forget(active=active, stale=stale)

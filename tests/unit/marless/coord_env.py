@@ -4,7 +4,8 @@ global state, for runs of the whole MARLess workflow (VDN, QMIX).
 Two agents, ``agent_0`` and ``agent_1``; each step a hidden s ∈ {0, 1, 2} is drawn and both agents see
 one-hot(s) ⊕ t/H; actions Discrete(3). The team scores 1 (0.5 to each agent) when agent_0 plays s and agent_1
 plays s + 1 (mod 3), else 0; episodes last ``horizon`` (5) steps and terminate. ``state()`` is the same
-one-hot(s) ⊕ t/H; with ``stateless: true`` the env has no state() (QMIX refuses it).
+one-hot(s) ⊕ t/H; with ``stateless: true`` the env has no state() (QMIX refuses it). ``reward`` (0.5) is what
+each agent scores on success (a huge one, 1e38, overflows a learner's loss: the non-finite guard's test).
 
 Per-agent episode return: optimum 0.5 · H = 2.5; uniform-random play 0.5 · H / 9 ≈ 0.28.
 
@@ -25,9 +26,9 @@ AGENTS = ("agent_0", "agent_1")
 class Coordination(ParallelEnv):
     metadata = {"name": "coordination_v0"}
 
-    def __init__(self, *, horizon: int = 5) -> None:
+    def __init__(self, *, horizon: int = 5, reward: float = 0.5) -> None:
         self.possible_agents = list(AGENTS)
-        self.horizon = horizon
+        self.horizon, self.reward = horizon, reward
         self.agents: list[str] = []
         self.t, self.s = 0, 0
         self.rng = np.random.default_rng(0)
@@ -59,7 +60,7 @@ class Coordination(ParallelEnv):
         self.s = int(self.rng.integers(3))
         done = self.t >= self.horizon
         live, self.agents = list(self.agents), [] if done else list(self.agents)
-        return ({a: self._obs() for a in live}, {a: 0.5 * success for a in live}, {a: done for a in live},
+        return ({a: self._obs() for a in live}, {a: self.reward * success for a in live}, {a: done for a in live},
                 {a: False for a in live}, {a: {} for a in live})
 
 
@@ -70,5 +71,5 @@ class Stateless(Coordination):
         raise NotImplementedError
 
 
-def make_env(*, horizon: int = 5, stateless: bool = False) -> Coordination:
-    return (Stateless if stateless else Coordination)(horizon=horizon)
+def make_env(*, horizon: int = 5, stateless: bool = False, reward: float = 0.5) -> Coordination:
+    return (Stateless if stateless else Coordination)(horizon=horizon, reward=reward)
