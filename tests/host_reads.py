@@ -6,9 +6,14 @@ boolean-mask indexing, ``masked_select``, ``unique``), and the Python-side copie
 ``cpu()``. On the CPU none of these waits, but each is where a CUDA stream would synchronise, so counting them on
 the CPU bounds what the same code does on a GPU.
 
+A non-capturable torch optimizer (Adam's foreach and per-tensor forms) keeps each parameter's ``step`` count as a
+host tensor on every device and reads it with ``item()`` in each step; that read never waits for a device. Pass
+the optimizers as ``optimizers=`` and those reads are counted apart, in ``HostReads.host_counters`` (the fused
+optimizer nimbus uses on CUDA makes none).
+
 Example::
 
-    with count_host_reads() as reads:
+    with count_host_reads(optimizers=[optimizer]) as reads:
         ppo_update(model=model, optimizer=optimizer, batch=batch, config=config, progress=0.0, generator=gen)
     assert reads.total <= 4, reads.by_kind
 """
@@ -44,6 +49,7 @@ class HostReads:
     """What `count_host_reads` saw: ``by_kind`` maps "scalar", "tolist", "nonzero" ... to a count."""
 
     by_kind: Counter = field(default_factory=Counter)
+    host_counters: int = 0  # reads of a non-capturable optimizer's host-side step counts (not in ``total``)
 
     @property
     def total(self) -> int:
@@ -51,18 +57,27 @@ class HostReads:
 
 
 class _SyncCounter(TorchDispatchMode):
-    def __init__(self, reads: HostReads) -> None:
+    def __init__(self, reads: HostReads, optimizers: tuple[torch.optim.Optimizer, ...]) -> None:
         super().__init__()
         self.reads = reads
+        self.optimizers = optimizers
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._schema.name
         kind = SYNCING_OPS.get(name)
+        if kind == "scalar" and self._is_host_step_count(args[0]):
+            self.reads.host_counters += 1
+            return func(*args, **(kwargs or {}))
         if kind is None and name in MASK_INDEX_OPS and _has_bool_index(args):
             kind = "mask_index"  # x[mask] and x[mask] = v find the mask's true rows on the host
         if kind is not None:
             self.reads.by_kind[kind] += 1
         return func(*args, **(kwargs or {}))
+
+
+    def _is_host_step_count(self, tensor: torch.Tensor) -> bool:
+        return tensor.device.type == "cpu" and any(
+            state.get("step") is tensor for optimizer in self.optimizers for state in optimizer.state.values())
 
 
 def _has_bool_index(args: tuple) -> bool:
@@ -71,8 +86,9 @@ def _has_bool_index(args: tuple) -> bool:
 
 
 @contextmanager
-def count_host_reads() -> Iterator[HostReads]:
-    """Counts host reads made by this thread's torch code inside the block (see the module docstring)."""
+def count_host_reads(*, optimizers: tuple[torch.optim.Optimizer, ...] | list = ()) -> Iterator[HostReads]:
+    """Counts host reads made by this thread's torch code inside the block (see the module docstring); reads of
+    ``optimizers``' host-side step counts are counted apart."""
     reads = HostReads()
     originals = {name: getattr(torch.Tensor, name) for name in COPY_METHODS}
 
@@ -88,7 +104,7 @@ def count_host_reads() -> Iterator[HostReads]:
     for name in COPY_METHODS:
         setattr(torch.Tensor, name, counting(name))
     try:
-        with _SyncCounter(reads):
+        with _SyncCounter(reads, tuple(optimizers)):
             yield reads
     finally:
         for name, original in originals.items():

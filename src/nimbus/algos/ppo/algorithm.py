@@ -20,6 +20,7 @@ from nimbus.algos.base import ActOutput, KeySpec, LossOutput
 from nimbus.algos.gae import compute_gae
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.algos.ppo.learner import UpdateStats, minibatch_loss, ppo_update
+from nimbus.algos.step import make_adam, param_device
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.custom import CustomPolicyValue, build_user_network
 from nimbus.models.mlp import ActorCritic, PolicyValueModel
@@ -46,8 +47,10 @@ class PPO:
         )
 
     def make_optimizer(self, *, model: torch.nn.Module) -> torch.optim.Optimizer:
-        """Adam at the configured lr and eps (ppo_update re-sets lr from the schedule on each update)."""
-        return torch.optim.Adam(model.parameters(), lr=self.config.lr, eps=self.config.adam_eps)
+        """Adam at the configured lr and eps (ppo_update re-sets lr from the schedule on each update): fused on CUDA,
+        foreach elsewhere (`make_adam`)."""
+        return make_adam(params=model.parameters(), lr=self.config.lr, eps=self.config.adam_eps,
+                         device=param_device(model))
 
     def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool) -> ActOutput:
         """Batch-first actions (unclipped for Box spaces) with extras log_prob and values, as numpy."""

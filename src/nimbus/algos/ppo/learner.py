@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +27,9 @@ from nimbus.algos.base import LossOutput
 from nimbus.algos.ppo.config import PPOConfig, Schedule
 from nimbus.algos.truncation import Truncation
 from nimbus.liveness import beat
-from nimbus.algos.ppo.loss import LOSS_STATS, explained_variance, normalize_advantages, ppo_loss
+from nimbus.algos.ppo.loss import (LOSS_STATS, explained_variance_tensor, normalize_advantages, ppo_loss,
+                                   ppo_loss_terms)
+from nimbus.algos.step import DeviceStats, guarded_step
 from nimbus.models.mlp import ActorCritic
 
 logger = logging.getLogger(__name__)
@@ -61,23 +64,27 @@ def minibatch_loss(*, model: ActorCritic, batch: dict[str, torch.Tensor], config
                    truncation: Truncation | None = None) -> LossOutput:
     """The PPO loss of `model` on one (mini)batch, advantages normalised first if configured."""
     new_log_prob, entropy, new_values = model.evaluate(batch["obs"], actions=batch["actions"])
+    return ppo_loss(**_loss_inputs(batch=batch, config=config, new_log_prob=new_log_prob, entropy=entropy,
+                                   new_values=new_values), clip_coef=clip_coef, vf_clip=config.vf_clip,
+                    ent_coef=config.ent_coef, vf_coef=config.vf_coef, truncation=truncation)
+
+
+def minibatch_terms(*, model: ActorCritic, batch: dict[str, torch.Tensor], config: PPOConfig,
+                    clip_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`minibatch_loss` without a host read: (loss, the LOSS_STATS parts stacked on the device)."""
+    new_log_prob, entropy, new_values = model.evaluate(batch["obs"], actions=batch["actions"])
+    return ppo_loss_terms(**_loss_inputs(batch=batch, config=config, new_log_prob=new_log_prob, entropy=entropy,
+                                         new_values=new_values), clip_coef=clip_coef, vf_clip=config.vf_clip,
+                          ent_coef=config.ent_coef, vf_coef=config.vf_coef)
+
+
+def _loss_inputs(*, batch: dict[str, torch.Tensor], config: PPOConfig, new_log_prob: torch.Tensor,
+                 entropy: torch.Tensor, new_values: torch.Tensor) -> dict[str, torch.Tensor]:
     advantages = batch["advantages"]
     if config.normalize_advantages:
         advantages = normalize_advantages(advantages)
-    return ppo_loss(
-        new_log_prob=new_log_prob,
-        old_log_prob=batch["log_prob"],
-        advantages=advantages,
-        entropy=entropy,
-        new_values=new_values,
-        old_values=batch["values"],
-        returns=batch["returns"],
-        clip_coef=clip_coef,
-        vf_clip=config.vf_clip,
-        ent_coef=config.ent_coef,
-        vf_coef=config.vf_coef,
-        truncation=truncation,
-    )
+    return {"new_log_prob": new_log_prob, "old_log_prob": batch["log_prob"], "advantages": advantages,
+            "entropy": entropy, "new_values": new_values, "old_values": batch["values"], "returns": batch["returns"]}
 
 
 def ppo_update(
@@ -89,7 +96,13 @@ def ppo_update(
     progress: float,
     generator: torch.Generator,
 ) -> UpdateStats:
-    """Run `config.num_epochs` epochs of minibatch PPO on `batch`; stop early when approx_kl > target_kl."""
+    """Run `config.num_epochs` epochs of minibatch PPO on `batch`; stop early when approx_kl > target_kl.
+
+    No host read inside the minibatch loop: each epoch's order is drawn on the batch's device and the batch is
+    gathered once per epoch (minibatches are slices of it), the statistics stay on the device (`DeviceStats`) and
+    the non-finite guard is decided there (`guarded_step`). The host reads the statistics once at the end, and
+    approx_kl once per epoch when ``target_kl`` is set.
+    """
     missing = [key for key in REQUIRED_KEYS if key not in batch]
     if missing:
         raise KeyError(f"ppo_update needs batch keys {list(REQUIRED_KEYS)}; missing {missing} (run postprocess first)")
@@ -97,42 +110,52 @@ def ppo_update(
     clip_coef = scheduled(value=config.clip_coef, schedule=config.clip_schedule, progress=progress)
     for group in optimizer.param_groups:
         group["lr"] = lr
+    device = batch["obs"].device
     num_rows = batch["obs"].shape[0]
     minibatch_size = min(config.minibatch_size, num_rows)
-    totals = dict.fromkeys((*LOSS_STATS, "grad_norm"), 0.0)   # averaged over the steps taken
-    steps = skipped = epochs_done = 0
+    params = list(model.parameters())
+    stats = DeviceStats(keys=(*LOSS_STATS, "grad_norm"), device=device)  # means over the steps taken
+    draw = permutations(generator=generator, device=device)
+    attempts = epochs_done = 0
     for _ in range(config.num_epochs):
-        order = torch.randperm(num_rows, generator=generator)
-        last_kl = 0.0
+        order = draw(num_rows)
+        shuffled = {key: batch[key][order] for key in REQUIRED_KEYS}  # one gather per column and epoch
+        last_kl = torch.zeros((), device=device)
         for start in range(0, num_rows, minibatch_size):
-            rows = order[start : start + minibatch_size]
-            minibatch = {key: batch[key][rows] for key in REQUIRED_KEYS}
-            out = minibatch_loss(model=model, batch=minibatch, config=config, clip_coef=clip_coef)
-            grad_norm = gradient_step(model=model, optimizer=optimizer, loss=out.loss,
-                                      max_grad_norm=config.max_grad_norm)
-            if grad_norm is None:
-                skipped += 1
-                continue
-            steps += 1
-            last_kl = out.stats["approx_kl"]
-            for key in LOSS_STATS:
-                totals[key] += out.stats[key]
-            totals["grad_norm"] += grad_norm
+            minibatch = {key: column[start : start + minibatch_size] for key, column in shuffled.items()}
+            loss, parts = minibatch_terms(model=model, batch=minibatch, config=config, clip_coef=clip_coef)
+            outcome = guarded_step(optimizer=optimizer, params=params, loss=loss, max_grad_norm=config.max_grad_norm)
+            stats.add(row=torch.cat([parts, outcome.grad_norm.reshape(1).to(parts.dtype)]), where=outcome.finite)
+            last_kl = torch.where(outcome.finite, parts[LOSS_STATS.index("approx_kl")], last_kl)
+            attempts += 1
         epochs_done += 1
-        if config.target_kl is not None and last_kl > config.target_kl:
-            logger.debug("target_kl %.4f reached (approx_kl %.4f) after %d epoch(s)", config.target_kl, last_kl, epochs_done)
+        if config.target_kl is not None and (kl := float(last_kl)) > config.target_kl:  # one read per epoch
+            logger.debug("target_kl %.4f reached (approx_kl %.4f) after %d epoch(s)", config.target_kl, kl, epochs_done)
             break
-    # no finite step at all: NaN losses, so a caller that checks the stats sees the failure
-    means = {key: total / steps if steps else float("nan") for key, total in totals.items()}
+    ev = explained_variance_tensor(values=batch["values"], returns=batch["returns"])
+    means, steps, (explained,) = stats.read(extra=[ev])  # the update's one read; NaN means when no step was taken
+    if steps < attempts:
+        logger.warning("skipped %d of %d PPO minibatches: non-finite loss or gradient norm", attempts - steps, attempts)
     return UpdateStats(
         **means,
-        explained_variance=explained_variance(values=batch["values"], returns=batch["returns"]),
+        explained_variance=explained,
         num_gradient_steps=steps,
         lr=lr,
         clip_coef=clip_coef,
         num_epochs_done=epochs_done,
-        num_skipped_steps=skipped,
+        num_skipped_steps=attempts - steps,
     )
+
+
+def permutations(*, generator: torch.Generator, device: torch.device) -> Callable[[int], torch.Tensor]:
+    """``draw(n)``: a random order of n rows on ``device``. On the CPU it is ``torch.randperm(n, generator)``, the
+    same sequence as ever; elsewhere a generator on the device, seeded once from ``generator``, draws it there
+    (no copy of the order per minibatch)."""
+    if device.type == "cpu" or generator.device == device:
+        return lambda n: torch.randperm(n, generator=generator, device=device)
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))  # a host generator: no device read
+    on_device = torch.Generator(device=device).manual_seed(seed)
+    return lambda n: torch.randperm(n, generator=on_device, device=device)
 
 
 def gradient_step(*, model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,

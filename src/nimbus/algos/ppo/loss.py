@@ -73,6 +73,25 @@ def ppo_loss(
     truncation: Truncation | None = None,
 ) -> LossOutput:
     """The total PPO loss and its parts (stats: policy_loss, value_loss, entropy, approx_kl, clip_fraction)."""
+    loss, parts = ppo_loss_terms(
+        new_log_prob=new_log_prob, old_log_prob=old_log_prob, advantages=advantages, entropy=entropy,
+        new_values=new_values, old_values=old_values, returns=returns, clip_coef=clip_coef, vf_clip=vf_clip,
+        ent_coef=ent_coef, vf_coef=vf_coef, truncation=truncation,
+    )
+    # one device read for the five (each .item() is a synchronisation on a GPU); float32 → the same floats
+    stats = dict(zip(LOSS_STATS, parts.tolist(), strict=True))
+    if truncation is not None:
+        stats["truncated_fraction"] = truncated_fraction(log_prob=new_log_prob, behaviour_log_prob=old_log_prob,
+                                                         truncation=truncation)
+    return LossOutput(loss=loss, stats=stats)
+
+
+def ppo_loss_terms(
+    *, new_log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, entropy: torch.Tensor,
+    new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip_coef: float,
+    vf_clip: float | None, ent_coef: float, vf_coef: float, truncation: Truncation | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(total loss, its LOSS_STATS parts stacked and detached, on the device): `ppo_loss` without a host read."""
     pg_loss, approx_kl, clip_fraction = policy_loss(
         new_log_prob=new_log_prob, old_log_prob=old_log_prob, advantages=advantages, clip_coef=clip_coef,
         truncation=truncation,
@@ -80,13 +99,8 @@ def ppo_loss(
     v_loss = value_loss(new_values=new_values, old_values=old_values, returns=returns, vf_clip=vf_clip)
     entropy_loss = entropy.mean()
     loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
-    # one device read for the five (each .item() is a synchronisation on a GPU); float32 → the same floats
     parts = torch.stack([pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), approx_kl, clip_fraction])
-    stats = dict(zip(LOSS_STATS, parts.tolist(), strict=True))
-    if truncation is not None:
-        stats["truncated_fraction"] = truncated_fraction(log_prob=new_log_prob, behaviour_log_prob=old_log_prob,
-                                                         truncation=truncation)
-    return LossOutput(loss=loss, stats=stats)
+    return loss, parts
 
 
 def normalize_advantages(advantages: torch.Tensor) -> torch.Tensor:
@@ -101,7 +115,11 @@ def explained_variance(*, values: torch.Tensor, returns: torch.Tensor) -> float:
 
     (A NaN statistic is an alarm downstream — the learner function treats it as a failed update.)
     """
+    return float(explained_variance_tensor(values=values, returns=returns))
+
+
+def explained_variance_tensor(*, values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+    """`explained_variance` as a 0-dim tensor on the device (no host read)."""
     var_returns = returns.var(unbiased=False)
-    if var_returns.item() == 0.0:
-        return 0.0
-    return (1.0 - (returns - values).var(unbiased=False) / var_returns).item()
+    explained = 1.0 - (returns - values).var(unbiased=False) / var_returns
+    return torch.where(var_returns == 0.0, torch.zeros_like(explained), explained)
