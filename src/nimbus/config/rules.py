@@ -14,6 +14,7 @@ Each raises ``ValueError`` naming the keys, so pydantic reports it with the key 
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 from typing import TYPE_CHECKING, Any
@@ -24,12 +25,42 @@ if TYPE_CHECKING:
 
 OFF_POLICY = ("dqn", "sac", "impala")
 MULTI_AGENT = ("ippo", "mappo", "iql", "vdn", "qmix")
+# the gymnasium ids envs/batched.py maps to an EnvPool task (its ENVPOOL_TWINS)
+ENVPOOL_TWIN_IDS = frozenset({"CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0", "Hopper-v5",
+                              "HalfCheetah-v5", "Walker2d-v5", "Ant-v5",
+                              *(f"nimbus/Atari{game}-v5" for game in ("Pong", "Breakout", "BeamRider", "Qbert",
+                                                                       "SpaceInvaders"))})
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def check_env_backend(*, config: NimbusConfig) -> None:
+    """``actors.env_backend``: the on-policy actor reads it; EnvPool's envs cannot be snapshotted, and it builds
+    only the envs it has a twin of, without a user's imports or wrappers (envs/batched.py)."""
+    backend = config.actors.env_backend
+    if backend in ("gymnasium", "auto"):
+        return
+    if config.train.workflow not in ("sync", "async_learners"):
+        raise ValueError(f"actors.env_backend: {backend} is read by the on-policy actor (train.workflow: sync or "
+                         f"async_learners); {config.train.workflow} steps its envs one by one: drop it")
+    if backend != "envpool":
+        return
+    if config.train.exact_resume or config.actors.restore_slots:
+        raise ValueError("actors.env_backend: envpool cannot snapshot its envs, which train.exact_resume and "
+                         "actors.restore_slots need; use env_backend: vector (gymnasium's envs) or drop them")
+    if config.env.id not in ENVPOOL_TWIN_IDS:
+        raise ValueError(f"actors.env_backend: envpool has no twin of env.id {config.env.id!r}; it has "
+                         f"{', '.join(sorted(ENVPOOL_TWIN_IDS))} (use vector or gymnasium)")
+    if config.env.imports or config.env.wrappers or config.env.kwargs:
+        raise ValueError("actors.env_backend: envpool builds its own envs; env.imports, env.wrappers and "
+                         "env.kwargs need gymnasium's (use vector or gymnasium)")
+    if importlib.util.find_spec("envpool") is None:
+        raise ValueError("actors.env_backend: envpool needs the envpool extra: pip install nimbus-rl[envpool]")
 
 
 def check_workflow(*, config: NimbusConfig) -> None:
     """Config rules of the workflows (raised as ValueError, so pydantic reports them at load time)."""
     name, workflow = config.algo.name, config.train.workflow
+    check_env_backend(config=config)
     _check_learning_starts(algo=config.algo)
     if workflow == "sync" and name in OFF_POLICY:
         raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: async")

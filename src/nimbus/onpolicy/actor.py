@@ -6,7 +6,11 @@ continue across invocations exactly as they would in a long-lived actor (roles/a
 ``slot_seq`` (fragments this rank has produced); a slot whose sequence does not match (a cold worker,
 a retry, a rank that moved) is discarded and its envs reset with a fresh seed — unfinished episodes
 are dropped, never counted twice. Output rows are env-major: each env's ``fragment_steps`` rows are
-contiguous and in time order, which is what GAE and V-trace need.
+contiguous and in time order, which is what GAE and V-trace need. The rows go into arrays allocated once per
+fragment, one write per key and step.
+
+``env_backend`` (``actors.env_backend``) picks how the slot's envs step: ``gymnasium`` one by one (roles/actor.py),
+``vector`` or ``envpool`` in one call per step (envs/batched.py), with the same same-step autoreset rows.
 
 Request header: see ``ActorRequest``. Result: a Message whose arrays follow the algorithm's
 ``buffer_spec`` (leading dim = rows) and whose header lists finished episodes.
@@ -15,7 +19,8 @@ Request header: see ``ActorRequest``. Result: a Message whose arrays follow the 
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -23,8 +28,9 @@ import torch
 from nimbus.algos.base import Algorithm
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
+from nimbus.envs.batched import make_batched
 from nimbus.envs.obsnorm import fragment_moments, normalize
-from nimbus.envs.slot_state import slot_state_from
+from nimbus.envs.slot_state import SlotState, restore_slot, slot_state_from
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.distributions import clip_action
 from nimbus.roles.actor import (ActorRequest, EnvSlot, derive_seed, env_slot, policy_at, spaces_of, step_all,
@@ -39,7 +45,9 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
     context.cache["store"] = function_store(header=request.header)  # the run's Store, named by the request
     fault_point(name="actor.started")
     algo, model = policy_at(context=context, req=req)
-    slot = env_slot(context=context, req=req, restore=slot_state_from(message=request))
+    restore = slot_state_from(message=request)
+    slot = env_slot(context=context, req=req, restore=restore) if req.env_backend == "gymnasium" else \
+        batched_slot(context=context, req=req, restore=restore)
     # the actor's model is on the CPU: seed the CPU generator only (torch.manual_seed also queues CUDA/MPS/XPU
     # seeding, ~0.1 ms a call); the samples are the same
     torch.default_generator.manual_seed(derive_seed(req.seed, req.actor_rank, req.slot_seq, 1))
@@ -55,12 +63,60 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
     return with_snapshot(req=req, slot=slot, result=Message(header=header, arrays=arrays))
 
 
+@dataclass
+class BatchedSlot(EnvSlot):
+    """An env slot whose envs step in one call (``batch``: envs/batched.py); ``envs`` are the gymnasium envs a
+    snapshot captures (none for envpool, which the config keeps away from snapshots)."""
+
+    batch: Any = None
+    backend: str = "vector"
+
+
+def batched_slot(*, context: FunctionContext, req: ActorRequest, restore: SlotState | None = None) -> BatchedSlot:
+    """``env_slot``'s twin for the batched backends: the cached slot when its ``slot_seq``, env count and backend
+    match, else a fresh batch seeded from (seed, rank, slot_seq); ``restore``: the state a resumed run continues."""
+    slots: dict[int, EnvSlot] = context.cache["slots"]
+    slot = slots.get(req.actor_rank)
+    if isinstance(slot, BatchedSlot) and slot.seq == req.slot_seq and slot.backend == req.env_backend \
+            and slot.batch.num_envs == req.num_envs:
+        return slot
+    if isinstance(slot, BatchedSlot):
+        slot.batch.close()
+    elif slot is not None:
+        for env in slot.envs:
+            env.close()
+    batch = make_batched(backend=req.env_backend, env_id=req.env_id, num_envs=req.num_envs,
+                         seed=derive_seed(req.seed, req.actor_rank, req.slot_seq), kwargs=req.env_kwargs,
+                         actor_rank=req.actor_rank, imports=req.env_imports, wrappers=req.env_wrappers)
+    slot = BatchedSlot(envs=batch.envs, obs=batch.reset(), seq=req.slot_seq, episode_returns=np.zeros(req.num_envs),
+                       episode_lengths=np.zeros(req.num_envs, dtype=np.int64), batch=batch, backend=req.env_backend)
+    if restore is not None:  # a resumed run (vector only: the config refuses snapshots with envpool)
+        restore_slot(slot=slot, state=restore)
+    slots[req.actor_rank] = slot
+    return slot
+
+
+def _stepper(*, slot: EnvSlot) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+    """One step of every env of the slot, with the episode tallies kept: the batch's call, or the per-env loop."""
+    if not isinstance(slot, BatchedSlot):
+        return lambda actions: step_all(slot=slot, actions=actions)
+
+    def step(actions: np.ndarray) -> dict[str, np.ndarray]:
+        out = slot.batch.step(actions=actions)
+        slot.episode_returns += out["rewards"]
+        slot.episode_lengths += 1
+        return {**out, "done": out["terminated"] | out["truncated"]}
+    return step
+
+
 def _rollout(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot, req: ActorRequest,
              rms: Any = None) -> tuple[dict[str, np.ndarray], tuple[list[float], list[int], dict[str, float]]]:
     """Step every env ``fragment_steps`` times; returns env-major rows and finished episodes."""
     num_envs, steps = req.num_envs, req.fragment_steps
-    spaces: EnvSpaces = spaces_of(slot=slot)
-    columns: dict[str, list[np.ndarray]] = {}
+    spaces: EnvSpaces = EnvSpaces(observation=slot.batch.observation_space, action=slot.batch.action_space) \
+        if isinstance(slot, BatchedSlot) else spaces_of(slot=slot)
+    step_envs = _stepper(slot=slot)
+    columns: dict[str, np.ndarray] = {}
     timers = {"env_s": 0.0, "inference_s": 0.0}
     truncated_final: dict[tuple[int, int], np.ndarray] = {}
     finished_returns: list[float] = []
@@ -72,7 +128,7 @@ def _rollout(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot, req: Act
             out = algo.act(model=model, obs=torch.as_tensor(policy_obs, dtype=torch.float32), explore=True)
         env_actions = clip_action(action=out.actions, space=spaces.action)
         tock = time.perf_counter()
-        step = step_all(slot=slot, actions=env_actions)
+        step = step_envs(env_actions)
         timers["inference_s"] += tock - tick
         timers["env_s"] += time.perf_counter() - tock
         for i in slot.finish_episodes(done=step["done"], returns=finished_returns, lengths=finished_lengths):
@@ -81,9 +137,12 @@ def _rollout(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot, req: Act
         row = {"obs": policy_obs, "raw_obs": slot.obs, "actions": out.actions, "rewards": step["rewards"],
                "terminated": step["terminated"], "truncated": step["truncated"], **out.extras}
         for key, value in row.items():
-            columns.setdefault(key, []).append(np.asarray(value))
+            value = np.asarray(value)
+            if key not in columns:   # [envs, steps, ...], allocated once per fragment
+                columns[key] = np.empty((num_envs, steps, *value.shape[1:]), dtype=value.dtype)
+            columns[key][:, t] = value
         slot.obs = step["next_obs"]
-    arrays = {key: np.stack(values, axis=1) for key, values in columns.items()}  # [envs, steps, ...]
+    arrays = columns
     tick = time.perf_counter()
     raw_obs = arrays.pop("raw_obs")
     last_obs = normalize(rms=rms, obs=slot.obs)

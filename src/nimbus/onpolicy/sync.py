@@ -21,6 +21,7 @@ import numpy as np
 
 from nimbus.data.codec import Message
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TriggerTable
+from nimbus.envs.batched import resolve_backend
 from nimbus.envs.obsnorm import merge, moments_arrays, pop_moments
 from nimbus.envs.slot_state import SlotState, pop_slot_state
 from nimbus.errors import NimbusError
@@ -102,6 +103,10 @@ class SyncWorkflow(SystemWorkflow):
                         action=self._invoke_actors)
         self.table.bind(name="invoke_learner", trigger=self.data_trigger, action=self._invoke_learner)
         self.prewarmer = _prewarmer(system=system)  # ARTOS workload monitor (prewarm.mode; no-op for none)
+        cfg = system.config
+        self.env_backend = resolve_backend(backend=cfg.actors.env_backend, env_id=cfg.env.id,
+                                           custom=bool(cfg.env.imports or cfg.env.wrappers or cfg.env.kwargs),
+                                           snapshots=cfg.train.exact_resume or cfg.actors.restore_slots)
 
     # ----------------------------------------------------------------------------------- actions
     def _rows(self, num_actors: int) -> int:
@@ -124,7 +129,7 @@ class SyncWorkflow(SystemWorkflow):
                                    seed=cfg.seed, actor_rank=self.rank_base + rank,
                                    slot_seq=self.slot_seq.get(rank, self.progress.slot_seq_base),
                                    policy_version=version, weights_key=weights_key(policy=self.policy, version=version),
-                                   algo=cfg.algo.model_dump(mode="json"),
+                                   algo=cfg.algo.model_dump(mode="json"), env_backend=self.env_backend,
                                    snapshot=cfg.train.exact_resume or cfg.actors.restore_slots)
             message = request.to_message(restore=self._slot_to_restore(rank))
             future = self.system.runtime.invoke(spec=self.system.actor_spec, request=message)

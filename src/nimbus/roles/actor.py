@@ -49,6 +49,7 @@ class ActorRequest(WireRequest, header="actor", affinity="actor-{actor_rank}"):
     snapshot: bool = False   # return the env slot's state with the rows (train.exact_resume)
     env_imports: Sequence[str] = ()    # env.imports: modules that register the user's env ids
     env_wrappers: Sequence[str] = ()   # env.wrappers: gymnasium wrappers, applied in order
+    env_backend: str = "gymnasium"     # actors.env_backend, resolved (envs/batched.py): gymnasium, vector, envpool
 
     def to_message(self, *, restore: SlotState | None = None) -> Message:
         """The request; ``restore``: the env slot to rebuild (a resumed run's first fragment of this rank)."""

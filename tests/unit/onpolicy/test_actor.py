@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import uuid
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -69,3 +72,52 @@ def test_a_truncated_episode_bootstraps_from_its_final_observation_not_the_reset
                 obs, _ = replay.reset()
         assert rows["next_values"][i, -1] == pytest.approx(final_value, abs=1e-6)  # the fragment's end: V(next obs)
     assert truncations >= 2 * num_envs
+
+
+def _fragments(*, backend: str, fragments: int = 2, num_envs: int = 3, steps: int = 40) -> list[dict[str, np.ndarray]]:
+    """``fragments`` consecutive fragments of one actor rank (a warm worker) with ``actors.env_backend``."""
+    torch.set_num_threads(1)   # as in a worker (the fixture restores it): float sums depend on the thread count
+    algo = PPO(config=PPOConfig())
+    env = gym.make("CartPole-v1")
+    torch.manual_seed(0)
+    model = algo.make_model(spaces=EnvSpaces(observation=env.observation_space, action=env.action_space))
+    context = FunctionContext(worker_id="w0", function="actor", invocation_id="i0", attempt=1)
+    results, namespace = [], uuid.uuid4().hex[:8]   # function_store caches a store per namespace: a fresh one
+    with ShmStore(namespace=namespace, owner=True) as store:
+        store.put(key=weights_key(policy="main", version=0), message=model_to_message(model=model, version=0))
+        for seq in range(fragments):
+            request = ActorRequest(env_id="CartPole-v1", env_kwargs={}, num_envs=num_envs, fragment_steps=steps,
+                                   seed=7, actor_rank=0, slot_seq=seq, policy_version=0,
+                                   weights_key=weights_key(policy="main", version=0),
+                                   algo=algo.config.model_dump(mode="json"), env_backend=backend).to_message()
+            request.header[STORE_HEADER] = {"backend": "shm", "namespace": namespace}
+            result = actor_function(context=context, request=request)
+            results.append({**result.arrays, "returns": np.array(result.header["episode_returns"]),
+                            "lengths": np.array(result.header["episode_lengths"])})
+    return results
+
+
+def test_the_vector_backend_gives_the_per_env_loops_fragments_bit_for_bit() -> None:
+    loop, vector = _fragments(backend="gymnasium"), _fragments(backend="vector")
+    assert sum(len(f["returns"]) for f in loop) > 3   # episodes ended inside, across the fragment boundary too
+    for loop_fragment, vector_fragment in zip(loop, vector, strict=True):
+        assert loop_fragment.keys() == vector_fragment.keys()
+        for key in loop_fragment:
+            np.testing.assert_array_equal(vector_fragment[key], loop_fragment[key], err_msg=key)
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("envpool"), reason="the envpool extra is not installed here")
+def test_the_envpool_backends_fragments_keep_the_row_bookkeeping() -> None:
+    """Same columns, shapes and dtypes as the loop's; a row is never a reset step (return == length, every
+    reward 1); an env's episode continues across fragments (a warm slot), and each ended episode cuts its row."""
+    loop, pool = _fragments(backend="gymnasium"), _fragments(backend="envpool")
+    for loop_fragment, pool_fragment in zip(loop, pool, strict=True):
+        assert {k: (v.shape, v.dtype) for k, v in pool_fragment.items() if k not in ("returns", "lengths")} == \
+            {k: (v.shape, v.dtype) for k, v in loop_fragment.items() if k not in ("returns", "lengths")}
+        np.testing.assert_array_equal(pool_fragment["returns"], pool_fragment["lengths"])
+        assert pool_fragment["rewards"].min() == 1.0
+        assert pool_fragment["terminated"].sum() == len(pool_fragment["returns"])
+    lengths = np.concatenate([f["lengths"] for f in pool])
+    assert len(lengths) > 3 and lengths.sum() <= 2 * 3 * 40
+    rows_ended = sum(int(f["terminated"].sum()) for f in pool)
+    assert rows_ended == len(lengths)
