@@ -53,6 +53,9 @@ class Inbox:
     senders then block on the socket), ``"drop"`` drops the envelope. ``on_close(source, error)``
     runs when a source hits EOF or sends a bad frame (error is the CodecError; the source is dropped:
     P11). Compressed bodies that would decompress to more than ``max_message_bytes`` are refused.
+    ``on_error(error)`` hears of an exception ``on_message`` raised (a ledger that cannot be written: a full
+    disk): the owner must fail what waits on that message, since nothing else will deliver it; without
+    ``on_error`` the exception is only logged.
 
     Example::
 
@@ -64,9 +67,11 @@ class Inbox:
 
     def __init__(self, *, on_message: Callable[[Envelope], None] | None = None,
                  on_close: Callable[[str, BaseException | None], None] | None = None,
+                 on_error: Callable[[BaseException], None] | None = None,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_pending: int | None = None,
                  on_full: OnFull = "block", max_message_bytes: int | None = None) -> None:
         self._on_message, self._on_close, self._max_frame_bytes = on_message, on_close, max_frame_bytes
+        self._on_error = on_error
         self._on_full, self._max_message_bytes = on_full, max_message_bytes
         self._queue: queue.Queue[Envelope] = queue.Queue(maxsize=max_pending or 0)
         self._counts = {"received": 0, "dropped_full": 0, "blocked": 0}
@@ -185,8 +190,12 @@ class Inbox:
             return
         try:
             self._on_message(envelope)
-        except Exception:  # noqa: BLE001 - a consumer bug must not kill the receiver thread
-            log.exception("inbox: on_message failed for a message from %r", src.source)
+        except Exception as exc:  # noqa: BLE001 - a consumer bug must not kill the receiver thread
+            if self._on_error is None:
+                log.exception("inbox: on_message failed for a message from %r", src.source)
+                return
+            log.debug("inbox: on_message failed for a message from %r", src.source, exc_info=True)
+            self._on_error(exc)
 
     def _enqueue(self, envelope: Envelope) -> None:
         try:

@@ -11,7 +11,9 @@ Each round's scalars (``scalars_of``: ``charts/episodic_return``, ``losses/*``, 
 resolved config is the tracker run's config (W&B) or its parameters (MLflow, flattened to ``a.b.c`` keys); at
 the end ``report.png`` and ``summary.json`` are uploaded as artifacts. A resumed run continues the same tracker
 run: the tracker run ids are kept in ``RUN_DIR/trackers.json``. A tracker that raises while logging is warned
-about once and dropped for the rest of the run (metrics.jsonl has every row); training goes on.
+about once and dropped for the rest of the run (metrics.jsonl has every row); training goes on — except a full
+disk (ENOSPC, EDQUOT), which stops the run (the CLI's one "disk full" line, exit 1): metrics.jsonl and the
+checkpoints are on that disk too.
 
 W&B defaults to offline mode (files under ``RUN_DIR/wandb``; ``wandb sync RUN_DIR/wandb/offline-run-*`` uploads
 them later); MLflow defaults to a SQLite store in the run directory (``sqlite:///RUN_DIR/mlflow.db``, artifacts
@@ -28,6 +30,7 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -47,6 +50,7 @@ log = logging.getLogger(__name__)
 
 IDS_FILE = "trackers.json"
 OWN_PREFIXES = ("staleness/", "eval/")   # extras logged under their own name, not control/
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 class Tracker(Protocol):
@@ -239,12 +243,18 @@ class RunTrackers:
         for tracker in list(self.trackers):
             try:
                 tracker.log(scalars=scalars, step=row.env_steps)
+            except OSError as exc:
+                if exc.errno in DISK_FULL_ERRNOS:   # the disk of metrics.jsonl and the checkpoints is full too
+                    raise
+                self._drop(tracker=tracker, step=row.env_steps, exc=exc)
             except Exception as exc:   # observability must not stop training: metrics.jsonl has every round
-                log.warning("output.loggers: %s failed at env step %d (%s: %s); it logs nothing more this run, "
-                            "metrics.jsonl has every round", type(tracker).__name__, row.env_steps,
-                            type(exc).__name__, exc)
-                self.trackers.remove(tracker)
-                _finish_quietly(tracker=tracker, artifacts=[], failed=True)
+                self._drop(tracker=tracker, step=row.env_steps, exc=exc)
+
+    def _drop(self, *, tracker: Tracker, step: int, exc: Exception) -> None:
+        log.warning("output.loggers: %s failed at env step %d (%s: %s); it logs nothing more this run, "
+                    "metrics.jsonl has every round", type(tracker).__name__, step, type(exc).__name__, exc)
+        self.trackers.remove(tracker)
+        _finish_quietly(tracker=tracker, artifacts=[], failed=True)
 
     def close(self, *, failed: bool) -> None:
         """Upload the artifacts that exist now and end every tracker run (later calls do nothing)."""

@@ -54,7 +54,7 @@ from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.data.shm import run_prefix
 from nimbus.data.transport import send_frame
 from nimbus.liveness import SILENT_BEATS
-from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, new_invocation
+from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, new_invocation, resolve
 from nimbus.runtime.base import FunctionSpec, RuntimeStats
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.fairshare import next_placeable
@@ -86,7 +86,9 @@ class LocalRuntime(PoolScheduling, AttemptEndings):
         self._tally = Tally()  # this runtime's records (the ledger may be shared)
         self._counts = {"failed": 0, "dropped": 0}
         self._closed = False
-        self._inbox = Inbox(on_message=self._on_envelope, on_close=self._on_source_closed)
+        self._unanswered: set[Future] = set()   # every invocation's future until it resolves (_on_driver_error)
+        self._inbox = Inbox(on_message=self._on_envelope, on_close=self._on_source_closed,
+                            on_error=self._on_driver_error)
         self._pool = WorkerPool(
             inbox=self._inbox, changed=self._changed, prefix=self._prefix,
             max_workers=max_workers if max_workers is not None else max(1, math.ceil(2 * self._capacity)),
@@ -109,7 +111,9 @@ class LocalRuntime(PoolScheduling, AttemptEndings):
                 discard_body(body=body)
                 raise RuntimeError("LocalRuntime.invoke after shutdown()")
             self._queue.append(invocation)
+            self._unanswered.add(invocation.future)
             actions = self._schedule()
+        invocation.future.add_done_callback(self._unanswered.discard)
         self._run(actions)
         return invocation.future
 
@@ -240,6 +244,14 @@ class LocalRuntime(PoolScheduling, AttemptEndings):
                 actions = []
             actions += self._schedule()
         self._run(actions)
+
+    def _on_driver_error(self, error: BaseException) -> None:
+        """Recording a worker's message raised (the ledger cannot be written: a full disk). That result is lost and
+        nothing would deliver it, so every invocation not answered yet fails with ``error``: the run stops at once
+        instead of waiting for it."""
+        log.debug("runtime: a worker's message could not be recorded (%s); failing every open invocation", error)
+        for future in list(self._unanswered):
+            resolve(future, error=error)
 
     @staticmethod
     def _current(worker: WorkerSlot | None, tag: dict[str, Any]) -> bool:
