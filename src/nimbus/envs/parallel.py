@@ -20,7 +20,8 @@ retried) naming the env, the agent and the step when:
 An env whose observations are PettingZoo's masked Dicts (``{"observation", "action_mask"}``) is first wrapped in
 envs/masks.py's ``SplitActionMask``: its agents' observations are the ``observation`` entries and their masks are in
 ``infos[agent]["action_mask"]``, as in envs that give them there. ``mask_agents`` (after the first reset) names the
-agents with masks.
+agents with masks. An agent that observes a uint8 Box (an image) sees it as float32 / 255
+(envs/parallel_images.py): the multi-agent networks are MLPs, with no CNN path.
 
 Example::
 
@@ -46,6 +47,7 @@ from nimbus.envs.aec import parallel_from_aec
 from nimbus.envs.checks import check_box_observation, unknown_kwarg
 from nimbus.envs.custom import import_modules, resolve
 from nimbus.envs.masks import check_mask, masks_from, split_masks
+from nimbus.envs.parallel_images import scale_uint8_observations
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError, EnvContractError
 from nimbus.liveness import beat
@@ -59,7 +61,7 @@ def make_parallel_env(*, env_id: str, seed: int, kwargs: dict[str, Any],
     """The env ``env_id`` built with ``kwargs``, inside the contract checker; its first unseeded reset uses ``seed``."""
     import_modules(modules=imports, key="env.imports")
     raw = build_raw_env(env_id=env_id, kwargs=kwargs)
-    return ContractCheckedParallel(split_masks(env=raw), env_id=env_id, seed=seed)
+    return ContractCheckedParallel(scale_uint8_observations(env=split_masks(env=raw)), env_id=env_id, seed=seed)
 
 
 def build_raw_env(*, env_id: str, kwargs: dict[str, Any]) -> ParallelEnv:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from nimbus.envs.masks import SplitActionMask
+from nimbus.envs.parallel_images import ScaleUint8Observations
 from nimbus.envs.snapshot import SnapshotUnsupported, has_user_state, user_state_arrays
 
 _PARTS = ("entity", "state", "action")
@@ -176,20 +177,24 @@ def _unpack(*, flat: np.ndarray, layout: list[list[Any]]) -> dict[str, np.ndarra
 
 
 def _user_env(*, env: Any) -> Any:
-    """The user's env under the contract checker (and under envs/masks.py's mask split, which holds no state)."""
+    """The user's env under the contract checker and nimbus's own stateless wrappers (envs/masks.py's mask split,
+    envs/parallel_images.py's scaling)."""
     inner = getattr(env, "env", None)
-    return inner.env if isinstance(inner, SplitActionMask) else inner
+    while isinstance(inner, (SplitActionMask, ScaleUint8Observations)):
+        inner = inner.env
+    return inner
 
 
 def _layers(*, env: Any) -> tuple[Any, Any, Any]:
     """The aec_to_parallel wrapper, the order-enforcing wrapper and the raw mpe2 env under ``env``."""
-    parallel = getattr(env, "env", None)
+    parallel = _user_env(env=env)
     aec = getattr(parallel, "aec_env", None)
     raw = getattr(aec, "unwrapped", None)
     if aec is None or not hasattr(aec, "_has_reset") or not (hasattr(raw, "world") and hasattr(raw, "scenario")) \
             or not type(raw).__module__.startswith("mpe2"):
-        name = type(next(layer for layer in (raw, aec, parallel, env) if layer is not None)).__name__
-        raise SnapshotUnsupported(f"no state snapshot for {name} (only mpe2 envs can be restored in another worker)")
+        user = next(layer for layer in (raw, parallel, env) if layer is not None)   # the user's class, not nimbus's
+        raise SnapshotUnsupported(f"no state snapshot for {type(user).__name__} (only mpe2 envs and envs whose "
+                                  "class defines get_state() and set_state(state) can be restored in another worker)")
     return parallel, aec, raw
 
 

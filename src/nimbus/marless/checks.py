@@ -5,11 +5,17 @@
   built for ``<agent>``'s observation and action spaces, so ``marless.agent_policy`` may map another agent onto it
   only when their spaces are identical (the same test ``marless.sharing`` groups by: ``sharing.space_signature``).
   Without it a mismatched map failed in the actors with a numpy error after every retry (exit 1).
+* ``check_agent_spaces``: every agent observes a Box and acts in a space the algorithm trains; a Dict, Discrete
+  or other observation, or a MultiDiscrete action, is refused naming the agent and how to adapt the env.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
 
 from nimbus.errors import ConfigError
 
@@ -53,3 +59,53 @@ def check_full_sharing(*, compatible: Mapping[str, str]) -> None:
                           f"{len(classes)} kinds ({'; '.join(classes)}). Use sharing: static (one policy per kind) "
                           "or a marless.policy_mapping")
 
+
+
+VALUE_ALGOS = ("iql", "vdn", "qmix")   # Q-networks: one output per action, so Discrete actions only
+
+
+def check_agent_spaces(*, spaces: Mapping[str, Any], algo_name: str, env_id: str) -> None:
+    """Every agent's observation is a Box and its action space one the algorithm trains; else exit 2 naming the
+    agent and how to adapt the env (its own factory is where a multi-agent env is wrapped: ``env.wrappers`` is
+    refused for these runs)."""
+    for agent, agent_spaces in sorted(spaces.items()):
+        _check_observation_space(agent=agent, space=agent_spaces.observation, env_id=env_id)
+        _check_action_space(agent=agent, space=agent_spaces.action, algo_name=algo_name, env_id=env_id)
+
+
+def _check_observation_space(*, agent: str, space: gym.Space, env_id: str) -> None:
+    where = f"env.id: {env_id}'s agent {agent!r}"
+    if isinstance(space, gym.spaces.Box):
+        return
+    if isinstance(space, gym.spaces.Dict):
+        raise ConfigError(f"{where} observes a Dict ({', '.join(space.spaces)}); the multi-agent networks read one "
+                          "Box per agent. Flatten it in your env factory (gymnasium.spaces.flatten_space(space) for "
+                          "the space, gymnasium.spaces.flatten(space, obs) for each observation); if it carries the "
+                          "legal actions, name its entries 'observation' and 'action_mask' (PettingZoo's convention, "
+                          "which nimbus reads as an action mask)")
+    if isinstance(space, gym.spaces.Discrete):
+        index = f"obs - {int(space.start)}" if int(space.start) else "obs"
+        raise ConfigError(f"{where} observes {space}, an index; the multi-agent networks read a Box. One-hot it in "
+                          f"your env factory: observation space Box(0, 1, ({int(space.n)},), float32) and "
+                          f"np.eye({int(space.n)}, dtype=np.float32)[{index}] for each observation "
+                          "(gymnasium.spaces.flatten does the same)")
+    raise ConfigError(f"{where} observes {space}; the multi-agent networks read a Box. Flatten it in your env "
+                      "factory (gymnasium.spaces.flatten_space(space), gymnasium.spaces.flatten(space, obs))")
+
+
+def _check_action_space(*, agent: str, space: gym.Space, algo_name: str, env_id: str) -> None:
+    discrete = isinstance(space, gym.spaces.Discrete)
+    box = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
+    if discrete or (box and algo_name not in VALUE_ALGOS):
+        return
+    accepted = "Discrete actions" if algo_name in VALUE_ALGOS else "Discrete or 1-D Box actions"
+    where = f"algo.name: {algo_name} trains {accepted}, but {env_id}'s agent {agent!r} has {space}"
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        nvec = [int(n) for n in np.asarray(space.nvec).reshape(-1)]
+        raise ConfigError(f"{where}. Make it one Discrete({int(np.prod(nvec))}) of the joint choices in your env "
+                          f"factory: step with np.unravel_index(action, {nvec}) (np.ravel_multi_index maps a choice "
+                          "back)")
+    if box:
+        raise ConfigError(f"{where}, continuous; use ippo or mappo (Gaussian policies), or discretise it in your "
+                          "env factory")
+    raise ConfigError(f"{where}. Give the agent a Discrete action space in your env factory")

@@ -24,6 +24,7 @@ from nimbus.envs.parallel_snapshot import check_parallel_snapshot
 from nimbus.envs.snapshot import require_snapshot
 from nimbus.errors import ConfigError
 from nimbus.marless.agent_id import with_agent_id
+from nimbus.marless.checks import check_agent_spaces
 from nimbus.types import Progress
 from nimbus.roles.specs import function_spec, role_spec
 
@@ -64,6 +65,7 @@ def probe_agents(*, config: NimbusConfig) -> tuple[tuple[str, ...], dict[str, En
     try:
         env.reset(seed=config.seed)
         spaces = agent_spaces(env=env)
+        check_agent_spaces(spaces=spaces, algo_name=config.algo.name, env_id=config.env.id)
         if config.algo.name == "qmix":
             require_env_state(env=env, env_id=config.env.id)
         state_dim = int(np.asarray(global_state(env=env)).size)
