@@ -57,10 +57,28 @@ def check_env_backend(*, config: NimbusConfig) -> None:
         raise ValueError("actors.env_backend: envpool needs the envpool extra: pip install nimbus-rl[envpool]")
 
 
+def check_overlap(*, config: NimbusConfig) -> None:
+    """``train.overlap`` is the plain sync workflow's: one policy, no pipelines, no bitwise resume (the round in
+    flight at a checkpoint is sampled but not learned)."""
+    if not config.train.overlap:
+        return
+    if config.train.workflow != "sync":
+        raise ValueError(f"train.overlap overlaps the sync workflow's actors and learner; {config.train.workflow} "
+                         "schedules its own: drop it")
+    if config.pipeline.minibatch or config.pipeline.dual_stage:
+        raise ValueError("train.overlap and pipeline.minibatch / dual_stage both move the learner's start: pick one")
+    if config.train.exact_resume:
+        raise ValueError("train.overlap: a checkpoint falls while the next round samples, so --resume cannot continue "
+                         "bitwise; drop train.exact_resume or train.overlap")
+    if config.policies or config.pbt is not None:
+        raise ValueError("train.overlap runs one policy; policies / pbt switch versions between rounds: drop it")
+
+
 def check_workflow(*, config: NimbusConfig) -> None:
     """Config rules of the workflows (raised as ValueError, so pydantic reports them at load time)."""
     name, workflow = config.algo.name, config.train.workflow
     check_env_backend(config=config)
+    check_overlap(config=config)
     _check_learning_starts(algo=config.algo)
     if workflow == "sync" and name in OFF_POLICY:
         raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: async")

@@ -247,6 +247,9 @@ class TrainConfig(Section):
     exact_resume: bool = False
     """checkpoints also hold every actor's envs mid-episode, so --resume continues bitwise (sync workflow;
     MuJoCo and classic-control envs)"""
+    overlap: bool = False
+    """sync workflow: the next round's actors sample with the current weights while the learner trains (one version
+    of lag; PPO weighs each row by the policy that sampled it): actors and learner never wait for each other"""
 
 
 class CostConfig(Section):

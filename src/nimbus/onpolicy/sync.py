@@ -7,6 +7,11 @@
 The driver's event loop only moves events: a finished actor's rollout is ingested into the Buffer
 (idempotent per invocation id), a finished learner's new version is announced on StoreEvents, and
 the trigger table is polled. No algorithm-specific control code lives here.
+
+With ``train.overlap`` the actors of round k+1 start when round k's learner starts, with the weights that learner
+trains from (one version of lag, as IMPALA's and Sample Factory's actors): no core waits for the other stage. Round
+k+1's learner starts when both its rows and round k's weights are in; PPO's ratio divides by the log-probability
+each row's actor recorded, so the lagged rows are weighted by the policy that sampled them.
 """
 
 from __future__ import annotations
@@ -88,7 +93,9 @@ class SyncWorkflow(SystemWorkflow):
         self.clock = runtime_clock(runtime=system.runtime)   # rounds and triggers; simulated seconds when simulated
         self.started_s = self.clock()
         self.decision = system.scaler.initial()
-        self.round: RoundState | None = None
+        self.round: RoundState | None = None          # the round whose actors sample now (or last sampled)
+        self.learning_round: RoundState | None = None  # train.overlap: the round whose learner runs now
+        self.learner_due = False                       # train.overlap: rows ready, waiting for the running learner
         self.slot_seq: dict[int, int] = dict(progress.slot_seq)
         self.slot_states: dict[int, SlotState] = dict(progress.slot_states)
         self.restore_slots: dict[int, SlotState] = dict(progress.restore_slots)
@@ -115,8 +122,12 @@ class SyncWorkflow(SystemWorkflow):
 
     def _invoke_actors(self) -> None:
         cfg, version = self.system.config, self.progress.policy_version
-        self.round = RoundState(index=self.progress.rounds, policy_version=version, decision=self.decision,
-                                started_s=self.clock())
+        overlapped = self.learning_round is not None
+        if cfg.train.overlap and self.round is not None and self.round is not self.learning_round and \
+                self.round.actors_done_s is None:
+            return   # a new version was announced while the next round already samples (started by the learner)
+        self.round = RoundState(index=self.progress.rounds + overlapped, policy_version=version,
+                                decision=self.decision, started_s=self.clock())
         self.prewarmer.await_warm()   # workers pre-warmed for this round (a scale-up's): ready before invoking
         self.prewarmer.round_started(num_actors=self.decision.num_actors)
         self.data_trigger.n_actors = self.decision.num_actors
@@ -145,10 +156,14 @@ class SyncWorkflow(SystemWorkflow):
 
     def _invoke_learner(self) -> None:
         cfg, version = self.system.config, self.progress.policy_version
+        if self.learning_round is not None:   # train.overlap: the rows wait for the running learner's weights
+            self.learner_due = True
+            self.round.actors_done_s = self.clock()
+            return
         indices = self.system.replay.select(buffer=self.system.buffer)
         assert indices is not None, "DataKeyTrigger fired but the replay strategy has no batch"
         self.system.replay.consumed(indices=indices)
-        self.round.actors_done_s = self.clock()
+        self.round.actors_done_s = self.round.actors_done_s or self.clock()
         progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
         shipped = ship_batch(system=self.system, policy=self.policy, version=version, indices=indices)  # ray: via Store
         request = LearnerRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
@@ -161,6 +176,9 @@ class SyncWorkflow(SystemWorkflow):
                                  batch_key=shipped)
         future = self.system.runtime.invoke(spec=self.system.learner_spec, request=request.to_message(indices=indices, obs_moments=moments_arrays(rms=self.round.obs_moments)))
         self._watch(kind="learner", future=future, meta=version)
+        if cfg.train.overlap:   # the next round samples with this version while the learner makes the next one
+            self.learning_round = self.round
+            self._invoke_actors()
 
     def _watch(self, *, kind: str, future: Future, meta: Any) -> None:
         future.add_done_callback(lambda f: self.events.put((kind, f, meta)))
@@ -200,6 +218,9 @@ class SyncWorkflow(SystemWorkflow):
         self.progress.policy_version = new_version  # before on_round: a checkpoint there holds this round's version
         self._finish_round(header=header)
         self.switch_version(version=self.adopt_version(new_version))  # a controller may replace it (PBT exploit)
+        if self.learner_due:   # train.overlap: the next round's rows arrived while this learner ran
+            self.learner_due = False
+            self._invoke_learner()
 
     def switch_version(self, *, version: int) -> None:
         """Make ``version`` the current one and announce it: the next round's actors start at the next ``poll``.
@@ -212,7 +233,8 @@ class SyncWorkflow(SystemWorkflow):
     def _finish_round(self, *, header: dict[str, Any], extras: dict[str, float] | None = None,
                       num_learners: int = 1) -> None:
         now = self.clock()
-        state, progress = self.round, self.progress
+        state, progress = self.learning_round or self.round, self.progress
+        self.learning_round = None
         progress.rounds += 1
         progress.slot_seq, progress.slot_states = dict(self.slot_seq), dict(self.slot_states)  # what a checkpoint saves
         progress.env_steps += state.env_steps
