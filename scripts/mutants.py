@@ -61,9 +61,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "invocation.attempts < invocation.spec.max_retries", RUNTIME_TESTS, "one retry too few (< for <=)"),
     Mutant("A2", ATTEMPTS, "invocation.attempts <= invocation.spec.max_retries",
            "invocation.attempts <= invocation.spec.max_retries + 1", RUNTIME_TESTS, "one retry too many"),
-    Mutant("A3", ATTEMPTS, 'if error["retryable"] and invocation.attempts', "if invocation.attempts",
+    Mutant("A3", ATTEMPTS, '    if not error["retryable"]:\n        return False\n', "",
            RUNTIME_TESTS, "non-retryable errors retried (condition dropped)"),
-    Mutant("A4", ATTEMPTS, "<= invocation.spec.max_retries and not closed:", "<= invocation.spec.max_retries:",
+    Mutant("A4", ATTEMPTS, "retry_allowed(invocation=invocation, error=error) and not closed:",
+           "retry_allowed(invocation=invocation, error=error):",
            RUNTIME_TESTS, "retries queued after shutdown (condition dropped)",
            equivalent="both backends set _closed and cancel every attempt under one lock hold, so no attempt "
                       "ends through settle() with closed=True"),

@@ -27,18 +27,39 @@ class EnvContractError(NimbusError):
 
 
 class FunctionFailed(NimbusError):
-    """A function invocation failed on every attempt; carries the original traceback text."""
+    """A function invocation failed on every attempt; carries the original traceback text, summarised first.
 
-    def __init__(self, *, function: str, invocation_id: str, attempts: int, error_type: str, traceback_text: str) -> None:
+    ``kind``: how the runtime retried it (runtime/faults.py ``failure_kind``); ``retried``: the setting that
+    bounded the retries (``max_retries=3``, ``retry_exceptions=0``)."""
+
+    def __init__(self, *, function: str, invocation_id: str, attempts: int, error_type: str, traceback_text: str,
+                 kind: str = "", retried: str = "") -> None:
         self.function = function
         self.invocation_id = invocation_id
         self.attempts = attempts
         self.error_type = error_type
         self.traceback_text = traceback_text
+        self.kind = kind
         super().__init__(
             f"function {function!r} invocation {invocation_id} failed after {attempts} attempt(s): "
-            f"{error_type}\n--- original traceback ---\n{traceback_text}"
+            f"{_summary(error_type=error_type, traceback_text=traceback_text, kind=kind, retried=retried)}"
+            f"\n--- original traceback ---\n{traceback_text}"
         )
+
+
+_WHY_STOPPED = {"application": "raised by the function's own code", "fatal": "not retryable",
+                "infrastructure": "the platform failed"}
+
+
+def _summary(*, error_type: str, traceback_text: str, kind: str, retried: str) -> str:
+    """``ValueError: bad obs`` and, where the traceback shows them, the innermost frame and why retries stopped."""
+    lines = [line for line in traceback_text.strip().splitlines() if line.strip()]
+    last = lines[-1].strip() if lines else ""
+    headline = last if last.startswith(error_type) else error_type
+    frames = [line.strip() for line in lines if line.lstrip().startswith('File "')]
+    where = f"\n  at {frames[-1]}" if frames else ""
+    why = f"\n  {_WHY_STOPPED[kind]}; retries bounded by {retried}" if kind in _WHY_STOPPED and retried else ""
+    return f"{headline}{where}{why}"
 
 
 class CheckpointError(NimbusError):

@@ -86,6 +86,9 @@ class FunctionConfig(Section):
     """hard limit per attempt; the worker is killed and the attempt billed in full"""
     max_retries: int = Field(default=3, ge=0, le=MAX_RETRIES)
     """retries of a failed, crashed or timed-out attempt (on another worker); at most 100 (config/bounds.py)"""
+    retry_exceptions: int = Field(default=0, ge=0, le=MAX_RETRIES)
+    """of those retries, how many may follow an exception raised by the function's own code (env, model, loss);
+    0 (Ray's retry_exceptions=False): the run stops at the first, with its traceback (docs/cluster.md)"""
     heartbeat_s: float | None = Field(default=5.0, gt=0)
     """liveness (local): env and optimizer steps beat; silent for 3x this = stalled: killed, retried; null: off"""
 

@@ -8,6 +8,7 @@ Example::
 
     rows = read_jsonl(path=run_dir / "metrics.jsonl")     # a torn last row: skipped, with a warning
     cut_torn_tail(path=run_dir / "metrics.jsonl")          # before appending (train --resume)
+    cut_rows_from(path=run_dir / "metrics.jsonl", key="round", first=50)   # resumed from round 50's checkpoint
 """
 
 from __future__ import annotations
@@ -57,3 +58,28 @@ def cut_torn_tail(*, path: Path) -> bool:
     with open(path, "ab") as handle:
         handle.write(b"\n")
     return False
+
+
+def cut_rows_from(*, path: Path, key: str, first: int) -> int:
+    """Cut every row from the first whose ``key`` is ``first`` or more to the end (in place, so a handle already
+    open for appending keeps writing to this file): a run resumed from the checkpoint of round ``first`` writes
+    those rounds again, and a reader must not see them twice. Returns how many rows were cut."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    data = path.read_bytes()
+    offset = 0
+    for line in data.splitlines(keepends=True):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if isinstance(row, dict) and isinstance(row.get(key), int) and row[key] >= first:
+            cut = len(data[offset:].splitlines())
+            with open(path, "r+b") as handle:
+                handle.truncate(offset)
+            log.warning("%s: cut %d row(s) from %s %d on, written after the checkpoint this run resumes from "
+                        "(those rounds run again)", path, cut, key, first)
+            return cut
+        offset += len(line)
+    return 0

@@ -4,9 +4,9 @@ Each wraps CartPole-v1 and misbehaves in one documented way. Counters that must 
 restarts live in a file (``counter_path``), updated under an exclusive lock (runtime/faults.py, which
 also holds the fault points inside function code).
 
-- ``nimbus/FlakyCartPole-v0``   raises RuntimeError at step ``fail_at_step`` while the counter < ``failures``
+- ``nimbus/FlakyCartPole-v0``   raises InjectedFault (retried like a dead worker) at step ``fail_at_step`` while the counter < ``failures``
 - ``nimbus/KillerCartPole-v0``  SIGKILLs its own process at step ``fail_at_step`` while the counter < ``failures``
-- ``nimbus/RaisingCartPole-v0`` raises ValueError on every step
+- ``nimbus/RaisingCartPole-v0`` raises ValueError on every step (the env's own error: not retried by default)
 - ``nimbus/NaNCartPole-v0``     returns NaN in ``field`` ("obs" or "reward") at step ``nan_at_step``
 - ``nimbus/WrongShapeCartPole-v0`` returns an observation of shape (5,) at step ``bad_at_step``
 - ``nimbus/SleepyCartPole-v0``  sleeps ``sleep_s`` (default: forever) at step ``sleep_at_step``
@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-from nimbus.runtime.faults import bump_counter
+from nimbus.runtime.faults import InjectedFault, bump_counter
 
 
 class _FaultyCartPole(CartPoleEnv):
@@ -52,7 +52,7 @@ class FlakyCartPole(_FaultyCartPole):
     def _misbehave(self, **step: Any) -> Any:
         if self.steps == self.options.get("fail_at_step", 10) and \
                 bump_counter(path=self.options["counter_path"], limit=self.options.get("failures", 2)):
-            raise RuntimeError("injected failure (nimbus/FlakyCartPole-v0)")
+            raise InjectedFault("injected failure (nimbus/FlakyCartPole-v0)")
         return super()._misbehave(**step)
 
 

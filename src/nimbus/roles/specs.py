@@ -19,7 +19,7 @@ def function_spec(*, name: str, entrypoint: str, kind: str, function: FunctionCo
     return FunctionSpec(name=name, entrypoint=entrypoint, kind=kind,
                         resources=Resources(cpus=function.cpus, gpus=function.gpus, memory_mb=function.memory_mb),
                         timeout_s=function.timeout_s, max_retries=function.max_retries,
-                        heartbeat_s=function.heartbeat_s)
+                        retry_exceptions=function.retry_exceptions, heartbeat_s=function.heartbeat_s)
 
 
 def role_spec(*, config: NimbusConfig, role: str, entrypoint: str) -> FunctionSpec:

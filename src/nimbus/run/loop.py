@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from nimbus.config import NimbusConfig
+from nimbus.data.jsonl import cut_rows_from
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.errors import CheckpointError, StoreUnavailable
 from nimbus.report.trackers import RunTrackers
@@ -35,9 +36,9 @@ from nimbus.run.rounds import RoundHook, finish
 from nimbus.run.rundir import claim_run_dir
 from nimbus.run.signals import Interrupt
 from nimbus.run.stop import stop_reason
-from nimbus.run.summary import ROWS_IN_MEMORY, RunSummary, TrainResult, write_summary
+from nimbus.run.summary import ROWS_IN_MEMORY, RunSummary, TrainResult, read_summary, write_summary
 from nimbus.runtime.base import runtime_clock
-from nimbus.types import RoundMetrics, Shared
+from nimbus.types import Progress, RoundMetrics, Shared
 
 if TYPE_CHECKING:
     from nimbus.core import Workflow
@@ -106,6 +107,24 @@ def _train_one(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None)
         return _run_one(config=config, run_dir=run_dir, workflow=workflow, pool=pool, trackers=trackers)
 
 
+def resumed_start(*, config: NimbusConfig, progress: Progress, run_dir: Path) -> RunSummary | None:
+    """A resumed run (its checkpoint's rounds > 0): the metrics rows its killed session wrote after that checkpoint
+    are cut (those rounds run again, and a curve must not step back); when the checkpoint already meets a stop rule
+    the run trains nothing: it says so and returns the summary it ended with (None: train on)."""
+    if progress.rounds == 0:
+        return None
+    cut_rows_from(path=run_dir / "metrics.jsonl", key="round", first=progress.rounds)
+    reason = stop_reason(config=config, progress=progress)
+    summary = read_summary(run_dir=run_dir)
+    if reason is None or summary is None:
+        return None
+    longer = {"max_rounds": f"--set train.max_rounds={2 * progress.rounds}",
+              "total_env_steps": f"--set train.total_env_steps={2 * progress.env_steps}"}.get(reason, "another limit")
+    log.warning("%s already stopped (%s: %d rounds, %d env steps); nothing to train. To train longer, resume with %s",
+                run_dir, reason, progress.rounds, progress.env_steps, longer)
+    return summary
+
+
 def _run_one(*, config: NimbusConfig, run_dir: Path, workflow: Workflow, pool: SharedOnce,
              trackers: RunTrackers) -> TrainResult:
     """Start, rounds, stop: the summary and the report; the workflow and the pool are closed here."""
@@ -114,6 +133,9 @@ def _run_one(*, config: NimbusConfig, run_dir: Path, workflow: Workflow, pool: S
     clock = runtime_clock(runtime=pool().runtime)   # simulated seconds on runtime.backend: simulated
     started = clock()
     try:
+        finished = resumed_start(config=config, progress=workflow.progress, run_dir=run_dir)
+        if finished is not None:   # before start(): a finished run pre-warms nothing either
+            return TrainResult(run_dir=run_dir, summary=finished, rows=[])
         workflow.start()
         hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=pool().runtime,
                          progress_env_steps=workflow.progress.env_steps, trackers=trackers, shared=pool)

@@ -11,13 +11,14 @@ Example::
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from nimbus.config import NimbusConfig
+from nimbus.cost.ledger import Ledger, LedgerTotals, totals_of
 from nimbus.cost.meter import ExclColdMeter
 from nimbus.types import RoundMetrics
 
@@ -61,13 +62,13 @@ class TrainResult:
 
 def summarise(*, config: NimbusConfig, shared: "Shared", progress: "Progress", wall_s: float, stopped_by: str,
               cost_usd: float, peak_actors: int, eval_return: float | None) -> RunSummary:
-    """The summary of one policy's (or one MARLess run's) progress; the serverful baseline reserves the peak
-    actors and the learner's GPUs for the whole wall time. The cost without cold starts and provisioned idle time
+    """The summary of one policy's (or one MARLess run's) progress, over the whole run (a resumed run's sessions
+    together); the serverful baseline reserves the peak actors and the learner's GPUs for the whole wall time. The cost without cold starts and provisioned idle time
     is read off ``shared``'s ledger now, every record of this session, as ``cost_usd`` was just before."""
     cost_excl_cold_usd = ExclColdMeter.resumed(
         ledger=shared.ledger, pricing=shared.pricing, cost_usd_before=progress.cost_usd_before,
         cost_excl_cold_usd_before=progress.cost_excl_cold_usd_before).usd()
-    totals = shared.ledger.totals()
+    totals = run_totals(ledger=shared.ledger, resumed=progress.wall_s_before > 0)
     serverful = shared.pricing.serverful_cost_usd(
         wall_s=wall_s, peak_actor_cpus=peak_actors * config.actors.function.cpus,
         peak_learner_gpus=config.learner.function.gpus)
@@ -80,8 +81,25 @@ def summarise(*, config: NimbusConfig, shared: "Shared", progress: "Progress", w
         serverless_cost_excl_cold_usd=cost_excl_cold_usd)
 
 
+def run_totals(*, ledger: "Ledger", resumed: bool) -> "LedgerTotals":
+    """The ledger's counts over the whole run, as the summary's rounds, cost and wall time are: a resumed run's
+    ledger file also holds the sessions before this one (this session's records alone when it has no file)."""
+    if not resumed or ledger.path is None or not Path(ledger.path).is_file():
+        return ledger.totals()
+    return totals_of(records=Ledger.load(path=ledger.path))
+
+
 def write_summary(*, run_dir: Path, summary: RunSummary) -> None:
     (Path(run_dir) / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
+
+
+def read_summary(*, run_dir: Path) -> RunSummary | None:
+    """The run's summary.json, or None when it has none (or one that is not a summary)."""
+    try:
+        data = json.loads((Path(run_dir) / "summary.json").read_text())
+        return RunSummary(**{f.name: data[f.name] for f in fields(RunSummary) if f.name in data})
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def runtime_scalars(*, runtime: "Runtime") -> dict[str, float]:

@@ -3,8 +3,11 @@
 An invocation is tried up to ``1 + spec.max_retries`` times. Each attempt that ends is billed once
 (P14), then settled: accepted (the first successful attempt; its result header names the invocation
 and attempt so consumers can deduplicate, P2), retried (front of the queue: it was admitted earlier),
-or failed with the original error type and traceback (P3). Backends differ only in how they run an
-attempt; this module is how an attempt ends, so the promises hold identically on every backend.
+or failed with the original error type and traceback (P3). What is retried depends on the failure's kind
+(runtime/faults.py ``failure_kind``): a dead, timed-out or stalled worker, a lost store key or an injected
+fault up to ``max_retries``; an exception of the function's own code at most ``spec.retry_exceptions`` times
+(default 0), and the failure then carries that first traceback; a fatal one never. Backends differ only in
+how they run an attempt; this module is how an attempt ends, so the promises hold identically on every backend.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from nimbus.data.codec import Message
 from nimbus.data.request import AFFINITY_KEY  # request header key: route to the idle worker that last served it
 from nimbus.errors import FunctionFailed
 from nimbus.runtime.base import FunctionSpec
+from nimbus.runtime.faults import APPLICATION, FATAL, INFRASTRUCTURE
 
 INVOCATION_ID_KEY = "_invocation_id"  # result header keys naming the accepted attempt
 ATTEMPT_KEY = "_attempt"
@@ -37,6 +41,7 @@ class Invocation:
     affinity: str | None = None
     attempts: int = 0
     tried: set[str] = field(default_factory=set)
+    code_errors: list[dict[str, Any]] = field(default_factory=list)  # the function's own exceptions, in order
 
 
 @dataclass(eq=False)
@@ -103,7 +108,7 @@ def settle(*, attempt: Attempt, worker_id: str, outcome: str, error: dict[str, A
     invocation = attempt.invocation
     if outcome != "ok":
         invocation.tried.add(worker_id)
-        if error["retryable"] and invocation.attempts <= invocation.spec.max_retries and not closed:
+        if retry_allowed(invocation=invocation, error=error) and not closed:
             invocation.queued_at = time.time()
             queue.appendleft(invocation)  # retries go first: they were admitted earlier
             return None
@@ -111,10 +116,32 @@ def settle(*, attempt: Attempt, worker_id: str, outcome: str, error: dict[str, A
         counts["failed"] += 1
     if message is not None:  # the accepted attempt: consumers deduplicate by invocation id (P2)
         message.header.update({INVOCATION_ID_KEY: invocation.invocation_id, ATTEMPT_KEY: attempt.number})
-    failure = None if message is not None else FunctionFailed(
-        function=invocation.spec.name, invocation_id=invocation.invocation_id, attempts=invocation.attempts,
-        error_type=error["type"], traceback_text=error["traceback"])
+    failure = None if message is not None else failed(invocation=invocation, error=error)
     return lambda: resolve(invocation.future, value=message, error=failure)
+
+
+def retry_allowed(*, invocation: Invocation, error: dict[str, Any]) -> bool:
+    """Whether a failed attempt is tried again: never for a fatal error; at most ``spec.retry_exceptions`` times
+    for the function's own exceptions (``kind`` application); else while retries are left (``max_retries``).
+    A driver-side end (death, timeout, stall) carries no ``kind``: the platform failed, it is retried."""
+    if not error["retryable"]:
+        return False
+    if error.get("kind") == APPLICATION:
+        invocation.code_errors.append(error)
+        if len(invocation.code_errors) > invocation.spec.retry_exceptions:
+            return False
+    return invocation.attempts <= invocation.spec.max_retries
+
+
+def failed(*, invocation: Invocation, error: dict[str, Any]) -> FunctionFailed:
+    """The invocation's failure: the first exception its function's code raised if any (later attempts may fail
+    differently, e.g. on state the first one left), else the last attempt's error."""
+    shown = invocation.code_errors[0] if invocation.code_errors else error
+    retried = f"retry_exceptions={invocation.spec.retry_exceptions}" if invocation.code_errors else \
+        f"max_retries={invocation.spec.max_retries}"
+    return FunctionFailed(function=invocation.spec.name, invocation_id=invocation.invocation_id,
+                          attempts=invocation.attempts, error_type=shown["type"], traceback_text=shown["traceback"],
+                          kind=shown.get("kind", INFRASTRUCTURE if shown["retryable"] else FATAL), retried=retried)
 
 
 class AttemptEndings:

@@ -49,6 +49,7 @@ class FunctionSpec:
     resources: Resources = Resources()
     timeout_s: float = 60.0
     max_retries: int = 3
+    retry_exceptions: int = 0   # of those retries, how many may follow an exception of the function's own code
     kind: str = "actor"  # actor | learner | parameter | probe | system: selects the pricing line
     workload: str = ""   # the workload it serves when several share one pool (ledger tag, fair share)
     heartbeat_s: float | None = None  # liveness (P5): killed and retried when silent 3x this; None: off

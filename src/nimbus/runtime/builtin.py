@@ -23,8 +23,10 @@ import numpy as np
 
 from nimbus import liveness
 from nimbus.data.codec import Message
+from nimbus.data.store import KeyNotFound
 from nimbus.errors import EnvContractError
 from nimbus.runtime.base import FunctionContext
+from nimbus.runtime.faults import InjectedFault
 
 _ERRORS: dict[str, type[Exception]] = {
     "RuntimeError": RuntimeError, "ValueError": ValueError, "EnvContractError": EnvContractError,
@@ -158,7 +160,7 @@ def fail_first_attempts(*, context: FunctionContext, request: Message) -> Messag
     header = request.header
     calls = _bump(Path(header["counter_path"]))
     if calls <= int(header["failures"]):
-        raise RuntimeError(f"fail_first_attempts: planned failure {calls} of {header['failures']}")
+        raise InjectedFault(f"fail_first_attempts: planned failure {calls} of {header['failures']}")
     rows = int(header.get("rows", 1))
     data = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
     return Message(header=_who(context, calls=calls), arrays={"rows": data})
@@ -190,12 +192,17 @@ def big(*, context: FunctionContext, request: Message) -> Message:
 
 
 def scripted(*, context: FunctionContext, request: Message) -> Message:
-    """Follow ``header["script"][attempt - 1]``: "ok", "error", "fatal" (not retryable), "crash"
+    """Follow ``header["script"][attempt - 1]``: "ok", "error" (an injected fault), "raise" (the code's own
+    exception: retried only per retry_exceptions), "lost" (a store key gone), "fatal" (not retryable), "crash"
     (SIGKILL itself) or "hang" (sleep past any test timeout). Attempts past the script succeed."""
     script = request.header.get("script", [])
     action = script[context.attempt - 1] if context.attempt <= len(script) else "ok"
     if action == "error":
-        raise RuntimeError(f"scripted error on attempt {context.attempt}")
+        raise InjectedFault(f"scripted error on attempt {context.attempt}")
+    if action == "raise":
+        raise RuntimeError(f"scripted exception of the function's code on attempt {context.attempt}")
+    if action == "lost":
+        raise KeyNotFound(f"weights/main/{context.attempt}")   # as a store that lost (or evicted) the key
     if action == "fatal":
         raise EnvContractError(f"scripted fatal error on attempt {context.attempt}")
     if action == "crash":

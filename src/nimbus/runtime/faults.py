@@ -20,6 +20,9 @@ it); ``parameter.published`` (Stellaris's parameter function right after its put
 ``actor.started`` (an actor function before it reads its weights); ``marless.policy.published`` (a multi-agent
 policy function right after its put of weights and optimizer state v+1).
 
+``raise`` raises ``InjectedFault``, which the runtime retries like a worker's death (``failure_kind``): an
+injected fault stands for the platform failing at that point, not for a bug in the function's code.
+
 Example::
 
     NIMBUS_FAULTS='{"learner.published": {"action": "kill", "counter_path": "/tmp/c", "times": 1}}' \\
@@ -37,6 +40,33 @@ from pathlib import Path
 
 FAULTS_ENV = "NIMBUS_FAULTS"
 ACTIONS = ("kill", "sleep", "raise", "nan")
+INFRASTRUCTURE, APPLICATION, FATAL = "infrastructure", "application", "fatal"   # failure_kind's answers
+
+
+class InjectedFault(RuntimeError):
+    """A fault a test injected (a fault point, a fault-injection env): retried as a platform failure."""
+
+    nimbus_retryable = True
+
+
+def failure_kind(exc: BaseException) -> str:
+    """How the runtime retries an attempt that raised ``exc`` (docs/cluster.md, "Which failures are retried").
+
+    ``fatal``: the exception says a retry would fail the same way (``nimbus_retryable = False``: a broken env
+    contract, a lost Redis after its own back-off); never retried. ``infrastructure``: the platform failed, not
+    the function (an injected fault, a key the store lost, an error of Ray's own); retried up to
+    ``max_retries``, like a dead or timed-out worker. ``application``: any other exception, raised by the
+    function's own code (the env, the model, the loss); retried at most ``retry_exceptions`` times (default 0,
+    as Ray's ``retry_exceptions=False``), since the same code on the same input raises the same error.
+    """
+    marked = getattr(exc, "nimbus_retryable", None)
+    if marked is not None:
+        return INFRASTRUCTURE if marked else FATAL
+    from nimbus.data.store import KeyNotFound   # here: a worker that never reads the store does not import it
+
+    if isinstance(exc, KeyNotFound) or type(exc).__module__.split(".")[0] == "ray":
+        return INFRASTRUCTURE
+    return APPLICATION
 
 
 def bump_counter(*, path: str | Path, limit: int) -> bool:
@@ -86,7 +116,7 @@ def fault_point(*, name: str) -> bool:
     elif action == "sleep":
         time.sleep(float(spec.get("sleep_s", 3600)))
     elif action == "raise":
-        raise RuntimeError(f"injected fault at {name} ({FAULTS_ENV})")
+        raise InjectedFault(f"injected fault at {name} ({FAULTS_ENV})")
     else:
         raise ValueError(f"{FAULTS_ENV}: {name}.action must be one of {ACTIONS}, not {action!r}")
     return False

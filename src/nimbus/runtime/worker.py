@@ -10,7 +10,7 @@ The process (``main``):
    ``init_s`` (spawn -> imported and initialised) or the error;
 3. serves invocations one at a time: ``fn(context=FunctionContext(...), request=Message)`` with one
    ``context.cache`` kept across invocations (warm state), and reports each attempt's outcome, start
-   and end wall times, and on error the exception type, ``nimbus_retryable`` and traceback; results
+   and end wall times, and on error the exception type, its failure kind and traceback; results
    leave from the serving thread itself;
 4. forwards the function's progress beats (nimbus/liveness.py) as ``heartbeat`` frames while an
    invocation that asked for them (``heartbeat_s`` in its tag) runs;
@@ -48,6 +48,7 @@ from nimbus.data.transport import recv_frame
 from nimbus.errors import CodecError
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import lease_ended, lease_started
+from nimbus.runtime.faults import FATAL, failure_kind
 
 log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
@@ -55,8 +56,10 @@ INIT_HOOK = "init_worker"  # optional function of an entrypoint's module, run on
 
 
 def error_report(exc: BaseException) -> dict[str, Any]:
-    """How a worker describes an exception to the driver."""
-    return {"type": type(exc).__name__, "retryable": bool(getattr(exc, "nimbus_retryable", True)),
+    """How a worker describes an exception to the driver: its type, traceback and ``kind`` (how it is
+    retried: runtime/faults.py ``failure_kind``)."""
+    kind = failure_kind(exc)
+    return {"type": type(exc).__name__, "retryable": kind != FATAL, "kind": kind,
             "traceback": "".join(traceback.format_exception(exc))}
 
 

@@ -46,3 +46,15 @@ def test_cut_torn_tail_keeps_a_complete_row_without_its_newline(tmp_path: Path) 
     path.write_text(whole)
     assert cut_torn_tail(path=path) is False and path.read_text() == whole
     assert cut_torn_tail(path=tmp_path / "absent.jsonl") is False
+
+
+def test_cut_rows_from_keeps_the_rows_before_and_an_open_appender_goes_on(tmp_path) -> None:
+    from nimbus.data.jsonl import cut_rows_from, read_jsonl
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(f'{{"round": {r}}}\n' for r in (0, 1, 2, 3, 4)))
+    with open(path, "a", buffering=1) as appender:   # opened before the cut, as the metrics sink is
+        assert cut_rows_from(path=path, key="round", first=3) == 2
+        appender.write('{"round": 3}\n')
+    assert [row["round"] for row in read_jsonl(path=path)] == [0, 1, 2, 3]
+    assert cut_rows_from(path=path, key="round", first=9) == 0

@@ -123,19 +123,19 @@ def test_an_error_is_retried_with_a_ledger_row_per_attempt(runtime) -> None:
     assert result.header["_attempt"] == 3 and result.header["attempt"] == 3
     rows = ledger.records()
     assert [(r.attempt, r.outcome, r.error_type, r.cold) for r in rows] == [
-        (1, "error", "RuntimeError", True), (2, "error", "RuntimeError", False), (3, "ok", None, False)]
+        (1, "error", "InjectedFault", True), (2, "error", "InjectedFault", False), (3, "ok", None, False)]
     assert {r.invocation_id for r in rows} == {result.header["_invocation_id"]}
     assert inline.stats().retries == 2
 
 
 def test_after_max_retries_the_future_raises_the_original_error(runtime) -> None:
     inline, ledger = runtime
-    spec = spec_of("raise_error", entrypoint="nimbus.runtime.builtin:raise_error", max_retries=2)
+    spec = spec_of("raise_error", entrypoint="nimbus.runtime.builtin:raise_error", max_retries=2, retry_exceptions=2)
     future = inline.invoke(spec=spec, request=Message(header={"error": "ValueError"}))
     with pytest.raises(FunctionFailed) as caught:
         future.result(timeout=30)
     assert caught.value.error_type == "ValueError" and caught.value.attempts == 3
-    assert "raise_error: ValueError on attempt 3" in caught.value.traceback_text
+    assert "raise_error: ValueError on attempt 1" in caught.value.traceback_text   # the first traceback
     assert [(r.attempt, r.outcome) for r in ledger.records()] == [(1, "error"), (2, "error"), (3, "error")]
     assert inline.stats().failed_invocations == 1
     fatal = spec_of("scripted", entrypoint="nimbus.runtime.builtin:scripted", max_retries=3)
@@ -175,7 +175,8 @@ def test_a_warm_call_runs_at_the_threads_its_slot_left_not_at_the_drivers(runtim
 def test_a_result_the_codec_refuses_fails_as_in_a_worker(runtime) -> None:
     inline, ledger = runtime
     with pytest.raises(FunctionFailed, match="CodecError") as caught:
-        inline.invoke(spec=spec_of("object_result", max_retries=1), request=Message()).result(timeout=30)
+        inline.invoke(spec=spec_of("object_result", max_retries=1, retry_exceptions=1), request=Message()).result(
+            timeout=30)
     assert "dtype object is not supported" in caught.value.traceback_text
     assert [r.outcome for r in ledger.records()] == ["error", "error"]
 

@@ -25,9 +25,9 @@ B = "nimbus.runtime.builtin:"
 
 
 def spec(name: str, *, timeout_s: float = 10.0, max_retries: int = 3, cpus: float = 1.0, fn: str | None = None,
-         kind: str = "actor") -> FunctionSpec:
+         kind: str = "actor", retry_exceptions: int = 0) -> FunctionSpec:
     return FunctionSpec(name=name, entrypoint=B + (fn or name), resources=Resources(cpus=cpus), timeout_s=timeout_s,
-                        max_retries=max_retries, kind=kind)
+                        max_retries=max_retries, kind=kind, retry_exceptions=retry_exceptions)
 
 
 def written_pid(path: Path, *, timeout_s: float) -> int:
@@ -114,7 +114,7 @@ def test_p1_failed_attempts_are_retried_and_billed(make_runtime, tmp_path: Path)
     assert result.arrays["rows"].shape == (5, 4) and result.header["attempt"] == 3
     rows = ledger.records()
     assert [(r.attempt, r.outcome, r.error_type) for r in rows] == [
-        (1, "error", "RuntimeError"), (2, "error", "RuntimeError"), (3, "ok", None)]
+        (1, "error", "InjectedFault"), (2, "error", "InjectedFault"), (3, "ok", None)]
     assert len({r.worker_id for r in rows}) >= 2  # a retry goes to another worker when possible
     assert runtime.stats().retries == 2 and runtime.stats().failures == 2
 
@@ -171,7 +171,8 @@ def test_a_busy_worker_s_result_is_accepted_only_for_its_current_attempt(make_ru
 
 def test_p3_spent_retries_raise_the_original_error(make_runtime) -> None:
     runtime, ledger = make_runtime()
-    future = runtime.invoke(spec=spec("raise_error", max_retries=2), request=Message(header={"error": "ValueError"}))
+    future = runtime.invoke(spec=spec("raise_error", max_retries=2, retry_exceptions=2),
+                            request=Message(header={"error": "ValueError"}))
     with pytest.raises(FunctionFailed) as info:
         future.result(timeout=30)
     assert info.value.error_type == "ValueError" and info.value.attempts == 3
@@ -191,7 +192,8 @@ def test_non_retryable_errors_fail_at_once(make_runtime) -> None:
 
 def test_an_entrypoint_that_does_not_import_fails_with_its_error(make_runtime) -> None:
     runtime, ledger = make_runtime()
-    future = runtime.invoke(spec=spec("missing", fn="no_such_function", max_retries=1), request=Message())
+    future = runtime.invoke(spec=spec("missing", fn="no_such_function", max_retries=1, retry_exceptions=1),
+                            request=Message())
     with pytest.raises(FunctionFailed) as info:
         future.result(timeout=30)
     assert info.value.error_type == "AttributeError" and info.value.attempts == 2
