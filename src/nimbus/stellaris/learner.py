@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -69,8 +69,52 @@ class GradientRequest(WireRequest, header="gradient", affinity="gradient-{policy
 
 def gradient_to_message(*, model: torch.nn.Module, read_version: int) -> Message:
     return Message(header={"read_version": read_version},
-                   arrays={GRAD_PREFIX + name: p.grad.detach().cpu().numpy() for name, p in model.named_parameters()
-                           if p.grad is not None})
+                   arrays={GRAD_PREFIX + name: g for name, g in gradient_arrays(model=model).items()})
+
+
+def gradient_arrays(*, model: torch.nn.Module) -> dict[str, np.ndarray]:
+    """``model``'s gradient by parameter name, copied to the host in one read: one flat copy, viewed per parameter
+    (a copy per parameter would be a device round trip each)."""
+    named = [(name, p.grad.detach()) for name, p in model.named_parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for _, g in named]).cpu().numpy() if named else np.zeros(0, np.float32)
+    arrays, start = {}, 0
+    for name, grad in named:
+        arrays[name] = flat[start:start + grad.numel()].reshape(tuple(grad.shape))
+        start += grad.numel()
+    return arrays
+
+
+class Sources(Protocol):
+    """Where a gradient's inputs come from: the learner's warm worker (``WorkerSources``) or the parameter
+    function's caches (stellaris/recompute.py)."""
+
+    def model(self, *, version: int) -> torch.nn.Module: ...
+
+    def rows(self, *, key: str) -> dict[str, torch.Tensor]: ...
+
+    def peer_log_prob(self, *, version: int, index: int, key: str, positions: np.ndarray,
+                      minibatch: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class WorkerSources:
+    """A learner's: its models by slot (loaded when they hold another version) and the slice it read last."""
+
+    state: dict[str, Any]
+    store: Any
+    policy: str
+
+    def model(self, *, version: int) -> torch.nn.Module:
+        return model_at(state=self.state, store=self.store, policy=self.policy, version=version, slot="self")
+
+    def rows(self, *, key: str) -> dict[str, torch.Tensor]:
+        return _batch(state=self.state, store=self.store, key=key)
+
+    def peer_log_prob(self, *, version: int, index: int, key: str, positions: np.ndarray,
+                      minibatch: dict[str, torch.Tensor]) -> torch.Tensor:
+        peer = model_at(state=self.state, store=self.store, policy=self.policy, version=version, slot=f"peer{index}")
+        with torch.no_grad():
+            return gradient_algo_for(name=self.state["algo"].config.name).log_prob(model=peer, batch=minibatch)
 
 
 @dataclass(frozen=True)
@@ -83,22 +127,26 @@ class Computed:
     rows: int
 
 
-def compute_gradient(*, state: dict[str, Any], store: Any, req: GradientRequest, positions: np.ndarray) -> Computed:
+def compute_gradient(*, state: dict[str, Any], store: Any, req: GradientRequest, positions: np.ndarray,
+                     sources: Sources | None = None) -> Computed:
     """The loss of the task ``positions`` at ``req.policy_version``, truncated by ``req.peer_versions``, and its
     gradient (the learner function's work; the parameter function redoes it for a member whose co-members'
-    versions are its truncation peers, stellaris/parameter.py)."""
-    model = model_at(state=state, store=store, policy=req.policy, version=req.policy_version, slot="self")
-    batch = _batch(state=state, store=store, key=req.batch_key)
+    versions are its truncation peers, stellaris/parameter.py, with its own ``sources``). One host read decides
+    finiteness (the loss and every gradient element, on the device); the loss's statistics are read once by the
+    loss itself."""
+    sources = sources if sources is not None else WorkerSources(state=state, store=store, policy=req.policy)
+    batch = sources.rows(key=req.batch_key)
     gradient_algo = gradient_algo_for(name=req.algo["name"])
     minibatch = gradient_algo.select(batch=batch, positions=torch.as_tensor(positions, device=state["device"]))
-    truncation = _truncation(state=state, store=store, req=req, minibatch=minibatch, gradient_algo=gradient_algo)
+    truncation = _truncation(req=req, minibatch=minibatch, gradient_algo=gradient_algo, sources=sources,
+                             positions=positions)
+    model = sources.model(version=req.policy_version)   # after the peers': a cache may reuse a peer's model object
     model.zero_grad(set_to_none=True)
     out = gradient_algo.loss(model=model, batch=minibatch, config=state["algo"].config, progress=req.progress,
                              truncation=truncation)
-    finite = bool(torch.isfinite(out.loss))
-    if finite:
-        out.loss.backward()
-        finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
+    out.loss.backward()   # a non-finite loss is refused below, its gradient with it
+    grads = [p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]
+    finite = bool(torch.isfinite(torch.cat([out.loss.detach().reshape(1), *grads])).all())
     return Computed(model=model, stats=out.stats, finite=finite,
                     rows=int(minibatch[gradient_algo.behaviour_key].numel()))
 
@@ -173,14 +221,13 @@ def _batch(*, state: dict[str, Any], store: Any, key: str) -> dict[str, torch.Te
     return state["batch"][1]
 
 
-def _truncation(*, state: dict[str, Any], store: Any, req: GradientRequest, minibatch: dict[str, torch.Tensor],
-                gradient_algo: GradientAlgo) -> Truncation | None:
+def _truncation(*, req: GradientRequest, minibatch: dict[str, torch.Tensor], gradient_algo: GradientAlgo,
+                sources: Sources, positions: np.ndarray) -> Truncation | None:
     if req.truncation == "none":
         return None
     peer_min = torch.full_like(minibatch[gradient_algo.behaviour_key], float("inf"))
     for index, version in enumerate(sorted(set(req.peer_versions))):
-        peer = model_at(state=state, store=store, policy=req.policy, version=version, slot=f"peer{index}")
-        with torch.no_grad():
-            log_prob = gradient_algo.log_prob(model=peer, batch=minibatch)
+        log_prob = sources.peer_log_prob(version=version, index=index, key=req.batch_key, positions=positions,
+                                         minibatch=minibatch)
         peer_min = torch.minimum(peer_min, log_prob)
     return Truncation(peer_log_prob_min=peer_min, rho=req.rho, form=req.truncation)

@@ -46,7 +46,9 @@ from nimbus.data.stores import function_store
 from nimbus.models.weights import load_optimizer, optim_key
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.faults import fault_point
-from nimbus.stellaris.learner import GRAD_PREFIX, GradientRequest, compute_gradient, gradient_state, model_at
+from nimbus.stellaris.learner import GRAD_PREFIX, GradientRequest, compute_gradient, gradient_arrays, gradient_state, \
+    model_at
+from nimbus.stellaris.recompute import CachedSources, recompute_cache, remember_version
 from nimbus.stellaris.resident import Held, has_key, keep_resident, publish, recomputed_key, resident_at, take_resident
 from nimbus.stellaris.steps import apply_aggregation, stored_gradient, usable_gradients
 
@@ -63,6 +65,7 @@ class ParameterRequest(WireRequest, header="parameter", affinity="parameter-{mod
     # per member: None (its gradient as its learner put it) or what recomputing it with the truncation by its
     # co-members needs: {"batch_key", "read_version", "peer_versions", "truncation", "rho", "progress"}
     recompute: Sequence[dict[str, Any] | None] = ()
+    # run_key: the run's (the worker's caches, stellaris/recompute.py, hold only this run's versions)
     # the resident parameter function (stellaris/resident.py): keep the state in the worker under run_key, publish
     # the optimizer state only with publish_state; replay: the aggregations from the anchor (policy_version −
     # len(replay), whose full state is in the Store; has_optimizer_state says whether it has optimizer state);
@@ -104,6 +107,7 @@ def parameter_function(*, context: FunctionContext, request: Message) -> Message
     publish(store=store, state=state, policy=model_req.policy, version=new_version, held=held, weights=True,
             optimizer=req.publish_state, writer=context.invocation_id)
     fault_point(name="parameter.published")
+    remember_version(state=state, run_key=req.run_key, policy=model_req.policy, version=new_version, model=model)
     if req.resident:
         keep_resident(state=state, run_key=req.run_key, policy=model_req.policy, version=new_version, held=held)
     else:
@@ -144,6 +148,8 @@ def _member_gradients(*, state: dict[str, Any], store: Store, req: ParameterRequ
     """Each member's gradient by parameter name: as its learner put it, or recomputed at its read version with the
     IS truncation by the versions of the learners aggregated with it (issue 26 item 9)."""
     fetched = []
+    sources = CachedSources(state=state, store=store, policy=model_req.policy,
+                            cache=recompute_cache(state=state, run_key=req.run_key))
     for index, key in enumerate(req.keys):
         redo = req.recompute[index] if index < len(req.recompute) else None
         if redo is None:
@@ -152,11 +158,10 @@ def _member_gradients(*, state: dict[str, Any], store: Store, req: ParameterRequ
         member_req = replace(model_req, policy_version=redo["read_version"], batch_key=redo["batch_key"],
                              grad_key=key, peer_versions=list(redo["peer_versions"]), truncation=redo["truncation"],
                              rho=redo["rho"], progress=redo["progress"])
-        computed = compute_gradient(state=state, store=store, req=member_req,
+        computed = compute_gradient(state=state, store=store, req=member_req, sources=sources,
                                     positions=np.asarray(request.arrays[f"positions.{index}"]))
-        gradient = {name: (p.grad.detach().cpu().numpy() if computed.finite
-                           else np.full(tuple(p.shape), np.nan, np.float32))
-                    for name, p in computed.model.named_parameters() if p.grad is not None}
+        gradient = gradient_arrays(model=computed.model) if computed.finite else \
+            {name: np.full(tuple(p.shape), np.nan, np.float32) for name, p in computed.model.named_parameters()}
         if req.resident:   # a replay reads it as applied (stellaris/resident.py)
             store.put(key=recomputed_key(key=key), writer=writer, message=Message(
                 header={}, arrays={GRAD_PREFIX + name: g for name, g in gradient.items()}))

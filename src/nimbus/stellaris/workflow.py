@@ -110,7 +110,8 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         self.stored_versions = {progress.policy_version}   # versions whose weights this run put in the Store
         self.slice_read: dict[str, int] = {}       # slice key → the version its last launched pass read
         # the resident parameter function's anchor and replay log (stellaris/resident_log.py)
-        self.resident = ResidentLog(run_key=uuid.uuid4().hex, anchor=progress.policy_version) \
+        self.run_key = uuid.uuid4().hex   # names this run's state in the parameter function's warm worker
+        self.resident = ResidentLog(run_key=self.run_key, anchor=progress.policy_version) \
             if cfg.resident_parameter else None
 
     # ------------------------------------------------------------------------------- actions
@@ -211,7 +212,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         flights = [self.held[m.key] for m in aggregation.members]
         recompute = [self._recompute(flight=f, together=flights) for f in flights]
         resident = self.resident.request_fields(version=version) if self.resident is not None else \
-            {"has_optimizer_state": version > 0}
+            {"has_optimizer_state": version > 0, "run_key": self.run_key}
         request = ParameterRequest(model=self._model_fields(version=version), policy_version=version,
                                    keys=[m.key for m in aggregation.members],
                                    scales=[m.scale for m in aggregation.members],
