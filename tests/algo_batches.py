@@ -65,11 +65,13 @@ def host_batch(*, algo: Any, spaces: EnvSpaces, seed: int) -> dict[str, np.ndarr
 
 
 def make_case(*, name: str, device: torch.device, seed: int,
-              to_device: Callable[[np.ndarray], torch.Tensor] | None = None) -> Case:
+              to_device: Callable[[np.ndarray], torch.Tensor] | None = None,
+              overrides: dict[str, Any] | None = None) -> Case:
     """The model (seeded init, moved to ``device``), its optimizer and the batch on ``device``.
-    ``to_device``: how a column reaches the device (default ``torch.as_tensor(column, device=device)``)."""
+    ``to_device``: how a column reaches the device (default ``torch.as_tensor(column, device=device)``);
+    ``overrides``: algo config fields to change (e.g. ``{"minibatch_size": 8}``)."""
     config_dict, action_space = CASES[name]
-    config = ALGO_CONFIGS[config_dict["name"]].model_validate(config_dict)
+    config = ALGO_CONFIGS[config_dict["name"]].model_validate({**config_dict, **(overrides or {})})
     algo = make_algorithm(config=config)
     spaces = EnvSpaces(observation=gym.spaces.Box(-5, 5, (OBS_DIM,), dtype=np.float32), action=action_space)
     torch.manual_seed(seed)

@@ -27,6 +27,7 @@ from nimbus.algos.base import ActOutput, KeySpec, LossOutput
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.dqn.learner import DQNUpdate, DQNUpdateStats, dqn_update
 from nimbus.algos.dqn.loss import batch_td_loss, epsilon_greedy, linear_schedule, one_step_targets
+from nimbus.algos.step import make_adam, param_device
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.custom import build_user_network
 from nimbus.models.qnet import QNetwork
@@ -77,7 +78,7 @@ class DQN:
         return DQNModel(q=q, epsilon=self.config.exploration_initial_eps)
 
     def make_optimizer(self, *, model: torch.nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.Adam(model.q.parameters(), lr=self.config.lr, foreach=True)
+        return make_adam(params=model.q.parameters(), lr=self.config.lr, device=param_device(model))
 
     def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool) -> ActOutput:
         """Greedy actions; with ``explore``, each replaced by a uniform one with probability ε."""
@@ -114,8 +115,10 @@ class DQN:
         The per-row TD errors for PER come from ``dqn_update`` directly. ``generator`` is unused: the
         replay already sampled the rows at random.
         """
-        return self.update_with_td_errors(model=model, optimizer=optimizer, batch=batch, progress=progress,
-                                          generator=generator).stats
+        result = dqn_update(model=model, optimizer=optimizer, batch=batch, config=self.config,  # type: ignore[arg-type]
+                            with_td_errors=False)
+        self.set_exploration(model=model, progress=progress)  # type: ignore[arg-type]
+        return result.stats
 
     def update_with_td_errors(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                               batch: dict[str, torch.Tensor], progress: float,

@@ -21,6 +21,7 @@ import torch
 
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.dqn.loss import batch_td_loss
+from nimbus.algos.step import DeviceStats, guarded_step
 from nimbus.models.qnet import polyak_update
 
 if TYPE_CHECKING:
@@ -35,42 +36,44 @@ class DQNUpdateStats:
     q_values: float             # mean Q(s, a) of the taken actions
     td_abs: float               # mean |target − Q(s, a)|
     grad_norm: float            # before clipping
-    num_gradient_steps: int     # in this update
-    total_gradient_steps: int   # since the model was made (model.num_grad_steps)
+    num_gradient_steps: int     # in this update (a non-finite minibatch is skipped: not counted)
+    total_gradient_steps: int   # minibatches since the model was made (model.num_grad_steps)
     num_target_updates: int     # in this update
 
 
 @dataclass(frozen=True)
 class DQNUpdate:
     stats: DQNUpdateStats
-    td_errors: np.ndarray       # [N] float32, target − Q(s, a) per batch row (for PER priorities)
+    td_errors: np.ndarray       # [N] float32, target − Q(s, a) per batch row (for PER priorities); [0] unasked
 
 
 def dqn_update(*, model: DQNModel, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
-               config: DQNConfig) -> DQNUpdate:
+               config: DQNConfig, with_td_errors: bool = True) -> DQNUpdate:
+    """One guarded step per ``batch_size`` rows (algos/step.py: a non-finite one changes nothing and is left out
+    of the means). Host reads: the step count once, the statistics once, the TD errors once (``with_td_errors``).
+    The target cadence counts minibatches on the host, a skipped one too."""
     n = batch["obs"].shape[0]
-    max_norm = config.max_grad_norm if config.max_grad_norm is not None else float("inf")
-    totals = {"td_loss": 0.0, "q_values": 0.0, "td_abs": 0.0, "grad_norm": 0.0}
-    td_errors, steps, target_updates = [], 0, 0
+    params = list(model.q.parameters())
+    stats = DeviceStats(keys=("td_loss", "q_values", "td_abs", "grad_norm"), device=batch["obs"].device)
+    steps_before = int(model.num_grad_steps)  # read once: on a GPU each read of the buffer is a synchronisation
+    td_errors, attempts, target_updates = [], 0, 0
     for start in range(0, n, config.batch_size):
         minibatch = {k: v[start:start + config.batch_size] for k, v in batch.items()}
         out = batch_td_loss(model=model, batch=minibatch, config=config)
-        optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.q.parameters(), max_norm)
-        optimizer.step()
-        model.num_grad_steps += 1
-        if int(model.num_grad_steps) % config.target_update_interval == 0:
+        outcome = guarded_step(optimizer=optimizer, params=params, loss=out.loss, max_grad_norm=config.max_grad_norm)
+        attempts += 1
+        if (steps_before + attempts) % config.target_update_interval == 0:
             polyak_update(source=model.q, target=model.q_target, tau=config.tau)
             target_updates += 1
-        steps += 1
         td_errors.append(out.td_errors)
-        totals["td_loss"] += float(out.loss.detach())
-        totals["q_values"] += float(out.q_taken.mean())
-        totals["td_abs"] += float(out.td_errors.abs().mean())
-        totals["grad_norm"] += float(grad_norm)
-    means = {k: v / max(steps, 1) for k, v in totals.items()}
-    stats = DQNUpdateStats(**means, num_gradient_steps=steps, total_gradient_steps=int(model.num_grad_steps),
-                           num_target_updates=target_updates)
-    errors = torch.cat(td_errors).float().cpu().numpy() if td_errors else np.zeros(0, np.float32)
-    return DQNUpdate(stats=stats, td_errors=errors)
+        stats.add(row=torch.stack([out.loss.detach(), out.q_taken.mean(), out.td_errors.abs().mean(),
+                                   outcome.grad_norm]), where=outcome.finite)
+    model.num_grad_steps += attempts
+    means, steps, _ = stats.read()
+    if not attempts:
+        means = dict.fromkeys(means, 0.0)
+    stats_out = DQNUpdateStats(**means, num_gradient_steps=steps, total_gradient_steps=steps_before + attempts,
+                               num_target_updates=target_updates)
+    errors = (torch.cat(td_errors).to(device="cpu", dtype=torch.float32).numpy() if td_errors and with_td_errors
+              else np.zeros(0, np.float32))
+    return DQNUpdate(stats=stats_out, td_errors=errors)

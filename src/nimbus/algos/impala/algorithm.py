@@ -34,6 +34,7 @@ from nimbus.algos.dqn.algorithm import transition_spec
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.impala.learner import ImpalaUpdateStats, impala_update
 from nimbus.algos.impala.loss import batch_loss
+from nimbus.algos.step import make_adam, param_device
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.qnet import make_actor_critic
 
@@ -63,7 +64,7 @@ class Impala:
         return ImpalaModel(net=net, with_target=self.config.variant == "impact")
 
     def make_optimizer(self, *, model: torch.nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.Adam(model.net.parameters(), lr=self.config.lr, foreach=True)
+        return make_adam(params=model.net.parameters(), lr=self.config.lr, device=param_device(model))
 
     def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool) -> ActOutput:
         """Samples a ~ π(·|s) (``explore``) or takes the mode; extras: log π(a|s) as ``behaviour_log_prob``."""

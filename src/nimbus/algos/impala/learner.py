@@ -15,6 +15,7 @@ import torch
 
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.impala.loss import batch_loss
+from nimbus.algos.step import guarded_step
 from nimbus.models.qnet import polyak_update
 
 if TYPE_CHECKING:
@@ -51,19 +52,22 @@ def advance_target(*, model: ImpalaModel, config: ImpalaConfig) -> bool:
 
 def impala_update(*, model: ImpalaModel, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
                   config: ImpalaConfig) -> ImpalaUpdateStats:
+    """One guarded step (algos/step.py: a non-finite one changes nothing and its statistics are NaN); the
+    statistics are read once, the step count once (`advance_target`)."""
     out = batch_loss(model=model, batch=batch, config=config)
-    optimizer.zero_grad(set_to_none=True)
-    out.loss.backward()
-    max_norm = config.max_grad_norm if config.max_grad_norm is not None else float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.net.parameters(), max_norm)
-    optimizer.step()
+    outcome = guarded_step(optimizer=optimizer, params=list(model.net.parameters()), loss=out.loss,
+                           max_grad_norm=config.max_grad_norm)
     target_updated = advance_target(model=model, config=config)
-    total = int(model.num_grad_steps)
-    s = out.stats
+    names = list(out.stat_tensors)
+    row = torch.stack([*(out.stat_tensors[name].to(torch.float64) for name in names),
+                       outcome.grad_norm.to(torch.float64)])
+    count = model.num_grad_steps.to(torch.float64).reshape(1)
+    *values, total = torch.cat([torch.where(outcome.finite, row, float("nan")), count]).tolist()  # one read
+    s = dict(zip(names, values))
     return ImpalaUpdateStats(
         policy_loss=s["losses/policy_loss"], value_loss=s["losses/value_loss"], entropy=s["losses/entropy"],
         kl=s.get("losses/kl", 0.0), clip_fraction=s.get("losses/clip_fraction", 0.0),
         target_log_ratio_max=s.get("losses/target_log_ratio_max", 0.0),
-        vtrace_rho_mean=s["losses/vtrace_rho_mean"], grad_norm=float(grad_norm), num_gradient_steps=1,
-        total_gradient_steps=total, target_updated=target_updated,
+        vtrace_rho_mean=s["losses/vtrace_rho_mean"], grad_norm=values[-1], num_gradient_steps=1,
+        total_gradient_steps=int(total), target_updated=target_updated,
     )

@@ -40,7 +40,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ImpalaLoss:
     loss: torch.Tensor
-    stats: dict[str, float]
+    stat_tensors: dict[str, torch.Tensor]  # 0-dim, detached, on the device
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """``stat_tensors`` as floats: one device read for all of them."""
+        values = torch.stack([value.to(torch.float64) for value in self.stat_tensors.values()]).tolist()
+        return dict(zip(self.stat_tensors, values, strict=True))
 
 
 def pg_loss(*, log_prob: torch.Tensor, pg_advantages: torch.Tensor) -> torch.Tensor:
@@ -85,14 +91,14 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
 
 def next_state_values(*, model: ImpalaModel, values: torch.Tensor,
                       batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(bootstrap_value [B], next_values [T, B]): V(next_obs) at the last row and at truncated steps."""
+    """(bootstrap_value [B], next_values [T, B]): V(next_obs) at the last row and at truncated steps.
+
+    V is taken of every next observation and kept where needed: picking the truncated rows first would make
+    the host wait for the device to learn how many there are."""
     with torch.no_grad():
-        bootstrap_value = model.net.value(batch["next_obs"][-1])
-        next_values = torch.zeros_like(values)
-        cut = batch["truncated"].bool()
-        if cut.any():
-            next_values[cut] = model.net.value(batch["next_obs"][cut]).to(values.dtype)
-    return bootstrap_value, next_values
+        all_next = model.net.value(_flat(batch["next_obs"])).view(values.shape).to(values.dtype)
+        next_values = torch.where(batch["truncated"].bool(), all_next, torch.zeros_like(values))
+    return all_next[-1], next_values
 
 
 def policy_kl(*, old: Distribution, new: Distribution) -> torch.Tensor:
@@ -123,18 +129,18 @@ def batch_loss(*, model: ImpalaModel, batch: dict[str, torch.Tensor], config: Im
                 rewards=batch["rewards"].float(), values=values.detach(), bootstrap_value=bootstrap_value,
                 discounts=config.gamma * (1.0 - batch["terminated"].float()), rho_bar=config.rho_bar,
                 c_bar=config.c_bar, truncated=batch["truncated"], next_values=next_values)
-    stats: dict[str, float] = {}
+    stats: dict[str, torch.Tensor] = {}
     if impact:
         policy_loss, ratio = impact_surrogate_loss(
             log_prob=log_prob, behaviour_log_prob=behaviour_log_prob, target_log_prob=target_log_prob,
             pg_advantages=vt.pg_advantages, clip_param=config.clip_param, is_ratio_clip=config.is_ratio_clip,
             truncation=truncation)
         if truncation is not None:
-            stats["truncated_fraction"] = truncated_fraction(log_prob=log_prob.detach(),
-                                                             behaviour_log_prob=behaviour_log_prob,
-                                                             truncation=truncation)
-        stats["losses/clip_fraction"] = float(((ratio - 1.0).abs() > config.clip_param).float().mean())
-        stats["losses/target_log_ratio_max"] = float((log_prob.detach() - target_log_prob).abs().max())
+            stats["truncated_fraction"] = torch.tensor(truncated_fraction(  # a float: Stellaris's learner only
+                log_prob=log_prob.detach(), behaviour_log_prob=behaviour_log_prob, truncation=truncation),
+                device=log_prob.device)
+        stats["losses/clip_fraction"] = ((ratio - 1.0).abs() > config.clip_param).float().mean()
+        stats["losses/target_log_ratio_max"] = (log_prob.detach() - target_log_prob).abs().max()
     else:
         if truncation is not None:
             raise ValueError("the cross-learner truncation acts on IMPACT's ratio; variant impala has none")
@@ -144,12 +150,12 @@ def batch_loss(*, model: ImpalaModel, batch: dict[str, torch.Tensor], config: Im
     if impact and config.kl_coeff > 0:
         kl = policy_kl(old=target_dist, new=dist).mean()
         loss = loss + config.kl_coeff * kl
-        stats["losses/kl"] = float(kl.detach())
+        stats["losses/kl"] = kl.detach()
     stats.update({
-        "losses/policy_loss": float(policy_loss.detach()),
-        "losses/value_loss": float(v_loss.detach()),
-        "losses/entropy": float(entropy.detach()),
-        "losses/vtrace_rho_mean": float(vt.rhos.mean()),
-        "losses/pg_advantage_mean": float(vt.pg_advantages.mean()),
+        "losses/policy_loss": policy_loss.detach(),
+        "losses/value_loss": v_loss.detach(),
+        "losses/entropy": entropy.detach(),
+        "losses/vtrace_rho_mean": vt.rhos.mean(),
+        "losses/pg_advantage_mean": vt.pg_advantages.mean(),
     })
-    return ImpalaLoss(loss=loss, stats=stats)
+    return ImpalaLoss(loss=loss, stat_tensors=stats)

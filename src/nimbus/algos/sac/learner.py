@@ -24,6 +24,7 @@ import torch
 
 from nimbus.algos.sac.config import SACConfig
 from nimbus.algos.sac.loss import LOSS_STATS, batch_losses
+from nimbus.algos.step import DeviceStats, guarded_step, make_adam, param_device
 from nimbus.models.qnet import polyak_update
 
 if TYPE_CHECKING:
@@ -45,31 +46,33 @@ class SACUpdateStats:
 
 
 def make_optimizer(*, model: SACModel, config: SACConfig) -> torch.optim.Optimizer:
-    """Adam with parameter groups "critic", "actor" and (when α is learned) "alpha"."""
+    """Adam with parameter groups "critic", "actor" and (when α is learned) "alpha": fused on CUDA, foreach (multi-
+    tensor: small nets are overhead-bound) elsewhere."""
     groups = [{"params": list(model.critic.parameters()), "name": "critic"},
               {"params": list(model.actor.parameters()), "name": "actor"}]
     if config.autotune_alpha:
         groups.append({"params": [model.log_alpha], "name": "alpha"})
-    return torch.optim.Adam(groups, lr=config.lr, foreach=True)  # multi-tensor: small nets are overhead-bound
+    return make_adam(params=groups, lr=config.lr, device=param_device(model))
 
 
 def sac_update(*, model: SACModel, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
                config: SACConfig) -> SACUpdateStats:
+    """One guarded step per ``batch_size`` rows (algos/step.py: a non-finite one changes nothing and is left out
+    of the means); the statistics are read once. The target cadence counts minibatches, a skipped one too."""
     n = batch["obs"].shape[0]
-    totals = dict.fromkeys(LOSS_STATS, 0.0)
-    steps = 0
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    stats = DeviceStats(keys=LOSS_STATS, device=batch["obs"].device)
+    attempts = 0
     steps_before = int(model.num_grad_steps)  # read once: on a GPU each read of the buffer is a synchronisation
     for start in range(0, n, config.batch_size):
         minibatch = {k: v[start:start + config.batch_size] for k, v in batch.items()}
         out = batch_losses(model=model, batch=minibatch, config=config)
-        optimizer.zero_grad(set_to_none=True)
-        out.total.backward()
-        optimizer.step()
-        model.num_grad_steps += 1
-        steps += 1
-        if (steps_before + steps) % config.target_update_interval == 0:
+        outcome = guarded_step(optimizer=optimizer, params=params, loss=out.total, max_grad_norm=None)
+        attempts += 1
+        if (steps_before + attempts) % config.target_update_interval == 0:
             polyak_update(source=model.critic, target=model.critic_target, tau=config.tau)
-        for key in LOSS_STATS:
-            totals[key] += out.stats[key]
-    means = {key.removeprefix("losses/"): total / max(steps, 1) for key, total in totals.items()}
-    return SACUpdateStats(**means, num_gradient_steps=steps, total_gradient_steps=steps_before + steps)
+        stats.add(row=out.parts, where=outcome.finite)
+    model.num_grad_steps += attempts
+    totals, steps, _ = stats.read()
+    means = {key.removeprefix("losses/"): (total if attempts else 0.0) for key, total in totals.items()}
+    return SACUpdateStats(**means, num_gradient_steps=steps, total_gradient_steps=steps_before + attempts)

@@ -56,11 +56,16 @@ class SACLosses:
     critic_loss: torch.Tensor
     actor_loss: torch.Tensor
     alpha_loss: torch.Tensor      # zero (no grad) when α is fixed
-    stats: dict[str, float]
+    parts: torch.Tensor           # LOSS_STATS's values stacked, detached, on the device
 
     @property
     def total(self) -> torch.Tensor:
         return self.critic_loss + self.actor_loss + self.alpha_loss
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """``parts`` by name: one device read for the six (each float() of a tensor is a synchronisation on a GPU)."""
+        return dict(zip(LOSS_STATS, self.parts.tolist(), strict=True))
 
 
 def batch_losses(*, model: SACModel, batch: dict[str, torch.Tensor], config: SACConfig) -> SACLosses:
@@ -83,8 +88,6 @@ def batch_losses(*, model: SACModel, batch: dict[str, torch.Tensor], config: SAC
         al_loss = alpha_loss(log_alpha=model.log_alpha, log_prob=log_prob, target_entropy=model.target_entropy)
     else:
         al_loss = torch.zeros((), device=c_loss.device)
-    # one device read for the six (each float() of a tensor is a synchronisation on a GPU); the same floats
     parts = torch.stack([c_loss.detach(), a_loss.detach(), al_loss.detach(), alpha, q1.detach().mean(),
                          -log_prob.detach().mean()])
-    stats = dict(zip(LOSS_STATS, parts.tolist(), strict=True))
-    return SACLosses(critic_loss=c_loss, actor_loss=a_loss, alpha_loss=al_loss, stats=stats)
+    return SACLosses(critic_loss=c_loss, actor_loss=a_loss, alpha_loss=al_loss, parts=parts)

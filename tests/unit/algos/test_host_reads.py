@@ -1,0 +1,68 @@
+"""Host reads per learner update (post-processing included) for every single-agent algorithm: a small bound that
+does not grow with the number of minibatches (DESIGN.md §6, the hot path). Counted on the CPU by
+tests/host_reads.py, where each read is a place a CUDA stream would synchronise.
+
+The optimizer's own reads of its host-side step counts (non-capturable Adam, the CPU form) never wait for a device
+and are counted apart; with the fused Adam nimbus builds on CUDA there are none (``test_..._fused_adam``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.algo_batches import ROWS, make_case, run_update
+from tests.host_reads import HostReads, count_host_reads
+
+# name -> (config field that sets the rows per gradient step, the two values, reads allowed per update)
+# ppo: the statistics once; dqn: the step count and the statistics; sac: its noise seed, the step count, the
+# statistics; impala: the statistics (with the step count); impact: + the target's cadence (the step count)
+MINIBATCHES = {
+    "ppo": ("minibatch_size", (32, 8), 1),
+    "ppo_continuous": ("minibatch_size", (32, 8), 1),
+    "dqn": ("batch_size", (32, 8), 2),
+    "sac": ("batch_size", (32, 8), 3),
+    "impala": ("rollout_length", (8, 4), 1),   # one gradient step per update, whatever the batch's shape
+    "impact": ("rollout_length", (8, 4), 2),
+}
+
+
+def _reads(*, name: str, overrides: dict, fused: bool = False) -> HostReads:
+    case = make_case(name=name, device=torch.device("cpu"), seed=0, overrides=overrides)
+    if fused:  # the optimizer nimbus builds on CUDA, which torch also runs on the CPU
+        groups = [{k: v for k, v in group.items() if k not in ("foreach", "fused")} for group in
+                  case.optimizer.param_groups]
+        case.optimizer = torch.optim.Adam(groups, fused=True)
+    run_update(case=case, seed=0)  # a first update creates the optimizer's state: count a steady one
+    with count_host_reads(optimizers=[case.optimizer]) as reads:
+        run_update(case=case, seed=1)
+    return reads
+
+
+@pytest.mark.parametrize("name", sorted(MINIBATCHES))
+def test_host_reads_per_update_do_not_grow_with_the_minibatches(name: str) -> None:
+    field, (few, many), allowed = MINIBATCHES[name]
+    fewer, more = (_reads(name=name, overrides={field: size}) for size in (few, many))
+    assert ROWS // many >= 2 * (ROWS // few)   # the second update really takes more gradient steps
+    assert fewer.total <= allowed and more.total <= allowed, (fewer.by_kind, more.by_kind)
+    assert more.total == fewer.total, (fewer.by_kind, more.by_kind)
+
+
+@pytest.mark.parametrize("name", sorted(MINIBATCHES))
+def test_host_reads_per_update_with_fused_adam_include_no_step_counts(name: str) -> None:
+    field, (_, many), allowed = MINIBATCHES[name]
+    reads = _reads(name=name, overrides={field: many}, fused=True)
+    assert reads.total <= allowed and reads.host_counters == 0, (reads.by_kind, reads.host_counters)
+
+
+def test_target_kl_is_read_once_per_epoch() -> None:
+    reads = _reads(name="ppo", overrides={"minibatch_size": 8, "num_epochs": 3, "target_kl": 1e6})
+    assert reads.total == 1 + 3, reads.by_kind
+
+
+def test_dqn_td_errors_for_per_are_one_more_read() -> None:
+    case = make_case(name="dqn", device=torch.device("cpu"), seed=0, overrides={"batch_size": 8})
+    with count_host_reads(optimizers=[case.optimizer]) as reads:
+        result = case.algo.update_with_td_errors(model=case.model, optimizer=case.optimizer,
+                                                 batch=case.algo.postprocess(batch=case.batch), progress=0.5,
+                                                 generator=torch.Generator().manual_seed(0))
+    assert result.td_errors.shape == (ROWS,) and reads.total == 2 + 1, reads.by_kind
