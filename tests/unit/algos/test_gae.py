@@ -94,3 +94,47 @@ def test_rejects_mismatched_columns() -> None:
             rewards=torch.zeros(3), values=torch.zeros(3), next_values=torch.zeros(2),
             terminated=torch.zeros(3), cut=torch.ones(3), gamma=0.99, gae_lambda=0.95,
         )
+
+
+def _loop_gae(*, rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminated: torch.Tensor,
+              cut: torch.Tensor, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sequential reference: the backward loop over Python floats that compute_gae ran before its scan."""
+    deltas = (rewards.double() + gamma * next_values.double() * (1.0 - terminated.double()) - values.double()).tolist()
+    decay = (gamma * gae_lambda * (1.0 - cut.double())).tolist()
+    out, running = [0.0] * len(deltas), 0.0
+    for i in range(len(deltas) - 1, -1, -1):
+        running = deltas[i] + decay[i] * running
+        out[i] = running
+    advantages = torch.tensor(out, dtype=torch.float64)
+    return advantages.float(), (advantages + values.double()).float()
+
+
+@pytest.mark.parametrize(("rows", "gamma", "gae_lambda", "cut_rate"), [
+    (2048, 0.99, 0.95, 0.0),        # one long run
+    (2048, 0.9999, 0.9999, 0.0),    # γλ ≈ 1: nothing decays over 2048 rows
+    (2048, 0.999, 1.0, 0.01),       # Monte-Carlo returns with episode ends
+    (4099, 0.99, 0.95, 0.002),      # not a power of two
+    (1, 0.99, 0.95, 0.0),
+])
+def test_the_scan_equals_the_sequential_loop(rows: int, gamma: float, gae_lambda: float, cut_rate: float) -> None:
+    gen = torch.Generator().manual_seed(rows)
+    ends = torch.rand(rows, generator=gen) < cut_rate
+    columns = dict(rewards=torch.randn(rows, generator=gen), values=torch.randn(rows, generator=gen) * 10,
+                   next_values=torch.randn(rows, generator=gen) * 10, terminated=ends & (torch.rand(rows) < 0.5),
+                   cut=ends.clone())
+    columns["cut"][-1] = True
+    got = compute_gae(**columns, gamma=gamma, gae_lambda=gae_lambda)
+    expected = _loop_gae(**columns, gamma=gamma, gae_lambda=gae_lambda)
+    for a, b in zip(got, expected, strict=True):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_gae_makes_no_host_read() -> None:
+    from tests.host_reads import count_host_reads
+
+    columns = {key: torch.rand(512) for key in ("rewards", "values", "next_values")}
+    columns.update(terminated=torch.rand(512) < 0.01, cut=torch.rand(512) < 0.02)
+    with count_host_reads() as reads:
+        compute_gae(**columns, gamma=0.99, gae_lambda=0.95)
+    assert reads.total == 0, reads.by_kind

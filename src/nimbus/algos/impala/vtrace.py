@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from nimbus.algos.gae import reverse_discounted_sum
+
 
 @dataclass(frozen=True)
 class VTraceReturns:
@@ -60,12 +62,9 @@ def vtrace(*, behaviour_log_prob: torch.Tensor, target_log_prob: torch.Tensor, r
         continues = (~cut).to(values.dtype)
 
     deltas = clipped_rhos * (rewards + discounts * values_tp1 - values)
-    # backward recursion on A_t = v_t − V(x_t) = δ_t + γ_t c_t A_{t+1}, with A_T = 0
-    vs_minus_v = torch.zeros_like(values)
-    acc = torch.zeros_like(bootstrap_value)
-    for t in range(values.shape[0] - 1, -1, -1):
-        acc = deltas[t] + discounts[t] * cs[t] * continues[t] * acc
-        vs_minus_v[t] = acc
+    # backward recursion on A_t = v_t − V(x_t) = δ_t + γ_t c_t A_{t+1}, with A_T = 0: a scan over T (algos/gae.py)
+    vs_minus_v = reverse_discounted_sum(values=deltas.to(torch.float64),
+                                        decay=(discounts * cs * continues).to(torch.float64)).to(values.dtype)
     vs = values + vs_minus_v
     # v_{t+1}: the next row's target when the episode continues in the rollout, else the bootstrap
     next_vs_minus_v = torch.cat([vs_minus_v[1:], torch.zeros_like(bootstrap_value).unsqueeze(0)], dim=0)
