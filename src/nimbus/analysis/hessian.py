@@ -247,10 +247,10 @@ def _lanczos_extremes(
         if len(inputs) >= budget:     # ARPACK wants to restart: stop and use what we have
             raise _BudgetSpent
         vec = torch.tensor(np.asarray(v, dtype=np.float64).reshape(-1))   # a copy: ARPACK reuses its buffer
-        hv = operator(vec).detach()
+        hv = operator(vec).detach().cpu()   # one transfer per product: ARPACK drives the iteration from the host
         inputs.append(vec.to(operator.dtype))
-        outputs.append(hv.cpu())
-        return hv.double().cpu().numpy()
+        outputs.append(hv)
+        return hv.double().numpy()
 
     linear_operator = LinearOperator((n, n), matvec=matvec, dtype=np.float64)
     v0 = np.random.default_rng(seed).standard_normal(n)
