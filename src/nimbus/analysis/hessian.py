@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh
 
 try:  # ships with scikit-learn, a nimbus dependency
     from threadpoolctl import ThreadpoolController
@@ -237,6 +236,9 @@ class _BudgetSpent(Exception):
 def _lanczos_extremes(
     operator: _HessianOperator, max_iterations: int, tolerance: float, seed: int
 ) -> tuple[float, float, bool]:
+    # imported here, not at the top: every driver imports this module for its metric keys, ~0.2 s of scipy
+    from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh
+
     n = operator.num_params
     ncv = min(n, max_iterations)
     budget = ncv + 1                  # ARPACK's first Lanczos pass of ncv steps uses ncv + 1 products

@@ -1,0 +1,58 @@
+"""What the driver of `nimbus train configs/ppo-cartpole.yaml` (the README's first command) has imported when round 0
+starts: the third-party packages are pinned, so the start-up path cannot grow silently. Checked in a fresh
+interpreter (a test process has imported everything already), with the local backend's forked workers as shipped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Third-party top-level packages the driver needs before round 0: the config (pydantic, yaml), the first weights
+# (torch, numpy), the env's spaces (gymnasium), the wire (lz4), the progress line (rich), the shipped tensorboard
+# logger (tensorboard and what it imports), and what these import themselves.
+EXPECTED = {"absl", "annotated_types", "cython_runtime", "farama_notifications", "fsspec",
+            "google", "gymnasium", "lz4", "numpy", "pydantic", "pydantic_core", "rich", "tensorboard",
+            "threadpoolctl", "torch", "torchgen", "tqdm", "typing_extensions", "typing_inspection", "yaml"}
+# never on the start-up path: each is for a part a CartPole PPO run does not use before round 0 (or at all)
+HEAVY = {"scipy", "matplotlib", "sklearn", "PIL", "envpool", "ray", "redis", "optuna", "wandb", "mlflow", "pandas",
+         "mujoco", "ale_py", "cv2", "onnx", "pettingzoo"}
+
+_SPY = r"""
+import json, sys, tempfile
+from pathlib import Path
+from nimbus.config import load_config
+from nimbus.onpolicy.sync import SyncWorkflow
+
+seen = {}
+invoke_actors = SyncWorkflow._invoke_actors
+
+def spy(self):
+    seen.setdefault("packages", sorted({name.split(".")[0] for name in sys.modules}))
+    return invoke_actors(self)
+
+SyncWorkflow._invoke_actors = spy
+from nimbus.run.loop import train
+
+with tempfile.TemporaryDirectory() as tmp:
+    config = load_config(path=Path("configs/ppo-cartpole.yaml"),
+                         overrides=["train.max_rounds=1", "train.eval_episodes=0", "output.report=false",
+                                    "output.status_line=false", f"output.root_dir={tmp}"])
+    train(config=config)
+print("PACKAGES " + json.dumps(seen["packages"]))
+"""
+
+
+def test_the_driver_imports_only_the_pinned_packages_before_round_0() -> None:
+    done = subprocess.run([sys.executable, "-c", _SPY], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("PACKAGES "))
+    imported = set(json.loads(line.removeprefix("PACKAGES ")))
+    third_party = {name for name in imported - set(sys.stdlib_module_names) - {"nimbus"} if not name.startswith("_")}
+    assert not third_party & HEAVY, f"heavy packages on the start-up path: {sorted(third_party & HEAVY)}"
+    assert third_party == EXPECTED, (
+        f"the driver now imports {sorted(third_party - EXPECTED)} (and no longer {sorted(EXPECTED - third_party)}) "
+        "before round 0: import a package where it is used, or pin it here with the reason")
