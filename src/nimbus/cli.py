@@ -188,6 +188,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                        sweep_dir=Path(args.dir) if args.dir else None, overrides=args.set or [])
     console = Console()
     console.print(f"sweep directory: {escape(str(result.sweep_dir))} ({result.finished} trials; trials.csv, sweep.png)")
+    if result.interrupted_by is not None:
+        console.print(f"stopped by {result.interrupted_by}: {result.finished} of {args.trials} trials finished; the "
+                      "trial it was in is not counted and runs again when the same command resumes the sweep")
+        if result.best_config_path is None:
+            return 0
     if result.best_config_path is None:
         console.print("no trial completed: no best config")
         return 1

@@ -35,23 +35,31 @@ class RunDirError(ConfigError):
 def claim_run_dir(*, run_dir: Path, resuming: bool) -> Iterator[Path]:
     """Hold ``run_dir``'s lock for the block; ``resuming``: the directory continues its own run (it may hold files),
     otherwise it must be new or empty."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(run_dir / LOCK_NAME, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the whole block
+    with hold_lock(directory=run_dir, what="run directory", hint="wait for it to end, or use another --run-dir"):
+        _check_claimable(run_dir=Path(run_dir), resuming=resuming)
+        yield Path(run_dir)
+
+
+@contextmanager
+def hold_lock(*, directory: Path, what: str, hint: str) -> Iterator[None]:
+    """Hold ``directory/.lock`` (made if missing) for the block, its holder's pid written in it; held by another
+    process: RunDirError (exit 2) naming ``what``, the holder's pid and ``hint``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    handle = open(directory / LOCK_NAME, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the whole block
     try:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "unknown"
-            raise RunDirError(f"{run_dir} is in use by another nimbus process (pid {holder}); wait for it to end, "
-                              f"or use another --run-dir") from None
+            raise RunDirError(f"{directory}: this {what} is in use by another nimbus process (pid {holder}); "
+                              f"{hint}") from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
         handle.flush()
-        _check_claimable(run_dir=run_dir, resuming=resuming)
-        yield run_dir
+        yield
     finally:
         handle.close()   # releases the lock (the OS does the same if the process dies)
 

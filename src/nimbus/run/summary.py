@@ -63,8 +63,9 @@ class TrainResult:
 def summarise(*, config: NimbusConfig, shared: "Shared", progress: "Progress", wall_s: float, stopped_by: str,
               cost_usd: float, peak_actors: int, eval_return: float | None) -> RunSummary:
     """The summary of one policy's (or one MARLess run's) progress, over the whole run (a resumed run's sessions
-    together); the serverful baseline reserves the peak actors and the learner's GPUs for the whole wall time. The cost without cold starts and provisioned idle time
-    is read off ``shared``'s ledger now, every record of this session, as ``cost_usd`` was just before."""
+    together); the serverful baseline reserves the peak actors and the learner's GPUs for the whole wall time. The
+    cost without cold starts and provisioned idle time is read off ``shared``'s ledger now, every record of this
+    session, as ``cost_usd`` was just before."""
     cost_excl_cold_usd = ExclColdMeter.resumed(
         ledger=shared.ledger, pricing=shared.pricing, cost_usd_before=progress.cost_usd_before,
         cost_excl_cold_usd_before=progress.cost_excl_cold_usd_before).usd()

@@ -7,7 +7,9 @@
     algo.hidden_sizes: {choice: [[64, 64], [128, 128]]}  # one of these values (any YAML value)
 
 Each key must be a config key: the base config with each end of its range (each choice) applied must validate,
-or the sweep exits 2 naming ``space.<key>`` before anything runs.
+or the sweep exits 2 naming ``space.<key>`` before anything runs. The sweep places every trial's runs and names
+them itself, so ``seed``, ``name`` and ``output.*`` are not space keys. The file is read by the configs' guarded
+YAML loader (config/yaml_loader.py: no alias bombs; ``1e-4`` is a number).
 
 Example::
 
@@ -23,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nimbus.config import parse_config
+from nimbus.config.yaml_loader import parse_yaml
 from nimbus.errors import ConfigError
+
+SWEEP_SETS = ("seed", "name", "output")   # the sweep sets these for every trial (seeds, run names, where runs go)
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,9 @@ def parse_space(*, data: Any, base: dict[str, Any]) -> Space:
         raise ConfigError("space: a mapping of config key paths to distributions, e.g. algo.lr: {float: [1e-4, 1e-2]}")
     dimensions = tuple(parse_dimension(key=str(key), spec=spec) for key, spec in data.items())
     for dimension in dimensions:
-        if dimension.key in ("seed", "name"):
-            raise ConfigError(f"space.{dimension.key}: the sweep sets seed and name itself (--seeds)")
+        if dimension.key.split(".")[0] in SWEEP_SETS:
+            raise ConfigError(f"space.{dimension.key}: the sweep sets seed, name and output itself (--seeds; "
+                              "every trial's runs go under SWEEP_DIR/trials)")
         for value in dimension.ends():
             try:
                 parse_config(data=with_values(base=base, values={dimension.key: value}))
@@ -136,8 +140,4 @@ def parse_space(*, data: Any, base: dict[str, Any]) -> Space:
 def load_space(*, path: Path, base: dict[str, Any]) -> Space:
     if not Path(path).exists():
         raise ConfigError(f"{path}: no such space file")
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not YAML: {exc}") from None
-    return parse_space(data=data, base=base)
+    return parse_space(data=parse_yaml(text=Path(path).read_text(), source=str(path)), base=base)

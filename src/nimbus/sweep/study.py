@@ -10,6 +10,12 @@ every round and stops a trial that falls below the median of earlier trials at t
 Each trial's runs are under ``SWEEP_DIR/trials/``; ``trials.csv`` and ``sweep.png`` list and plot every trial;
 ``best.yaml`` is the best trial's config.
 
+Faults: one sweep per study at a time (``SWEEP_DIR/.lock``; a second exits 2 naming the holder's pid). SIGINT or
+SIGTERM stops the sweep as a whole: the trial it was in is marked failed, never scored, and runs again on resume.
+Values that each pass the space's check but are refused together (or by the env) fail that trial, which is not run
+again. A resumed sweep's sampler is seeded past the trials already in the study, so it draws new values. A
+study.db that is not a readable study, or one another program holds locked, is a clear error (exit 2).
+
 Example::
 
     result = run_sweep(config_path=Path("configs/ppo-cartpole.yaml"), space_path=Path("space.yaml"),
@@ -29,6 +35,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from nimbus.config import NimbusConfig, dump_config, parse_config
 from nimbus.config.yaml_loader import parse_yaml
 from nimbus.errors import ConfigError
+from nimbus.run.rundir import hold_lock
+from nimbus.run.stop import SIGNALS
 from nimbus.sweep.space import Space, load_space, with_values
 
 if TYPE_CHECKING:
@@ -56,6 +64,7 @@ class SweepResult:
     best_values: dict[str, Any]       # the best trial's space values
     best_config_path: Path | None
     finished: int                     # trials complete or pruned (or failed) in the study
+    interrupted_by: str | None = None  # SIGINT / SIGTERM stopped the sweep during a trial (it runs again on resume)
 
 
 class PruneOnRound:
@@ -65,7 +74,7 @@ class PruneOnRound:
     def __init__(self, *, trial: Any, seeds: int) -> None:
         self.trial, self.seeds = trial, seeds
         self.values: dict[int, dict[int, float]] = {}
-        self.pruned = False
+        self.pruned = self.storage_failed = False
 
     def __call__(self, i: int, row: RoundMetrics) -> bool:
         value = row.extras.get("recent_return_mean", row.return_mean)
@@ -73,9 +82,14 @@ class PruneOnRound:
             return False
         by_seed = self.values.setdefault(row.round, {})
         by_seed[i] = float(value)
-        if len(by_seed) == self.seeds and not self.pruned:
-            self.trial.report(sum(by_seed.values()) / self.seeds, step=row.round)
-            self.pruned = bool(self.trial.should_prune())
+        if len(by_seed) == self.seeds and not self.pruned and not self.storage_failed:
+            try:
+                self.trial.report(sum(by_seed.values()) / self.seeds, step=row.round)
+                self.pruned = bool(self.trial.should_prune())
+            except Exception as exc:   # noqa: BLE001 - study.db locked or gone: the trial trains on, unpruned
+                self.storage_failed = True
+                log.warning("sweep: the study could not take round %d's value (%s: %s); this trial is no longer "
+                            "pruned", row.round, type(exc).__name__, exc)
         return self.pruned
 
 
@@ -123,12 +137,22 @@ class Sweep:
         self.sweep_dir = sweep_dir
         sweep_dir.mkdir(parents=True, exist_ok=True)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = optuna.create_study(
-            study_name="nimbus", storage=f"sqlite:///{(sweep_dir / 'study.db').resolve()}", load_if_exists=True,
-            direction="maximize", sampler=optuna.samplers.TPESampler(seed=int(base.get("seed", 0))),
-            pruner=optuna.pruners.MedianPruner(n_startup_trials=options.startup_trials,
-                                               n_warmup_steps=options.warmup_rounds))
-        self._requeue_interrupted()
+        database = sweep_dir / "study.db"
+        try:
+            storage = optuna.storages.RDBStorage(url=f"sqlite:///{database.resolve()}",
+                                                 engine_kwargs={"connect_args": {"timeout": 5.0}})
+            self.study = optuna.create_study(
+                study_name="nimbus", storage=storage, load_if_exists=True, direction="maximize",
+                pruner=optuna.pruners.MedianPruner(n_startup_trials=options.startup_trials,
+                                                   n_warmup_steps=options.warmup_rounds))
+            # seeded past the trials already in the study: a resumed sweep draws new values, not the first ones again
+            drawn = len(self.study.get_trials(deepcopy=False))
+            self.study.sampler = optuna.samplers.TPESampler(seed=int(base.get("seed", 0)) + drawn)
+            self._requeue_interrupted()
+        except Exception as exc:   # noqa: BLE001 - SQLAlchemy's and Optuna's errors: not a study, or locked
+            raise ConfigError(f"{database}: cannot open the sweep's study ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:200]}); a corrupt file: move it away to start the sweep "
+                              f"afresh; a locked one: close the program that holds it") from None
 
     def _requeue_interrupted(self) -> None:
         """A trial left RUNNING by a killed sweep failed; the same values run again as a new trial."""
@@ -154,14 +178,26 @@ class Sweep:
         interrupted = set(self.interrupted())
         return sum(1 for t in self.study.get_trials(deepcopy=False, states=done) if t.number not in interrupted)
 
-    def run_trial(self, *, train_seeds: TrainSeeds) -> None:
+    def run_trial(self, *, train_seeds: TrainSeeds) -> str | None:
+        """Run one trial to its end; the signal's name when SIGINT or SIGTERM stopped it (None otherwise)."""
         trial = self.study.ask()
         values = self.space.sample(trial=trial)
-        configs = trial_configs(base=self.base, values=values, seeds=self.options.seeds, number=trial.number,
-                                trials_dir=self.sweep_dir / "trials")
         pruning = PruneOnRound(trial=trial, seeds=self.options.seeds)
-        results = train_seeds(configs=configs, after_round=pruning)
+        try:
+            configs = trial_configs(base=self.base, values=values, seeds=self.options.seeds, number=trial.number,
+                                    trials_dir=self.sweep_dir / "trials")
+            results = train_seeds(configs=configs, after_round=pruning)
+        except ConfigError as exc:   # valid one by one, refused together (or by the env): never drawn again as is
+            log.warning("sweep: trial %d's values are refused (%s); the trial failed", trial.number,
+                        str(exc).replace("\n", "; "))
+            trial.set_user_attr("refused", str(exc))
+            self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            return None
         trial.set_user_attr("run_dirs", [str(r.run_dir) for r in results])
+        signal = next((r.summary.stopped_by for r in results if r.summary.stopped_by in SIGNALS), None)
+        if signal is not None:
+            self._interrupted(trial=trial)
+            return signal
         if pruning.pruned:
             self.study.tell(trial, state=self.optuna.trial.TrialState.PRUNED)
             return
@@ -171,6 +207,14 @@ class Sweep:
             self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
         else:
             self.study.tell(trial, value)
+        return None
+
+    def _interrupted(self, *, trial: Any) -> None:
+        """A signal stopped ``trial``: failed, not scored (its truncated return would steer the sampler and the
+        pruner), and its values queued to run again when the sweep resumes."""
+        self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+        self.study.enqueue_trial(trial.params, skip_if_exists=False)
+        self.study.set_user_attr("interrupted", [*self.interrupted(), trial.number])
 
     def best(self) -> tuple[float | None, dict[str, Any]]:
         complete = self.study.get_trials(deepcopy=False, states=(self.optuna.trial.TrialState.COMPLETE,))
@@ -240,11 +284,14 @@ def run_sweep(*, config_path: Path, space_path: Path, options: SweepOptions, swe
     first = parse_config(data=base)                   # the base config itself is valid (exit 2 otherwise)
     space = load_space(path=space_path, base=base)
     sweep_dir = Path(sweep_dir) if sweep_dir is not None else Path(first.output.root_dir) / f"sweep-{first.name}"
-    sweep = Sweep(base=base, space=space, sweep_dir=sweep_dir, options=options)
-    while sweep.finished() < options.trials:
-        sweep.run_trial(train_seeds=train_seeds)
-        sweep.write_outputs()
-    best_path = sweep.write_outputs()
-    value, values = sweep.best()
-    return SweepResult(sweep_dir=sweep_dir, best_value=value, best_values=values, best_config_path=best_path,
-                       finished=sweep.finished())
+    with hold_lock(directory=sweep_dir, what="sweep directory", hint="one sweep per study at a time: wait for it, "
+                                                                     "or give another --dir"):
+        sweep = Sweep(base=base, space=space, sweep_dir=sweep_dir, options=options)
+        signal = None
+        while signal is None and sweep.finished() < options.trials:
+            signal = sweep.run_trial(train_seeds=train_seeds)
+            sweep.write_outputs()
+        best_path = sweep.write_outputs()
+        value, values = sweep.best()
+        return SweepResult(sweep_dir=sweep_dir, best_value=value, best_values=values, best_config_path=best_path,
+                           finished=sweep.finished(), interrupted_by=signal)

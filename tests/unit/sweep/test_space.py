@@ -45,7 +45,8 @@ def test_with_values_sets_dotted_keys_on_a_copy() -> None:
     ({"algo.lr": {"uniform": [0.0, 0.01]}}, r"space\.algo\.lr: give exactly one of"),
     ({"algo.lr": {"float": [0.0, 0.01], "lgo": True}}, r"space\.algo\.lr: unknown keys \['lgo'\]"),
     ({"env.num_envs_per_actor": {"int": [1.5, 4]}}, r"space\.env\.num_envs_per_actor\.int: give \[low, high\]"),
-    ({"seed": {"int": [0, 4]}}, r"space\.seed: the sweep sets seed and name itself"),
+    ({"seed": {"int": [0, 4]}}, r"space\.seed: the sweep sets seed, name and output itself"),
+    ({"output.root_dir": {"choice": ["/etc", "/tmp"]}}, r"space\.output\.root_dir: the sweep sets seed, name and output"),
     ({"algo.hidden_sizes": {"choice": [[64]]}}, r"space\.algo\.hidden_sizes\.choice: a list of at least two"),
     ([1, 2], r"space: a mapping of config key paths"),
 ])
@@ -58,7 +59,7 @@ def test_a_space_file_that_is_missing_or_not_yaml_is_a_config_error(tmp_path: Pa
     with pytest.raises(ConfigError, match="no such space file"):
         load_space(path=tmp_path / "missing.yaml", base=BASE)
     (tmp_path / "bad.yaml").write_text("algo.lr: {float: [1, 2]\n")
-    with pytest.raises(ConfigError, match="not YAML"):
+    with pytest.raises(ConfigError, match="not valid YAML"):
         load_space(path=tmp_path / "bad.yaml", base=BASE)
     (tmp_path / "ok.yaml").write_text(yaml.safe_dump({"algo.lr": {"float": [1.0e-4, 1.0e-3]}}))
     assert [d.key for d in load_space(path=tmp_path / "ok.yaml", base=BASE).dimensions] == ["algo.lr"]
