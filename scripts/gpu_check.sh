@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check (issue 25.5): on a machine with CUDA, set nimbus up against the machine's own torch (no
-# downloads), run the `gpu` tests, the learner benchmark and the simulated-vs-real validation with the learner on
-# cuda, and print a summary block for docs/benchmarks.md.
+# downloads), run the `gpu` tests, the learner benchmarks (gpu_learners.py; learner_update.py per compile mode in
+# LEARNER_COMPILE_MODES, default "off") and the simulated-vs-real validation with the learner on cuda, and print a
+# summary block for docs/benchmarks.md.
 # Budget: under 8 minutes on one GPU. Without CUDA it checks the set-up, says "no CUDA: skipped" and exits 0.
 #
 #   scripts/gpu_check.sh            # PYTHON=python3 VENV=.venv-gpu SECONDS_PER_FIGURE=3 by default
@@ -96,6 +97,13 @@ tail -n 25 "$LOG_DIR/pytest.log"
 timeout 150 "$PY" benchmarks/gpu_learners.py --seconds "$SECONDS_PER_FIGURE" \
   --out "$LOG_DIR/gpu_learners.json" >"$LOG_DIR/benchmark.md" 2>"$LOG_DIR/benchmark.err"
 BENCH_RC=$?
+# one learner update three ways (nimbus, a CleanRL-shaped reference loop, SB3's train()) on cuda, per compile mode
+LEARNER_RC=0
+for MODE in ${LEARNER_COMPILE_MODES:-off}; do
+  timeout 150 "$PY" benchmarks/learner_update.py --device cuda --compile "$MODE" --repeats 3 --updates 3 \
+    --out "$LOG_DIR/learner_update_$MODE.json" >"$LOG_DIR/learner_update_$MODE.md" 2>"$LOG_DIR/learner_update_$MODE.err" \
+    || LEARNER_RC=$?
+done
 # issue 30's validation on a GPU machine: real PPO CartPole with the learner on cuda at 1, 2 and 4 actors, a
 # profile fitted from the 1- and 2-actor runs, the same runs simulated from it (4 actors out of sample)
 timeout 240 "$PY" benchmarks/simulated_vs_real.py --seeds 1 --env-steps 2048 --warmup 1 --learner-device cuda \
@@ -112,8 +120,13 @@ echo "gpu tests: $(tail -n 1 "$LOG_DIR/pytest.log") (exit $TESTS_RC)"
 echo
 if [ "$BENCH_RC" -eq 0 ]; then cat "$LOG_DIR/benchmark.md"; else echo "benchmark failed (exit $BENCH_RC): $(tail -n 3 "$LOG_DIR/benchmark.err")"; fi
 echo
+for MODE in ${LEARNER_COMPILE_MODES:-off}; do
+  echo "learner update on cuda, compile $MODE (\`benchmarks/learner_update.py --device cuda --compile $MODE --repeats 3 --updates 3\`):"
+  cat "$LOG_DIR/learner_update_$MODE.md" 2>/dev/null; tail -n 2 "$LOG_DIR/learner_update_$MODE.err" 2>/dev/null
+  echo
+done
 echo "simulated vs real, learner on cuda (\`benchmarks/simulated_vs_real.py --seeds 1 --env-steps 2048 --warmup 1 \
 --learner-device cuda\`; simulated / real - 1), exit $SIM_RC:"
 grep "actor(s):" "$LOG_DIR/simulated_vs_real.txt" || tail -n 3 "$LOG_DIR/simulated_vs_real.txt"
 echo "-----------------------------------------"
-[ "$TESTS_RC" -eq 0 ] && [ "$BENCH_RC" -eq 0 ] && [ "$SIM_RC" -eq 0 ]
+[ "$TESTS_RC" -eq 0 ] && [ "$BENCH_RC" -eq 0 ] && [ "$SIM_RC" -eq 0 ] && [ "$LEARNER_RC" -eq 0 ]
