@@ -229,18 +229,23 @@ def _plan_simulated(args: argparse.Namespace) -> int:
     """``nimbus plan --simulate``: whole simulated runs, one per seed (run/plan.py), then IQM and intervals."""
     import tempfile
 
-    from nimbus.run.plan import aggregate_seeds, plan_configs, run_seed
+    from nimbus.run.plan import aggregate_seeds, plan_configs, run_seeds
 
     if not args.config or args.run_dirs or args.actors is not None or args.pricing or args.capacity_cpus:
         raise ConfigError("plan --simulate: give --config (and --set KEY.PATH=VALUE for the scale: "
                           "actors.scaling.num_actors, stellaris.learners, runtime.capacity_cpus...), not RUN_DIRs, "
                           "--actors, --capacity-cpus or --pricing")
     configs = plan_configs(config_path=Path(args.config), overrides=args.set or [], seeds=args.seeds)
+    out = Console()
     with tempfile.TemporaryDirectory(prefix="nimbus-plan-") as tmp:
         root = Path(args.dir) if args.dir else Path(tmp)
-        seeds = [run_seed(config=config, run_dir=root / f"seed-{config.seed}") for config in configs]
-    plan = aggregate_seeds(seeds=seeds)
-    out = Console()
+        runs = run_seeds(configs=configs, root=root, say=lambda line: out.print(escape(line), highlight=False))
+    if runs.interrupted_by is not None:
+        out.print(f"stopped by {runs.interrupted_by} during seed {runs.interrupted_seed} (not counted): "
+                  f"{len(runs.done)} of {len(configs)} seed(s) completed", highlight=False)
+        if not runs.done:
+            return 0
+    plan = aggregate_seeds(seeds=list(runs.done))
     for s in plan.seeds:
         shown = "n/a" if s.final_return is None else f"{s.final_return:.1f}"
         out.print(f"seed {s.seed}: {s.rounds} rounds, {s.env_steps} env steps, {s.wall_s:.1f} s simulated "
@@ -356,8 +361,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="profile path (default: the first RUN_DIR/simulation-profile.yaml)")
     p.set_defaults(func=_cmd_simulate_fit)
     from nimbus.bench.commands import add_bench_commands
+    from nimbus.run.check_env import add_check_env_command
 
     add_bench_commands(sub)  # nimbus bench transfer | sample
+    add_check_env_command(sub)  # nimbus check-env ID
     return parser
 
 
