@@ -7,7 +7,9 @@ starts and staleness act on it as they would on the simulated cluster. Per seed:
 median round time, the serverless and serverful bills and the final return; over the seeds: the interquartile
 mean of each with its 95 % stratified-bootstrap interval (analysis/stats.py ``aggregate``).
 
-Every seed's config is loaded (and refused, exit 2 naming the key) before the first run starts.
+Every seed's config is loaded (and refused, exit 2 naming the key) before the first run starts. ``run_seeds`` says
+when each seed starts and ends (a plan at scale runs for minutes). SIGINT or SIGTERM stops the plan as a whole: the
+seed it was in is not counted (its truncated figures would bias the IQM), the seeds done before are.
 
 Example::
 
@@ -23,11 +25,14 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from nimbus.analysis.stats import Interval, aggregate
 from nimbus.config import NimbusConfig, load_config
+from nimbus.run.stop import SIGNALS
+from nimbus.run.summary import RunSummary
 
 # Before the user's --set (theirs win): a plan's runs are quiet. After them: the backend and the seed.
 QUIET = ("output.report=false", "output.loggers=[]", "output.status_line=false")
@@ -66,14 +71,45 @@ def plan_configs(*, config_path: Path, overrides: list[str], seeds: list[int]) -
                                                      f"seed={seed}"]) for seed in seeds]
 
 
+@dataclass(frozen=True)
+class SeedRuns:
+    """The seeds that ran to their end, and the one a signal stopped (not counted), if any."""
+
+    done: tuple[SeedPlan, ...]
+    interrupted_seed: int | None = None
+    interrupted_by: str | None = None
+
+
+def run_seeds(*, configs: list[NimbusConfig], root: Path, say: Callable[[str], None]) -> SeedRuns:
+    """Each config's simulated run into ``root/seed-<n>``, in order, until a signal stops one; ``say`` hears when
+    each starts and ends."""
+    from nimbus.run.loop import train
+
+    done: list[SeedPlan] = []
+    for k, config in enumerate(configs, start=1):
+        say(f"seed {config.seed} ({k} of {len(configs)}): simulating up to {config.train.total_env_steps:,} env steps")
+        result = train(config=config, run_dir=root / f"seed-{config.seed}")
+        if result.summary.stopped_by in SIGNALS:
+            return SeedRuns(done=tuple(done), interrupted_seed=config.seed, interrupted_by=result.summary.stopped_by)
+        done.append(seed_plan(seed=config.seed, run_dir=result.run_dir, summary=result.summary,
+                              rounds_s=[row.round_s for row in result.rows]))
+        say(f"seed {config.seed} done: {result.summary.rounds} rounds, {result.summary.wall_s:,.1f} s simulated time")
+    return SeedRuns(done=tuple(done))
+
+
 def run_seed(*, config: NimbusConfig, run_dir: Path) -> SeedPlan:
     """Train ``config`` (simulated) into ``run_dir`` and keep its figures."""
     from nimbus.run.loop import train
 
     result = train(config=config, run_dir=run_dir)
-    summary = result.summary
-    rounds_s = [row.round_s for row in result.rows] or [summary.wall_s]
-    return SeedPlan(seed=config.seed, run_dir=str(run_dir), rounds=summary.rounds, env_steps=summary.env_steps,
+    return seed_plan(seed=config.seed, run_dir=run_dir, summary=result.summary,
+                     rounds_s=[row.round_s for row in result.rows])
+
+
+def seed_plan(*, seed: int, run_dir: Path, summary: RunSummary, rounds_s: list[float]) -> SeedPlan:
+    """One seed's figures from its run's summary and round times."""
+    rounds_s = rounds_s or [summary.wall_s]
+    return SeedPlan(seed=seed, run_dir=str(run_dir), rounds=summary.rounds, env_steps=summary.env_steps,
                     wall_s=summary.wall_s, round_s_median=float(statistics.median(rounds_s)),
                     serverless_usd=summary.serverless_cost_usd, serverful_usd=summary.serverful_cost_usd,
                     final_return=summary.final_return)
