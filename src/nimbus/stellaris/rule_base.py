@@ -5,7 +5,7 @@ rule's common state. A rule is a plain object the workflow drives; see rules.py'
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +92,15 @@ class Rule:
 
     def offer(self, *, arrival: Arrival) -> Verdict:
         return Verdict(aggregation=Aggregation(members=(self._member(arrival=arrival),)))
+
+    gathers = False
+    """Whether the rule takes several arrivals at once (``offer_many``): the queue rules with a staleness
+    threshold, whose decision is over the whole queue; the others decide per gradient."""
+
+    def offer_many(self, *, arrivals: Sequence[Arrival]) -> Verdict:
+        """Every gradient that landed while the parameter function ran, queued together, then one decision over
+        the queue (the paper's parameter function fetches the newly computed gradients into its queue)."""
+        raise NotImplementedError(f"rule {self.name!r} decides per gradient: use offer")
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint saves to resume this rule (JSON-ready: str keys, ints, floats, None): the round,

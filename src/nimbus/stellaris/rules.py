@@ -58,7 +58,7 @@ What the workflow calls (every call keyword-only; rule_base.py has each one's co
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from nimbus.stellaris.rule_base import (Aggregation, Arrival, Member, QueueRule, Rejection, Rule, Verdict,
@@ -172,21 +172,32 @@ class StellarisRule(QueueRule):
         if self.measure_from is not None and (self.measure_from < 0 or read_version >= self.measure_from):
             self.measured.append(member.staleness)
 
+    gathers = True
+
     def offer(self, *, arrival: Arrival) -> Verdict:
-        staleness = self.version - arrival.read_version
-        member = self._member(arrival=arrival, scale=staleness_scale(staleness=staleness, root=self.root))
-        if self.seed is None:   # warm-up and measurement rounds: no threshold, apply on arrival
-            self._measure(member=member, read_version=arrival.read_version)
-            return Verdict(aggregation=Aggregation(members=(member,)))
-        if self._never_admissible(staleness=member.staleness):
-            return Verdict(aggregation=None, rejected=(Rejection(
-                key=member.key, staleness=member.staleness,
-                reason=f"staler than β·max_queue = {self.threshold * self.max_queue:g}: never admissible"),))
-        self.queue.append(member)
-        rejected = self._shed()
-        if self._admissible():
-            return Verdict(aggregation=self._flush().aggregation, rejected=rejected)
-        return Verdict(aggregation=None, rejected=rejected)
+        return self.offer_many(arrivals=[arrival])
+
+    def offer_many(self, *, arrivals: Sequence[Arrival]) -> Verdict:
+        """Queue each arrival (P7: refuse one never admissible; shed the stalest beyond ``max_queue``), then
+        aggregate the whole queue if its mean staleness ≤ β_k. Before δmax is measured there is no threshold: the
+        queue is always admitted (one gradient offered alone is applied on arrival)."""
+        rejected: list[Rejection] = []
+        for arrival in arrivals:
+            staleness = self.version - arrival.read_version
+            member = self._member(arrival=arrival, scale=staleness_scale(staleness=staleness, root=self.root))
+            if self.seed is None:   # warm-up and measurement rounds
+                self._measure(member=member, read_version=arrival.read_version)
+            elif self._never_admissible(staleness=member.staleness):
+                rejected.append(Rejection(
+                    key=member.key, staleness=member.staleness,
+                    reason=f"staler than β·max_queue = {self.threshold * self.max_queue:g}: never admissible"))
+                continue
+            self.queue.append(member)
+            if self.seed is not None:
+                rejected.extend(self._shed())
+        if self.queue and (self.seed is None or self._admissible()):
+            return Verdict(aggregation=self._flush().aggregation, rejected=tuple(rejected))
+        return Verdict(aggregation=None, rejected=tuple(rejected))
 
     def _admissible(self) -> bool:
         mean = sum(m.staleness for m in self.queue) / len(self.queue)
@@ -250,15 +261,24 @@ class StellarisCodeRule(QueueRule):
         self.round_staleness_sum = int(state["round_staleness_sum"])
         self.round_gradients = int(state["round_gradients"])
 
+    gathers = True
+
     def offer(self, *, arrival: Arrival) -> Verdict:
-        member = self._member(arrival=arrival)   # scale 1: their code applies no staleness scale (docstring)
-        if self.seed is None:
-            self.round_staleness_sum += member.staleness
-            self.round_gradients += 1
-            return Verdict(aggregation=Aggregation(members=(member,), separate_steps=True))
-        self.queue.append(member)
+        return self.offer_many(arrivals=[arrival])
+
+    def offer_many(self, *, arrivals: Sequence[Arrival]) -> Verdict:
+        """Queue them; before the seed every gradient is applied (as its own step), after it the queue is flushed
+        when its mean staleness ≤ the threshold or it holds ``learners`` gradients."""
+        for arrival in arrivals:
+            member = self._member(arrival=arrival)   # scale 1: their code applies no staleness scale (docstring)
+            if self.seed is None:
+                self.round_staleness_sum += member.staleness
+                self.round_gradients += 1
+            self.queue.append(member)
+        if not self.queue:
+            return Verdict(aggregation=None)
         mean = sum(m.staleness for m in self.queue) / len(self.queue)
-        if mean <= self.threshold or len(self.queue) >= self.learners:
+        if self.seed is None or mean <= self.threshold or len(self.queue) >= self.learners:
             return self._flush(separate_steps=True)
         return Verdict(aggregation=None)
 

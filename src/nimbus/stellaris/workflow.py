@@ -110,6 +110,8 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         self.stored_versions = {progress.policy_version}   # versions whose weights this run put in the Store
         self.slice_read: dict[str, int] = {}       # slice key → the version its last launched pass read
         # the resident parameter function's anchor and replay log (stellaris/resident_log.py)
+        # a slot frees when its gradient lands and the landed gradients are offered together (rules that gather)
+        self.gathering = cfg.gather_arrivals and self.rule.gathers
         self.run_key = uuid.uuid4().hex   # names this run's state in the parameter function's warm worker
         self.resident = ResidentLog(run_key=self.run_key, anchor=progress.policy_version) \
             if cfg.resident_parameter else None
@@ -272,9 +274,18 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
             flight.batch.outstanding -= 1
             self.rule.lost(arrival=_arrival(flight), reason="non-finite loss or gradient")   # sync may relaunch
             return
+        if self.gathering:   # the learner is done: its slot computes again while its gradient waits to be offered
+            del self.in_flight[flight.slot]
+            self._flight_changed()
         self.arrivals.append((flight, header))
 
     def _offer_waiting(self) -> None:
+        if self.gathering:
+            if self.arrivals and not self.parameter_busy:
+                flights, self.arrivals = [flight for flight, _ in self.arrivals], []
+                self.held.update((flight.grad_key, flight) for flight in flights)
+                self._settle(verdict=self.rule.offer_many(arrivals=[_arrival(f) for f in flights]))
+            return
         while self.arrivals and not self.parameter_busy:
             flight, _ = self.arrivals.pop(0)
             del self.in_flight[flight.slot]   # the slot holds its gradient until the rule has taken it (back-pressure)
@@ -391,7 +402,8 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         """Delete versions older than ``store.keep_versions`` that neither a learner in flight nor the sampling
         round's actors (a retry re-reads its weights) still read."""
         keep = self.system.config.store.keep_versions
-        needed = {f.read_version for f in (*self.in_flight.values(), *self.held.values())}
+        needed = {f.read_version for f in (*self.in_flight.values(), *self.held.values(),
+                                           *(flight for flight, _ in self.arrivals))}
         needed.add(self.round.policy_version)
         if self.resident is not None:   # the anchor's full state rebuilds a lost resident state
             needed.add(self.resident.anchor)
