@@ -205,13 +205,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     if args.simulate:
         return _plan_simulated(args)
-    from nimbus.cost.planner import profile_runs, simulate
+    from nimbus.cost.planner import check_scale, profile_runs, simulate
     from nimbus.cost.pricing import load_pricing
 
     if not args.run_dirs or args.actors is None:
         raise ConfigError("plan: the timing-only model needs RUN_DIR... and --actors (or --simulate --config)")
     if args.config or args.set:
         raise ConfigError("plan: --config and --set are for --simulate (the timing-only model reads RUN_DIRs)")
+    check_scale(actors=args.actors, learners=args.learners, rounds=args.rounds, capacity_cpus=args.capacity_cpus)
     try:
         profile = profile_runs(run_dirs=[Path(d) for d in args.run_dirs])
     except (OSError, KeyError, StopIteration, ValueError) as exc:

@@ -25,20 +25,26 @@ fleet would add beyond the profiled tail, network bandwidth at scale, and learni
 ``nimbus plan --simulate --config X --set ...`` trains the config on the simulated backend once per seed
 (run/plan.py, docs/simulated.md): time, cost and return, with intervals over seeds, in minutes instead of seconds.
 This timing-only model stays the default: it needs only ledgers and answers at once.
+
+Bad input is a ConfigError (exit 2) naming what is wrong: a count below 1 (``--actors``, ``--learners``,
+``--rounds``, ``--capacity-cpus``), a run directory without its files, a file that is not JSON lines or YAML (read by
+the configs' guarded loader), or a run with no sync-workflow round to profile (an empty ledger; a Stellaris, MARLess
+or off-policy run, whose functions are not one actor phase and one learner: plan those with ``--simulate``).
 """
 
 from __future__ import annotations
 
 import heapq
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from nimbus.config.yaml_loader import parse_yaml
 from nimbus.cost.ledger import LedgerRecord
 from nimbus.cost.pricing import PricingModel
+from nimbus.data.jsonl import read_jsonl
+from nimbus.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -88,10 +94,44 @@ def _fit(xs: list[float], ys: list[float]) -> Line:
 
 
 def _run_rounds(run_dir: Path) -> tuple[list[dict], list[LedgerRecord], dict]:
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    ledger = [LedgerRecord.from_json(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines() if line]
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    return metrics, ledger, config
+    """A run's metrics rows, ledger records and config; ConfigError naming the file that is missing or unreadable."""
+    for name in ("metrics.jsonl", "ledger.jsonl", "config.yaml"):
+        if not (run_dir / name).is_file():
+            raise ConfigError(f"plan: {run_dir} has no {name} (is it a nimbus run directory?)")
+    try:
+        metrics = [row for row in read_jsonl(path=run_dir / "metrics.jsonl") if isinstance(row, dict)]
+        ledger = [LedgerRecord.from_dict(row) for row in read_jsonl(path=run_dir / "ledger.jsonl")
+                  if isinstance(row, dict)]
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"plan: {run_dir}/ledger.jsonl holds a row that is not a ledger record: {exc}") from None
+    config = parse_yaml(text=(run_dir / "config.yaml").read_text(), source=str(run_dir / "config.yaml"))
+    return metrics, ledger, config if isinstance(config, dict) else {}
+
+
+def _rows_per_actor(*, run_dir: Path, config: dict) -> int:
+    try:
+        return int(config["env"]["num_envs_per_actor"]) * int(config["actors"]["fragment_steps"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"plan: {run_dir}/config.yaml lacks env.num_envs_per_actor or actors.fragment_steps "
+                          "(the timing-only model profiles sync-workflow runs; plan others with --simulate)") from None
+
+
+def _first_of(*, records: list[LedgerRecord], kind: str, run_dir: Path) -> LedgerRecord:
+    found = next((r for r in records if r.kind == kind and r.outcome == "ok"), None)
+    if found is None:
+        raise ConfigError(f"plan: {run_dir}/ledger.jsonl has no finished {kind} attempt: the timing-only model "
+                          "profiles sync-workflow runs (one actor phase, one learner a round); an empty ledger, a "
+                          "Stellaris, MARLess or off-policy run: plan it with --simulate --config")
+    return found
+
+
+def check_scale(*, actors: int, learners: int, rounds: int, capacity_cpus: float | None) -> None:
+    """The target scale is at least one of each (ConfigError naming the argument)."""
+    for name, value in (("--actors", actors), ("--learners", learners), ("--rounds", rounds)):
+        if value < 1:
+            raise ConfigError(f"plan: {name} must be at least 1, got {value}")
+    if capacity_cpus is not None and not capacity_cpus > 0:
+        raise ConfigError(f"plan: --capacity-cpus must be above 0, got {capacity_cpus}")
 
 
 def profile_runs(*, run_dirs: list[Path]) -> Profile:
@@ -100,7 +140,9 @@ def profile_runs(*, run_dirs: list[Path]) -> Profile:
     rows_xs, learner_ys, actors_xs, overhead_ys = [], [], [], []
     for run_dir in run_dirs:
         metrics, ledger, config = _run_rounds(run_dir)
-        rows_per_actor = int(config["env"]["num_envs_per_actor"]) * int(config["actors"]["fragment_steps"])
+        rows_per_actor = _rows_per_actor(run_dir=run_dir, config=config)
+        _first_of(records=ledger, kind="actor", run_dir=run_dir)
+        _first_of(records=ledger, kind="learner", run_dir=run_dir)
         actors = sorted((r for r in ledger if r.kind == "actor" and r.outcome == "ok"), key=lambda r: r.start_at)
         learners = sorted((r for r in ledger if r.kind == "learner" and r.outcome == "ok"), key=lambda r: r.start_at)
         actor_s += [r.duration_s for r in actors]
@@ -117,9 +159,12 @@ def profile_runs(*, run_dirs: list[Path]) -> Profile:
             learner_ys.append(learners[i].duration_s)
             actors_xs.append(row["num_actors"])
             overhead_ys.append(max(0.0, row["round_s"] - max(r.duration_s for r in batch) - learners[i].duration_s))
+    if not rows_xs:
+        raise ConfigError(f"plan: no complete round to profile in {', '.join(map(str, run_dirs))} (metrics.jsonl "
+                          "and ledger.jsonl hold no round with all its actors and its learner)")
     first = _run_rounds(run_dirs[0])[1]
-    actor_rec = next(r for r in first if r.kind == "actor")
-    learner_rec = next(r for r in first if r.kind == "learner")
+    actor_rec = _first_of(records=first, kind="actor", run_dir=run_dirs[0])
+    learner_rec = _first_of(records=first, kind="learner", run_dir=run_dirs[0])
     learner_inits = [r.init_s for r in first if r.kind == "learner" and r.init_s > 0] or [0.0]
     return Profile(actor_s=np.asarray(actor_s), init_s=np.asarray(init_s), cold_fraction=cold / max(later, 1),
                    rows_per_actor=rows_per_actor, learner=_fit(rows_xs, learner_ys),
@@ -149,6 +194,7 @@ def _actor_phase(*, durations: np.ndarray, slots: int) -> float:
 def simulate(*, profile: Profile, actors: int, learners: int, rounds: int, pricing: PricingModel,
              capacity_cpus: float | None = None, seed: int = 0) -> Plan:
     """Time per round and cost of ``rounds`` rounds at ``actors`` x ``learners`` (module docstring)."""
+    check_scale(actors=actors, learners=learners, rounds=rounds, capacity_cpus=capacity_cpus)
     rng = np.random.default_rng(seed)
     slots = actors if capacity_cpus is None else max(1, int(capacity_cpus // profile.actor_cpus))
     rows = actors * profile.rows_per_actor
