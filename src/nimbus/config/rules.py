@@ -50,9 +50,10 @@ def check_env_backend(*, config: NimbusConfig) -> None:
     if config.env.id not in ENVPOOL_TWIN_IDS:
         raise ValueError(f"actors.env_backend: envpool has no twin of env.id {config.env.id!r}; it has "
                          f"{', '.join(sorted(ENVPOOL_TWIN_IDS))} (use vector or gymnasium)")
-    if config.env.imports or config.env.wrappers or config.env.kwargs:
+    if config.env.imports or config.env.wrappers or not set(config.env.kwargs) <= \
+            ({"clip_rewards"} if config.env.id.startswith("nimbus/Atari") else set()):
         raise ValueError("actors.env_backend: envpool builds its own envs; env.imports, env.wrappers and "
-                         "env.kwargs need gymnasium's (use vector or gymnasium)")
+                         "env.kwargs (but an Atari id's clip_rewards) need gymnasium's (use vector or gymnasium)")
     if importlib.util.find_spec("envpool") is None:
         raise ValueError("actors.env_backend: envpool needs the envpool extra: pip install nimbus-rl[envpool]")
 

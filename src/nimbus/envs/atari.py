@@ -4,7 +4,9 @@
 v5 defines them) with frame skipping moved into gymnasium's ``AtariPreprocessing`` (frame_skip 4,
 max-pooled, noop_max 30, 84x84 grayscale uint8; episodes end at game over, not on life loss) and
 ``FrameStackObservation(4)``: observations are uint8 stacks of shape (4, 84, 84), which
-``models.qnet.NatureCNN`` takes channels-first. Rewards are not clipped (Pong's are ±1 already).
+``models.qnet.NatureCNN`` takes channels-first. Rewards are not clipped (Pong's are ±1 already) unless
+``env.kwargs: {clip_rewards: true}`` (their sign, as the DQN and PPO papers train; episode returns then count
+clipped rewards too).
 
 It is one ``gym.Env`` that owns its wrapper stack, because ``envs.make.make_env`` checks the contract
 on the *unwrapped* env: the preprocessing has to be part of the env it sees. Needs the ``atari`` extra
@@ -21,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 GAMES = ("Pong", "Breakout", "BeamRider", "Qbert", "SpaceInvaders")  # XingTian §5.2's, and Pong
 
@@ -34,7 +37,8 @@ class AtariEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, *, game: str, frame_stack: int = 4, render_mode: str | None = None) -> None:
+    def __init__(self, *, game: str, frame_stack: int = 4, clip_rewards: bool = False,
+                 render_mode: str | None = None) -> None:
         import ale_py  # the atari extra; ImportError → ConfigError naming it (envs/make.py)
         from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
@@ -46,13 +50,15 @@ class AtariEnv(gym.Env):
         self.observation_space = self._env.observation_space
         self.action_space = self._env.action_space
         self.render_mode = render_mode
+        self._clip_rewards = clip_rewards
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)
         return self._env.reset(seed=seed, options=options)
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        return self._env.step(action)
+        obs, reward, terminated, truncated, info = self._env.step(action)
+        return obs, float(np.sign(reward)) if self._clip_rewards else reward, terminated, truncated, info
 
     def render(self) -> Any:
         return self._env.render()

@@ -65,12 +65,24 @@ def envpool_task(*, env_id: str) -> tuple[str, dict[str, Any]] | None:
     return ENVPOOL_TWINS.get(env_id)
 
 
-def resolve_backend(*, backend: Backend, env_id: str, custom: bool = False, snapshots: bool = False) -> str:
-    """The backend ``auto`` stands for: envpool where it is installed, has the env, and neither a user's wrappers or
-    kwargs (``custom``) nor env snapshots need the gymnasium envs; else the per-env loop."""
+def envpool_kwargs(*, env_id: str, kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """EnvPool's kwargs for ``env_id`` with ``env.kwargs``, or None where EnvPool cannot build that env: no twin, or
+    an ``env.kwargs`` key it has no equivalent of (the Atari ids' ``clip_rewards`` is its ``reward_clip``)."""
+    twin = envpool_task(env_id=env_id)
+    kwargs = kwargs or {}
+    if twin is None or not set(kwargs) <= ({"clip_rewards"} if env_id.startswith("nimbus/Atari") else set()):
+        return None
+    return {**twin[1], **({"reward_clip": bool(kwargs["clip_rewards"])} if "clip_rewards" in kwargs else {})}
+
+
+def resolve_backend(*, backend: Backend, env_id: str, kwargs: dict[str, Any] | None = None, custom: bool = False,
+                    snapshots: bool = False) -> str:
+    """The backend ``auto`` stands for: envpool where it is installed and can build the env (``envpool_kwargs``),
+    and neither a user's imports or wrappers (``custom``) nor env snapshots need the gymnasium envs; else the loop."""
     if backend != "auto":
         return backend
-    usable = envpool_installed() and envpool_task(env_id=env_id) is not None and not custom and not snapshots
+    usable = envpool_installed() and envpool_kwargs(env_id=env_id, kwargs=kwargs) is not None and not custom \
+        and not snapshots
     return "envpool" if usable else "gymnasium"
 
 
@@ -78,7 +90,7 @@ def make_batched(*, backend: str, env_id: str, num_envs: int, seed: int, kwargs:
                  actor_rank: int = 0, imports: Sequence[str] = (), wrappers: Sequence[str] = ()) -> Any:
     """``num_envs`` envs of ``env_id`` as one batch (``loop`` for the gymnasium backend, ``vector``, ``envpool``)."""
     if backend == "envpool":
-        return EnvPoolBatch(env_id=env_id, num_envs=num_envs, seed=seed)
+        return EnvPoolBatch(env_id=env_id, num_envs=num_envs, seed=seed, kwargs=kwargs)
     envs = [make_env(env_id=env_id, seed=(seed + i) % (2**31), kwargs=kwargs, actor_rank=actor_rank, imports=imports,
                      wrappers=wrappers) for i in range(num_envs)]
     return VectorBatch(envs=envs, seed=seed) if backend == "vector" else LoopBatch(envs=envs, seed=seed)
@@ -148,13 +160,14 @@ class EnvPoolBatch:
 
     envs: list[gym.Env] = []   # nothing a snapshot could capture
 
-    def __init__(self, *, env_id: str, num_envs: int, seed: int) -> None:
+    def __init__(self, *, env_id: str, num_envs: int, seed: int, kwargs: dict[str, Any] | None = None) -> None:
         import envpool
 
-        twin = envpool_task(env_id=env_id)
-        if twin is None:
-            raise ValueError(f"EnvPool has no twin of {env_id!r}; known: {', '.join(sorted(ENVPOOL_TWINS))}")
-        task_id, task_kwargs = twin
+        task_kwargs = envpool_kwargs(env_id=env_id, kwargs=kwargs)
+        if task_kwargs is None:
+            raise ValueError(f"EnvPool cannot build {env_id!r} with env.kwargs {kwargs or {}}; it has twins of "
+                             f"{', '.join(sorted(ENVPOOL_TWINS))} (Atari: env.kwargs clip_rewards only)")
+        task_id = ENVPOOL_TWINS[env_id][0]
         self.num_envs = num_envs
         self._pool = envpool.make_gymnasium(task_id, num_envs=num_envs, batch_size=num_envs, num_threads=1,
                                             seed=seed % (2**31 - num_envs), **task_kwargs)

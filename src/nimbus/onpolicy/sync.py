@@ -111,8 +111,8 @@ class SyncWorkflow(SystemWorkflow):
         self.table.bind(name="invoke_learner", trigger=self.data_trigger, action=self._invoke_learner)
         self.prewarmer = _prewarmer(system=system)  # ARTOS workload monitor (prewarm.mode; no-op for none)
         cfg = system.config
-        self.env_backend = resolve_backend(backend=cfg.actors.env_backend, env_id=cfg.env.id,
-                                           custom=bool(cfg.env.imports or cfg.env.wrappers or cfg.env.kwargs),
+        self.env_backend = resolve_backend(backend=cfg.actors.env_backend, env_id=cfg.env.id, kwargs=cfg.env.kwargs,
+                                           custom=bool(cfg.env.imports or cfg.env.wrappers),
                                            snapshots=cfg.train.exact_resume or cfg.actors.restore_slots)
 
     # ----------------------------------------------------------------------------------- actions

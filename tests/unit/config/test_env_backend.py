@@ -45,3 +45,11 @@ def test_a_workflow_whose_actor_does_not_batch_refuses_it() -> None:
     data = {"name": "t", "algo": {"name": "dqn"}, "train": {"workflow": "async"}, "actors": {"env_backend": "vector"}}
     with pytest.raises(ConfigError, match="actors.env_backend: vector is read by the on-policy actor"):
         parse_config(data=data)
+
+
+def test_an_atari_ids_clip_rewards_is_the_one_kwarg_envpool_takes() -> None:
+    atari = {"id": "nimbus/AtariQbert-v5", "kwargs": {"clip_rewards": True}}
+    if envpool_installed():
+        assert parse_config(data=_config(env=atari)).env.kwargs == {"clip_rewards": True}
+    with pytest.raises(ConfigError, match="but an Atari id's clip_rewards"):
+        parse_config(data=_config(env={"id": "nimbus/AtariQbert-v5", "kwargs": {"frame_stack": 2}}))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nimbus.config.rules import ENVPOOL_TWIN_IDS
-from nimbus.envs.batched import ENVPOOL_TWINS, envpool_installed, make_batched, resolve_backend
+from nimbus.envs.batched import ENVPOOL_TWINS, envpool_installed, envpool_kwargs, make_batched, resolve_backend
 
 needs_envpool = pytest.mark.skipif(not envpool_installed(), reason="the envpool extra is not installed here")
 NUM_ENVS = 4
@@ -101,3 +101,22 @@ def test_auto_takes_envpool_only_where_nothing_needs_gymnasiums_envs() -> None:
 
 def test_the_config_rules_know_the_same_twins() -> None:
     assert set(ENVPOOL_TWINS) == ENVPOOL_TWIN_IDS
+
+
+@pytest.mark.parametrize("backend", ["gymnasium", pytest.param("envpool", marks=needs_envpool)])
+def test_atari_rewards_clipped_to_their_sign_in_both_backends(backend: str) -> None:
+    """Qbert pays 25 a cube: with clip_rewards every reward is -1, 0 or 1, and some are 1."""
+    batch = make_batched(backend=backend, env_id="nimbus/AtariQbert-v5", num_envs=2, seed=1,
+                         kwargs={"clip_rewards": True})
+    batch.reset()
+    rng = np.random.default_rng(0)
+    rewards = np.concatenate([batch.step(actions=rng.integers(0, 6, 2))["rewards"] for _ in range(300)])
+    batch.close()
+    assert set(np.unique(rewards)) <= {-1.0, 0.0, 1.0} and rewards.max() == 1.0
+
+
+def test_envpool_builds_only_what_it_has_an_equivalent_of() -> None:
+    assert envpool_kwargs(env_id="nimbus/AtariQbert-v5", kwargs={"clip_rewards": True})["reward_clip"] is True
+    assert envpool_kwargs(env_id="CartPole-v1", kwargs={"max_episode_steps": 5}) is None
+    assert envpool_kwargs(env_id="nimbus/AtariQbert-v5", kwargs={"frame_stack": 2}) is None
+    assert resolve_backend(backend="auto", env_id="CartPole-v1", kwargs={"max_episode_steps": 5}) == "gymnasium"
