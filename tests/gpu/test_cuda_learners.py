@@ -164,3 +164,23 @@ def test_a_learner_killed_mid_update_on_the_gpu_is_retried(make_config, tmp_path
     failed = next((r for r in learners if r.outcome == "worker_died"), None)   # not the pre-warm rows
     assert failed is not None, "the fault did not fire"
     assert any(r.invocation_id == failed.invocation_id and r.outcome == "ok" for r in learners)  # retried
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_cuda_update_reads_the_host_as_often_as_a_cpu_one_and_adam_is_fused(name: str) -> None:
+    """On CUDA the optimizer is fused (no host-side step counts) and the update reads the host no more often than
+    tests/unit/algos/test_host_reads.py allows on the CPU, at two minibatch counts."""
+    from tests.host_reads import count_host_reads
+    from tests.unit.algos.test_host_reads import MINIBATCHES
+
+    field, sizes, allowed = MINIBATCHES[name]
+    totals = []
+    for size in sizes:
+        case = make_case(name=name, device=CUDA, seed=0, overrides={field: size})
+        assert case.optimizer.defaults.get("fused"), case.optimizer.defaults
+        run_update(case=case, seed=0)
+        with count_host_reads(optimizers=[case.optimizer]) as reads:
+            run_update(case=case, seed=1)
+        assert reads.host_counters == 0 and reads.total <= allowed, (reads.by_kind, reads.host_counters)
+        totals.append(reads.total)
+    assert totals[0] == totals[1]

@@ -70,8 +70,9 @@ def learner_state(*, context: FunctionContext, req: LearnerRequest, store: Store
     ``req.policy`` at ``req.policy_version``: rebuilt when the algorithm or env changes, reloaded from the Store
     (weights and, with ``has_optimizer_state``, the optimizer) when it holds another version; placed on the device."""
     cache = context.cache
+    # every invocation, not only when the state is built: the runtime clamps it to the function's cpus
+    torch.set_num_threads(req.torch_threads)
     if cache.get("algo_config") != req.algo or cache.get("env_id") != (req.env_id, list(req.env_wrappers)):
-        torch.set_num_threads(req.torch_threads)
         config = ALGO_CONFIGS[req.algo["name"]].model_validate(req.algo)
         spaces = request_spaces(req=req)
         algo = make_algorithm(config=config)

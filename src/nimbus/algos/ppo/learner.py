@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -98,8 +98,8 @@ def ppo_update(
 ) -> UpdateStats:
     """Run `config.num_epochs` epochs of minibatch PPO on `batch`; stop early when approx_kl > target_kl.
 
-    No host read inside the minibatch loop: each epoch's order is drawn on the batch's device and the batch is
-    gathered once per epoch (minibatches are slices of it), the statistics stay on the device (`DeviceStats`) and
+    No host read inside the minibatch loop: each epoch's order reaches the batch's device without a wait
+    (`epoch_orders`) and the batch is gathered once per epoch (minibatches are slices of it), the statistics stay on the device (`DeviceStats`) and
     the non-finite guard is decided there (`guarded_step`). The host reads the statistics once at the end, and
     approx_kl once per epoch when ``target_kl`` is set.
     """
@@ -115,10 +115,8 @@ def ppo_update(
     minibatch_size = min(config.minibatch_size, num_rows)
     params = list(model.parameters())
     stats = DeviceStats(keys=(*LOSS_STATS, "grad_norm"), device=device)  # means over the steps taken
-    draw = permutations(generator=generator, device=device)
     attempts = epochs_done = 0
-    for _ in range(config.num_epochs):
-        order = draw(num_rows)
+    for order in epoch_orders(generator=generator, num_rows=num_rows, num_epochs=config.num_epochs, device=device):
         shuffled = {key: batch[key][order] for key in REQUIRED_KEYS}  # one gather per column and epoch
         last_kl = torch.zeros((), device=device)
         for start in range(0, num_rows, minibatch_size):
@@ -147,15 +145,18 @@ def ppo_update(
     )
 
 
-def permutations(*, generator: torch.Generator, device: torch.device) -> Callable[[int], torch.Tensor]:
-    """``draw(n)``: a random order of n rows on ``device``. On the CPU it is ``torch.randperm(n, generator)``, the
-    same sequence as ever; elsewhere a generator on the device, seeded once from ``generator``, draws it there
-    (no copy of the order per minibatch)."""
-    if device.type == "cpu" or generator.device == device:
-        return lambda n: torch.randperm(n, generator=generator, device=device)
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator))  # a host generator: no device read
-    on_device = torch.Generator(device=device).manual_seed(seed)
-    return lambda n: torch.randperm(n, generator=on_device, device=device)
+def epoch_orders(*, generator: torch.Generator, num_rows: int, num_epochs: int,
+                 device: torch.device) -> Iterator[torch.Tensor]:
+    """Each epoch's random order of the rows, on ``device``, from the host ``generator``: on the CPU one
+    ``randperm`` per epoch as it starts (the sequence the update always drew); on another device every epoch's
+    order drawn up front and copied in one asynchronous transfer, so the device never waits for the host inside
+    the update and the order is the CPU's (a CUDA update equals the CPU one; tests/gpu checks it)."""
+    if device.type == "cpu":
+        for _ in range(num_epochs):
+            yield torch.randperm(num_rows, generator=generator)
+        return
+    host = torch.stack([torch.randperm(num_rows, generator=generator) for _ in range(num_epochs)])
+    yield from (host.pin_memory() if device.type == "cuda" else host).to(device, non_blocking=True)
 
 
 def gradient_step(*, model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
