@@ -55,6 +55,7 @@ import os
 import platform
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -64,6 +65,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stellaris_ablation import (ARMS, BASELINES, Run, _interval, add_shared_arguments, cell,  # noqa: E402
                                 collected, run_arm, table)
+from stellaris_aggregator import measured as aggregator_figures  # noqa: E402
 
 from nimbus.config.simulation import load_profile  # noqa: E402
 from nimbus.report.metrics import read_metrics  # noqa: E402
@@ -83,6 +85,12 @@ class PaperRun(Run):
     cost_excl_cold_usd: float | None = None
     cost_excl_cold_to_target_usd: float | None = None
     curve_excl_cold: list[float] = field(default_factory=list)   # per round (as ``curve``): that bill so far
+    # does the aggregator keep up (benchmarks/stellaris_aggregator.py): Σ parameter durations / simulated wall (its
+    # busy fraction: one runs at a time), Σ gradient-learner durations / wall (learners computing at once), and
+    # the staleness histogram of the steady rounds (round ≥ 2); None in runs recorded before
+    parameter_busy: float | None = None
+    learners_computing: float | None = None
+    staleness_counts_steady: dict[str, float] = field(default_factory=dict)
 
 
 def with_excl_cold(*, run: Run, run_dir: Path) -> PaperRun:
@@ -90,8 +98,12 @@ def with_excl_cold(*, run: Run, run_dir: Path) -> PaperRun:
     summary = json.loads((run_dir / "summary.json").read_text())
     curve = [float(row.get("extras", {}).get("cost_excl_cold_usd", float("nan")))
              for row in read_metrics(path=run_dir / "metrics.jsonl")]
+    system = aggregator_figures(setting="paper16", arm=run.arm, seed=run.seed, run_dir=run_dir,
+                                wall_s=summary["wall_s"], real_s=0.0)
     return PaperRun(**{f.name: getattr(run, f.name) for f in fields(Run)},
-                    cost_excl_cold_usd=summary.get("serverless_cost_excl_cold_usd"), curve_excl_cold=curve)
+                    cost_excl_cold_usd=summary.get("serverless_cost_excl_cold_usd"), curve_excl_cold=curve,
+                    parameter_busy=system.parameter_share, learners_computing=system.learners_computing,
+                    staleness_counts_steady=system.staleness_counts_steady)
 
 
 def tailed_profile(*, profile: Path, fraction: float | None, factor: float | None, out: Path) -> Path:
@@ -184,7 +196,20 @@ def summarize(*, runs: list[Run], learned: float) -> dict:
         mine = [r for r in runs if r.arm == arm]
         summary[arm]["staleness_mean"] = float(np.nanmean([r.staleness_mean for r in mine]))
         summary[arm]["staleness_max"] = float(np.nanmax([r.staleness_max for r in mine]))
+        for key in ("parameter_busy", "learners_computing"):   # None in runs recorded before these existed
+            values = [getattr(r, key, None) for r in mine if getattr(r, key, None) is not None]
+            summary[arm][key] = float(np.mean(values)) if values else None
+        steady: Counter = Counter()
+        for run in mine:
+            steady.update(getattr(run, "staleness_counts_steady", {}))
+        summary[arm]["staleness_counts_steady"] = dict(steady)
     return summary
+
+
+def _share(value: float | None, *, percent: bool = True) -> str:
+    if value is None:
+        return "—"
+    return f"{100 * value:.1f} %" if percent else f"{value:.2f}"
 
 
 def _iqm(summary: dict, arm: str, key: str) -> dict | None:
@@ -264,6 +289,9 @@ def markdown(summary: dict) -> str:
             f"{s['refused_share']:.0%} | {s['optimizer_steps']:.0f} |")
     lines.append("")
     lines += [f"staleness {arm}: {s['staleness_counts']}" for arm, s in summary.items()]
+    lines += [f"aggregator {arm}: parameter busy {_share(s.get('parameter_busy'))}, "
+              f"{_share(s.get('learners_computing'), percent=False)} learners computing, steady staleness "
+              f"{s.get('staleness_counts_steady')}" for arm, s in summary.items()]
     return "\n".join(lines + [""] + claims(summary))
 
 
