@@ -16,6 +16,12 @@ actor and critic, Adam eps 1e-5, advantages normalised per minibatch, no observa
 * ``nimbus_vec``: 2 actor functions × 4 envs × 256 steps — the same 2048-row update (every PPO
   hyperparameter equal), but 8 env streams per actor pair instead of SB3's one, so policy inference
   is batched over 4 envs.
+* ``nimbus_envpool``: as ``nimbus_vec`` with ``actors.env_backend: envpool`` (EnvPool's C++ Hopper-v5, the
+  ``envpool`` extra; docs/envs.md says how its MuJoCo differs); ``nimbus_overlap``: that plus ``train.overlap``
+  (the next round samples while the learner trains, one version of lag).
+
+Equal learning: each run also reports its final return (nimbus: the last 100 episodes' mean; SB3: its
+``ep_info_buffer``, the last 100 episodes), to compare the variants' learning at the same env steps.
 
 Each run is its own subprocess; the variants are interleaved per repeat (the machine is shared).
 Reported: env steps/s (min/median/max over repeats), env steps per CPU-second (SB3: its process during
@@ -23,7 +29,8 @@ Reported: env steps/s (min/median/max over repeats), env steps per CPU-second (S
 view of the work each does), and for nimbus the median round latency (``round_s``) over rounds 2.. of
 each run (rounds 0-1 include warm-up).
 
-Run:  python benchmarks/ppo_hopper.py [--repeats 3] [--steps 20480]   (writes benchmarks/results/ppo_hopper.json)
+Run:  python benchmarks/ppo_hopper.py [--repeats 3] [--steps 20480] [--variants sb3 nimbus_envpool ...]
+      (writes benchmarks/results/ppo_hopper.json)
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from pathlib import Path
 from _common import child_line, child_result, write_result
 
 REPO = Path(__file__).resolve().parents[1]
-VARIANTS = ("sb3", "nimbus", "nimbus_pipe", "nimbus_vec")
+VARIANTS = ("sb3", "nimbus", "nimbus_pipe", "nimbus_vec", "nimbus_envpool", "nimbus_overlap")
 
 
 def run_sb3(*, steps: int, seed: int, threads: int) -> dict:
@@ -56,8 +63,10 @@ def run_sb3(*, steps: int, seed: int, threads: int) -> dict:
     started, cpu = time.perf_counter(), cpu_s()
     model.learn(total_timesteps=steps)
     wall_s, used = time.perf_counter() - started, cpu_s() - cpu
+    returns = [info["r"] for info in model.ep_info_buffer]
     return {"env_steps": model.num_timesteps, "wall_s": wall_s, "steps_per_s": model.num_timesteps / wall_s,
-            "cpu_s": used, "steps_per_cpu_s": model.num_timesteps / used}
+            "cpu_s": used, "steps_per_cpu_s": model.num_timesteps / used,
+            "final_return": statistics.mean(returns) if returns else None}
 
 
 def cpu_s() -> float:
@@ -66,7 +75,8 @@ def cpu_s() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def run_nimbus(*, steps: int, seed: int, pipelined: bool, out_dir: Path, envs_per_actor: int = 1) -> dict:
+def run_nimbus(*, steps: int, seed: int, pipelined: bool, out_dir: Path, envs_per_actor: int = 1,
+               env_backend: str = "gymnasium", overlap: bool = False) -> dict:
     from nimbus.config import parse_config
     from nimbus.run.loop import train
 
@@ -74,10 +84,12 @@ def run_nimbus(*, steps: int, seed: int, pipelined: bool, out_dir: Path, envs_pe
             "algo": {"name": "ppo", "lr": 3e-4, "num_epochs": 10, "minibatch_size": 64, "gamma": 0.99,
                      "gae_lambda": 0.95, "clip_coef": 0.2, "ent_coef": 0.0, "vf_coef": 0.5, "max_grad_norm": 0.5,
                      "hidden_sizes": [64, 64], "activation": "tanh", "adam_eps": 1e-5},
-            "actors": {"scaling": {"kind": "fixed", "num_actors": 2}, "fragment_steps": 1024 // envs_per_actor},
+            "actors": {"scaling": {"kind": "fixed", "num_actors": 2}, "fragment_steps": 1024 // envs_per_actor,
+                       "env_backend": env_backend},
             "learner": {"device": "cpu", "torch_threads": 1},
             "pipeline": {"minibatch": pipelined, "dual_stage": pipelined},
-            "train": {"total_env_steps": steps, "eval_episodes": 0, "checkpoint_every_rounds": 1000},
+            "train": {"total_env_steps": steps, "eval_episodes": 0, "checkpoint_every_rounds": 1000,
+                      "overlap": overlap},
             "output": {"root_dir": str(out_dir), "loggers": [], "report": False, "status_line": False}}
     cpu = cpu_s()
     result = train(config=parse_config(data=data))
@@ -98,16 +110,18 @@ def child(args: argparse.Namespace) -> None:
     else:
         with tempfile.TemporaryDirectory() as tmp:
             out = run_nimbus(steps=args.steps, seed=args.seed, pipelined=args.child == "nimbus_pipe",
-                             out_dir=Path(tmp), envs_per_actor=4 if args.child == "nimbus_vec" else 1)
+                             out_dir=Path(tmp), envs_per_actor=1 if args.child in ("nimbus", "nimbus_pipe") else 4,
+                             env_backend="envpool" if args.child in ("nimbus_envpool", "nimbus_overlap") else
+                             "gymnasium", overlap=args.child == "nimbus_overlap")
     print(child_line(out), flush=True)
 
 
 def parent(args: argparse.Namespace) -> None:
     from nimbus.bench.transfer import environment
 
-    runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
+    runs: dict[str, list[dict]] = {name: [] for name in args.variants}
     for repeat in range(args.repeats):
-        for name in VARIANTS:
+        for name in args.variants:
             runs[name].append(child_result(cmd=[sys.executable, __file__, "--child", name, "--steps", str(args.steps),
                                                 "--seed", str(repeat), "--sb3-threads", str(args.sb3_threads)],
                                            cwd=REPO, timeout_s=None, what=name))
@@ -119,15 +133,17 @@ def parent(args: argparse.Namespace) -> None:
         per_cpu = [r["steps_per_cpu_s"] for r in results if "steps_per_cpu_s" in r]
         if per_cpu:
             summary[name]["steps_per_cpu_s"] = [min(per_cpu), statistics.median(per_cpu), max(per_cpu)]
+        summary[name]["final_return"] = [r.get("final_return") for r in results]
         if name != "sb3":
             rounds = [r["round_s_median"] for r in results]
             summary[name]["round_s_median"] = [min(rounds), statistics.median(rounds), max(rounds)]
-    sb3 = summary["sb3"]["steps_per_s"][1]
-    summary["ratio_nimbus_to_sb3"] = summary["nimbus"]["steps_per_s"][1] / sb3
-    summary["ratio_nimbus_pipe_to_sb3"] = summary["nimbus_pipe"]["steps_per_s"][1] / sb3
-    summary["ratio_nimbus_vec_to_sb3"] = summary["nimbus_vec"]["steps_per_s"][1] / sb3
-    summary["round_latency_reduction"] = 1 - summary["nimbus_pipe"]["round_s_median"][1] / \
-        summary["nimbus"]["round_s_median"][1]
+    if "sb3" in summary:
+        sb3 = summary["sb3"]["steps_per_s"][1]
+        for name in summary.keys() - {"sb3"}:
+            summary[f"ratio_{name}_to_sb3"] = summary[name]["steps_per_s"][1] / sb3
+    if {"nimbus", "nimbus_pipe"} <= summary.keys():
+        summary["round_latency_reduction"] = 1 - summary["nimbus_pipe"]["round_s_median"][1] / \
+            summary["nimbus"]["round_s_median"][1]
     out = {"summary": summary, "runs": runs, "steps": args.steps, "sb3_threads": args.sb3_threads,
            "environment": environment()}
     write_result(path=Path(args.json), result=out, indent=1)
@@ -138,6 +154,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", choices=VARIANTS)
     parser.add_argument("--steps", type=int, default=20480)
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sb3-threads", type=int, default=1, help="torch threads for SB3 (0: torch's default)")
