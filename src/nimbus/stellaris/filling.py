@@ -2,12 +2,18 @@
 once by the driver (PPO: GAE), are cut into slices as they arrive (stellaris/slices.py); each full slice is put under
 its own Store key and its learners (one per pass) may start at once, before the round's last actor delivers.
 
+A slice's passes never share a version: a pass waits for a version no other pass of its slice read (two passes at
+one version compute the same gradient bit for bit, and both would be applied), ``_next_task``; when no newer version
+can come the watchdog drops such passes, ``_drop_repeated_passes``.
+
 Mixed into stellaris/workflow.py's AsyncLearnersWorkflow: uses its ``system``, ``cfg``, ``rule``, ``round``,
-``meter``, ``batches``, ``in_flight``, ``clock``, ``policy``, ``decision`` and ``_launch_learners``.
+``meter``, ``batches``, ``in_flight``, ``clock``, ``policy``, ``decision``, ``progress``, ``slice_read`` and
+``_launch_learners``.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -18,6 +24,8 @@ from nimbus.data.codec import Message
 from nimbus.stellaris.gradients import gradient_algo_for
 from nimbus.stellaris.round_stats import Batch
 from nimbus.stellaris.slices import Slice, SliceCutter, postprocess_rows
+
+log = logging.getLogger(__name__)
 
 
 class SliceFilling:
@@ -30,6 +38,8 @@ class SliceFilling:
     meter: Any
     batches: list[Batch]
     in_flight: dict
+    progress: Any
+    slice_read: dict[str, int]
 
     def _start_filling(self) -> None:
         self.filling: Batch | None = None         # the sampling round's batch while its actors deliver
@@ -95,3 +105,23 @@ class SliceFilling:
         batch.tasks.extend((p, index, piece) for p in range(passes))
         batch.tasks.sort(key=lambda task: (task[0], task[1]))
         batch.outstanding += passes
+
+    def _next_task(self, *, batch: Batch) -> int | None:
+        """The first of ``batch``'s tasks whose slice no pass read at the newest version: another pass of that slice
+        at that version would compute the same gradient bit for bit, and both would be applied. It waits for a
+        newer version (the watchdog drops it when none can come, ``_drop_repeated_passes``)."""
+        version = self.progress.policy_version
+        return next((i for i, (_, _, piece) in enumerate(batch.tasks) if self.slice_read.get(piece.key) != version),
+                    None)
+
+    def _drop_repeated_passes(self) -> None:
+        """Nothing can publish a newer version, and the tasks left would repeat a pass of their slice at this one:
+        they are dropped (a repeated pass adds the same gradient again, no information)."""
+        version = self.progress.policy_version
+        for batch in self.batches:
+            repeated = [t for t in batch.tasks if self.slice_read.get(t[2].key) == version]
+            if repeated:
+                log.warning("stellaris: %d passes of round %d dropped: they would repeat a gradient at version %d",
+                            len(repeated), batch.round.index, version)
+            batch.tasks = [t for t in batch.tasks if t not in repeated]
+            batch.outstanding -= len(repeated)

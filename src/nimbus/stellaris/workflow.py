@@ -152,26 +152,6 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
                     break
                 self._launch(slot=slot, batch=batch, piece=batch.tasks.pop(index)[2])
 
-    def _next_task(self, *, batch: Batch) -> int | None:
-        """The first of ``batch``'s tasks whose slice no pass read at the newest version: another pass of that slice
-        at that version would compute the same gradient bit for bit, and both would be applied. It waits for a
-        newer version (the watchdog drops it when none can come, ``_drop_repeated_passes``)."""
-        version = self.progress.policy_version
-        return next((i for i, (_, _, piece) in enumerate(batch.tasks) if self.slice_read.get(piece.key) != version),
-                    None)
-
-    def _drop_repeated_passes(self) -> None:
-        """Nothing can publish a newer version, and the tasks left would repeat a pass of their slice at this one:
-        they are dropped (a repeated pass adds the same gradient again, no information)."""
-        version = self.progress.policy_version
-        for batch in self.batches:
-            repeated = [t for t in batch.tasks if self.slice_read.get(t[2].key) == version]
-            if repeated:
-                log.warning("stellaris: %d passes of round %d dropped: they would repeat a gradient at version %d",
-                            len(repeated), batch.round.index, version)
-            batch.tasks = [t for t in batch.tasks if t not in repeated]
-            batch.outstanding -= len(repeated)
-
     def _launch(self, *, slot: int, batch: Batch, piece: Slice) -> None:
         if batch.learners_invoked == 0:
             self._start_learning(batch=batch)
