@@ -102,7 +102,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
                   caption="tested: trained by nimbus's own tests. Any other gymnasium id works too, and your own "
                           "env (env.id: module:EnvId or env.imports; README). --all lists every registered id.")
     for column in ("id", "family", "actions", "extra", "available here", "tested"):
-        table.add_column(column, no_wrap=column == "id")
+        table.add_column(column, no_wrap=column == "id", overflow="fold")   # at 80 columns: wrapped, never cut
     for info in list_envs():
         table.add_row(info.env_id, f"{info.family} (multi-agent)" if info.multi_agent else info.family,
                       info.action_kind, info.extra or "-",

@@ -32,13 +32,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
+from rich import box  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from nimbus.analysis.stats import (Interval, aggregate, band, performance_profile,  # noqa: E402
                                    probability_of_improvement)
-from nimbus.errors import NimbusError  # noqa: E402
+from nimbus.config.yaml_loader import parse_yaml  # noqa: E402
+from nimbus.errors import ConfigError, NimbusError  # noqa: E402
 from nimbus.report.metrics import read_metrics  # noqa: E402
 
 X_AXES = (("env_steps", "env steps"), ("wall_s", "wall time (s)"), ("cost_usd", "cost so far (USD, serverless)"))
@@ -98,18 +99,37 @@ def load_run(*, run_dir: Path) -> _Run:
     if missing:
         raise NimbusError(f"{run_dir}: not a finished run directory (missing {', '.join(missing)})")
     rows = read_metrics(path=run_dir / "metrics.jsonl")
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = _read_summary(path=run_dir / "summary.json")
     config_path = run_dir / "config.yaml"
-    config = (yaml.safe_load(config_path.read_text()) if config_path.exists() else None) or {}
-    final, cost = summary.get("final_return"), float(summary.get("serverless_cost_usd") or 0.0)
-    per_usd = final / cost if final is not None and cost > 0 else None
-    comparison = RunComparison(label=run_dir.name, name=str(config.get("name", run_dir.name)),
-                               rounds=int(summary.get("rounds", len(rows))),
-                               env_steps=int(summary.get("env_steps", 0)), wall_s=float(summary.get("wall_s", 0.0)),
-                               final_return=final, cost_usd=cost, return_per_usd=per_usd,
-                               eval_return=summary.get("eval_return"),
-                               cost_excl_cold_usd=summary.get("serverless_cost_excl_cold_usd"))
+    config = parse_yaml(text=config_path.read_text(), source=str(config_path)) if config_path.exists() else None
+    config = config if isinstance(config, dict) else {}
+    try:
+        final, cost = _number(summary.get("final_return")), float(summary.get("serverless_cost_usd") or 0.0)
+        per_usd = final / cost if final is not None and cost > 0 else None
+        comparison = RunComparison(label=run_dir.name, name=str(config.get("name", run_dir.name)),
+                                   rounds=int(summary.get("rounds", len(rows))),
+                                   env_steps=int(summary.get("env_steps", 0)),
+                                   wall_s=float(summary.get("wall_s", 0.0)), final_return=final, cost_usd=cost,
+                                   return_per_usd=per_usd, eval_return=_number(summary.get("eval_return")),
+                                   cost_excl_cold_usd=_number(summary.get("serverless_cost_excl_cold_usd")))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{run_dir / 'summary.json'}: a field is not a number ({exc})") from None
     return _Run(comparison=comparison, rows=rows, config=config)
+
+
+def _read_summary(*, path: Path) -> dict[str, Any]:
+    """summary.json as a mapping; ConfigError (exit 2, naming the file) when it is not one."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not JSON ({exc}); a run cut short, or not a nimbus summary") from None
+    if not isinstance(summary, dict):
+        raise ConfigError(f"{path}: not a run summary (a JSON object)")
+    return summary
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _curve(rows: list[dict[str, Any]], x_key: str) -> tuple[list[float], list[float]]:
@@ -252,10 +272,11 @@ def group_statistics(*, run_dirs: list[Path], score: Score = "final_return", gro
 
 def comparison_table(*, rows: list[RunComparison]) -> Table:
     """The rich table ``nimbus compare`` prints."""
-    table = Table(title="nimbus compare", show_header=True)
+    # nine columns do not fit 80: a light box, and every cell folds onto more lines instead of being cut ("ppo-c…")
+    table = Table(title="nimbus compare", show_header=True, box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("run", "name", "rounds", "env steps", "wall (s)", "final return", "cost (USD)",
                    "cost excl. cold (USD)", "return / USD"):
-        table.add_column(column, justify="left" if column in ("run", "name") else "right")
+        table.add_column(column, justify="left" if column in ("run", "name") else "right", overflow="fold")
     for row in rows:
         table.add_row(escape(row.label), escape(row.name), f"{row.rounds:,}", f"{row.env_steps:,}",
                       f"{row.wall_s:,.1f}", _fmt(row.final_return, "{:,.2f}"), f"{row.cost_usd:.6f}",
@@ -267,7 +288,8 @@ def statistics_table(*, groups: list[GroupStatistics], score: Score) -> Table:
     """Mean, median and IQM of ``score`` per group, each with its 95 % stratified bootstrap interval."""
     table = Table(title=f"{score} across seeds (95 % stratified bootstrap intervals)", show_header=True)
     for column in ("group", "runs", "tasks", "mean", "median", "IQM"):
-        table.add_column(column, justify="left" if column in ("group", "tasks") else "right")
+        table.add_column(column, justify="left" if column in ("group", "tasks") else "right",
+                         overflow="fold" if column in ("group", "tasks") else "ellipsis")
     for group in groups:
         table.add_row(escape(group.label), str(len(group.runs)), escape(", ".join(group.tasks)),
                       *(format_interval(i) for i in (group.mean, group.median, group.iqm)))
@@ -278,7 +300,8 @@ def improvement_table(*, improvements: list[Improvement]) -> Table:
     """P(X > Y) between groups on the same tasks."""
     table = Table(title="probability of improvement P(X > Y)", show_header=True)
     for column in ("X", "Y", "P(X > Y)"):
-        table.add_column(column, justify="right" if column.startswith("P") else "left")
+        table.add_column(column, justify="right" if column.startswith("P") else "left",
+                         overflow="ellipsis" if column.startswith("P") else "fold")
     for row in improvements:
         table.add_row(escape(row.better), escape(row.worse), format_interval(row.probability, pattern="{:.2f}"))
     return table
