@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +47,10 @@ from torch import nn
 from nimbus.algos.gae import compute_gae
 from nimbus.algos.multiagent import multiagent_algo_from_dict
 from nimbus.algos.multiagent.messages import critic_to_message, load_critic
-from nimbus.algos.multiagent.ppo import ACTION_MASK, centralised_inputs
+from nimbus.algos.multiagent.ppo import ACTION_MASK, POLICY_STATS, centralised_inputs
 from nimbus.algos.ppo.learner import scheduled
 from nimbus.algos.ppo.loss import explained_variance, value_loss
+from nimbus.algos.step import guarded_step
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
@@ -60,6 +61,7 @@ from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message, \
     weights_key
 from nimbus.marless.agent_id import with_agent_id
+from nimbus.marless.device_loop import StepRows, host_draws
 from nimbus.marless.rows import live_index
 from nimbus.nitro.probe import ProbeRequest, probe_policy
 from nimbus.roles.actor import derive_seed
@@ -212,30 +214,33 @@ def _critic_inputs(*, algo: Any, store: Store, req: MarlessLearnerRequest, batch
     return tuple(torch.as_tensor(np.array(arrays[name], np.float32), device=device) for name in names)
 
 
-def _minibatches(*, rows: int, num_minibatches: int, generator: torch.Generator) -> list[torch.Tensor]:
-    order = torch.randperm(rows, generator=generator)
+def _minibatches(*, rows: int, num_minibatches: int, generator: torch.Generator, num_epochs: int,
+                 device: torch.device) -> Iterator[torch.Tensor]:
+    """Every epoch's minibatches: slices of a random order of the rows, drawn by ``generator`` as always and put on
+    the learner's device without a wait inside the loop (marless/device_loop.py ``host_draws``)."""
     size = max(1, math.ceil(rows / num_minibatches))
-    return [order[start:start + size] for start in range(0, rows, size)]
+    for order in host_draws(draw=lambda: torch.randperm(rows, generator=generator), count=num_epochs, device=device):
+        yield from (order[start:start + size] for start in range(0, rows, size))
 
 
 def _fit_critic(*, algo: Any, critic: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
                 values: torch.Tensor, returns: torch.Tensor, req: MarlessLearnerRequest) -> tuple[float, int]:
     """Epochs × minibatches of the (optionally clipped) value loss on the critic's own units (standardised with
-    ``value_norm``); the mean loss over the steps taken and how many steps a non-finite loss or gradient skipped."""
+    ``value_norm``); the mean loss over the steps taken and how many steps a non-finite loss or gradient skipped.
+    No host read inside the loop: the guard is decided on the device, the losses are read once at the end."""
     config = algo.config
     _set_lr(optimizer=optimizer, lr=scheduled(value=config.critic_lr, schedule=config.lr_schedule,
                                               progress=req.progress))
     generator = torch.Generator().manual_seed(derive_seed(req.seed, req.round, 4))
-    losses, skipped = [], 0
-    for _ in range(config.num_epochs):
-        for rows in _minibatches(rows=len(returns), num_minibatches=config.num_minibatches, generator=generator):
-            loss = value_loss(new_values=critic(inputs[rows]), old_values=values[rows], returns=returns[rows],
-                              vf_clip=config.vf_clip)
-            if _step(model=critic, optimizer=optimizer, loss=loss, max_grad_norm=config.max_grad_norm):
-                losses.append(loss.item())
-            else:
-                skipped += 1
-    return float(np.mean(losses)) if losses else math.nan, skipped
+    params, steps = list(critic.parameters()), StepRows(keys=("value_loss",))
+    for rows in _minibatches(rows=len(returns), num_minibatches=config.num_minibatches, generator=generator,
+                             num_epochs=config.num_epochs, device=returns.device):
+        loss = value_loss(new_values=critic(inputs[rows]), old_values=values[rows], returns=returns[rows],
+                          vf_clip=config.vf_clip)
+        outcome = guarded_step(optimizer=optimizer, params=params, loss=loss, max_grad_norm=config.max_grad_norm)
+        steps.add(row=loss.detach(), applied=outcome.finite)
+    means, skipped = steps.read()
+    return means["value_loss"], skipped
 
 
 def _load_policy(*, store: Store, req: MarlessLearnerRequest, algo: Any, model: nn.Module) -> torch.optim.Optimizer:
@@ -276,37 +281,19 @@ def _zero_dead(values: torch.Tensor, *, live: np.ndarray) -> torch.Tensor:
 def _fit_policy(*, algo: Any, model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
                 req: MarlessLearnerRequest) -> dict[str, float]:
     """PPO epochs × minibatches; the mean of each loss statistic over the steps taken (NaN if none) and
-    ``nonfinite_steps``, the steps a non-finite loss or gradient skipped."""
+    ``nonfinite_steps``, the steps a non-finite loss or gradient skipped. No host read inside the loop."""
     config = algo.config
     _set_lr(optimizer=optimizer, lr=scheduled(value=config.lr, schedule=config.lr_schedule, progress=req.progress))
     generator = torch.Generator().manual_seed(derive_seed(req.seed, req.round, 5))
-    totals: dict[str, list[float]] = {"policy_loss": [], "entropy": [], "approx_kl": [], "clip_fraction": []}
-    skipped = 0
-    for _ in range(config.num_epochs):
-        for rows in _minibatches(rows=batch["obs"].shape[0], num_minibatches=config.num_minibatches,
-                                 generator=generator):
-            out = algo.policy_loss(model=model, batch={key: value[rows] for key, value in batch.items()},
-                                   clip_coef=config.clip_coef)
-            if _step(model=model, optimizer=optimizer, loss=out.loss, max_grad_norm=config.max_grad_norm):
-                for key in totals:
-                    totals[key].append(out.stats[key])
-            else:
-                skipped += 1
-    return {**{key: float(np.mean(values)) if values else math.nan for key, values in totals.items()},
-            "nonfinite_steps": skipped}
-
-
-def _step(*, model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float) -> bool:
-    """Backward, clip, step; False (no step) when the loss or the gradient norm is not finite."""
-    optimizer.zero_grad(set_to_none=True)
-    if not torch.isfinite(loss):
-        return False
-    loss.backward()
-    if not math.isfinite(nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm).item()):
-        optimizer.zero_grad(set_to_none=True)
-        return False
-    optimizer.step()
-    return True
+    params, steps = list(model.parameters()), StepRows(keys=POLICY_STATS)
+    for rows in _minibatches(rows=batch["obs"].shape[0], num_minibatches=config.num_minibatches, generator=generator,
+                             num_epochs=config.num_epochs, device=batch["obs"].device):
+        loss, stats = algo.policy_terms(model=model, batch={key: value[rows] for key, value in batch.items()},
+                                        clip_coef=config.clip_coef)
+        outcome = guarded_step(optimizer=optimizer, params=params, loss=loss, max_grad_norm=config.max_grad_norm)
+        steps.add(row=stats, applied=outcome.finite)
+    means, skipped = steps.read()
+    return {**means, "nonfinite_steps": skipped}
 
 
 def _set_lr(*, optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -40,14 +40,17 @@ from nimbus.algos.base import LossOutput
 from nimbus.algos.multiagent.iql import NEXT_ACTION_MASK, ValueAlgorithm, next_values
 from nimbus.algos.multiagent.qmix import mixer_key
 from nimbus.algos.multiagent.vdn import vdn_q_tot, vdn_targets
+from nimbus.algos.step import guarded_step
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import function_store, put_all
+from nimbus.marless.device_loop import StepRows, host_draws
 from nimbus.marless.rows import ALIVE
-from nimbus.marless.value_learner import (DEFAULT_PROBE, TEAM, load_optimizer_if_any, load_replay, newest_rows,
-                                          own_networks, replay_rows, spaces_from_header, target_key, value_algo)
+from nimbus.marless.value_learner import (DEFAULT_PROBE, TEAM, VALUE_STATS, load_optimizer_if_any, load_replay,
+                                          newest_rows, own_networks, replay_rows, spaces_from_header, target_key,
+                                          value_algo)
 from nimbus.models.weights import load_model, model_to_message, optim_key, optimizer_to_message, weights_key
 from nimbus.nitro.probe import ProbeRequest, probe_policy
 from nimbus.roles.actor import derive_seed
@@ -156,6 +159,12 @@ class TeamObjective:
         return [p for module in modules for p in module.parameters()]
 
     def loss(self, *, batch: dict[str, torch.Tensor], replace: dict[str, nn.Module] | None = None) -> LossOutput:
+        loss, stats = self.terms(batch=batch, replace=replace)
+        return LossOutput(loss=loss, stats=dict(zip(VALUE_STATS[1:], stats[1:].tolist(), strict=True)))
+
+    def terms(self, *, batch: dict[str, torch.Tensor],
+              replace: dict[str, nn.Module] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss and its statistics (``VALUE_STATS`` order, detached), on the device: no host read."""
         c, replace = self.config, replace or {}
         taken, following, terminated, alive = [], [], [], []
         for agent in self.agents:
@@ -174,8 +183,7 @@ class TeamObjective:
         q_tot, y = self._mix(batch=batch, taken=torch.stack(taken), following=torch.stack(following),
                              terminated=torch.stack(terminated), alive=torch.stack(alive))
         loss = nn.functional.huber_loss(q_tot, y, delta=c.huber_delta)
-        return LossOutput(loss=loss, stats={"q_mean": float(q_tot.detach().mean()),
-                                            "td_abs": float((y - q_tot.detach()).abs().mean())})
+        return loss, torch.stack([loss.detach(), q_tot.detach().mean(), (y - q_tot.detach()).abs().mean()])
 
     def _mix(self, *, batch: dict[str, torch.Tensor], taken: torch.Tensor, following: torch.Tensor,
              terminated: torch.Tensor, alive: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,34 +203,63 @@ class TeamObjective:
 
 def train_team(*, objective: TeamObjective, replay: dict[str, torch.Tensor], config: Any,
                generator: torch.Generator) -> dict[str, Any]:
-    """``gradient_steps`` joint steps (none while the replay is below ``learning_starts``)."""
+    """``gradient_steps`` joint steps (none while the replay is below ``learning_starts``), without a host read
+    inside the loop (as value_learner.py's ``_train``: the rows' indices reach the device without a wait, the guard
+    is decided there, the statistics are read once at the end; each network's ``grad_steps`` counts the steps taken
+    or skipped)."""
     rows, params = replay_rows(replay), objective.parameters()
     trained = list(objective.nets.values()) + ([objective.mixer] if objective.mixer else [])
-    losses, q_means, td_abs, nonfinite = [], [], [], 0
+    steps, optimizer = StepRows(keys=VALUE_STATS), _TeamOptimizer(optimizers=[net.optimizer for net in trained])
     if rows >= max(config.learning_starts, 1):
-        for _ in range(config.gradient_steps):
-            index = torch.randint(rows, (config.batch_size,), generator=generator)
-            out = objective.loss(batch={name: value[index] for name, value in replay.items()})
-            if not torch.isfinite(out.loss):
-                nonfinite += 1
-                continue
+        for index in host_draws(draw=lambda: torch.randint(rows, (config.batch_size,), generator=generator),
+                                count=config.gradient_steps, device=replay["rewards"].device):
+            loss, stats = objective.terms(batch={name: value[index] for name, value in replay.items()})
+            outcome = guarded_step(optimizer=optimizer, params=params, loss=loss, max_grad_norm=config.max_grad_norm)
+            steps.add(row=stats, applied=outcome.finite)
             for net in trained:
-                net.optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
-            if config.max_grad_norm is not None:
-                nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-            for net in trained:
-                net.optimizer.step()
                 net.grad_steps += 1
                 if net.grad_steps % config.target_update_period == 0:
                     net.target.load_state_dict(net.online.state_dict())
                     net.refreshes += 1
-            losses.append(float(out.loss.detach()))
-            q_means.append(out.stats["q_mean"])
-            td_abs.append(out.stats["td_abs"])
-    mean = (lambda values: float(np.mean(values)) if values else math.nan)
-    return {"policy_loss": mean(losses), "q_mean": mean(q_means), "td_abs": mean(td_abs),
-            "gradient_steps_run": len(losses), "nonfinite_steps": nonfinite, "nonfinite": nonfinite > 0}
+    means, skipped = steps.read()
+    return {**means, "gradient_steps_run": len(steps.rows) - skipped, "nonfinite_steps": skipped,
+            "nonfinite": skipped > 0}
+
+
+class _TeamOptimizer:
+    """The team's per-network Adams as the one optimizer ``guarded_step`` steps: Adam is per parameter, so stepping
+    them together is one Adam over all the team's parameters (each network keeps its own state for the Store)."""
+
+    def __init__(self, *, optimizers: list[torch.optim.Optimizer]) -> None:
+        self.optimizers = optimizers
+        self.defaults = {"fused": False}
+        self.state = _States(optimizers=optimizers)
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [group for optimizer in self.optimizers for group in optimizer.param_groups]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+
+class _States:
+    """Each parameter's optimizer state, from whichever of the team's optimizers holds it (read-only: a lookup
+    never creates an entry, as indexing an optimizer's defaultdict would)."""
+
+    def __init__(self, *, optimizers: list[torch.optim.Optimizer]) -> None:
+        self.optimizers = optimizers
+
+    def get(self, param: torch.Tensor, default: Any = None) -> Any:
+        for optimizer in self.optimizers:
+            if param in optimizer.state:
+                return optimizer.state[param]
+        return default
 
 
 def publish_items(*, req: TeamLearnerRequest, nets: dict[str, TrainedNet], mixer: TrainedNet | None,

@@ -44,12 +44,14 @@ from nimbus.algos.multiagent.config import IQLConfig, QMIXConfig, VDNConfig
 from nimbus.algos.multiagent.iql import IQL, NEXT_ACTION_MASK, QPolicy, ValueAlgorithm, iql_targets
 from nimbus.algos.multiagent.qmix import QMIX
 from nimbus.algos.multiagent.vdn import VDN
+from nimbus.algos.step import guarded_step
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.spaces import EnvSpaces
+from nimbus.marless.device_loop import StepRows, host_draws
 from nimbus.marless.rows import live_index
 from nimbus.models.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
                                       weights_key)
@@ -228,6 +230,9 @@ def replay_rows(replay: dict[str, torch.Tensor]) -> int:
     return int(replay["rewards"].shape[0]) if "rewards" in replay else 0
 
 
+VALUE_STATS = ("policy_loss", "q_mean", "td_abs")   # a TD step's statistics, in the order ``terms`` gives them
+
+
 class _Objective:
     """IQL's TD loss of one policy's online network on a batch of replay rows, as ``loss(model, batch)`` so the
     Hessian probe can use it too."""
@@ -236,6 +241,11 @@ class _Objective:
         self.config, self.target = config, target
 
     def loss(self, *, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
+        loss, stats = self.terms(model=model, batch=batch)
+        return LossOutput(loss=loss, stats=dict(zip(VALUE_STATS[1:], stats[1:].tolist(), strict=True)))
+
+    def terms(self, *, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss and its statistics (``VALUE_STATS`` order, detached), on the device: no host read."""
         c = self.config
         with torch.no_grad():
             q_next_target = self.target.q(batch["next_obs"])
@@ -244,38 +254,30 @@ class _Objective:
                             q_next_target=q_next_target, gamma=c.gamma, double_q=c.double_q,
                             next_action_mask=batch.get(NEXT_ACTION_MASK))
         out = td_loss(q_values=model.q(batch["obs"]), actions=batch["actions"], targets=y, huber_delta=c.huber_delta)
-        return LossOutput(loss=out.loss, stats={"q_mean": float(out.q_taken.mean()),
-                                                "td_abs": float(out.td_errors.abs().mean())})
+        return out.loss, torch.stack([out.loss.detach(), out.q_taken.mean(), out.td_errors.abs().mean()])
 
 
 def _train(*, online: QPolicy, target: QPolicy, optimizer: torch.optim.Optimizer, objective: _Objective,
            replay: dict[str, torch.Tensor], config: Any, grad_steps: int, generator: torch.Generator) -> dict[str, Any]:
-    """``gradient_steps`` uniform-minibatch steps (none while the replay is below ``learning_starts``)."""
-    rows = replay_rows(replay)
-    losses, q_means, td_abs, refreshes, nonfinite = [], [], [], 0, 0
+    """``gradient_steps`` uniform-minibatch steps (none while the replay is below ``learning_starts``), without a
+    host read inside the loop: the rows' indices reach the device without a wait (``host_draws``), the non-finite
+    guard is decided there (a skipped step keeps the weights and Adam's state), the statistics are read once. ``grad_steps`` counts the steps taken or skipped, the
+    clock of the target's refresh (so the refresh needs no read either)."""
+    rows, refreshes = replay_rows(replay), 0
+    steps, params = StepRows(keys=VALUE_STATS), list(online.q.parameters())
     if rows >= max(config.learning_starts, 1):
-        for _ in range(config.gradient_steps):
-            index = torch.randint(rows, (config.batch_size,), generator=generator)
-            out = objective.loss(model=online, batch={name: value[index] for name, value in replay.items()})
-            if not torch.isfinite(out.loss):
-                nonfinite += 1
-                continue
-            optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
-            if config.max_grad_norm is not None:
-                nn.utils.clip_grad_norm_(online.q.parameters(), config.max_grad_norm)
-            optimizer.step()
+        for index in host_draws(draw=lambda: torch.randint(rows, (config.batch_size,), generator=generator),
+                                count=config.gradient_steps, device=replay["rewards"].device):
+            loss, stats = objective.terms(model=online, batch={name: value[index] for name, value in replay.items()})
+            outcome = guarded_step(optimizer=optimizer, params=params, loss=loss, max_grad_norm=config.max_grad_norm)
+            steps.add(row=stats, applied=outcome.finite)
             grad_steps += 1
             if grad_steps % config.target_update_period == 0:
                 target.load_state_dict(online.state_dict())
                 refreshes += 1
-            losses.append(float(out.loss.detach()))
-            q_means.append(out.stats["q_mean"])
-            td_abs.append(out.stats["td_abs"])
-    mean = (lambda values: float(np.mean(values)) if values else math.nan)
-    return {"policy_loss": mean(losses), "q_mean": mean(q_means), "td_abs": mean(td_abs), "grad_steps": grad_steps,
-            "gradient_steps_run": len(losses), "target_refreshes": refreshes, "nonfinite_steps": nonfinite,
-            "nonfinite": nonfinite > 0}
+    means, skipped = steps.read()
+    return {**means, "grad_steps": grad_steps, "gradient_steps_run": len(steps.rows) - skipped,
+            "target_refreshes": refreshes, "nonfinite_steps": skipped, "nonfinite": skipped > 0}
 
 
 def _probe(*, objective: _Objective, online: QPolicy, replay: dict[str, torch.Tensor], req: ValueLearnerRequest,

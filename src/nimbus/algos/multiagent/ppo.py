@@ -24,6 +24,7 @@ from nimbus.algos.ppo.loss import normalize_advantages, policy_loss
 from nimbus.envs.spaces import EnvSpaces
 
 ACTION_MASK = "action_mask"   # the batch column of an env's action masks (envs/masks.py)
+POLICY_STATS = ("policy_loss", "entropy", "approx_kl", "clip_fraction")   # policy_terms' statistics, in order
 
 
 class MultiAgentPPO:
@@ -71,6 +72,13 @@ class MultiAgentPPO:
         return self.policy_loss(model=model, batch=batch, clip_coef=self.config.clip_coef)
 
     def policy_loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor], clip_coef: float) -> LossOutput:
+        loss, stats = self.policy_terms(model=model, batch=batch, clip_coef=clip_coef)
+        return LossOutput(loss=loss, stats=dict(zip(POLICY_STATS, stats.tolist(), strict=True)))
+
+    def policy_terms(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor],
+                     clip_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``policy_loss`` without a host read: the loss and its statistics as one detached tensor in
+        ``POLICY_STATS`` order, left on the device (the learner reads them once per update)."""
         new_log_prob, entropy = model.evaluate(batch["obs"], actions=batch["actions"],
                                                action_mask=batch.get(ACTION_MASK))   # the actor's distribution
         advantages = batch["advantages"]
@@ -79,9 +87,8 @@ class MultiAgentPPO:
         pg_loss, approx_kl, clip_fraction = policy_loss(new_log_prob=new_log_prob, old_log_prob=batch["logp"],
                                                         advantages=advantages, clip_coef=clip_coef)
         entropy_mean = entropy.mean()
-        stats = {"policy_loss": pg_loss.item(), "entropy": entropy_mean.item(), "approx_kl": approx_kl.item(),
-                 "clip_fraction": clip_fraction.item()}
-        return LossOutput(loss=pg_loss - self.config.ent_coef * entropy_mean, stats=stats)
+        stats = torch.stack([pg_loss.detach(), entropy_mean.detach(), approx_kl, clip_fraction])
+        return pg_loss - self.config.ent_coef * entropy_mean, stats
 
 
 def centralised_inputs(*, state: np.ndarray, agent_index: np.ndarray, num_agents: int) -> np.ndarray:
