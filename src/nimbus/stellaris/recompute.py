@@ -32,8 +32,8 @@ from nimbus.stellaris.gradients import gradient_algo_for
 
 RECOMPUTE = "param_recompute"
 MODELS_KEPT = 16    # versions: more than a queue's spread of read versions in the shipped and paper-scale configs
-SLICES_KEPT = 64    # slices: 4 rounds of the paper-scale config's 16
-LOG_PROBS_KEPT = 256
+SLICES_KEPT = 32    # slices: 2 rounds of the paper-scale config's 16 (an Atari slice of 128 frames is ~3.6 MB)
+LOG_PROBS_KEPT = 128
 
 
 class _Recent(OrderedDict):
