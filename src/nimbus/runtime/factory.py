@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from nimbus.cost.ledger import Ledger
 from nimbus.data.codec import Message
 from nimbus.errors import ClusterError
-from nimbus.runtime.base import OPTIONAL_PARTS, FunctionSpec, Runtime
+from nimbus.runtime.base import OPTIONAL_PARTS, FunctionSpec, Resources, Runtime
 
 if TYPE_CHECKING:
     from nimbus.config import NimbusConfig
@@ -46,7 +46,8 @@ def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str
 
         return RayRuntime(ledger=ledger, address=rc.address, capacity_cpus=rc.capacity_cpus,
                           max_workers=rc.max_workers, keep_alive_s=rc.keep_alive_s, init_timeout_s=rc.init_timeout_s,
-                          compress_min_bytes=config.channel.compress_min_bytes, worker_env=worker_env)
+                          compress_min_bytes=config.channel.compress_min_bytes, worker_env=worker_env,
+                          resident=resident_resources(config=config))
     if rc.backend == "simulated":
         from nimbus.runtime.simulated import SimulatedRuntime
         from nimbus.runtime.simulated_pool import simulated_devices
@@ -69,6 +70,20 @@ def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str
                         compress_min_bytes=config.channel.compress_min_bytes, init_timeout_s=rc.init_timeout_s,
                         start_method=rc.start_method, preload=TRAINING_PRELOAD,
                         devices=device_pool(config=config.devices))
+
+
+def resident_resources(*, config: "NimbusConfig") -> Resources:
+    """What a run keeps warm at once (a Ray actor holds its resources while idle): its peak actors, and its
+    learner-side functions: Stellaris's learners and parameter function, a multi-agent run's learner, critic and
+    post-processing function, else one learner."""
+    from nimbus.config.rules import peak_actors
+
+    roles = {"async_learners": [("gradient_learner", config.stellaris.learners), ("parameter", 1)],
+             "multiagent": [("learner", 1), ("critic", 1), ("postprocess", 1)]}.get(
+        config.train.workflow, [("learner", 1)])
+    roles.append(("actor", peak_actors(scaling=config.actors.scaling)))
+    functions = [(config.role_function(role=role), count) for role, count in roles]
+    return Resources(cpus=sum(f.cpus * n for f, n in functions), memory_mb=sum(f.memory_mb * n for f, n in functions))
 
 
 class StampedRuntime:

@@ -55,7 +55,7 @@ from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, new_invocation
 from nimbus.liveness import SILENT_BEATS
-from nimbus.runtime.base import FunctionSpec, RuntimeStats
+from nimbus.runtime.base import FunctionSpec, Resources, RuntimeStats
 from nimbus.runtime.ray_cluster import connect_ray
 from nimbus.runtime.ray_liveness import RayLiveness
 from nimbus.runtime.ray_pool import RayPool, RaySlot
@@ -71,7 +71,7 @@ class RayRuntime(PoolScheduling, AttemptEndings):
     def __init__(self, *, ledger: Ledger, address: str = "local", capacity_cpus: float | None = None,
                  max_workers: int | None = None, keep_alive_s: float = 600.0, init_timeout_s: float = 120.0,
                  compress_min_bytes: int | None = DEFAULT_COMPRESS_MIN_BYTES,
-                 worker_env: dict[str, str] | None = None) -> None:
+                 worker_env: dict[str, str] | None = None, resident: Resources | None = None) -> None:
         import ray
 
         self._ray = ray
@@ -88,10 +88,30 @@ class RayRuntime(PoolScheduling, AttemptEndings):
                              init_timeout_s=init_timeout_s, worker_env=dict(worker_env or {}),
                              compress_min_bytes=compress_min_bytes, on_ready=self._post_ready)
         self._pool.on_retire = self._on_retire   # provisioned capacity: bill a pre-warmed worker's last stretch
+        if address == "local" and resident is not None:
+            self.fit_private_instance(resident=resident)
         if self.start.started:
             self._pool.track_ray_processes()
         self._monitor = threading.Thread(target=self._monitor_loop, name="nimbus-ray-monitor", daemon=True)
         self._monitor.start()
+
+    def fit_private_instance(self, *, resident: Resources) -> None:
+        """Scale every function's Ray CPU and memory request so that ``resident`` (what the run keeps warm at once:
+        its peak actors and learners) fits this private instance. A Ray actor holds its resources while idle, so
+        on a 2-core machine the shipped PPO config (2 actors x 1 CPU + a 2-CPU learner) would otherwise evict a
+        worker every round: a cold start each, and an actor's envs restarted mid-episode. The threads a function
+        runs (``cpus``) and the bill are unchanged; on one machine Ray's resources are bookkeeping, not a cap."""
+        totals = self._pool.totals()
+        wanted = {"CPU": resident.cpus, "memory": resident.memory_mb * 2.0**20}
+        for name, amount in wanted.items():
+            if amount > totals.get(name, 0.0) > 0:
+                self._pool.scale[name] = totals[name] / amount
+        if self._pool.scale != {"CPU": 1.0, "memory": 1.0}:
+            log.warning("runtime.address local: this private Ray instance has %.0f CPUs and %.1f GB for the run's "
+                        "warm workers, which ask for %.1f CPUs and %.1f GB; each function's Ray request is scaled by "
+                        "%.2f (CPU) and %.2f (memory) so they stay warm together (threads and bill per the config; "
+                        "docs/cluster.md)", totals.get("CPU", 0.0), totals.get("memory", 0.0) / 2**30, resident.cpus,
+                        resident.memory_mb / 1024, self._pool.scale["CPU"], self._pool.scale["memory"])
 
     # ---- public API -------------------------------------------------------------------------------
 

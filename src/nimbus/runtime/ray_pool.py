@@ -80,6 +80,7 @@ class RayPool:
         self._totals: dict[str, float] = {}
         self._totals_at = -1e9
         self._warned_gpu = False
+        self.scale = {"CPU": 1.0, "memory": 1.0}   # a private instance's fit (RayRuntime.fit_private_instance)
         # Handles retired under the runtime's lock, killed later without it (kill_retired): ray.kill waits for
         # Ray's io thread, which may be waiting for that lock to post a result — a deadlock under the lock.
         self._doomed: deque[Any] = deque()
@@ -106,7 +107,8 @@ class RayPool:
                             "(billed as their spec says)")
                 self._warned_gpu = True
             gpus = 0.0
-        return {"CPU": spec.resources.cpus, "GPU": gpus, "memory": spec.resources.memory_mb * 2.0**20}
+        return {"CPU": spec.resources.cpus * self.scale["CPU"], "GPU": gpus,
+                "memory": spec.resources.memory_mb * 2.0**20 * self.scale["memory"]}
 
     def _fits(self, need: dict[str, float]) -> bool:
         totals = self.totals()

@@ -105,10 +105,10 @@ def test_killed_worker_process_is_retried_on_another_worker(make_runtime, tmp_pa
 
 def test_errors_retry_until_spent_and_fatal_errors_stop_at_once(make_runtime) -> None:
     runtime, ledger = make_runtime()
-    flaky = spec("raiser", "raise_error", max_retries=1)
+    flaky = spec("raiser", "raise_error", max_retries=1, retry_exceptions=1)
     with pytest.raises(FunctionFailed, match="RuntimeError") as info:
         runtime.invoke(spec=flaky, request=Message(header={"error": "RuntimeError"})).result(timeout=60)
-    assert info.value.attempts == 2 and "raise_error: RuntimeError on attempt 2" in info.value.traceback_text
+    assert info.value.attempts == 2 and "raise_error: RuntimeError on attempt 1" in info.value.traceback_text
     with pytest.raises(FunctionFailed, match="EnvContractError") as info:
         runtime.invoke(spec=flaky, request=Message(header={"error": "EnvContractError"})).result(timeout=60)
     assert info.value.attempts == 1

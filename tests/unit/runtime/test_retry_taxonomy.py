@@ -10,6 +10,7 @@ from typing import Iterator
 
 import pytest
 
+from cluster_fixtures import ray_local  # noqa: F401  (module-scoped fixture, for the ray cases)
 from nimbus.config.simulation import DurationModel, SimulationConfig
 from nimbus.cost.ledger import Ledger
 from nimbus.data.codec import Message
