@@ -18,6 +18,7 @@ from typing import Annotated, Any, Union
 from pydantic import BaseModel, Field
 
 from nimbus.algos.base import Algorithm, build_by_name
+from nimbus.algos.compiled import CompileMode
 from nimbus.algos.dqn.algorithm import DQN
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.impala.algorithm import Impala
@@ -45,10 +46,15 @@ _BUILDERS: dict[str, Callable[[Any], Algorithm]] = {
 }
 
 
-def make_algorithm(*, config: BaseModel) -> Algorithm:
-    """The algorithm named by ``config.name``, built from its config."""
+def make_algorithm(*, config: BaseModel, compile_mode: CompileMode = "off") -> Algorithm:
+    """The algorithm named by ``config.name``, built from its config; ``compile_mode`` (``learner.compile``) is
+    PPO's: the config rules refuse it for the others."""
     name = getattr(config, "name", None)
     if name in MULTIAGENT_ALGO_CONFIGS:
         raise ConfigError(f"algo.name: {name!r} is a multi-agent algorithm; it needs train.workflow: multiagent "
                           "(and a PettingZoo Parallel env)")
+    if compile_mode != "off":
+        if name != "ppo":
+            raise ConfigError(f"learner.compile: {compile_mode} compiles PPO's update; algo.name is {name!r}")
+        return PPO(config=config, compile_mode=compile_mode)  # type: ignore[arg-type]
     return build_by_name(config=config, builders=_BUILDERS, configs=ALGO_CONFIGS, kind="algorithm")

@@ -75,11 +75,29 @@ def check_overlap(*, config: NimbusConfig) -> None:
         raise ValueError("train.overlap runs one policy; policies / pbt switch versions between rounds: drop it")
 
 
+def check_compile(*, config: NimbusConfig) -> None:
+    """``learner.compile`` compiles PPO's minibatch loss in the sync workflow's learner (algos/compiled.py)."""
+    mode = config.learner.compile
+    if mode == "off":
+        return
+    problems = []
+    if config.algo.name != "ppo":
+        problems.append(f"algo.name is {config.algo.name!r}")
+    if config.train.workflow != "sync":
+        problems.append(f"train.workflow is {config.train.workflow!r}")
+    if config.pipeline.minibatch or config.pipeline.dual_stage:
+        problems.append("a pipeline is on (its streaming learner runs eagerly)")
+    if problems:
+        raise ValueError(f"learner.compile: {mode} compiles PPO's update in train.workflow: sync without pipelines; "
+                         + "; ".join(problems))
+
+
 def check_workflow(*, config: NimbusConfig) -> None:
     """Config rules of the workflows (raised as ValueError, so pydantic reports them at load time)."""
     name, workflow = config.algo.name, config.train.workflow
     check_env_backend(config=config)
     check_overlap(config=config)
+    check_compile(config=config)
     _check_learning_starts(algo=config.algo)
     if workflow == "sync" and name in OFF_POLICY:
         raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: async")

@@ -6,9 +6,9 @@ rejected before anything starts; a sub-section given in part keeps its section's
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, SecretStr, model_validator
 from pydantic_core import PydanticUndefined
 
 from nimbus.config.base import ConfigSection
@@ -107,11 +107,20 @@ class ActorsConfig(Section):
     (C++, the envpool extra), auto (envpool where it has the env and nothing needs gymnasium's envs)"""
 
 
+def _yaml_off(value: Any) -> Any:
+    """YAML reads an unquoted ``off`` as false: take it as the mode "off"."""
+    return "off" if value is False else value
+
+
 class LearnerConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """learner device; auto = cuda when present"""
     torch_threads: int = Field(default=1, ge=1)
-    """torch intra-op threads in the learner function"""
+    """torch intra-op threads in the learner function (set on every invocation; at most function.cpus)"""
+    compile: Annotated[Literal["off", "compile", "graphs"], BeforeValidator(_yaml_off)] = "off"
+    """PPO's minibatch forward and loss: eager (off), torch.compile (compile), or compiled with CUDA graphs
+    (graphs: compile's reduce-overhead; on a CPU the same as compile); sync PPO without pipelines only. The optimizer
+    step stays eager (fused on CUDA). Compiled once per warm worker (docs/benchmarks.md has its first-call cost)"""
     function: FunctionConfig = Field(
         default_factory=lambda: FunctionConfig(cpus=1.0, gpus=0.25, memory_mb=4096, timeout_s=600.0))
 

@@ -171,6 +171,7 @@ class SyncWorkflow(SystemWorkflow):
                                  algo=cfg.algo.model_dump(mode="json"), policy=self.policy, policy_version=version,
                                  has_optimizer_state=version > 0, buffer=self.system.buffer.descriptor(),
                                  progress=progress, seed=cfg.seed, device=cfg.learner.device,
+                                 compile=cfg.learner.compile,
                                  torch_threads=cfg.learner.torch_threads,
                                  probe=self.system.probe.to_header() if self.system.probe else None,
                                  batch_key=shipped)

@@ -53,6 +53,7 @@ class LearnerRequest(WireRequest, header="learner", affinity="learner-{policy}")
     batch_key: str | None = None  # the batch is this Store key (ray: the buffer may be on another node), not rows
     env_imports: Sequence[str] = ()    # env.imports: modules that register the user's env ids
     env_wrappers: Sequence[str] = ()   # env.wrappers: gymnasium wrappers, applied in order
+    compile: str = "off"               # learner.compile: PPO's minibatch loss compiled (algos/compiled.py)
 
     def to_message(self, *, indices: np.ndarray, obs_moments: dict[str, np.ndarray] | None = None) -> Message:
         """``obs_moments``: the round's raw-observation moments (``algo.normalize_obs``), see envs/obsnorm.py."""
@@ -72,14 +73,15 @@ def learner_state(*, context: FunctionContext, req: LearnerRequest, store: Store
     cache = context.cache
     # every invocation, not only when the state is built: the runtime clamps it to the function's cpus
     torch.set_num_threads(req.torch_threads)
-    if cache.get("algo_config") != req.algo or cache.get("env_id") != (req.env_id, list(req.env_wrappers)):
+    built_for = (req.algo, req.compile, (req.env_id, list(req.env_wrappers)))
+    if (cache.get("algo_config"), cache.get("compile"), cache.get("env_id")) != built_for:
         config = ALGO_CONFIGS[req.algo["name"]].model_validate(req.algo)
         spaces = request_spaces(req=req)
-        algo = make_algorithm(config=config)
+        algo = make_algorithm(config=config, compile_mode=req.compile)
         model = algo.make_model(spaces=spaces)
         cache.clear()
-        cache.update(algo_config=req.algo, env_id=(req.env_id, list(req.env_wrappers)), algo=algo, model=model,
-                     spaces=spaces, optimizer=algo.make_optimizer(model=model), version=None, store=store, buffers={})
+        cache.update(algo_config=req.algo, compile=req.compile, env_id=(req.env_id, list(req.env_wrappers)), algo=algo,
+                     model=model, spaces=spaces, optimizer=algo.make_optimizer(model=model), version=None, store=store, buffers={})
     cache["device"] = resolve_device(requested=req.device, leased=context.device)
     place(cache=cache, device=cache["device"])  # a warm model left the device at its last lease's end
     if cache["version"] != (req.policy, req.policy_version):  # several policies share learner workers

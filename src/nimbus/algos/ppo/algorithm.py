@@ -17,6 +17,7 @@ import gymnasium as gym
 import torch
 
 from nimbus.algos.base import ActOutput, KeySpec, LossOutput
+from nimbus.algos.compiled import CompileMode
 from nimbus.algos.gae import compute_gae
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.algos.ppo.learner import UpdateStats, minibatch_loss, ppo_update
@@ -31,8 +32,9 @@ class PPO:
 
     name = "ppo"
 
-    def __init__(self, *, config: PPOConfig) -> None:
+    def __init__(self, *, config: PPOConfig, compile_mode: CompileMode = "off") -> None:
         self.config = config
+        self.compile_mode = compile_mode  # the minibatch loss compiled or not (algos/compiled.py)
 
     def make_model(self, *, spaces: EnvSpaces) -> PolicyValueModel:
         """A fresh ActorCritic, or ``algo.model`` wrapped (initialised from torch's global RNG: seed it first)."""
@@ -106,4 +108,4 @@ class PPO:
     ) -> UpdateStats:
         """PPO's own minibatch epochs on a post-processed batch (`ppo_update` with this config)."""
         return ppo_update(model=model, optimizer=optimizer, batch=batch, config=self.config, progress=progress,
-                          generator=generator)
+                          generator=generator, compile_mode=self.compile_mode)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +29,7 @@ from nimbus.algos.truncation import Truncation
 from nimbus.liveness import beat
 from nimbus.algos.ppo.loss import (LOSS_STATS, explained_variance_tensor, normalize_advantages, ppo_loss,
                                    ppo_loss_terms)
+from nimbus.algos.compiled import CompileMode, compiled
 from nimbus.algos.step import DeviceStats, guarded_step
 from nimbus.models.mlp import ActorCritic
 
@@ -95,8 +96,10 @@ def ppo_update(
     config: PPOConfig,
     progress: float,
     generator: torch.Generator,
+    compile_mode: CompileMode = "off",
 ) -> UpdateStats:
     """Run `config.num_epochs` epochs of minibatch PPO on `batch`; stop early when approx_kl > target_kl.
+    ``compile_mode``: the minibatch's forward and loss compiled (algos/compiled.py), the step eager.
 
     No host read inside the minibatch loop: each epoch's order reaches the batch's device without a wait
     (`epoch_orders`) and the batch is gathered once per epoch (minibatches are slices of it), the statistics stay on the device (`DeviceStats`) and
@@ -114,6 +117,8 @@ def ppo_update(
     num_rows = batch["obs"].shape[0]
     minibatch_size = min(config.minibatch_size, num_rows)
     params = list(model.parameters())
+    terms = compiled(fn=_terms(config=config), key=("ppo", config.model_dump_json()), mode=compile_mode)
+    clip = clip_coef if compile_mode == "off" else torch.tensor(clip_coef, device=device)  # a tensor: no recompile
     stats = DeviceStats(keys=(*LOSS_STATS, "grad_norm"), device=device)  # means over the steps taken
     attempts = epochs_done = 0
     for order in epoch_orders(generator=generator, num_rows=num_rows, num_epochs=config.num_epochs, device=device):
@@ -121,7 +126,7 @@ def ppo_update(
         last_kl = torch.zeros((), device=device)
         for start in range(0, num_rows, minibatch_size):
             minibatch = {key: column[start : start + minibatch_size] for key, column in shuffled.items()}
-            loss, parts = minibatch_terms(model=model, batch=minibatch, config=config, clip_coef=clip_coef)
+            loss, parts = terms(model, minibatch, clip)
             outcome = guarded_step(optimizer=optimizer, params=params, loss=loss, max_grad_norm=config.max_grad_norm)
             stats.add(row=torch.cat([parts, outcome.grad_norm.reshape(1).to(parts.dtype)]), where=outcome.finite)
             last_kl = torch.where(outcome.finite, parts[LOSS_STATS.index("approx_kl")], last_kl)
@@ -143,6 +148,14 @@ def ppo_update(
         num_epochs_done=epochs_done,
         num_skipped_steps=attempts - steps,
     )
+
+
+def _terms(*, config: PPOConfig) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """`minibatch_terms` for ``config`` as a positional function of (model, minibatch, clip_coef), for `compiled`."""
+    def terms(model: ActorCritic, minibatch: dict[str, torch.Tensor],
+              clip_coef: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return minibatch_terms(model=model, batch=minibatch, config=config, clip_coef=clip_coef)  # type: ignore[arg-type]
+    return terms
 
 
 def epoch_orders(*, generator: torch.Generator, num_rows: int, num_epochs: int,
