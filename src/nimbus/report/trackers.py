@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 IDS_FILE = "trackers.json"
 OWN_PREFIXES = ("staleness/", "eval/")   # extras logged under their own name, not control/
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# MLflow's own HTTP defaults retry an unreachable server for minutes (7 retries, backoff 2, 120 s timeout) before the
+# run may start; these bound a tracker that cannot start to seconds (a user's environment variables still win)
+MLFLOW_HTTP_BOUNDS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                      "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 
 class Tracker(Protocol):
@@ -148,6 +152,7 @@ class MlflowTracker:
         from mlflow.tracking import MlflowClient
 
         uri = settings.tracking_uri or f"sqlite:///{run_dir.resolve() / 'mlflow.db'}"
+        _check_reachable(uri=uri)
         self._client, self._metric = MlflowClient(tracking_uri=uri), mlflow.entities.Metric
         saved = _load_ids(run_dir).get("mlflow", {})
         if saved.get("run_id") and saved.get("tracking_uri") == uri:
@@ -181,6 +186,23 @@ class MlflowTracker:
         self._client.set_terminated(self._run_id, status="FAILED" if failed else "FINISHED")
 
 
+def _check_reachable(*, uri: str) -> None:
+    """Fail at once where MLflow would retry for minutes: a SQLite store that cannot be written (its engine is
+    retried 10 times with back-off), an HTTP server (retries bounded by ``MLFLOW_HTTP_BOUNDS``)."""
+    for name, value in MLFLOW_HTTP_BOUNDS.items():
+        os.environ.setdefault(name, value)
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri[len("sqlite:///"):])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"output.mlflow.tracking_uri: cannot write the MLflow store {path} "
+                          f"({exc.strerror or exc})") from None
+
+
 def _optional(module: str, *, logger: str) -> Any:
     try:
         return __import__(module)
@@ -203,7 +225,14 @@ def make_trackers(*, loggers: Sequence[Logger], run_dir: Path, config: Mapping[s
     made: list[Tracker] = []
     try:
         for name in dict.fromkeys(loggers):
-            made.append(_make(name=name, run_dir=run_dir, config=config, wandb=wandb, mlflow=mlflow))
+            try:
+                made.append(_make(name=name, run_dir=run_dir, config=config, wandb=wandb, mlflow=mlflow))
+            except ConfigError:
+                raise
+            except Exception as exc:   # one line naming the tracker, not the tracker library's traceback
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                raise ConfigError(f"output.loggers: {name} could not start ({type(exc).__name__}: {first}); "
+                                  f"check output.{name}, or leave {name} out of output.loggers") from None
     except BaseException:
         for tracker in made:
             _finish_quietly(tracker=tracker, artifacts=[], failed=True)

@@ -26,6 +26,7 @@ from nimbus.onpolicy.policy import build_policy, policy_data
 from nimbus.onpolicy.system import System
 from nimbus.roles.specs import check_devices
 from nimbus.run.registry import workflow_class, workflow_name
+from nimbus.run.rundir import RunDirError
 from nimbus.runtime.factory import StampedRuntime, make_runtime
 from nimbus.types import Shared
 
@@ -41,7 +42,11 @@ def make_run_dir(*, config: NimbusConfig, root: Path | None = None) -> Path:
     while run_dir.exists():
         run_dir = base / f"{config.name}-{stamp}-{suffix}"
         suffix += 1
-    run_dir.mkdir(parents=True)
+    try:
+        run_dir.mkdir(parents=True)
+    except OSError as exc:   # a read-only or unwritable root: bad input, before anything starts
+        raise RunDirError(f"output.root_dir: cannot create the run directory {run_dir} "
+                          f"({exc.strerror or exc})") from None
     return run_dir
 
 

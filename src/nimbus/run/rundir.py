@@ -45,8 +45,11 @@ def hold_lock(*, directory: Path, what: str, hint: str) -> Iterator[None]:
     """Hold ``directory/.lock`` (made if missing) for the block, its holder's pid written in it; held by another
     process: RunDirError (exit 2) naming ``what``, the holder's pid and ``hint``."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    handle = open(directory / LOCK_NAME, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the whole block
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handle = open(directory / LOCK_NAME, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the whole block
+    except OSError as exc:   # a read-only or unwritable place: bad input, before anything starts
+        raise RunDirError(f"{directory}: cannot write this {what} ({exc.strerror or exc})") from None
     try:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -64,7 +64,7 @@ from nimbus.runtime.base import FunctionContext, FunctionSpec, RuntimeStats
 from nimbus.runtime.inline import driver_state_kept
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.fairshare import next_placeable
-from nimbus.runtime.simulated_durations import draw_attempt, rows_of, simulated_timings, with_probe
+from nimbus.runtime.simulated_durations import check_bounded, draw_attempt, rows_of, simulated_timings, with_probe
 from nimbus.runtime.simulated_pool import PoolKey, SimPool, SimWorker, pool_key
 from nimbus.runtime.simulated_waits import SimEvents, SimFuture, SimTimer, single_threaded
 from nimbus.runtime.worker import error_report, invoke_function, load_entrypoint
@@ -91,6 +91,7 @@ class SimulatedRuntime(AttemptEndings):
         self._devices, self._weights = devices, {}   # the device pool and fair-share weights (both optional)
         self._counts = {"failed": 0, "dropped": 0}
         self._models, self._simulation = simulation.models(), simulation
+        check_bounded(models=self._models, default=simulation.default)   # a longer one would livelock the driver
         self._probe = self._models["probe"] if "probe" in simulation.named_kinds() else None   # Nitro's probe part
         self._rng = np.random.default_rng([seed, simulation.seed])
         self._pool = SimPool(capacity_cpus=capacity_cpus, max_workers=max_workers, keep_alive_s=keep_alive_s,

@@ -21,7 +21,28 @@ import numpy as np
 
 from nimbus.config.simulation import DurationModel
 from nimbus.data.codec import Message
+from nimbus.errors import ConfigError
 from nimbus.types import PROBE_SECONDS_KEY
+
+
+# The longest simulated cold start, median duration or first-call term: the driver wakes every 0.5 simulated seconds
+# while it waits (liveness, status), so a day-long cold start is 170,000 wake-ups before round 0 (and 1e9 s never
+# ends). An hour is past any serverless limit (Lambda stops a function at 15 min) and past a real cold start.
+MAX_SIMULATED_S = 3600.0
+BOUNDED_FIELDS = ("median_s", "cold_start_s", "first_call_s")
+
+
+def check_bounded(*, models: dict[str, DurationModel], default: DurationModel) -> None:
+    """Every model's seconds within ``MAX_SIMULATED_S``; ConfigError (exit 2) naming the kind and the field, its
+    value printed readably (``1e+300``, not three hundred digits)."""
+    for kind, model in {"default": default, **models}.items():
+        for name in BOUNDED_FIELDS:
+            value = float(getattr(model, name))
+            if not value <= MAX_SIMULATED_S:
+                where = f"simulation.default.{name}" if kind == "default" else \
+                    f"simulation.functions.{kind}.{name} (or simulation.profile's {kind})"
+                raise ConfigError(f"{where}: {value:.4g} s is longer than a simulated duration may be "
+                                  f"(at most {MAX_SIMULATED_S:,.0f} s)")
 
 
 @dataclass(frozen=True)
