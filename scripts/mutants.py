@@ -41,6 +41,16 @@ STALENESS_TESTS = ("tests/unit/stellaris/test_staleness.py",)
 TRUNCATION_TESTS = ("tests/unit/algos/test_is_truncation.py", "tests/unit/stellaris/test_stellaris_functions.py",
                     "tests/unit/stellaris/test_stellaris_impact.py")
 FAIRSHARE_TESTS = ("tests/unit/runtime/test_fairshare.py",)
+FAULTS, WORKER, ERRORS = "src/nimbus/runtime/faults.py", "src/nimbus/runtime/worker.py", "src/nimbus/errors.py"
+SIMULATED, DURATIONS = "src/nimbus/runtime/simulated.py", "src/nimbus/runtime/simulated_durations.py"
+TEAM_ROWS = "src/nimbus/marless/team_rows.py"
+RETRY_TESTS = ("tests/unit/runtime/test_retry_taxonomy.py", "tests/unit/runtime/test_inline.py",
+               "tests/unit/runtime/test_attempts.py")
+SIMULATED_TESTS = ("tests/unit/runtime/test_simulated_runtime.py", "tests/unit/runtime/test_simulated_timers.py",
+                   "tests/unit/runtime/test_simulated_bounds.py", "tests/unit/runtime/test_simulated_probe.py",
+                   "tests/unit/runtime/test_simulated_shares.py", "tests/unit/runtime/test_retry_taxonomy.py")
+TEAM_ROWS_TESTS = ("tests/unit/marless/test_value_hetero.py", "tests/unit/marless/test_dead_agents.py",
+                   "tests/unit/marless/test_marless_value_learner.py")
 SAVED = Path(tempfile.gettempdir()) / f"nimbus-mutants-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]}"
 
 
@@ -161,6 +171,78 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if True:\n            busy", FAIRSHARE_TESTS, "idle slots counted as busy"),
     Mutant("F7", FAIRSHARE, "busy.get(slot.spec.workload, 0.0) + slot.spec.resources.cpus",
            "busy.get(slot.spec.workload, 0.0) + 1.0", FAIRSHARE_TESTS, "busy slots counted, not busy CPUs"),
+    # ---- the retry taxonomy: runtime/attempts.py retry_allowed / failed, runtime/faults.py failure_kind ----
+    Mutant("R1", ATTEMPTS, 'if error.get("kind") == APPLICATION:', 'if error.get("kind") == FATAL:', RETRY_TESTS,
+           "the function's own exceptions retried up to max_retries, like a dead worker"),
+    Mutant("R2", ATTEMPTS, "if len(invocation.code_errors) > invocation.spec.retry_exceptions:",
+           "if len(invocation.code_errors) >= invocation.spec.retry_exceptions:", RETRY_TESTS,
+           "one retry of the code's exceptions too few"),
+    Mutant("R3", ATTEMPTS, "        invocation.code_errors.append(error)\n", "", RETRY_TESTS,
+           "the code's exceptions never counted (retried forever within max_retries)"),
+    Mutant("R4", ATTEMPTS, "shown = invocation.code_errors[0] if invocation.code_errors else error", "shown = error",
+           RETRY_TESTS, "the failure shows the last attempt's error, not the first traceback"),
+    Mutant("R5", ATTEMPTS, "shown = invocation.code_errors[0]", "shown = invocation.code_errors[-1]", RETRY_TESTS,
+           "the failure shows the last of the code's exceptions"),
+    Mutant("R6", ATTEMPTS, 'retried = f"retry_exceptions={invocation.spec.retry_exceptions}" if invocation.code_errors',
+           'retried = f"retry_exceptions={invocation.spec.retry_exceptions}" if not invocation.code_errors',
+           RETRY_TESTS, "the failure names the wrong bound (max_retries for the code's exception)"),
+    Mutant("R7", FAULTS, "return INFRASTRUCTURE if marked else FATAL", "return FATAL if marked else INFRASTRUCTURE",
+           RETRY_TESTS, "injected faults fatal, fatal errors retried"),
+    Mutant("R8", FAULTS, "if isinstance(exc, KeyNotFound) or type(exc)", "if type(exc)", RETRY_TESTS,
+           "a key the store lost is the code's error: not retried"),
+    Mutant("R9", FAULTS, 'type(exc).__module__.split(".")[0] == "ray"', 'type(exc).__module__.startswith("ray")',
+           RETRY_TESTS, "any module named ray* (raylib, rayleigh) counts as Ray's own"),
+    Mutant("R10", WORKER, '"retryable": kind != FATAL, "kind": kind', '"retryable": True, "kind": kind', RETRY_TESTS,
+           "a worker reports fatal errors as retryable"),
+    Mutant("R11", ERRORS, 'where = f"\\n  at {frames[-1]}"', 'where = f"\\n  at {frames[0]}"', RETRY_TESTS,
+           "the summary names the outermost frame (the runtime's), not where the code raised"),
+    # ---- the simulated runtime's clock and failure injection (runtime/simulated.py, simulated_durations.py) ----
+    Mutant("M1", SIMULATED, "self._now = max(self._now, at_s)", "self._now = at_s", SIMULATED_TESTS,
+           "the virtual clock may move back"),
+    Mutant("M2", SIMULATED, "self._schedule(at_s=self._now + max(0.0, delay_s)", "self._schedule(at_s=max(0.0, delay_s)",
+           SIMULATED_TESTS, "a timer counts from time 0, not from now"),
+    Mutant("M3", SIMULATED, "        if event.timer is not None and event.timer.cancelled:\n            return False\n",
+           "", SIMULATED_TESTS, "a cancelled timer still fires"),
+    Mutant("M4", SIMULATED, "if not self._events or self._events[0].at_s > at_s:\n                break",
+           "if not self._events or self._events[0].at_s >= at_s:\n                break", SIMULATED_TESTS,
+           "events due exactly at the wait's end are left for later"),
+    Mutant("M5", SIMULATED, "self._set_now(self._now + max(0.0, seconds))", "self._set_now(max(0.0, seconds))",
+           SIMULATED_TESTS, "an idle wait sets the clock to its length instead of adding it"),
+    Mutant("M6", SIMULATED, "if draw.dies and draw.dies_after_s < spec.timeout_s:", "if draw.dies:", SIMULATED_TESTS,
+           "a death drawn after the timeout ends the attempt as a death, past its timeout"),
+    Mutant("M7", SIMULATED, '"retire": True, "after_s": draw.dies_after_s', '"retire": True, "after_s": draw.duration_s',
+           SIMULATED_TESTS, "a dying attempt dies at its full duration, not at its drawn point"),
+    Mutant("M8", SIMULATED, '"retire": True, "after_s": spec.timeout_s', '"retire": True, "after_s": draw.duration_s',
+           SIMULATED_TESTS, "a timed-out attempt ends (and is billed) at its drawn duration, not at its timeout"),
+    Mutant("M9", SIMULATED, "            invocation.queued_at = self._now   # retried", "            pass   # retried",
+           SIMULATED_TESTS, "a retry keeps its first queued time (its queue wait counts the failed attempt)"),
+    Mutant("M10", SIMULATED, '"error": report["error"],\n                    "after_s": min(draw.duration_s, spec.timeout_s)',
+           '"error": report["error"],\n                    "after_s": draw.duration_s', SIMULATED_TESTS,
+           "a raising attempt runs past its timeout"),
+    Mutant("M11", DURATIONS, "after = duration * (u_die / model.failure_fraction) if dies else duration",
+           "after = duration * u_die if dies else duration", SIMULATED_TESTS,
+           "the death point is not uniform over the attempt (squeezed to its first failure_fraction)"),
+    Mutant("M12", DURATIONS, "straggler = u_straggle < model.straggler_fraction",
+           "straggler = u_die < model.straggler_fraction", SIMULATED_TESTS,
+           "straggling and death drawn from one uniform (correlated)"),
+    # ---- the team learner's joint rows (marless/team_rows.py align_team_rows) ----
+    Mutant("V1", TEAM_ROWS, 'joint["rewards"] = np.sum(', 'joint["rewards"] = np.mean(', TEAM_ROWS_TESTS,
+           "the team reward is the agents' mean, not their sum"),
+    Mutant("V2", TEAM_ROWS, 'joint["terminated"] = np.all(', 'joint["terminated"] = np.any(', TEAM_ROWS_TESTS,
+           "the team terminates when the first agent does"),
+    Mutant("V3", TEAM_ROWS, 'joint["truncated"] = np.any(', 'joint["truncated"] = np.all(', TEAM_ROWS_TESTS,
+           "the team is truncated only when every agent is"),
+    Mutant("V4", TEAM_ROWS, "if len(set(counts.values())) != 1 or not own", "if not own", TEAM_ROWS_TESTS,
+           "agents with unequal row counts are aligned anyway"),
+    Mutant("V5", TEAM_ROWS, "rows.setdefault(ALIVE, np.ones(", "rows.setdefault(ALIVE, np.zeros(", TEAM_ROWS_TESTS,
+           "rows written before the alive column count as dead"),
+    Mutant("V6", TEAM_ROWS, '== agent_index)', '!= agent_index)', TEAM_ROWS_TESTS,
+           "an agent's rows are every other agent's"),
+    Mutant("V7", TEAM_ROWS, "first = own[all_agents[0]]", "first = own[all_agents[-1]]", TEAM_ROWS_TESTS,
+           "the global state taken from the last agent's rows",
+           equivalent="the actor writes the same global state into every agent's row of a step"),
+    Mutant("V8", TEAM_ROWS, "for column in (*AGENT_COLUMNS, *(c for c in MASK_COLUMNS if c in rows)):",
+           "for column in AGENT_COLUMNS:", TEAM_ROWS_TESTS, "action masks dropped from the joint rows"),
 )
 
 
