@@ -15,6 +15,9 @@ weights, as in a run):
 The reference loop is CleanRL's update as written there (ppo.py / ppo_continuous_action.py, sac_continuous_action.py
 with the actor and α updated every step, dqn.py), default Adam, its one ``.item()`` per PPO minibatch included.
 
+``--compile`` sets nimbus's ``learner.compile`` for the PPO cases (algos/compiled.py; the other algorithms and
+the two baselines run eagerly); the table's last column is the first update's seconds, compilation included.
+
 Repeats are interleaved (nimbus, reference, SB3, nimbus, ...), each timing ``--updates`` updates after one warm-up
 update; a figure is min / median / max over ``--repeats``. On CUDA the clock is read after ``synchronize``.
 
@@ -89,10 +92,9 @@ def nimbus_learner(*, case: dict[str, Any], batch: dict[str, np.ndarray], device
     from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
     from nimbus.envs.spaces import EnvSpaces
 
-    if compile_mode != "off":
-        raise SystemExit(f"--compile {compile_mode}: nimbus's learner.compile is not built yet (only 'off')")
     config = ALGO_CONFIGS[case["algo"]["name"]].model_validate(case["algo"])
-    algo = make_algorithm(config=config)
+    # learner.compile is PPO's: the other algorithms run eagerly whatever --compile says (the table says which)
+    algo = make_algorithm(config=config, compile_mode=compile_mode if config.name == "ppo" else "off")
     obs_space, action_space = spaces_of(case)
     model = algo.make_model(spaces=EnvSpaces(observation=obs_space, action=action_space)).to(device)
     optimizer = algo.make_optimizer(model=model)
@@ -319,30 +321,34 @@ def measure(*, name: str, case: dict[str, Any], args: argparse.Namespace) -> dic
     if not args.no_sb3:
         learners["sb3"] = sb3_learner(case=case, batch=batch, device=device)
     seconds: dict[str, list[float]] = {who: [] for who in learners}
+    first_s: dict[str, float] = {}
     for who, (update, _) in learners.items():
-        update()   # warm-up: lazy optimizer state, allocator, kernels
+        started = time.perf_counter()
+        update()   # warm-up: lazy optimizer state, allocator, kernels, and a compiled learner's compilation
+        first_s[who] = time.perf_counter() - started
     for _ in range(args.repeats):   # interleaved, so a slow spell of the machine hits every learner alike
         for who, (update, _) in learners.items():
             seconds[who].append(time_updates(update=update, updates=args.updates, device=device))
-    out = {"case": name, "rows": case["rows"], "learners": {}}
+    out = {"case": name, "rows": case["rows"], "learners": {},
+           "nimbus_compile": args.compile if case["algo"]["name"] == "ppo" else "off"}
     for who, (_, steps) in learners.items():
         per_update = stats(seconds[who])
         out["learners"][who] = {"steps_per_update": steps, "s_per_update": per_update,
                                 "ms_per_step": {k: v * 1e3 / steps for k, v in per_update.items()},
-                                "updates_per_s": 1.0 / per_update["median"]}
+                                "updates_per_s": 1.0 / per_update["median"], "first_update_s": first_s[who]}
     return out
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| case | learner | steps/update | ms per step (min / median / max) | updates/s | vs reference |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| case | learner | steps/update | ms per step (min / median / max) | updates/s | vs reference | "
+             "first update (s) |", "|---|---|---|---|---|---|---|"]
     for result in results:
         ref = result["learners"]["reference"]["s_per_update"]["median"]
         for who, fig in result["learners"].items():
-            ms = fig["ms_per_step"]
-            lines.append(f"| {result['case']} | {who} | {fig['steps_per_update']} | {ms['min']:.3f} / "
+            ms, label = fig["ms_per_step"], who if who != "nimbus" else f"nimbus ({result['nimbus_compile']})"
+            lines.append(f"| {result['case']} | {label} | {fig['steps_per_update']} | {ms['min']:.3f} / "
                          f"{ms['median']:.3f} / {ms['max']:.3f} | {fig['updates_per_s']:.1f} | "
-                         f"{fig['s_per_update']['median'] / ref:.2f}x |")
+                         f"{fig['s_per_update']['median'] / ref:.2f}x | {fig['first_update_s']:.2f} |")
     return "\n".join(lines)
 
 
@@ -351,7 +357,7 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", default="off", choices=["off", "compile", "graphs"],
-                        help="nimbus's learner.compile mode (the reference and SB3 run eagerly)")
+                        help="nimbus's learner.compile mode, PPO's cases only (the reference and SB3 run eagerly)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--updates", type=int, default=5, help="updates timed per repeat")

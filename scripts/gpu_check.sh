@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check (issue 25.5): on a machine with CUDA, set nimbus up against the machine's own torch (no
 # downloads), run the `gpu` tests, the learner benchmarks (gpu_learners.py; learner_update.py per compile mode in
-# LEARNER_COMPILE_MODES, default "off") and the simulated-vs-real validation with the learner on cuda, and print a
-# summary block for docs/benchmarks.md.
-# Budget: under 8 minutes on one GPU. Without CUDA it checks the set-up, says "no CUDA: skipped" and exits 0.
+# LEARNER_COMPILE_MODES, default "off compile graphs") and the simulated-vs-real validation with the learner on
+# cuda, and print a summary block for docs/benchmarks.md.
+# Budget: under 8 minutes on one GPU, 10 with the compiled learner modes (their first update compiles).
+# Without CUDA it checks the set-up, says "no CUDA: skipped" and exits 0.
 #
 #   scripts/gpu_check.sh            # PYTHON=python3 VENV=.venv-gpu SECONDS_PER_FIGURE=3 by default
 #   WHEELS=dir scripts/gpu_check.sh # a machine without network: what is missing (or older than pyproject.toml asks)
@@ -98,11 +99,13 @@ timeout 150 "$PY" benchmarks/gpu_learners.py --seconds "$SECONDS_PER_FIGURE" \
   --out "$LOG_DIR/gpu_learners.json" >"$LOG_DIR/benchmark.md" 2>"$LOG_DIR/benchmark.err"
 BENCH_RC=$?
 # one learner update three ways (nimbus, a CleanRL-shaped reference loop, SB3's train()) on cuda, per compile mode
+# (off: every case, SB3 too; compile and graphs: the two PPO shapes, whose first update includes the compilation)
 LEARNER_RC=0
-for MODE in ${LEARNER_COMPILE_MODES:-off}; do
-  timeout 150 "$PY" benchmarks/learner_update.py --device cuda --compile "$MODE" --repeats 3 --updates 3 \
-    --out "$LOG_DIR/learner_update_$MODE.json" >"$LOG_DIR/learner_update_$MODE.md" 2>"$LOG_DIR/learner_update_$MODE.err" \
-    || LEARNER_RC=$?
+for MODE in ${LEARNER_COMPILE_MODES:-off compile graphs}; do
+  if [ "$MODE" = off ]; then CASES_ARGS=(); else CASES_ARGS=(--cases ppo-cartpole ppo-mujoco-512 --no-sb3); fi
+  timeout 200 "$PY" benchmarks/learner_update.py --device cuda --compile "$MODE" --repeats 3 --updates 3 \
+    "${CASES_ARGS[@]}" --out "$LOG_DIR/learner_update_$MODE.json" >"$LOG_DIR/learner_update_$MODE.md" \
+    2>"$LOG_DIR/learner_update_$MODE.err" || LEARNER_RC=$?
 done
 # issue 30's validation on a GPU machine: real PPO CartPole with the learner on cuda at 1, 2 and 4 actors, a
 # profile fitted from the 1- and 2-actor runs, the same runs simulated from it (4 actors out of sample)
@@ -120,7 +123,7 @@ echo "gpu tests: $(tail -n 1 "$LOG_DIR/pytest.log") (exit $TESTS_RC)"
 echo
 if [ "$BENCH_RC" -eq 0 ]; then cat "$LOG_DIR/benchmark.md"; else echo "benchmark failed (exit $BENCH_RC): $(tail -n 3 "$LOG_DIR/benchmark.err")"; fi
 echo
-for MODE in ${LEARNER_COMPILE_MODES:-off}; do
+for MODE in ${LEARNER_COMPILE_MODES:-off compile graphs}; do
   echo "learner update on cuda, compile $MODE (\`benchmarks/learner_update.py --device cuda --compile $MODE --repeats 3 --updates 3\`):"
   cat "$LOG_DIR/learner_update_$MODE.md" 2>/dev/null; tail -n 2 "$LOG_DIR/learner_update_$MODE.err" 2>/dev/null
   echo
