@@ -119,3 +119,29 @@ def test_the_space_file_takes_yaml_1_2_numbers_and_refuses_an_alias_bomb(tmp_pat
         f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
     with pytest.raises(ConfigError, match="expands to more than"):
         _sweep(tmp_path, trials=1, training=FakeTraining(), space=_space(tmp_path, bomb))
+
+
+def test_a_killed_sweep_resumes_rerunning_its_trial_and_counts_it_once(tmp_path: Path) -> None:
+    """The fast twin of the integration test's SIGKILL: the process dies inside trial 1 (left RUNNING in study.db);
+    the same command then runs trial 1's values again first, does not count the dead trial, and stops at N."""
+    class Killed(BaseException):
+        pass
+
+    def die_in_second_trial(*, configs, after_round):
+        if len(first.calls) == 1:
+            raise Killed()
+        return first(configs=configs, after_round=after_round)
+
+    first = FakeTraining()
+    with pytest.raises(Killed):
+        _sweep(tmp_path, trials=3, training=die_in_second_trial)
+    study = optuna.load_study(study_name="nimbus", storage=f"sqlite:///{tmp_path / 'sweep' / 'study.db'}")
+    killed = study.trials[1]
+    assert killed.state.name == "RUNNING"
+    again = FakeTraining()
+    result = _sweep(tmp_path, trials=3, training=again)
+    assert result.finished == 3 and len(again.calls) == 2
+    assert again.calls[0] == pytest.approx(killed.params["algo.lr"])
+    study = optuna.load_study(study_name="nimbus", storage=f"sqlite:///{tmp_path / 'sweep' / 'study.db'}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
+    assert study.user_attrs["interrupted"] == [1]
