@@ -23,6 +23,7 @@ schedules reach 0 there, as in rl-zoo); a run that misses the target is reported
 its time counts as a lower bound.
 
 Run:  python benchmarks/ppo_cartpole_vs_sb3.py [--seeds 3] [--cap-steps 100000] [--nimbus-src DIR]
+      [--set actors.env_backend=envpool --set train.overlap=true]   (nimbus config overrides)
       (writes benchmarks/results/ppo_cartpole_vs_sb3.json and prints the table)
 """
 
@@ -47,14 +48,14 @@ ZOO = {"n_envs": 8, "n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma"
 
 
 # ------------------------------------------------------------------------------------------- children
-def run_nimbus(*, seed: int, cap_steps: int, out_dir: Path) -> dict:
+def run_nimbus(*, seed: int, cap_steps: int, out_dir: Path, overrides: list[str]) -> dict:
     from nimbus.config import load_config
     from nimbus.run.loop import train
 
     config = load_config(path=REPO / "configs" / "ppo-cartpole.yaml", overrides=[
         f"seed={seed}", f"train.target_return={TARGET}", f"train.return_window={WINDOW}",
         f"train.total_env_steps={cap_steps}", "train.eval_episodes=0", "output.report=false",
-        f"output.root_dir={out_dir}"])
+        f"output.root_dir={out_dir}", *overrides])
     called_wall = time.time()
     called = time.perf_counter()
     result = train(config=config)
@@ -113,7 +114,7 @@ def run_sb3(*, seed: int, cap_steps: int, torch_threads: int | None) -> dict:
 def child(args: argparse.Namespace) -> int:
     if args.child == "nimbus":
         with tempfile.TemporaryDirectory(prefix="nimbus-bench-") as tmp:
-            result = run_nimbus(seed=args.seed, cap_steps=args.cap_steps, out_dir=Path(tmp))
+            result = run_nimbus(seed=args.seed, cap_steps=args.cap_steps, out_dir=Path(tmp), overrides=args.set)
     else:
         result = run_sb3(seed=args.seed, cap_steps=args.cap_steps, torch_threads=args.sb3_torch_threads)
     print(child_line(result), flush=True)
@@ -122,13 +123,15 @@ def child(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------- parent
 def spawn(*, framework: str, seed: int, cap_steps: int, nimbus_src: Path | None, timeout_s: float,
-          sb3_torch_threads: int | None) -> dict:
+          sb3_torch_threads: int | None, overrides: list[str]) -> dict:
     env = dict(os.environ)
     if nimbus_src is not None:
         env["PYTHONPATH"] = f"{nimbus_src}{os.pathsep}{env.get('PYTHONPATH', '')}"
     cmd = [sys.executable, __file__, "--child", framework, "--seed", str(seed), "--cap-steps", str(cap_steps)]
     if sb3_torch_threads is not None:
         cmd += ["--sb3-torch-threads", str(sb3_torch_threads)]
+    for override in overrides:
+        cmd += ["--set", override]
     usage = RunUsage.start()
     result = child_result(cmd=cmd, env=env, cwd=REPO, timeout_s=timeout_s, what=f"{framework} seed {seed}")
     _reap_orphans()
@@ -170,6 +173,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "ppo_cartpole_vs_sb3.json")
     parser.add_argument("--child", choices=("nimbus", "sb3"), help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="a nimbus config override (repeatable), e.g. actors.env_backend=envpool, train.overlap=true")
     args = parser.parse_args()
     if args.child:
         return child(args)
@@ -179,7 +184,7 @@ def main() -> int:
     for seed in range(args.seeds):
         for framework in ("nimbus", "sb3"):
             run = spawn(framework=framework, seed=seed, cap_steps=args.cap_steps, nimbus_src=args.nimbus_src,
-                        timeout_s=args.timeout_s, sb3_torch_threads=args.sb3_torch_threads)
+                        timeout_s=args.timeout_s, sb3_torch_threads=args.sb3_torch_threads, overrides=args.set)
             runs.append(run)
             print(f"{framework:6s} seed {seed}: {run['time_to_target_s']:7.2f} s, {run['env_steps']:7d} steps, "
                   f"reached={run['reached']}, cpu {run['cpu_s']:.1f} s, load {run['loadavg_1m_before']:.2f}"
@@ -215,7 +220,7 @@ def main() -> int:
     result = {**record(benchmark="ppo_cartpole_vs_sb3"), "versions": versions(modules=SB3_MODULES),
               "target_return": TARGET, "return_window": WINDOW, "cap_steps": args.cap_steps, "hyperparameters": ZOO,
               "runs": runs, "summary": summary, "ratio_of_medians": ratio, "ratio_per_seed": per_seed,
-              "goal_ratio": 0.8, "goal_met": goal_met}
+              "goal_ratio": 0.8, "goal_met": goal_met, "nimbus_overrides": args.set}
     print(f"wrote {write_result(path=args.out, result=result)}")
     return 0
 
