@@ -14,10 +14,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import yaml  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from nimbus.config.yaml_loader import parse_yaml  # noqa: E402
 from nimbus.cost.ledger import Ledger  # noqa: E402
 from nimbus.cost.pricing import load_pricing  # noqa: E402
 from nimbus.report.metrics import read_metrics  # noqa: E402
@@ -25,10 +25,23 @@ from nimbus.report.panels import plot_cost_per_round, plot_ratio_and_score, plot
 from nimbus.report.techniques import technique_panels  # noqa: E402
 
 
+def run_config(*, run_dir: Path) -> dict[str, Any]:
+    """The run's config.yaml as data, through the configs' guarded loader ({} when it has none)."""
+    path = Path(run_dir) / "config.yaml"
+    data = parse_yaml(text=path.read_text(), source=str(path)) if path.exists() else None
+    return data if isinstance(data, dict) else {}
+
+
+def time_label(*, config: dict[str, Any]) -> str:
+    """A run on the simulated backend counts simulated seconds (docs/simulated.md), not the command's wall time."""
+    simulated = (config.get("runtime") or {}).get("backend") == "simulated"
+    return "simulated time (s)" if simulated else "wall time (s)"
+
+
 def cost_by_kind(*, run_dir: Path, excl_cold: bool = False) -> dict[str, float]:
     """Dollars per function kind from the run's ledger; ``excl_cold``: without cold starts and provisioned idle
     time (cost/pricing.py)."""
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config = run_config(run_dir=run_dir)
     pricing_path = (config.get("cost") or {}).get("pricing_path")
     pricing = load_pricing(path=Path(pricing_path) if pricing_path else None)
     records = Ledger.load(path=run_dir / "ledger.jsonl")
@@ -72,7 +85,8 @@ def render_report(*, run_dir: Path) -> Path:
     extra_rows = panels.EXTRA_ROWS if panels is not None else 0
     fig, axes = plt.subplots(3 + extra_rows, 2, figsize=(12, 12 + 4 * extra_rows))
     _plot_returns(axes[0, 0], rows, "env_steps", "env steps")
-    _plot_returns(axes[0, 1], rows, "wall_s", "wall time (s)")
+    config = run_config(run_dir=run_dir)
+    _plot_returns(axes[0, 1], rows, "wall_s", time_label(config=config))
     rounds = [r["round"] for r in rows]
     axes[1, 0].step(rounds, [r["num_actors"] for r in rows], where="post", label="actors")
     axes[1, 0].step(rounds, [r["num_learners"] for r in rows], where="post", label="learners")
@@ -86,7 +100,7 @@ def render_report(*, run_dir: Path) -> Path:
         plot_staleness(axes[2, 0], rows)
     else:
         plot_ratio_and_score(axes[2, 0], rows)
-    budget = scaling_budget(config=yaml.safe_load((run_dir / "config.yaml").read_text()) or {})
+    budget = scaling_budget(config=config)
     plot_cost_per_round(axes[2, 1], rows, budget_usd=budget)
     fig.suptitle(run_dir.name)
     fig.tight_layout()
@@ -110,7 +124,8 @@ def summary_table(*, run_dir: Path) -> Table:
         return f"{value:,}" if isinstance(value, int) else str(value)
 
     labels = {"final_return": "final return (moving mean)", "eval_return": "evaluation return",
-              "env_steps": "env steps", "episodes": "episodes", "rounds": "rounds", "wall_s": "wall time (s)",
+              "env_steps": "env steps", "episodes": "episodes", "rounds": "rounds",
+              "wall_s": time_label(config=run_config(run_dir=Path(run_dir))),
               "invocations": "invocations", "attempts": "attempts", "cold_starts": "cold starts",
               "retries": "retries", "serverless_cost_usd": "serverless cost (USD)",
               "serverless_cost_excl_cold_usd": "serverless cost excl. cold starts and provisioned idle (USD)",
