@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -137,6 +138,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from nimbus.marless.evaluate import evaluate_marless_run, is_multiagent_run
 
     path, console = Path(args.path), Console()
+    if args.video:   # frames are drawn off-screen (rgb_array): SDL needs no display, and without one it says so on stderr
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if is_multiagent_run(path=path):
         marless = evaluate_marless_run(path=path, episodes=args.episodes, seed=args.seed, explore=not args.deterministic,
                                  video=args.video)
