@@ -2,6 +2,9 @@
 
     nimbus bench transfer [--full] [--senders 1,4] [--sizes 64K,1M,16M] [--transports …] [--json PATH]
     nimbus bench sample   [--envs CartPole-v1,Hopper-v5] [--actors N] [--json PATH]
+
+Results go under ``runs/bench/`` by default, beside a run's directories (``output.root_dir``'s default), not into a
+``benchmarks/`` folder of whatever directory the command runs in; the repository's scripts pass their own paths.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ import argparse
 from pathlib import Path
 
 from rich.console import Console
+
+RESULTS_DIR = Path("runs") / "bench"
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -63,7 +68,7 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--messages", type=int, default=20, help="messages per sender (XingTian: 20)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-lz4", action="store_true", help="skip the LZ4 cells")
-    p.add_argument("--json", default="benchmarks/results/transfer.json")
+    p.add_argument("--json", default=str(RESULTS_DIR / "transfer.json"))
     p.set_defaults(func=_cmd_transfer)
     p = bench.add_parser("sample", help="env steps/s of N actor functions vs N × one process")
     p.add_argument("--envs", default="CartPole-v1,Hopper-v5")
@@ -72,5 +77,5 @@ def add_bench_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fragment-steps", type=int, default=256, help="steps per env per invocation")
     p.add_argument("--fragments", type=int, default=6, help="invocations per actor per repeat")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--json", default="benchmarks/results/sample.json")
+    p.add_argument("--json", default=str(RESULTS_DIR / "sample.json"))
     p.set_defaults(func=_cmd_sample)
