@@ -65,3 +65,20 @@ def test_the_summary_after_a_resume_counts_the_whole_run(inline_config, tmp_path
     assert resumed.summary.rounds == 4
     assert resumed.summary.invocations == sum(r.attempt == 1 for r in records) > first.summary.invocations
     assert resumed.summary.attempts == len(records)
+
+
+def test_a_population_resumed_from_older_checkpoints_writes_each_round_once(make_config, tmp_path: Path) -> None:
+    """PBT: each member's metrics after its checkpoint are cut before those rounds run again."""
+    from tests.integration.test_pbt import PBT
+
+    two = [o.replace("members: 4", "members: 2") for o in PBT if not o.startswith("train.max_rounds")]
+    two += [INLINE, "train.checkpoint_every_rounds=2", "train.eval_episodes=0"]
+    first = train(config=make_config(overrides=two + ["train.max_rounds=3"]))
+    for member in ("member0", "member1"):
+        member_dir = first.run_dir / "policies" / member
+        for newer in sorted((member_dir / "checkpoints").glob("ckpt-*"))[1:]:   # as if killed after round 3
+            shutil.rmtree(newer)
+        assert load_checkpoint(path=member_dir).round == 2 and _rounds(member_dir) == [0, 1, 2]
+    train(config=make_config(overrides=two + ["train.max_rounds=3"]), resume_from=first.run_dir)
+    for member in ("member0", "member1"):
+        assert _rounds(first.run_dir / "policies" / member) == [0, 1, 2]

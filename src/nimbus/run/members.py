@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from nimbus.config import NimbusConfig
+from nimbus.data.jsonl import cut_rows_from
 from nimbus.errors import FunctionFailed, StoreUnavailable
 from nimbus.report.trackers import RunTrackers
 from nimbus.roles.remote import run_unless_store_lost, store_failure
@@ -191,6 +192,8 @@ def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | N
             workflow = workflow_class(name=workflow_name(config=plan.config)).build(
                 config=plan.config, shared=lambda: pool, run_dir=plan.run_dir, policy=plan.name,
                 resume_from=plan.resume_from, rank_base=plan.rank_base)
+            if workflow.progress.rounds > 0:   # resumed: the rounds after its checkpoint run again, written once
+                cut_rows_from(path=plan.run_dir / "metrics.jsonl", key="round", first=workflow.progress.rounds)
             hook = RoundHook(config=plan.config, workflow=members.get(i), runtime=pool.runtime,
                              after_round=lambda row, i=i: population.after_round(i, row),
                              progress_env_steps=workflow.progress.env_steps)   # resumed: its next evaluation mark
