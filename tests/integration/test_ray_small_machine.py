@@ -1,7 +1,8 @@
 """The shipped PPO CartPole config on a 2-CPU private Ray instance (runtime/ray_backend.py
 ``fit_private_instance``): its 2 actors (1 CPU each) and its 2-CPU learner ask for 4 CPUs; their Ray requests are
 scaled to fit, so every worker stays warm (no eviction, no cold start after the first round's) and the policy
-learns as on the local backend."""
+learns as on the local backend; should a worker still be evicted, its rank's envs go on (actors.restore_slots,
+turned on for Ray by run/ray_slots.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import time
 
 import pytest
+import yaml
 
 from cluster_fixtures import ray_local  # noqa: F401  (module-scoped fixture: num_cpus=2)
 from nimbus.run.loop import train
@@ -31,4 +33,5 @@ def test_shipped_cartpole_learns_on_a_2_cpu_private_ray_instance(ray_local, make
           f"workers started {sorted(started_workers)}, cold attempts {len(cold_attempts)}")
     assert len(started_workers) == 3 and cold_attempts == []   # 2 actors and the learner, pre-warmed, never evicted
     assert result.summary.final_return is not None and result.summary.final_return >= 150, result.summary
-    assert wall_s < 60
+    saved = yaml.safe_load((result.run_dir / "config.yaml").read_text())
+    assert saved["actors"]["restore_slots"] is True   # an evicted actor's episodes would go on (run/ray_slots.py)

@@ -31,6 +31,7 @@ from nimbus.report.trackers import RunTrackers
 from nimbus.roles.remote import run_unless_store_lost
 from nimbus.run.build import build_shared, make_run_dir
 from nimbus.run.members import train_population
+from nimbus.run.ray_slots import keep_slots_on_ray
 from nimbus.run.registry import workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
 from nimbus.run.rundir import claim_run_dir
@@ -92,6 +93,7 @@ def _train_one(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None)
     """One workflow's run in the claimed ``run_dir``; its experiment trackers (``output.loggers``) open once the
     workflow is built and close on every exit path, after summary.json and report.png (uploaded as artifacts)."""
     name = workflow_name(config=config)
+    config = keep_slots_on_ray(config=config)   # a Ray actor's envs go on in its next worker (run/ray_slots.py)
     pool = SharedOnce(make=lambda prefix: build_shared(config=config, run_dir=run_dir, shm_prefix=prefix))
     workflow = None
     try:
