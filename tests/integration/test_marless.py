@@ -58,9 +58,9 @@ def test_ippo_learns_simple_spread(make_shipped_config) -> None:
     ("qmix", {"actor": 3, "postprocess": 3, "critic": 0, "policy": 3}),
 ])
 def test_value_based_algorithms_run_their_own_functions(make_shipped_config, algo: str, expected: dict) -> None:
-    config = make_shipped_config(f"marless-{algo}-spread", overrides=[
+    config = make_shipped_config(f"marless-{algo}-spread", overrides=[   # a policy per agent (VDN/QMIX ship full)
         *SMALL[:2], "train.max_rounds=3", "train.eval_episodes=0", "algo.learning_starts=100", "algo.gradient_steps=5",
-        INLINE])
+        "marless.sharing=none", INLINE])
     result = train(config=config)
     ok = [r for r in ledger_rows(result.run_dir) if r["outcome"] == "ok"]
     assert {kind: sum(r["kind"] == kind for r in ok) for kind in expected} == expected

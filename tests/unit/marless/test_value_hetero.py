@@ -83,13 +83,16 @@ def _run_config(tmp_path: Path, *, config: str, overrides: list[str]):
         "actors.restore_slots=false", "runtime.backend=inline", *overrides]))
 
 
+@pytest.mark.parametrize("sharing", ["none", "static"])
 @pytest.mark.parametrize("algo", ["vdn", "qmix"])
-def test_a_round_on_simple_adversary_runs(tmp_path: Path, algo: str) -> None:
-    """mpe2 simple_adversary: the adversary sees 8 numbers, the good agents 10. Joining their rows crashed."""
+def test_a_round_on_simple_adversary_runs(tmp_path: Path, algo: str, sharing: str) -> None:
+    """mpe2 simple_adversary: the adversary sees 8 numbers, the good agents 10. Joining their rows crashed. With
+    ``static`` the two good agents share a policy, the adversary has its own."""
     from nimbus.run.loop import train
 
     result = train(config=_run_config(tmp_path, config=f"marless-{algo}-spread.yaml", overrides=[
         "env.id=mpe2:simple_adversary_v3", "env.kwargs={N: 2, max_cycles: 25}", "env.num_envs_per_actor=2",
+        f"marless.sharing={sharing}",
         "actors.scaling={kind: fixed, num_actors: 1}", "train.max_rounds=2", "train.eval_episodes=2",
         "algo.learning_starts=0", "algo.gradient_steps=2", "algo.batch_size=16", "algo.hidden_sizes=[16]"]))
     assert [row.extras["marless/learner_invocations"] for row in result.rows] == [2.0, 2.0]
@@ -107,6 +110,7 @@ def test_vdn_and_qmix_learn_with_different_observation_sizes_and_a_mask(tmp_path
     extra = ["algo.mixing_embed_dim=16", "algo.hypernet_embed=32"] if algo == "qmix" else []
     result = train(config=_run_config(tmp_path, config=f"marless-{algo}-spread.yaml", overrides=[
         f"env.id={HETERO}", "env.kwargs={horizon: 5}", "env.num_envs_per_actor=16", "actors.fragment_steps=5",
+        "marless.sharing=none",   # agents of different spaces cannot share one network (docs/marless.md)
         "actors.scaling={kind: fixed, num_actors: 2}", "train.total_env_steps=1920", "train.eval_episodes=40",
         "algo.lr=5e-3", "algo.gamma=0.9", "algo.batch_size=64", "algo.gradient_steps=20", "algo.learning_starts=0",
         "algo.target_update_period=20", "algo.hidden_sizes=[32]", "algo.exploration_fraction=0.6",
