@@ -2,7 +2,7 @@
 
 Two settings (``--setting``), each run with ``stellaris.gather_arrivals`` on (``gather``: a learner slot frees when
 its gradient lands; the gradients that landed during an aggregation join the queue together) and off (``hold``: the
-slot is held until the rule takes its gradient, one decision per gradient: the aggregator before), same seeds:
+slot is held until the rule takes its gradient, one decision per gradient: the default), same seeds:
 
 * ``shipped``: configs/stellaris-cartpole.yaml as shipped (3 learners, rule stellaris, truncation paper, resident
   parameter function) on the local backend (forked workers: real time, the CPU this machine has);

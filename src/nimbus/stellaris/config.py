@@ -61,10 +61,11 @@ class StellarisConfig(ConfigSection):
     """keep the parameter function's model and optimizer in its worker across aggregations and publish only
     weights (the optimizer state for checkpoints); false: every aggregation publishes the full state
     (stellaris/resident.py, docs/stellaris.md)"""
-    gather_arrivals: bool = True
+    gather_arrivals: bool = False
     """stellaris and stellaris_code: a learner's slot frees when its gradient lands, and the gradients that landed
-    while the parameter function ran join the queue together when it returns, one decision over the queue; false
-    (and the other rules): the slot is held until the rule has taken its gradient, one decision per gradient"""
+    while the parameter function ran join the queue together when it returns, one decision over the queue (fresher
+    gradients at many learners, fewer optimizer steps per env step); false (and the other rules): the slot is held
+    until the rule has taken its gradient, one decision per gradient (docs/stellaris.md)"""
     stragglers: StragglersConfig = Field(default_factory=StragglersConfig)
     """benchmark aid: slow chosen learner slots by a factor (docs/stellaris.md, "Stragglers")"""
 

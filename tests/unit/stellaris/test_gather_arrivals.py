@@ -31,7 +31,7 @@ def steady_rows(tmp_path: Path, *, gather: bool) -> list[dict[str, float]]:
 def test_gathered_arrivals_cut_the_staleness_of_queueing_behind_the_parameter_function(tmp_path: Path,
                                                                                        gather: bool) -> None:
     """Gathering: mean staleness below 4 with several gradients per aggregation; holding the slot (the code
-    before): every gradient aggregated alone at a staleness of about 16, the learner count."""
+    default): every gradient aggregated alone at a staleness of about 16, the learner count."""
     rows = steady_rows(tmp_path, gather=gather)
     staleness = np.mean([row["staleness/mean"] for row in rows])
     per_aggregation = np.mean([row["staleness/gradients_per_aggregation"] for row in rows])
