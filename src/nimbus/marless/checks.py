@@ -54,10 +54,14 @@ def check_policy_mapping(*, mapping: Mapping[str, str], compatible: Mapping[str,
 def check_full_sharing(*, compatible: Mapping[str, str]) -> None:
     """``marless.sharing: full`` puts every agent on one network: their spaces must be identical."""
     if len(set(compatible.values())) > 1:
-        classes = sorted(set(compatible.values()))
+        kinds: dict[str, list[str]] = {}
+        for agent, signature in sorted(compatible.items()):
+            kinds.setdefault(signature, []).append(agent)
+        listed = "; ".join(f"{', '.join(agents)}: {signature}" for signature, agents in sorted(kinds.items()))
         raise ConfigError(f"marless.sharing: full needs every agent to have the same spaces; this env has "
-                          f"{len(classes)} kinds ({'; '.join(classes)}). Use sharing: static (one policy per kind) "
-                          "or a marless.policy_mapping")
+                          f"{len(kinds)} kinds ({listed}). Use sharing: static (one policy per kind) or a "
+                          "marless.policy_mapping (nimbus groups agents by space and pads no observation: "
+                          "docs/marless.md)")
 
 
 

@@ -77,7 +77,9 @@ def test_a_free_form_policy_mapping(tmp_path: Path) -> None:
 def test_bad_sharing_input_exits_2_naming_the_key(tmp_path: Path) -> None:
     pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
     adversary = ["env.id=mpe2:simple_adversary_v3", "env.kwargs={N: 2, max_cycles: 25}"]
-    with pytest.raises(ConfigError, match=r"^marless\.sharing: full needs every agent to have the same spaces"):
+    with pytest.raises(ConfigError, match=r"^marless\.sharing: full needs every agent to have the same spaces; this "
+                                          r"env has 2 kinds \(agent_0, agent_1: Box.*\(10,\).*; adversary_0: Box.*"
+                                          r"\(8,\).*Use sharing: static"):
         train(config=config_of(tmp_path, [*adversary, "marless.sharing=full"]))
     with pytest.raises(ConfigError, match=r"^marless\.policy_mapping\.agent_0: blue also holds adversary_0"):
         train(config=config_of(tmp_path, [*adversary, "marless.policy_mapping={adversary_0: blue, agent_0: blue}"]))
