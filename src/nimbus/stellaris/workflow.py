@@ -17,7 +17,9 @@
 
 One parameter function runs at a time; gradients that land meanwhile are offered when it returns. A learner
 slot stays taken until the rule has taken its gradient (back-pressure: else a backlog, and staleness, grow without
-bound). A round is one batch; its row is written when every gradient computed on it is applied or refused. The
+bound), except with ``stellaris.gather_arrivals`` under a rule that decides over its queue: the slot frees when its
+gradient lands and the landed gradients are offered together (``rule.offer_many``). Passes of a slice never share
+a version (stellaris/filling.py). Versions no reader needs are deleted after each aggregation. A round is one batch; its row is written when every gradient computed on it is applied or refused. The
 next round's actors start once every task of the earlier batches is launched. Progress (issue 26 item 6): ``rule.lost``,
 ``rule.applied(refused_keys=)``, ``rule.unpublished`` and a watchdog (``rule.stalled()``); the rule's state
 travels in the checkpoint (item 8); the parameter function truncates a member by its co-members (item 9); with
