@@ -7,8 +7,11 @@ import pytest
 
 from nimbus.config.rules import ENVPOOL_TWIN_IDS
 from nimbus.envs.batched import ENVPOOL_TWINS, envpool_installed, envpool_kwargs, make_batched, resolve_backend
+from nimbus.envs.registry import extra_available
 
 needs_envpool = pytest.mark.skipif(not envpool_installed(), reason="the envpool extra is not installed here")
+needs_mujoco = pytest.mark.skipif(not extra_available("mujoco"), reason="the mujoco extra is not installed here")
+needs_atari = pytest.mark.skipif(not extra_available("atari"), reason="the atari extra is not installed here")
 NUM_ENVS = 4
 
 
@@ -72,7 +75,8 @@ def test_truncation_at_the_time_limit(backend: str) -> None:
 
 
 @needs_envpool
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "Hopper-v5", "nimbus/AtariQbert-v5"])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", pytest.param("Hopper-v5", marks=needs_mujoco),
+                                    pytest.param("nimbus/AtariQbert-v5", marks=needs_atari)])
 def test_envpool_rows_have_gymnasiums_shapes_and_dtypes(env_id: str) -> None:
     gym_run = _run(backend="gymnasium", env_id=env_id, steps=5)
     pool_run = _run(backend="envpool", env_id=env_id, steps=5)
@@ -103,6 +107,7 @@ def test_the_config_rules_know_the_same_twins() -> None:
     assert set(ENVPOOL_TWINS) == ENVPOOL_TWIN_IDS
 
 
+@needs_atari
 @pytest.mark.parametrize("backend", ["gymnasium", pytest.param("envpool", marks=needs_envpool)])
 def test_atari_rewards_clipped_to_their_sign_in_both_backends(backend: str) -> None:
     """Qbert pays 25 a cube: with clip_rewards every reward is -1, 0 or 1, and some are 1."""
