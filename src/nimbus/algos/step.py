@@ -69,7 +69,10 @@ def guarded_step(*, optimizer: torch.optim.Optimizer, params: Sequence[torch.Ten
     finite = torch.isfinite(loss.detach()) & torch.isfinite(norm)
     if optimizer.defaults.get("fused"):
         optimizer.found_inf = (~finite).to(torch.float32)  # type: ignore[attr-defined]  # read by the fused kernel
-        optimizer.step()
+        try:
+            optimizer.step()
+        finally:  # a later plain step() of this optimizer must not inherit the flag
+            optimizer.found_inf = None  # type: ignore[attr-defined]
     else:
         _step_or_restore(optimizer=optimizer, finite=finite)
     return StepOutcome(grad_norm=norm, finite=finite)

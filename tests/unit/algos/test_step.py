@@ -91,3 +91,15 @@ def test_the_guard_and_the_statistics_make_no_host_read() -> None:
     with count_host_reads() as reads:
         means, steps, _ = stats.read()
     assert reads.total == 1 and steps == 2 and math.isfinite(means["loss"]) and math.isfinite(means["grad_norm"])
+
+
+def test_a_fused_optimizer_keeps_no_skip_flag_for_a_later_plain_step() -> None:
+    net = _net()
+    optimizer = OPTIMIZERS["fused"](list(net.parameters()))
+    guarded_step(optimizer=optimizer, params=list(net.parameters()), loss=_loss(net, scale=float("nan")),
+                 max_grad_norm=0.5)
+    before = [p.detach().clone() for p in net.parameters()]
+    optimizer.zero_grad()
+    _loss(net, scale=1.0).backward()
+    optimizer.step()   # e.g. another learner's code stepping the same optimizer directly
+    assert any(not torch.equal(a, p) for a, p in zip(before, net.parameters()))
