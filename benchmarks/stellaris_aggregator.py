@@ -13,7 +13,9 @@ slot is held until the rule takes its gradient, one decision per gradient: the d
 Per run, from the ledger (every attempt's duration, on the run's clock: real or simulated) and the metrics rows:
 
 * ``parameter_share``: Σ parameter-function durations / wall (the paper's overhead claim: < 5 %; on the simulated
-  backend this is the parameter function's busy fraction, since one runs at a time);
+  backend this is the parameter function's busy fraction, since one runs at a time), and ``parameter_first_s``, its
+  first call, which it includes: a cold worker's first optimizer imports torch._dynamo (torch's Optimizer.__init__
+  does), seconds where Python may not write bytecode caches (PYTHONDONTWRITEBYTECODE);
 * ``learners_computing``: Σ gradient-learner durations / wall, the mean number of learners computing at once;
 * ``gradients_per_aggregation``, ``aggregations``, ``recomputed`` (members the parameter function recomputed);
 * the staleness histogram (``staleness/count_*`` summed) and mean, over all rounds and over the steady rounds
@@ -59,6 +61,7 @@ class Run:
     wall_s: float                 # the run's clock (simulated seconds on the simulated backend)
     real_s: float                 # this process's seconds for the run
     parameter_share: float        # Σ parameter durations / wall
+    parameter_first_s: float      # its first call (a cold worker: imports, the first optimizer), inside the share
     learners_computing: float     # Σ gradient-learner durations / wall
     aggregations: int
     gradients_per_aggregation: float
@@ -96,10 +99,12 @@ def measured(*, setting: str, arm: str, seed: int, run_dir: Path, wall_s: float,
     busy = Counter()
     for record in ledger:
         busy[record["function"]] += record["duration_s"]
+    parameter_calls = sorted((r for r in ledger if r["function"] == "parameter"), key=lambda r: r["start_at"])
     rows = [row["extras"] for row in read_metrics(path=run_dir / "metrics.jsonl")]
     steady = [row for index, row in enumerate(rows) if index >= STEADY_FROM_ROUND]
     return Run(setting=setting, arm=arm, seed=seed, wall_s=wall_s, real_s=real_s,
                parameter_share=busy["parameter"] / wall_s, learners_computing=busy["gradient_learner"] / wall_s,
+               parameter_first_s=parameter_calls[0]["duration_s"] if parameter_calls else 0.0,
                aggregations=int(sum(row["staleness/aggregations"] for row in rows)),
                gradients_per_aggregation=float(np.mean([row["staleness/gradients_per_aggregation"] for row in rows])),
                recomputed=int(sum(row["staleness/recomputed"] for row in rows)),
@@ -130,7 +135,8 @@ def summary(*, runs: list[Run]) -> dict[str, dict]:
         out[arm] = {key: {"mean": float(np.mean([getattr(r, key) for r in mine])),
                           "min": float(min(getattr(r, key) for r in mine)),
                           "max": float(max(getattr(r, key) for r in mine))}
-                    for key in ("wall_s", "real_s", "parameter_share", "learners_computing", "aggregations",
+                    for key in ("wall_s", "real_s", "parameter_share", "parameter_first_s", "learners_computing",
+                                "aggregations",
                                 "gradients_per_aggregation", "recomputed", "staleness_mean", "staleness_mean_steady")}
         for key in ("staleness_counts", "staleness_counts_steady"):
             total: Counter = Counter()
