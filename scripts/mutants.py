@@ -48,7 +48,8 @@ RETRY_TESTS = ("tests/unit/runtime/test_retry_taxonomy.py", "tests/unit/runtime/
                "tests/unit/runtime/test_attempts.py")
 SIMULATED_TESTS = ("tests/unit/runtime/test_simulated_runtime.py", "tests/unit/runtime/test_simulated_timers.py",
                    "tests/unit/runtime/test_simulated_bounds.py", "tests/unit/runtime/test_simulated_probe.py",
-                   "tests/unit/runtime/test_simulated_shares.py", "tests/unit/runtime/test_retry_taxonomy.py")
+                   "tests/unit/runtime/test_simulated_shares.py", "tests/unit/runtime/test_retry_taxonomy.py",
+                   "tests/unit/runtime/test_simulated_failures.py", "tests/unit/runtime/test_simulated_clock_edges.py")
 TEAM_ROWS_TESTS = ("tests/unit/marless/test_value_hetero.py", "tests/unit/marless/test_dead_agents.py",
                    "tests/unit/marless/test_marless_value_learner.py")
 SAVED = Path(tempfile.gettempdir()) / f"nimbus-mutants-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]}"
@@ -198,7 +199,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "the summary names the outermost frame (the runtime's), not where the code raised"),
     # ---- the simulated runtime's clock and failure injection (runtime/simulated.py, simulated_durations.py) ----
     Mutant("M1", SIMULATED, "self._now = max(self._now, at_s)", "self._now = at_s", SIMULATED_TESTS,
-           "the virtual clock may move back"),
+           "the virtual clock may move back",
+           equivalent="every caller passes a time >= now: events are scheduled at now + a non-negative delay or at a "
+                      "worker's ready time (>= now), idle adds a non-negative wait, prewarm waits until max(now, ready)"),
     Mutant("M2", SIMULATED, "self._schedule(at_s=self._now + max(0.0, delay_s)", "self._schedule(at_s=max(0.0, delay_s)",
            SIMULATED_TESTS, "a timer counts from time 0, not from now"),
     Mutant("M3", SIMULATED, "        if event.timer is not None and event.timer.cancelled:\n            return False\n",

@@ -138,9 +138,16 @@ class RayLikeError(Exception):
 RayLikeError.__module__ = "ray.exceptions"
 
 
+class RaylibError(Exception):
+    """From a package whose name only starts with "ray": the function's own dependency, not Ray."""
+
+
+RaylibError.__module__ = "raylib.core"
+
+
 @pytest.mark.parametrize(("exc", "kind"), [
     (InjectedFault("x"), INFRASTRUCTURE), (KeyNotFound("weights/main/3"), INFRASTRUCTURE),
-    (RayLikeError("object lost"), INFRASTRUCTURE), (ValueError("x"), APPLICATION), (KeyError("x"), APPLICATION),
+    (RayLikeError("object lost"), INFRASTRUCTURE), (RaylibError("x"), APPLICATION), (ValueError("x"), APPLICATION), (KeyError("x"), APPLICATION),
     (RuntimeError("x"), APPLICATION), (EnvContractError("x"), FATAL), (StoreUnavailable("x"), FATAL)])
 def test_failure_kinds(exc: BaseException, kind: str) -> None:
     assert failure_kind(exc) == kind
