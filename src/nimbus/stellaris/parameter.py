@@ -161,7 +161,8 @@ def _member_gradients(*, state: dict[str, Any], store: Store, req: ParameterRequ
         computed = compute_gradient(state=state, store=store, req=member_req, sources=sources,
                                     positions=np.asarray(request.arrays[f"positions.{index}"]))
         gradient = gradient_arrays(model=computed.model) if computed.finite else \
-            {name: np.full(tuple(p.shape), np.nan, np.float32) for name, p in computed.model.named_parameters()}
+            {name: np.full(tuple(p.shape), np.nan, np.float32) for name, p in computed.model.named_parameters()
+             if p.requires_grad}
         if req.resident:   # a replay reads it as applied (stellaris/resident.py)
             store.put(key=recomputed_key(key=key), writer=writer, message=Message(
                 header={}, arrays={GRAD_PREFIX + name: g for name, g in gradient.items()}))
