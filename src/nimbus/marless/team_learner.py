@@ -232,7 +232,8 @@ class _TeamOptimizer:
 
     def __init__(self, *, optimizers: list[torch.optim.Optimizer]) -> None:
         self.optimizers = optimizers
-        self.defaults = {"fused": False}
+        # fused (CUDA): guarded_step hands a non-finite step's found_inf to the kernels; else it undoes the step
+        self.defaults = {"fused": all(optimizer.defaults.get("fused") for optimizer in optimizers)}
         self.state = _States(optimizers=optimizers)
 
     @property
@@ -244,7 +245,10 @@ class _TeamOptimizer:
             optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self) -> None:
+        found_inf = getattr(self, "found_inf", None)   # set by guarded_step for fused optimizers
         for optimizer in self.optimizers:
+            if found_inf is not None:
+                optimizer.found_inf = found_inf   # type: ignore[attr-defined]  # read by the fused kernel
             optimizer.step()
 
 

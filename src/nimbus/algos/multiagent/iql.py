@@ -29,6 +29,7 @@ from torch import nn
 from nimbus.algos.base import ActOutput
 from nimbus.algos.dqn.loss import epsilon_greedy, linear_schedule
 from nimbus.algos.multiagent.config import ValueConfigBase
+from nimbus.algos.step import make_adam, param_device
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.models.qnet import QNetwork
@@ -71,7 +72,8 @@ class ValueAlgorithm:
         return QPolicy(q=q, epsilon=self.config.exploration_initial_eps)
 
     def make_optimizer(self, *, model: QPolicy) -> torch.optim.Optimizer:
-        return torch.optim.Adam(model.q.parameters(), lr=self.config.lr)
+        """Adam over the Q-network: fused on CUDA, foreach elsewhere (algos/step.py ``make_adam``)."""
+        return make_adam(params=model.q.parameters(), lr=self.config.lr, device=param_device(model))
 
     def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool,
             action_mask: torch.Tensor | None = None) -> ActOutput:

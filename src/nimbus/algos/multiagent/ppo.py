@@ -21,6 +21,7 @@ from nimbus.algos.base import ActOutput, LossOutput
 from nimbus.algos.multiagent.config import MultiAgentPPOConfig
 from nimbus.algos.multiagent.networks import PolicyNet, ValueNet
 from nimbus.algos.ppo.loss import normalize_advantages, policy_loss
+from nimbus.algos.step import make_adam, param_device
 from nimbus.envs.spaces import EnvSpaces
 
 ACTION_MASK = "action_mask"   # the batch column of an env's action masks (envs/masks.py)
@@ -54,7 +55,8 @@ class MultiAgentPPO:
                         hidden_sizes=self.config.critic_hidden_sizes, activation=self.config.activation)
 
     def make_optimizer(self, *, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
-        return torch.optim.Adam(model.parameters(), lr=lr, eps=self.config.adam_eps)
+        """Adam: fused on CUDA, foreach elsewhere (algos/step.py ``make_adam``)."""
+        return make_adam(params=model.parameters(), lr=lr, eps=self.config.adam_eps, device=param_device(model))
 
     def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool,
             action_mask: torch.Tensor | None = None) -> ActOutput:

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from nimbus.algos.multiagent.iql import ValueAlgorithm
+from nimbus.algos.step import make_adam, param_device
 
 if TYPE_CHECKING:
     from nimbus.data.codec import Message
@@ -83,7 +84,7 @@ class QMIX(ValueAlgorithm):
                       hypernet_embed=c.hypernet_embed)
 
     def make_mixer_optimizer(self, *, mixer: nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.Adam(mixer.parameters(), lr=self.config.lr)
+        return make_adam(params=mixer.parameters(), lr=self.config.lr, device=param_device(mixer))
 
 
 def initial_mixer_message(*, algo: QMIX, state_dim: int, num_agents: int, seed: int) -> Message:
