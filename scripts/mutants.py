@@ -50,7 +50,7 @@ SIMULATED_TESTS = ("tests/unit/runtime/test_simulated_runtime.py", "tests/unit/r
                    "tests/unit/runtime/test_simulated_bounds.py", "tests/unit/runtime/test_simulated_probe.py",
                    "tests/unit/runtime/test_simulated_shares.py", "tests/unit/runtime/test_retry_taxonomy.py",
                    "tests/unit/runtime/test_simulated_failures.py", "tests/unit/runtime/test_simulated_clock_edges.py")
-TEAM_ROWS_TESTS = ("tests/unit/marless/test_value_hetero.py", "tests/unit/marless/test_dead_agents.py",
+TEAM_ROWS_TESTS = ("tests/unit/marless/test_team_rows_flags.py", "tests/unit/marless/test_value_hetero.py", "tests/unit/marless/test_dead_agents.py",
                    "tests/unit/marless/test_marless_value_learner.py")
 SAVED = Path(tempfile.gettempdir()) / f"nimbus-mutants-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]}"
 
