@@ -32,10 +32,10 @@ def test_a_changed_config_a_new_one_and_a_lost_one_are_each_reported(tmp_path: P
     for folder in ("configs", "examples"):
         shutil.copytree(REPO / folder, tmp_path / folder)
     ppo = tmp_path / "configs" / "ppo-cartpole.yaml"
-    ppo.write_text(ppo.read_text().replace("torch_threads: 2", "torch_threads: 3"))
+    ppo.write_text(ppo.read_text() + "learner: {torch_threads: 2}\n")
     (tmp_path / "configs" / "dqn-cartpole.yaml").rename(tmp_path / "configs" / "dqn-cartpole-2.yaml")
     assert _script().main(["--check", str(RECORDS), "--repo", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "-  torch_threads: 2\n+  torch_threads: 3" in out and "resolved/configs/ppo-cartpole.yaml" in out
+    assert "-  torch_threads: 1\n+  torch_threads: 2" in out and "resolved/configs/ppo-cartpole.yaml" in out
     assert "configs/dqn-cartpole-2.yaml: no record" in out and "configs/dqn-cartpole.yaml: recorded, but" in out
     assert re.search(r"\n3 of \d+ shipped configs resolve differently", out)

@@ -29,10 +29,10 @@ def test_one_field_set_alone_keeps_the_others(role: str, section: str, key: str)
 
 
 def test_learner_cpus_alone_keeps_learner_function_defaults() -> None:
-    config = load_config(path=PPO, overrides=["functions.learner.cpus=3"])
+    config = load_config(path=PPO, overrides=["functions.learner.cpus=2"])
     learner = config.role_function(role="learner")
-    assert (learner.cpus, learner.memory_mb, learner.timeout_s, learner.gpus) == (3.0, 4096, 600.0, 0.25)
-    assert config.learner.function.cpus == load_config(path=PPO).learner.function.cpus   # the section is unchanged
+    assert (learner.cpus, learner.memory_mb, learner.timeout_s, learner.gpus) == (2.0, 4096, 600.0, 0.25)
+    assert config.learner.function.cpus == 1.0   # the section itself is unchanged
 
 
 def test_a_bad_value_still_names_its_key_path() -> None:
