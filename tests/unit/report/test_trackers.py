@@ -204,7 +204,8 @@ def test_a_tracker_that_cannot_start_closes_those_already_open(tmp_path: Path,
         return next(made)
 
     monkeypatch.setattr(trackers_module, "_make", make)
-    with pytest.raises(ConnectionError):
+    with pytest.raises(ConfigError, match=r"output\.loggers: mlflow could not start \(ConnectionError: tracking "
+                                          r"server down\)"):
         make_trackers(loggers=("tensorboard", "mlflow"), run_dir=tmp_path, config=CONFIG, wandb=WandbConfig(),
                       mlflow=MlflowConfig())
     assert opened.finished == [([], True)]
