@@ -31,7 +31,6 @@ from nimbus.data.codec import Message
 from nimbus.data.fragment_replay import FIFO, Circular
 from nimbus.data.replay import ReplayBatch
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TimeTrigger, TriggerTable
-from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.nitro.probe import round_probe_extras, with_decision
 from nimbus.offpolicy.actor import OffPolicyActorRequest
@@ -280,10 +279,8 @@ class AsyncWorkflow(SystemWorkflow):
         result: Message = future.result()
         self.prewarmer.round_finished()
         header = result.header
-        self.progress.nonfinite_in_a_row = self.progress.nonfinite_in_a_row + 1 if header["nonfinite"] else 0
-        limit = self.system.config.train.max_nonfinite_losses
-        if self.progress.nonfinite_in_a_row >= limit:
-            raise NimbusError(f"{limit} learner updates in a row produced a non-finite loss or gradient; stopping")
+        self.progress.count_nonfinite(nonfinite=header["nonfinite"],
+                                      limit=self.system.config.train.max_nonfinite_losses)
         if "td_errors" in result.arrays:
             kept = result.arrays["kept"]
             batch = ReplayBatch(indices=call.batch.indices[kept], seqs=call.batch.seqs[kept])

@@ -29,7 +29,6 @@ from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TriggerTable
 from nimbus.envs.batched import resolve_backend
 from nimbus.envs.obsnorm import merge, moments_arrays, pop_moments
 from nimbus.envs.slot_state import SlotState, pop_slot_state
-from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.nitro.probe import round_probe_extras, with_decision
 from nimbus.onpolicy.lifecycle import SystemWorkflow
@@ -211,10 +210,8 @@ class SyncWorkflow(SystemWorkflow):
         self.prewarmer.round_finished()
         header = result.header
         new_version = header["policy_version"]
-        self.progress.nonfinite_in_a_row = self.progress.nonfinite_in_a_row + 1 if header["nonfinite"] else 0
-        limit = self.system.config.train.max_nonfinite_losses
-        if self.progress.nonfinite_in_a_row >= limit:
-            raise NimbusError(f"{limit} learner updates in a row produced a non-finite loss or gradient; stopping")
+        self.progress.count_nonfinite(nonfinite=header["nonfinite"],
+                                      limit=self.system.config.train.max_nonfinite_losses)
         finish_learner_round(system=self.system, policy=self.policy, version=version, new_version=new_version)
         self.progress.policy_version = new_version  # before on_round: a checkpoint there holds this round's version
         self._finish_round(header=header)
