@@ -187,9 +187,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from nimbus.sweep.study import SweepOptions, run_sweep
 
     options = SweepOptions(trials=args.trials, seeds=args.seeds, objective=args.objective)
-    result = run_sweep(config_path=Path(args.config), space_path=Path(args.space), options=options,
-                       sweep_dir=Path(args.dir) if args.dir else None, overrides=args.set or [])
     console = Console()
+    result = run_sweep(config_path=Path(args.config), space_path=Path(args.space), options=options,
+                       sweep_dir=Path(args.dir) if args.dir else None, overrides=args.set or [],
+                       say=lambda line: console.print(escape(line), highlight=False))
     console.print(f"sweep directory: {escape(str(result.sweep_dir))} ({result.finished} trials; trials.csv, sweep.png)")
     if result.interrupted_by is not None:
         console.print(f"stopped by {result.interrupted_by}: {result.finished} of {args.trials} trials finished; the "

@@ -135,6 +135,7 @@ class Sweep:
             raise ConfigError(f"nimbus sweep needs the sweep extra (pip install 'nimbus-rl[sweep]'): {exc}") from None
         self.optuna, self.base, self.space, self.options = optuna, base, space, options
         self.sweep_dir = sweep_dir
+        self.last_outcome = ""   # one line on how the last trial ended (the CLI prints it: a sweep runs for long)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         database = sweep_dir / "study.db"
@@ -190,6 +191,7 @@ class Sweep:
         except ConfigError as exc:   # valid one by one, refused together (or by the env): never drawn again as is
             log.warning("sweep: trial %d's values are refused (%s); the trial failed", trial.number,
                         str(exc).replace("\n", "; "))
+            self.last_outcome = f"trial {trial.number}: refused, failed ({_shown(values)})"
             trial.set_user_attr("refused", str(exc))
             self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
             return None
@@ -197,16 +199,20 @@ class Sweep:
         signal = next((r.summary.stopped_by for r in results if r.summary.stopped_by in SIGNALS), None)
         if signal is not None:
             self._interrupted(trial=trial)
+            self.last_outcome = f"trial {trial.number}: stopped by {signal}, not counted"
             return signal
         if pruning.pruned:
             self.study.tell(trial, state=self.optuna.trial.TrialState.PRUNED)
-            return
+            self.last_outcome = f"trial {trial.number}: pruned ({_shown(values)})"
+            return None
         value = score_of(results=results, objective=self.options.objective)
         if value is None:
             log.warning("sweep: trial %d has no score (no episode finished, or no cost)", trial.number)
             self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            self.last_outcome = f"trial {trial.number}: no score, failed ({_shown(values)})"
         else:
             self.study.tell(trial, value)
+            self.last_outcome = f"trial {trial.number}: {self.options.objective} {value:,.4g} ({_shown(values)})"
         return None
 
     def _interrupted(self, *, trial: Any) -> None:
@@ -244,6 +250,11 @@ class Sweep:
         return path
 
 
+def _shown(values: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+                     for key, value in values.items())
+
+
 def _plot(*, trials: list[Any], output: Path, objective: Objective) -> None:
     import matplotlib
 
@@ -271,8 +282,10 @@ def _plot(*, trials: list[Any], output: Path, objective: Objective) -> None:
 
 
 def run_sweep(*, config_path: Path, space_path: Path, options: SweepOptions, sweep_dir: Path | None,
-              overrides: list[str] | None = None, train_seeds: TrainSeeds = _default_train_seeds) -> SweepResult:
-    """Run (or resume) the sweep until ``options.trials`` trials have finished."""
+              overrides: list[str] | None = None, train_seeds: TrainSeeds = _default_train_seeds,
+              say: Callable[[str], None] = lambda line: None) -> SweepResult:
+    """Run (or resume) the sweep until ``options.trials`` trials have finished; ``say`` hears when each trial starts
+    and how it ended."""
     from nimbus.config.loading import apply_overrides
 
     if options.trials < 1 or options.seeds < 1:
@@ -289,7 +302,9 @@ def run_sweep(*, config_path: Path, space_path: Path, options: SweepOptions, swe
         sweep = Sweep(base=base, space=space, sweep_dir=sweep_dir, options=options)
         signal = None
         while signal is None and sweep.finished() < options.trials:
+            say(f"trial {sweep.finished() + 1} of {options.trials}: training {options.seeds} seed(s)")
             signal = sweep.run_trial(train_seeds=train_seeds)
+            say(sweep.last_outcome)
             sweep.write_outputs()
         best_path = sweep.write_outputs()
         value, values = sweep.best()

@@ -145,3 +145,12 @@ def test_a_killed_sweep_resumes_rerunning_its_trial_and_counts_it_once(tmp_path:
     study = optuna.load_study(study_name="nimbus", storage=f"sqlite:///{tmp_path / 'sweep' / 'study.db'}")
     assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
     assert study.user_attrs["interrupted"] == [1]
+
+
+def test_the_sweep_says_when_each_trial_starts_and_how_it_ended(tmp_path: Path) -> None:
+    said: list[str] = []
+    run_sweep(config_path=CONFIG, space_path=_space(tmp_path), sweep_dir=tmp_path / "sweep",
+              options=SweepOptions(trials=2, seeds=2), train_seeds=FakeTraining(stop_with={1: "SIGTERM"}),
+              say=said.append)
+    assert said[0] == "trial 1 of 2: training 2 seed(s)" and said[1].startswith("trial 0: return ")
+    assert "algo.lr=" in said[1] and said[3] == "trial 1: stopped by SIGTERM, not counted"
