@@ -25,7 +25,7 @@ Run (alone, on an idle machine):
     python benchmarks/learner_update.py                                   # CPU, every case
     python benchmarks/learner_update.py --device cuda --compile off      # a GPU
     python benchmarks/learner_update.py --cases ppo-cartpole --repeats 2 --updates 1 --tiny   # smoke
-Writes benchmarks/results/learner_update[_<device>].json and prints a markdown table.
+Writes benchmarks/results/learner_update[_<device>][_<compile mode>].json and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -376,8 +376,9 @@ def main() -> None:
         results.append(measure(name=name, case=case, args=args))
         print(f"{name}: done", file=sys.stderr)
     print(table(results))
-    suffix = "" if args.device == "cpu" else f"_{torch.device(args.device).type}"
-    out = args.out or REPO / "benchmarks" / "results" / f"learner_update{suffix}{'_tiny' if args.tiny else ''}.json"
+    suffix = ("" if args.device == "cpu" else f"_{torch.device(args.device).type}") + \
+        ("" if args.compile == "off" else f"_{args.compile}") + ("_tiny" if args.tiny else "")
+    out = args.out or REPO / "benchmarks" / "results" / f"learner_update{suffix}.json"
     write_result(path=out, result={**record(benchmark="learner_update"), "device": args.device,
                                    "compile": args.compile, "torch_threads": torch.get_num_threads(),
                                    "versions": versions(modules=["torch", "stable_baselines3"]), "results": results})
