@@ -138,7 +138,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from nimbus.marless.evaluate import evaluate_marless_run, is_multiagent_run
 
     path, console = Path(args.path), Console()
-    if args.video:   # frames are drawn off-screen (rgb_array): SDL needs no display, and without one it says so on stderr
+    if args.video:   # frames are drawn off-screen (rgb_array): SDL needs no display, and says so on stderr without one
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if is_multiagent_run(path=path):
         marless = evaluate_marless_run(path=path, episodes=args.episodes, seed=args.seed, explore=not args.deterministic,

@@ -28,8 +28,8 @@ def _free_port() -> int:
 def test_an_mlflow_tracker_that_cannot_start_is_one_line_in_seconds(tmp_path: Path, uri: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("mlflow", reason="the mlflow extra")
-    for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
-        monkeypatch.delenv(name, raising=False)
+    for name in ("MAX_RETRIES", "BACKOFF_FACTOR", "TIMEOUT"):
+        monkeypatch.delenv(f"MLFLOW_HTTP_REQUEST_{name}", raising=False)
     started = time.monotonic()
     with pytest.raises(ConfigError, match=r"output\.(mlflow\.tracking_uri|loggers: mlflow)") as raised:
         make_trackers(loggers=("mlflow",), run_dir=tmp_path, config={}, wandb=WandbConfig(),

@@ -113,7 +113,8 @@ def test_a_corrupt_study_db_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_the_space_file_takes_yaml_1_2_numbers_and_refuses_an_alias_bomb(tmp_path: Path) -> None:
-    result = _sweep(tmp_path, trials=1, training=FakeTraining(), space=_space(tmp_path, "algo.lr: {float: [1e-4, 1e-2]}\n"))
+    space = _space(tmp_path, "algo.lr: {float: [1e-4, 1e-2]}\n")
+    result = _sweep(tmp_path, trials=1, training=FakeTraining(), space=space)
     assert result.finished == 1
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
