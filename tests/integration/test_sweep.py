@@ -71,8 +71,8 @@ def test_a_killed_sweep_resumes_and_finishes(tmp_path: Path) -> None:
     study = optuna.load_study(study_name="nimbus", storage=f"sqlite:///{sweep_dir / 'study.db'}")
     assert study.user_attrs["interrupted"] == killed
     trials = {t.number: t for t in study.trials}
-    # the next trial (the resumed command's first) runs them: a later one could draw them again by chance, since the
-    # resumed sampler starts from the same seed (it redraws the first process's values in order)
+    # the next trial (the resumed command's first) runs them (the resumed sampler is seeded past the trials drawn,
+    # so a later one would not repeat them but by chance)
     assert trials[killed[0] + 1].params == trials[killed[0]].params, "the interrupted trial's values did not run next"
     finished = [t for t in study.trials if t.number not in killed and t.state.is_finished()]
     assert len(finished) == TRIALS and all(t.state.name in ("COMPLETE", "PRUNED") for t in finished)
@@ -86,3 +86,29 @@ def test_a_killed_sweep_resumes_and_finishes(tmp_path: Path) -> None:
     assert plt.imread(sweep_dir / "sweep.png").shape == (405, 630, 4)      # 7 x 4.5 in at 90 dpi
     # each trial trained its 2 seeds as workloads of one pool: 2 run directories per finished trial
     assert all(len(t.user_attrs["run_dirs"]) == 2 for t in finished)
+
+
+def test_ctrl_c_stops_the_sweep_and_its_trial_runs_again(tmp_path: Path) -> None:
+    """A real SIGINT inside a trial: the sweep exits 0 saying so, that trial is failed (never scored) and queued with
+    the same values; no later trial ran."""
+    optuna = pytest.importorskip("optuna")
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"algo.lr": {"float": [1.0e-4, 3.0e-3], "log": True}}))
+    sweep_dir = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    first = subprocess.Popen(_command(sweep_dir, space), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and first.poll() is None:   # interrupt inside the first trial
+        if any(state == "RUNNING" and drawn == 1 for _, state, drawn in _states(sweep_dir / "study.db")) and \
+                any(path.stat().st_size > 0 for path in (sweep_dir / "trials").rglob("metrics.jsonl")):
+            break   # a round was written: the trial is training
+        time.sleep(0.1)
+    assert first.poll() is None, f"the sweep ended before it could be interrupted: {first.stderr.read()[-2000:]}"
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err[-3000:]
+    assert "stopped by SIGINT" in out and "0 of 3 trials finished" in out, out
+    study = optuna.load_study(study_name="nimbus", storage=f"sqlite:///{sweep_dir / 'study.db'}")
+    assert [t.state.name for t in study.trials] == ["FAIL", "WAITING"]
+    assert study.trials[1].system_attrs["fixed_params"] == study.trials[0].params

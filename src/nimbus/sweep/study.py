@@ -188,6 +188,10 @@ class Sweep:
             configs = trial_configs(base=self.base, values=values, seeds=self.options.seeds, number=trial.number,
                                     trials_dir=self.sweep_dir / "trials")
             results = train_seeds(configs=configs, after_round=pruning)
+        except KeyboardInterrupt:   # Ctrl-C before the runs' own handler was in place (while they were being built)
+            self._interrupted(trial=trial)
+            self.last_outcome = f"trial {trial.number}: stopped by SIGINT, not counted"
+            return "SIGINT"
         except ConfigError as exc:   # valid one by one, refused together (or by the env): never drawn again as is
             log.warning("sweep: trial %d's values are refused (%s); the trial failed", trial.number,
                         str(exc).replace("\n", "; "))

@@ -155,3 +155,11 @@ def test_the_sweep_says_when_each_trial_starts_and_how_it_ended(tmp_path: Path) 
               say=said.append)
     assert said[0] == "trial 1 of 2: training 2 seed(s)" and said[1].startswith("trial 0: return ")
     assert "algo.lr=" in said[1] and said[3] == "trial 1: stopped by SIGTERM, not counted"
+
+
+def test_ctrl_c_while_a_trials_runs_are_built_stops_the_sweep_the_same_way(tmp_path: Path) -> None:
+    def interrupted(*, configs, after_round):
+        raise KeyboardInterrupt
+
+    result = _sweep(tmp_path, trials=3, training=interrupted)
+    assert result.interrupted_by == "SIGINT" and _states(tmp_path) == ["FAIL", "WAITING"]
