@@ -88,7 +88,10 @@ def run_seeds(*, configs: list[NimbusConfig], root: Path, say: Callable[[str], N
     done: list[SeedPlan] = []
     for k, config in enumerate(configs, start=1):
         say(f"seed {config.seed} ({k} of {len(configs)}): simulating up to {config.train.total_env_steps:,} env steps")
-        result = train(config=config, run_dir=root / f"seed-{config.seed}")
+        try:
+            result = train(config=config, run_dir=root / f"seed-{config.seed}")
+        except KeyboardInterrupt:   # Ctrl-C before the run's own handler was in place (while it was being built)
+            return SeedRuns(done=tuple(done), interrupted_seed=config.seed, interrupted_by="SIGINT")
         if result.summary.stopped_by in SIGNALS:
             return SeedRuns(done=tuple(done), interrupted_seed=config.seed, interrupted_by=result.summary.stopped_by)
         done.append(seed_plan(seed=config.seed, run_dir=result.run_dir, summary=result.summary,

@@ -47,3 +47,17 @@ def test_a_signal_in_the_first_seed_ends_the_plan_with_nothing_counted(run_cli, 
                          "--seeds", "0", "1", "--dir", str(tmp_path))
     assert code == 0 and ran == [0], said
     assert "0 of 2 seed(s) completed" in said and "IQM" not in said
+
+
+def test_ctrl_c_while_a_seed_is_built_stops_the_plan_the_same_way(run_cli, tmp_path: Path, monkeypatch) -> None:
+    train, ran = fake_train({})
+
+    def interrupted_second(*, config, run_dir):
+        if ran:
+            raise KeyboardInterrupt
+        return train(config=config, run_dir=run_dir)
+
+    monkeypatch.setattr(nimbus.run.loop, "train", interrupted_second)
+    code, said = run_cli("plan", "--simulate", "--config", str(REPO / "configs" / "ppo-cartpole.yaml"),
+                         "--seeds", "0", "1", "--dir", str(tmp_path))
+    assert code == 0 and "stopped by SIGINT during seed 1 (not counted): 1 of 2 seed(s) completed" in said, said
