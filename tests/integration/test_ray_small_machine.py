@@ -1,5 +1,5 @@
 """The shipped PPO CartPole config on a 2-CPU private Ray instance (runtime/ray_backend.py
-``fit_private_instance``): its 2 actors (1 CPU each) and its 2-CPU learner ask for 4 CPUs; their Ray requests are
+``fit_private_instance``): its 2 actors (1 CPU each) and its learner ask for more CPUs than 2; their Ray requests are
 scaled to fit, so every worker stays warm (no eviction, no cold start after the first round's) and the policy
 learns as on the local backend; should a worker still be evicted, its rank's envs go on (actors.restore_slots,
 turned on for Ray by run/ray_slots.py)."""
@@ -8,21 +8,28 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 
 from cluster_fixtures import ray_local  # noqa: F401  (module-scoped fixture: num_cpus=2)
+from nimbus.config.loading import load_config
 from nimbus.run.loop import train
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.ray
 
 
-def test_shipped_cartpole_learns_on_a_2_cpu_private_ray_instance(ray_local, make_shipped_config) -> None:
+def test_shipped_cartpole_learns_on_a_2_cpu_private_ray_instance(ray_local, tmp_path: Path) -> None:
     import ray
 
     assert ray.cluster_resources()["CPU"] == 2
-    config = make_shipped_config("ppo-cartpole", overrides=["runtime.backend=ray", "train.total_env_steps=30000"])
+    config = load_config(path=REPO / "configs" / "ppo-cartpole.yaml",   # as `nimbus train` loads it
+                         overrides=["runtime.backend=ray", "train.total_env_steps=30000", f"output.root_dir={tmp_path}",
+                                    "output.loggers=[]", "output.report=false", "output.status_line=false",
+                                    "train.eval_episodes=0"])
     started = time.monotonic()
     result = train(config=config)
     wall_s = time.monotonic() - started

@@ -11,9 +11,10 @@ CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def test_sync_ppo_keeps_its_actors_and_one_learner_warm() -> None:
-    config = load_config(path=CONFIGS / "ppo-cartpole.yaml")
+    config = load_config(path=CONFIGS / "ppo-cartpole.yaml", overrides=["actors.scaling.num_actors=3",
+                                                                        "learner.function.cpus=1.5"])
     resident = resident_resources(config=config)
-    assert (resident.cpus, resident.memory_mb) == (2 * 1.0 + 2.0, 2 * 1024 + 4096)
+    assert (resident.cpus, resident.memory_mb) == (3 * 1.0 + 1.5, 3 * 1024 + 4096)
 
 
 def test_stellaris_keeps_every_learner_and_the_parameter_function_warm() -> None:
