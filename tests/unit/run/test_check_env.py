@@ -101,3 +101,11 @@ def test_the_command_exits_0_for_cartpole_and_2_for_bad_kwargs(capsys) -> None:
     out = " ".join(capsys.readouterr().out.split())
     assert "refused algo.name: sac" in out and "trainable with algo.name ppo, dqn, impala" in out
     assert main(["check-env", "CartPole-v1", "--kwargs", "[1, 2]"]) == 2
+
+
+def test_a_multi_agent_env_with_masks_and_no_global_state() -> None:
+    found = by_check(check_env(env_id="tests.unit.marless.masked_env:make_env", kwargs={}, imports=(), seed=0))
+    assert found["action masks"].status == OK and "found for a, b" in found["action masks"].detail
+    qmix = found["algo.name: qmix"]
+    assert qmix.status == REFUSED and "has no state()" in qmix.detail and "use vdn" in qmix.detail
+    assert found["algo.name: vdn"].status == OK and found["pettingzoo parallel_api_test"].status == OK
