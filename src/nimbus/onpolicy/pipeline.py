@@ -21,6 +21,10 @@ it equals ``algo.postprocess`` + ``ppo_update`` too. With ``minibatch`` on, epoc
 within blocks — a different (still random, ARTOS's argument) minibatch composition than a full
 shuffle; the equality tests compare it with the same schedule run unpipelined.
 
+No host read per minibatch: a step's non-finite guard is decided on the device (`guarded_step`, the step
+skipped and the weights kept) and the statistics are summed there (`DeviceStats`); ``finish`` reads them
+once, and approx_kl once per epoch when ``target_kl`` is set.
+
 Example::
 
     update = StreamingPPOUpdate(algo=algo, model=model, optimizer=opt, block_rows=[1024, 1024],
@@ -42,8 +46,9 @@ from typing import Iterable, Iterator
 import torch
 
 from nimbus.algos.gae import compute_gae
-from nimbus.algos.ppo.learner import REQUIRED_KEYS, UpdateStats, gradient_step, minibatch_loss, scheduled
-from nimbus.algos.ppo.loss import LOSS_STATS, explained_variance
+from nimbus.algos.ppo.learner import REQUIRED_KEYS, UpdateStats, minibatch_terms, scheduled
+from nimbus.algos.ppo.loss import LOSS_STATS, explained_variance_tensor
+from nimbus.algos.step import DeviceStats, guarded_step, param_device
 from nimbus.onpolicy.loader import DeviceLoader
 
 log = logging.getLogger(__name__)
@@ -66,8 +71,8 @@ def epoch_orders(*, block_rows: list[int], num_epochs: int, minibatch: bool,
     orders = []
     for epoch in range(num_epochs):
         if epoch == 0 and minibatch:
-            offsets = torch.cumsum(torch.tensor([0, *block_rows[:-1]]), 0)
-            orders.append(torch.cat([int(offset) + torch.randperm(rows, generator=generator)
+            offsets = [sum(block_rows[:block]) for block in range(len(block_rows))]
+            orders.append(torch.cat([offset + torch.randperm(rows, generator=generator)
                                      for offset, rows in zip(offsets, block_rows)]))
         else:
             orders.append(torch.randperm(num_rows, generator=generator))
@@ -97,9 +102,11 @@ class StreamingPPOUpdate:
         self.keys_in: list[set[str]] = [set() for _ in block_rows]
         self.gae_done = [False] * len(block_rows)
         self.next_minibatch = 0  # of epoch 1, when pipelined
-        self.totals = dict.fromkeys((*LOSS_STATS, "grad_norm"), 0.0)
-        self.steps = self.skipped = 0
-        self.last_kl = 0.0
+        self.params = list(model.parameters())
+        # statistics and the last applied step's approx_kl stay on the device: `finish` reads them
+        self.stats = DeviceStats(keys=(*LOSS_STATS, "grad_norm"), device=param_device(model))
+        self.last_kl = torch.zeros((), device=param_device(model))
+        self.attempts = 0  # minibatches stepped, skipped ones included
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------ arrivals
@@ -154,17 +161,12 @@ class StreamingPPOUpdate:
     def _step(self, *, rows: torch.Tensor | None = None, minibatch: dict[str, torch.Tensor] | None = None) -> None:
         if minibatch is None:
             minibatch = {key: self.batch[key][rows] for key in REQUIRED_KEYS}
-        out = minibatch_loss(model=self.model, batch=minibatch, config=self.cfg, clip_coef=self.clip_coef)
-        grad_norm = gradient_step(model=self.model, optimizer=self.optimizer, loss=out.loss,
-                                   max_grad_norm=self.cfg.max_grad_norm)
-        if grad_norm is None:
-            self.skipped += 1
-            return
-        self.steps += 1
-        self.last_kl = out.stats["approx_kl"]
-        for key in LOSS_STATS:
-            self.totals[key] += out.stats[key]
-        self.totals["grad_norm"] += grad_norm
+        loss, parts = minibatch_terms(model=self.model, batch=minibatch, config=self.cfg, clip_coef=self.clip_coef)
+        outcome = guarded_step(optimizer=self.optimizer, params=self.params, loss=loss,
+                               max_grad_norm=self.cfg.max_grad_norm)
+        self.stats.add(row=torch.cat([parts, outcome.grad_norm.reshape(1).to(parts.dtype)]), where=outcome.finite)
+        self.last_kl = torch.where(outcome.finite, parts[LOSS_STATS.index("approx_kl")], self.last_kl)
+        self.attempts += 1
 
     def _minibatches(self, *, order: torch.Tensor, skip: int) -> Iterator[dict[str, torch.Tensor]]:
         starts = range(skip * self.minibatch_size, self.num_rows, self.minibatch_size)
@@ -172,7 +174,7 @@ class StreamingPPOUpdate:
         if not self.options.loader:
             return ({key: self.batch[key][rows] for key in REQUIRED_KEYS} for rows in chunks)
         return iter(DeviceLoader(batch={key: self.batch[key] for key in REQUIRED_KEYS}, index_batches=chunks,
-                                 device=next(self.model.parameters()).device))
+                                 device=param_device(self.model)))
 
     def finish(self) -> tuple[dict[str, torch.Tensor], UpdateStats]:
         """Every block is in: the rest of epoch 1, then epochs 2..K (target_kl may stop early)."""
@@ -186,16 +188,21 @@ class StreamingPPOUpdate:
                 for minibatch in self._minibatches(order=order, skip=skip):
                     self._step(minibatch=minibatch)
                 epochs_done += 1
-                if self.cfg.target_kl is not None and self.last_kl > self.cfg.target_kl:
+                if self.cfg.target_kl is not None and float(self.last_kl) > self.cfg.target_kl:  # one read an epoch
                     break
             return self.batch, self._stats(epochs_done=epochs_done)
 
     def _stats(self, *, epochs_done: int) -> UpdateStats:
-        means = {key: total / self.steps if self.steps else float("nan") for key, total in self.totals.items()}
-        return UpdateStats(**means, explained_variance=explained_variance(values=self.batch["values"],
-                                                                          returns=self.batch["returns"]),
-                           num_gradient_steps=self.steps, lr=self.lr, clip_coef=self.clip_coef,
-                           num_epochs_done=epochs_done, num_skipped_steps=self.skipped)
+        """The invocation's one host read: the means over the applied steps (NaN when none) and the explained
+        variance."""
+        ev = explained_variance_tensor(values=self.batch["values"], returns=self.batch["returns"])
+        means, steps, (explained,) = self.stats.read(extra=[ev])
+        if steps < self.attempts:
+            log.warning("skipped %d of %d PPO minibatches: non-finite loss or gradient norm", self.attempts - steps,
+                        self.attempts)
+        return UpdateStats(**means, explained_variance=explained, num_gradient_steps=steps, lr=self.lr,
+                           clip_coef=self.clip_coef, num_epochs_done=epochs_done,
+                           num_skipped_steps=self.attempts - steps)
 
 
 def run_unpipelined(*, algo, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

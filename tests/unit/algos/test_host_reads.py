@@ -66,3 +66,37 @@ def test_dqn_td_errors_for_per_are_one_more_read() -> None:
                                                  batch=case.algo.postprocess(batch=case.batch), progress=0.5,
                                                  generator=torch.Generator().manual_seed(0))
     assert result.td_errors.shape == (ROWS,) and reads.total == 2 + 1, reads.by_kind
+
+
+def _pipelined_reads(*, minibatch_size: int, loader: bool) -> HostReads:
+    """A steady `StreamingPPOUpdate` (ARTOS's mini-batch and dual-stage pipelines) fed two blocks stage by stage,
+    from its construction to ``finish``."""
+    from nimbus.onpolicy.pipeline import STAGES, PipelineOptions, StreamingPPOUpdate
+
+    case = make_case(name="ppo", device=torch.device("cpu"), seed=0, overrides={"minibatch_size": minibatch_size})
+    block_rows = [ROWS // 2, ROWS // 2]
+    case.batch["cut"][ROWS // 2 - 1] = case.batch["cut"][-1] = True   # GAE never crosses a block
+    options = PipelineOptions(minibatch=True, dual_stage=True, loader=loader)
+
+    def update(seed: int) -> None:
+        stream = StreamingPPOUpdate(algo=case.algo, model=case.model, optimizer=case.optimizer,
+                                    block_rows=block_rows, options=options, progress=0.25,
+                                    generator=torch.Generator().manual_seed(seed))
+        for block, start in enumerate((0, ROWS // 2)):
+            for keys in STAGES:
+                stream.add_stage(block=block, arrays={key: case.batch[key][start:start + ROWS // 2] for key in keys})
+        stream.finish()
+
+    update(0)   # a first update creates the optimizer's state: count a steady one
+    with count_host_reads(optimizers=[case.optimizer]) as reads:
+        update(1)
+    return reads
+
+
+@pytest.mark.parametrize("loader", [False, True])
+def test_pipelined_ppo_reads_the_host_once_per_invocation(loader: bool) -> None:
+    """The pipelined learner's update reads its statistics (with the explained variance) once, however many
+    minibatches its epochs take."""
+    fewer, more = (_pipelined_reads(minibatch_size=size, loader=loader) for size in (32, 8))
+    assert fewer.total <= 1 and more.total <= 1, (fewer.by_kind, more.by_kind)
+    assert more.total == fewer.total, (fewer.by_kind, more.by_kind)

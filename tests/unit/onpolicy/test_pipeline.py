@@ -121,15 +121,15 @@ def test_minibatch_pipeline_steps_before_the_last_block_arrives() -> None:
                                 options=PipelineOptions(minibatch=True, dual_stage=True), progress=0.0,
                                 generator=torch.Generator().manual_seed(0))
     update.add_stage(block=1, arrays={key: blocks[1][key] for key in GAE_KEYS + TRAIN_KEYS})
-    assert update.steps == 0  # block 0 comes first in the schedule
+    assert update.attempts == 0  # block 0 comes first in the schedule
     update.add_stage(block=0, arrays={key: blocks[0][key] for key in GAE_KEYS})
-    assert update.steps == 0 and update.gae_done[0]  # GAE ran on stage 1 alone
+    assert update.attempts == 0 and update.gae_done[0]  # GAE ran on stage 1 alone
     update.add_stage(block=0, arrays={key: blocks[0][key] for key in TRAIN_KEYS})
-    assert update.steps == 7  # 120 rows ready → 7 full minibatches of 16
+    assert update.attempts == 7  # 120 rows ready → 7 full minibatches of 16
     with pytest.raises(ValueError, match=r"blocks \[2\]"):
         update.finish()
     update.add_stage(block=2, arrays=blocks[2])
-    assert update.steps == 12  # epoch 1 done: ceil(180 / 16)
+    assert update.attempts == 12  # epoch 1 done: ceil(180 / 16)
     _, stats = update.finish()
     assert stats.num_gradient_steps == 36
 
@@ -157,3 +157,18 @@ def test_transfer_trigger_sends_stages_in_order_when_their_keys_are_cached() -> 
         trigger.take()
     with pytest.raises(ValueError):
         TransferTrigger(keys_in_order=(("a",), ("a", "b")))
+
+
+def test_a_non_finite_minibatch_is_skipped_and_counted_and_the_weights_kept() -> None:
+    """NaN rewards make every minibatch's loss NaN: each step is skipped on the device (no weight or Adam state
+    changes), and the one read at ``finish`` counts them."""
+    algo, model = _setup(continuous=False)
+    blocks = [_block(algo=algo, model=model, seed=s) for s in range(2)]
+    blocks[1]["rewards"][0] = float("nan")   # block 1's advantages, hence every minibatch of epochs 2..K, NaN
+    piped, opt = _fresh(algo, model)
+    update = _stream(algo=algo, model=piped, optimizer=opt, blocks=blocks,
+                     options=PipelineOptions(minibatch=True, dual_stage=True), arrival_order=[0, 1])
+    _, stats = update.finish()
+    assert stats.num_skipped_steps > 0 and stats.num_gradient_steps + stats.num_skipped_steps == update.attempts
+    assert all(torch.isfinite(p).all() for p in piped.parameters())
+    assert all(torch.isfinite(t).all() for s in opt.state.values() for t in s.values())

@@ -145,7 +145,7 @@ def test_every_ppo_minibatch_beats_even_one_whose_step_is_skipped() -> None:
     hook never beats), yet it is progress: each minibatch beats."""
     import torch
 
-    from nimbus.algos.ppo.learner import gradient_step
+    from nimbus.algos.step import guarded_step
 
     sent: list[int] = []
     weight = torch.zeros(3, requires_grad=True)
@@ -153,8 +153,9 @@ def test_every_ppo_minibatch_beats_even_one_whose_step_is_skipped() -> None:
     liveness.install(send=lambda: sent.append(1), interval_s=0.0)
     try:
         for _ in range(3):
-            assert gradient_step(model=torch.nn.ParameterList([weight]), optimizer=optimizer,
-                                  loss=(weight * float("nan")).sum(), max_grad_norm=0.5) is None
+            outcome = guarded_step(optimizer=optimizer, params=[weight], loss=(weight * float("nan")).sum(),
+                                   max_grad_norm=0.5)
+            assert not bool(outcome.finite) and not weight.any()
     finally:
         liveness.install(send=None)
     assert len(sent) == 3

@@ -16,17 +16,14 @@ Example::
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from nimbus.algos.base import LossOutput
 from nimbus.algos.ppo.config import PPOConfig, Schedule
 from nimbus.algos.truncation import Truncation
-from nimbus.liveness import beat
 from nimbus.algos.ppo.loss import (LOSS_STATS, explained_variance_tensor, normalize_advantages, ppo_loss,
                                    ppo_loss_terms)
 from nimbus.algos.compiled import CompileMode, compiled
@@ -171,19 +168,3 @@ def epoch_orders(*, generator: torch.Generator, num_rows: int, num_epochs: int,
     host = torch.stack([torch.randperm(num_rows, generator=generator) for _ in range(num_epochs)])
     yield from (host.pin_memory() if device.type == "cuda" else host).to(device, non_blocking=True)
 
-
-def gradient_step(*, model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
-                  max_grad_norm: float) -> float | None:
-    """Backward, clip, step; returns the pre-clip gradient norm, or None (no step) if it is not finite."""
-    beat()  # progress per minibatch (P5), a skipped one too; the optimizer hook beats again after the step
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()  # a non-finite loss is backed too and then skipped: one device read for both checks below
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    loss_value, grad_norm = torch.stack([loss.detach().double(), norm.double()]).tolist()  # exact for float32
-    if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
-        optimizer.zero_grad(set_to_none=True)
-        logger.warning("skipping a PPO minibatch: non-finite %s", f"loss {loss_value}" if not math.isfinite(loss_value)
-                       else f"gradient norm {grad_norm}")
-        return None
-    optimizer.step()
-    return grad_norm
