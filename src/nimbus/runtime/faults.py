@@ -54,7 +54,9 @@ def failure_kind(exc: BaseException) -> str:
 
     ``fatal``: the exception says a retry would fail the same way (``nimbus_retryable = False``: a broken env
     contract, a lost Redis after its own back-off); never retried. ``infrastructure``: the platform failed, not
-    the function (an injected fault, a key the store lost, an error of Ray's own); retried up to
+    the function (an injected fault, a key the store lost, an error of Ray's own, a wait on something outside the
+    function that ran out or lost its connection: ``TimeoutError``, ``ConnectionError``, e.g. a pipelined learner
+    whose actors' rows did not arrive); retried up to
     ``max_retries``, like a dead or timed-out worker. ``application``: any other exception, raised by the
     function's own code (the env, the model, the loss); retried at most ``retry_exceptions`` times (default 0,
     as Ray's ``retry_exceptions=False``), since the same code on the same input raises the same error.
@@ -64,7 +66,7 @@ def failure_kind(exc: BaseException) -> str:
         return INFRASTRUCTURE if marked else FATAL
     from nimbus.data.store import KeyNotFound   # here: a worker that never reads the store does not import it
 
-    if isinstance(exc, KeyNotFound) or type(exc).__module__.split(".")[0] == "ray":
+    if isinstance(exc, (KeyNotFound, TimeoutError, ConnectionError)) or type(exc).__module__.split(".")[0] == "ray":
         return INFRASTRUCTURE
     return APPLICATION
 

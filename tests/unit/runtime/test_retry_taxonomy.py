@@ -147,7 +147,9 @@ RaylibError.__module__ = "raylib.core"
 
 @pytest.mark.parametrize(("exc", "kind"), [
     (InjectedFault("x"), INFRASTRUCTURE), (KeyNotFound("weights/main/3"), INFRASTRUCTURE),
-    (RayLikeError("object lost"), INFRASTRUCTURE), (RaylibError("x"), APPLICATION), (ValueError("x"), APPLICATION), (KeyError("x"), APPLICATION),
+    (RayLikeError("object lost"), INFRASTRUCTURE), (RaylibError("x"), APPLICATION), (ValueError("x"), APPLICATION),
+    (TimeoutError("rows did not arrive"), INFRASTRUCTURE), (ConnectionResetError("peer"), INFRASTRUCTURE),
+    (FileNotFoundError("x"), APPLICATION), (KeyError("x"), APPLICATION),
     (RuntimeError("x"), APPLICATION), (EnvContractError("x"), FATAL), (StoreUnavailable("x"), FATAL)])
 def test_failure_kinds(exc: BaseException, kind: str) -> None:
     assert failure_kind(exc) == kind
