@@ -50,7 +50,8 @@ SIMULATED_TESTS = ("tests/unit/runtime/test_simulated_runtime.py", "tests/unit/r
                    "tests/unit/runtime/test_simulated_bounds.py", "tests/unit/runtime/test_simulated_probe.py",
                    "tests/unit/runtime/test_simulated_shares.py", "tests/unit/runtime/test_retry_taxonomy.py",
                    "tests/unit/runtime/test_simulated_failures.py", "tests/unit/runtime/test_simulated_clock_edges.py")
-TEAM_ROWS_TESTS = ("tests/unit/marless/test_team_rows_flags.py", "tests/unit/marless/test_value_hetero.py", "tests/unit/marless/test_dead_agents.py",
+TEAM_ROWS_TESTS = ("tests/unit/marless/test_team_rows_flags.py", "tests/unit/marless/test_value_hetero.py",
+                   "tests/unit/marless/test_dead_agents.py",
                    "tests/unit/marless/test_marless_value_learner.py")
 SAVED = Path(tempfile.gettempdir()) / f"nimbus-mutants-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]}"
 
@@ -201,9 +202,11 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- the simulated runtime's clock and failure injection (runtime/simulated.py, simulated_durations.py) ----
     Mutant("M1", SIMULATED, "self._now = max(self._now, at_s)", "self._now = at_s", SIMULATED_TESTS,
            "the virtual clock may move back",
-           equivalent="every caller passes a time >= now: events are scheduled at now + a non-negative delay or at a "
-                      "worker's ready time (>= now), idle adds a non-negative wait, prewarm waits until max(now, ready)"),
-    Mutant("M2", SIMULATED, "self._schedule(at_s=self._now + max(0.0, delay_s)", "self._schedule(at_s=max(0.0, delay_s)",
+           equivalent="every caller passes a time >= now: events are scheduled at now + a non-negative delay or "
+                      "at a worker's ready time (>= now), idle adds a non-negative wait, prewarm waits until "
+                      "max(now, ready)"),
+    Mutant("M2", SIMULATED, "self._schedule(at_s=self._now + max(0.0, delay_s)",
+           "self._schedule(at_s=max(0.0, delay_s)",
            SIMULATED_TESTS, "a timer counts from time 0, not from now"),
     Mutant("M3", SIMULATED, "        if event.timer is not None and event.timer.cancelled:\n            return False\n",
            "", SIMULATED_TESTS, "a cancelled timer still fires"),
@@ -214,13 +217,15 @@ MUTANTS: tuple[Mutant, ...] = (
            SIMULATED_TESTS, "an idle wait sets the clock to its length instead of adding it"),
     Mutant("M6", SIMULATED, "if draw.dies and draw.dies_after_s < spec.timeout_s:", "if draw.dies:", SIMULATED_TESTS,
            "a death drawn after the timeout ends the attempt as a death, past its timeout"),
-    Mutant("M7", SIMULATED, '"retire": True, "after_s": draw.dies_after_s', '"retire": True, "after_s": draw.duration_s',
+    Mutant("M7", SIMULATED, '"retire": True, "after_s": draw.dies_after_s',
+           '"retire": True, "after_s": draw.duration_s',
            SIMULATED_TESTS, "a dying attempt dies at its full duration, not at its drawn point"),
     Mutant("M8", SIMULATED, '"retire": True, "after_s": spec.timeout_s', '"retire": True, "after_s": draw.duration_s',
            SIMULATED_TESTS, "a timed-out attempt ends (and is billed) at its drawn duration, not at its timeout"),
     Mutant("M9", SIMULATED, "            invocation.queued_at = self._now   # retried", "            pass   # retried",
            SIMULATED_TESTS, "a retry keeps its first queued time (its queue wait counts the failed attempt)"),
-    Mutant("M10", SIMULATED, '"error": report["error"],\n                    "after_s": min(draw.duration_s, spec.timeout_s)',
+    Mutant("M10", SIMULATED,
+           '"error": report["error"],\n                    "after_s": min(draw.duration_s, spec.timeout_s)',
            '"error": report["error"],\n                    "after_s": draw.duration_s', SIMULATED_TESTS,
            "a raising attempt runs past its timeout"),
     Mutant("M11", DURATIONS, "after = duration * (u_die / model.failure_fraction) if dies else duration",

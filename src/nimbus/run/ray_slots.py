@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 def keep_slots_on_ray(*, config: NimbusConfig) -> NimbusConfig:
     """``config`` with ``actors.restore_slots`` on where the module docstring says, else ``config`` itself."""
     actors = config.actors
-    if config.runtime.backend != "ray" or config.train.workflow != "sync" or "restore_slots" in actors.model_fields_set \
+    set_by_config = "restore_slots" in actors.model_fields_set
+    if config.runtime.backend != "ray" or config.train.workflow != "sync" or set_by_config \
             or actors.env_backend == "envpool":
         return config
     env = make_env(env_id=config.env.id, seed=config.seed, kwargs=config.env.kwargs, imports=config.env.imports,

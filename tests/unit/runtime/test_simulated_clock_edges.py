@@ -24,7 +24,7 @@ def test_an_attempt_starting_exactly_when_a_prewarm_wait_ends_has_started_by_the
                                keep_alive_s=600.0, seed=0)
     spec = FunctionSpec(name="reader", entrypoint=f"{__name__}:reads_board", kind="actor", resources=Resources(cpus=1))
     future = runtime.invoke(spec=spec, request=Message())
-    assert not runtime.advance(until_s=0.0)             # dispatched: a cold worker, ready (and the attempt's start) at 2 s
+    assert not runtime.advance(until_s=0.0)   # dispatched: a cold worker, ready (and the attempt's start) at 2 s
     runtime.prewarm(spec=spec, count=0, wait_s=10.0)   # waits until the invocation's cold worker is ready: t = 2 s
     assert runtime.now_s() == 2.0
     BOARD["v"] = 1                                      # written after the wait: the attempt started before it
