@@ -48,6 +48,13 @@ def param_device(module: nn.Module) -> torch.device:
     return next(iter(module.parameters()), torch.empty(0)).device
 
 
+def all_finite(*, tensors: Iterable[torch.Tensor]) -> torch.Tensor:
+    """Whether every element of ``tensors`` is finite, as a 0-dim bool on their device: a caller that needs a
+    Python bool (a learner checking its weights after an update) then reads the host once, not once per tensor."""
+    flags = [torch.isfinite(tensor).all() for tensor in tensors]
+    return torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool)
+
+
 @dataclass(frozen=True)
 class StepOutcome:
     grad_norm: torch.Tensor  # 0-dim, before clipping (NaN or inf when not finite)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nimbus.algos.step import all_finite
 from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
 from nimbus.data.replay import ReplayBatch
@@ -64,7 +65,7 @@ def offpolicy_learner_function(*, context: FunctionContext, request: Message) ->
                                generator=generator, rows=int(kept.sum()))
     compute_s = time.perf_counter() - compute_started
     nonfinite = not all(np.isfinite(v) for v in stats.values()) or \
-        not all(torch.isfinite(p).all() for p in model.parameters())
+        not bool(all_finite(tensors=model.parameters()))  # one read for every tensor
     if nonfinite:
         restore_state(model=model, optimizer=optimizer, snapshot=snapshot, context=context, req=req)
     new_version = req.policy_version + 1

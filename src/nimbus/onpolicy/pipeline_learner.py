@@ -23,6 +23,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from nimbus.algos.step import all_finite
 from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
@@ -120,7 +121,7 @@ def pipelined_learner_function(*, context: FunctionContext, request: Message) ->
     waited_s = time.perf_counter() - started - compute_s  # state load + waiting for rows
     stats_dict = {k: float(v) for k, v in asdict(stats).items()}
     nonfinite = not all(np.isfinite(v) for v in stats_dict.values()) or \
-        not all(torch.isfinite(p).all() for p in model.parameters())
+        not bool(all_finite(tensors=model.parameters()))  # one read for every tensor
     if nonfinite:
         restore_state(model=model, optimizer=optimizer, snapshot=snapshot, context=context, req=req)
     new_version = req.policy_version + 1

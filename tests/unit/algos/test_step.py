@@ -103,3 +103,16 @@ def test_a_fused_optimizer_keeps_no_skip_flag_for_a_later_plain_step() -> None:
     _loss(net, scale=1.0).backward()
     optimizer.step()   # e.g. another learner's code stepping the same optimizer directly
     assert any(not torch.equal(a, p) for a, p in zip(before, net.parameters()))
+
+
+def test_all_finite_finds_a_nan_or_inf_in_any_tensor_with_one_host_read() -> None:
+    from nimbus.algos.step import all_finite
+
+    tensors = [torch.zeros(3), torch.ones(2, 2), torch.arange(4.0)]
+    with count_host_reads() as reads:
+        verdicts = [bool(all_finite(tensors=tensors))]
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            tensors[1][1, 0] = bad
+            verdicts.append(bool(all_finite(tensors=tensors)))
+    assert verdicts == [True, False, False, False] and reads.total == 4, reads.by_kind
+    assert bool(all_finite(tensors=[]))

@@ -23,6 +23,7 @@ from nimbus.models.weights import model_to_message, weights_key
 from nimbus.offpolicy.actor import OffPolicyActorRequest, offpolicy_actor_function
 from nimbus.offpolicy.learner import OffPolicyLearnerRequest, offpolicy_learner_function
 from nimbus.runtime.base import FunctionContext
+from tests.host_reads import HostReads, count_host_reads
 
 
 def spaces_of(env_id: str) -> EnvSpaces:
@@ -135,3 +136,44 @@ def test_learner_drops_overwritten_rows_and_returns_td_errors(store: ShmStore) -
     assert result.header["stale_rows"] == int((~kept).sum()) and result.header["rows"] == int(kept.sum())
     assert result.arrays["td_errors"].shape == (int(kept.sum()),)
     assert result.header["policy_version"] == 1 and store.get(key=weights_key(policy="main", version=1))
+
+
+def _learner_reads(*, store: ShmStore, hidden_sizes: tuple[int, ...]) -> HostReads:
+    """Host reads of a steady (second, warm) DQN learner invocation, the publishing copies left out: a model's
+    weights and optimizer state must reach the host once per tensor (``cpu``, ``numpy``) to be published."""
+    spaces = spaces_of("CartPole-v1")
+    algo = DQN(config=DQNConfig(hidden_sizes=hidden_sizes, batch_size=8, buffer_capacity=32, gradient_steps=2))
+    policy = f"depth{len(hidden_sizes)}"
+    store.put(key=weights_key(policy=policy, version=0),
+              message=model_to_message(model=algo.make_model(spaces=spaces), version=0))
+    ctx = context("learner")
+    with Buffer.create(spec=algo.buffer_spec(spaces=spaces), capacity_rows=32, max_actors=1) as buffer:
+        rng = np.random.default_rng(0)
+        buffer.ingest(invocation_id=uuid.uuid4().hex, actor_rank=0, policy_version=0, arrays={
+            "obs": rng.random((32, 4), np.float32), "actions": rng.integers(0, 2, 32),
+            "rewards": np.ones(32, np.float32), "next_obs": rng.random((32, 4), np.float32),
+            "terminated": np.zeros(32, bool), "truncated": np.zeros(32, bool)})
+
+        def invoke(version: int) -> Message:
+            batch = Prioritized(capacity_rows=32, batch_rows=16, seed=version).sample(buffer=buffer)
+            request = OffPolicyLearnerRequest(
+                env_id="CartPole-v1", env_kwargs={}, algo=algo.config.model_dump(mode="json"), policy=policy,
+                policy_version=version, has_optimizer_state=version > 0, buffer=buffer.descriptor(), progress=0.5,
+                seed=0, device="cpu", torch_threads=1).to_batch_message(batch=batch)
+            request.header[STORE_HEADER] = {"backend": "shm", "namespace": store.namespace}
+            return offpolicy_learner_function(context=ctx, request=request)
+
+        invoke(0)   # builds the model and the optimizer's state: count a steady invocation
+        with count_host_reads(optimizers=[ctx.cache["optimizer"]]) as reads:
+            result = invoke(1)
+    assert result.header["policy_version"] == 2 and not result.header["nonfinite"]
+    for kind in ("cpu", "numpy"):
+        reads.by_kind.pop(kind, None)
+    return reads
+
+
+def test_learner_checks_the_updated_weights_with_one_host_read_not_one_per_tensor(store: ShmStore) -> None:
+    """After the update the learner checks that the weights are finite: with 4 parameter tensors or 10 it reads the
+    host as often (the update's own reads and that one check)."""
+    few, many = (_learner_reads(store=store, hidden_sizes=sizes) for sizes in ((8,), (8, 8, 8, 8)))
+    assert many.total == few.total <= 2 + 1, (few.by_kind, many.by_kind)   # the DQN update's 2, the check
