@@ -46,7 +46,7 @@ from torch import nn
 
 from nimbus.algos.gae import compute_gae
 from nimbus.algos.multiagent import multiagent_algo_from_dict
-from nimbus.algos.multiagent.messages import critic_to_message, load_critic, load_optimizer_state
+from nimbus.algos.multiagent.messages import critic_to_message, load_critic
 from nimbus.algos.multiagent.ppo import ACTION_MASK, POLICY_STATS, centralised_inputs
 from nimbus.algos.ppo.learner import scheduled
 from nimbus.algos.ppo.loss import explained_variance, value_loss
@@ -58,7 +58,7 @@ from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.spaces import EnvSpaces
-from nimbus.models.weights import load_model, model_to_message, optim_key, optimizer_to_message, \
+from nimbus.models.weights import load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message, \
     weights_key
 from nimbus.marless.agent_id import with_agent_id
 from nimbus.marless.device_loop import StepRows, host_draws
@@ -250,7 +250,7 @@ def _load_policy(*, store: Store, req: MarlessLearnerRequest, algo: Any, model: 
         message = store.get(key=optim_key(policy=req.policy, version=req.weights_version))
     except KeyNotFound:  # version 0, or a policy just split off its group: a fresh optimizer
         return optimizer
-    load_optimizer_state(optimizer=optimizer, message=message)
+    load_optimizer(optimizer=optimizer, message=message)
     return optimizer
 
 

@@ -53,8 +53,7 @@ from nimbus.data.stores import function_store, put_all
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.device_loop import StepRows, host_draws
 from nimbus.marless.rows import live_index
-from nimbus.algos.multiagent.messages import load_optimizer_state
-from nimbus.models.weights import (load_model, model_to_message, optim_key, optimizer_to_message,
+from nimbus.models.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
                                       weights_key)
 from nimbus.nitro.probe import ProbeRequest, probe_policy
 from nimbus.roles.actor import derive_seed
@@ -186,7 +185,7 @@ def own_networks(*, store: Store, algo: ValueAlgorithm, spaces: EnvSpaces, polic
 
 def load_optimizer_if_any(*, store: Store, optimizer: torch.optim.Optimizer, key: str) -> None:
     try:
-        load_optimizer_state(optimizer=optimizer, message=store.get(key=key))
+        load_optimizer(optimizer=optimizer, message=store.get(key=key))
     except KeyNotFound:
         pass   # version 0 (or a policy copied by sharing): a fresh Adam
 

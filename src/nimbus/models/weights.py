@@ -75,7 +75,15 @@ def optimizer_to_message(*, optimizer: torch.optim.Optimizer, version: int) -> M
                    arrays=arrays)
 
 
+# How an optimizer steps, chosen for the device its worker runs on (fused on CUDA, foreach elsewhere): never the saver's
+IMPLEMENTATION_FLAGS = ("fused", "foreach", "capturable")
+
+
 def load_optimizer(*, optimizer: torch.optim.Optimizer, message: Message) -> None:
+    """The saved state into ``optimizer``, which keeps its own implementation flags: torch's ``load_state_dict``
+    would take the saver's with the groups, so a state saved by a CPU worker would turn a GPU worker's fused Adam
+    foreach (and the non-finite guard's skip, which the fused kernel does, would be lost). Given the loader's flags,
+    torch also puts the step count where the loader's implementation keeps it (on the device when fused)."""
     state: dict[int, dict[str, Any]] = {}
     for key, array in message.arrays.items():
         _, param_id, name = key.split(".", 2)
@@ -83,4 +91,14 @@ def load_optimizer(*, optimizer: torch.optim.Optimizer, message: Message) -> Non
     for param_id, values in message.header.get("scalars", {}).items():
         for name, value in values.items():
             state.setdefault(int(param_id), {})[name] = torch.tensor(value)
-    optimizer.load_state_dict({"state": state, "param_groups": message.header["param_groups"]})
+    optimizer.load_state_dict({"state": state, "param_groups": _with_own_flags(
+        saved=message.header["param_groups"], own=optimizer.param_groups)})
+
+
+def _with_own_flags(*, saved: list[dict[str, Any]], own: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``saved``'s groups with ``own``'s implementation flags (a flag ``own`` lacks dropped, not taken)."""
+    if len(saved) != len(own):
+        return saved  # load_state_dict refuses it with its own message
+    return [{**{key: value for key, value in group.items() if key not in IMPLEMENTATION_FLAGS},
+             **{flag: mine[flag] for flag in IMPLEMENTATION_FLAGS if flag in mine}}
+            for group, mine in zip(saved, own)]

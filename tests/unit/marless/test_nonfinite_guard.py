@@ -109,9 +109,8 @@ def test_a_loaded_optimizer_state_keeps_the_implementation_the_worker_chose() ->
     non-finite step would be applied. Shown on the CPU, where torch has a fused Adam too."""
     import numpy as np
 
-    from nimbus.algos.multiagent.messages import load_optimizer_state
     from nimbus.algos.step import guarded_step
-    from nimbus.models.weights import optimizer_to_message
+    from nimbus.models.weights import load_optimizer, optimizer_to_message
 
     saver_model = torch.nn.Linear(3, 1)
     saver = torch.optim.Adam(saver_model.parameters(), lr=1e-2, foreach=True)
@@ -119,7 +118,7 @@ def test_a_loaded_optimizer_state_keeps_the_implementation_the_worker_chose() ->
     saver.step()
     model = torch.nn.Linear(3, 1)
     fused = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)
-    load_optimizer_state(optimizer=fused, message=optimizer_to_message(optimizer=saver, version=1))
+    load_optimizer(optimizer=fused, message=optimizer_to_message(optimizer=saver, version=1))
     assert fused.param_groups[0]["fused"] is True and fused.param_groups[0]["foreach"] is None
     before = [p.detach().clone() for p in model.parameters()]
     moments = [s["exp_avg"].clone() for s in fused.state.values()]

@@ -38,21 +38,8 @@ def load_critic(*, critic: torch.nn.Module, optimizer: torch.optim.Optimizer, me
     if "optim" not in message.header:
         return False
     arrays = {key[len(_OPTIM_PREFIX):]: value for key, value in message.arrays.items() if key.startswith(_OPTIM_PREFIX)}
-    load_optimizer_state(optimizer=optimizer, message=Message(header=message.header["optim"], arrays=arrays))
+    load_optimizer(optimizer=optimizer, message=Message(header=message.header["optim"], arrays=arrays))
     return True
-
-
-_IMPLEMENTATION = ("fused", "foreach", "capturable")   # how an Adam steps, chosen for the device it runs on
-
-
-def load_optimizer_state(*, optimizer: torch.optim.Optimizer, message: Message) -> None:
-    """The saved state into ``optimizer``, keeping the implementation it was built with (fused on CUDA, foreach
-    elsewhere): torch's ``load_state_dict`` would take the saver's flags with the groups, so a state saved by a CPU
-    worker would turn a GPU worker's fused Adam into an unfused one, which ignores the guard's ``found_inf``."""
-    kept = [{flag: group.get(flag) for flag in _IMPLEMENTATION} for group in optimizer.param_groups]
-    load_optimizer(optimizer=optimizer, message=message)
-    for group, flags in zip(optimizer.param_groups, kept, strict=True):
-        group.update(flags)
 
 
 def initial_messages(*, algo: Any, spaces: EnvSpaces, state_dim: int, num_agents: int, seed: int) -> dict[str, Message]:
