@@ -15,6 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 120   # a run that fills ~100-300 KiB at a few rounds a second; a hang is caught by the subprocess timeout
+QUICK_ROUNDS = ["--set", "train.checkpoint_every_rounds=100000", "--set", "algo.num_epochs=1"]   # fills in ~50 rounds
 
 
 def mount_small(*, mount_point: Path, size_kib: int) -> None:
@@ -61,19 +62,17 @@ def test_a_full_disk_ends_the_run_with_one_clear_line(small_disk) -> None:
     assert "--resume" in proc.stderr
 
 
-@pytest.mark.parametrize("size_kib", [330])
+@pytest.mark.parametrize("size_kib", [200, 330])
 def test_a_ledger_that_fills_the_disk_ends_the_run_promptly(small_disk, size_kib: int) -> None:
     """No tracker and no checkpoint before the end: the ledger's append (on the runtime's receiver thread) is the
     first write that fails; the driver used to wait forever for the result it was recording."""
     started = time.monotonic()
-    proc = train_until_full(disk=small_disk(size_kib), extra=["--set", "output.loggers=[]",
-                                                              "--set", "train.checkpoint_every_rounds=100000"])
+    proc = train_until_full(disk=small_disk(size_kib), extra=["--set", "output.loggers=[]", *QUICK_ROUNDS])
     assert_one_clear_line(proc)
     assert time.monotonic() - started < DEADLINE_S
 
 
 def test_a_tracker_that_fills_the_disk_ends_the_run(small_disk) -> None:
     """TensorBoard's event file on the same full disk: the run stops (it does not drop the tracker and go on)."""
-    proc = train_until_full(disk=small_disk(300), extra=["--set", "output.loggers=[tensorboard]",
-                                                         "--set", "train.checkpoint_every_rounds=100000"])
+    proc = train_until_full(disk=small_disk(250), extra=["--set", "output.loggers=[tensorboard]", *QUICK_ROUNDS])
     assert_one_clear_line(proc)
