@@ -39,9 +39,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterable
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nimbus.config.yaml_loader import parse_yaml
 from nimbus.cost.ledger import LedgerRecord
 from nimbus.errors import ConfigError
 
@@ -150,10 +150,7 @@ def load_pricing(*, path: Path | None = None) -> PricingModel:
     else:
         text = Path(path).read_text(encoding="utf-8")
         where = str(path)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not valid YAML: {exc}") from exc
+    data = parse_yaml(text=text, source=where)   # the configs' guarded loader: no alias bomb, ConfigError naming it
     try:
         model = PricingModel.model_validate(data)
     except ValidationError as exc:

@@ -39,6 +39,7 @@ import numpy as np
 import yaml
 
 from nimbus.config.simulation import KINDS, DurationModel, ProfileFile
+from nimbus.config.yaml_loader import parse_yaml
 from nimbus.cost.ledger import FAILED_OUTCOMES, Ledger, LedgerRecord
 from nimbus.errors import ConfigError
 
@@ -116,14 +117,15 @@ def _affine(steady: list[tuple[float, int]]) -> tuple[float, float]:
 
 def learner_rows(*, run_dir: Path) -> int:
     """The batch a sync learner of this run gets (module docstring); 0 when the run's config does not say."""
+    path = Path(run_dir) / "config.yaml"
     try:
-        config = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
+        config = parse_yaml(text=path.read_text(encoding="utf-8"), source=str(path))   # guarded: exit 2 on a bomb
         scaling = config["actors"]["scaling"]
         if scaling.get("kind") != "fixed":
             return 0
         return int(scaling["num_actors"]) * int(config["env"]["num_envs_per_actor"]) * \
             int(config["actors"]["fragment_steps"])
-    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+    except (OSError, KeyError, TypeError, ValueError):
         return 0
 
 
