@@ -89,3 +89,15 @@ def test_a_trial_a_killed_sweep_left_runs_again_only_with_all_its_values(tmp_pat
     assert again.interrupted() == [killed.number]
     queued = again.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
     assert [t.system_attrs.get("fixed_params") for t in queued] == ([killed.params] if drawn == 2 else [])
+
+
+def test_a_study_that_cannot_take_a_value_leaves_the_trial_training_unpruned() -> None:
+    """study.db locked by another program mid-trial: the seeds train on (their runs end with a summary and a
+    checkpoint) instead of crashing inside a round."""
+    class LockedTrial(FakeTrial):
+        def report(self, value: float, step: int) -> None:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")
+
+    hook = PruneOnRound(trial=LockedTrial(prune_below=1e9), seeds=1)
+    assert hook(0, _row(round=0, ret=10.0)) is False and hook.storage_failed
+    assert hook(0, _row(round=1, ret=10.0)) is False
