@@ -109,3 +109,9 @@ def count_host_reads(*, optimizers: tuple[torch.optim.Optimizer, ...] | list = (
     finally:
         for name, original in originals.items():
             setattr(torch.Tensor, name, original)
+
+
+def decide_on_the_device(monkeypatch) -> None:
+    """Makes `guarded_step` decide its non-finite guard on the device, as it does on an accelerator, so a count taken
+    on the CPU bounds what a GPU update does (on the CPU it reads its finite flag instead: `decides_on_host`)."""
+    monkeypatch.setattr("nimbus.algos.step.decides_on_host", lambda *, device: False)

@@ -5,11 +5,12 @@ A host read (``item()``, ``tolist()``, ``float(t)``) makes the host wait for the
 it stops the host from queueing the next minibatch's kernels while the device works, which on a GPU costs more
 than the arithmetic of a small network. So:
 
-- `guarded_step` backs up, clips and steps unconditionally; a step whose loss or gradient norm is not finite
-  changes nothing: the fused optimizer (CUDA) skips it inside its kernel (``found_inf``, as ``GradScaler``
-  does), any other optimizer has its parameters and state put back from a copy taken before the step (the
-  gradients are zeroed first so the throw-away step stays finite). Adam's moments and step count are therefore
-  never polluted by a NaN minibatch.
+- `guarded_step` clips and steps; a step whose loss or gradient norm is not finite changes nothing: the fused
+  optimizer (CUDA) skips it inside its kernel (``found_inf``, as ``GradScaler`` does); on the CPU the flag is read
+  and the step skipped (a CPU read waits for no device, and is cheaper than the restore below); any other
+  optimizer on an accelerator steps unconditionally and has its parameters and state put back from a copy taken
+  before the step (the gradients are zeroed first so the throw-away step stays finite). Adam's moments and step
+  count are therefore never polluted by a NaN minibatch.
 - `DeviceStats` sums named scalars in float64 on the device (the same sums as Python floats of the float32
   values) and `read()` fetches them in one transfer.
 - `make_adam`: fused on CUDA, multi-tensor (foreach) elsewhere; capturable where the step is captured in a graph.
@@ -64,7 +65,8 @@ class StepOutcome:
 def guarded_step(*, optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor], loss: torch.Tensor,
                  max_grad_norm: float | None) -> StepOutcome:
     """Backward, clip ``params``' gradient norm to ``max_grad_norm`` (None: measure only), step; a step whose loss
-    or gradient norm is not finite changes neither the parameters nor the optimizer's state. No host read."""
+    or gradient norm is not finite changes neither the parameters nor the optimizer's state. No host read on an
+    accelerator (on the CPU one, which waits for nothing: `decides_on_host`)."""
     beat()  # progress per minibatch (P5), a skipped one too
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -80,9 +82,20 @@ def guarded_step(*, optimizer: torch.optim.Optimizer, params: Sequence[torch.Ten
             optimizer.step()
         finally:  # a later plain step() of this optimizer must not inherit the flag
             optimizer.found_inf = None  # type: ignore[attr-defined]
+    elif decides_on_host(device=finite.device):
+        if finite:  # a CPU tensor: reading it is a memory load, there is no device to wait for
+            optimizer.step()
     else:
         _step_or_restore(optimizer=optimizer, finite=finite)
     return StepOutcome(grad_norm=norm, finite=finite)
+
+
+def decides_on_host(*, device: torch.device) -> bool:
+    """Whether `guarded_step` reads its finite flag to skip a step rather than stepping and restoring on the device.
+    True on the CPU: the read waits for nothing there, and the backup and restore of a non-fused optimizer cost more
+    than a small network's step (+0.3 ms, +30 % of a 64x64 PPO minibatch step on this project's CPU benchmark box;
+    docs/benchmarks.md, "The learner update"). An accelerator decides on the device."""
+    return device.type == "cpu"
 
 
 @torch.no_grad()

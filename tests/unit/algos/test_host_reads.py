@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from tests.algo_batches import ROWS, make_case, run_update
-from tests.host_reads import HostReads, count_host_reads
+from tests.host_reads import HostReads, count_host_reads, decide_on_the_device
+
+
+@pytest.fixture(autouse=True)
+def _deciding_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted as an accelerator runs the update: the guard decided on the device (on the CPU it reads its flag)."""
+    decide_on_the_device(monkeypatch)
 
 # name -> (config field that sets the rows per gradient step, the two values, reads allowed per update)
 # ppo: the statistics once; dqn: the step count and the statistics; sac: its noise seed, the step count, the

@@ -9,12 +9,21 @@ import pytest
 import torch
 
 from nimbus.algos.step import DeviceStats, guarded_step, make_adam
-from tests.host_reads import count_host_reads
+from tests.host_reads import count_host_reads, decide_on_the_device
 
 OPTIMIZERS = {
     "foreach": lambda params: make_adam(params=params, lr=1e-2, device=torch.device("cpu")),
     "fused": lambda params: torch.optim.Adam(params, lr=1e-2, fused=True),  # the CUDA form, run by torch on the CPU
 }
+
+
+@pytest.fixture(params=["host", "device"])
+def decision(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where a non-fused optimizer's guard is decided: read on the host (the CPU's way) or stepped and restored on
+    the device (an accelerator's way, forced here on the CPU)."""
+    if request.param == "device":
+        decide_on_the_device(monkeypatch)
+    return request.param
 
 
 def _net() -> torch.nn.Module:
@@ -34,7 +43,7 @@ def _snapshot(net: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[to
 
 @pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_a_non_finite_step_changes_neither_weights_nor_adam_state(kind: str, bad: float) -> None:
+def test_a_non_finite_step_changes_neither_weights_nor_adam_state(kind: str, bad: float, decision: str) -> None:
     net = _net()
     optimizer = OPTIMIZERS[kind](list(net.parameters()))
     guarded_step(optimizer=optimizer, params=list(net.parameters()), loss=_loss(net, scale=1.0), max_grad_norm=0.5)
@@ -49,7 +58,7 @@ def test_a_non_finite_step_changes_neither_weights_nor_adam_state(kind: str, bad
 
 
 @pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
-def test_a_skipped_first_step_leaves_the_state_of_a_fresh_optimizer(kind: str) -> None:
+def test_a_skipped_first_step_leaves_the_state_of_a_fresh_optimizer(kind: str, decision: str) -> None:
     """The first step creates Adam's state; skipped, it must leave what a fresh Adam would start from."""
     skipped, fresh = _net(), _net()
     opt_skipped = OPTIMIZERS[kind](list(skipped.parameters()))
@@ -62,7 +71,7 @@ def test_a_skipped_first_step_leaves_the_state_of_a_fresh_optimizer(kind: str) -
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-def test_a_finite_step_is_bitwise_the_plain_step() -> None:
+def test_a_finite_step_is_bitwise_the_plain_step(decision: str) -> None:
     guarded, plain = _net(), _net()
     opt_guarded = OPTIMIZERS["foreach"](list(guarded.parameters()))
     opt_plain = torch.optim.Adam(plain.parameters(), lr=1e-2)   # the per-tensor loop torch picks on the CPU
@@ -91,6 +100,24 @@ def test_the_guard_and_the_statistics_make_no_host_read() -> None:
     with count_host_reads() as reads:
         means, steps, _ = stats.read()
     assert reads.total == 1 and steps == 2 and math.isfinite(means["loss"]) and math.isfinite(means["grad_norm"])
+
+
+def test_on_the_cpu_a_non_fused_guard_reads_its_flag_instead_of_restoring_from_a_copy() -> None:
+    """The CPU's path: one read of the finite flag per step, and no backup copy of the weights and Adam's state
+    (which cost more than a small network's step)."""
+    net = _net()
+    optimizer = OPTIMIZERS["foreach"](list(net.parameters()))
+    guarded_step(optimizer=optimizer, params=list(net.parameters()), loss=_loss(net, scale=1.0), max_grad_norm=0.5)
+    copies = []
+    original = torch._foreach_mul
+    torch._foreach_mul = lambda *args, **kwargs: copies.append(1) or original(*args, **kwargs)
+    try:
+        with count_host_reads() as reads:
+            guarded_step(optimizer=optimizer, params=list(net.parameters()), loss=_loss(net, scale=float("nan")),
+                         max_grad_norm=0.5)
+    finally:
+        torch._foreach_mul = original
+    assert copies == [] and reads.by_kind["scalar"] == 1, (copies, reads.by_kind)
 
 
 def test_a_fused_optimizer_keeps_no_skip_flag_for_a_later_plain_step() -> None:

@@ -23,12 +23,19 @@ from nimbus.marless.actor import marless_actor_function
 from nimbus.marless.learner import critic_function, policy_function, postprocess_function
 from nimbus.marless.team_learner import team_value_function
 from nimbus.marless.value_learner import team_post_key, value_policy_function
-from tests.host_reads import count_host_reads
+from tests.host_reads import count_host_reads, decide_on_the_device
 from tests.unit.function_helpers import on_store
 from tests.unit.marless.marless_harness import actor_request, assemble_batch, ctx, learner_request, put_version_zero
 from tests.unit.marless.test_marless_value_learner import (OWN, game_rows, learner_request as value_request,
                                                            load_policies, put_round, setup_policies, small,
                                                            team_request)
+
+
+@pytest.fixture(autouse=True)
+def _deciding_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted as an accelerator runs the update: the guard decided on the device (on the CPU it reads its flag)."""
+    decide_on_the_device(monkeypatch)
+
 
 SPREAD_AGENTS = ["agent_0", "agent_1", "agent_2"]
 
