@@ -96,9 +96,14 @@ def load_optimizer(*, optimizer: torch.optim.Optimizer, message: Message) -> Non
 
 
 def _with_own_flags(*, saved: list[dict[str, Any]], own: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``saved``'s groups with ``own``'s implementation flags (a flag ``own`` lacks dropped, not taken)."""
+    """``saved``'s groups with ``own``'s implementation flags (a flag ``own`` lacks dropped, not taken), in the saved
+    key order: the loaded groups are saved again, and a checkpoint must not change its bytes by being reloaded."""
     if len(saved) != len(own):
         return saved  # load_state_dict refuses it with its own message
-    return [{**{key: value for key, value in group.items() if key not in IMPLEMENTATION_FLAGS},
-             **{flag: mine[flag] for flag in IMPLEMENTATION_FLAGS if flag in mine}}
-            for group, mine in zip(saved, own)]
+    return [_own_flags(group=group, mine=mine) for group, mine in zip(saved, own)]
+
+
+def _own_flags(*, group: dict[str, Any], mine: dict[str, Any]) -> dict[str, Any]:
+    kept = {key: mine[key] if key in IMPLEMENTATION_FLAGS else value for key, value in group.items()
+            if key not in IMPLEMENTATION_FLAGS or key in mine}
+    return {**kept, **{flag: mine[flag] for flag in IMPLEMENTATION_FLAGS if flag in mine and flag not in kept}}

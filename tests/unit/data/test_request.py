@@ -107,16 +107,17 @@ CASES: dict[str, tuple[Any, Any]] = {
                                              agent_id=True), lambda r: r.to_message(restore=SLOT)),
 }
 
-# the first 16 hex digits of sha256(encode(message)), recorded on main 8263291 (before WireRequest)
+# the first 16 hex digits of sha256(encode(message)), recorded on main 8263291 (before WireRequest); actor, learner
+# and their off-policy forms re-recorded when ActorRequest gained env_backend and LearnerRequest compile
 DIGESTS = {
-    "actor": "72efdcd38cd3bd46",
-    "actor+restore": "f0b4f012f825f3c3",
+    "actor": "b186cb91ec771eed",
+    "actor+restore": "6a8f91f79e86c30f",
     "gradient": "c4a05730a5aebada",
-    "learner": "2f17ef366183187c",
+    "learner": "562492ffd4ea7671",
     "marless_actor": "f8e2e2cb792ee795",
     "marless_learner": "1a3870bb4bdc8b30",
-    "offpolicy_actor": "5af5ddccde6cd903",
-    "offpolicy_learner": "5221854444fc9380",
+    "offpolicy_actor": "09d3084a5ca88de7",
+    "offpolicy_learner": "7a010cc09ce14741",
     "parameter": "6cfaa0d6f8acb792",
     "team_learner": "80c3b9df77306eb1",
     "value_learner": "a2195c75fd0c3620",

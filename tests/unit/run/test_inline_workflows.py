@@ -131,9 +131,12 @@ def test_stellaris_settles_every_gradient_once_admitted_or_refused(tmp_path: Pat
         "train.max_rounds=3", "env.num_envs_per_actor=2", "stellaris.decay=0.5"])
     result = train(config=config)
     extras = [r.extras for r in result.rows]
-    assert [r.num_learners for r in result.rows] == [3, 3, 3]
-    assert [e["staleness/learners_invoked"] for e in extras] == [8, 8, 8]
-    assert [e["staleness/admitted"] + e["staleness/rejected"] for e in extras] == [8, 8, 8]
+    # the round sampled beside round 2 may settle while the run drains, so a fourth row may follow
+    assert len(result.rows) >= 3 and {r.num_learners for r in result.rows} == {3}
+    # round 0 launches all 8; once the rule refuses everything the version stands still, and a later round's
+    # passes that would repeat a slice's gradient at that version are dropped, not invoked (stellaris/filling.py)
+    assert extras[0]["staleness/learners_invoked"] == 8
+    assert all(e["staleness/admitted"] + e["staleness/rejected"] == e["staleness/learners_invoked"] for e in extras)
     assert extras[0]["staleness/rejected"] == 0 and sum(e["staleness/rejected"] for e in extras) >= 1
     assert max(e["staleness/max"] for e in extras) > 0      # learners queued behind each other read older versions
     assert all(e["staleness/aggregations"] <= e["staleness/admitted"] for e in extras)
