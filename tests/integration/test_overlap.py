@@ -13,10 +13,11 @@ def _invocations(run_dir) -> list[dict]:
 
 
 def _overlapped_learners(rows: list[dict]) -> int:
-    """Learner invocations during which at least one actor invocation started."""
+    """Learner invocations during which at least one actor invocation started (an actor invoked beside the learner
+    may start in the same clock tick as it: the ledger's times are equal then, so the interval is closed there)."""
     learners = [row for row in rows if row["function"] == "learner"]
     actor_starts = [row["start_at"] for row in rows if row["function"] == "actor"]
-    return sum(any(row["start_at"] < start < row["end_at"] for start in actor_starts) for row in learners)
+    return sum(any(row["start_at"] <= start < row["end_at"] for start in actor_starts) for row in learners)
 
 
 def test_actors_sample_the_next_round_while_the_learner_trains(make_config) -> None:
