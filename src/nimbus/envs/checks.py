@@ -147,3 +147,16 @@ def unknown_kwarg(*, error: TypeError, kwargs: dict[str, Any], env_id: str) -> U
         return None
     return UnknownEnvKwarg(f"env.kwargs.{match.group(1)}: {env_id} takes no argument {match.group(1)!r} "
                        f"(its constructor: {error})")
+
+
+class EnvRefusedKwargs(ConfigError):
+    """The env's constructor raised on the ``env.kwargs`` it was given (a value it does not take: an assert, a
+    ValueError): a ConfigError (exit 2) naming them and the env's own error, so a sweep that drew the value fails
+    that trial once and goes on."""
+
+
+def refused_kwargs(*, error: Exception, kwargs: dict[str, Any], env_id: str) -> EnvRefusedKwargs:
+    """The error for an env constructor that raised ``error`` when given ``kwargs``."""
+    shown = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+    first = (str(error).strip().splitlines() or [""])[0][:300]
+    return EnvRefusedKwargs(f"env.kwargs: {env_id} could not be built with {shown} ({type(error).__name__}: {first})")

@@ -25,12 +25,16 @@ import gymnasium as gym
 from gymnasium.error import DependencyNotInstalled
 from gymnasium.wrappers import TimeLimit
 
-from nimbus.envs.checks import ContractChecked, unknown_kwarg
+from nimbus.envs.checks import ContractChecked, refused_kwargs, unknown_kwarg
 from nimbus.envs.custom import apply_wrappers, check_observation_space, import_modules, registered_id
 from nimbus.envs.registry import list_envs, required_extra
 from nimbus.errors import ConfigError
 
 logger = logging.getLogger(__name__)
+# what an env's constructor raises when it judges an argument's value (gymnasium's envs assert; others raise
+# ValueError, or KeyError for a name not in a table). Not OSError, TimeoutError or an injected fault: those are a
+# platform's failures, which the runtime retries (runtime/faults.py)
+REFUSALS = (AssertionError, ValueError, LookupError)
 
 
 def make_env(*, env_id: str, seed: int, kwargs: dict[str, Any] | None = None, actor_rank: int = 0,
@@ -39,8 +43,9 @@ def make_env(*, env_id: str, seed: int, kwargs: dict[str, Any] | None = None, ac
 
     ``imports`` are imported first (they register the user's ids); ``wrappers`` go on top of the time limit.
     Raises ConfigError for an unknown id (listing close matches), a missing pip extra (naming it), an
-    ``env.kwargs`` key the env does not take (naming it), or an observation space that is not a Box (naming
-    the wrapper that fixes it).
+    ``env.kwargs`` key the env does not take (naming it), ``env.kwargs`` whose values the env's constructor
+    refuses (naming them and its error), or an observation space that is not a Box (naming the wrapper that
+    fixes it).
     """
     import_modules(modules=imports, key="env.imports")
     _check_known(env_id=registered_id(env_id=env_id))
@@ -50,6 +55,10 @@ def make_env(*, env_id: str, seed: int, kwargs: dict[str, Any] | None = None, ac
         raise _missing_dependency(env_id=env_id, err=err) from err
     except TypeError as err:   # an env.kwargs key the constructor does not take: exit 2 naming it
         raise unknown_kwarg(error=err, kwargs=kwargs or {}, env_id=env_id) or err from None
+    except REFUSALS as err:   # a value of env.kwargs the env refuses: exit 2 naming them (without any: its own bug)
+        if not kwargs or isinstance(err, ConfigError):
+            raise
+        raise refused_kwargs(error=err, kwargs=kwargs, env_id=env_id) from err
     max_episode_steps = made.spec.max_episode_steps if made.spec is not None else None
     env: gym.Env = ContractChecked(made.unwrapped, env_id=env_id, seed=seed, actor_rank=actor_rank)
     if max_episode_steps is not None:

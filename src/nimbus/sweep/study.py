@@ -14,7 +14,8 @@ Faults: one sweep per study at a time (``SWEEP_DIR/.lock``; a second exits 2 nam
 SIGTERM stops the sweep as a whole: the trial it was in is marked failed, never scored, and runs again on resume.
 Values that each pass the space's check but are refused together (or by the env) fail that trial, which is not run
 again. A resumed sweep's sampler is seeded past the trials already in the study, so it draws new values. A
-study.db that is not a readable study, or one another program holds locked, is a clear error (exit 2).
+study.db that is not a readable study, or one another program holds locked (when the sweep opens it, or records a
+trial), is a clear error (exit 2); a trial whose result could not be recorded runs again on resume.
 
 Example::
 
@@ -27,7 +28,8 @@ from __future__ import annotations
 
 import csv
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -138,7 +140,7 @@ class Sweep:
         self.last_outcome = ""   # one line on how the last trial ended (the CLI prints it: a sweep runs for long)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        database = sweep_dir / "study.db"
+        database = self.database = sweep_dir / "study.db"
         try:
             storage = optuna.storages.RDBStorage(url=f"sqlite:///{database.resolve()}",
                                                  engine_kwargs={"connect_args": {"timeout": 5.0}})
@@ -154,6 +156,22 @@ class Sweep:
             raise ConfigError(f"{database}: cannot open the sweep's study ({type(exc).__name__}: "
                               f"{str(exc).splitlines()[0][:200]}); a corrupt file: move it away to start the sweep "
                               f"afresh; a locked one: close the program that holds it") from None
+
+    @contextmanager
+    def storage_named(self) -> Iterator[None]:
+        """study.db locked by another program (or gone) while the sweep reads it or records a trial: a clear error
+        (exit 2) naming the file instead of SQLAlchemy's traceback. A trial whose result was not recorded is still
+        RUNNING in the study, so the same command, run again, runs it again (``_requeue_interrupted``)."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            yield
+        except (SQLAlchemyError, self.optuna.exceptions.StorageInternalError) as exc:
+            cause = exc.__cause__ or exc   # Optuna's wrapper says "during the commit"; SQLAlchemy's says why
+            first = (str(cause).strip().splitlines() or [""])[0][:200]
+            raise ConfigError(f"{self.database}: the sweep's study could not be read or written "
+                              f"({type(cause).__name__}: {first}); a trial not recorded runs again when the same "
+                              f"command resumes the sweep; a locked file: close the program that holds it") from None
 
     def _requeue_interrupted(self) -> None:
         """A trial left RUNNING by a killed sweep failed; the same values run again as a new trial."""
@@ -304,13 +322,15 @@ def run_sweep(*, config_path: Path, space_path: Path, options: SweepOptions, swe
     with hold_lock(directory=sweep_dir, what="sweep directory", hint="one sweep per study at a time: wait for it, "
                                                                      "or give another --dir"):
         sweep = Sweep(base=base, space=space, sweep_dir=sweep_dir, options=options)
-        signal = None
-        while signal is None and sweep.finished() < options.trials:
-            say(f"trial {sweep.finished() + 1} of {options.trials}: training {options.seeds} seed(s)")
-            signal = sweep.run_trial(train_seeds=train_seeds)
-            say(sweep.last_outcome)
-            sweep.write_outputs()
-        best_path = sweep.write_outputs()
-        value, values = sweep.best()
+        with sweep.storage_named():
+            signal = None
+            while signal is None and sweep.finished() < options.trials:
+                say(f"trial {sweep.finished() + 1} of {options.trials}: training {options.seeds} seed(s)")
+                signal = sweep.run_trial(train_seeds=train_seeds)
+                say(sweep.last_outcome)
+                sweep.write_outputs()
+            best_path = sweep.write_outputs()
+            value, values = sweep.best()
+            finished = sweep.finished()
         return SweepResult(sweep_dir=sweep_dir, best_value=value, best_values=values, best_config_path=best_path,
-                           finished=sweep.finished(), interrupted_by=signal)
+                           finished=finished, interrupted_by=signal)

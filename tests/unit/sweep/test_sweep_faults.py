@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
 
+import gymnasium as gym
 import pytest
 
 from nimbus.errors import ConfigError
@@ -163,3 +165,59 @@ def test_ctrl_c_while_a_trials_runs_are_built_stops_the_sweep_the_same_way(tmp_p
 
     result = _sweep(tmp_path, trials=3, training=interrupted)
     assert result.interrupted_by == "SIGINT" and _states(tmp_path) == ["FAIL", "WAITING"]
+
+
+def test_a_study_locked_when_a_trial_s_result_is_recorded_is_a_clear_error_and_the_trial_runs_again(
+        tmp_path: Path) -> None:
+    """Another program takes study.db's lock while trial 0 trains: recording its result is exit 2 naming the file
+    (not SQLAlchemy's traceback); once the lock is gone the same command runs trial 0's values again."""
+    holder: list[sqlite3.Connection] = []
+
+    def lock_while_training(*, configs, after_round):
+        connection = sqlite3.connect(tmp_path / "sweep" / "study.db", isolation_level=None)
+        connection.execute("BEGIN EXCLUSIVE")
+        holder.append(connection)
+        return first(configs=configs, after_round=after_round)
+
+    first = FakeTraining()
+    try:
+        with pytest.raises(ConfigError, match=r"study\.db: the sweep's study could not be read or written "
+                                              r"\(OperationalError: .*database is locked.*runs again"):
+            _sweep(tmp_path, trials=2, training=lock_while_training)
+    finally:
+        holder[0].rollback()
+        holder[0].close()
+    again = FakeTraining()
+    assert _sweep(tmp_path, trials=2, training=again).finished == 2
+    assert again.calls[0] == pytest.approx(first.calls[0])
+    assert _states(tmp_path) == ["FAIL", "COMPLETE", "COMPLETE"]
+
+
+class PickySize(gym.Env):
+    """An env whose constructor refuses a value of its keyword with an assert (as LunarLander's gravity does)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, shape=(2,))
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, size: int = 1) -> None:
+        assert size > 0, f"size must be positive, got {size}"
+
+
+def test_an_env_refusing_a_keyword_s_value_fails_that_trial_once_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    from nimbus.envs.make import make_env
+
+    gym.register(id="nimbus-test/PickySize-v0", entry_point=PickySize)
+    training = FakeTraining()
+
+    def make_the_envs(*, configs, after_round):   # as the workflow's build does, before any worker starts
+        for config in configs:
+            make_env(env_id="nimbus-test/PickySize-v0", seed=config.seed, kwargs=config.env.kwargs).close()
+        return training(configs=configs, after_round=after_round)
+
+    space = _space(tmp_path, "env.kwargs.size: {int: [-3, -1]}\n")
+    result = _sweep(tmp_path, trials=2, training=make_the_envs, space=space)
+    assert result.finished == 2 and training.calls == [] and _states(tmp_path) == ["FAIL", "FAIL"]
+    study = optuna.load_study(study_name="nimbus", storage=f"sqlite:///{tmp_path / 'sweep' / 'study.db'}")
+    size = study.trials[0].params["env.kwargs.size"]
+    assert f"env.kwargs: nimbus-test/PickySize-v0 could not be built with size={size} (AssertionError: size must " \
+           f"be positive, got {size})" in study.trials[0].user_attrs["refused"]
