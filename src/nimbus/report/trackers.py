@@ -55,6 +55,9 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # run may start; these bound a tracker that cannot start to seconds (a user's environment variables still win)
 MLFLOW_HTTP_BOUNDS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                       "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+# W&B online waits 90 s (+10 s of grace) for a server that does not answer before wandb.init gives up; a start that
+# takes longer than this is a server the run cannot log to (WANDB_INIT_TIMEOUT, when set, still wins)
+WANDB_INIT_TIMEOUT_S = 15.0
 
 
 class Tracker(Protocol):
@@ -131,7 +134,7 @@ class WandbTracker:
         # default hands back the active run instead)
         self._run = wandb.init(project=settings.project, entity=settings.entity, mode=settings.mode, id=run_id,
                                resume="allow", dir=str(run_dir), name=run_dir.name, config=dict(config),
-                               reinit="create_new")
+                               reinit="create_new", settings=_wandb_bounds(wandb=wandb))
         _save_id(run_dir, tracker="wandb", value={"id": run_id, "mode": settings.mode})
 
     def log(self, *, scalars: Mapping[str, float], step: int) -> None:
@@ -184,6 +187,14 @@ class MlflowTracker:
             if Path(path).exists():
                 self._client.log_artifact(self._run_id, str(path))
         self._client.set_terminated(self._run_id, status="FAILED" if failed else "FINISHED")
+
+
+def _wandb_bounds(*, wandb: Any) -> Any:
+    """W&B's settings with its start-up bounded by ``WANDB_INIT_TIMEOUT_S`` (none when the user set
+    WANDB_INIT_TIMEOUT: W&B reads it itself)."""
+    if os.environ.get("WANDB_INIT_TIMEOUT"):
+        return None
+    return wandb.Settings(init_timeout=WANDB_INIT_TIMEOUT_S)
 
 
 def _check_reachable(*, uri: str) -> None:

@@ -51,3 +51,19 @@ def test_a_read_only_root_dir_exits_2_naming_it(tmp_path: Path, run_cli) -> None
     finally:
         subprocess.run(["umount", "-l", str(read_only)], capture_output=True)
     assert code == 2 and "output.root_dir" in said and "Traceback" not in said, said
+
+
+def test_a_wandb_server_nobody_answers_is_one_line_in_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """W&B online, logged in, its server a closed port (this machine has no network either): wandb.init alone waits
+    90 s + 10 s of grace."""
+    pytest.importorskip("wandb", reason="the wandb extra")
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{_free_port()}")
+    for name in ("WANDB_INIT_TIMEOUT", "WANDB_MODE", "WANDB_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"output\.loggers: wandb could not start") as raised:
+        make_trackers(loggers=("wandb",), run_dir=tmp_path, config={}, wandb=WandbConfig(mode="online"),
+                      mlflow=MlflowConfig())
+    assert "\n" not in str(raised.value)
+    assert time.monotonic() - started < 40
