@@ -58,6 +58,7 @@ from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation,
 from nimbus.runtime.base import FunctionSpec, RuntimeStats
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.fairshare import next_placeable
+from nimbus.runtime.prewarm import SparesCapped
 from nimbus.runtime.pool import same_pool, WorkerHandle, WorkerPool, WorkerSlot
 from nimbus.runtime.scheduling import PoolScheduling
 
@@ -86,6 +87,7 @@ class LocalRuntime(PoolScheduling, AttemptEndings):
         self._tally = Tally()  # this runtime's records (the ledger may be shared)
         self._counts = {"failed": 0, "dropped": 0}
         self._closed = False
+        self._capped = SparesCapped()   # a pre-warm asking for more workers than max_workers: said once
         self._unanswered: set[Future] = set()   # every invocation's future until it resolves (_on_driver_error)
         self._inbox = Inbox(on_message=self._on_envelope, on_close=self._on_source_closed,
                             on_error=self._on_driver_error)
@@ -120,7 +122,7 @@ class LocalRuntime(PoolScheduling, AttemptEndings):
     def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
         """Spawn ``count`` workers for ``spec`` (billed as cold starts, outcome "prewarm").
 
-        Stops early (with a warning) if ``max_workers`` leaves no room. With ``wait_s``, blocks until
+        Starts what ``max_workers`` leaves room for and says so (once, at info level). With ``wait_s``, blocks until
         every starting worker of this function (these and earlier ones) is ready, or ``wait_s`` passed.
         """
         self._start_spares(what="prewarm", spec=spec, count=count, wait_s=wait_s, asleep=False)
@@ -135,11 +137,13 @@ class LocalRuntime(PoolScheduling, AttemptEndings):
         """``count`` workers started ahead of work (billed "prewarm"), ``asleep`` ones preregistered; with
         ``wait_s``, wait until no worker of this function is still starting."""
         with self._lock:
-            for _ in range(count):
-                if self._closed or not self._pool.make_room(spec=spec):
-                    log.warning("%s %s: no room (max_workers=%d)", what, spec.name, self._pool.max_workers)
-                    break
+            started = 0
+            while started < count and not self._closed and self._pool.make_room(spec=spec):
                 self._pool.start(spec=spec, prewarm=True).preregistered = asleep
+                started += 1
+            if started < count and not self._closed:
+                self._capped.say(what=what, function=spec.name, started=started, asked=count,
+                                 limit=f"max_workers={self._pool.max_workers}")
             if wait_s is not None:
                 self._changed.wait_for(lambda: not any(w.state == "starting" and same_pool(w.spec, spec)
                                                        for w in self._pool.slots.values()), timeout=wait_s)

@@ -146,6 +146,22 @@ class WorkloadMonitor:
         return prewarm_threshold_s(actor_starts=starts, learner_fins=fins)
 
 
+class SparesCapped:
+    """Says that a pre-warm asked for more workers than the pool has room for (``max_workers``, or a Ray cluster's
+    resources): the backend starts what fits and the rest start cold when invoked. Not a fault: the limit is the
+    config's, or the default sized to the machine (a scaler may ask for 8 actors on a 2-core machine), so it is said
+    at info level once per function, at debug after that (the trigger may fire every round)."""
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+
+    def say(self, *, what: str, function: str, started: int, asked: int, limit: str) -> None:
+        level = logging.DEBUG if function in self._said else logging.INFO
+        self._said.add(function)
+        log.log(level, "%s %s: %d of %d workers started, no room for more (%s); the others start cold when invoked",
+                what, function, started, asked, limit)
+
+
 READY_WAIT_S = 30.0   # the longest a round waits for workers pre-warmed for it (a stuck start must not stall a run)
 
 

@@ -64,6 +64,7 @@ from nimbus.runtime.base import FunctionContext, FunctionSpec, RuntimeStats
 from nimbus.runtime.inline import driver_state_kept
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.fairshare import next_placeable
+from nimbus.runtime.prewarm import SparesCapped
 from nimbus.runtime.simulated_durations import check_bounded, draw_attempt, rows_of, simulated_timings, with_probe
 from nimbus.runtime.simulated_pool import PoolKey, SimPool, SimWorker, pool_key
 from nimbus.runtime.simulated_waits import SimEvents, SimFuture, SimTimer, single_threaded
@@ -90,6 +91,7 @@ class SimulatedRuntime(AttemptEndings):
         self._ledger, self._tally, self._closed = ledger, Tally(), False
         self._devices, self._weights = devices, {}   # the device pool and fair-share weights (both optional)
         self._counts = {"failed": 0, "dropped": 0}
+        self._capped = SparesCapped()   # a pre-warm asking for more workers than max_workers: said once
         self._models, self._simulation = simulation.models(), simulation
         check_bounded(models=self._models, default=simulation.default)   # a longer one would livelock the driver
         self._probe = self._models["probe"] if "probe" in simulation.named_kinds() else None   # Nitro's probe part
@@ -189,9 +191,10 @@ class SimulatedRuntime(AttemptEndings):
         ready = self._now
         for worker in [w for w in self._pool.slots.values() if pool_key(w.spec) == pool_key(spec)]:
             ready = max(ready, worker.ready_at)
-        for _ in range(max(0, count)):
+        for started in range(max(0, count)):
             if not self._pool.has_room():
-                log.warning("prewarm %s: no room (max_workers=%s, none idle)", spec.name, self._pool.max_workers)
+                self._capped.say(what="prewarm", function=spec.name, started=started, asked=count,
+                                 limit=f"max_workers={self._pool.max_workers}, none idle")
                 break
             self._load(spec)
             worker = self._pool.spawn(spec=spec, now_s=self._now, init_s=model.cold_start_s, prewarm=True)
