@@ -29,6 +29,9 @@ The same semantics as the local backend (runtime/local.py), so the same config r
   now; late or superseded results are dropped and counted (``stats().dropped_results``). The
   accepted result carries ``_invocation_id`` and ``_attempt``.
 * **Ledger**: one ``attempt_record`` per attempt and per prewarm — the local backend's format.
+* **Driver-side errors**: when handling an event raises (recording a result: the ledger cannot be written, a full
+  disk), that result is lost and nothing would deliver it, so every invocation not answered yet fails with the error:
+  the run stops at once instead of waiting (the local backend does the same through its Inbox's ``on_error``).
 * ``shutdown()`` cancels what is pending, bills in-flight attempts as ``cancelled``, kills every
   actor, and shuts Ray down if this runtime started it (non-detached actors also die with the driver).
 
@@ -49,16 +52,17 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Callable
 
 from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
-from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, new_invocation
+from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, new_invocation, resolve
 from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.base import FunctionSpec, Resources, RuntimeStats
 from nimbus.runtime.ray_cluster import connect_ray
 from nimbus.runtime.ray_liveness import RayLiveness
 from nimbus.runtime.ray_pool import RayPool, RaySlot
+from nimbus.runtime.prewarm import SparesCapped
 from nimbus.runtime.scheduling import PoolScheduling
 from nimbus.runtime.ray_worker import read_frame, split_result, to_frame
 
@@ -83,7 +87,9 @@ class RayRuntime(PoolScheduling, AttemptEndings):
         self._weights: dict[str, float] = {}  # workload → fair-share weight (runtime/fairshare.py); empty: FIFO
         self._events: deque[Action] = deque()  # posted by Ray callbacks, run by the monitor under the lock
         self._tally, self._counts, self._closed = Tally(), {"failed": 0, "dropped": 0}, False
+        self._unanswered: set[Future] = set()   # every invocation's future until it resolves (_on_driver_error)
         self._liveness = RayLiveness()
+        self._capped = SparesCapped()   # a pre-warm asking for more actors than fit: said once
         self._pool = RayPool(changed=self._changed, max_workers=max_workers, keep_alive_s=keep_alive_s,
                              init_timeout_s=init_timeout_s, worker_env=dict(worker_env or {}),
                              compress_min_bytes=compress_min_bytes, on_ready=self._post_ready)
@@ -123,18 +129,22 @@ class RayRuntime(PoolScheduling, AttemptEndings):
             if self._closed:
                 raise RuntimeError("RayRuntime.invoke after shutdown()")
             self._queue.append(invocation)
+            self._unanswered.add(invocation.future)
             self._changed.notify_all()
+        invocation.future.add_done_callback(self._unanswered.discard)
         return invocation.future
 
     def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:
         """Start ``count`` actors for ``spec`` (billed as cold starts, outcome "prewarm"); with ``wait_s``,
         wait until every starting actor of this function is ready (or ``wait_s`` passed)."""
         with self._lock:
-            for _ in range(count):
-                if self._closed or not self._pool.make_room(spec=spec):
-                    log.warning("prewarm %s: no room on the cluster or at max_workers", spec.name)
-                    break
+            started = 0
+            while started < count and not self._closed and self._pool.make_room(spec=spec):
                 self._pool.start(spec=spec, prewarm=True)
+                started += 1
+            if started < count and not self._closed:
+                self._capped.say(what="prewarm", function=spec.name, started=started, asked=count,
+                                 limit=f"the cluster's free resources, max_workers={self._pool.max_workers}")
             if wait_s is not None:
                 self._changed.wait_for(lambda: not self._pool.starting(spec=spec), timeout=wait_s)
 
@@ -187,6 +197,24 @@ class RayRuntime(PoolScheduling, AttemptEndings):
         with self._lock:
             self._events.append(event)
             self._changed.notify_all()
+
+    def _guarded(self, step: Callable[[], list[Action] | None]) -> list[Action]:
+        """One step of the monitor (an event, or the deadline checks and scheduling); when it raises, every open
+        invocation fails with the error (``_on_driver_error``) at once, so that the scheduling which follows drops the
+        queued ones instead of dispatching them, and the monitor goes on."""
+        try:
+            return step() or []
+        except Exception as exc:  # noqa: BLE001 - handed to every caller waiting, never lost with the thread
+            self._on_driver_error(exc)
+            return []
+
+    def _on_driver_error(self, error: BaseException) -> None:
+        """Handling a result or a deadline raised (the ledger cannot be written: a full disk). A result may be lost
+        with it and nothing would deliver it, so every invocation not answered yet fails with ``error``: the run
+        stops at once instead of waiting for it."""
+        log.debug("runtime: an event could not be handled (%s); failing every open invocation", error)
+        for future in list(self._unanswered):
+            resolve(future, error=error)
 
     def _post_ready(self, worker: RaySlot, future: Future) -> None:
         self._post(lambda: self._on_ready(worker, future))
@@ -260,8 +288,8 @@ class RayRuntime(PoolScheduling, AttemptEndings):
             while not self._closed:
                 actions: list[Action] = []
                 while self._events:
-                    actions += self._events.popleft()() or []
-                actions += self._check(time.monotonic()) + self._schedule()
+                    actions += self._guarded(self._events.popleft())
+                actions += self._guarded(lambda: self._check(time.monotonic()) + self._schedule())
                 if self._pool.has_retired:
                     actions.append(self._pool.kill_retired)  # outside the lock (RayPool._doomed)
                 if actions:

@@ -61,16 +61,17 @@ class PoolScheduling:
     # ---- scheduling (lock held) -------------------------------------------------------------------
 
     def _schedule(self) -> list[Action]:
-        """Place queued invocations on workers in fair-share order until one finds no worker: a cancelled one
-        is dropped, a placed one becomes an attempt of its worker, dispatched now if the worker is idle
-        (a starting worker dispatches it once ready)."""
+        """Place queued invocations on workers in fair-share order until one finds no worker: one already resolved
+        (cancelled by its owner, or failed by a driver-side error: nobody waits for its result) is dropped, a placed
+        one becomes an attempt of its worker, dispatched now if the worker is idle (a starting worker dispatches it
+        once ready)."""
         actions: list[Action] = []
         while self._queue and not self._closed:
             index = self._next_index()
             if index is None:
                 break
             invocation = self._queue[index]
-            if invocation.future.cancelled():
+            if invocation.future.done():
                 del self._queue[index]
                 self._drop_cancelled(invocation)
                 continue
