@@ -82,3 +82,22 @@ def test_a_population_resumed_from_older_checkpoints_writes_each_round_once(make
     train(config=make_config(overrides=two + ["train.max_rounds=3"]), resume_from=first.run_dir)
     for member in ("member0", "member1"):
         assert _rounds(first.run_dir / "policies" / member) == [0, 1, 2]
+
+
+def test_resuming_a_finished_population_trains_nothing_and_says_so(make_config, tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """PBT: every member already at max_rounds; the resume invokes nothing, writes no round, keeps the summary."""
+    from tests.integration.test_pbt import PBT
+
+    two = [o.replace("members: 4", "members: 2") for o in PBT if not o.startswith("train.max_rounds")]
+    two += [INLINE, "train.eval_episodes=0", "train.max_rounds=2"]
+    first = train(config=make_config(overrides=two))
+    ledger_rows = len(Ledger.load(path=first.run_dir / "ledger.jsonl"))
+    summary = (first.run_dir / "summary.json").read_text()
+    with caplog.at_level(logging.WARNING):
+        again = train(config=make_config(overrides=two), resume_from=first.run_dir)
+    assert again.summary == first.summary and (first.run_dir / "summary.json").read_text() == summary
+    for member in ("member0", "member1"):
+        assert _rounds(first.run_dir / "policies" / member) == [0, 1]
+    assert len(Ledger.load(path=first.run_dir / "ledger.jsonl")) == ledger_rows   # nothing was invoked
+    assert "nothing to train" in caplog.text and "--set train.max_rounds=4" in caplog.text

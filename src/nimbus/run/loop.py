@@ -18,7 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -36,7 +35,7 @@ from nimbus.run.registry import workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
 from nimbus.run.rundir import claim_run_dir
 from nimbus.run.signals import Interrupt
-from nimbus.run.stop import stop_reason
+from nimbus.run.stop import say_nothing_to_train, stop_reason
 from nimbus.run.summary import ROWS_IN_MEMORY, RunSummary, TrainResult, read_summary, write_summary
 from nimbus.runtime.base import runtime_clock
 from nimbus.types import Progress, RoundMetrics, Shared
@@ -44,7 +43,6 @@ from nimbus.types import Progress, RoundMetrics, Shared
 if TYPE_CHECKING:
     from nimbus.core import Workflow
 
-log = logging.getLogger(__name__)
 POLICY = "main"   # the policy of a one-policy run (a population names each member)
 __all__ = ["train", "RunSummary", "TrainResult", "SharedOnce"]
 
@@ -120,10 +118,7 @@ def resumed_start(*, config: NimbusConfig, progress: Progress, run_dir: Path) ->
     summary = read_summary(run_dir=run_dir)
     if reason is None or summary is None:
         return None
-    longer = {"max_rounds": f"--set train.max_rounds={2 * progress.rounds}",
-              "total_env_steps": f"--set train.total_env_steps={2 * progress.env_steps}"}.get(reason, "another limit")
-    log.warning("%s already stopped (%s: %d rounds, %d env steps); nothing to train. To train longer, resume with %s",
-                run_dir, reason, progress.rounds, progress.env_steps, longer)
+    say_nothing_to_train(run_dir=run_dir, reason=reason, progress=progress)
     return summary
 
 

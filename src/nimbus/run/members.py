@@ -34,8 +34,8 @@ from nimbus.run.build import build_shared, pool_config
 from nimbus.run.registry import controller_class, workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
 from nimbus.run.signals import Interrupt
-from nimbus.run.stop import stop_reason
-from nimbus.run.summary import TrainResult
+from nimbus.run.stop import say_nothing_to_train, stop_reason
+from nimbus.run.summary import TrainResult, read_summary
 from nimbus.runtime.base import event_queue, runtime_clock
 
 POLL_S = 0.5
@@ -143,9 +143,13 @@ class Members:
         """Every member runs rounds until its stop rule; ``on_failure(i, error)``: True when the member was
         re-seeded (it gets a new workflow, passed to ``on_replaced``), False to stop the run with the error.
         ``gate``: a member it holds starts its next round only once the gate releases it."""
-        active = set(range(len(self.workflows)))
-        for i in sorted(active):
-            self.workflows[i].begin()
+        # a member resumed past its stop rule trains no further round: nobody waits for it
+        active = {i for i in range(len(self.workflows)) if self.stopped(i) is None}
+        for i in range(len(self.workflows)):
+            if i in active:
+                self.workflows[i].begin()
+            else:
+                gate.on_stopped(i)
         while active and not any(workflow.stop_requested for workflow in self.workflows):   # a signal stops all
             try:
                 (i, gen), (kind, future, meta) = self.events.get(timeout=POLL_S)
@@ -201,6 +205,9 @@ def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | N
             hook.trackers = trackers.enter_context(RunTrackers.open(
                 output=plan.config.output, run_dir=plan.run_dir, config=plan.config.model_dump(mode="json"),
                 artifacts_from=run_dir))
+        finished = _finished_population(members=members, run_dir=run_dir)
+        if finished is not None:   # before begin(): a finished population pre-warms and publishes nothing either
+            return finished
         population.begin(workflows=list(members.workflows))
         for i, workflow in enumerate(members.workflows):
             population.attach(i, workflow)
@@ -222,3 +229,14 @@ def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | N
     population.report()
     members.raise_if_store_lost(where=run_dir / "policies")
     return TrainResult(run_dir=run_dir, summary=summaries[best], rows=[])
+
+
+def _finished_population(*, members: Members, run_dir: Path) -> TrainResult | None:
+    """A resumed population whose every member already meets its stop rule trains nothing: it says so (with the
+    limit to raise) and keeps the summary it ended with (None: train on, also when that summary is missing)."""
+    reasons = [members.stopped(i) for i in range(len(members.workflows))]
+    summary = read_summary(run_dir=run_dir)
+    if not all(reasons) or summary is None:
+        return None
+    say_nothing_to_train(run_dir=run_dir, reason=reasons[0], progress=members.workflows[0].progress)
+    return TrainResult(run_dir=run_dir, summary=summary, rows=[])

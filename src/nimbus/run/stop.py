@@ -7,6 +7,9 @@ Example::
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import numpy as np
 
 from nimbus.config import NimbusConfig
@@ -14,6 +17,7 @@ from nimbus.nitro.scaler import BUDGET_STOP_KEY
 from nimbus.types import Progress
 
 SIGNALS = ("SIGINT", "SIGTERM")   # the reasons a signal gives: no final evaluation after them
+log = logging.getLogger(__name__)
 
 
 def stop_reason(*, config: NimbusConfig, progress: Progress) -> str | None:
@@ -32,3 +36,12 @@ def stop_reason(*, config: NimbusConfig, progress: Progress) -> str | None:
     if target_eval is not None and progress.eval_return is not None and progress.eval_return >= target_eval:
         return "target_eval_return"
     return None
+
+
+def say_nothing_to_train(*, run_dir: Path, reason: str, progress: Progress) -> None:
+    """A resumed run whose checkpoint already meets the stop rule ``reason``: say that it trains nothing, and the
+    limit to raise to train longer."""
+    longer = {"max_rounds": f"--set train.max_rounds={2 * progress.rounds}",
+              "total_env_steps": f"--set train.total_env_steps={2 * progress.env_steps}"}.get(reason, "another limit")
+    log.warning("%s already stopped (%s: %d rounds, %d env steps); nothing to train. To train longer, resume with %s",
+                run_dir, reason, progress.rounds, progress.env_steps, longer)
