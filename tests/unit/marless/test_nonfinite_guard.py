@@ -101,29 +101,3 @@ def test_a_skipped_step_leaves_the_weights_and_adams_state_as_they_were(store, a
     optim = store.get(key=optim_key(policy="p_agent_0", version=1))
     assert all(not np.any(value) for value in optim.arrays.values())                 # no moment
     assert all(s.get("step", 0.0) == 0.0 for s in optim.header["scalars"].values())   # no step counted
-
-
-def test_a_loaded_optimizer_state_keeps_the_implementation_the_worker_chose() -> None:
-    """A state saved by a CPU worker (foreach Adam) loaded into a GPU worker's fused Adam must stay fused: torch's
-    load_state_dict takes the saver's flags with the groups, and an unfused Adam ignores the guard's found_inf, so a
-    non-finite step would be applied. Shown on the CPU, where torch has a fused Adam too."""
-    import numpy as np
-
-    from nimbus.algos.step import guarded_step
-    from nimbus.models.weights import load_optimizer, optimizer_to_message
-
-    saver_model = torch.nn.Linear(3, 1)
-    saver = torch.optim.Adam(saver_model.parameters(), lr=1e-2, foreach=True)
-    saver_model(torch.ones(2, 3)).sum().backward()
-    saver.step()
-    model = torch.nn.Linear(3, 1)
-    fused = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)
-    load_optimizer(optimizer=fused, message=optimizer_to_message(optimizer=saver, version=1))
-    assert fused.param_groups[0]["fused"] is True and fused.param_groups[0]["foreach"] is None
-    before = [p.detach().clone() for p in model.parameters()]
-    moments = [s["exp_avg"].clone() for s in fused.state.values()]
-    outcome = guarded_step(optimizer=fused, params=list(model.parameters()),
-                           loss=model(torch.full((2, 3), float("nan"))).sum(), max_grad_norm=1.0)
-    assert not bool(outcome.finite)
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))         # the NaN step was not applied
-    assert all(np.array_equal(a, s["exp_avg"]) for a, s in zip(moments, fused.state.values()))
