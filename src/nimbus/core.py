@@ -216,14 +216,14 @@ class Workflow(Protocol):
     onpolicy/lifecycle.py's build/start/checkpoint/evaluate/close — and MultiAgentWorkflow (marless/). The loop
     finds the class by name (run/registry.py WORKFLOWS) and imports none.
 
-    Where it differs from the plan's shape (docs/plans/issue-24-restructure.md §3), and why:
+    Why the contract has this shape:
     * ``build`` takes ``shared`` as a callable: a workflow checks its own input first (a buffer shared memory
       cannot hold, MARLess's agents) and exits 2 before any worker starts, then asks for the pool;
       ``resume_from`` is a path, since what is read from it differs (one checkpoint; one per MARLess policy).
       ``rank_base`` and ``workload`` serve a population's members and several workloads on one pool.
-    * ``checkpoint()`` instead of ``state()``: MARLess writes one checkpoint per policy and
-      ``train.checkpoint_replay`` a replay file beside it, so no single CheckpointState describes every
-      workflow's checkpoint; the loop decides when, the workflow what.
+    * ``checkpoint()`` writes the checkpoint rather than returning one state to write: MARLess writes one
+      checkpoint per policy and ``train.checkpoint_replay`` a replay file beside it, so no single CheckpointState
+      describes every workflow's checkpoint; the loop decides when, the workflow what.
     * ``evaluate`` returns the evaluation (``.mean_return``...), which periodic evaluation also records.
     * ``metrics``: the sink the loop writes each round's row to (metrics.jsonl; the loop's trackers get it next).
     * MARLess publishes its versions in ``build`` (its progress comes out of publishing), so its ``start`` is empty.

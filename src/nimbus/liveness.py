@@ -1,4 +1,4 @@
-"""Progress heartbeats (RELIABILITY.md P5): code that makes progress calls ``beat()``; the worker forwards
+"""Progress heartbeats (P5, docs/reliability.md): code that makes progress calls ``beat()``; the worker forwards
 at most one heartbeat per interval to the driver, which kills and retries a function silent for
 ``SILENT_BEATS`` intervals.
 

@@ -1,12 +1,12 @@
-"""The import graph follows the layers (issue 24 item 4, DESIGN.md §4, docs/architecture.md).
+"""The import graph follows the layers (docs/architecture.md), so each layer reads without the ones above it.
 
 Every module under src/nimbus is parsed with ``ast``: module-level and lazy (in-function) imports count; imports
 under ``if TYPE_CHECKING:`` are exempt from the layer and circle checks. Checked: (a) no module imports a higher
 layer than its own (``LAYERS``, low to high), (b) no import circle between modules (Tarjan's strongly connected
 components), (c) no private name (``_x``) imported from another module, (d) ``import nimbus.config`` loads
-neither torch nor any algorithm nor anything above the config layer. Today's violations are listed in
-``ALLOWED_*`` with the issue 24 step that removes each (plan: _notes/plan24.md §2 and §5): the test passes
-today, fails on any new violation, and fails on an entry that no longer occurs (delete it: the lists only shrink).
+neither torch nor any algorithm nor anything above the config layer. A known violation may be listed in
+``ALLOWED_*`` with what removes it (all four lists are empty): the test fails on any new violation, and on an
+entry that no longer occurs (delete it: the lists only shrink).
 """
 
 from __future__ import annotations
@@ -39,11 +39,10 @@ TECHNIQUE_EDGES: dict[str, set[str]] = {
     "nitro": set(), "onpolicy": {"nitro"}, "offpolicy": {"onpolicy", "nitro"}, "stellaris": {"onpolicy", "nitro"},
     "pbt": {"onpolicy", "nitro"}, "marless": {"nitro"},
 }
-# Config sections that live beside their technique belong to the config layer (plan24 §0): every
-# ``nimbus.<...>.config`` module, plus these.
+# Config sections that live beside their technique belong to the config layer, since reading a config must load
+# none of the technique's code: every ``nimbus.<...>.config`` module, plus these.
 CONFIG_MODULES: set[str] = set()
 
-S1, S2A, S2B, S2C, S2E = (f"removed by: issue 24 step {n}" for n in ("1", "2A", "2B", "2C", "2E"))
 ALLOWED_UPWARD: dict[str, str] = {   # "importer -> imported": why, and what removes it
 }
 ALLOWED_TECHNIQUE: dict[str, str] = {   # "importer -> imported" between technique folders, off TECHNIQUE_EDGES
@@ -188,7 +187,7 @@ def test_no_private_name_is_imported_from_another_module() -> None:
 def test_every_allowed_entry_says_what_removes_it() -> None:
     reasons = [*ALLOWED_UPWARD.values(), *ALLOWED_TECHNIQUE.values(), *ALLOWED_CIRCLES.values(),
                *ALLOWED_PRIVATE.values()]
-    assert [r for r in reasons if "removed by: issue 24 step" not in r] == []
+    assert [r for r in reasons if "removed by:" not in r] == []
 
 
 def test_the_checks_see_lazy_imports_and_exempt_type_checking_ones() -> None:

@@ -1,4 +1,4 @@
-"""Algorithms: pure math over torch (DESIGN.md §2 Algorithm). One subpackage per algorithm.
+"""Algorithms: pure math over torch (each implements algos/base.py's ``Algorithm``). One subpackage per algorithm.
 
 An algorithm's package names its parts (``from nimbus.algos.dqn import DQN``) but imports them on first use
 (:func:`lazy_exports`): validating a config imports ``nimbus.algos.<name>.config``, and with it the package, so an

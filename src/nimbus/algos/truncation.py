@@ -7,13 +7,13 @@ Where R enters the clipped surrogate is the form:
 
 ``paper`` (the default): PPO's clip is decided on the learner's own ratio r_self, as in PPO, and R weighs
     each row: row = (R / r_self) · clipped_surrogate(r_self), the weight a constant. Where PPO does not clip,
-    ∇row = R · A · ∇log π_self, the paper's ∇J = E[R · A]; where PPO clips, the gradient stays 0. Issue 26
-    item 3: with ρ = 1, putting R in place of the ratio (``paper_ratio``) caps every ratio at 1 < 1 + ε, so
+    ∇row = R · A · ∇log π_self, the paper's ∇J = E[R · A]; where PPO clips, the gradient stays 0.
+    With ρ = 1, putting R in place of the ratio (``paper_ratio``) caps every ratio at 1 < 1 + ε, so
     PPO's upper clip never acts for a positive advantage (r 1.5, A +1: PPO's gradient 0, R's −1); the paper
     states Eq. 2 as a truncated IS weight on a policy gradient and says it integrates with clipped objectives,
     not that it replaces their clip, so the default keeps the clip.
 ``paper_ratio``: R replaces r_self inside the clipped surrogate, carrying r_self's gradient scaled by R/r_self
-    (nimbus's form before issue 26; kept to compare).
+    (kept to compare with the default).
 ``code``: the authors' ``ppo_loss`` (IntelliSys-Lab/Stellaris-SC24, rllib/policy/torch_policy_v2.py at commit
     dff0e0d "Fix typos"): the floor m = max(min(r_self, min_i r_i), ρ), taken over constants (their ratios are
     detached, r_self's too), then R = elementwise-minimum(r_self, m) replaces the ratio in the clipped

@@ -18,7 +18,7 @@ quantity being maximised (§5.2, Eq. 2). ``loss_fn`` is whatever scalar you pass
 (e.g. ``-ppo_loss``) to get the paper's R. The Hessian of the loss is the negated Hessian, so its
 ratio is the reciprocal, 1/R: the ordering of rounds is reversed. This module does not guess.
 
-Liveness (RELIABILITY.md P5). A probe is one long stretch without optimizer steps (25.7 s at paper
+Liveness (P5, docs/reliability.md). A probe is one long stretch without optimizer steps (25.7 s at paper
 scale): it reports progress (``nimbus.liveness.beat``) after the objective's gradient graph is built
 and after every HVP, so a worker with ``heartbeat_s`` is stalled only if a single HVP takes 3 intervals.
 """
@@ -175,7 +175,7 @@ def extreme_eigenvalues(
     relative accuracy. If it is not met after that pass, ARPACK is stopped before it restarts, the
     eigenvalues are the Ritz values over every Krylov vector computed (no extra HVP), and ``converged``
     says whether their residuals meet ``tolerance``. ~100 steps on a subset of the batch is the Nitro
-    authors' setting (DESIGN §3).
+    authors' setting.
 
     Cost: the objective is evaluated once and its gradient graph kept; each HVP is one backward pass
     through it. Memory: that graph plus 2 · (max_iterations + 1) vectors of ``num_params`` (the Krylov

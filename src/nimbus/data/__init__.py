@@ -1,1 +1,1 @@
-"""Data plane: codec, shared-memory segments, Store, Channel, Buffer and Triggers (DESIGN.md §2)."""
+"""Data plane: codec, shared-memory segments, Store, Channel, Buffer and Triggers."""

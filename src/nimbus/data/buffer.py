@@ -1,4 +1,4 @@
-"""Buffer: ARTOS's cyclic shared-memory experience buffer (DESIGN.md §2, ARTOS §4.2 / Fig. 9).
+"""Buffer: ARTOS's cyclic shared-memory experience buffer (ARTOS §4.2 / Fig. 9).
 
 Declared by a spec (data key → per-step shape and dtype) and a capacity in rows. Each data key is
 one cyclic shared-memory block of ``capacity_rows`` rows; beside them live per-row metadata columns

@@ -13,7 +13,7 @@ sender when the last view dies (data/slots.py). The Envelope goes to ``on_messag
 queue before any consumer asks. A source that ends has its prefix swept (segments it created but
 never announced, and its pool). A dead driver's leftovers are the janitor's (runtime/janitor.py).
 
-Bounds (P13, RELIABILITY.md): a message over ``ChannelLimits.max_message_bytes`` is refused by
+Bounds (P13, docs/reliability.md): a message over ``ChannelLimits.max_message_bytes`` is refused by
 ``send`` with ``MessageTooLarge`` before anything is queued; the Outbox's queue and the pool's slots
 are bounded, and the Inbox's local queue (``max_pending``); when one is full the producer blocks or
 the message is dropped, per ``on_full``, and either is counted in ``stats()``.

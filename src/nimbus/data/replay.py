@@ -1,4 +1,4 @@
-"""Replay strategies: which buffer rows a learner reads next (ARTOS Table 1, DESIGN.md §2).
+"""Replay strategies: which buffer rows a learner reads next (ARTOS Table 1).
 
 A strategy looks at a ``Buffer`` and returns row *positions* for the next learner batch
 (``select``), then hears which of them were used (``consumed``). Strategies own their selection

@@ -9,7 +9,7 @@ What else comes back depends on ``train.exact_resume``:
 * on (sync workflow, MuJoCo and classic-control envs): every actor rank's env slot — its envs mid-episode,
   wrapper counters, random generators, running episode returns (envs/slot_state.py) — and its slot
   sequence, so the resumed rounds are bitwise the rounds the run would have made without stopping
-  (RELIABILITY.md P9; tests/integration/test_resume.py);
+  (P9, docs/reliability.md; tests/integration/test_resume.py);
 * off: episodes that were in flight restart as fresh episodes, from seeds derived from the resumed round,
   so two resumes of one checkpoint are identical.
 With ``train.checkpoint_replay`` the async workflow's replay buffer and the Nitro scaler's window come back

@@ -1,4 +1,4 @@
-"""Store: versioned, immutable keyed objects (weights, gradients, checkpoints) — DESIGN.md §2.
+"""Store: versioned, immutable keyed objects (weights, gradients, checkpoints).
 
 A value is a codec ``Message`` (a JSON header plus named arrays). Keys are paths such as
 ``weights/main/12``; the last component of a versioned key is its integer version, so

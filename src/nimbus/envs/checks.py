@@ -1,4 +1,5 @@
-"""The env contract, checked on every reset and step (RELIABILITY.md, "Bad input").
+"""The env contract, checked on every reset and step: a violation is a bug in the env, so the run stops
+naming the env, the actor rank, the seed and the step (P3, docs/reliability.md).
 
 `ContractChecked` sits directly on the raw env (inside the time limit), so it sees exactly what the
 env returns. It raises `EnvContractError` (never retried) when:

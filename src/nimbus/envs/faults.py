@@ -1,4 +1,4 @@
-"""Fault-injection environments for reliability tests (RELIABILITY.md), registered as ``nimbus/*``.
+"""Fault-injection environments for reliability tests (docs/reliability.md), registered as ``nimbus/*``.
 
 Each wraps CartPole-v1 and misbehaves in one documented way. Counters that must survive worker
 restarts live in a file (``counter_path``), updated under an exclusive lock (runtime/faults.py, which

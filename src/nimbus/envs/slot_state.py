@@ -1,4 +1,4 @@
-"""An actor rank's env slot as data: what exact resume (RELIABILITY.md P9) carries from one run to the next.
+"""An actor rank's env slot as data: what exact resume (P9, docs/reliability.md) carries from one run to the next.
 
 With ``train.exact_resume`` every actor result also carries its slot as the next fragment will find it:
 the current observations, the running episode returns and lengths, and each env's snapshot

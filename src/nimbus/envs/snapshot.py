@@ -1,4 +1,4 @@
-"""Env state snapshots for exact resume (RELIABILITY.md P9), without pickling the env.
+"""Env state snapshots for exact resume (P9, docs/reliability.md), without pickling the env.
 
 An env built by ``make_env`` is ``_SeedOnFirstReset(TimeLimit(ContractChecked(raw)))``. A snapshot holds,
 as safetensors-friendly arrays plus a JSON-able dict:

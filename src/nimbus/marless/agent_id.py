@@ -1,4 +1,4 @@
-"""Agent-id conditioning (issue 27 fix 4): a one-hot of the agent's index appended to a policy's input.
+"""Agent-id conditioning: a one-hot of the agent's index appended to a policy's input.
 
 Parameter sharing as MARL libraries know it gives one network to several agents and tells them apart by an agent
 id in the input (BenchMARL, EPyMARL, RLlib). With ``marless.agent_id`` on (the default whenever agents may share a

@@ -1,4 +1,4 @@
-"""What a multi-agent run checks about its agents before any worker starts (issue 27): each check raises
+"""What a multi-agent run checks about its agents before any worker starts: each check raises
 ``ConfigError`` (exit 2) naming the key.
 
 * ``check_policy_spaces``: every agent mapped onto a policy has that policy's spaces. Policy ``p_<agent>`` is

@@ -69,7 +69,7 @@ from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import PLACED_KEY, place, torch_device
 from nimbus.runtime.faults import fault_point
 
-# the whole batch: 256 rows were too noisy for Nitro's scaler, which moved to the whole batch (issue 27 fix 2)
+# the whole batch: 256 rows were too noisy for Nitro's scaler, which moved to the whole batch
 DEFAULT_PROBE = ProbeRequest(subset_size=None, max_iterations=30, tolerance=1e-3)
 
 

@@ -70,7 +70,7 @@ class _Learning:
 
     def probe_now(self, *, agent_returns: dict[str, float]) -> bool:
         """Probe this round only when a controller will read it: the scaler every round, the sharing controller
-        on the rounds it switches sharing on (issue 27 fix 2)."""
+        on the rounds it switches sharing on; a probe that no controller reads would only cost learner time."""
         self.probe = self.parts.scaler.needs_convexity or \
             self.parts.sharing.probes_now(agent_returns=agent_returns)
         return self.probe

@@ -10,7 +10,7 @@ of the round's (post-processed) batch and returns, for the learner result header
 The workflow merges these into ``RoundMetrics.extras``, ``NitroScaler.decide`` reads them, and
 :func:`with_decision` writes the decision's signals (R, S, window, budget left) into the same row.
 
-Decisions (paper 002, §4-§6; DESIGN §3):
+Decisions (paper 002, §4-§6):
 
 * **Which policy.** The *updated* policy θ_{k+1}, probed right after the update and before any actor
   samples with it: the paper's step 2 ("after a new policy is generated, Nitro inspects the new policy

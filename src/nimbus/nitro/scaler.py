@@ -1,4 +1,4 @@
-"""Nitro's cost-aware actor scaler (paper 002, §5.2-5.3; DESIGN §3).
+"""Nitro's cost-aware actor scaler (paper 002, §5.2-5.3).
 
 Each round the trainer probes the Hessian of the surrogate objective and puts R = −λmax/λmin in
 ``metrics.extras["hessian_ratio"]`` (``nimbus.analysis.hessian.HessianProbe.to_extras``). The scaler

@@ -1,4 +1,5 @@
-"""Nitro's actor scaler as the authors' public code does it (``variant: authors_code``; DESIGN §3).
+"""Nitro's actor scaler as the authors' public code does it (``variant: authors_code``): nimbus
+implements the paper and offers the code's behaviour as a named option, so the two can be compared.
 
 Transcribed from IntelliSys-Lab/Nitro ``Nitro.py`` at commit 2c725a94b033848726dbff0fbc958e6df317a444, with
 ``config.py`` (``Nitro_sliding_window = 6``, ``Nitro_decay_factor = 0.96``, ``num_rollout_workers_*``); nimbus's

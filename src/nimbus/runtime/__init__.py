@@ -1,1 +1,1 @@
-"""Compute plane: run functions on warm workers (DESIGN.md §2 Runtime)."""
+"""Compute plane: run functions on warm workers; every backend implements ``core.Runtime``."""

@@ -1,5 +1,5 @@
 """Fault points: named places in function code where a reliability test makes an attempt die, hang or
-raise (RELIABILITY.md P1, P6), as Ray builds its chaos hooks (``RAY_testing_*``) into its own code.
+raise (P1 and P6, docs/reliability.md), as Ray builds its chaos hooks (``RAY_testing_*``) into its own code.
 
 A point is armed by the environment variable ``NIMBUS_FAULTS`` (a JSON object: point name → spec),
 which local workers inherit from the driver. Unset, a point costs one dictionary lookup. The spec::

@@ -1,6 +1,6 @@
 """LocalRuntime: warm worker processes on this machine, Lambda-like semantics, every attempt billed.
 
-Decisions (where DESIGN.md is silent):
+Decisions:
 
 * **Workers** are processes forked from a pre-imported template (``start_method="fork_server"``,
   runtime/forkserver.py; ``preload`` names what the template imports) or fresh

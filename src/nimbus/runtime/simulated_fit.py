@@ -18,7 +18,8 @@ Per function kind, from the ledger's attempts (``ledger.jsonl``; prewarm and can
   their median over the others' ``straggler_factor``); the others' log ratios give ``sigma`` (0, a constant,
   with fewer than ``MIN_LOGNORMAL``) and their geometric mean scales the line into ``median_s`` and ``per_row_s``.
   (Fitting a lognormal to durations *less* the row term made the residual of a near-zero intercept a tail:
-  residuals clamped to 1e-6 gave sigma 4.6 and simulated learner calls of 4-40 s, issue 30's cost error.)
+  residuals clamped to 1e-6 gave sigma 4.6 and simulated learner calls of 4-40 s, which put the simulated bill
+  far off the real run's.)
 * **cold_start_s**: the median ``init_s`` of the cold rows (cold attempts and pre-warms), else 0.
 
 Bytes are not in the ledger either, so ``bandwidth_bytes_per_s`` is not fitted (add it by hand). A kind with no

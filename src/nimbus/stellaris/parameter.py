@@ -5,9 +5,9 @@ scales (1/δ^(1/v) for the staleness-aware rules, else 1). Each gradient is chec
 parameter missing, a shape that differs from the model's, or a NaN/Inf value refuses that gradient
 (counted in ``refused``, never applied). A member with a ``recompute`` entry is first recomputed at its read
 version on its task, truncated (Eq. 2) by the versions of the learners aggregated with it, which its learner
-could not know at launch (issue 26 item 9; ``recomputed`` in the header counts them). The rest are combined:
+could not know at launch (``recomputed`` in the header counts them). The rest are combined:
 
-* one step (the paper, Eq. 4 as the learning rate of the update, issue 26 item 7): p.grad = the
+* one step (the paper's Eq. 4 as the learning rate of the update): p.grad = the
   scale-weighted mean Σ_i s_i·g_i / Σ_i s_i, clipped to ``max_grad_norm``, then one optimizer step at
   learning rate α0 · mean_i(s_i). With SGD that is exactly mean_i(α0·s_i·g_i), Eq. 4 per gradient; with
   Adam, whose step does not see a constant factor of its input, the factor still shrinks the step
@@ -146,7 +146,7 @@ def _export(*, state: dict[str, Any], store: Store, req: ParameterRequest, polic
 def _member_gradients(*, state: dict[str, Any], store: Store, req: ParameterRequest, model_req: GradientRequest,
                       request: Message, writer: str) -> list[dict[str, np.ndarray]]:
     """Each member's gradient by parameter name: as its learner put it, or recomputed at its read version with the
-    IS truncation by the versions of the learners aggregated with it (issue 26 item 9)."""
+    IS truncation by the versions of the learners aggregated with it."""
     fetched = []
     sources = CachedSources(state=state, store=store, policy=model_req.policy,
                             cache=recompute_cache(state=state, run_key=req.run_key))

@@ -1,6 +1,6 @@
 """What the ``async_learners`` workflow adds to a checkpoint (stellaris/workflow.py mixes it in before SyncWorkflow).
 
-The aggregation rule's state travels in the checkpoint's ``extra`` (issue 26 item 8) and is restored on resume;
+The aggregation rule's state travels in the checkpoint's ``extra`` and is restored on resume;
 with a resident parameter function (stellaris/resident.py) the newest version's optimizer state is exported to
 the Store before the checkpoint reads it (resident_log.ResidentLog.export).
 """
@@ -24,7 +24,7 @@ class StellarisCheckpoint:
 
     def checkpoint_extra(self) -> dict:
         """The rule's state (δmax and its measurement, round, counters: rule_base.Rule.state) goes in the checkpoint,
-        so a resumed run continues β_k instead of measuring δmax again (issue 26 item 8)."""
+        so a resumed run continues β_k instead of measuring δmax again."""
         return {RULE_STATE_KEY: self.rule.state()}
 
     def checkpoint(self) -> Path:

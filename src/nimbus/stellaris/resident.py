@@ -1,4 +1,4 @@
-"""The resident parameter function's state (issue 26, "A resident parameter function"; docs/stellaris.md).
+"""The resident parameter function's state (docs/stellaris.md, "The resident parameter function").
 
 With ``stellaris.resident_parameter`` the parameter function keeps its model and optimizer in its warm worker
 (``context.cache["param_resident"]``, keyed by the run, the policy and the version they hold) and publishes only

@@ -1,6 +1,6 @@
 """What the ``async_learners`` workflow counts per round (one batch) and the round's ``staleness/*`` metrics.
 
-A round's row (issue 26, Metrics) carries, over the gradients computed on its batch:
+A round's row (docs/stellaris.md, "Metrics") carries, over the gradients computed on its batch:
 
     staleness/min, /mean, /max           staleness of the gradients the rule saw (applied or refused)
     staleness/count_0 … /count_7,        how many of them had staleness 0 … 7, and 8 or more (a histogram

@@ -1,4 +1,4 @@
-"""Gradient aggregation rules for asynchronous learner functions (Stellaris §V-C, DESIGN.md §3).
+"""Gradient aggregation rules for asynchronous learner functions (Stellaris §V-C).
 
 A rule sees each gradient as it lands (`offer`) and answers with a `Verdict`: the gradients to
 aggregate now (an `Aggregation`, each member with its staleness and scale), or nothing yet, plus any

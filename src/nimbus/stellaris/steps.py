@@ -4,7 +4,8 @@ Shared by the parameter function's aggregation (stellaris/parameter.py) and the 
 (stellaris/resident.py), which replays logged aggregations with exactly these steps, so a rebuilt state equals the
 one it replaces bit for bit.
 
-* one step (the paper, Eq. 4 as the learning rate of the update, issue 26 item 7): p.grad = the scale-weighted
+* one step (the paper's Eq. 4 as the learning rate of the update: under Adam a scaled gradient barely changes
+  the step, a scaled learning rate does): p.grad = the scale-weighted
   mean Σ_i s_i·g_i / Σ_i s_i, clipped to ``max_grad_norm``, then one optimizer step at learning rate
   α0 · mean_i(s_i);
 * ``separate_steps`` (the authors' code): one clipped step per gradient, each at learning rate α0 · s_i.

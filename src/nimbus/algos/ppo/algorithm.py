@@ -1,4 +1,4 @@
-"""PPO as an `Algorithm` (DESIGN.md §2): model, acting, buffer columns, GAE post-processing, loss.
+"""PPO as an `Algorithm` (algos/base.py): model, acting, buffer columns, GAE post-processing, loss.
 
 Example (one on-policy round, single process)::
 
