@@ -66,10 +66,6 @@ class CheckpointError(NimbusError):
     """A checkpoint that cannot be loaded: missing, corrupt, or of an incompatible format version."""
 
 
-class LivenessError(NimbusError):
-    """A component stayed silent past its heartbeat deadline."""
-
-
 class StoreUnavailable(NimbusError):
     """The Store's server cannot be reached (or lost the run's keys) after bounded retries (P12).
 

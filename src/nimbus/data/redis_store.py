@@ -192,11 +192,6 @@ class RedisStore:
             raise KeyNotFound(key)
         return self._decode(key=key, raw=raw)
 
-    def get_many(self, *, keys: list[str]) -> dict[str, Message]:
-        """Several values in one round trip; absent keys are left out."""
-        raws = self._call(lambda: self._redis.mget([self._value_key(validate_key(k)) for k in keys]))
-        return {k: self._decode(key=k, raw=raw) for k, raw in zip(keys, raws) if raw is not None}
-
     def latest(self, *, prefix: str) -> str | None:
         """The key directly under ``prefix`` with the highest integer last component, or None."""
         parent = prefix.rstrip("/")

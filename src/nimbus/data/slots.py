@@ -265,10 +265,6 @@ class PoolReader:
         weakref.finalize(root, _clear, pool.flags, slot, reader)
         return root
 
-    def release_now(self, *, slot: int, reader: int) -> None:
-        """Clear a flag at once (the body was copied out, e.g. decompressed into private memory)."""
-        _clear(self._pool.flags, slot, reader)
-
     def close(self) -> None:
         self._pool.segment.close()
 

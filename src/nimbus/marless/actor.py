@@ -51,8 +51,6 @@ from nimbus.models.weights import load_model
 from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
 
-COLUMNS = ("obs", "next_obs", "actions", "logp", "rewards", "terminated", "truncated", "alive")
-
 
 @dataclass(frozen=True)
 class MultiAgentActorRequest(WireRequest, header="marless_actor", affinity="actor-{actor_rank}"):
