@@ -19,7 +19,7 @@ straggler setting.
 Cost: the paper's model (§VIII-A): a gradient learner is a quarter of a p3.2xlarge (``learner.function.gpus=0.25``,
 cost/pricing.yaml; the parameter function keeps its 2048 MB CPU spec, Lambda-priced), actors Lambda-priced CPU functions; no pre-warming
 (``runtime.prewarm=false``: the paper excludes pre-warm and keep-alive cost), no worker cap. Each run records both
-bills (docs/architecture.md, "Two bills"): billed (each new worker's cold start included, as nimbus's ledger bills
+bills (docs/artos.md, "Two bills"): billed (each new worker's cold start included, as nimbus's ledger bills
 it) and without cold starts and provisioned idle time (``serverless_cost_excl_cold_usd``, the paper's exclusion),
 the run's total and its cost to the target with each, and the cost to the highest training return that every run of
 stellaris and ppo reached (so the cost to a target is measurable when an arm misses ``--target``).

@@ -238,4 +238,4 @@ def require_snapshot(*, check: Callable[[], None], env_id: str, key: str) -> Non
     except SnapshotUnsupported as exc:
         raise ConfigError(f"{key}: env {env_id!r} cannot be snapshotted exactly, so its episodes could not go on "
                           f"in another worker: {exc}. Give the env class get_state() and set_state(state) "
-                          f"(docs/architecture.md, \"Env snapshots\"), or drop {key}") from None
+                          f"(docs/guide.md, \"Env snapshots\"), or drop {key}") from None

@@ -1,4 +1,4 @@
-"""The fork server a process keeps between runs (docs/architecture.md, "Fork server"): at most one, on the main
+"""The fork server a process keeps between runs (docs/artos.md, "Fork server"): at most one, on the main
 thread, whose PR_SET_PDEATHSIG ties it to the driver for the process's life. ``start_early`` starts it (or keeps
 the one parked if it still fits) before a run needs it, so that the template's imports overlap the driver's own;
 the run's Spawner adopts it (``take_early``) and, at the run's end, ``park`` keeps it for the next run of the process
