@@ -3,7 +3,10 @@
 Links are checked as GitHub renders them: ``[text](target)`` and ``[label]: target`` outside code, relative to
 the file that holds them. A relative link names a file or a folder (GitHub lists a folder, e.g. a technique's
 src/nimbus/<technique>/) and no anchor: anchors break silently when a heading
-moves, which is what the docs restructure (issue 24) does.
+moves, and pages are restructured as the code is.
+
+docs/architecture.md's tree is checked against the file system: every path it lists exists, and every package under
+src/nimbus is listed, so the page a newcomer reads first cannot send them to a file that moved.
 """
 
 import re
@@ -13,7 +16,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
-README_MAX_BYTES = 15 * 1024            # issue 24.6: a front page of at most ~15 KB; the rest lives in docs/
+README_MAX_BYTES = 15 * 1024            # a front page of at most ~15 KB; the rest lives in docs/
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+ARCHITECTURE_MAX_BYTES = 20 * 1024      # the tree, the layers, the loop, links; decisions live on the technique pages
 TWO_COMMANDS = ("make run", "make test")
 TECHNIQUE_FOLDERS = ("stellaris", "nitro", "marless", "pbt", "onpolicy", "offpolicy")   # TECHNIQUES, test_architecture.py
 
@@ -71,7 +76,8 @@ def test_the_readme_is_a_front_page() -> None:
 
 
 def test_the_readme_links_every_technique_folder() -> None:
-    """Issue 24's "done when": the README's technique table links each technique's folder."""
+    """The README's technique table links each technique's folder: the tree is cut by technique, and the front page
+    says so."""
     targets = link_targets(text=README.read_text())
     missing = [f"src/nimbus/{name}/" for name in TECHNIQUE_FOLDERS if f"src/nimbus/{name}/" not in targets]
     assert missing == [], f"README.md does not link {missing}"
@@ -114,3 +120,89 @@ def test_the_readme_gives_the_two_commands_as_the_makefile_runs_them() -> None:
         assert "setup" in re.search(rf"^{target}\s*:(.*)$", (REPO / "Makefile").read_text(), re.MULTILINE).group(1)
         assert recipes[target] and all(step in line for step in recipes[target]), (line, recipes[target])
     assert "bash scripts/setup.sh" in (REPO / "Makefile").read_text() and "scripts/setup.sh" in lines[0]
+
+
+_TREE_ROOT = "src/nimbus/"
+_TREE_LINE = re.compile(r"^(?P<indent> *)(?P<path>\S+)(?:\s+(?P<about>.*))?$")
+_TREE_NAMED = re.compile(r"(?<![\w/*.-])(\w+\.(?:py|yaml))\b")    # a file a line's description names, beside its own
+
+
+def tree_block(*, text: str) -> str:
+    """The fenced block under "## The tree" that starts with ``src/nimbus/``."""
+    section = text[text.index("\n## The tree"):]
+    match = re.search(r"^```[^\n]*\n(src/nimbus/\n.*?)^```", section, re.MULTILINE | re.DOTALL)
+    assert match, "docs/architecture.md: no ``` block starting with src/nimbus/ under \"## The tree\""
+    return match.group(1)
+
+
+def tree_paths(*, block: str) -> list[str]:
+    """Every path a tree block names, relative to the repository: each line's own (a folder ends in ``/``; two spaces
+    of indent per level below the folder above it) and the ``name.py`` files its description names in that folder."""
+    folders: list[str] = []   # the open folders, one per level
+    paths = []
+    for number, line in enumerate(block.splitlines(), start=1):
+        if not line.strip():
+            continue
+        match = _TREE_LINE.match(line)
+        level, name = len(match.group("indent")) // 2, match.group("path")
+        assert len(match.group("indent")) % 2 == 0 and level <= len(folders), f"tree line {number}: indent {line!r}"
+        if number == 1:
+            assert name == _TREE_ROOT, f"the tree starts with {_TREE_ROOT}, not {name}"
+            folders = [_TREE_ROOT]
+            paths.append(_TREE_ROOT)
+            continue
+        assert level >= 1, f"tree line {number}: only {_TREE_ROOT} sits at the left margin: {line!r}"
+        del folders[level:]
+        path = folders[-1] + name
+        paths.append(path)
+        here = path if name.endswith("/") else folders[-1]
+        paths += [here + named for named in _TREE_NAMED.findall(match.group("about") or "")]
+        if name.endswith("/"):
+            folders.append(path)
+    return paths
+
+
+def tree_mismatches(*, block: str, root: Path = REPO) -> list[str]:
+    """Paths the tree names that do not exist, and packages under src/nimbus it does not list."""
+    listed = tree_paths(block=block)
+    missing = [f"{path} (no such file or folder)" for path in listed if not (root / path).exists()]
+    packages = sorted(f"{init.parent.relative_to(root).as_posix()}/"
+                      for init in (root / _TREE_ROOT).rglob("__init__.py"))
+    unlisted = [f"{package} (a package the tree does not list)" for package in packages
+                if package != _TREE_ROOT and package not in listed]
+    return missing + unlisted
+
+
+def test_the_architecture_page_is_short() -> None:
+    size = len(ARCHITECTURE.read_bytes())
+    assert size <= ARCHITECTURE_MAX_BYTES, \
+        f"docs/architecture.md is {size} bytes; move decisions to the technique pages (bound {ARCHITECTURE_MAX_BYTES})"
+
+
+def test_the_architecture_tree_is_the_file_system() -> None:
+    assert tree_mismatches(block=tree_block(text=ARCHITECTURE.read_text())) == []
+
+
+def test_the_tree_check_sees_a_moved_file_and_an_unlisted_package(tmp_path: Path) -> None:
+    for package in ("src/nimbus", "src/nimbus/data", "src/nimbus/run", "src/nimbus/algos/ppo", "src/nimbus/algos"):
+        (tmp_path / package).mkdir(parents=True, exist_ok=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    for module in ("src/nimbus/core.py", "src/nimbus/data/codec.py", "src/nimbus/data/store.py",
+                   "src/nimbus/algos/ppo/loss.py"):
+        (tmp_path / module).write_text("")
+    block = ("src/nimbus/\n"
+             "  core.py        the protocols\n"
+             "  data/          codec.py, store.py and slots.py (moved away)\n"
+             "    codec.py     the wire format\n"
+             "  algos/         the algorithms\n"
+             "    ppo/         loss.py\n"
+             "  gone.py        listed, never there\n")
+    assert tree_paths(block=block) == [
+        "src/nimbus/", "src/nimbus/core.py", "src/nimbus/data/", "src/nimbus/data/codec.py", "src/nimbus/data/store.py",
+        "src/nimbus/data/slots.py", "src/nimbus/data/codec.py", "src/nimbus/algos/", "src/nimbus/algos/ppo/",
+        "src/nimbus/algos/ppo/loss.py", "src/nimbus/gone.py"]
+    assert tree_mismatches(block=block, root=tmp_path) == [
+        "src/nimbus/data/slots.py (no such file or folder)", "src/nimbus/gone.py (no such file or folder)",
+        "src/nimbus/run/ (a package the tree does not list)"]
+    text = "# page\n\n## The tree\n\n```\n" + block + "```\n"
+    assert tree_block(text=text) == block
