@@ -20,7 +20,7 @@ round's learner batch). The driver deletes per-round keys once consumed (a batch
 result is accepted, weights and optimizer state ``store.keep_versions`` versions later), so the key
 space stays bounded — Nitro's code re-reads an ever-growing hash on every poll; nimbus does not.
 
-Failure behaviour (RELIABILITY P11, P12):
+Failure behaviour (P11, P12, docs/reliability.md):
 
 * connection errors and timeouts are retried by redis-py (``max_retries``, exponential back-off with
   jitter between ``backoff_base_s`` and ``backoff_cap_s``), then raise ``StoreUnavailable`` naming

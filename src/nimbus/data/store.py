@@ -6,7 +6,7 @@ A value is a codec ``Message`` (a JSON header plus named arrays). Keys are paths
 changed: weights are put once per ``policy_version`` and every actor reads them *by key*
 (broadcast by id, not one copy per actor).
 
-One exception makes function retries possible (RELIABILITY P1): a put may name its ``writer`` (a
+One exception makes function retries possible (P1, docs/reliability.md): a put may name its ``writer`` (a
 function passes its invocation id, which every attempt of one invocation shares). A put that finds a
 value written by the *same* writer replaces it: a retried attempt redoes what an attempt that died
 after its put had written. Any other put of a taken key (another writer, or none) raises KeyExists.

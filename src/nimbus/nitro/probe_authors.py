@@ -140,7 +140,7 @@ def _hvp_operator(*, loss: torch.Tensor, params: list[torch.nn.Parameter]) -> Ca
     """H·v of ``loss`` over ``params`` by double backward; a parameter the gradient does not depend on gives zeros
     (theirs: ``param - param`` stands in for a missing gradient)."""
     grads = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)
-    beat()   # progress (RELIABILITY P5): the forward and the create_graph backward
+    beat()   # progress (P5, docs/reliability.md): the forward and the create_graph backward
     live = [i for i, g in enumerate(grads) if g is not None and g.requires_grad]
     numels = [p.numel() for p in params]
 
