@@ -12,10 +12,9 @@ tests/unit/test_core.py checks every implementation against its protocol, method
     Buffer      rows actors ingest and learners read   data/buffer.py
     Trigger     a condition that fires an action       data/triggers.py
     Controller  a per-round decision from metrics      nitro/baselines.py, scaler.py, scaler_authors.py
-    Workflow    rounds of one technique, run by the loop onpolicy/sync.py, pipelined.py, lifecycle.py,
+    Workflow    rounds of one technique, driven by the loop onpolicy/sync.py, pipelined.py, lifecycle.py,
                                                        offpolicy/workflow.py, stellaris/workflow.py,
                                                        marless/workflow.py (found by run/registry.py)
-    MemberWorkflow  a Workflow that shares a driver loop   onpolicy/sync.py (population members, workloads)
 """
 
 from __future__ import annotations
@@ -210,30 +209,35 @@ class ActorScaler(Controller["ScalingDecision"], Protocol):
 
 @runtime_checkable
 class Workflow(Protocol):
-    """Rounds of one technique; run/loop.py (the one run loop) builds, starts, runs, checkpoints, evaluates and
-    closes it, and decides when each happens. Implemented by SyncWorkflow and PipelinedSyncWorkflow
+    """Rounds of one technique. The run loop (run/loop.py builds and starts it; run/members.py's ``drive`` moves
+    its events) decides when anything happens: every workflow is driven the same way, alone or beside others (a
+    population's members, several workloads on one pool). Implemented by SyncWorkflow and PipelinedSyncWorkflow
     (onpolicy/), AsyncWorkflow (offpolicy/), AsyncLearnersWorkflow (stellaris/) — the four over one System share
     onpolicy/lifecycle.py's build/start/checkpoint/evaluate/close — and MultiAgentWorkflow (marless/). The loop
     finds the class by name (run/registry.py WORKFLOWS) and imports none.
 
-    Why the contract has this shape:
     * ``build`` takes ``shared`` as a callable: a workflow checks its own input first (a buffer shared memory
       cannot hold, MARLess's agents) and exits 2 before any worker starts, then asks for the pool;
       ``resume_from`` is a path, since what is read from it differs (one checkpoint; one per MARLess policy).
       ``rank_base`` and ``workload`` serve a population's members and several workloads on one pool.
-    * ``checkpoint()`` writes the checkpoint rather than returning one state to write: MARLess writes one
-      checkpoint per policy and ``train.checkpoint_replay`` a replay file beside it, so no single CheckpointState
-      describes every workflow's checkpoint; the loop decides when, the workflow what.
+    * ``checkpoint()`` writes the checkpoint itself: MARLess writes one per policy and ``train.checkpoint_replay``
+      a replay file beside it, so no single state object describes every workflow's; the loop decides when.
     * ``evaluate`` returns the evaluation (``.mean_return``...), which periodic evaluation also records.
     * ``metrics``: the sink the loop writes each round's row to (metrics.jsonl; the loop's trackers get it next).
-    * MARLess publishes its versions in ``build`` (its progress comes out of publishing), so its ``start`` is empty.
+    * Events: the workflow's functions put ``(kind, future, meta)`` on the queue ``attach`` gave it; the loop hands
+      each back to ``handle`` (True: a stop rule may now hold, e.g. a round ended) and then calls ``poll`` (its
+      triggers; also every ``poll_period_s`` without events). ``exhausted()``: nothing can send an event any more.
+    * ``on_round``: set by the loop; the workflow calls it with each finished round's row.
 
-    Example (run/loop.py)::
+    Example (run/loop.py, run/members.py)::
 
         workflow = WORKFLOW.build(config=config, shared=pool, run_dir=run_dir, policy="main", resume_from=None)
+        workflow.on_round = lambda row: workflow.metrics.write(row=row, runtime={})
+        workflow.attach(events=tagged_queue)
         workflow.start()                         # version 0 or the checkpoint's versions; prewarm
-        workflow.run(should_stop=lambda p: stop_reason(config=config, progress=p) is not None,
-                     on_round=lambda row: workflow.metrics.write(row=row, runtime={}))
+        workflow.begin()                         # the first round's functions start
+        ended = workflow.handle(kind=kind, future=future, meta=meta)   # each event from the queue
+        workflow.poll(now_s=clock())
         workflow.checkpoint()
         summary = {"return": workflow.evaluate(episodes=10, seed=1, explore=False).mean_return,
                    "cost_usd": workflow.cost_usd()}
@@ -241,6 +245,9 @@ class Workflow(Protocol):
     """
 
     progress: Progress
+    on_round: Callable[[RoundMetrics], None]
+    poll_period_s: float
+    stop_requested: bool
 
     @classmethod
     def build(cls, *, config: NimbusConfig, shared: Callable[[], Shared], run_dir: Path, policy: str,
@@ -251,7 +258,21 @@ class Workflow(Protocol):
 
     def start(self) -> None: ...
 
-    def run(self, *, should_stop: Callable[[Progress], bool], on_round: Callable[[RoundMetrics], None]) -> None: ...
+    def publish(self) -> None: ...
+
+    def prewarm(self) -> None: ...
+
+    def attach(self, *, events: Any) -> None: ...
+
+    def begin(self) -> None: ...
+
+    def handle(self, *, kind: str, future: Any, meta: Any) -> bool: ...
+
+    def poll(self, *, now_s: float) -> None: ...
+
+    def exhausted(self) -> bool: ...
+
+    def renewed(self) -> Workflow: ...
 
     def request_stop(self) -> None: ...
 
@@ -262,27 +283,3 @@ class Workflow(Protocol):
     def cost_usd(self) -> float: ...
 
     def close(self) -> None: ...
-
-
-@runtime_checkable
-class MemberWorkflow(Workflow, Protocol):
-    """A Workflow that runs beside others on one driver loop (run/members.py): a population's members, several
-    workloads on one pool. Its events go to the driver's queue, the driver hands them back one at a time.
-
-    Example::
-
-        workflow.attach(events=tagged_queue)     # its finished functions' events, tagged by the driver
-        workflow.publish(); workflow.begin()     # version 0; the first round's actors start
-        ended = workflow.handle(kind=kind, future=future, meta=meta)   # True when a round ended
-        workflow.poll(now_s=time.monotonic())    # its triggers
-    """
-
-    def attach(self, *, events: Any) -> None: ...
-
-    def publish(self) -> None: ...
-
-    def begin(self) -> None: ...
-
-    def handle(self, *, kind: str, future: Any, meta: Any) -> bool: ...
-
-    def poll(self, *, now_s: float) -> None: ...

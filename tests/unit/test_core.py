@@ -141,18 +141,19 @@ def test_the_old_protocol_names_are_the_core_ones() -> None:
 
 
 def test_every_workflow_implements_workflow_as_its_docstring_says() -> None:
-    """Every registered workflow meets core.Workflow method by method (``progress`` is set in __init__), the sync
-    workflow also core.MemberWorkflow, and the docstring names each class."""
+    """Every registered workflow meets core.Workflow method by method (``progress``, ``on_round`` and
+    ``stop_requested`` are set in __init__) and the docstring names each class: the one loop drives them all."""
     from nimbus.run.registry import WORKFLOWS, workflow_class
-    from nimbus.onpolicy.sync import SyncWorkflow
 
-    assert set(members(core.Workflow)) == {"progress", "build", "metrics", "start", "run", "request_stop",
-                                           "checkpoint", "evaluate", "cost_usd", "close"}
+    assert set(members(core.Workflow)) == {
+        "progress", "on_round", "poll_period_s", "stop_requested", "build", "metrics", "start", "publish", "prewarm",
+        "attach", "begin", "handle", "poll", "exhausted", "renewed", "request_stop", "checkpoint", "evaluate",
+        "cost_usd", "close"}
     for name in WORKFLOWS:
         workflow = workflow_class(name=name)
-        assert mismatches(protocol=core.Workflow, impl=workflow) == ["progress: missing"], name
+        assert sorted(mismatches(protocol=core.Workflow, impl=workflow)) == \
+            ["on_round: missing", "progress: missing", "stop_requested: missing"], name
         assert workflow.__name__ in core.Workflow.__doc__
-    assert mismatches(protocol=core.MemberWorkflow, impl=SyncWorkflow) == ["progress: missing"]
 
 
 def test_importing_core_loads_neither_torch_nor_numpy_nor_other_nimbus_modules() -> None:

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -45,7 +48,7 @@ from nimbus.marless.scaling import MarlessActorScaler
 from nimbus.marless.sharing import SharingController, space_signature
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.report.metrics import MetricsSink
-from nimbus.runtime.base import runtime_clock
+from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.runtime.prewarm import make_prewarmer
 from nimbus.types import Progress, RoundMetrics, Shared
 
@@ -54,12 +57,25 @@ LEARNER_ROLES = ("postprocess", "critic", "policy")
 VERSIONED_KEYS = ("weights/{policy}/{version}", "optim/{policy}/{version}", "target/{policy}/{version}")
 
 
+@dataclass
+class Sampling:
+    """A round whose actors sample: the actor results that landed so far, by rank."""
+
+    index: int
+    started_s: float
+    agent_policy: dict[str, str]
+    num_actors: int
+    futures: dict[int, Future] = field(default_factory=dict)
+
+
 class MultiAgentWorkflow:
-    """Runs MARLess rounds until ``should_stop`` says so; ``on_round`` receives each round's row (core.Workflow).
+    """MARLess rounds, driven by the run loop (run/members.py); ``on_round`` receives each round's row (core.Workflow).
 
     ``build`` publishes every policy's version 0 or the checkpoint's versions itself: the progress it continues
     from (versions, the agent→policy map, the controllers' state) comes out of publishing, and the workflow's
     learning and actor count are made from it; ``start`` has nothing left to do (no pre-warm)."""
+
+    poll_period_s = 0.5   # no trigger runs on the clock: a poll only follows an event
 
     def __init__(self, *, parts: MarlessParts, progress: MarlessProgress,
                  on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
@@ -76,6 +92,8 @@ class MultiAgentWorkflow:
         self.prewarmer = make_prewarmer(config=parts.config, runtime=parts.shared.runtime, ledger=parts.shared.ledger,
                                         actor_spec=parts.specs["actor"], workload=parts.config.name)  # prewarm.mode
         self._map_log = open(parts.run_dir / "marless.jsonl", "a", buffering=1)
+        self.events: "queue.Queue[tuple[str, Future, Any]]" = event_queue(runtime=parts.shared.runtime)
+        self.sampling: Sampling | None = None   # the round whose actors sample now
 
     # ---------------------------------------------------------------------------- core.Workflow
     @classmethod
@@ -120,7 +138,7 @@ class MultiAgentWorkflow:
         """Nothing: ``build`` published every policy's version (see the class docstring)."""
 
     def request_stop(self) -> None:
-        """Stop after the round in progress (safe in a signal handler: it sets a flag)."""
+        """Stop at the next event; the round in progress is not counted (safe in a signal handler: it sets a flag)."""
         self.stop_requested = True
 
     def checkpoint(self) -> None:
@@ -137,25 +155,59 @@ class MultiAgentWorkflow:
                                agent_policy=progress.agent_policy, episodes=episodes, seed=seed)
 
     def close(self) -> None:
+        self.prewarmer.close()
+        self._map_log.close()
         self.metrics.close()
 
-    # ----------------------------------------------------------------------------------- the loop
-    def run(self, *, should_stop: Callable[[Progress], bool], on_round: Callable[[RoundMetrics], None]) -> None:
-        self.on_round = on_round
-        try:
-            while not self.stop_requested and not should_stop(self.progress):
-                row = self._round()
-                self.progress.last_row = row
-                self.on_round(row)
-        finally:
-            self.prewarmer.close()
-            self._map_log.close()
+    # ------------------------------------------- the run loop's contract (run/members.py drives every workflow)
+    # A round is a small state machine: ``_start_round`` invokes the actors (sampling), each actor's event is held
+    # until the last one lands, then ``_end_round`` ingests, runs every policy's learner roles (their own
+    # invocations, awaited in MARLess's role order: marless/learning.py) and the controllers, and writes the row.
+    def attach(self, *, events: Any) -> None:
+        """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue)."""
+        self.events = events
 
-    def _round(self) -> RoundMetrics:
-        index, started = self.progress.rounds, self.clock()
-        agent_policy = dict(self.progress.agent_policy)
+    def publish(self) -> None:
+        """Nothing: ``build`` published every policy's version (see the class docstring)."""
+
+    def prewarm(self) -> None:
+        """Nothing: the actors pre-warm through ``prewarm.mode`` (runtime/prewarm.py), not before round 0."""
+
+    def begin(self) -> None:
+        self._start_round()
+
+    def poll(self, *, now_s: float) -> None:
+        """The next round starts once the last one ended (no trigger runs on the clock)."""
+        if self.sampling is None and not self.stop_requested:
+            self._start_round()
+
+    def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
+        """An actor's result; True when it was the round's last and the round ended (its row written)."""
+        sampling = self.sampling
+        sampling.futures[meta] = future
+        if len(sampling.futures) < sampling.num_actors:
+            return False
+        self.sampling = None
+        row = self._end_round(sampling=sampling)
+        self.progress.last_row = row
+        self.on_round(row)
+        return True
+
+    def exhausted(self) -> bool:
+        return False
+
+    def renewed(self) -> "MultiAgentWorkflow":
+        raise NotImplementedError("a MARLess run is not a population member")
+
+    def _start_round(self) -> None:
+        self.sampling = Sampling(index=self.progress.rounds, started_s=self.clock(),
+                                 agent_policy=dict(self.progress.agent_policy), num_actors=self.num_actors)
+        self._invoke_actors(agent_policy=self.sampling.agent_policy, num_actors=self.num_actors)
+
+    def _end_round(self, *, sampling: "Sampling") -> RoundMetrics:
+        index, started, agent_policy = sampling.index, sampling.started_s, sampling.agent_policy
         active = sorted(set(agent_policy.values()))
-        results = self._sample(agent_policy=agent_policy, num_actors=self.num_actors)
+        results = self._sampled(futures=[sampling.futures[rank] for rank in range(sampling.num_actors)])
         sampled = self.clock()
         episodes = self._ingest(results=results, agent_policy=agent_policy, active=active, round=index)
         ingested = self.clock()
@@ -186,10 +238,9 @@ class MultiAgentWorkflow:
                          num_actors=used_actors, invocations=self.progress.learner_invocations - invoked)
 
     # ----------------------------------------------------------------------------------- sampling
-    def _sample(self, *, agent_policy: dict[str, str], num_actors: int) -> list[Message]:
+    def _invoke_actors(self, *, agent_policy: dict[str, str], num_actors: int) -> None:
         cfg = self.parts.config
         keys = {p: weights_key(policy=p, version=self.progress.versions[p]) for p in set(agent_policy.values())}
-        futures = []
         self.prewarmer.await_warm()
         self.prewarmer.round_started(num_actors=num_actors)
         for rank in range(num_actors):
@@ -200,11 +251,19 @@ class MultiAgentWorkflow:
                 slot_seq=slot_seq, agent_policy=dict(agent_policy), weights_keys=keys,
                 algo=cfg.algo.model_dump(mode="json"), env_imports=tuple(cfg.env.imports),
                 snapshot=cfg.actors.restore_slots, agent_id=self.parts.agent_id)
-            futures.append(self.parts.shared.runtime.invoke(
-                spec=self.parts.specs["actor"], request=request.to_message(restore=self.progress.slot_states.get(rank))))
-            futures[-1].add_done_callback(lambda _: self.prewarmer.actor_finished())
+            future = self.parts.shared.runtime.invoke(
+                spec=self.parts.specs["actor"], request=request.to_message(restore=self.progress.slot_states.get(rank)))
+            future.add_done_callback(lambda f, rank=rank: self._actor_done(future=f, rank=rank))
+
+    def _actor_done(self, *, future: Future, rank: int) -> None:
+        self.prewarmer.actor_finished()
+        self.events.put(("actor", future, rank))
+
+    def _sampled(self, *, futures: list[Future]) -> list[Message]:
+        """The round's actor results in rank order (the first failure, after the runtime's retries, stops the run);
+        each rank's slot sequence and env slot (``actors.restore_slots``) advance: what a checkpoint saves."""
         results = results_of(futures=futures, what="actor")
-        progress = self.progress    # its slot_seq and slot_states (actors.restore_slots) are what a checkpoint saves
+        progress = self.progress
         for rank, result in enumerate(results):
             progress.slot_seq[rank] = progress.slot_seq.get(rank, progress.slot_seq_base) + 1
             state = pop_slot_state(header=result.header, arrays=result.arrays)

@@ -76,10 +76,12 @@ class Window:
 
 
 class AsyncWorkflow(SystemWorkflow):
-    """Runs until ``should_stop`` says so (checked after every event). ``on_round`` gets each row. The rest of
-    core.Workflow (build, start, checkpoint, evaluate, close) is onpolicy/lifecycle.py's."""
+    """Actors and one learner as trigger → action bindings; the run loop (run/members.py) hands it each finished
+    function's event and polls its triggers (the stop rules are checked after every event). ``on_round`` gets each
+    row. The rest of core.Workflow (build, start, checkpoint, evaluate, close) is onpolicy/lifecycle.py's."""
 
     progress_type = Progress
+    poll_period_s = POLL_S   # TimeTriggers (learner_period_s, weight_sync_period_s) fire on polls, events or not
 
     @classmethod
     def functions(cls, *, config: NimbusConfig) -> PolicyFunctions:
@@ -364,34 +366,43 @@ class AsyncWorkflow(SystemWorkflow):
         """``train.checkpoint_replay``: the buffer's rows, the replay strategy's state and the pacer's counters."""
         return dict(buffer=self.system.buffer, replay=self.system.replay, pacer=self.pacer)
 
-    def run(self, *, should_stop: Callable[[Progress], bool], on_round: Callable[[RoundMetrics], None]) -> None:
-        """Drive actors and the learner until ``should_stop(progress)`` or ``request_stop()``."""
-        self.on_round = on_round
+    # ------------------------------------------- the run loop's contract (run/members.py drives every workflow)
+    def attach(self, *, events: Any) -> None:
+        """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue)."""
+        self.events = events
+
+    def begin(self) -> None:
+        """Announce the current version, then start the learner and every actor that may run."""
         self.system.store_events.notify(key=weights_key(policy=POLICY, version=self.progress.policy_version))
-        try:
-            self.table.poll(now_s=self.clock())
-            self._pump()
-            while not self.stop_requested:
-                try:
-                    kind, future, meta = self.events.get(timeout=POLL_S)
-                except queue.Empty:
-                    kind = None
-                if kind == "actor":
-                    self._on_actor(future=future, rank=meta)
-                elif kind == "learner":
-                    self._on_learner(future=future)
-                if should_stop(self.progress):
-                    return
-                self.table.poll(now_s=self.clock())
-                self._pump()
-                if not self.running and self.learner is None and self.events.empty() and not self._can_progress():
-                    log.info("async workflow: env-step budget spent and nothing left to learn; stopping")
-                    return
-        finally:
-            self.prewarmer.close()
-            lost = self.replay.lost_fragments if isinstance(self.replay, (FIFO, Circular)) else 0
-            (self.system.run_dir / "policy_lag.json").write_text(
-                json.dumps({"policy_lag_rows": self.policy_lag_histogram(), "lost_fragments": lost}))
+        self.poll(now_s=self.clock())
+
+    def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
+        """Move one finished function's event in; True: every event may meet a stop rule (an actor's env steps)."""
+        if kind == "actor":
+            self._on_actor(future=future, rank=meta)
+        else:
+            self._on_learner(future=future)
+        return True
+
+    def poll(self, *, now_s: float) -> None:
+        """The triggers (the learner's and the weight sync's clocks among them), then whatever may start now."""
+        self.table.poll(now_s=now_s)
+        self._pump()
+
+    def exhausted(self) -> bool:
+        """The env-step budget is spent (collected or in flight) and nothing is left to learn: no event will come."""
+        return not self.running and self.learner is None and not self._can_progress()
+
+    def renewed(self) -> "AsyncWorkflow":
+        return type(self)(system=self.system, progress=self.progress)
+
+    def close(self) -> None:
+        """The pre-warmer, the policy-lag histogram (policy_lag.json), then the System."""
+        self.prewarmer.close()
+        lost = self.replay.lost_fragments if isinstance(self.replay, (FIFO, Circular)) else 0
+        (self.system.run_dir / "policy_lag.json").write_text(
+            json.dumps({"policy_lag_rows": self.policy_lag_histogram(), "lost_fragments": lost}))
+        super().close()
 
     def _can_progress(self) -> bool:
         return self._may_start_actor() or self.learner_due or self._more_work()

@@ -15,7 +15,7 @@ Example (what run/loop.py does)::
     workflow = SyncWorkflow.build(config=config, shared=lambda: shared, run_dir=run_dir, policy="main",
                                   resume_from=None)
     workflow.start()
-    workflow.run(should_stop=lambda p: p.rounds >= 3, on_round=print)
+    ...                                          # rounds: run/members.py's drive hands it events
     workflow.checkpoint()
     workflow.close()
 """

@@ -75,10 +75,12 @@ def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[
 
 
 class SyncWorkflow(SystemWorkflow):
-    """Runs rounds until ``should_stop`` says so. ``on_round`` receives each finished round's row. The rest of
-    core.Workflow (build, start, checkpoint, evaluate, close) is onpolicy/lifecycle.py's."""
+    """Rounds as trigger → action bindings; the run loop (run/members.py) hands it each finished function's event
+    (``handle``) and polls its triggers; ``on_round`` receives each finished round's row. The rest of core.Workflow
+    (build, start, checkpoint, evaluate, close) is onpolicy/lifecycle.py's."""
 
     progress_type = Progress
+    poll_period_s = 0.5   # no trigger of its own runs on the clock: a poll only follows an event
 
     def __init__(self, *, system: System, progress: Progress,
                  on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
@@ -280,31 +282,23 @@ class SyncWorkflow(SystemWorkflow):
                 except KeyError:
                     pass
 
-    # -------------------------------------------------------------------------------------- loop
-    def run(self, *, should_stop: Callable[[Progress], bool], on_round: Callable[[RoundMetrics], None]) -> None:
-        """Drive rounds until ``should_stop(progress)`` at a round boundary or ``request_stop()``; ``on_round``
-        gets each round's row."""
-        self.on_round = on_round
-        self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
-        self.table.poll(now_s=self.clock())
-        while not self.stop_requested:
-            try:
-                kind, future, meta = self.events.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if self.handle(kind=kind, future=future, meta=meta) and should_stop(self.progress):
-                return
-            self.table.poll(now_s=self.clock())
-
-    # ------------------------------------------- several workflows on one driver loop (run/members.py)
+    # ------------------------------------------- the run loop's contract (run/members.py drives every workflow)
     def attach(self, *, events: Any) -> None:
         """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue)."""
         self.events = events
 
     def begin(self) -> None:
-        """Announce the current version, so the first round's actors start (``run`` does this itself)."""
+        """Announce the current version, so the first round's actors start."""
         self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
         self.table.poll(now_s=self.clock())
+
+    def renewed(self) -> "SyncWorkflow":
+        """A new workflow over this one's System and progress (a population member re-seeded after a failure)."""
+        return type(self)(system=self.system, progress=self.progress)
+
+    def exhausted(self) -> bool:
+        """Never: a round always follows the last (the run stops by its stop rules)."""
+        return False
 
     def poll(self, *, now_s: float) -> None:
         self.table.poll(now_s=now_s)

@@ -27,14 +27,12 @@ from nimbus.data.jsonl import cut_rows_from
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.errors import CheckpointError, StoreUnavailable
 from nimbus.report.trackers import RunTrackers
-from nimbus.roles.remote import run_unless_store_lost
 from nimbus.run.build import build_shared, make_run_dir
-from nimbus.run.members import train_population
+from nimbus.run.members import Members, train_population
 from nimbus.run.ray_slots import keep_slots_on_ray
 from nimbus.run.registry import workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
 from nimbus.run.rundir import claim_run_dir
-from nimbus.run.signals import Interrupt
 from nimbus.run.stop import say_nothing_to_train, stop_reason
 from nimbus.run.summary import ROWS_IN_MEMORY, RunSummary, TrainResult, read_summary, write_summary
 from nimbus.runtime.base import runtime_clock
@@ -133,15 +131,13 @@ def _run_one(*, config: NimbusConfig, run_dir: Path, workflow: Workflow, pool: S
         finished = resumed_start(config=config, progress=workflow.progress, run_dir=run_dir)
         if finished is not None:   # before start(): a finished run pre-warms nothing either
             return TrainResult(run_dir=run_dir, summary=finished, rows=[])
-        workflow.start()
         hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=pool().runtime,
                          progress_env_steps=workflow.progress.env_steps, trackers=trackers, shared=pool)
-        with Interrupt(workflows=[workflow]) as interrupt:
-            lost_store = run_unless_store_lost(  # P12: a lost store stops cleanly, with a final checkpoint
-                run=lambda: workflow.run(should_stop=lambda p: stop_reason(config=config, progress=p) is not None,
-                                         on_round=hook))
-            stopped_by = ("store_unavailable" if lost_store else None) or interrupt.received or \
-                stop_reason(config=config, progress=workflow.progress) or "interrupted"
+        members = Members(configs=[config], runtime=pool().runtime)   # a single run: a population of one
+        members.add(workflow=workflow, hook=hook)
+        workflow.start()
+        stopped_by = members.drive_until_stopped(on_failure=lambda i, error: False)[0]
+        lost_store = members.lost_store
         summary = finish(config=config, workflow=workflow, shared=pool(), stopped_by=stopped_by,
                          wall_s=clock() - started + workflow.progress.wall_s_before,
                          peak_actors=hook.peak_actors)

@@ -1,8 +1,9 @@
-"""Several workflows on one driver loop: a population's members (``policies:``, ``pbt:``; the controller is
-pbt/population.py) and several workloads on one pool (run/workloads.py). run/loop.py runs a single workflow.
+"""The one event loop: every run's workflows are driven here, a single run as a population of one (run/loop.py),
+a population's members (``policies:``, ``pbt:``; the controller is pbt/population.py) and several workloads on one
+pool (run/workloads.py). No workflow has a loop of its own.
 
 Each member's events go to one queue, tagged (member index, generation); ``drive`` moves them: a member runs
-rounds until its stop rule holds after one of them; an event of an older generation (a replaced member's
+rounds until its stop rule holds after one of them, or until nothing could send it an event (``exhausted``); an event of an older generation (a replaced member's
 unfinished round) is dropped; a ``Gate`` may hold a member between rounds (its triggers are not polled until the
 gate releases it: synchronous PBT). Every round goes through the same ``RoundHook`` as a single run's. The queue is the
 runtime's own (runtime/base.py ``event_queue``) and the members' triggers are polled on its clock
@@ -19,8 +20,8 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import queue
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -38,7 +39,7 @@ from nimbus.run.stop import say_nothing_to_train, stop_reason
 from nimbus.run.summary import TrainResult, read_summary
 from nimbus.runtime.base import event_queue, runtime_clock
 
-POLL_S = 0.5
+log = logging.getLogger(__name__)
 
 
 class Tagged:
@@ -84,7 +85,7 @@ UNGATED = Ungated()
 
 
 class Members:
-    """The member workflows (core.MemberWorkflow) of one driver loop, their configs and their generations."""
+    """The member workflows (core.Workflow) of one driver loop, their configs and their generations."""
 
     def __init__(self, *, configs: list[NimbusConfig], runtime: Any) -> None:
         """``runtime``: the pool every member invokes on; its event queue and clock drive the loop."""
@@ -92,7 +93,7 @@ class Members:
         self.workflows: list[Any] = []
         self.generation: list[int] = []
         self.events: queue.Queue[Any] = event_queue(runtime=runtime)
-        self.clock = runtime_clock(runtime=runtime, default=time.monotonic)
+        self.clock = runtime_clock(runtime=runtime)   # the workflows' own clock: their TimeTriggers compare with it
         self.lost_store: StoreUnavailable | None = None
 
     def add(self, *, workflow: Any, hook: Callable[[Any], None]) -> None:
@@ -113,7 +114,7 @@ class Members:
         """A new workflow for member ``i`` over its System and progress, events of a new generation; started."""
         old = self.workflows[i]
         self.generation[i] += 1   # events of the failed round's other functions are ignored from now on
-        new = type(old)(system=old.system, progress=old.progress)
+        new = old.renewed()
         self._attach(i=i, workflow=new, hook=old.on_round)
         return new
 
@@ -140,11 +141,15 @@ class Members:
 
     def drive(self, *, on_failure: Callable[[int, FunctionFailed], bool],
               on_replaced: Callable[[int, Any], None] = lambda i, workflow: None, gate: Gate = UNGATED) -> None:
-        """Every member runs rounds until its stop rule; ``on_failure(i, error)``: True when the member was
-        re-seeded (it gets a new workflow, passed to ``on_replaced``), False to stop the run with the error.
-        ``gate``: a member it holds starts its next round only once the gate releases it."""
+        """Every member runs rounds until its stop rule (checked whenever ``handle`` says a rule may now hold) or
+        until it is ``exhausted``; ``on_failure(i, error)``: True when the member was re-seeded (it gets a new
+        workflow, passed to ``on_replaced``), False to stop the run with the error. ``gate``: a member it holds
+        starts its next round only once the gate releases it. With no event for ``poll_period_s`` (the shortest of
+        the members'), every member that does not wait is polled: its clock triggers fire without events."""
         # a member resumed past its stop rule trains no further round: nobody waits for it
         active = {i for i in range(len(self.workflows)) if self.stopped(i) is None}
+        waiting: set[int] = set()
+        period_s = min(workflow.poll_period_s for workflow in self.workflows)
         for i in range(len(self.workflows)):
             if i in active:
                 self.workflows[i].begin()
@@ -152,8 +157,10 @@ class Members:
                 gate.on_stopped(i)
         while active and not any(workflow.stop_requested for workflow in self.workflows):   # a signal stops all
             try:
-                (i, gen), (kind, future, meta) = self.events.get(timeout=POLL_S)
+                (i, gen), (kind, future, meta) = self.events.get(timeout=period_s)
             except queue.Empty:
+                for j in sorted(active - waiting):
+                    self._poll(j, active=active, gate=gate)
                 continue
             if i not in active or gen != self.generation[i]:
                 continue
@@ -168,11 +175,25 @@ class Members:
             if ended and self.stopped(i) is not None:
                 active.discard(i)
                 gate.on_stopped(i)
-            elif not gate.holds(i):
-                self.workflows[i].poll(now_s=self.clock())
+            elif gate.holds(i):
+                waiting.add(i)
+            else:
+                self._poll(i, active=active, gate=gate)
             for j in gate.take_released():
+                waiting.discard(j)
                 if j in active:
-                    self.workflows[j].poll(now_s=self.clock())
+                    self._poll(j, active=active, gate=gate)
+
+    def _poll(self, i: int, *, active: set[int], gate: Gate) -> None:
+        """Member ``i``'s triggers; a member with nothing left that could send an event stops here."""
+        workflow = self.workflows[i]
+        if workflow.stop_requested:   # a signal: no further function starts
+            return
+        workflow.poll(now_s=self.clock())
+        if workflow.exhausted():
+            log.info("%s: nothing left to run (its env-step budget is spent); it stops", self.configs[i].name)
+            active.discard(i)
+            gate.on_stopped(i)
 
 
 def train_population(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None) -> TrainResult:

@@ -10,7 +10,7 @@ Example::
 
     hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=shared.runtime, trackers=trackers,
                      shared=lambda: shared)
-    workflow.run(should_stop=..., on_round=hook)
+    members.add(workflow=workflow, hook=hook)         # run/members.py: workflow.on_round = hook
     summary = finish(config=config, workflow=workflow, shared=shared, wall_s=60.0, stopped_by="max_rounds",
                      peak_actors=hook.peak_actors)
 """

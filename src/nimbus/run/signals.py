@@ -4,7 +4,7 @@ complete version and exits 0 (no final evaluation after a signal).
 Example::
 
     with Interrupt(workflows=[workflow]) as interrupt:
-        workflow.run(should_stop=..., on_round=...)
+        members.drive(on_failure=...)             # run/members.py: stops at the next event
     interrupt.received            # "SIGINT", "SIGTERM" or None
 """
 

@@ -404,12 +404,11 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
             except KeyError:
                 pass
 
-    # -------------------------------------------------------------------------------- loop
-    def run(self, *, should_stop: Callable[[Progress], bool], on_round: Callable[[RoundMetrics], None]) -> None:
-        """Start the first round's actors, then move events until ``should_stop`` at a round's end."""
-        self.on_round = on_round
+    # -------------------------------------------------------------------------------- the run loop's contract
+    def begin(self) -> None:
+        """The first round's actors start at once (no trigger waits for a version: see ``_take_batch``)."""
         self._invoke_actors()
-        super().run(should_stop=should_stop, on_round=on_round)
+        super().begin()
 
 
 def _arrival(flight: InFlight) -> Arrival:
