@@ -1,12 +1,12 @@
 """Run configuration: YAML → frozen, validated models; errors name the key path.
 
 ``loading`` reads YAML (``yaml_loader``: bounded, no alias bombs) and ``--set`` overrides, ``root`` is the
-whole config (``NimbusConfig``), ``sections`` its generic sections, ``async_workflow``, ``devices``,
-``marless`` and ``stellaris`` the techniques' sections, ``rules`` the checks that span sections, ``base``
-the strict base of every config model, ``bounds`` the limits later parts put on counts, ``reference`` the
-generated docs/config.md. The algorithms' sections live with their algorithms
-(``nimbus.algos.<name>.config``) and are imported by name when a config names one (``algo``): importing
-this package loads neither torch nor any algorithm.
+whole config (``NimbusConfig``), ``sections`` its generic sections, ``devices``, ``simulation`` and ``trackers``
+more of them, ``rules`` the checks that span sections, ``algo`` the ``algo`` section's lookup by name,
+``reference`` the generated docs/config.md. A technique's sections live in its folder (``nimbus.stellaris.config``,
+``nimbus.offpolicy.config``...) and an algorithm's with the algorithm (``nimbus.algos.<name>.config``, imported by
+name when a config names one): all are built on ``nimbus.schema``, a package below this one, so each imports alone.
+Importing this package loads neither torch nor any algorithm.
 
 Example::
 

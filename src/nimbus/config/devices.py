@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nimbus.config.base import ConfigSection
+from nimbus.schema.base import ConfigSection
 
 LEARNER_SIDE_KINDS = ("learner", "gradient_learner", "parameter", "critic", "policy", "postprocess")
 

@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from nimbus.config.algo import ALGO_SECTIONS, ALGO_VALIDATOR, algo_section
+from nimbus.config.root import NimbusConfig
 
 BEGIN = "<!-- config-reference:begin -->"
 END = "<!-- config-reference:end -->"
@@ -131,8 +132,6 @@ def _tag(model: type[BaseModel]) -> str | None:
 
 
 def reference_markdown() -> str:
-    from nimbus.config import NimbusConfig
-
     lines = [BEGIN, "", "| key | type | default | meaning |", "|---|---|---|---|"]
     lines += _rows(NimbusConfig, "")
     lines += ["", END]

@@ -10,7 +10,6 @@ from typing import Any
 from pydantic import Field, ValidationError, model_validator
 
 from nimbus.config.algo import AlgoSection
-from nimbus.config.bounds import MAX_SEED, RANK_STRIDE
 from nimbus.config.devices import DevicesConfig, PrewarmConfig
 from nimbus.config.rules import check_cluster, check_evaluation, check_pipeline, check_workflow, peak_actors
 from nimbus.config.simulation import SimulationConfig, check_simulated
@@ -20,6 +19,7 @@ from nimbus.config.sections import (ActorsConfig, ChannelConfig, CostConfig, Env
 from nimbus.marless.config import MarlessConfig
 from nimbus.offpolicy.config import AsyncWorkflowConfig
 from nimbus.pbt.config import PBTConfig, PolicyConfig, check_population
+from nimbus.schema.bounds import MAX_SEED, RANK_STRIDE
 from nimbus.stellaris.config import StellarisConfig
 
 
@@ -103,7 +103,7 @@ class NimbusConfig(Section):
                          exact_resume=self.train.exact_resume)
         if (self.policies or self.pbt is not None) and (peak := peak_actors(scaling=self.actors.scaling)) > RANK_STRIDE:
             raise ValueError(f"actors.scaling: {peak} actors per member exceed {RANK_STRIDE}, the actor ranks each "
-                             "member of policies / pbt owns (config/bounds.py RANK_STRIDE)")
+                             "member of policies / pbt owns (schema/bounds.py RANK_STRIDE)")
         return self
 
     @model_validator(mode="after")

@@ -20,8 +20,11 @@ import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from nimbus.marless.config import check_multiagent_env
+
 if TYPE_CHECKING:
-    from nimbus.config import NimbusConfig, RuntimeConfig, StoreConfig
+    from nimbus.config.root import NimbusConfig
+    from nimbus.config.sections import RuntimeConfig, StoreConfig
 
 OFF_POLICY = ("dqn", "sac", "impala")
 MULTI_AGENT = ("ippo", "mappo", "iql", "vdn", "qmix")
@@ -165,8 +168,6 @@ def _check_async_learners(*, config: NimbusConfig) -> None:
 
 def _check_multiagent(*, config: NimbusConfig) -> None:
     """MARLess runs its own policies (one per agent, shared by the sharing controller), from version 0."""
-    from nimbus.marless.config import check_multiagent_env   # here: nimbus.config's package imports this module
-
     check_multiagent_env(env=config.env)
     if config.algo.name not in MULTI_AGENT:
         raise ValueError(f"train.workflow: multiagent runs {', '.join(MULTI_AGENT)}; algo.name {config.algo.name} "

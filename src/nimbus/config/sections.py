@@ -11,14 +11,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, Field, SecretStr, model_validator
 from pydantic_core import PydanticUndefined
 
-from nimbus.config.base import ConfigSection
-from nimbus.config.bounds import MAX_ACTORS, MAX_INLINE_BYTES, MAX_RETRIES
-from nimbus.nitro.config import ScalingConfig
 from nimbus.config.trackers import Logger, MlflowConfig, WandbConfig, check_loggers
+from nimbus.nitro.config import FixedScalingConfig, ScalingConfig
+from nimbus.schema.base import ConfigSection
+from nimbus.schema.bounds import MAX_ACTORS, MAX_INLINE_BYTES, MAX_RETRIES
 
 
 def _default_scaling() -> ScalingConfig:
-    from nimbus.nitro.config import FixedScalingConfig
     return FixedScalingConfig(kind="fixed", num_actors=2)
 
 
@@ -85,7 +84,7 @@ class FunctionConfig(Section):
     timeout_s: float = Field(default=120.0, gt=0)
     """hard limit per attempt; the worker is killed and the attempt billed in full"""
     max_retries: int = Field(default=3, ge=0, le=MAX_RETRIES)
-    """retries of a failed, crashed or timed-out attempt (on another worker); at most 100 (config/bounds.py)"""
+    """retries of a failed, crashed or timed-out attempt (on another worker); at most 100 (schema/bounds.py)"""
     retry_exceptions: int = Field(default=0, ge=0, le=MAX_RETRIES)
     """of those retries, how many may follow an exception raised by the function's own code (env, model, loss);
     0 (Ray's retry_exceptions=False): the run stops at the first, with its traceback (docs/cluster.md)"""

@@ -40,9 +40,9 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from nimbus.config.base import ConfigSection
 from nimbus.config.yaml_loader import parse_yaml
 from nimbus.errors import ConfigError
+from nimbus.schema.base import ConfigSection
 
 # Every FunctionSpec kind: the config's function roles (sections.py ROLES, a test keeps them in step) and probe, system
 Kind = Literal["actor", "learner", "gradient_learner", "parameter", "critic", "postprocess", "policy", "probe",

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nimbus.config.base import ConfigSection
+from nimbus.schema.base import ConfigSection
 
 Logger = Literal["tensorboard", "wandb", "mlflow"]
 EXTRAS: dict[str, str] = {"wandb": "wandb", "mlflow": "mlflow"}   # logger → its package (the extra's name too)

@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from nimbus.config.bounds import MAX_CONFIG_BYTES, MAX_CONFIG_VALUES
 from nimbus.errors import ConfigError
+from nimbus.schema.bounds import MAX_CONFIG_BYTES, MAX_CONFIG_VALUES
 
 _IN_PROGRESS = -1
 

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from nimbus.config.base import ConfigSection
-from nimbus.config.bounds import MAX_ACTORS
+from nimbus.schema.base import ConfigSection
+from nimbus.schema.bounds import MAX_ACTORS
 
 
 class MarlessConfig(ConfigSection):

@@ -15,8 +15,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from nimbus.config.base import ConfigSection
-from nimbus.config.bounds import MAX_ACTORS
+from nimbus.schema.base import ConfigSection
+from nimbus.schema.bounds import MAX_ACTORS
 
 class _Frozen(ConfigSection):
     """Config models of this module: frozen, unknown keys and non-finite or boolean numbers refused."""

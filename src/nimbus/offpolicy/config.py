@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from nimbus.config.base import ConfigSection
+from nimbus.schema.base import ConfigSection
 
 
 class AsyncWorkflowConfig(ConfigSection):

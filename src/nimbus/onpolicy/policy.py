@@ -23,7 +23,7 @@ import torch
 from nimbus.algos.base import Algorithm
 from nimbus.algos.registry import make_algorithm
 from nimbus.config import NimbusConfig
-from nimbus.config.bounds import MAX_ACTORS
+from nimbus.schema.bounds import MAX_ACTORS
 from nimbus.config.rules import peak_actors as configured_peak_actors
 from nimbus.data.buffer import Buffer
 from nimbus.data.checkpoint import Checkpointer

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from nimbus.config.base import ConfigSection
+from nimbus.schema.base import ConfigSection
 
 
 class _Frozen(ConfigSection):

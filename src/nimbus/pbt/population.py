@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nimbus.config import NimbusConfig
-from nimbus.config.bounds import RANK_STRIDE  # member i's actor ranks start at i·RANK_STRIDE (own env slots, seeds)
 from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
 from nimbus.data.replay import FullBatch
@@ -45,6 +44,7 @@ from nimbus.models.weights import optim_key, weights_key
 from nimbus.onpolicy.lifecycle import prewarm_round_zero
 from nimbus.onpolicy.sync import SyncWorkflow
 from nimbus.pbt.explore import exploit_source, explore, initial_values, ranked
+from nimbus.schema.bounds import RANK_STRIDE  # member i's actor ranks start at i·RANK_STRIDE (own env slots, seeds)
 from nimbus.types import RoundMetrics
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from nimbus.config.base import ConfigSection
+from nimbus.schema.base import ConfigSection
 
 
 class StragglersConfig(ConfigSection):

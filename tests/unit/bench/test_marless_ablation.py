@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from nimbus.errors import ConfigError
 from support import load_benchmark
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports technique configs, a cycle otherwise)
 from nimbus.config import load_config
 from support import load_benchmark
 

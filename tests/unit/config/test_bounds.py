@@ -1,7 +1,7 @@
 """Counts that a later part bounds are refused at load or build time, naming the key and the bound (issue 28.3).
 
 ``--set actors.scaling.num_actors=100000`` ran 104 s and died with ``actor_rank 1024 outside [0, 1024)``: the
-buffer keeps per-rank counters for 1,024 actor ranks. Each bound lives in config/bounds.py, and the part it
+buffer keeps per-rank counters for 1,024 actor ranks. Each bound lives in schema/bounds.py, and the part it
 describes reads it from there.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nimbus.config import load_config, parse_config
-from nimbus.config.bounds import MAX_ACTORS, MAX_INLINE_BYTES, MAX_SEED, RANK_STRIDE
+from nimbus.schema.bounds import MAX_ACTORS, MAX_INLINE_BYTES, MAX_SEED, RANK_STRIDE
 from nimbus.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]

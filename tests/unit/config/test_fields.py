@@ -1,4 +1,4 @@
-"""The field rules every algorithm section shares (config/fields.py), checked on every section that uses them."""
+"""The field rules every algorithm section shares (schema/fields.py), checked on every section that uses them."""
 
 from __future__ import annotations
 

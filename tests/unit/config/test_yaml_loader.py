@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nimbus.config import load_config
-from nimbus.config.bounds import MAX_CONFIG_BYTES
+from nimbus.schema.bounds import MAX_CONFIG_BYTES
 from nimbus.config.yaml_loader import parse_yaml
 from nimbus.errors import ConfigError
 

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
-
 pytest.importorskip("mpe2")
 REPO = Path(__file__).resolve().parents[3]
 AEC_SPREAD = "mpe2.simple_spread_v3:env"          # the AEC constructor: is_parallelizable True

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from tests.unit.marless.marless_harness import actor_request, assemble_batch, ctx, learner_request, put_version_zero
 from tests.unit.marless.masked_env import ACTIONS, AGENTS, legal
 from nimbus.algos.multiagent import multiagent_algo_from_dict

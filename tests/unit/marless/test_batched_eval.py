@@ -19,7 +19,6 @@ import torch
 from gymnasium import spaces as gym_spaces
 from pettingzoo import ParallelEnv
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from nimbus.algos.multiagent import make_multiagent_algo
 from nimbus.config import NimbusConfig, load_config
 from nimbus.envs.masks import masks_from

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from nimbus.config import EnvConfig, load_config
 from nimbus.errors import ConfigError
 from nimbus.marless.config import MarlessConfig

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from nimbus.marless.config import MarlessConfig
 from nimbus.marless.sharing import PerformanceDetector
 

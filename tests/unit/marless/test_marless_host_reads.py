@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from nimbus.algos.multiagent.config import IPPOConfig, IQLConfig, MAPPOConfig, QMIXConfig, VDNConfig
 from nimbus.algos.multiagent.iql import IQL
 from nimbus.algos.multiagent.qmix import QMIX

@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from nimbus.marless.config import MarlessConfig
 from nimbus.marless.scaling import MarlessActorScaler, actor_count, scaling_ratio
 

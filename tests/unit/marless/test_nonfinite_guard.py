@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from nimbus.config import apply_overrides, load_config, parse_config
 from nimbus.errors import NimbusError
 from nimbus.marless.learning import nonfinite_round

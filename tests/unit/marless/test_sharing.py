@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from nimbus.marless.config import MarlessConfig
 from nimbus.marless.sharing import (PerformanceDetector, SharingController, base_agent, group_agents,
                                     least_squares_slope, noise_scaled_slope, num_groups, similarity)

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from nimbus.config import load_config
 from nimbus.envs.parallel import make_parallel_env
 from nimbus.errors import ConfigError

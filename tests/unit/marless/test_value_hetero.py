@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-import nimbus.config  # noqa: F401  (first: nimbus.config.root imports nimbus.marless.config, a cycle otherwise)
 from nimbus.algos.multiagent.config import IQLConfig
 from nimbus.algos.multiagent.iql import masked_epsilon_greedy, next_values
 from nimbus.config import apply_overrides, load_config, parse_config

@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from nimbus.config.base import ConfigSection
-from nimbus.config.fields import check_batch_fits, ModelKwargs, ModelRef, Widths
+from nimbus.schema.base import ConfigSection
+from nimbus.schema.fields import check_batch_fits, ModelKwargs, ModelRef, Widths
 
 
 class DQNConfig(ConfigSection):

@@ -19,8 +19,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from nimbus.config.base import ConfigSection
-from nimbus.config.fields import Widths
+from nimbus.schema.base import ConfigSection
+from nimbus.schema.fields import Widths
 
 
 class ImpalaConfig(ConfigSection):

@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from nimbus.config.base import ConfigSection
-from nimbus.config.fields import Widths, check_batch_fits
+from nimbus.schema.base import ConfigSection
+from nimbus.schema.fields import Widths, check_batch_fits
 
 Schedule = Literal["constant", "linear"]
 

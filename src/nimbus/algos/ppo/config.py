@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from nimbus.config.base import ConfigSection
-from nimbus.config.fields import ModelKwargs, ModelRef, Widths
+from nimbus.schema.base import ConfigSection
+from nimbus.schema.fields import ModelKwargs, ModelRef, Widths
 
 Schedule = Literal["constant", "linear"]
 
