@@ -3,7 +3,7 @@
 from nimbus.algos import lazy_exports
 
 _HOMES = {
-    "DQN": "algorithm", "DQNModel": "algorithm", "DQNConfig": "config", "DQNUpdate": "learner",
+    "DQN": "algorithm", "DQNModel": "model", "DQNConfig": "config", "DQNUpdate": "learner",
     "DQNUpdateStats": "learner", "dqn_update": "learner"}
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(package=__name__, homes=_HOMES)

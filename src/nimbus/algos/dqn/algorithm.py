@@ -16,35 +16,19 @@ Example::
 
 from __future__ import annotations
 
-import copy
-
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
 from nimbus.algos.base import ActOutput, KeySpec, LossOutput
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.dqn.learner import DQNUpdate, DQNUpdateStats, dqn_update
 from nimbus.algos.dqn.loss import batch_td_loss, epsilon_greedy, linear_schedule, one_step_targets
+from nimbus.algos.dqn.model import DQNModel
 from nimbus.algos.step import make_adam, param_device
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.custom import build_user_network
 from nimbus.models.qnet import QNetwork
-
-
-class DQNModel(nn.Module):
-    """Online ``q``, its frozen copy ``q_target``, the exploration rate ``epsilon``, ``num_grad_steps``."""
-
-    def __init__(self, *, q: nn.Module, epsilon: float) -> None:
-        super().__init__()
-        self.q = q
-        self.q_target = copy.deepcopy(q).requires_grad_(False)
-        self.register_buffer("epsilon", torch.tensor(float(epsilon)))
-        self.register_buffer("num_grad_steps", torch.zeros((), dtype=torch.int64))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.q(obs)
 
 
 def transition_spec(*, spaces: EnvSpaces, action: KeySpec) -> dict[str, KeySpec]:

@@ -25,7 +25,7 @@ from nimbus.algos.step import DeviceStats, guarded_step
 from nimbus.models.qnet import polyak_update
 
 if TYPE_CHECKING:
-    from nimbus.algos.dqn.algorithm import DQNModel
+    from nimbus.algos.dqn.model import DQNModel
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from nimbus.algos.dqn.algorithm import DQNModel
     from nimbus.algos.dqn.config import DQNConfig
+    from nimbus.algos.dqn.model import DQNModel
 
 
 @dataclass(frozen=True)

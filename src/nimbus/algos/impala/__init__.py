@@ -3,7 +3,7 @@
 from nimbus.algos import lazy_exports
 
 _HOMES = {
-    "Impala": "algorithm", "ImpalaModel": "algorithm", "ImpalaConfig": "config", "ImpalaUpdateStats": "learner",
+    "Impala": "algorithm", "ImpalaModel": "model", "ImpalaConfig": "config", "ImpalaUpdateStats": "learner",
     "impala_update": "learner", "VTraceReturns": "vtrace", "vtrace": "vtrace"}
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(package=__name__, homes=_HOMES)

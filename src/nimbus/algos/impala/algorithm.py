@@ -22,34 +22,19 @@ Example::
 
 from __future__ import annotations
 
-import copy
-
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
 from nimbus.algos.base import ActOutput, KeySpec, LossOutput
 from nimbus.algos.dqn.algorithm import transition_spec
 from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.impala.learner import ImpalaUpdateStats, impala_update
 from nimbus.algos.impala.loss import batch_loss
+from nimbus.algos.impala.model import ImpalaModel
 from nimbus.algos.step import make_adam, param_device
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.qnet import make_actor_critic
-
-
-class ImpalaModel(nn.Module):
-    """``net`` (actor-critic), IMPACT's frozen ``target_net`` (None for IMPALA), ``num_grad_steps``."""
-
-    def __init__(self, *, net: nn.Module, with_target: bool) -> None:
-        super().__init__()
-        self.net = net
-        self.target_net: nn.Module | None = copy.deepcopy(net).requires_grad_(False) if with_target else None
-        self.register_buffer("num_grad_steps", torch.zeros((), dtype=torch.int64))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net.value(obs)
 
 
 class Impala:

@@ -19,7 +19,7 @@ from nimbus.algos.step import guarded_step
 from nimbus.models.qnet import polyak_update
 
 if TYPE_CHECKING:
-    from nimbus.algos.impala.algorithm import ImpalaModel
+    from nimbus.algos.impala.model import ImpalaModel
 
 
 @dataclass(frozen=True)

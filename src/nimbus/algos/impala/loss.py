@@ -33,8 +33,8 @@ from nimbus.algos.truncation import Truncation, surrogate_terms, truncated_fract
 from nimbus.models import distributions
 
 if TYPE_CHECKING:
-    from nimbus.algos.impala.algorithm import ImpalaModel
     from nimbus.algos.impala.config import ImpalaConfig
+    from nimbus.algos.impala.model import ImpalaModel
 
 
 @dataclass(frozen=True)

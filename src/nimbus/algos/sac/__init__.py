@@ -3,7 +3,7 @@
 from nimbus.algos import lazy_exports
 
 _HOMES = {
-    "SAC": "algorithm", "SACModel": "algorithm", "SACConfig": "config", "SACUpdateStats": "learner",
+    "SAC": "algorithm", "SACModel": "model", "SACConfig": "config", "SACUpdateStats": "learner",
     "make_optimizer": "learner", "sac_update": "learner"}
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(package=__name__, homes=_HOMES)

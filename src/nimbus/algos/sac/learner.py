@@ -28,7 +28,7 @@ from nimbus.algos.step import DeviceStats, guarded_step, make_adam, param_device
 from nimbus.models.qnet import polyak_update
 
 if TYPE_CHECKING:
-    from nimbus.algos.sac.algorithm import SACModel
+    from nimbus.algos.sac.model import SACModel
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import torch
 from torch.func import functional_call
 
 if TYPE_CHECKING:
-    from nimbus.algos.sac.algorithm import SACModel
     from nimbus.algos.sac.config import SACConfig
+    from nimbus.algos.sac.model import SACModel
 
 LOSS_STATS = ("losses/qf_loss", "losses/actor_loss", "losses/alpha_loss", "losses/alpha", "losses/qf1_values",
               "losses/entropy")  # batch_losses's stats, in order
