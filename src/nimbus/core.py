@@ -2,7 +2,8 @@
 
 Each Protocol names what every implementation has and what callers use today; an implementation may
 add more (a runtime's ``preregister``, a store's ``put_many``). Every method is keyword-only, like the code.
-This module imports only ``typing``: the type names it mentions are imported under TYPE_CHECKING.
+This module imports no nimbus module, not even for type checking, so every module may import it and it sits in no
+import circle: the nimbus types its annotations name are strings, and ``TYPE_HOMES`` says where each one lives.
 tests/unit/test_core.py checks every implementation against its protocol, method by method.
 
     Runtime     runs functions on warm workers         runtime/local.py, inline.py, ray_backend.py, factory.py
@@ -19,7 +20,7 @@ tests/unit/test_core.py checks every implementation against its protocol, method
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, cast, runtime_checkable
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -27,14 +28,15 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from nimbus.config.root import NimbusConfig
-    from nimbus.types import Progress, RoundMetrics, ScalingDecision, Shared
-    from nimbus.data.codec import Message
-    from nimbus.data.frames import Envelope
-    from nimbus.runtime.base import FunctionSpec, RuntimeStats
-    from nimbus.report.metrics import MetricsSink
-    from nimbus.data.checkpoint import CheckpointState
-    from nimbus.roles.evaluate import EvalResult
+TYPE_HOMES: dict[str, str] = {
+    "CheckpointState": "nimbus.data.checkpoint", "Envelope": "nimbus.data.frames",
+    "EvalResult": "nimbus.roles.evaluate", "FunctionSpec": "nimbus.runtime.base", "Message": "nimbus.data.codec",
+    "MetricsSink": "nimbus.report.metrics", "NimbusConfig": "nimbus.config.root", "Progress": "nimbus.types",
+    "RoundMetrics": "nimbus.types", "RuntimeStats": "nimbus.runtime.base", "ScalingDecision": "nimbus.types",
+    "Shared": "nimbus.types",
+}
+"""The module of each nimbus type an annotation here names (tests/unit/test_core.py resolves every annotation
+through it): the types sit in the layers above, which import these protocols."""
 
 D = TypeVar("D", covariant=True)
 
@@ -208,6 +210,44 @@ class ActorScaler(Controller["ScalingDecision"], Protocol):
 
 
 @runtime_checkable
+class Book(Protocol):
+    """The round's books the run loop keeps for each workflow it drives (run/book.py RoundBook): the workflow's
+    handlers report facts, the book keeps the bills, the non-finite guard, the scaler's decision and the row's close.
+
+    Example::
+
+        row = RoundMetrics(..., cost_usd=book.bill_round(), ...)
+        book.count_nonfinite(nonfinite=True)            # train.max_nonfinite_losses in a row stop the run
+        row, decision = book.decide(row=row, scaler=scaler, prewarmer=prewarmer, actors_before=4)
+        book.close(row=row)                             # progress.last_row, then the loop's round hook
+    """
+
+    meter: Any
+
+    def bill_round(self) -> float: ...
+
+    def count_nonfinite(self, *, nonfinite: bool, what: str = ..., outcome: str = ...) -> None: ...
+
+    def decide(self, *, row: RoundMetrics, scaler: Any, prewarmer: Any,
+               actors_before: int) -> tuple[RoundMetrics, ScalingDecision]: ...
+
+    def close(self, *, row: RoundMetrics) -> None: ...
+
+    def cost_usd(self) -> float: ...
+
+
+class _Unbooked:
+    """The book of a workflow that no run loop drives yet: any use says so instead of failing obscurely."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"the workflow's book ({name}) was used before the run loop attached one "
+                           "(Workflow.attach, run/members.py)")
+
+
+UNBOOKED = cast(Book, _Unbooked())
+
+
+@runtime_checkable
 class Workflow(Protocol):
     """Rounds of one technique. The run loop (run/loop.py builds and starts it; run/members.py's ``drive`` moves
     its events) decides when anything happens: every workflow is driven the same way, alone or beside others (a
@@ -227,25 +267,25 @@ class Workflow(Protocol):
     * Events: the workflow's functions put ``(kind, future, meta)`` on the queue ``attach`` gave it; the loop hands
       each back to ``handle`` (True: a stop rule may now hold, e.g. a round ended) and then calls ``poll`` (its
       triggers; also every ``poll_period_s`` without events). ``exhausted()``: nothing can send an event any more.
-    * ``on_round``: set by the loop; the workflow calls it with each finished round's row.
+    * ``attach`` also hands over the loop's ``Book`` (run/book.py): the workflow reports each round's facts there
+      (its cost, a non-finite update, the row), and the book keeps what every technique's round shares.
 
     Example (run/loop.py, run/members.py)::
 
         workflow = WORKFLOW.build(config=config, shared=pool, run_dir=run_dir, policy="main", resume_from=None)
-        workflow.on_round = lambda row: workflow.metrics.write(row=row, runtime={})
-        workflow.attach(events=tagged_queue)
+        workflow.attach(events=tagged_queue, book=RoundBook(config=config, progress=workflow.progress,
+                                                           shared=pool(), on_round=hook))
         workflow.start()                         # version 0 or the checkpoint's versions; prewarm
         workflow.begin()                         # the first round's functions start
         ended = workflow.handle(kind=kind, future=future, meta=meta)   # each event from the queue
         workflow.poll(now_s=clock())
         workflow.checkpoint()
         summary = {"return": workflow.evaluate(episodes=10, seed=1, explore=False).mean_return,
-                   "cost_usd": workflow.cost_usd()}
+                   "cost_usd": book.cost_usd()}
         workflow.close()
     """
 
     progress: Progress
-    on_round: Callable[[RoundMetrics], None]
     poll_period_s: float
     stop_requested: bool
 
@@ -262,7 +302,7 @@ class Workflow(Protocol):
 
     def prewarm(self) -> None: ...
 
-    def attach(self, *, events: Any) -> None: ...
+    def attach(self, *, events: Any, book: Book) -> None: ...
 
     def begin(self) -> None: ...
 
@@ -279,7 +319,5 @@ class Workflow(Protocol):
     def checkpoint(self) -> Any: ...
 
     def evaluate(self, *, episodes: int, seed: int, explore: bool) -> EvalResult: ...
-
-    def cost_usd(self) -> float: ...
 
     def close(self) -> None: ...

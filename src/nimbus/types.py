@@ -86,12 +86,13 @@ class Progress:
     eval_return: float | None = None   # the last periodic evaluation's mean return (run/periodic_eval.py)
     schedule_env_steps: int | None = None   # a resumed run: its original horizon, which schedules keep (data/resume.py)
 
-    def count_nonfinite(self, *, nonfinite: bool, limit: int, what: str = "learner updates") -> None:
+    def count_nonfinite(self, *, nonfinite: bool, limit: int, what: str = "learner updates",
+                        outcome: str = "produced a non-finite loss or gradient") -> None:
         """``train.max_nonfinite_losses``: one more update that produced a non-finite loss or gradient (its step was
         skipped, the weights kept), or a finite one that ends the streak; ``limit`` in a row stop the run."""
         self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if nonfinite else 0
         if self.nonfinite_in_a_row >= limit:
-            raise NimbusError(f"{limit} {what} in a row produced a non-finite loss or gradient; stopping")
+            raise NimbusError(f"{limit} {what} in a row {outcome}; stopping")
 
 
 def schedule_fraction(*, progress: Progress, total_env_steps: int) -> float:

@@ -50,6 +50,7 @@ from nimbus.models.weights import optim_key, weights_key
 from nimbus.report.metrics import MetricsSink
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.runtime.prewarm import make_prewarmer
+from nimbus.core import UNBOOKED, Book
 from nimbus.types import Progress, RoundMetrics, Shared
 
 log = logging.getLogger(__name__)
@@ -77,17 +78,15 @@ class MultiAgentWorkflow:
 
     poll_period_s = 0.5   # no trigger runs on the clock: a poll only follows an event
 
-    def __init__(self, *, parts: MarlessParts, progress: MarlessProgress,
-                 on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
+    def __init__(self, *, parts: MarlessParts, progress: MarlessProgress) -> None:
         self.parts = parts
         self.progress = progress
-        self.on_round = on_round
+        self.book: Book = UNBOOKED   # the run loop's (attach)
+        self._usd_by_kind: dict[str, float] = {}   # the book's per-kind dollars at the last round's end
         self.stop_requested = False
         self.clock = runtime_clock(runtime=parts.shared.runtime)   # simulated seconds on runtime.backend: simulated
         self.started_s = self.clock()
         self.num_actors = progress.next_actors or parts.scaler.initial()
-        self._cost_seen = 0
-        self._cost_usd = progress.cost_usd_before
         self.learning = make_learning(parts=parts, progress=progress)
         self.prewarmer = make_prewarmer(config=parts.config, runtime=parts.shared.runtime, ledger=parts.shared.ledger,
                                         actor_spec=parts.specs["actor"], workload=parts.config.name)  # prewarm.mode
@@ -163,9 +162,10 @@ class MultiAgentWorkflow:
     # A round is a small state machine: ``_start_round`` invokes the actors (sampling), each actor's event is held
     # until the last one lands, then ``_end_round`` ingests, runs every policy's learner roles (their own
     # invocations, awaited in MARLess's role order: marless/learning.py) and the controllers, and writes the row.
-    def attach(self, *, events: Any) -> None:
-        """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue)."""
-        self.events = events
+    def attach(self, *, events: Any, book: Book) -> None:
+        """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue) and its
+        rounds' facts in ``book`` (run/book.py)."""
+        self.events, self.book = events, book
 
     def publish(self) -> None:
         """Nothing: ``build`` published every policy's version (see the class docstring)."""
@@ -188,9 +188,7 @@ class MultiAgentWorkflow:
         if len(sampling.futures) < sampling.num_actors:
             return False
         self.sampling = None
-        row = self._end_round(sampling=sampling)
-        self.progress.last_row = row
-        self.on_round(row)
+        self.book.close(row=self._end_round(sampling=sampling))
         return True
 
     def exhausted(self) -> bool:
@@ -218,8 +216,7 @@ class MultiAgentWorkflow:
         stats, stale = self.learning.run(active=active, agent_policy=agent_policy, round=index,
                                          rows_per_agent=rows_per_agent)
         self.prewarmer.round_finished()
-        self.progress.count_nonfinite(nonfinite=nonfinite_round(stats=stats),
-                                      limit=self.parts.config.train.max_nonfinite_losses, what="rounds of learners")
+        self.book.count_nonfinite(nonfinite=nonfinite_round(stats=stats), what="rounds of learners")
         self.progress.policy_version = sum(self.progress.versions.values())
         learned = self.clock()
         self._forget(active=active, stale=stale)
@@ -342,8 +339,8 @@ class MultiAgentWorkflow:
         progress.rounds += 1
         progress.episodes += len(episodes.global_returns)
         progress.recent_returns = (progress.recent_returns + episodes.global_returns)[-self.parts.config.train.return_window:]
-        self.parts.shared.runtime.bill_provisioned()   # pre-warmed time so far, before the round's cost is read
-        costs = self._cost_by_kind()
+        cost_usd = self.book.bill_round()
+        costs = self._round_cost_by_kind()
         extras: dict[str, float] = {
             "marless/policies": float(len(active)), "marless/actors": float(num_actors),
             "marless/learner_invocations": float(invocations),   # the learner functions this round invoked
@@ -368,21 +365,16 @@ class MultiAgentWorkflow:
             return_max=float(np.max(returns)) if returns else None,
             num_actors=num_actors, num_learners=len(active), policy_version=progress.policy_version,
             sampling_s=sampled - started, transfer_s=ingested - sampled, learning_s=learned - ingested,
-            round_s=now - started, wall_s=now - self.started_s + progress.wall_s_before, cost_usd=self.cost_usd(),
+            round_s=now - started, wall_s=now - self.started_s + progress.wall_s_before, cost_usd=cost_usd,
             losses=losses,
             extras=extras)
 
-    def _cost_by_kind(self) -> dict[str, float]:
-        """This round's dollars per function kind (the ledger rows since the last call)."""
-        shared = self.parts.shared
-        records = shared.ledger.records_since(start=self._cost_seen)
-        self._cost_seen += len(records)
-        by_kind = shared.pricing.cost_breakdown(records=records)
-        self._cost_usd += sum(by_kind.values())
-        return by_kind
-
-    def cost_usd(self) -> float:
-        return self._cost_usd
+    def _round_cost_by_kind(self) -> dict[str, float]:
+        """This round's dollars per function kind (the book's running figures since the last round's end)."""
+        by_kind = self.book.meter.usd_by_kind()
+        round_usd = {kind: usd - self._usd_by_kind.get(kind, 0.0) for kind, usd in by_kind.items()}
+        self._usd_by_kind = by_kind
+        return round_usd
 
 
 def _publish(*, parts: MarlessParts, state_dim: int, resume_from: Path | None) -> MarlessProgress:

@@ -32,7 +32,7 @@ from nimbus.data.fragment_replay import FIFO, Circular
 from nimbus.data.replay import ReplayBatch
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TimeTrigger, TriggerTable
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.nitro.probe import round_probe_extras, with_decision
+from nimbus.nitro.probe import round_probe_extras
 from nimbus.offpolicy.actor import OffPolicyActorRequest
 from nimbus.offpolicy.heard_from import HeardFromVersions
 from nimbus.offpolicy.learner import OffPolicyLearnerRequest
@@ -43,6 +43,7 @@ from nimbus.onpolicy.replay_checkpoint import restore_replay
 from nimbus.onpolicy.system import System
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.runtime.prewarm import make_prewarmer
+from nimbus.core import UNBOOKED, Book
 from nimbus.types import POLICY, Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
@@ -95,10 +96,10 @@ class AsyncWorkflow(SystemWorkflow):
         return BufferPlan(capacity_rows=plan.capacity_rows,
                           replay=make_replay(plan=plan, seed=config.seed, guard_rows=guard_rows))
 
-    def __init__(self, *, system: System, progress: Progress,
-                 on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
+    def __init__(self, *, system: System, progress: Progress) -> None:
         cfg = system.config
-        self.system, self.progress, self.on_round = system, progress, on_round
+        self.system, self.progress = system, progress
+        self.book: Book = UNBOOKED   # the run loop's (attach)
         self.wf = cfg.async_workflow
         self.plan = plan_for(config=cfg)
         self.replay = system.replay
@@ -126,7 +127,6 @@ class AsyncWorkflow(SystemWorkflow):
         self.last_result_s: float | None = None
         self.lag_counts: Counter[int] = Counter()
         self.window = Window(started_s=self.clock())
-        self._cost_seen, self._cost_usd = 0, progress.cost_usd_before
         self.table = self._bind()
         self.prewarmer = make_prewarmer(config=cfg, runtime=system.runtime, ledger=system.ledger,
                                         actor_spec=system.actor_spec, workload=cfg.name)   # prewarm.mode
@@ -281,8 +281,7 @@ class AsyncWorkflow(SystemWorkflow):
         result: Message = future.result()
         self.prewarmer.round_finished()
         header = result.header
-        self.progress.count_nonfinite(nonfinite=header["nonfinite"],
-                                      limit=self.system.config.train.max_nonfinite_losses)
+        self.book.count_nonfinite(nonfinite=header["nonfinite"])
         if "td_errors" in result.arrays:
             kept = result.arrays["kept"]
             batch = ReplayBatch(indices=call.batch.indices[kept], seqs=call.batch.seqs[kept])
@@ -301,7 +300,7 @@ class AsyncWorkflow(SystemWorkflow):
         round_s = now - (self.last_result_s if self.last_result_s is not None else call.started_s)
         self.last_result_s = now
         returns = window.episode_returns
-        self.system.runtime.bill_provisioned()   # pre-warmed time so far, before the round's cost is read
+        cost_usd = self.book.bill_round()
         extras = {
             "recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns else float("nan"),
             "policy_lag_mean": float(np.mean(call.lags)), "policy_lag_max": float(np.max(call.lags)),
@@ -321,24 +320,15 @@ class AsyncWorkflow(SystemWorkflow):
             num_learners=1, policy_version=header["policy_version"],
             sampling_s=window.sampling_s, transfer_s=window.ingest_s + header["transfer_s"],
             learning_s=header["learning_s"], round_s=round_s, wall_s=now - self.started_s + progress.wall_s_before,
-            cost_usd=self.cost_usd(), losses=header["stats"], extras=extras)
+            cost_usd=cost_usd, losses=header["stats"], extras=extras)
         progress.rounds += 1
         self.window = Window(started_s=now, ranks_ran=set(self.running))
-        before = self.decision.num_actors
-        self.decision = self.system.scaler.decide(metrics=row)   # Nitro reads this update's probe
-        self.prewarmer.scale_up(from_actors=before, to_actors=self.decision.num_actors)   # boosted ranks start warm
+        before = self.decision.num_actors   # Nitro reads this update's probe; boosted ranks start warm
+        row, self.decision = self.book.decide(row=row, scaler=self.system.scaler, prewarmer=self.prewarmer,
+                                              actors_before=before)
         boosted = range(before, self.decision.num_actors)       # boosted ranks start from the newest version
         self.actor_version.forget(ranks=[rank for rank in boosted if rank not in self.running])
-        row = with_decision(row=row, decision=self.decision)     # + its signals and next_num_actors
-        progress.last_row = row
-        self.on_round(row)
-
-    def cost_usd(self) -> float:
-        records = self.system.ledger.records_since(start=self._cost_seen)  # only the new ones: O(1) a round
-        for record in records:
-            self._cost_usd += self.system.pricing.cost_usd(record=record)
-        self._cost_seen += len(records)
-        return self._cost_usd
+        self.book.close(row=row)
 
     def _forget_old_versions(self) -> None:
         """Delete versions no actor may still load: older than the newest ``keep_versions`` and unreferenced."""
@@ -367,9 +357,10 @@ class AsyncWorkflow(SystemWorkflow):
         return dict(buffer=self.system.buffer, replay=self.system.replay, pacer=self.pacer)
 
     # ------------------------------------------- the run loop's contract (run/members.py drives every workflow)
-    def attach(self, *, events: Any) -> None:
-        """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue)."""
-        self.events = events
+    def attach(self, *, events: Any, book: Book) -> None:
+        """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue) and its
+        rounds' facts in ``book`` (run/book.py)."""
+        self.events, self.book = events, book
 
     def begin(self) -> None:
         """Announce the current version, then start the learner and every actor that may run."""

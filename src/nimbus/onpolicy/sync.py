@@ -30,7 +30,7 @@ from nimbus.envs.batched import resolve_backend
 from nimbus.envs.obsnorm import merge, moments_arrays, pop_moments
 from nimbus.envs.slot_state import SlotState, pop_slot_state
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.nitro.probe import round_probe_extras, with_decision
+from nimbus.nitro.probe import round_probe_extras
 from nimbus.onpolicy.lifecycle import SystemWorkflow
 from nimbus.onpolicy.system import System
 from nimbus.roles.actor import ActorRequest
@@ -38,6 +38,7 @@ from nimbus.roles.learner import LearnerRequest
 from nimbus.roles.remote import finish_learner_round, ship_batch
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.runtime.prewarm import PrewarmController, make_prewarmer
+from nimbus.core import UNBOOKED, Book
 from nimbus.types import Progress, RoundMetrics, ScalingDecision, schedule_fraction
 
 log = logging.getLogger(__name__)
@@ -76,17 +77,16 @@ def _overhead(*, round_s: float, actor_work_s: float, compute_s: float) -> dict[
 
 class SyncWorkflow(SystemWorkflow):
     """Rounds as trigger → action bindings; the run loop (run/members.py) hands it each finished function's event
-    (``handle``) and polls its triggers; ``on_round`` receives each finished round's row. The rest of core.Workflow
+    (``handle``) and polls its triggers; each finished round's row goes to the loop's book (``attach``). The rest of core.Workflow
     (build, start, checkpoint, evaluate, close) is onpolicy/lifecycle.py's."""
 
     progress_type = Progress
     poll_period_s = 0.5   # no trigger of its own runs on the clock: a poll only follows an event
 
-    def __init__(self, *, system: System, progress: Progress,
-                 on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
+    def __init__(self, *, system: System, progress: Progress) -> None:
         self.system = system
         self.progress = progress
-        self.on_round = on_round
+        self.book: Book = UNBOOKED   # the run loop's (attach)
         self.policy = system.policy
         self.rank_base = system.rank_base  # population members' actor ranks are disjoint (env slots, affinity, seeds)
         self.adopt_version: Callable[[int], int] = lambda version: version  # PBT's exploit may publish another
@@ -101,8 +101,6 @@ class SyncWorkflow(SystemWorkflow):
         self.slot_states: dict[int, SlotState] = dict(progress.slot_states)
         self.restore_slots: dict[int, SlotState] = dict(progress.restore_slots)
         self.stop_requested = False
-        self._cost_seen = 0
-        self._cost_usd = progress.cost_usd_before
         self.table = TriggerTable()
         self.data_trigger = DataKeyTrigger(buffer=system.buffer, n_actors=self.decision.num_actors,
                                            size_rows=self._rows(self.decision.num_actors))
@@ -212,8 +210,7 @@ class SyncWorkflow(SystemWorkflow):
         self.prewarmer.round_finished()
         header = result.header
         new_version = header["policy_version"]
-        self.progress.count_nonfinite(nonfinite=header["nonfinite"],
-                                      limit=self.system.config.train.max_nonfinite_losses)
+        self.book.count_nonfinite(nonfinite=header["nonfinite"])
         finish_learner_round(system=self.system, policy=self.policy, version=version, new_version=new_version)
         self.progress.policy_version = new_version  # before on_round: a checkpoint there holds this round's version
         self._finish_round(header=header)
@@ -242,7 +239,7 @@ class SyncWorkflow(SystemWorkflow):
         window = self.system.config.train.return_window
         progress.recent_returns = (progress.recent_returns + state.episode_returns)[-window:]
         returns = state.episode_returns
-        self.system.runtime.bill_provisioned()   # pre-warmed time so far, before the round's cost is read
+        cost_usd = self.book.bill_round()
         row = RoundMetrics(
             round=state.index, env_steps=progress.env_steps, episodes=progress.episodes,
             return_mean=float(np.mean(returns)) if returns else None,
@@ -252,25 +249,16 @@ class SyncWorkflow(SystemWorkflow):
             sampling_s=state.sampling_s, transfer_s=state.ingest_s + header["transfer_s"],
             learning_s=header["learning_s"], round_s=now - state.started_s,
             wall_s=now - self.started_s + progress.wall_s_before,
-            cost_usd=self.cost_usd(), losses=header["stats"],
+            cost_usd=cost_usd, losses=header["stats"],
             extras={"recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns
                     else float("nan"), **_overhead(round_s=now - state.started_s, actor_work_s=state.work_s,
                                                    compute_s=header["compute_s"]),
                     **round_probe_extras(extras=header.get("extras", {}), round_s=now - state.started_s),
                     **self.prewarmer.extras(), **(extras or {})})
-        before = self.decision.num_actors   # the actors now running or last run (async_learners: the next round's)
-        self.decision = self.system.scaler.decide(metrics=row)   # reads this round's probe (Nitro)
-        self.prewarmer.scale_up(from_actors=before, to_actors=self.decision.num_actors)
-        row = with_decision(row=row, decision=self.decision)     # + its signals and next_num_actors
-        progress.last_row = row
-        self.on_round(row)
-
-    def cost_usd(self) -> float:
-        records = self.system.ledger.records_since(start=self._cost_seen)  # only the new ones: O(1) a round, not O(run)
-        for record in records:
-            self._cost_usd += self.system.pricing.cost_usd(record=record)
-        self._cost_seen += len(records)
-        return self._cost_usd
+        # the actors now running or last run (async_learners: the next round's); Nitro reads this round's probe
+        row, self.decision = self.book.decide(row=row, scaler=self.system.scaler, prewarmer=self.prewarmer,
+                                              actors_before=self.decision.num_actors)
+        self.book.close(row=row)
 
     def _forget_old_versions(self, *, current: int) -> None:
         keep = self.system.config.store.keep_versions
@@ -283,9 +271,10 @@ class SyncWorkflow(SystemWorkflow):
                     pass
 
     # ------------------------------------------- the run loop's contract (run/members.py drives every workflow)
-    def attach(self, *, events: Any) -> None:
-        """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue)."""
-        self.events = events
+    def attach(self, *, events: Any, book: Book) -> None:
+        """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue) and its
+        rounds' facts in ``book`` (run/book.py)."""
+        self.events, self.book = events, book
 
     def begin(self) -> None:
         """Announce the current version, so the first round's actors start."""

@@ -132,13 +132,13 @@ def _run_one(*, config: NimbusConfig, run_dir: Path, workflow: Workflow, pool: S
         if finished is not None:   # before start(): a finished run pre-warms nothing either
             return TrainResult(run_dir=run_dir, summary=finished, rows=[])
         hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=pool().runtime,
-                         progress_env_steps=workflow.progress.env_steps, trackers=trackers, shared=pool)
+                         progress_env_steps=workflow.progress.env_steps, trackers=trackers)
         members = Members(configs=[config], runtime=pool().runtime)   # a single run: a population of one
-        members.add(workflow=workflow, hook=hook)
+        members.add(workflow=workflow, hook=hook, shared=pool())
         workflow.start()
         stopped_by = members.drive_until_stopped(on_failure=lambda i, error: False)[0]
         lost_store = members.lost_store
-        summary = finish(config=config, workflow=workflow, shared=pool(), stopped_by=stopped_by,
+        summary = finish(config=config, workflow=workflow, book=members.books[0], shared=pool(), stopped_by=stopped_by,
                          wall_s=clock() - started + workflow.progress.wall_s_before,
                          peak_actors=hook.peak_actors)
     finally:

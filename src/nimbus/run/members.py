@@ -14,7 +14,7 @@ Example::
 
     members = Members(configs=configs, runtime=runtime)
     for i, workflow in enumerate(workflows):
-        members.add(workflow=workflow, hook=RoundHook(config=configs[i], workflow=members.get(i)))
+        members.add(workflow=workflow, hook=RoundHook(config=configs[i], workflow=members.get(i)), shared=shared)
     members.drive(on_failure=lambda i, error: False)     # False: the error stops the run
 """
 
@@ -32,12 +32,14 @@ from nimbus.errors import FunctionFailed, StoreUnavailable
 from nimbus.report.trackers import RunTrackers
 from nimbus.roles.remote import run_unless_store_lost, store_failure
 from nimbus.run.build import build_shared, pool_config
+from nimbus.run.book import RoundBook
 from nimbus.run.registry import controller_class, workflow_class, workflow_name
 from nimbus.run.rounds import RoundHook, finish
 from nimbus.run.signals import Interrupt
 from nimbus.run.stop import say_nothing_to_train, stop_reason
 from nimbus.run.summary import TrainResult, read_summary
 from nimbus.runtime.base import event_queue, runtime_clock
+from nimbus.types import Shared
 
 log = logging.getLogger(__name__)
 
@@ -91,31 +93,34 @@ class Members:
         """``runtime``: the pool every member invokes on; its event queue and clock drive the loop."""
         self.configs = configs
         self.workflows: list[Any] = []
+        self.books: list[RoundBook] = []
         self.generation: list[int] = []
         self.events: queue.Queue[Any] = event_queue(runtime=runtime)
         self.clock = runtime_clock(runtime=runtime)   # the workflows' own clock: their TimeTriggers compare with it
         self.lost_store: StoreUnavailable | None = None
 
-    def add(self, *, workflow: Any, hook: Callable[[Any], None]) -> None:
+    def add(self, *, workflow: Any, hook: Callable[[Any], None], shared: Shared) -> None:
+        """Member ``workflow``, its round hook (run/rounds.py) and its book over ``shared``'s ledger (run/book.py)."""
+        i = len(self.workflows)
         self.workflows.append(workflow)
         self.generation.append(0)
-        self._attach(i=len(self.workflows) - 1, workflow=workflow, hook=hook)
+        self.books.append(RoundBook(config=self.configs[i], progress=workflow.progress, shared=shared, on_round=hook))
+        self._attach(i=i, workflow=workflow)
 
     def get(self, i: int) -> Callable[[], Any]:
         """Member ``i``'s workflow as of now (a replaced member has a new one)."""
         return lambda: self.workflows[i]
 
-    def _attach(self, *, i: int, workflow: Any, hook: Callable[[Any], None]) -> None:
+    def _attach(self, *, i: int, workflow: Any) -> None:
         self.workflows[i] = workflow
-        workflow.on_round = hook
-        workflow.attach(events=Tagged(shared=self.events, tag=(i, self.generation[i])))
+        workflow.attach(events=Tagged(shared=self.events, tag=(i, self.generation[i])), book=self.books[i])
 
     def replace(self, i: int) -> Any:
         """A new workflow for member ``i`` over its System and progress, events of a new generation; started."""
         old = self.workflows[i]
         self.generation[i] += 1   # events of the failed round's other functions are ignored from now on
         new = old.renewed()
-        self._attach(i=i, workflow=new, hook=old.on_round)
+        self._attach(i=i, workflow=new)   # the same book: the member's bills and progress go on
         return new
 
     def stopped(self, i: int) -> str | None:
@@ -222,7 +227,7 @@ def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | N
             hook = RoundHook(config=plan.config, workflow=members.get(i), runtime=pool.runtime,
                              after_round=lambda row, i=i: population.after_round(i, row),
                              progress_env_steps=workflow.progress.env_steps)   # resumed: its next evaluation mark
-            members.add(workflow=workflow, hook=hook)   # added first: closed by the finally below if trackers fail
+            members.add(workflow=workflow, hook=hook, shared=pool)   # added first: closed by the finally below if trackers fail
             hook.trackers = trackers.enter_context(RunTrackers.open(
                 output=plan.config.output, run_dir=plan.run_dir, config=plan.config.model_dump(mode="json"),
                 artifacts_from=run_dir))
@@ -237,10 +242,11 @@ def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | N
         reasons = members.drive_until_stopped(on_failure=population.on_failure, on_replaced=population.attach,
                                               gate=population)
         wall_s = members.clock() - started
-        summaries = {plan.name: finish(config=plan.config, workflow=workflow, shared=pool, stopped_by=reason,
-                                       wall_s=wall_s + workflow.progress.wall_s_before,
+        summaries = {plan.name: finish(config=plan.config, workflow=workflow, book=book, shared=pool,
+                                       stopped_by=reason, wall_s=wall_s + workflow.progress.wall_s_before,
                                        peak_actors=workflow.decision.num_actors * len(members.workflows))
-                     for plan, workflow, reason in zip(population.plans, members.workflows, reasons)}
+                     for plan, workflow, book, reason in zip(population.plans, members.workflows, members.books,
+                                                              reasons)}
     finally:
         population.close()
         for workflow in members.workflows:

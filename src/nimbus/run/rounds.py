@@ -1,18 +1,17 @@
 """What the run loop does after every round and at the end, for every workflow: the same order everywhere.
 
-After a round (``RoundHook``): the cost without cold starts and provisioned idle time into the row's extras
-(``cost_excl_cold_usd``, cost/meter.py; when the hook has the run's ``shared``) → periodic evaluation
+After a round (``RoundHook``, called by the workflow's book, run/book.py, which has put both bills in the row) →
+periodic evaluation
 (``train.eval_every_env_steps``) → metrics.jsonl → the experiment trackers (``output.loggers``: the same row,
 report/trackers.py) → the member controller (a population's ``after_round``) → a checkpoint when one is due. At the end (``finish``): the final checkpoint, the final
 evaluation (not after SIGINT/SIGTERM) and the summary.
 
 Example::
 
-    hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=shared.runtime, trackers=trackers,
-                     shared=lambda: shared)
+    hook = RoundHook(config=config, workflow=lambda: workflow, rows=rows, runtime=shared.runtime, trackers=trackers)
     members.add(workflow=workflow, hook=hook)         # run/members.py: workflow.on_round = hook
-    summary = finish(config=config, workflow=workflow, shared=shared, wall_s=60.0, stopped_by="max_rounds",
-                     peak_actors=hook.peak_actors)
+    summary = finish(config=config, workflow=workflow, book=members.books[0], shared=shared, wall_s=60.0,
+                     stopped_by="max_rounds", peak_actors=hook.peak_actors)
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from nimbus.config import NimbusConfig
-from nimbus.cost.meter import ExclColdMeter
 from nimbus.run.periodic_eval import PeriodicEvaluator
 from nimbus.runtime.base import between_calls
 from nimbus.run.stop import SIGNALS
@@ -28,7 +26,7 @@ from nimbus.run.summary import RunSummary, runtime_scalars, summarise
 from nimbus.types import RoundMetrics
 
 if TYPE_CHECKING:
-    from nimbus.core import Workflow
+    from nimbus.core import Book, Workflow
     from nimbus.report.trackers import RunTrackers
     from nimbus.types import Shared
     from nimbus.runtime.base import Runtime
@@ -41,12 +39,9 @@ class RoundHook:
 
     def __init__(self, *, config: NimbusConfig, workflow: Callable[[], "Workflow"], rows: Any = None,
                  runtime: "Runtime | None" = None, after_round: Callable[[RoundMetrics], None] | None = None,
-                 progress_env_steps: int = 0, trackers: "RunTrackers | None" = None,
-                 shared: "Callable[[], Shared] | None" = None) -> None:
+                 progress_env_steps: int = 0, trackers: "RunTrackers | None" = None) -> None:
         self.config, self.workflow, self.rows, self.runtime, self.after_round, self.trackers = \
             config, workflow, rows, runtime, after_round, trackers
-        self.shared = shared   # the run's ledger and pricing: each row's cost_excl_cold_usd (None: not written)
-        self._excl_cold: ExclColdMeter | None = None
         self.peak_actors = 1   # the most actors any round used (the serverful baseline reserves them for the run)
         self.evaluator = PeriodicEvaluator(config=config, env_steps=progress_env_steps, runtime=runtime) \
             if config.train.eval_every_env_steps is not None else None
@@ -56,8 +51,6 @@ class RoundHook:
         if self.rows is not None:
             self.rows.append(row)
         self.peak_actors = max(self.peak_actors, row.num_actors)
-        if self.shared is not None:
-            row.extras["cost_excl_cold_usd"] = self._cost_excl_cold_usd(workflow=workflow)
         if self.evaluator is not None:
             row.extras.update(self.evaluator.maybe_evaluate(evaluate=workflow.evaluate, progress=workflow.progress))
         runtime = runtime_scalars(runtime=self.runtime) if self.runtime else {}
@@ -70,19 +63,9 @@ class RoundHook:
         if row.round % every == every - 1:
             workflow.checkpoint()
 
-    def _cost_excl_cold_usd(self, *, workflow: "Workflow") -> float:
-        """The run's cost so far without cold starts and provisioned idle time, from the same ledger as the row's
-        ``cost_usd`` (a resumed run: from the figure its checkpoint saved, else from its full cost before)."""
-        if self._excl_cold is None:
-            shared, progress = self.shared(), workflow.progress
-            self._excl_cold = ExclColdMeter.resumed(ledger=shared.ledger, pricing=shared.pricing,
-                                                    cost_usd_before=progress.cost_usd_before,
-                                                    cost_excl_cold_usd_before=progress.cost_excl_cold_usd_before)
-        return self._excl_cold.usd()
 
-
-def finish(*, config: NimbusConfig, workflow: "Workflow", shared: "Shared", wall_s: float, stopped_by: str,
-           peak_actors: int) -> RunSummary:
+def finish(*, config: NimbusConfig, workflow: "Workflow", book: "Book", shared: "Shared", wall_s: float,
+           stopped_by: str, peak_actors: int) -> RunSummary:
     """The final checkpoint, the final evaluation unless a signal stopped the run, and the summary."""
     workflow.checkpoint()
     eval_return = None
@@ -92,4 +75,5 @@ def finish(*, config: NimbusConfig, workflow: "Workflow", shared: "Shared", wall
                                             seed=config.seed + FINAL_EVAL_SEED_OFFSET,
                                             explore=config.train.eval_explore).mean_return
     return summarise(config=config, shared=shared, progress=workflow.progress, wall_s=wall_s, stopped_by=stopped_by,
-                     cost_usd=workflow.cost_usd(), peak_actors=peak_actors, eval_return=eval_return)
+                     cost_usd=book.cost_usd(), cost_excl_cold_usd=book.meter.excl_cold_usd(), peak_actors=peak_actors,
+                     eval_return=eval_return)

@@ -3,8 +3,8 @@
 Example::
 
     summary = summarise(config=config, shared=shared, progress=workflow.progress, wall_s=12.5,
-                        stopped_by="max_rounds", cost_usd=workflow.cost_usd(), peak_actors=4,
-                        eval_return=None)
+                        stopped_by="max_rounds", cost_usd=book.cost_usd(), cost_excl_cold_usd=book.meter.excl_cold_usd(),
+                        peak_actors=4, eval_return=None)
     write_summary(run_dir=run_dir, summary=summary)
 """
 
@@ -19,7 +19,6 @@ import numpy as np
 
 from nimbus.config import NimbusConfig
 from nimbus.cost.ledger import Ledger, LedgerTotals, totals_of
-from nimbus.cost.meter import ExclColdMeter
 from nimbus.types import RoundMetrics
 
 if TYPE_CHECKING:
@@ -61,14 +60,10 @@ class TrainResult:
 
 
 def summarise(*, config: NimbusConfig, shared: "Shared", progress: "Progress", wall_s: float, stopped_by: str,
-              cost_usd: float, peak_actors: int, eval_return: float | None) -> RunSummary:
+              cost_usd: float, cost_excl_cold_usd: float, peak_actors: int, eval_return: float | None) -> RunSummary:
     """The summary of one policy's (or one MARLess run's) progress, over the whole run (a resumed run's sessions
-    together); the serverful baseline reserves the peak actors and the learner's GPUs for the whole wall time. The
-    cost without cold starts and provisioned idle time is read off ``shared``'s ledger now, every record of this
-    session, as ``cost_usd`` was just before."""
-    cost_excl_cold_usd = ExclColdMeter.resumed(
-        ledger=shared.ledger, pricing=shared.pricing, cost_usd_before=progress.cost_usd_before,
-        cost_excl_cold_usd_before=progress.cost_excl_cold_usd_before).usd()
+    together); the serverful baseline reserves the peak actors and the learner's GPUs for the whole wall time.
+    ``cost_usd`` and ``cost_excl_cold_usd``: the run's two serverless bills (its book's meter, run/book.py)."""
     totals = run_totals(ledger=shared.ledger, resumed=progress.wall_s_before > 0)
     serverful = shared.pricing.serverful_cost_usd(
         wall_s=wall_s, peak_actor_cpus=peak_actors * config.actors.function.cpus,

@@ -77,9 +77,9 @@ def _add_workloads(*, members: Members, runtime: Any, store: Any, pool_ledger: L
             config=config, shared=lambda view=views[-1]: view, run_dir=run_dir, policy=config.name,
             resume_from=None, workload=config.name)
         hook = None if after_round is None else lambda row, i=i: _stop_all_if(after_round(i, row), members=members)
-        round_hook = RoundHook(config=config, workflow=members.get(i), runtime=runtime, after_round=hook,
-                               shared=lambda view=views[-1]: view)   # the workload's ledger: its cost_excl_cold_usd
-        members.add(workflow=workflow, hook=round_hook)   # added first: closed by the caller if trackers fail
+        round_hook = RoundHook(config=config, workflow=members.get(i), runtime=runtime, after_round=hook)
+        # the workload's own ledger (its bills); added first: closed by the caller if trackers fail
+        members.add(workflow=workflow, hook=round_hook, shared=views[-1])
         round_hook.trackers = trackers.enter_context(RunTrackers.open(output=config.output, run_dir=run_dir,
                                                                       config=config.model_dump(mode="json")))
     return views
@@ -122,7 +122,7 @@ def _train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | N
             workflow.prewarm()
         reasons = members.drive_until_stopped(on_failure=lambda i, error: False)
         wall_s = clock() - started
-        results = _summaries(configs=configs, workflows=members.workflows, views=views, reasons=reasons,
+        results = _summaries(configs=configs, members=members, views=views, reasons=reasons,
                              wall_s=wall_s)
     finally:
         for workflow in members.workflows:
@@ -143,12 +143,12 @@ def _train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | N
     return results
 
 
-def _summaries(*, configs: list[NimbusConfig], workflows: list[Any], views: list[Shared], reasons: list[str],
+def _summaries(*, configs: list[NimbusConfig], members: Members, views: list[Shared], reasons: list[str],
                wall_s: float) -> list[TrainResult]:
     """Each workload's summary (written to its summary.json), with the pool's ``wall_s``."""
     results = []
-    for config, workflow, view, reason in zip(configs, workflows, views, reasons):
-        summary = finish(config=config, workflow=workflow, shared=view, wall_s=wall_s, stopped_by=reason,
+    for config, workflow, book, view, reason in zip(configs, members.workflows, members.books, views, reasons):
+        summary = finish(config=config, workflow=workflow, book=book, shared=view, wall_s=wall_s, stopped_by=reason,
                          peak_actors=workflow.decision.num_actors)
         write_summary(run_dir=workflow.system.run_dir, summary=summary)
         results.append(TrainResult(run_dir=workflow.system.run_dir, summary=summary, rows=[]))

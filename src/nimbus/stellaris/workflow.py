@@ -85,9 +85,8 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         return PolicyFunctions(actor_entrypoint=actor, learner_entrypoint=GRADIENT_LEARNER_ENTRYPOINT,
                                learner_role="gradient_learner")
 
-    def __init__(self, *, system: System, progress: Progress,
-                 on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
-        super().__init__(system=system, progress=progress, on_round=on_round)
+    def __init__(self, *, system: System, progress: Progress) -> None:
+        super().__init__(system=system, progress=progress)
         cfg = system.config.stellaris
         self.cfg = cfg
         self.rule = make_rule(name=cfg.rule, learners=cfg.learners, decay=cfg.decay, root=cfg.root,
@@ -341,11 +340,8 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
             self.rule.unpublished(aggregation=aggregation)
 
     def _count_nonfinite(self, *, nonfinite: bool) -> None:
-        self.progress.nonfinite_in_a_row = self.progress.nonfinite_in_a_row + 1 if nonfinite else 0
-        limit = self.system.config.train.max_nonfinite_losses
-        if self.progress.nonfinite_in_a_row >= limit:
-            raise NimbusError(f"{limit} gradients in a row were non-finite or refused by the parameter function; "
-                              "stopping")
+        self.book.count_nonfinite(nonfinite=nonfinite, what="gradients",
+                                  outcome="were non-finite or refused by the parameter function")
 
     def _batch_of(self, *, key: str) -> Batch:
         return self.owner.pop(key)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nimbus.cost.ledger import Ledger, LedgerRecord
-from nimbus.cost.meter import ExclColdMeter
+from nimbus.cost.meter import CostMeter
 from nimbus.cost.pricing import load_pricing
 
 LAMBDA = 0.0000166667                       # on demand, per GB-s
@@ -77,18 +77,18 @@ def test_a_timed_out_cold_attempt_loses_its_init_but_never_below_its_duration() 
 def test_the_meter_reads_each_record_once_and_continues_a_resumed_runs_figure(tmp_path: Path) -> None:
     pricing = load_pricing()
     ledger = Ledger(path=tmp_path / "ledger.jsonl", keep_in_memory=2)
-    meter = ExclColdMeter(ledger=ledger, pricing=pricing, before_usd=0.25)
-    assert meter.usd() == 0.25
+    meter = CostMeter(ledger=ledger, pricing=pricing, before_usd=0.5, before_excl_cold_usd=0.25)
+    assert (meter.usd(), meter.excl_cold_usd()) == (0.5, 0.25)
     for record in ROWS[:3]:
         ledger.append(record=record)
-    assert meter.usd() == pytest.approx(0.25 + 5.0 * LAMBDA + 0.4 * QUARTER_V100_PER_S, rel=1e-12)
+    assert meter.excl_cold_usd() == pytest.approx(0.25 + 5.0 * LAMBDA + 0.4 * QUARTER_V100_PER_S, rel=1e-12)
     for record in ROWS[3:]:                                  # more than the ledger keeps in memory: read from the file
         ledger.append(record=record)
     expected = 0.25 + pricing.total_cost_usd(records=ROWS, excl_cold=True)
-    assert meter.usd() == pytest.approx(expected, rel=1e-12)
-    assert meter.usd() == pytest.approx(expected, rel=1e-12)    # nothing new: nothing added
-    # a checkpoint without the figure: the sessions before count at their full cost
-    assert ExclColdMeter.resumed(ledger=Ledger(), pricing=pricing, cost_usd_before=0.5,
-                                 cost_excl_cold_usd_before=None).usd() == 0.5
-    assert ExclColdMeter.resumed(ledger=Ledger(), pricing=pricing, cost_usd_before=0.5,
-                                 cost_excl_cold_usd_before=0.375).usd() == 0.375
+    assert meter.excl_cold_usd() == pytest.approx(expected, rel=1e-12)
+    assert meter.excl_cold_usd() == pytest.approx(expected, rel=1e-12)    # nothing new: nothing added
+    # both bills from one reading: the full one (read after the other) saw every record too, and so did each kind's
+    assert meter.usd() == pytest.approx(0.5 + pricing.total_cost_usd(records=ROWS), rel=1e-12)
+    assert meter.usd_by_kind() == pytest.approx(pricing.cost_breakdown(records=ROWS), rel=1e-12)
+    # a checkpoint without the second figure: the sessions before count at their full cost
+    assert CostMeter(ledger=Ledger(), pricing=pricing, before_usd=0.5).excl_cold_usd() == 0.5

@@ -21,7 +21,7 @@ def test_every_entry_imports_and_meets_the_workflow_protocol(name: str) -> None:
     workflow = workflow_class(name=name)
     assert isinstance(workflow, type) and f"{workflow.__module__}:{workflow.__name__}" == WORKFLOWS[name]
     missing = [member for member in ("build", "start", "begin", "handle", "poll", "exhausted", "request_stop",
-                                     "checkpoint", "evaluate", "cost_usd", "close", "metrics")
+                                     "checkpoint", "evaluate", "close", "metrics")
                if not hasattr(workflow, member)]
     assert missing == []
     assert callable(workflow.build) and getattr(workflow.build, "__self__", None) is workflow   # a classmethod
