@@ -11,7 +11,7 @@ PYTHON="${PYTHON:-python3}"
 "$VENV/bin/python" -m pip install -q --no-compile "torch==2.13.0"
 # mpe2 needs pygame-ce; plain pygame (an older video extra) shares its module name, so drop it first.
 "$VENV/bin/python" -m pip uninstall -q -y pygame 2>/dev/null || true
-"$VENV/bin/python" -m pip install -q --no-compile -e ".[mujoco,atari,envpool,ray,redis,bench,video,onnx,mpe,sweep,wandb,mlflow,test]"
+"$VENV/bin/python" -m pip install -q --no-compile -e ".[mujoco,atari,envpool,ray,redis,bench,video,onnx,mpe,sweep,wandb,mlflow,test,lint]"
 # The `redis` tests start a real redis-server on loopback (Debian's package). Install it when missing,
 # if we may (root, or passwordless sudo); otherwise say so: those tests then skip with this reason.
 if ! command -v redis-server >/dev/null 2>&1; then
