@@ -23,14 +23,13 @@ from pathlib import Path
 
 import yaml
 
+import _artos  # (beside this file: the scripts that import this one put the folder on sys.path)
 from nimbus.config import load_config
 from nimbus.config.simulation import DurationModel, ProfileFile, SimulationConfig, load_profile
 from nimbus.cost.ledger import Ledger
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
-from nimbus.runtime.simulated_fit import fit_model, fit_profile, first_attempts, write_profile
-
-import _artos  # (beside this file: the scripts that import this one put the folder on sys.path)
+from nimbus.runtime.simulated_fit import first_attempts, fit_model, fit_profile, write_profile
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = {name: f"artos_{name}_profile.yaml" for name in

@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
 from _common import child_line, child_result, record, stats, write_result
 
 REPO = Path(__file__).resolve().parents[1]

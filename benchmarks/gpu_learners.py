@@ -46,8 +46,8 @@ def _setup(*, workload: str, device: str, seed: int) -> tuple[Any, Any, Any, dic
     import numpy as np
     import torch
 
-    from nimbus.envs.spaces import EnvSpaces
     from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
+    from nimbus.envs.spaces import EnvSpaces
 
     spec = WORKLOADS[workload]
     config = ALGO_CONFIGS[spec["algo"]["name"]].model_validate(spec["algo"])

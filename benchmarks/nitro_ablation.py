@@ -36,12 +36,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from nitro_probe_sweep import rollout_batch, sweep  # noqa: E402
-
 from nimbus.config import load_config  # noqa: E402
 from nimbus.report.compare import compare_runs  # noqa: E402
 from nimbus.roles.evaluate import evaluate_checkpoint  # noqa: E402
 from nimbus.run.loop import train  # noqa: E402
+from nitro_probe_sweep import rollout_batch, sweep  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NITRO = "configs/nitro-hopper.yaml"

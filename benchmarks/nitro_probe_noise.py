@@ -25,11 +25,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from nitro_probe_sweep import rollout_batch  # noqa: E402
-
 from nimbus.config import load_config  # noqa: E402
 from nimbus.nitro.probe import ProbeRequest, probe_policy  # noqa: E402
 from nimbus.run.loop import train  # noqa: E402
+from nitro_probe_sweep import rollout_batch  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

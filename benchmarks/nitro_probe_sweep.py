@@ -30,8 +30,8 @@ from nimbus.data.store import ShmStore
 from nimbus.models.weights import load_model, weights_key
 from nimbus.nitro.probe import ProbeRequest, probe_policy
 from nimbus.onpolicy.actor import actor_function
-from nimbus.roles.actor import ActorRequest
 from nimbus.onpolicy.policy import probe_spaces
+from nimbus.roles.actor import ActorRequest
 from nimbus.runtime.base import FunctionContext
 
 log = logging.getLogger("nitro_probe_sweep")

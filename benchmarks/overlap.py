@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
 from _common import RunUsage, child_line, child_result, interval_cell, record, versions, write_result
 
 REPO = Path(__file__).resolve().parents[1]

@@ -37,12 +37,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import write_result
 
+from _common import write_result
 from nimbus.analysis.stats import aggregate
 from nimbus.config import NimbusConfig, apply_overrides, parse_config
-from nimbus.pbt.explore import initial_values
 from nimbus.pbt.config import MutationConfig
+from nimbus.pbt.explore import initial_values
 from nimbus.roles.evaluate import evaluate_checkpoint
 from nimbus.run.loop import train
 

@@ -20,7 +20,6 @@ import tempfile
 from pathlib import Path
 
 from _common import record, write_result
-
 from nimbus.config import apply_overrides, load_config, parse_config
 from nimbus.cost.planner import profile_runs, simulate
 from nimbus.cost.pricing import load_pricing

@@ -32,8 +32,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _common import write_result
 
+from _common import write_result
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.cost.ledger import Ledger
 from nimbus.run.loop import train

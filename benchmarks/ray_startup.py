@@ -29,11 +29,11 @@ def child(*, settle_s: float) -> dict:
     import ray  # noqa: F401
 
     import_s = time.perf_counter() - started
+    from nimbus.bench.procfs import descendants, memory_kib
     from nimbus.cost.ledger import Ledger
     from nimbus.data.codec import Message
     from nimbus.runtime.base import FunctionSpec, Resources
     from nimbus.runtime.ray_backend import RayRuntime
-    from nimbus.bench.procfs import descendants, memory_kib
     from nimbus.runtime.ray_cluster import connect_ray
 
     start = connect_ray(address="local", num_cpus=2)

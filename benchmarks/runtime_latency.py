@@ -33,14 +33,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import record, write_result
 
+from _common import record, write_result
 from nimbus.cost.ledger import Ledger, LedgerRecord
 from nimbus.data.codec import Message
+from nimbus.onpolicy.policy import ACTOR_ENTRYPOINT
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.forkserver import TRAINING_PRELOAD
 from nimbus.runtime.local import LocalRuntime
-from nimbus.onpolicy.policy import ACTOR_ENTRYPOINT
 
 EMPTY = "nimbus.runtime.builtin:empty"
 ROOT = Path(__file__).resolve().parent.parent

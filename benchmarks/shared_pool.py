@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 from _common import write_result
-
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.cost.ledger import Ledger
 from nimbus.run.loop import train

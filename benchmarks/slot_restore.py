@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import record, write_result
 
+from _common import record, write_result
 from nimbus.data.codec import Message, decode, encode
 from nimbus.envs.make import make_env
 from nimbus.envs.parallel import make_parallel_env

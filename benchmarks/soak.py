@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import write_result
 
+from _common import write_result
 from nimbus.bench.procfs import descendants, memory_kib, open_fds
 from nimbus.bench.transfer import environment
 

@@ -52,8 +52,8 @@ import torch
 
 from nimbus.analysis.stats import aggregate
 from nimbus.config import load_config
-from nimbus.roles.evaluate import evaluate_checkpoint
 from nimbus.report.metrics import read_metrics
+from nimbus.roles.evaluate import evaluate_checkpoint
 from nimbus.run.loop import train
 from nimbus.run.summary import RunSummary, TrainResult
 from nimbus.types import RoundMetrics

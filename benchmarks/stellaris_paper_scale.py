@@ -63,13 +63,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stellaris_ablation import (ARMS, BASELINES, Run, _interval, add_shared_arguments, cell,  # noqa: E402
-                                collected, run_arm, table)
-from stellaris_aggregator import measured as aggregator_figures  # noqa: E402
-
 from nimbus.config.simulation import load_profile  # noqa: E402
 from nimbus.report.metrics import read_metrics  # noqa: E402
 from nimbus.runtime.simulated_fit import write_profile  # noqa: E402
+from stellaris_ablation import ARMS, BASELINES, Run, _interval, add_shared_arguments, cell, collected, run_arm, table  # noqa: E402
+from stellaris_aggregator import measured as aggregator_figures  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_ARMS = ("ppo", "sync", "softsync", "ssp", "async", "stellaris", "stellaris-no-truncation")

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 import torch
-from _common import write_result
 
+from _common import write_result
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.cost.ledger import Ledger, LedgerRecord
 from nimbus.run.workloads import train_workloads

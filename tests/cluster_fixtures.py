@@ -25,9 +25,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -52,7 +52,7 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--protected-mode", "yes",
                 "--save", "", "--appendonly", "no"]
         if self.password:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import torch
-from _pytest.nodeid import coerce_node_id   # pytest 9's node ids (see pytest_collection_modifyitems)
+from _pytest.nodeid import coerce_node_id  # pytest 9's node ids (see pytest_collection_modifyitems)
 
 from nimbus.data import shm
 from support import USER_NETS

@@ -11,9 +11,9 @@ import pickle
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 from nimbus.cost.ledger import Ledger
 from nimbus.data.shm import PREFIX_ENV

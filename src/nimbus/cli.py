@@ -134,8 +134,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     """One policy's run; each member of a run of several policies; a multi-agent run's agents together."""
-    from nimbus.roles.evaluate import evaluate_checkpoint, member_directories
     from nimbus.marless.evaluate import evaluate_marless_run, is_multiagent_run
+    from nimbus.roles.evaluate import evaluate_checkpoint, member_directories
 
     path, console = Path(args.path), Console()
     if args.video:   # frames are drawn off-screen (rgb_array): SDL needs no display, and says so on stderr without one
@@ -164,9 +164,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     """One policy's run; each member of a run of several policies; each policy in use of a multi-agent run."""
+    from nimbus.marless.evaluate import is_multiagent_run
     from nimbus.roles.evaluate import member_directories
     from nimbus.run.export import export_marless_run, export_run
-    from nimbus.marless.evaluate import is_multiagent_run
 
     run_dir, output = Path(args.run_dir), Path(args.output) if args.output else None
     if is_multiagent_run(path=run_dir):

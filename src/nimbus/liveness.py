@@ -19,7 +19,7 @@ Example::
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 SILENT_BEATS = 3  # a function silent for this many intervals is declared stalled
 

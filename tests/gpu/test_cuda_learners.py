@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,6 @@ import numpy as np
 import pytest
 import torch
 
-from support import pool_ledger
 from nimbus.cost.ledger import Ledger
 from nimbus.data.stores import STORE_HEADER
 from nimbus.models.weights import model_to_message, weights_key
@@ -34,6 +32,7 @@ from nimbus.run.workloads import train_workloads
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import lease_ended, lease_started
 from nimbus.runtime.faults import FAULTS_ENV
+from support import pool_ledger
 from tests.algo_batches import CASES, make_case, run_update
 
 pytestmark = pytest.mark.gpu
@@ -89,9 +88,9 @@ def _warm_cublas() -> None:
 def test_a_lease_leaves_the_gpu_as_it_found_it(store) -> None:
     """The learner computes on the leased GPU; at the lease's end its warm model and optimizer state are on the
     CPU and the allocator holds what it held before; the next lease moves them back and updates warm."""
-    from tests.unit.onpolicy.test_learner_devices import _filled, spaces_of
     from nimbus.algos.ppo.algorithm import PPO
     from nimbus.algos.ppo.config import PPOConfig
+    from tests.unit.onpolicy.test_learner_devices import _filled, spaces_of
 
     spaces = spaces_of("CartPole-v1")
     algo = PPO(config=PPOConfig(num_epochs=2, minibatch_size=32))

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from support import pool_ledger
 from nimbus.cost.ledger import Ledger
 from nimbus.run.loop import train
 from nimbus.run.workloads import train_workloads
+from support import pool_ledger
 
 # A learner update of ~0.4-0.6 s here (200 epochs; 60 took 0.13 s on a quiet machine, too short to reclaim
 # anything); actors idle that long lose their worker at keep-alive 0.25 s.

@@ -143,10 +143,10 @@ def test_export_runs_without_nimbus_and_acts_as_eval(run_dir: Path, tmp_path: Pa
     assert code == 0 and f"mean return {exported['mean']:.2f} ± {exported['std']:.2f} over 3 episodes" in said, \
         (said, exported)
     # and, observation by observation, eval's own policy picks the exported policy's actions
-    from nimbus.envs.spaces import EnvSpaces
     from nimbus.config import parse_config
-    from nimbus.onpolicy.policy import probe_spaces
     from nimbus.data.checkpoint import load_checkpoint
+    from nimbus.envs.spaces import EnvSpaces
+    from nimbus.onpolicy.policy import probe_spaces
     from nimbus.roles.evaluate import load_policy
 
     state = load_checkpoint(path=run_dir)

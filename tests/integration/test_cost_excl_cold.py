@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from support import ledger_rows
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
+from support import ledger_rows
 
 LAMBDA_USD_PER_GB_S = 0.0000166667
 V100_USD_PER_S = 3.06 / 3600

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from cluster_fixtures import ray_local  # noqa: F401  (fixture)
-from support import ledger_rows
 from nimbus.errors import ConfigError
 from nimbus.marless.scaling import actor_count
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
+from support import ledger_rows
 
 pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
 RANDOM_FLOOR = -27.6   # uniform-random per-agent episode return, simple_spread N=3, max_cycles 25 (docs/marless.md)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from support import ledger_rows
 from nimbus.config import load_config
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.errors import ConfigError
 from nimbus.run.loop import train
+from support import ledger_rows
 
 REPO = Path(__file__).resolve().parents[2]
 INLINE = "runtime.backend=inline"   # logic-only tests: functions run in the driver (runtime/inline.py), no forks

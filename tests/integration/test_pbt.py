@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+from test_snapshots import weights_sha256
 
+from nimbus.data.resume import load_resume_state
 from nimbus.errors import CheckpointError
 from nimbus.models.weights import weights_key
 from nimbus.pbt import population as population_module
 from nimbus.run.loop import train
-from nimbus.data.resume import load_resume_state
-from test_snapshots import weights_sha256
 
 PBT = ["train.max_rounds=3", "algo.lr_schedule=constant", "algo.clip_schedule=constant", "algo.minibatch_size=64",
        "algo.num_epochs=4", "actors.scaling={kind: fixed, num_actors: 1}", "store.keep_versions=50",

@@ -89,8 +89,7 @@ def test_observation_normalisation_travels_with_the_weights(make_config) -> None
 def test_a_long_run_keeps_only_the_newest_rows_in_memory(make_config, monkeypatch) -> None:
     """P13: TrainResult.rows and the driver's ledger are bounded; metrics.jsonl, ledger.jsonl and the
     totals keep everything."""
-    from nimbus.run import build
-    from nimbus.run import loop as trainer
+    from nimbus.run import build, loop as trainer
 
     monkeypatch.setattr(trainer, "ROWS_IN_MEMORY", 3)
     monkeypatch.setattr(build, "LEDGER_RECORDS_IN_MEMORY", 4)

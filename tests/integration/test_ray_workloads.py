@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from cluster_fixtures import ray_local  # noqa: F401  (fixture)
-from support import pool_ledger
 from nimbus.cost.ledger import Ledger
 from nimbus.run.workloads import train_workloads
+from support import pool_ledger
 
 pytestmark = pytest.mark.ray
 ON_RAY = ["runtime.backend=ray", "actors.function.cpus=0.5", "learner.function.cpus=0.5", "train.max_rounds=3",

@@ -12,13 +12,13 @@ import pytest
 import redis
 
 from cluster_fixtures import redis_server  # noqa: F401  (fixture)
-from support import only_run_dir
 from nimbus.cli import main as cli_main
 from nimbus.data.checkpoint import load_checkpoint
 from nimbus.errors import StoreFull, StoreUnavailable
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
+from support import only_run_dir
 
 pytestmark = pytest.mark.redis
 ROWS_PER_ROUND = 2 * 4 * 32

@@ -7,15 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 
-from support import ledger_rows
 from nimbus.cli import main
 from nimbus.config.simulation import load_profile
 from nimbus.errors import ConfigError
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
+from support import ledger_rows
 
 SIM = ["runtime.backend=simulated"]
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from support import ledger_rows
 from nimbus.cli import main
 from nimbus.config.simulation import load_profile
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
+from support import ledger_rows
 
 pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from support import ledger_rows
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
+from support import ledger_rows
 
 SIM = ["runtime.backend=simulated"]
 CONSTANT = ["simulation.functions.actor.cold_start_s=0", "simulation.functions.learner.cold_start_s=0"]

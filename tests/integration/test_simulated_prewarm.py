@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from support import ledger_rows
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
+from support import ledger_rows
 
 ROUNDS = 14
 # Constant durations: actors 1 s after a 0.5 s cold start, the learner 3 s. The keep-alive (1.6 s) outlasts the

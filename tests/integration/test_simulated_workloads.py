@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from support import ledger_rows, pool_ledger
 from nimbus.cost.pricing import load_pricing
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
 from nimbus.run.workloads import train_workloads
+from support import ledger_rows, pool_ledger
 
 SIM = ["runtime.backend=simulated", "runtime.prewarm=false", "runtime.max_workers=null", "train.max_rounds=3",
        "train.total_env_steps=1000000", "train.target_return=1000",

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from cluster_fixtures import ray_local  # noqa: F401  (fixture)
-from support import ledger_rows
 from nimbus.cost.ledger import FAILED_OUTCOMES
 from nimbus.data.checkpoint import load_checkpoint
 from nimbus.data.shm import list_segments, run_prefix
@@ -18,6 +17,7 @@ from nimbus.errors import ConfigError
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
 from nimbus.runtime.faults import FAULTS_ENV, read_counter
+from support import ledger_rows
 
 
 @pytest.mark.slow

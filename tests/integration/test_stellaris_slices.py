@@ -13,8 +13,7 @@ import torch
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
-from nimbus.stellaris import learner as learner_module
-from nimbus.stellaris import filling as filling_module
+from nimbus.stellaris import filling as filling_module, learner as learner_module
 from nimbus.stellaris.workflow import AsyncLearnersWorkflow
 
 SIM = ["runtime.backend=simulated", "simulation.functions.actor.distribution=lognormal",

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from support import pool_ledger
 from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import load_pricing
 from nimbus.errors import ConfigError
 from nimbus.run.workloads import train_workloads
+from support import pool_ledger
 
 
 def test_duplicate_workload_names_are_refused_before_anything_starts(make_config) -> None:

@@ -53,7 +53,7 @@ class TransferGrid:
     warmup: bool = True  # one unrecorded pass first (pool attach, Ray's first puts, Redis buffers)
 
     @classmethod
-    def full(cls) -> "TransferGrid":
+    def full(cls) -> TransferGrid:
         """XingTian's whole grid: 1, 2, 4, 8 senders × 64 KiB, 1 MiB, 16 MiB, 64 MiB."""
         return cls(senders=(1, 2, 4, 8), sizes=(64 * KiB, MiB, 16 * MiB, 64 * MiB), lz4_sizes=(MiB, 16 * MiB, 64 * MiB))
 

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from nimbus.data.jsonl import read_jsonl
 
@@ -81,11 +82,11 @@ class LedgerRecord:
         return json.dumps(dict(vars(self)), separators=(",", ":"))  # flat fields: no need for asdict's deep copy
 
     @classmethod
-    def from_json(cls, line: str) -> "LedgerRecord":
+    def from_json(cls, line: str) -> LedgerRecord:
         return cls.from_dict(json.loads(line))
 
     @classmethod
-    def from_dict(cls, data: dict) -> "LedgerRecord":
+    def from_dict(cls, data: dict) -> LedgerRecord:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -195,7 +196,7 @@ class Ledger:
         """``keep_in_memory``: hold only the newest this-many records in memory (the file has them all;
         totals are kept running), so a long run's driver does not grow with its ledger (P13)."""
         self._path, self._keep = path, keep_in_memory
-        self.by_workload: dict[str, "Ledger"] = {}  # a shared pool's ledger also appends each row to its workload's
+        self.by_workload: dict[str, Ledger] = {}  # a shared pool's ledger also appends each row to its workload's
         self._records: list[LedgerRecord] = []
         self._dropped = 0  # records no longer in memory (still in the file)
         self._tally = Tally()

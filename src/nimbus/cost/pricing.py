@@ -35,9 +35,9 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
-from typing import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 

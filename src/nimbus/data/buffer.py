@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -93,8 +94,8 @@ class Buffer:
 
     # ----------------------------------------------------------------------------------- lifecycle
     @classmethod
-    def create(cls, *, spec: dict[str, "KeySpec"], capacity_rows: int, max_actors: int = 1024,
-               dedup_window: int = 65536) -> "Buffer":
+    def create(cls, *, spec: dict[str, KeySpec], capacity_rows: int, max_actors: int = 1024,
+               dedup_window: int = 65536) -> Buffer:
         """Allocate the blocks (driver side). ``dedup_window``: how many recent invocation ids are remembered."""
         if capacity_rows < 1 or max_actors < 1 or not spec:
             raise ValueError(f"buffer needs capacity_rows ≥ 1 (got {capacity_rows}), max_actors ≥ 1 "
@@ -113,7 +114,7 @@ class Buffer:
         header["version_by_actor"] = -1
 
     @classmethod
-    def attach(cls, *, descriptor: dict[str, Any]) -> "Buffer":
+    def attach(cls, *, descriptor: dict[str, Any]) -> Buffer:
         """Map an existing buffer (worker side). The result reads; only the creator ingests."""
         buffer = cls(descriptor=descriptor, segments=attach_segments(descriptor=descriptor), owner=False)
         if int(buffer._header["capacity_rows"]) != buffer.capacity_rows:
@@ -136,7 +137,7 @@ class Buffer:
                 segment.unlink()
         self._segments = []
 
-    def __enter__(self) -> "Buffer":
+    def __enter__(self) -> Buffer:
         return self
 
     def __exit__(self, *exc: object) -> None:

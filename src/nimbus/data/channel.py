@@ -37,14 +37,25 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message, encoded_size, frame_plan
-from nimbus.data.frames import (DEFAULT_INLINE_MAX_BYTES, Body, Envelope, body_segment_prefix, discard_body,
-                                header_frame, new_segment_name, open_frame, prepare_body, slot_header_frame)
+from nimbus.data.frames import (
+    DEFAULT_INLINE_MAX_BYTES,
+    Body,
+    Envelope,
+    body_segment_prefix,
+    discard_body,
+    header_frame,
+    new_segment_name,
+    open_frame,
+    prepare_body,
+    slot_header_frame,
+)
 from nimbus.data.inbox import Inbox, InboxStats
 from nimbus.data.shm import run_prefix
 from nimbus.data.slots import OnFull, SlotPool, SlotsExhausted, SlotStats, write_message

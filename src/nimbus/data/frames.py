@@ -20,11 +20,23 @@ import itertools
 import json
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from nimbus.data.codec import (DEFAULT_COMPRESS_MIN_BYTES, MAGIC, PREFIX, VERSION, Message, compress, decode, encode,
-                               encode_into, encoded_size, worth_compressing)
+from nimbus.data.codec import (
+    DEFAULT_COMPRESS_MIN_BYTES,
+    MAGIC,
+    PREFIX,
+    VERSION,
+    Message,
+    compress,
+    decode,
+    encode,
+    encode_into,
+    encoded_size,
+    worth_compressing,
+)
 from nimbus.data.shm import Segment, unlink
 from nimbus.data.slots import PoolReader, read_message
 from nimbus.errors import CodecError

@@ -12,8 +12,9 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from nimbus.data.frames import Envelope, open_frame
 from nimbus.data.shm import sweep

@@ -33,7 +33,8 @@ import queue
 import threading
 import uuid
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import ray

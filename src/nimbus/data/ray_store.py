@@ -85,7 +85,7 @@ class RayStore:
         self._closed = False
 
     @classmethod
-    def create(cls, *, namespace: str, compress_min_bytes: int | None = 1 << 20) -> "RayStore":
+    def create(cls, *, namespace: str, compress_min_bytes: int | None = 1 << 20) -> RayStore:
         """The driver's store: starts the directory actor on this node."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -97,7 +97,7 @@ class RayStore:
         return cls(directory=directory, name=name, owner=True, compress_min_bytes=compress_min_bytes)
 
     @classmethod
-    def attach(cls, *, descriptor: dict[str, Any]) -> "RayStore":
+    def attach(cls, *, descriptor: dict[str, Any]) -> RayStore:
         """A function's view of the driver's store (by the directory actor's name)."""
         name = descriptor["directory"]
         try:

@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import _posixshmem  # CPython's own binding, used by multiprocessing.shared_memory
 import fcntl
 import itertools
 import mmap
@@ -27,8 +28,6 @@ import secrets
 import shutil
 import threading
 from pathlib import Path
-
-import _posixshmem  # CPython's own binding, used by multiprocessing.shared_memory
 
 SHM_DIR = Path("/dev/shm")
 PREFIX_ENV = "NIMBUS_SHM_PREFIX"
@@ -111,7 +110,7 @@ class Segment:
         self.buffer = memoryview(self._mmap)[:size_bytes]
 
     @classmethod
-    def create(cls, *, name: str, size_bytes: int, pretouch: bool = True, populate: bool = False) -> "Segment":
+    def create(cls, *, name: str, size_bytes: int, pretouch: bool = True, populate: bool = False) -> Segment:
         """A new segment. ``populate``: map with MAP_POPULATE (allocate and map every page now)."""
         fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
         try:
@@ -127,7 +126,7 @@ class Segment:
         return segment
 
     @classmethod
-    def attach(cls, *, name: str, populate: bool = False) -> "Segment":
+    def attach(cls, *, name: str, populate: bool = False) -> Segment:
         """Map an existing segment; ``populate`` fills the page tables now instead of on first access."""
         fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         size_bytes = os.fstat(fd).st_size

@@ -40,8 +40,9 @@ import struct
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -108,7 +109,7 @@ class SlotPool:
         self._blocked_s = 0.0
 
     @classmethod
-    def create(cls, *, name: str, num_slots: int, slot_bytes: int, max_readers: int = 1) -> "SlotPool":
+    def create(cls, *, name: str, num_slots: int, slot_bytes: int, max_readers: int = 1) -> SlotPool:
         if num_slots < 1 or slot_bytes < 1 or not 1 <= max_readers <= 255:
             raise ValueError(f"a slot pool needs num_slots ≥ 1, slot_bytes ≥ 1 and 1 ≤ max_readers ≤ 255, "
                              f"got {num_slots}, {slot_bytes}, {max_readers}")
@@ -237,7 +238,7 @@ class PoolReader:
         self._pool = pool
 
     @classmethod
-    def attach(cls, *, name: str) -> "PoolReader":
+    def attach(cls, *, name: str) -> PoolReader:
         """Map an existing pool; page tables are populated now (MAP_POPULATE), not on first read."""
         segment = Segment.attach(name=name, populate=True)
         try:

@@ -194,7 +194,7 @@ class ShmStore:
             removed = sweep(prefix=self._name_prefix)
             logger.debug("store %r closed, %d value(s) unlinked", self.namespace, removed)
 
-    def __enter__(self) -> "ShmStore":
+    def __enter__(self) -> ShmStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -88,8 +88,8 @@ class _SeedOnFirstReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
 def _check_known(*, env_id: str) -> None:
     if env_id.startswith("nimbus/"):
-        import nimbus.envs.faults  # noqa: F401  (registers the fault-injection envs)
         import nimbus.envs.atari  # noqa: F401  (registers nimbus/Atari<Game>-v5: ALE + preprocessing)
+        import nimbus.envs.faults  # noqa: F401  (registers the fault-injection envs)
     if env_id in gym.registry:
         return
     candidates = sorted(set(gym.registry) | {info.env_id for info in list_envs()})

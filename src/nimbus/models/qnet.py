@@ -26,7 +26,7 @@ from torch.distributions import Distribution
 
 from nimbus.errors import ConfigError
 from nimbus.models import distributions
-from nimbus.models.mlp import ActorCritic, Activation, PolicyValueModel, layer_init
+from nimbus.models.mlp import Activation, ActorCritic, PolicyValueModel, layer_init
 
 LOG_STD_MIN = -20.0  # SB3's bounds for SAC's log-std
 LOG_STD_MAX = 2.0

@@ -48,8 +48,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from nimbus.algos.base import Algorithm
-from nimbus.analysis.hessian import (HESSIAN_LAMBDA_MAX_KEY, HESSIAN_LAMBDA_MIN_KEY, HESSIAN_RATIO_KEY,
-                                     extreme_eigenvalues, subset_indices)
+from nimbus.analysis.hessian import (
+    HESSIAN_LAMBDA_MAX_KEY,
+    HESSIAN_LAMBDA_MIN_KEY,
+    HESSIAN_RATIO_KEY,
+    extreme_eigenvalues,
+    subset_indices,
+)
 from nimbus.nitro.probe_authors import probe_authors
 from nimbus.roles.actor import derive_seed
 from nimbus.types import PROBE_SECONDS_KEY, RoundMetrics, ScalingDecision
@@ -74,7 +79,7 @@ class ProbeRequest:
         return asdict(self)
 
     @classmethod
-    def from_header(cls, header: dict[str, Any] | None) -> "ProbeRequest | None":
+    def from_header(cls, header: dict[str, Any] | None) -> ProbeRequest | None:
         return None if header is None else cls(**header)
 
 

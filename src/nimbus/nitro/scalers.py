@@ -12,8 +12,13 @@ Example::
 from __future__ import annotations
 
 from nimbus.nitro.baselines import FixedScaler, HydrozoaScaler, MaxScaler
-from nimbus.nitro.config import (FixedScalingConfig, HydrozoaScalingConfig, MaxScalingConfig, NitroScalingConfig,
-                                 ScalingConfig)
+from nimbus.nitro.config import (
+    FixedScalingConfig,
+    HydrozoaScalingConfig,
+    MaxScalingConfig,
+    NitroScalingConfig,
+    ScalingConfig,
+)
 from nimbus.nitro.scaler import NitroScaler
 from nimbus.nitro.scaler_authors import AuthorsCodeNitroScaler
 from nimbus.types import ActorScaler

@@ -36,8 +36,7 @@ from rich import box  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from nimbus.analysis.stats import (Interval, aggregate, band, performance_profile,  # noqa: E402
-                                   probability_of_improvement)
+from nimbus.analysis.stats import Interval, aggregate, band, performance_profile, probability_of_improvement  # noqa: E402
 from nimbus.config.yaml_loader import parse_yaml  # noqa: E402
 from nimbus.errors import ConfigError, NimbusError  # noqa: E402
 from nimbus.report.metrics import read_metrics  # noqa: E402

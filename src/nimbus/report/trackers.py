@@ -39,8 +39,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from nimbus.errors import ConfigError
 from nimbus.config.trackers import Logger, MlflowConfig, WandbConfig
+from nimbus.errors import ConfigError
 from nimbus.types import RoundMetrics
 
 if TYPE_CHECKING:
@@ -269,8 +269,8 @@ class RunTrackers:
         self.trackers, self.artifacts_from, self.closed = list(trackers), Path(artifacts_from), False
 
     @classmethod
-    def open(cls, *, output: "OutputConfig", run_dir: Path, config: Mapping[str, Any],
-             artifacts_from: Path | None = None) -> "RunTrackers":
+    def open(cls, *, output: OutputConfig, run_dir: Path, config: Mapping[str, Any],
+             artifacts_from: Path | None = None) -> RunTrackers:
         """``output.loggers``' trackers for ``run_dir``; ``config``: the resolved config, as JSON-ready data."""
         made = make_trackers(loggers=output.loggers, run_dir=Path(run_dir), config=config, wandb=output.wandb,
                              mlflow=output.mlflow)
@@ -305,7 +305,7 @@ class RunTrackers:
         for tracker in self.trackers:
             _finish_quietly(tracker=tracker, artifacts=artifacts, failed=failed)
 
-    def __enter__(self) -> "RunTrackers":
+    def __enter__(self) -> RunTrackers:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:

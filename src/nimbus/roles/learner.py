@@ -28,8 +28,14 @@ from nimbus.data.request import WireRequest
 from nimbus.data.store import Store
 from nimbus.data.stores import put_all
 from nimbus.envs.obsnorm import rms_from_extras, rms_to_extras
-from nimbus.models.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
-                                   weights_key)
+from nimbus.models.weights import (
+    load_model,
+    load_optimizer,
+    model_to_message,
+    optim_key,
+    optimizer_to_message,
+    weights_key,
+)
 from nimbus.roles.actor import request_spaces
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import place, torch_device

@@ -22,7 +22,8 @@ Example::
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,7 +43,7 @@ def batch_key(*, policy: str, version: int) -> str:
     return f"batch/{policy}/{version}"
 
 
-def ship_batch(*, system: "System", policy: str, version: int, indices: np.ndarray) -> str | None:
+def ship_batch(*, system: System, policy: str, version: int, indices: np.ndarray) -> str | None:
     """Put the round's rows under ``batch/<policy>/<version>`` when batches travel through the Store."""
     if not system.ship_batches:
         return None
@@ -52,7 +53,7 @@ def ship_batch(*, system: "System", policy: str, version: int, indices: np.ndarr
     return key
 
 
-def finish_learner_round(*, system: "System", policy: str, version: int, new_version: int) -> None:
+def finish_learner_round(*, system: System, policy: str, version: int, new_version: int) -> None:
     """The learner's result was accepted: delete the consumed batch, mirror the new policy locally."""
     if system.ship_batches:
         system.store.delete(key=batch_key(policy=policy, version=version))

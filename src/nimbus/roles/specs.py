@@ -34,7 +34,7 @@ def check_devices(*, config: NimbusConfig) -> None:
     runtime, or a private Ray; a Ray cluster's learners may sit on other nodes' GPUs). With a device pool
     (``devices.pool: on_demand``) learner-side functions compute on their lease's device, so ``learner.device``
     is not checked then (runtime/devices.py)."""
-    import torch   # here: the spec helpers above serve the driver's config code, which loads no torch
+    import torch  # here: the spec helpers above serve the driver's config code, which loads no torch
 
     here = config.runtime.backend == "local" or config.runtime.address == "local"
     if not here or torch.cuda.is_available():

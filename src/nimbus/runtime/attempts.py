@@ -15,9 +15,10 @@ from __future__ import annotations
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from nimbus.cost.ledger import Ledger, Tally, attempt_record, provisioned_record
 from nimbus.data.codec import Message

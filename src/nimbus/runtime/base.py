@@ -24,8 +24,9 @@ from __future__ import annotations
 import contextlib
 import queue
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager
+from typing import Any, ContextManager
 
 from nimbus.core import Runtime as Runtime  # the contract itself lives in core.py
 from nimbus.data.codec import Message
@@ -100,7 +101,7 @@ def runtime_clock(*, runtime: Any, default: Callable[[], float] = time.perf_coun
     return getattr(runtime, "now_s", default)
 
 
-def event_queue(*, runtime: Any) -> "queue.Queue":
+def event_queue(*, runtime: Any) -> queue.Queue:
     """The queue a workflow's done-callbacks feed and its loop waits on: the runtime's own if it has one (waiting on
     a simulated runtime's advances its clock), else a plain ``queue.Queue``."""
     make = getattr(runtime, "event_queue", None)

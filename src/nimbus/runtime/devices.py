@@ -115,7 +115,7 @@ class DevicePool:
             return lease
 
 
-def device_pool(*, config: "DevicesConfig") -> DevicePool | None:
+def device_pool(*, config: DevicesConfig) -> DevicePool | None:
     """The pool ``devices:`` asks for, or None for ``pool: none``."""
     if config.pool == "none":
         return None
@@ -129,7 +129,7 @@ def device_pool(*, config: "DevicesConfig") -> DevicePool | None:
 PLACED_KEY = "_device_placed_on"  # a warm cache's key: the device its models and optimizer state are on
 
 
-def torch_device(*, leased: str | None, requested: str) -> "torch.device":
+def torch_device(*, leased: str | None, requested: str) -> torch.device:
     """The device a learner-side function computes on: the leased one when the pool gave one (``cpu:i`` slots
     are the CPU), else ``requested`` (``learner.device``; auto = cuda when present)."""
     import torch
@@ -140,7 +140,7 @@ def torch_device(*, leased: str | None, requested: str) -> "torch.device":
     return torch.device("cpu")
 
 
-def place(*, cache: dict[str, Any], device: "torch.device") -> bool:
+def place(*, cache: dict[str, Any], device: torch.device) -> bool:
     """Move every model, optimizer state and tensor held in ``cache`` (nested dicts and lists too) to ``device``;
     a no-op when the cache is already there. Returns whether anything was moved."""
     if cache.get(PLACED_KEY) == str(device):
@@ -150,7 +150,7 @@ def place(*, cache: dict[str, Any], device: "torch.device") -> bool:
     return True
 
 
-def _move(*, value: Any, device: "torch.device") -> Any:
+def _move(*, value: Any, device: torch.device) -> Any:
     import torch
     if isinstance(value, torch.nn.Module):
         return value.to(device)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from nimbus.config import NimbusConfig
 
 
-def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str, str]) -> Runtime:
+def make_runtime(*, config: NimbusConfig, ledger: Ledger, worker_env: dict[str, str]) -> Runtime:
     """The configured backend. ``worker_env``: variables every worker needs (Ray workers do not inherit
     the driver's environment; local workers do, so it is already there)."""
     rc = config.runtime
@@ -72,7 +72,7 @@ def make_runtime(*, config: "NimbusConfig", ledger: Ledger, worker_env: dict[str
                         devices=device_pool(config=config.devices))
 
 
-def resident_resources(*, config: "NimbusConfig") -> Resources:
+def resident_resources(*, config: NimbusConfig) -> Resources:
     """What a run keeps warm at once (a Ray actor holds its resources while idle): its peak actors, and its
     learner-side functions: Stellaris's learners and parameter function, a multi-agent run's learner, critic and
     post-processing function, else one learner."""
@@ -98,10 +98,10 @@ class StampedRuntime:
         self.inner = inner
         self.headers = dict(headers)
 
-    def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
+    def invoke(self, *, spec: FunctionSpec, request: Message) -> Future[Message]:
         return self.inner.invoke(spec=spec, request=self._stamp(request))
 
-    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
+    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> list[Future[Message]]:
         return self.inner.map(spec=spec, requests=[self._stamp(r) for r in requests])
 
     def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:

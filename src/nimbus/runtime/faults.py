@@ -64,7 +64,7 @@ def failure_kind(exc: BaseException) -> str:
     marked = getattr(exc, "nimbus_retryable", None)
     if marked is not None:
         return INFRASTRUCTURE if marked else FATAL
-    from nimbus.data.store import KeyNotFound   # here: a worker that never reads the store does not import it
+    from nimbus.data.store import KeyNotFound  # here: a worker that never reads the store does not import it
 
     if isinstance(exc, (KeyNotFound, TimeoutError, ConnectionError)) or type(exc).__module__.split(".")[0] == "ray":
         return INFRASTRUCTURE

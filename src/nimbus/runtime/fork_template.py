@@ -58,7 +58,7 @@ class SpawnRequest:
 _INT_MINIMUM = {"threads": 1, "driver_pid": 1, "inline_max_bytes": 0, "compress_min_bytes": -1}
 
 
-def _field(*, header: dict, name: str, kind: str) -> "str | int | float":
+def _field(*, header: dict, name: str, kind: str) -> str | int | float:
     value = header.get(name)
     if kind == "float":
         valid = type(value) in (int, float) and math.isfinite(value) and value >= 0

@@ -36,8 +36,8 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Callable
 
 from nimbus.data.codec import Message, decode, encode
 from nimbus.errors import CodecError
@@ -158,7 +158,7 @@ class ForkServer:
         self._track(self._proc.pid)
 
     def spawn(self, *, worker_id: str, spec: FunctionSpec, inline_max_bytes: int,
-              compress_min_bytes: int | None) -> "tuple[ForkedProcess, socket.socket, float]":
+              compress_min_bytes: int | None) -> tuple[ForkedProcess, socket.socket, float]:
         """Fork a worker bound to ``spec``: (process, the driver's socket to it, spawn wall time). After
         ``interrupt`` it raises OSError at once: a closing runtime starts no worker and no new server."""
         with self._lock:
@@ -179,7 +179,7 @@ class ForkServer:
             raise AssertionError("unreachable")
 
     def _spawn_once(self, *, worker_id: str, spec: FunctionSpec, inline_max_bytes: int,
-                    compress_min_bytes: int | None) -> "tuple[ForkedProcess, socket.socket, float]":
+                    compress_min_bytes: int | None) -> tuple[ForkedProcess, socket.socket, float]:
         parent_sock, child_sock = socket.socketpair()
         spawned_at = time.time()
         request = SpawnRequest(worker_id=worker_id, function=spec.name, entrypoint=spec.entrypoint, prefix=self._prefix,

@@ -46,9 +46,10 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any, ContextManager
 
 import numpy as np
 
@@ -145,14 +146,14 @@ class InlineRuntime(AttemptEndings):
 
     # ---- public API -------------------------------------------------------------------------------
 
-    def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
+    def invoke(self, *, spec: FunctionSpec, request: Message) -> Future[Message]:
         """Queue one invocation; the future holds the accepted result or raises FunctionFailed."""
         invocation = Invocation(invocation_id=uuid.uuid4().hex, spec=spec, future=Future(), queued_at=time.time(),
                                 body=encode(request, compress_min_bytes=None))
         self._submit(invocation)
         return invocation.future
 
-    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
+    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> list[Future[Message]]:
         """One invocation per request, queued in order."""
         return [self.invoke(spec=spec, request=request) for request in requests]
 

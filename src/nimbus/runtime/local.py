@@ -58,8 +58,8 @@ from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation,
 from nimbus.runtime.base import FunctionSpec, RuntimeStats
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.fairshare import next_placeable
+from nimbus.runtime.pool import WorkerHandle, WorkerPool, WorkerSlot, same_pool
 from nimbus.runtime.prewarm import SparesCapped
-from nimbus.runtime.pool import same_pool, WorkerHandle, WorkerPool, WorkerSlot
 from nimbus.runtime.scheduling import PoolScheduling
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class LocalRuntime(PoolScheduling, AttemptEndings):
 
     # ---- public API -------------------------------------------------------------------------------
 
-    def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
+    def invoke(self, *, spec: FunctionSpec, request: Message) -> Future[Message]:
         """Queue one invocation; the future holds the accepted result or raises FunctionFailed."""
         body = prepare_body(message=request, prefix=self._prefix, inline_max_bytes=self._inline_max_bytes,
                             compress_min_bytes=self._compress_min_bytes)

@@ -23,16 +23,17 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from nimbus.liveness import SILENT_BEATS
 from nimbus.data.channel import Inbox, body_segment_prefix
+from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.forkserver import ForkedProcess, ForkServer
 from nimbus.runtime.interpreter import module_command, worker_env
-from nimbus.runtime.spare_server import park, start_early, take_early
 from nimbus.runtime.janitor import Reaper
+from nimbus.runtime.spare_server import park, start_early, take_early
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class WorkerHandle:
     """The driver's view of a spawned worker process."""
 
     worker_id: str
-    proc: "subprocess.Popen | ForkedProcess"
+    proc: subprocess.Popen | ForkedProcess
     sock: socket.socket
     spawned_at: float
 

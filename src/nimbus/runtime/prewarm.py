@@ -60,7 +60,8 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from nimbus.runtime.base import runtime_clock
 
@@ -173,7 +174,7 @@ def thread_timer(*, delay_s: float, callback: Callable[[], None]) -> threading.T
     return timer
 
 
-def make_prewarmer(*, config: Any, runtime: Any, ledger: Any, actor_spec: Any, workload: str) -> "PrewarmController":
+def make_prewarmer(*, config: Any, runtime: Any, ledger: Any, actor_spec: Any, workload: str) -> PrewarmController:
     """The controller ``config.prewarm`` asks for (``mode: none``: a disabled one), pre-warming ``actor_spec``'s
     workers on ``runtime`` and reading start-up times from ``ledger``; on the runtime's clock and timer where it has
     them (module docstring)."""

@@ -51,20 +51,21 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
-from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, new_invocation, resolve
 from nimbus.liveness import SILENT_BEATS
+from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, new_invocation, resolve
 from nimbus.runtime.base import FunctionSpec, Resources, RuntimeStats
+from nimbus.runtime.prewarm import SparesCapped
 from nimbus.runtime.ray_cluster import connect_ray
 from nimbus.runtime.ray_liveness import RayLiveness
 from nimbus.runtime.ray_pool import RayPool, RaySlot
-from nimbus.runtime.prewarm import SparesCapped
-from nimbus.runtime.scheduling import PoolScheduling
 from nimbus.runtime.ray_worker import read_frame, split_result, to_frame
+from nimbus.runtime.scheduling import PoolScheduling
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ class RayRuntime(PoolScheduling, AttemptEndings):
 
     # ---- public API -------------------------------------------------------------------------------
 
-    def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
+    def invoke(self, *, spec: FunctionSpec, request: Message) -> Future[Message]:
         """Queue one invocation; the future holds the accepted result or raises FunctionFailed."""
         body = self._ray.put(to_frame(request, compress_min_bytes=self._compress_min_bytes))
         invocation = new_invocation(spec=spec, request=request, body=body)

@@ -18,20 +18,21 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections import deque
 import os
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from nimbus.data.shm import PREFIX_ENV, run_prefix
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.janitor import JanitorClient
+from nimbus.runtime.pool import eviction_victim, idle_of, same_pool
 from nimbus.runtime.ray_cluster import descendants
 from nimbus.runtime.ray_worker import FunctionWorker
-from nimbus.runtime.pool import eviction_victim, idle_of, same_pool
 
 log = logging.getLogger(__name__)
 _RESOURCE_REFRESH_S = 5.0

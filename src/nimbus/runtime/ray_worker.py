@@ -37,7 +37,7 @@ import numpy as np
 from nimbus import liveness
 from nimbus.data.codec import Message, decode, encode
 from nimbus.runtime.base import FunctionContext
-from nimbus.runtime.worker import limit_torch_threads, error_report, invoke_function, load_entrypoint
+from nimbus.runtime.worker import error_report, invoke_function, limit_torch_threads, load_entrypoint
 
 log = logging.getLogger(__name__)
 REPORT_KEY = "_nimbus_report"

@@ -25,7 +25,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from nimbus.data.codec import Message
-from nimbus.runtime.attempts import Action, Attempt, by_affinity, Invocation
+from nimbus.runtime.attempts import Action, Attempt, Invocation, by_affinity
 from nimbus.runtime.base import FunctionSpec, RuntimeStats
 from nimbus.runtime.fairshare import next_index
 
@@ -38,7 +38,7 @@ class PoolScheduling:
         with self._lock:
             self._weights = dict(weights)
 
-    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
+    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> list[Future[Message]]:
         """One invocation per request, queued in order."""
         return [self.invoke(spec=spec, request=request) for request in requests]
 

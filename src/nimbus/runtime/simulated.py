@@ -48,9 +48,10 @@ import heapq
 import itertools
 import logging
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -61,9 +62,9 @@ from nimbus.data.codec import Message, decode, encode
 from nimbus.data.stores import close_function_stores
 from nimbus.runtime.attempts import AFFINITY_KEY, Attempt, AttemptEndings, Invocation
 from nimbus.runtime.base import FunctionContext, FunctionSpec, RuntimeStats
-from nimbus.runtime.inline import driver_state_kept
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.fairshare import next_placeable
+from nimbus.runtime.inline import driver_state_kept
 from nimbus.runtime.prewarm import SparesCapped
 from nimbus.runtime.simulated_durations import check_bounded, draw_attempt, rows_of, simulated_timings, with_probe
 from nimbus.runtime.simulated_pool import PoolKey, SimPool, SimWorker, pool_key
@@ -80,7 +81,7 @@ class _Event:
     kind: str = field(compare=False)            # "start" | "end" | "timer"
     worker: SimWorker | None = field(compare=False)
     ending: dict[str, Any] = field(compare=False, default_factory=dict)
-    timer: "SimTimer | None" = field(compare=False, default=None)
+    timer: SimTimer | None = field(compare=False, default=None)
 
 
 class SimulatedRuntime(AttemptEndings):
@@ -170,7 +171,7 @@ class SimulatedRuntime(AttemptEndings):
         self._set_now(at_s)
 
     # ---- public API --------------------------------------------------------------------------------
-    def invoke(self, *, spec: FunctionSpec, request: Message) -> "Future[Message]":
+    def invoke(self, *, spec: FunctionSpec, request: Message) -> Future[Message]:
         """Queue one invocation at the current simulated moment; it starts when the driver next waits."""
         if self._closed:
             raise RuntimeError("SimulatedRuntime used after shutdown()")
@@ -180,7 +181,7 @@ class SimulatedRuntime(AttemptEndings):
         self._queue.append(invocation)
         return invocation.future
 
-    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> "list[Future[Message]]":
+    def map(self, *, spec: FunctionSpec, requests: list[Message]) -> list[Future[Message]]:
         return [self.invoke(spec=spec, request=request) for request in requests]
 
     def prewarm(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None:

@@ -24,7 +24,6 @@ from nimbus.data.codec import Message
 from nimbus.errors import ConfigError
 from nimbus.types import PROBE_SECONDS_KEY
 
-
 # The longest simulated cold start, median duration or first-call term: the driver wakes every 0.5 simulated seconds
 # while it waits (liveness, status), so a day-long cold start is 170,000 wake-ups before round 0 (and 1e9 s never
 # ends). An hour is past any serverless limit (Lambda stops a function at 15 min) and past a real cold start.

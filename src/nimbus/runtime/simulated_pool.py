@@ -15,8 +15,9 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from nimbus.runtime.attempts import Attempt, by_affinity
 from nimbus.runtime.base import FunctionSpec, Resources

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import queue
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nimbus.runtime.simulated import SimulatedRuntime
@@ -50,7 +51,7 @@ def single_threaded() -> Iterator[None]:
 class SimFuture(Future):
     """A future whose ``result``/``exception`` advance the simulation until it is resolved (instead of blocking)."""
 
-    def __init__(self, *, runtime: "SimulatedRuntime") -> None:
+    def __init__(self, *, runtime: SimulatedRuntime) -> None:
         super().__init__()
         self._runtime = runtime
 
@@ -66,7 +67,7 @@ class SimFuture(Future):
 class SimEvents(queue.Queue):
     """The workflow's event queue under simulation: ``get`` advances the clock to the next delivered result."""
 
-    def __init__(self, *, runtime: "SimulatedRuntime") -> None:
+    def __init__(self, *, runtime: SimulatedRuntime) -> None:
         super().__init__()
         self._runtime = runtime
 

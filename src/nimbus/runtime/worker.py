@@ -38,7 +38,8 @@ import socket
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from nimbus import liveness
 from nimbus.data.channel import Outbox, body_segment_prefix, open_frame

@@ -8,8 +8,14 @@ import pytest
 import torch
 from pydantic import TypeAdapter, ValidationError
 
-from nimbus.algos.multiagent import (MULTIAGENT_ALGO_CONFIGS, critic_to_message, initial_messages, load_critic, make_multiagent_algo,
-                               multiagent_algo_from_dict)
+from nimbus.algos.multiagent import (
+    MULTIAGENT_ALGO_CONFIGS,
+    critic_to_message,
+    initial_messages,
+    load_critic,
+    make_multiagent_algo,
+    multiagent_algo_from_dict,
+)
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.algos.multiagent.ppo import centralised_inputs
 from nimbus.algos.registry import ALGO_CONFIGS, AlgoConfig, make_algorithm
@@ -22,9 +28,7 @@ BOX = EnvSpaces(observation=gym.spaces.Box(-1, 1, (6,), np.float32), action=gym.
 
 
 def test_registration_and_roles() -> None:
-    from nimbus.algos.multiagent.config import IQLConfig
-    from nimbus.algos.multiagent.config import QMIXConfig
-    from nimbus.algos.multiagent.config import VDNConfig
+    from nimbus.algos.multiagent.config import IQLConfig, QMIXConfig, VDNConfig
     assert MULTIAGENT_ALGO_CONFIGS == {"ippo": IPPOConfig, "mappo": MAPPOConfig, "iql": IQLConfig, "vdn": VDNConfig,
                                        "qmix": QMIXConfig}
     assert all(ALGO_CONFIGS[name] is config for name, config in MULTIAGENT_ALGO_CONFIGS.items())

@@ -6,8 +6,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from nimbus.algos.multiagent import MULTIAGENT_ALGO_CONFIGS, make_multiagent_algo
-from nimbus.algos.multiagent import qmix
+from nimbus.algos.multiagent import MULTIAGENT_ALGO_CONFIGS, make_multiagent_algo, qmix
 from nimbus.algos.multiagent.config import QMIXConfig
 from nimbus.algos.multiagent.qmix import QMIX, initial_mixer_message, mixer_key, mixer_keys
 from nimbus.models.weights import load_model

@@ -4,7 +4,6 @@ the config error's reason, and compares each arm with that env's uniform-random 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest

@@ -12,6 +12,7 @@ import pytest
 from nimbus.config import load_config
 from support import load_benchmark
 
+
 def _script():
     return load_benchmark("nitro_remeasure")
 

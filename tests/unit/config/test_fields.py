@@ -7,7 +7,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from nimbus.config.algo import algo_section, ALGO_SECTIONS
+from nimbus.config.algo import ALGO_SECTIONS, algo_section
 
 WIDTH_FIELDS = [(name, key) for name in ALGO_SECTIONS for key in ("hidden_sizes", "critic_hidden_sizes")
                 if key in algo_section(name=name).model_fields]

@@ -19,7 +19,6 @@ from nimbus.data.transport import LENGTH
 from nimbus.errors import CodecError
 from support import evil_pickle, wait_for
 
-
 MiB = 1 << 20
 
 

@@ -4,8 +4,7 @@ TypeError or ValueError from inside the parser (a receiver drops the source on C
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from nimbus.data.codec import Message, encode
 from nimbus.data.frames import open_frame, slot_header_frame

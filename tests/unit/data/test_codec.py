@@ -8,8 +8,7 @@ import struct
 import numpy as np
 import pytest
 import safetensors.numpy
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from nimbus.data.codec import FLAG_LZ4, MAGIC, PREFIX, VERSION, Message, decode, encode, encode_into, encoded_size

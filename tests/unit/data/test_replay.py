@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
+from protocol_helpers import assert_implements
 
 from nimbus.algos.base import KeySpec
 from nimbus.data.buffer import Buffer
-from protocol_helpers import assert_implements
 from nimbus.data.replay import FullBatch, ReplayStrategy
 
 SPEC = {"x": KeySpec(shape=(), dtype="int64"), "obs": KeySpec(shape=(2,), dtype="float32")}

@@ -6,12 +6,11 @@ import uuid
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
+from protocol_helpers import assert_implements
 
 from nimbus.algos.base import KeySpec
 from nimbus.data.buffer import Buffer
-from protocol_helpers import assert_implements
 from nimbus.data.fragment_replay import FIFO, Circular
 from nimbus.data.replay import NStep, Prioritized, ReplayBatch, ReplayStrategy, Uniform, nstep_returns
 

@@ -11,8 +11,16 @@ import uuid
 
 import pytest
 
-from nimbus.data.shm import (PREFIX_ENV, Segment, list_segments, run_prefix, segment_name, streaming_copy_env,
-                             sweep, unlink)
+from nimbus.data.shm import (
+    PREFIX_ENV,
+    Segment,
+    list_segments,
+    run_prefix,
+    segment_name,
+    streaming_copy_env,
+    sweep,
+    unlink,
+)
 from support import run_python
 
 

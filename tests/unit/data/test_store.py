@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import _posixshmem
 import json
 import os
 
-import _posixshmem
 import numpy as np
 import pytest
 

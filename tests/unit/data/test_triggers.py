@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -11,8 +10,7 @@ from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
 from nimbus.data.replay import FullBatch
 from nimbus.data.store import ShmStore
-from nimbus.data.triggers import (DataKeyTrigger, ObjectKeyTrigger, StoreEvents, TimeTrigger, Trigger,
-                                  TriggerTable)
+from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, StoreEvents, TimeTrigger, Trigger, TriggerTable
 
 SPEC = {"obs": KeySpec(shape=(2,), dtype="float32"), "reward": KeySpec(shape=(), dtype="float32")}
 BUFFER_ROWS, BUFFER_ACTORS = 64, 8  # the ``buf`` fixture's (tests/unit/data/conftest.py)

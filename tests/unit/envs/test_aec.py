@@ -20,11 +20,10 @@ TICTACTOE = "pettingzoo.classic.tictactoe_v3:env"  # turn-based: is_parallelizab
 
 
 def test_a_parallelizable_aec_env_is_converted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    import mpe2.simple_spread_v3 as spread
     from pettingzoo import AECEnv, ParallelEnv
 
     from nimbus.envs.parallel import agent_spaces, make_parallel_env
-
-    import mpe2.simple_spread_v3 as spread
     assert isinstance(spread.env(N=3), AECEnv)
     with caplog.at_level(logging.INFO, logger="nimbus.envs.aec"):
         env = make_parallel_env(env_id=AEC_SPREAD, seed=0, kwargs={"N": 3, "max_cycles": 25})

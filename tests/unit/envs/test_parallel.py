@@ -12,8 +12,14 @@ import pytest
 from pettingzoo.test import parallel_api_test
 from pettingzoo.utils.env import ParallelEnv
 
-from nimbus.envs.parallel import (CATALOGUE, ContractCheckedParallel, agent_spaces, build_raw_env, global_state,
-                                  make_parallel_env)
+from nimbus.envs.parallel import (
+    CATALOGUE,
+    ContractCheckedParallel,
+    agent_spaces,
+    build_raw_env,
+    global_state,
+    make_parallel_env,
+)
 from nimbus.errors import ConfigError, EnvContractError
 
 AGENTS = ["a", "b"]

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
-from pettingzoo.utils.env import ParallelEnv
 from gymnasium import spaces
+from pettingzoo.utils.env import ParallelEnv
 
 from nimbus.envs.parallel import CATALOGUE, make_parallel_env
 from nimbus.envs.parallel_snapshot import capture_parallel, restore_parallel

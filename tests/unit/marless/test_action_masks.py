@@ -12,15 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from tests.unit.marless.marless_harness import actor_request, assemble_batch, ctx, learner_request, put_version_zero
-from tests.unit.marless.masked_env import ACTIONS, AGENTS, legal
 from nimbus.algos.multiagent import multiagent_algo_from_dict
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.envs.parallel import agent_spaces, make_parallel_env
-from nimbus.errors import ConfigError, EnvContractError
+from nimbus.errors import EnvContractError
 from nimbus.marless.actor import marless_actor_function
 from nimbus.marless.learner import critic_function, policy_function, postprocess_function
-from nimbus.models.weights import load_model, weights_key
+from tests.unit.marless.marless_harness import actor_request, assemble_batch, ctx, learner_request, put_version_zero
+from tests.unit.marless.masked_env import ACTIONS, AGENTS, legal
 
 MASKED = "tests.unit.marless.masked_env:make_env"
 OWN = {agent: f"p_{agent}" for agent in AGENTS}

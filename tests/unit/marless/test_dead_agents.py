@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from tests.unit.marless.early_env import make_env
-from tests.unit.marless.marless_harness import actor_request, assemble_batch, ctx, learner_request, put_version_zero
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig, VDNConfig
 from nimbus.algos.multiagent.vdn import VDN, vdn_q_tot
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.actor import marless_actor_function
 from nimbus.marless.learner import critic_function, policy_function, postprocess_function
-from nimbus.marless.team_rows import align_team_rows
 from nimbus.marless.team_learner import TeamObjective, TrainedNet
+from nimbus.marless.team_rows import align_team_rows
 from nimbus.marless.value_learner import join_replay
+from tests.unit.marless.early_env import make_env
+from tests.unit.marless.marless_harness import actor_request, assemble_batch, ctx, learner_request, put_version_zero
 
 EARLY = "tests.unit.marless.early_env:make_env"
 AGENTS = ["long", "short"]

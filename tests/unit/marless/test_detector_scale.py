@@ -62,7 +62,7 @@ def test_k_is_the_fitted_slope_in_noise_standard_deviations_per_round() -> None:
     for _ in range(3):
         constant.observe(agent_returns={"a": 1.0})
     assert constant.slope == 0.0                                       # no noise, no trend
-    from nimbus.marless.sharing import noise_scaled_slope   # here: the other tests also run against today's module
+    from nimbus.marless.sharing import noise_scaled_slope  # here: the other tests also run against today's module
     # a noiseless line after noiseless rounds: its slope 0.1 over the 1 % noise floor
     assert noise_scaled_slope(window=[0.1, 0.2, 0.3], before=[0.5, 0.5, 0.5]) == pytest.approx(10.0)
 

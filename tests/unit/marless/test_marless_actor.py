@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.unit.marless.marless_harness import actor_request, ctx, put_version_zero
 from nimbus.algos.multiagent import multiagent_algo_from_dict
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
 from nimbus.data.codec import decode, encode
@@ -14,6 +13,7 @@ from nimbus.envs.parallel import agent_spaces, make_parallel_env
 from nimbus.envs.slot_state import pop_slot_state
 from nimbus.marless.actor import MultiAgentActorRequest, marless_actor_function
 from nimbus.models.weights import load_model
+from tests.unit.marless.marless_harness import actor_request, ctx, put_version_zero
 
 AGENTS = ["agent_0", "agent_1", "agent_2"]
 OWN = {agent: f"p_{agent}" for agent in AGENTS}

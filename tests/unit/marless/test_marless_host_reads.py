@@ -7,7 +7,8 @@ itself makes one."""
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,9 +26,16 @@ from nimbus.marless.value_learner import team_post_key, value_policy_function
 from tests.host_reads import count_host_reads, decide_on_the_device
 from tests.unit.function_helpers import on_store
 from tests.unit.marless.marless_harness import actor_request, assemble_batch, ctx, learner_request, put_version_zero
-from tests.unit.marless.test_marless_value_learner import (OWN, game_rows, learner_request as value_request,
-                                                           load_policies, put_round, setup_policies, small,
-                                                           team_request)
+from tests.unit.marless.test_marless_value_learner import (
+    OWN,
+    game_rows,
+    learner_request as value_request,
+    load_policies,
+    put_round,
+    setup_policies,
+    small,
+    team_request,
+)
 
 
 @pytest.fixture(autouse=True)

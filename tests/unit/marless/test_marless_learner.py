@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.unit.marless.marless_harness import (ROLE_FUNCTIONS, SPREAD, actor_request, assemble_batch, ctx,
-                                             learner_request, put_version_zero)
 from nimbus.algos.gae import compute_gae
 from nimbus.algos.multiagent import load_critic, multiagent_algo_from_dict
 from nimbus.algos.multiagent.config import IPPOConfig, MAPPOConfig
@@ -18,6 +16,15 @@ from nimbus.envs.parallel import agent_spaces, make_parallel_env
 from nimbus.marless.actor import marless_actor_function
 from nimbus.marless.learner import MarlessLearnerRequest, critic_function, policy_function, postprocess_function
 from nimbus.models.weights import load_model
+from tests.unit.marless.marless_harness import (
+    ROLE_FUNCTIONS,
+    SPREAD,
+    actor_request,
+    assemble_batch,
+    ctx,
+    learner_request,
+    put_version_zero,
+)
 
 AGENTS = ["agent_0", "agent_1", "agent_2"]
 OWN = {agent: f"p_{agent}" for agent in AGENTS}

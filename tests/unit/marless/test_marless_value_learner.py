@@ -22,9 +22,15 @@ from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import EnvContractError
 from nimbus.marless.team_learner import TeamLearnerRequest, team_value_function
 from nimbus.marless.team_rows import VDNPostprocessRequest, align_team_rows, vdn_postprocess_function
-from nimbus.marless.value_learner import (ValueLearnerRequest, join_replay, spaces_header, target_key, team_post_key,
-                                               value_policy_function)
-from nimbus.models.weights import load_model, model_to_message, weights_key
+from nimbus.marless.value_learner import (
+    ValueLearnerRequest,
+    join_replay,
+    spaces_header,
+    target_key,
+    team_post_key,
+    value_policy_function,
+)
+from nimbus.models.weights import load_model, weights_key
 from tests.unit.function_helpers import ctx, on_store
 
 AGENTS = ["agent_0", "agent_1"]

@@ -73,8 +73,16 @@ def test_a_skipped_step_leaves_the_weights_and_adams_state_as_they_were(store, a
     from nimbus.marless.value_learner import team_post_key, value_policy_function
     from nimbus.models.weights import optim_key, weights_key
     from tests.unit.function_helpers import ctx, on_store
-    from tests.unit.marless.test_marless_value_learner import (OWN, game_rows, learner_request, load_policies,
-                                                               put_round, setup_policies, small, team_request)
+    from tests.unit.marless.test_marless_value_learner import (
+        OWN,
+        game_rows,
+        learner_request,
+        load_policies,
+        put_round,
+        setup_policies,
+        small,
+        team_request,
+    )
 
     algo_cls, config_cls = {"iql": (IQL, IQLConfig), "vdn": (VDN, VDNConfig), "qmix": (QMIX, QMIXConfig)}[algo_name]
     algo = algo_cls(config=small(config_cls, gradient_steps=3, batch_size=8))

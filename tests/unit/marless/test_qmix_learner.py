@@ -5,7 +5,6 @@ run on the inline runtime."""
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +20,17 @@ from nimbus.errors import ConfigError
 from nimbus.marless.team_learner import team_value_function
 from nimbus.marless.value_learner import team_post_key
 from tests.unit.function_helpers import ctx, on_store
-from tests.unit.marless.test_marless_value_learner import (HORIZON, OWN, game_rows, load_policies, put_round,
-                                                           setup_policies, small, team_request, train_game)
+from tests.unit.marless.test_marless_value_learner import (
+    HORIZON,
+    OWN,
+    game_rows,
+    load_policies,
+    put_round,
+    setup_policies,
+    small,
+    team_request,
+    train_game,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 GAME = "tests.unit.marless.coord_env:make_env"

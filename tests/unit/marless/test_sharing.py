@@ -10,8 +10,16 @@ import numpy as np
 import pytest
 
 from nimbus.marless.config import MarlessConfig
-from nimbus.marless.sharing import (PerformanceDetector, SharingController, base_agent, group_agents,
-                                    least_squares_slope, noise_scaled_slope, num_groups, similarity)
+from nimbus.marless.sharing import (
+    PerformanceDetector,
+    SharingController,
+    base_agent,
+    group_agents,
+    least_squares_slope,
+    noise_scaled_slope,
+    num_groups,
+    similarity,
+)
 
 
 def test_slope_is_the_least_squares_line() -> None:

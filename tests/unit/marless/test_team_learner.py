@@ -20,8 +20,17 @@ from nimbus.marless.value_learner import team_post_key
 from nimbus.models.weights import load_model, weights_key
 from nimbus.roles.actor import derive_seed
 from tests.unit.function_helpers import ctx, on_store
-from tests.unit.marless.test_marless_value_learner import (AGENTS, OWN, SPACES, game_rows, load_policies, put_round,
-                                                           setup_policies, small, team_request)
+from tests.unit.marless.test_marless_value_learner import (
+    AGENTS,
+    OWN,
+    SPACES,
+    game_rows,
+    load_policies,
+    put_round,
+    setup_policies,
+    small,
+    team_request,
+)
 
 SHARED = {"agent_0": "red", "agent_1": "red"}   # a policy_mapping name: one policy for both agents
 STEPS = 3

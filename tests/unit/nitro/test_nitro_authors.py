@@ -14,8 +14,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from nimbus.nitro.probe_authors import AUTHORS_SIGNAL_KEY, GRID_PADDING
 from nimbus.nitro.scaler import MissingSignalError

@@ -15,8 +15,16 @@ from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.nitro.config import FixedScalingConfig, HessianProbeConfig, NitroScalingConfig
-from nimbus.nitro.probe import (ProbeRequest, policy_parameters, probe_not_run, probe_policy, probe_request,
-                                round_probe_extras, select_subset, with_decision)
+from nimbus.nitro.probe import (
+    ProbeRequest,
+    policy_parameters,
+    probe_not_run,
+    probe_policy,
+    probe_request,
+    round_probe_extras,
+    select_subset,
+    with_decision,
+)
 from nimbus.nitro.scaler import NitroScaler
 from nimbus.types import RoundMetrics, ScalingDecision
 

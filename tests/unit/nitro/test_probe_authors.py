@@ -26,8 +26,7 @@ from nimbus.algos.ppo.config import PPOConfig
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.nitro.config import HessianProbeConfig, NitroScalingConfig
 from nimbus.nitro.probe import ProbeRequest, probe_after_update, probe_request
-from nimbus.nitro.probe_authors import (AUTHORS_SIGNAL_KEY, authors_parameters, lanczos_ritz_values,
-                                        padded_grid_ratio)
+from nimbus.nitro.probe_authors import AUTHORS_SIGNAL_KEY, authors_parameters, lanczos_ritz_values, padded_grid_ratio
 
 SPACES = EnvSpaces(observation=gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
                    action=gym.spaces.Box(-1.0, 1.0, (1,), np.float32))

@@ -15,8 +15,8 @@ from nimbus.nitro.config import (
     ScalingConfig,
 )
 from nimbus.nitro.scaler import NitroScaler
-from nimbus.nitro.scalers import make_scaler
 from nimbus.nitro.scaler_authors import AuthorsCodeNitroScaler
+from nimbus.nitro.scalers import make_scaler
 
 ADAPTER = TypeAdapter(ScalingConfig)
 

@@ -6,7 +6,6 @@ the lease's device from its context, and names the device it used. The numerics 
 from __future__ import annotations
 
 import dataclasses
-
 import uuid
 
 import gymnasium as gym
@@ -113,9 +112,9 @@ def test_the_sac_learner_mixes_no_devices(store: ShmStore) -> None:
 
 def test_the_multi_agent_critic_and_policy_learners_mix_no_devices(store: ShmStore) -> None:
     """MAPPO (centralised critic, ValueNorm) then the policy with its probe, on a leased device."""
+    from nimbus.marless.learner import critic_function, policy_function, postprocess_function
     from tests.unit.marless.marless_harness import ctx
     from tests.unit.marless.test_marless_learner import MAPPO, request, round_zero
-    from nimbus.marless.learner import critic_function, policy_function, postprocess_function
 
     agents, _ = round_zero(store, algo=MAPPO, agent_policy=dict.fromkeys(["agent_0", "agent_1", "agent_2"],
                                                                           "p_agent_0"))
@@ -132,11 +131,11 @@ def test_the_multi_agent_critic_and_policy_learners_mix_no_devices(store: ShmSto
 def test_the_multi_agent_value_learner_mixes_no_devices(store: ShmStore) -> None:
     """VDN's team function (marless/team_learner.py): every policy's nets, their targets and the joint replay on
     the leased device, twice (the second warm, from the first's versions), with the probe."""
-    from tests.unit.marless import test_marless_value_learner as harness
     from nimbus.algos.multiagent.config import VDNConfig
     from nimbus.algos.multiagent.vdn import VDN
     from nimbus.marless.team_learner import team_value_function
     from nimbus.marless.value_learner import team_post_key
+    from tests.unit.marless import test_marless_value_learner as harness
 
     algo = VDN(config=harness.small(VDNConfig, gradient_steps=3, batch_size=16))
     harness.setup_policies(store=store, algo=algo, agent_policy=harness.OWN)

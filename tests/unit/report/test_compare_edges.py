@@ -4,7 +4,6 @@ the guarded YAML loader); at 80 columns no run name is cut."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from nimbus.errors import ConfigError
-from nimbus.report.compare import _group_curve, comparison_table, compare_runs, group_statistics, load_run
+from nimbus.report.compare import _group_curve, compare_runs, comparison_table, group_statistics, load_run
 from tests.unit.report.test_compare import _seeded_run
 
 

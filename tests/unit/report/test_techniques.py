@@ -10,7 +10,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 from nimbus.report.render import render_report  # noqa: E402

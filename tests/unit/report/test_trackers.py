@@ -10,10 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from nimbus.errors import ConfigError
 from nimbus.config.trackers import MlflowConfig, WandbConfig
-from nimbus.report.trackers import (MlflowTracker, RunTrackers, TensorBoardTracker, WandbTracker, flatten,
-                                    make_trackers, scalars_of)
+from nimbus.errors import ConfigError
+from nimbus.report.trackers import (
+    MlflowTracker,
+    RunTrackers,
+    TensorBoardTracker,
+    WandbTracker,
+    flatten,
+    make_trackers,
+    scalars_of,
+)
 from nimbus.types import RoundMetrics
 from tests.unit.report.tracker_files import wandb_history, wandb_records
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from support import ledger_rows
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.data.codec import Message
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.run.loop import TrainResult, train
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.inline import InlineRuntime
+from support import ledger_rows
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -9,9 +9,9 @@ import signal
 from pathlib import Path
 
 import pytest
+from test_inline_workflows import inline_config  # the same directory (pytest puts it on sys.path)
 
 from nimbus.run.loop import train
-from test_inline_workflows import inline_config  # the same directory (pytest puts it on sys.path)
 
 TWO = ["policies=[{name: a, algo: {lr: 1.0e-3}}, {name: b, algo: {lr: 3.0e-4}}]", "actors.fragment_steps=16",
        "actors.scaling={kind: fixed, num_actors: 1}", "algo.minibatch_size=32", "algo.num_epochs=1"]

@@ -5,22 +5,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_inline_workflows import inline_config  # the same directory (pytest puts it on sys.path)
 
 from nimbus.algos.registry import make_algorithm
 from nimbus.config import NimbusConfig, apply_overrides, load_config, parse_config
 from nimbus.data.codec import Message
+from nimbus.data.resume import load_resume_state
 from nimbus.envs.make import make_env
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.models.weights import model_to_message, weights_key
+from nimbus.pbt.population import weights_sha256
 from nimbus.roles.evaluate import evaluate_policy
 from nimbus.run.loop import train
-from nimbus.run.stop import stop_reason
 from nimbus.run.periodic_eval import PeriodicEvaluator
+from nimbus.run.stop import stop_reason
 from nimbus.types import Progress
-from nimbus.data.resume import load_resume_state
-from nimbus.pbt.population import weights_sha256
-from test_inline_workflows import inline_config  # the same directory (pytest puts it on sys.path)
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -3,10 +3,10 @@ when its holder dies (SIGKILL included); a new run never takes a directory that 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
-import os
 from pathlib import Path
 
 import pytest

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_inline_workflows import inline_config  # the same directory (pytest puts it on sys.path)
 
 from nimbus.run.build import pool_config
-from test_inline_workflows import inline_config  # the same directory (pytest puts it on sys.path)
 
 
 @pytest.mark.parametrize(("backend", "expected_64", "expected_2"), [("simulated", 6, 6), ("local", 128, 6)])

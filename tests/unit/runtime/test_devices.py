@@ -3,15 +3,13 @@ learners than device slots on the local runtime, with each lease in the ledger."
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
 from nimbus.config.devices import DevicesConfig
 from nimbus.data.codec import Message
 from nimbus.runtime.base import FunctionSpec, Resources
-from nimbus.runtime.devices import (PLACED_KEY, DevicePool, device_pool, lease_ended, place, pool_devices,
-                                    torch_device)
+from nimbus.runtime.devices import PLACED_KEY, DevicePool, device_pool, lease_ended, place, pool_devices, torch_device
 
 LEARNER = FunctionSpec(name="learner", entrypoint="nimbus.runtime.builtin:sleep", kind="learner", timeout_s=20.0,
                        resources=Resources(cpus=1))
@@ -134,7 +132,7 @@ class _Recording(torch.nn.Module):
         super().__init__()
         self.moved_to: list[torch.device] = []
 
-    def to(self, device: torch.device) -> "_Recording":  # type: ignore[override]
+    def to(self, device: torch.device) -> _Recording:  # type: ignore[override]
         self.moved_to.append(device)
         return self
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nimbus.cost.ledger import FAILED_OUTCOMES, Ledger, totals_of
 from nimbus.data.codec import Message

@@ -98,8 +98,9 @@ def test_sigkill_of_the_driver_takes_the_fork_server_and_its_workers(tmp_path: P
 def test_a_request_without_a_socket_is_answered_with_an_error() -> None:
     server = ForkServer(prefix="nimbus_fstest_", preload=(), env=dict(os.environ), janitor_track=lambda pid: None)
     try:
-        from nimbus.data.codec import decode, encode
         from dataclasses import asdict
+
+        from nimbus.data.codec import decode, encode
         from nimbus.runtime.fork_template import SpawnRequest
         request = SpawnRequest(worker_id="x", function="e", entrypoint="nimbus.runtime.builtin:empty", prefix="",
                                spawn_time=0.0, threads=1, driver_pid=os.getpid(), inline_max_bytes=0,

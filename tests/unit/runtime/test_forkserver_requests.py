@@ -10,8 +10,7 @@ import struct
 from dataclasses import asdict, fields
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nimbus.data.codec import MAGIC, PREFIX, VERSION, Message, decode, encode
 from nimbus.errors import CodecError

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest

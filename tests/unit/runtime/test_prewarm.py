@@ -6,8 +6,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from nimbus.runtime.prewarm import (PrewarmController, WorkloadMonitor, actor_start_samples, actors_to_warm,
-                                    fire_delay_s, is_stable, prewarm_threshold_s)
+from nimbus.runtime.prewarm import (
+    PrewarmController,
+    WorkloadMonitor,
+    actor_start_samples,
+    actors_to_warm,
+    fire_delay_s,
+    is_stable,
+    prewarm_threshold_s,
+)
 
 STARTS = [1.0, 1.1, 0.9, 1.0, 1.0]
 FINS = [4.0, 4.1, 4.0, 3.9, 4.0]

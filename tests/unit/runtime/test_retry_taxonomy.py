@@ -5,8 +5,8 @@ failure then naming that first traceback; a fatal error never."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

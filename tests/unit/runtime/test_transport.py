@@ -11,7 +11,6 @@ import pytest
 from nimbus.data.codec import Message, decode, encode
 from nimbus.data.transport import LENGTH, FrameReader, recv_frame, send_frame
 from nimbus.errors import CodecError
-
 from runtime_helpers import evil_pickle
 
 

@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 
-
 _PROBE = r"""
 import json, sys
 import torch

@@ -4,26 +4,25 @@ real ShmStores with real PPO gradients. What it reads and writes per aggregation
 from __future__ import annotations
 
 import uuid
-from concurrent.futures import Future
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+from nimbus.algos.ppo.algorithm import PPO
+from nimbus.algos.ppo.config import PPOConfig
 from nimbus.data.codec import Message, encoded_size
 from nimbus.data.store import ShmStore
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.runtime.base import FunctionContext
 from nimbus.stellaris import parameter as parameter_module
-from nimbus.stellaris.learner import gradient_learner_function
+from nimbus.stellaris.learner import GradientRequest, gradient_learner_function
 from nimbus.stellaris.parameter import ParameterRequest, parameter_function
 from nimbus.stellaris.resident_log import ResidentLog
 from tests.unit.function_helpers import cartpole_spaces, ctx, on_store, publish
-from nimbus.algos.ppo.algorithm import PPO
-from nimbus.algos.ppo.config import PPOConfig
-from nimbus.stellaris.learner import GradientRequest
 from tests.unit.stellaris.test_stellaris_functions import ROWS, batch
 
 AGGREGATIONS = 5

@@ -8,7 +8,6 @@ import pytest
 
 from nimbus.stellaris.rules import Arrival, make_rule, staleness_scale
 
-
 _keys = itertools.count()
 
 

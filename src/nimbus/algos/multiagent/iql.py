@@ -19,7 +19,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -153,7 +153,7 @@ def initial_messages(*, algo: ValueAlgorithm, spaces: EnvSpaces, state_dim: int,
     ``num_agents`` are unused (neither IQL nor VDN has a centralised network). The same as the generic
     version-0 weights plus the ``grad_steps`` header (the learner reads a missing one as 0).
     """
-    from nimbus.models.weights import model_to_message   # on first use: importing the config loads no data code
+    from nimbus.models.weights import model_to_message  # on first use: importing the config loads no data code
 
     del state_dim, num_agents
     with torch.random.fork_rng(devices=[]):   # seeded, the caller's RNG untouched

@@ -89,7 +89,7 @@ class QMIX(ValueAlgorithm):
 
 def initial_mixer_message(*, algo: QMIX, state_dim: int, num_agents: int, seed: int) -> Message:
     """Version 0 of the mixer (header ``grad_steps`` 0); its target at version 0 is itself."""
-    from nimbus.models.weights import model_to_message   # on first use: importing the config loads no data code
+    from nimbus.models.weights import model_to_message  # on first use: importing the config loads no data code
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-
 import torch
 
 from nimbus.algos.multiagent.iql import ValueAlgorithm

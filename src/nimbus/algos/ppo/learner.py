@@ -22,12 +22,11 @@ from dataclasses import dataclass
 import torch
 
 from nimbus.algos.base import LossOutput
-from nimbus.algos.ppo.config import PPOConfig, Schedule
-from nimbus.algos.truncation import Truncation
-from nimbus.algos.ppo.loss import (LOSS_STATS, explained_variance_tensor, normalize_advantages, ppo_loss,
-                                   ppo_loss_terms)
 from nimbus.algos.compiled import CompileMode, compiled
+from nimbus.algos.ppo.config import PPOConfig, Schedule
+from nimbus.algos.ppo.loss import LOSS_STATS, explained_variance_tensor, normalize_advantages, ppo_loss, ppo_loss_terms
 from nimbus.algos.step import DeviceStats, guarded_step
+from nimbus.algos.truncation import Truncation
 from nimbus.models.mlp import ActorCritic
 
 logger = logging.getLogger(__name__)
