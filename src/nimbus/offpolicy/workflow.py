@@ -44,7 +44,7 @@ from nimbus.onpolicy.system import System
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.runtime.prewarm import make_prewarmer
 from nimbus.core import UNBOOKED, Book
-from nimbus.types import POLICY, Progress, RoundMetrics, schedule_fraction
+from nimbus.types import Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
 POLL_S = 0.02
@@ -99,6 +99,7 @@ class AsyncWorkflow(SystemWorkflow):
     def __init__(self, *, system: System, progress: Progress) -> None:
         cfg = system.config
         self.system, self.progress = system, progress
+        self.policy = system.policy   # its Store keys: a population member's or a workload's own name, else "main"
         self.book: Book = UNBOOKED   # the run loop's (attach)
         self.wf = cfg.async_workflow
         self.plan = plan_for(config=cfg)
@@ -143,7 +144,7 @@ class AsyncWorkflow(SystemWorkflow):
             table.bind(name="sync_weights", trigger=sync, action=self._sync_all)
         else:
             table.bind(name="send_weights", trigger=ObjectKeyTrigger(store_events=self.system.store_events,
-                                                                     key_prefix=f"weights/{POLICY}/"),
+                                                                     key_prefix=f"weights/{self.policy}/"),
                        action=self._send_to_heard_from)
         return table
 
@@ -182,7 +183,7 @@ class AsyncWorkflow(SystemWorkflow):
             env_wrappers=list(cfg.env.wrappers), num_envs=cfg.env.num_envs_per_actor,
             fragment_steps=cfg.actors.fragment_steps, seed=cfg.seed, actor_rank=rank,
             slot_seq=self.slot_seq.get(rank, self.progress.slot_seq_base), policy_version=version,
-            weights_key=weights_key(policy=POLICY, version=version), algo=cfg.algo.model_dump(mode="json"),
+            weights_key=weights_key(policy=self.policy, version=version), algo=cfg.algo.model_dump(mode="json"),
             random_actions=warmup)
         future = self.system.runtime.invoke(spec=self.system.actor_spec, request=request.to_message())
         self.running[rank] = (future, version)
@@ -215,7 +216,7 @@ class AsyncWorkflow(SystemWorkflow):
         request = OffPolicyLearnerRequest(
             env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), env_imports=list(cfg.env.imports),
             env_wrappers=list(cfg.env.wrappers), algo=cfg.algo.model_dump(mode="json"),
-            policy=POLICY, policy_version=version, has_optimizer_state=version > 0, buffer=buffer.descriptor(),
+            policy=self.policy, policy_version=version, has_optimizer_state=version > 0, buffer=buffer.descriptor(),
             progress=schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps), seed=cfg.seed,
             device=cfg.learner.device, torch_threads=cfg.learner.torch_threads,
             return_td_errors=self.plan.prioritized, row_group=self.plan.row_group,
@@ -291,7 +292,7 @@ class AsyncWorkflow(SystemWorkflow):
         self.published.add(new_version)
         self.last_heard_from = call.heard_from
         self.lag_counts.update(int(lag) for lag in call.lags)
-        self.system.store_events.notify(key=weights_key(policy=POLICY, version=new_version))
+        self.system.store_events.notify(key=weights_key(policy=self.policy, version=new_version))
         self._finish_round(call=call, header=header)
         self._forget_old_versions()
 
@@ -337,9 +338,9 @@ class AsyncWorkflow(SystemWorkflow):
         for version in sorted(self.published):
             if version > newest - keep:
                 break
-            keys = [optim_key(policy=POLICY, version=version)]
+            keys = [optim_key(policy=self.policy, version=version)]
             if version not in referenced:
-                keys.append(weights_key(policy=POLICY, version=version))
+                keys.append(weights_key(policy=self.policy, version=version))
                 self.published.discard(version)
             for key in keys:
                 try:
@@ -364,7 +365,7 @@ class AsyncWorkflow(SystemWorkflow):
 
     def begin(self) -> None:
         """Announce the current version, then start the learner and every actor that may run."""
-        self.system.store_events.notify(key=weights_key(policy=POLICY, version=self.progress.policy_version))
+        self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
         self.poll(now_s=self.clock())
 
     def handle(self, *, kind: str, future: Future, meta: Any) -> bool:

@@ -27,7 +27,7 @@ import numpy as np
 from nimbus.onpolicy.pipeline_learner import PIPELINE_KEY, StreamRequest
 from nimbus.onpolicy.sync import SyncWorkflow
 from nimbus.roles.learner import LearnerRequest
-from nimbus.types import POLICY, schedule_fraction
+from nimbus.types import schedule_fraction
 
 
 class PipelinedSyncWorkflow(SyncWorkflow):
@@ -54,7 +54,7 @@ class PipelinedSyncWorkflow(SyncWorkflow):
         progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
         request = LearnerRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
                                  env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
-                                 algo=cfg.algo.model_dump(mode="json"), policy=POLICY, policy_version=version,
+                                 algo=cfg.algo.model_dump(mode="json"), policy=self.policy, policy_version=version,
                                  has_optimizer_state=version > 0, buffer=self.system.buffer.descriptor(),
                                  progress=progress, seed=cfg.seed, device=cfg.learner.device,
                                  torch_threads=cfg.learner.torch_threads,

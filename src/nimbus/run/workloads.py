@@ -40,16 +40,20 @@ AfterRound = Callable[[int, RoundMetrics], bool]
 
 
 def check_workloads(*, configs: list[NimbusConfig]) -> None:
-    """Exit-2 rules: unique names; each a one-policy sync run; one pool (local or Ray) for all."""
+    """Exit-2 rules: unique names; each a one-policy run (any workflow but MARLess's, whose policies are named after
+    its agents, not after the workload); one pool (local or Ray) for all."""
     seen: set[str] = set()
     for i, config in enumerate(configs):
         where = f"workload {i + 1} ({config.name})"
         if config.name in seen:
             raise ConfigError(f"name: duplicate workload name {config.name!r} ({where}); give each config its own name")
         seen.add(config.name)
-        if config.train.workflow != "sync" or config.policies or config.pbt is not None \
-                or config.pipeline.minibatch or config.pipeline.dual_stage:
-            raise ConfigError(f"train.workflow: {where}: several workloads on one pool run one-policy sync workloads")
+        if config.policies or config.pbt is not None:
+            raise ConfigError(f"policies: {where}: a workload on a shared pool trains one policy (a population has a "
+                              "pool of its own: run it alone)")
+        if workflow_name(config=config) == "multiagent":
+            raise ConfigError(f"train.workflow: {where}: a workload on a shared pool trains one policy named after "
+                              "it; a multiagent run names its policies after its agents (run it alone)")
         if (config.runtime.backend, config.runtime.address) != (configs[0].runtime.backend, configs[0].runtime.address):
             raise ConfigError(f"runtime.backend: {where}: every workload runs on the first one's pool "
                               f"({configs[0].runtime.backend}, address {configs[0].runtime.address!r})")

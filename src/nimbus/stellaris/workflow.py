@@ -34,7 +34,7 @@ import itertools
 import logging
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -94,6 +94,9 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         self.rule.version = progress.policy_version
         self.gradient_spec = system.learner_spec
         self.parameter_spec = role_spec(config=system.config, role="parameter", entrypoint=PARAMETER_ENTRYPOINT)
+        workload = system.actor_spec.workload   # a workload on a shared pool: its own warm workers and ledger rows
+        if workload:
+            self.parameter_spec = replace(self.parameter_spec, name=f"{workload}/parameter", workload=workload)
         self.table = TriggerTable()   # no ObjectKeyTrigger: actors start when a batch is taken, not per version
         self.table.bind(name="take_batch", trigger=self.data_trigger, action=self._take_batch)
         self.batches: list[Batch] = []
