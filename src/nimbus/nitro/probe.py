@@ -43,7 +43,7 @@ import dataclasses
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -55,12 +55,10 @@ from nimbus.analysis.hessian import (
     extreme_eigenvalues,
     subset_indices,
 )
+from nimbus.nitro.config import NitroScalingConfig, ScalingConfig
 from nimbus.nitro.probe_authors import probe_authors
 from nimbus.roles.actor import derive_seed
 from nimbus.types import PROBE_SECONDS_KEY, RoundMetrics, ScalingDecision
-
-if TYPE_CHECKING:
-    from nimbus.nitro.config import ScalingConfig
 
 #: Sub-modules whose parameters are not the policy's (separate value network, frozen target copy).
 NON_POLICY_MODULES = ("critic", "target_net")
@@ -85,10 +83,6 @@ class ProbeRequest:
 
 def probe_request(*, scaling: ScalingConfig) -> ProbeRequest | None:
     """The probe the actor scaler needs each round, or None when it reads no Hessian signal (driver side)."""
-    # imported here, not at the top: the learner functions import this module first thing in a fresh worker, and
-    # nitro/config.py cannot be the first config module a process imports (nimbus.config's __init__ imports it back)
-    from nimbus.nitro.config import NitroScalingConfig
-
     if isinstance(scaling, NitroScalingConfig):
         hessian = scaling.hessian
         return ProbeRequest(subset_size=hessian.subset_size, max_iterations=hessian.max_iterations,

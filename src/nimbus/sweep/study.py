@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from nimbus.config import NimbusConfig, dump_config, parse_config
+from nimbus.config import NimbusConfig, apply_overrides, dump_config, parse_config
 from nimbus.config.yaml_loader import parse_yaml
 from nimbus.errors import ConfigError
 from nimbus.run.rundir import hold_lock
@@ -308,8 +308,6 @@ def run_sweep(*, config_path: Path, space_path: Path, options: SweepOptions, swe
               say: Callable[[str], None] = lambda line: None) -> SweepResult:
     """Run (or resume) the sweep until ``options.trials`` trials have finished; ``say`` hears when each trial starts
     and how it ended."""
-    from nimbus.config.loading import apply_overrides
-
     if options.trials < 1 or options.seeds < 1:
         raise ConfigError(f"--trials and --seeds must be at least 1, got {options.trials} and {options.seeds}")
     if not Path(config_path).exists():
