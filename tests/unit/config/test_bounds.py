@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from nimbus.config import load_config, parse_config
-from nimbus.schema.bounds import MAX_ACTORS, MAX_INLINE_BYTES, MAX_SEED, RANK_STRIDE
 from nimbus.errors import ConfigError
+from nimbus.schema.bounds import MAX_ACTORS, MAX_INLINE_BYTES, MAX_SEED, RANK_STRIDE
 
 REPO = Path(__file__).resolve().parents[3]
 PPO = REPO / "configs" / "ppo-cartpole.yaml"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from nimbus.config import load_config
-from nimbus.schema.bounds import MAX_CONFIG_BYTES
 from nimbus.config.yaml_loader import parse_yaml
 from nimbus.errors import ConfigError
+from nimbus.schema.bounds import MAX_CONFIG_BYTES
 
 REPO = Path(__file__).resolve().parents[3]
 PPO = REPO / "configs" / "ppo-cartpole.yaml"
