@@ -1,4 +1,4 @@
-"""Fixtures for the ``ray`` and ``redis`` tests (import them into a test module to use them).
+"""Fixtures for the ``ray`` and ``redis`` tests (tests/conftest.py imports them: every test module may ask for them).
 
 * ``ray_local`` (module scope): one loopback-only local Ray instance with ``num_cpus=2`` shared by every
   test of the module and kept for the next ray module (Ray takes seconds to start); tests/conftest.py shuts it
@@ -8,8 +8,6 @@
   with a clear reason if the binary is absent (scripts/setup.sh installs Debian's redis-server).
 
 Example::
-
-    from cluster_fixtures import ray_local, redis_server  # noqa: F401  (pytest fixtures)
 
     def test_x(redis_server):
         server = redis_server(password="s3cret")

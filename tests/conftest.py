@@ -11,6 +11,7 @@ import pytest
 import torch
 from _pytest.nodeid import coerce_node_id  # pytest 9's node ids (see pytest_collection_modifyitems)
 
+from cluster_fixtures import ray_local, ray_two_nodes, redis_server  # noqa: F401  (fixtures for every test module)
 from nimbus.data import shm
 from support import USER_NETS
 

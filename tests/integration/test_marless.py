@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cluster_fixtures import ray_local  # noqa: F401  (fixture)
 from nimbus.errors import ConfigError
 from nimbus.marless.scaling import actor_count
 from nimbus.report.metrics import read_metrics

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster_fixtures import redis_server  # noqa: F401  (fixture)
 from nimbus.data.checkpoint import load_checkpoint
 from nimbus.errors import StoreUnavailable
 from nimbus.report.metrics import read_metrics

@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from cluster_fixtures import ray_local, redis_server  # noqa: F401  (fixtures)
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.run.loop import train
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_fixtures import ray_two_nodes  # noqa: F401  (module-scoped fixture)
 from nimbus.cost.ledger import Ledger
 from nimbus.data.codec import Message
 from nimbus.run.loop import train

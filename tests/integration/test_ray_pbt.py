@@ -11,7 +11,6 @@ import json
 
 import pytest
 
-from cluster_fixtures import ray_local  # noqa: F401  (fixture)
 from nimbus.data.shm import list_segments, run_prefix
 from nimbus.run.loop import train
 

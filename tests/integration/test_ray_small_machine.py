@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_fixtures import ray_local  # noqa: F401  (module-scoped fixture: num_cpus=2)
 from nimbus.config.loading import load_config
 from nimbus.run.loop import train
 

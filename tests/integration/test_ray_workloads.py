@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster_fixtures import ray_local  # noqa: F401  (fixture)
 from nimbus.cost.ledger import Ledger
 from nimbus.run.workloads import train_workloads
 from support import pool_ledger

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from cluster_fixtures import redis_server  # noqa: F401  (fixture)
 from support import wait_for
 
 pytestmark = pytest.mark.redis

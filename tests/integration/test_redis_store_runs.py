@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from cluster_fixtures import redis_server  # noqa: F401  (fixture)
 from nimbus.cli import main as cli_main
 from nimbus.data.checkpoint import load_checkpoint
 from nimbus.errors import StoreFull, StoreUnavailable

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster_fixtures import ray_local  # noqa: F401  (fixture)
 from nimbus.cost.ledger import FAILED_OUTCOMES
 from nimbus.data.checkpoint import load_checkpoint
 from nimbus.data.shm import list_segments, run_prefix

@@ -9,7 +9,6 @@ import time
 import numpy as np
 import pytest
 
-from cluster_fixtures import ray_local  # noqa: F401  (module-scoped fixture)
 from nimbus.data.codec import Message
 from nimbus.data.store import KeyExists, KeyNotFound
 

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import redis
 
-from cluster_fixtures import redis_server  # noqa: F401  (fixture)
 from nimbus.config import StoreConfig
 from nimbus.data.codec import Message
 from nimbus.data.redis_store import RedisSettings, RedisStore

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster_fixtures import ray_local  # noqa: F401  (module-scoped fixture)
 from nimbus.cost.ledger import Ledger
 from nimbus.data.codec import Message
 from nimbus.runtime.base import FunctionSpec, Resources

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster_fixtures import ray_local  # noqa: F401  (module-scoped fixture)
 from nimbus.cost.ledger import Ledger
 from nimbus.data.codec import Message
 from nimbus.errors import FunctionFailed

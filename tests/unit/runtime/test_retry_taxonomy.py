@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster_fixtures import ray_local  # noqa: F401  (module-scoped fixture, for the ray cases)
 from nimbus.config.simulation import DurationModel, SimulationConfig
 from nimbus.cost.ledger import Ledger
 from nimbus.data.codec import Message

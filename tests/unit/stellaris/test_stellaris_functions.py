@@ -53,8 +53,8 @@ def param_request(store: ShmStore, *, version: int, keys, scales, separate=False
                                      scales=list(scales), separate_steps=separate, progress=0.0).to_message(), store)
 
 
-@pytest.fixture
-def model(store):
+@pytest.fixture(name="model")   # the function named apart: a module that imports it may still take `model`
+def model_fixture(store):
     torch.manual_seed(0)
     model = algo().make_model(spaces=cartpole_spaces())
     publish(store, model=model, version=0)

@@ -20,7 +20,7 @@ from nimbus.stellaris import learner as learner_module, parameter as parameter_m
 from nimbus.stellaris.learner import gradient_learner_function
 from nimbus.stellaris.parameter import ParameterRequest, parameter_function
 from tests.unit.function_helpers import cartpole_spaces, ctx, on_store, publish
-from tests.unit.stellaris.test_stellaris_functions import ROWS, algo, grad_request, model  # noqa: F401 (fixture)
+from tests.unit.stellaris.test_stellaris_functions import ROWS, algo, grad_request, model_fixture  # noqa: F401 (fixture)
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "stellaris-cartpole.yaml"
 
