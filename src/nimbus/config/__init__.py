@@ -16,9 +16,19 @@ Example::
 
 from nimbus.config.loading import apply_overrides, dump_config, format_validation_error, load_config, parse_config
 from nimbus.config.root import NimbusConfig
-from nimbus.config.sections import (ActorsConfig, ChannelConfig, CostConfig, EnvConfig, FunctionConfig,
-                                    LearnerConfig, OutputConfig, PipelineConfig, RuntimeConfig, StoreConfig,
-                                    TrainConfig)
+from nimbus.config.sections import (
+    ActorsConfig,
+    ChannelConfig,
+    CostConfig,
+    EnvConfig,
+    FunctionConfig,
+    LearnerConfig,
+    OutputConfig,
+    PipelineConfig,
+    RuntimeConfig,
+    StoreConfig,
+    TrainConfig,
+)
 
 __all__ = ["NimbusConfig", "load_config", "parse_config", "dump_config", "apply_overrides",
            "format_validation_error", "EnvConfig", "FunctionConfig", "ActorsConfig", "LearnerConfig",

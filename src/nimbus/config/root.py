@@ -12,10 +12,23 @@ from pydantic import Field, ValidationError, model_validator
 from nimbus.config.algo import AlgoSection
 from nimbus.config.devices import DevicesConfig, PrewarmConfig
 from nimbus.config.rules import check_cluster, check_evaluation, check_pipeline, check_workflow, peak_actors
+from nimbus.config.sections import (
+    ROLES,
+    ActorsConfig,
+    ChannelConfig,
+    CostConfig,
+    EnvConfig,
+    FunctionConfig,
+    FunctionsConfig,
+    LearnerConfig,
+    OutputConfig,
+    PipelineConfig,
+    RuntimeConfig,
+    Section,
+    StoreConfig,
+    TrainConfig,
+)
 from nimbus.config.simulation import SimulationConfig, check_simulated
-from nimbus.config.sections import (ActorsConfig, ChannelConfig, CostConfig, EnvConfig, FunctionConfig,
-                                    FunctionsConfig, LearnerConfig, OutputConfig, PipelineConfig, ROLES,
-                                    RuntimeConfig, Section, StoreConfig, TrainConfig)
 from nimbus.marless.config import MarlessConfig
 from nimbus.offpolicy.config import AsyncWorkflowConfig
 from nimbus.pbt.config import PBTConfig, PolicyConfig, check_population
@@ -59,9 +72,11 @@ class NimbusConfig(Section):
     prewarm: PrewarmConfig = Field(default_factory=PrewarmConfig)
     """ARTOS's workload monitor: pre-warm actors during the learner's update (config/devices.py)"""
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
-    """ARTOS's pipelines and Stellaris's loader for sync PPO, off by default (onpolicy/pipeline.py, docs/dataplane.md)"""
+    """ARTOS's pipelines and Stellaris's loader for sync PPO, off by default (onpolicy/pipeline.py,
+    docs/dataplane.md)"""
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
-    """simulated durations, cold starts, stragglers and failures of ``runtime.backend: simulated`` (docs/simulated.md)"""
+    """simulated durations, cold starts, stragglers and failures of ``runtime.backend: simulated``
+    (docs/simulated.md)"""
     functions: FunctionsConfig = Field(default_factory=FunctionsConfig)
     """resources, timeout and retries per function role"""
     policies: list[PolicyConfig] = Field(default_factory=list)
@@ -97,7 +112,7 @@ class NimbusConfig(Section):
         return {**data, "functions": functions}
 
     @model_validator(mode="after")
-    def _check_population(self) -> "NimbusConfig":
+    def _check_population(self) -> NimbusConfig:
         check_population(algo=self.algo, policies=self.policies, pbt=self.pbt, workflow=self.train.workflow,
                          pipelined=self.pipeline.minibatch or self.pipeline.dual_stage,
                          exact_resume=self.train.exact_resume)
@@ -107,7 +122,7 @@ class NimbusConfig(Section):
         return self
 
     @model_validator(mode="after")
-    def _check_rules(self) -> "NimbusConfig":
+    def _check_rules(self) -> NimbusConfig:
         """The whole-config rules of config/rules.py, in this order (the first broken one is reported)."""
         check_pipeline(config=self)
         check_workflow(config=self)
@@ -115,7 +130,7 @@ class NimbusConfig(Section):
         return self
 
     @model_validator(mode="after")
-    def _check_cluster(self) -> "NimbusConfig":
+    def _check_cluster(self) -> NimbusConfig:
         check_cluster(runtime=self.runtime, store=self.store)
         check_simulated(config=self)
         if self.actors.preregister and self.runtime.backend != "local":
@@ -123,7 +138,7 @@ class NimbusConfig(Section):
         return self
 
     @model_validator(mode="after")
-    def _check_batch(self) -> "NimbusConfig":
+    def _check_batch(self) -> NimbusConfig:
         minibatch = getattr(self.algo, "minibatch_size", None)
         rows = self.env.num_envs_per_actor * self.actors.fragment_steps
         if minibatch is not None and minibatch > rows * _min_actors(self.actors.scaling):

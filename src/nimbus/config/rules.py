@@ -219,7 +219,7 @@ def check_pipeline(*, config: Any) -> None:
         raise ValueError("pipeline.minibatch / pipeline.dual_stage need: " + "; ".join(problems))
 
 
-def check_cluster(*, runtime: "RuntimeConfig", store: "StoreConfig") -> None:
+def check_cluster(*, runtime: RuntimeConfig, store: StoreConfig) -> None:
     """Raise ValueError (naming the keys) for runtime/store combinations that cannot work."""
     on_one_machine = runtime.backend in ("local", "inline") or runtime.address == "local"
     if store.backend == "ray" and runtime.backend != "ray":
@@ -237,7 +237,7 @@ def check_cluster(*, runtime: "RuntimeConfig", store: "StoreConfig") -> None:
     check_authentication(runtime=runtime, store=store)
 
 
-def check_authentication(*, runtime: "RuntimeConfig", store: "StoreConfig") -> None:
+def check_authentication(*, runtime: RuntimeConfig, store: StoreConfig) -> None:
     """P11: leaving this machine takes authentication, or an explicit ``allow_insecure: true``.
 
     Redis: a ``redis://`` URL to a non-loopback host needs a password (in the URL, ``store.password`` or
@@ -281,5 +281,5 @@ def peak_actors(*, scaling: Any) -> int:
     return int(max(getattr(scaling, name, 1) for name in ("num_actors", "max_actors", "initial_actors")))
 
 
-def _max_actors(*, config: "NimbusConfig") -> int:
+def _max_actors(*, config: NimbusConfig) -> int:
     return peak_actors(scaling=config.actors.scaling)

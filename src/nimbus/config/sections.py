@@ -292,7 +292,7 @@ class OutputConfig(Section):
         return data
 
     @model_validator(mode="after")
-    def _check_loggers(self) -> "OutputConfig":
+    def _check_loggers(self) -> OutputConfig:
         check_loggers(loggers=self.loggers)
         return self
 

@@ -73,7 +73,7 @@ class DurationModel(ConfigSection):
     """the share of attempts that die (the function ran, its reply is lost); each is retried per max_retries"""
 
     @model_validator(mode="after")
-    def _sigma_needs_lognormal(self) -> "DurationModel":
+    def _sigma_needs_lognormal(self) -> DurationModel:
         if self.distribution == "constant" and self.sigma > 0:
             raise ValueError("sigma: needs distribution: lognormal (a constant duration has no spread)")
         return self
@@ -147,7 +147,8 @@ class SimulationConfig(ConfigSection):
     """a profile YAML (``nimbus simulate fit``); its kinds are used unless ``functions`` names them too"""
     functions: dict[Kind, DurationModel] = \
         Field(default_factory=dict)
-    """duration model per function kind (actor, learner, gradient_learner, parameter, critic, postprocess, policy, probe, system)"""
+    """duration model per function kind (actor, learner, gradient_learner, parameter, critic, postprocess, policy,
+    probe, system)"""
     default: DurationModel = Field(default_factory=DurationModel)
     """the duration model of a kind neither functions nor the profile names"""
     hardware: str | None = None

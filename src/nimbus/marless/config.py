@@ -63,7 +63,7 @@ class MarlessConfig(ConfigSection):
     agents may share a policy (``sharing`` other than none, or a ``policy_mapping``)"""
 
     @model_validator(mode="after")
-    def _bounds(self) -> "MarlessConfig":
+    def _bounds(self) -> MarlessConfig:
         if self.i_min is not None and self.i_min > self.i_max:
             raise ValueError(f"i_min ({self.i_min}) must be ≤ i_max ({self.i_max})")
         for agent, policy in self.agent_policy.items():

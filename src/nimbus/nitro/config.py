@@ -11,12 +11,13 @@ The section is a discriminated union on ``kind``; one config line switches the s
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from nimbus.schema.base import ConfigSection
 from nimbus.schema.bounds import MAX_ACTORS
+
 
 class _Frozen(ConfigSection):
     """Config models of this module: frozen, unknown keys and non-finite or boolean numbers refused."""
@@ -81,7 +82,7 @@ class NitroScalingConfig(_Frozen):
         return _not_below(value, info, lower_field="min_actors")
 
     @model_validator(mode="after")
-    def _authors_code_probes_the_whole_batch(self) -> "NitroScalingConfig":
+    def _authors_code_probes_the_whole_batch(self) -> NitroScalingConfig:
         if self.variant == "authors_code" and self.hessian.subset_size is not None:
             raise ValueError("variant authors_code probes the whole round batch, as the authors' code does: "
                              f"hessian.subset_size must be null, got {self.hessian.subset_size}")
@@ -116,6 +117,6 @@ class MaxScalingConfig(_Frozen):
 
 
 ScalingConfig = Annotated[
-    Union[FixedScalingConfig, NitroScalingConfig, HydrozoaScalingConfig, MaxScalingConfig],
+    FixedScalingConfig | NitroScalingConfig | HydrozoaScalingConfig | MaxScalingConfig,
     Field(discriminator="kind"),
 ]

@@ -42,7 +42,7 @@ class MutationConfig(_Frozen):
     """draw log-uniformly (learning rates) instead of uniformly"""
 
     @model_validator(mode="after")
-    def _ordered(self) -> "MutationConfig":
+    def _ordered(self) -> MutationConfig:
         if not self.low < self.high:
             raise ValueError(f"low ({self.low}) must be < high ({self.high})")
         if self.log and self.low <= 0:
@@ -92,7 +92,8 @@ def check_population(*, algo: BaseModel, policies: list[PolicyConfig], pbt: PBTC
         for key, mutation in pbt.hyperparameters.items():
             for bound in ("low", "high"):
                 _check_algo_value(algo=algo, key=key, value=getattr(mutation, bound),
-                                  key_path=f"pbt.hyperparameters.{key}", value_path=f"pbt.hyperparameters.{key}.{bound}")
+                                  key_path=f"pbt.hyperparameters.{key}",
+                                  value_path=f"pbt.hyperparameters.{key}.{bound}")
 
 
 def _check_algo_value(*, algo: BaseModel, key: str, value: Any, key_path: str, value_path: str) -> None:

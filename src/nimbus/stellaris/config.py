@@ -70,7 +70,7 @@ class StellarisConfig(ConfigSection):
     """benchmark aid: slow chosen learner slots by a factor (docs/stellaris.md, "Stragglers")"""
 
     @model_validator(mode="after")
-    def _check_stragglers(self) -> "StellarisConfig":
+    def _check_stragglers(self) -> StellarisConfig:
         outside = [slot for slot in self.stragglers.learners if not 0 <= slot < self.learners]
         if outside:
             raise ValueError(f"stragglers.learners: slots {outside} are not learner slots 0 … {self.learners - 1} "

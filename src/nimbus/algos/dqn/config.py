@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from nimbus.schema.base import ConfigSection
-from nimbus.schema.fields import check_batch_fits, ModelKwargs, ModelRef, Widths
+from nimbus.schema.fields import ModelKwargs, ModelRef, Widths, check_batch_fits
 
 
 class DQNConfig(ConfigSection):

@@ -67,7 +67,7 @@ class ImpalaConfig(ConfigSection):
     """MLP activation"""
 
     @model_validator(mode="after")
-    def _impact_differs_from_impala(self) -> "ImpalaConfig":
+    def _impact_differs_from_impala(self) -> ImpalaConfig:
         if self.variant == "impact" and self.target_update_interval == 1 and self.target_tau == 1.0:
             raise ValueError("algo.target_update_interval: 1 with algo.target_tau: 1.0 makes variant impact "
                              "identical to impala (the target is π at every loss); set target_update_interval "

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from nimbus.schema.base import ConfigSection
-from nimbus.schema.fields import check_batch_fits, Widths
+from nimbus.schema.fields import Widths, check_batch_fits
 
 
 class SACConfig(ConfigSection):
