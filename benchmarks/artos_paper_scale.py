@@ -74,7 +74,8 @@ PAPER = {
 }
 DEFAULT_CONFIGS = {"lockstep": ("sac-pendulum", "dqn-cartpole", "impala-cartpole"), "prewarm": ("ppo-cartpole",)}
 # --smoke: config → (actors, env steps): two or more learner rounds each, on the default model
-SMOKE = {"sac-pendulum": (2, 2048), "dqn-cartpole": (2, 2048), "impala-cartpole": (2, 2048), "ppo-cartpole": (4, 512 * 12)}
+SMOKE = {"sac-pendulum": (2, 2048), "dqn-cartpole": (2, 2048), "impala-cartpole": (2, 2048),
+         "ppo-cartpole": (4, 512 * 12)}
 log = logging.getLogger("artos_paper_scale")
 
 
@@ -108,8 +109,8 @@ def arm_overrides(*, experiment: str, arm: str, name: str, args: argparse.Namesp
     else:
         rows = actors * fragment_rows(name=name, sets=sets)
         keep_alive = args.keep_alive_share * learner_median_s(profile=profile, rows=rows)
-        base += ["runtime.prewarm=false", f"runtime.keep_alive_s={keep_alive:.6g}", f"prewarm.stability={args.stability}",
-                 f"prewarm.mode={'monitor' if arm == 'on' else 'none'}"]
+        base += ["runtime.prewarm=false", f"runtime.keep_alive_s={keep_alive:.6g}",
+                 f"prewarm.stability={args.stability}", f"prewarm.mode={'monitor' if arm == 'on' else 'none'}"]
     return [*base, *args.set]
 
 
@@ -190,8 +191,9 @@ def markdown(*, summary: dict, arms: tuple[str, str], experiment: str) -> str:
             s = cell[arm]
             upd = s[key] and {k: (v * scale if isinstance(v, float) else v) for k, v in s[key].items()}
             lines.append(f"| {name} | {arm} | {shown(upd, '.3g')} | {shown(s['return_at_equal_time'], '.1f')} | "
-                         f"{cell['equal_time_budget_s']:.1f} | {shown(s['wall_s'], '.1f')} | {shown(s['cost_usd'], '.4f')}"
-                         f" | {shown(s['cold_actor_attempts'], '.0f')} | {shown(s['prewarmed_workers'], '.0f')} | "
+                         f"{cell['equal_time_budget_s']:.1f} | {shown(s['wall_s'], '.1f')} | "
+                         f"{shown(s['cost_usd'], '.4f')} | {shown(s['cold_actor_attempts'], '.0f')} | "
+                         f"{shown(s['prewarmed_workers'], '.0f')} | "
                          f"{s['learner_share']:.0%} |")
     lines.append("")
     for name, cell in summary.items():
@@ -209,8 +211,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--env-steps", type=int, help="env steps for every config (default: PAPER's)")
     parser.add_argument("--profile-dir", type=Path, default=RESULTS, help="where --take-profile wrote the profiles; "
                                                                           "'none': the default duration model")
-    parser.add_argument("--learner-speedup", type=float, help="the simulated learner this many times the profiled one's "
-                                                                 "speed (a hardware file: simulation.hardware)")
+    parser.add_argument("--learner-speedup", type=float,
+                        help="the simulated learner this many times the profiled one's speed (a hardware file: "
+                             "simulation.hardware)")
     parser.add_argument("--keep-alive-share", type=float, default=0.5, help="prewarm: keep-alive / learner median")
     parser.add_argument("--stability", type=float, default=0.2, help="prewarm: the monitor's λ (prewarm.stability)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more overrides, every run")

@@ -52,7 +52,8 @@ def resident_learner(*, profile: Path | None, out: Path) -> Path:
     loaded = load_profile(path=profile) if profile is not None else ProfileFile(source="the default model")
     learner = loaded.functions.get("learner", SimulationConfig().default)
     return write_profile(profile=loaded.model_copy(update={
-        "functions": {**loaded.functions, "learner": learner.model_copy(update={"cold_start_s": 0.0, "first_call_s": 0.0})},
+        "functions": {**loaded.functions,
+                      "learner": learner.model_copy(update={"cold_start_s": 0.0, "first_call_s": 0.0})},
         "source": f"{loaded.source}; learner resident (cold_start_s 0, first_call_s 0)"}), path=out)
 
 
@@ -101,7 +102,8 @@ def take_profiles(*, root: Path, out_dir: Path) -> dict:
         learner = offpolicy_learner(run_dir=run_dir)
         functions = {**profile.functions, **({"learner": learner} if learner is not None else {})}
         path = write_profile(profile=profile.model_copy(update={
-            "functions": functions, "source": f"{run_dir} (learner rows from its metrics)"}), path=out_dir / PROFILES[name])
+            "functions": functions, "source": f"{run_dir} (learner rows from its metrics)"}),
+            path=out_dir / PROFILES[name])
         record["profiles"][name] = {"path": str(path), "runs": [str(run_dir)],
                                     "functions": {k: v.model_dump(mode="json") for k, v in functions.items()}}
     ppo_dirs = [real_run(name="ppo-cartpole", run_dir=root / f"ppo-cartpole-{actors}", overrides=[
@@ -109,8 +111,9 @@ def take_profiles(*, root: Path, out_dir: Path) -> dict:
         for actors in PPO_ACTORS]
     profile = fit_profile(run_dirs=ppo_dirs)
     path = write_profile(profile=profile, path=out_dir / PROFILES["ppo-cartpole"])
-    record["profiles"]["ppo-cartpole"] = {"path": str(path), "runs": [str(d) for d in ppo_dirs],
-                                          "functions": {k: v.model_dump(mode="json") for k, v in profile.functions.items()}}
+    record["profiles"]["ppo-cartpole"] = {
+        "path": str(path), "runs": [str(d) for d in ppo_dirs],
+        "functions": {k: v.model_dump(mode="json") for k, v in profile.functions.items()}}
     record.update(real_s=time.perf_counter() - started, load_avg_before=load_before, load_avg_after=os.getloadavg(),
                   cpus=os.cpu_count())
     (out_dir / "artos_profiles.json").write_text(json.dumps(record, indent=1))

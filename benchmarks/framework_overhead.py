@@ -142,7 +142,8 @@ def main() -> int:
                 "in_round_overhead_ms_median", "cycle_overhead_ms_median", "cycle_ms_median")}
             r = ratios[case]
             print(f"{other}/{base} {case:14s} in-round overhead x{r['in_round_overhead_ms_median']['median']:.2f} "
-                  f"(min {r['in_round_overhead_ms_median']['min']:.2f}, max {r['in_round_overhead_ms_median']['max']:.2f}),"
+                  f"(min {r['in_round_overhead_ms_median']['min']:.2f}, "
+                  f"max {r['in_round_overhead_ms_median']['max']:.2f}),"
                   f" cycle overhead x{r['cycle_overhead_ms_median']['median']:.2f} "
                   f"(min {r['cycle_overhead_ms_median']['min']:.2f}, max {r['cycle_overhead_ms_median']['max']:.2f}),"
                   f" cycle time x{r['cycle_ms_median']['median']:.2f}")

@@ -73,15 +73,16 @@ def spaces_of(case: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
 def make_batch(*, case: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
     """Every column any of the three learners reads, ``rows`` rows."""
     rng = np.random.default_rng(seed)
-    rows, (obs_space, action_space) = case["rows"], spaces_of(case)
+    rows, (_, action_space) = case["rows"], spaces_of(case)
     discrete = isinstance(action_space, gym.spaces.Discrete)
     actions = (rng.integers(0, action_space.n, rows) if discrete
                else rng.uniform(-0.9, 0.9, (rows, *action_space.shape)).astype(np.float32))
     ends = rng.random(rows) < 0.01
     return {"obs": rng.standard_normal((rows, case["obs"])).astype(np.float32), "actions": actions,
             "next_obs": rng.standard_normal((rows, case["obs"])).astype(np.float32),
-            "rewards": rng.standard_normal(rows).astype(np.float32), "terminated": ends, "truncated": np.zeros(rows, bool),
-            "cut": ends | (np.arange(rows) % 128 == 127), "log_prob": np.log(rng.uniform(0.2, 0.9, rows)).astype(np.float32),
+            "rewards": rng.standard_normal(rows).astype(np.float32), "terminated": ends,
+            "truncated": np.zeros(rows, bool), "cut": ends | (np.arange(rows) % 128 == 127),
+            "log_prob": np.log(rng.uniform(0.2, 0.9, rows)).astype(np.float32),
             "values": rng.standard_normal(rows).astype(np.float32),
             "next_values": rng.standard_normal(rows).astype(np.float32)}
 
@@ -200,7 +201,8 @@ def _reference_sac(*, case: dict[str, Any], b: dict[str, torch.Tensor], device: 
             alpha = log_alpha.exp().detach()
             with torch.no_grad():
                 next_a, next_lp = sample(nxt)
-                q_next = torch.min(qf1_t(torch.cat([nxt, next_a], 1)), qf2_t(torch.cat([nxt, next_a], 1))) - alpha * next_lp
+                q_next = (torch.min(qf1_t(torch.cat([nxt, next_a], 1)), qf2_t(torch.cat([nxt, next_a], 1)))
+                          - alpha * next_lp)
                 target = rew + (1 - done) * 0.99 * q_next.view(-1)
             q_loss = (nn.functional.mse_loss(qf1(torch.cat([obs, act], 1)).view(-1), target)
                       + nn.functional.mse_loss(qf2(torch.cat([obs, act], 1)).view(-1), target))

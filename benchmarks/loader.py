@@ -40,7 +40,8 @@ def blocks(*, algo: PPO, model: torch.nn.Module, rows: int, count: int) -> list[
         act = algo.act(model=model, obs=obs, explore=True)
         cut = torch.zeros(rows, dtype=torch.bool)
         cut[-1] = True
-        out.append({"obs": obs, "actions": torch.as_tensor(act.actions), "log_prob": torch.as_tensor(act.extras["log_prob"]),
+        out.append({"obs": obs, "actions": torch.as_tensor(act.actions),
+                    "log_prob": torch.as_tensor(act.extras["log_prob"]),
                     "values": torch.as_tensor(act.extras["values"]), "rewards": torch.randn(rows, generator=g),
                     "next_values": torch.randn(rows, generator=g), "terminated": torch.zeros(rows, dtype=torch.bool),
                     "cut": cut})

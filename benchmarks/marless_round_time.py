@@ -172,7 +172,8 @@ def peer_round_times(*, rounds: int, seed: int) -> list[float]:
                 for a in agents:
                     done = bool(terminated[a] or truncated[a])
                     for key, value in (("obs", batch[a][e].numpy()), ("next_obs", obs[a]),
-                                       ("actions", int(actions[a][e])), ("logp", float(logps[a][e])), ("rewards", rewards[a]),
+                                       ("actions", int(actions[a][e])), ("logp", float(logps[a][e])),
+                                       ("rewards", rewards[a]),
                                        ("terminated", float(terminated[a])), ("cut", done)):
                         per_env[e][a][key].append(value)
                 observations[e] = env.reset()[0] if not env.agents else obs
@@ -204,7 +205,8 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     sides = (("nimbus", nimbus_round_times),
-             ("nimbus, no slot restore", lambda **kw: nimbus_round_times(**kw, overrides=("actors.restore_slots=false",))),
+             ("nimbus, no slot restore",
+              lambda **kw: nimbus_round_times(**kw, overrides=("actors.restore_slots=false",))),
              ("peer", peer_round_times))
     runs: dict[str, list[float]] = {name: [] for name, _ in sides}
     medians: dict[str, list[float]] = {name: [] for name, _ in sides}

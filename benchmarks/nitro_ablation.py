@@ -87,7 +87,8 @@ def run_arm(*, arm: str, seed: int, rounds: int, root: Path, overrides: list[str
     evaluated = evaluate_checkpoint(path=result.run_dir, episodes=eval_episodes, seed=EVAL_SEED, explore=False)
     probes = [r.extras for r in rows if "probe_s" in r.extras]
     return ArmRun(arm=arm, seed=seed, run_dir=str(result.run_dir), eval_return=evaluated.mean_return,
-                  final_return=final, cost_usd=cost, return_per_usd=evaluated.mean_return / cost, env_steps=summary.env_steps, wall_s=summary.wall_s,
+                  final_return=final, cost_usd=cost, return_per_usd=evaluated.mean_return / cost,
+                  env_steps=summary.env_steps, wall_s=summary.wall_s,
                   rounds=summary.rounds, mean_actors=float(np.mean([r.num_actors for r in rows])),
                   round_s=[r.round_s for r in rows], probe_s=[e["probe_s"] for e in probes],
                   probe_share=[e["probe_share"] for e in probes],
@@ -131,13 +132,15 @@ def ranking(*, runs: list[ArmRun]) -> dict[int, list[str]]:
 def markdown(*, table: dict[str, dict]) -> str:
     lines = ["| arm | eval return | training return | total cost (USD) | eval return per USD | env steps | wall (s) "
              "| mean actors |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def cell(e: dict, key: str, fmt: str) -> str:
+        s = e[key]
+        return f"{fmt.format(s['mean'])} ± {fmt.format(s['std'])} ({fmt.format(s['min'])}..{fmt.format(s['max'])})"
+
     for arm, e in table.items():
-        def cell(key: str, fmt: str) -> str:
-            s = e[key]
-            return f"{fmt.format(s['mean'])} ± {fmt.format(s['std'])} ({fmt.format(s['min'])}..{fmt.format(s['max'])})"
-        lines.append(f"| {arm} | {cell('eval_return', '{:.0f}')} | {cell('final_return', '{:.0f}')} | "
-                     f"{cell('cost_usd', '{:.4f}')} | "
-                     f"{cell('return_per_usd', '{:,.0f}')} | {e['env_steps']['mean']:,.0f} | "
+        lines.append(f"| {arm} | {cell(e, 'eval_return', '{:.0f}')} | {cell(e, 'final_return', '{:.0f}')} | "
+                     f"{cell(e, 'cost_usd', '{:.4f}')} | "
+                     f"{cell(e, 'return_per_usd', '{:,.0f}')} | {e['env_steps']['mean']:,.0f} | "
                      f"{e['wall_s']['mean']:.0f} | {e['mean_actors']['mean']:.2f} |")
     return "\n".join(lines)
 
@@ -174,7 +177,8 @@ def main() -> None:
         merge(paths=args.merge, output=args.output)
         return
     if args.smoke:
-        args.seeds, args.rounds, args.arms, args.sweep_rows, args.eval_episodes = [0], 2, ["nitro", "nitro-authors"], 0, 2
+        args.seeds, args.rounds, args.arms = [0], 2, ["nitro", "nitro-authors"]
+        args.sweep_rows, args.eval_episodes = 0, 2
     started = time.perf_counter()
     runs = []
     for seed in args.seeds:          # seed-major: a slow spell on the shared machine hits every arm alike

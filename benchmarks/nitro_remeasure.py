@@ -30,7 +30,8 @@ against batch rows, measured in real Nitro runs, are added to the learner's line
 
 Run:  python benchmarks/nitro_remeasure.py --seeds 0 1 2 3 4            (benchmarks/results/nitro_remeasure.json)
       python benchmarks/nitro_remeasure.py --take-profile                (real runs → PROFILE_DIR/*.yaml, once)
-      python benchmarks/nitro_remeasure.py --paper-scale --seeds 0 1 2 3 4 --output benchmarks/results/nitro_paper_scale.json
+      python benchmarks/nitro_remeasure.py --paper-scale --seeds 0 1 2 3 4 \
+          --output benchmarks/results/nitro_paper_scale.json
       python benchmarks/nitro_remeasure.py --smoke                       (CartPole, 2 rounds, 1 seed: about 2 minutes)
       python benchmarks/nitro_remeasure.py --merge a.json b.json --output all.json   (runs split across invocations)
 """
@@ -285,8 +286,8 @@ def merge(*, paths: list[Path], output: Path, target: float) -> None:
              if (Path(r.run_dir) / "ledger.jsonl").is_file()}
     for arm in table:
         mine = [extra[f"{r.arm}-s{r.seed}"] for r in runs if r.arm == arm and f"{r.arm}-s{r.seed}" in extra]
-        table[arm]["split_usd_mean"] = {key: float(np.mean([m["split_usd"][key] for m in mine])) for key in mine[0]["split_usd"]} \
-            if mine else {}
+        table[arm]["split_usd_mean"] = {key: float(np.mean([m["split_usd"][key] for m in mine]))
+                                        for key in mine[0]["split_usd"]} if mine else {}
         moving = [(extra[f"{r.arm}-s{r.seed}"]["best_moving_return"] or 0.0, r.cost_usd) for r in runs
                   if r.arm == arm and f"{r.arm}-s{r.seed}" in extra]
         if moving:
@@ -303,8 +304,8 @@ def merge(*, paths: list[Path], output: Path, target: float) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     sources = [{key: value for key, value in json.loads(path.read_text()).items() if key not in ("arms", "runs")}
                | {"path": str(path)} for path in paths]     # each invocation's command, total_s, machine and load
-    output.write_text(json.dumps({"merged": [str(p) for p in paths], "sources": sources, "arms": table, "per_run": extra,
-                                  "runs": [asdict(r) for r in runs]}, indent=1))
+    output.write_text(json.dumps({"merged": [str(p) for p in paths], "sources": sources, "arms": table,
+                                  "per_run": extra, "runs": [asdict(r) for r in runs]}, indent=1))
     print(markdown(table=table))
 
 
@@ -385,8 +386,9 @@ def probe_line(*, run_dir: Path, learner) -> dict:
     rows = np.array([n for n, _ in rows_per_round], dtype=np.float64)
     seconds = np.array([s for _, s in rows_per_round]) / slowdown
     slope, intercept = np.polyfit(rows, seconds, 1) if len(set(rows)) > 1 else (0.0, float(np.median(seconds)))
-    return {"run_dir": str(run_dir), "probes": len(rows), "slowdown": slowdown, "intercept_s": max(0.0, float(intercept)),
-            "per_row_s": max(0.0, float(slope)), "rows_range": [float(rows.min()), float(rows.max())],
+    return {"run_dir": str(run_dir), "probes": len(rows), "slowdown": slowdown,
+            "intercept_s": max(0.0, float(intercept)), "per_row_s": max(0.0, float(slope)),
+            "rows_range": [float(rows.min()), float(rows.max())],
             "probe_s_median_raw": float(np.median(seconds * slowdown))}
 
 

@@ -174,7 +174,8 @@ def main() -> int:
     parser.add_argument("--child", choices=("nimbus", "sb3"), help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-                        help="a nimbus config override (repeatable), e.g. actors.env_backend=envpool, train.overlap=true")
+                        help="a nimbus config override (repeatable), e.g. actors.env_backend=envpool, "
+                             "train.overlap=true")
     args = parser.parse_args()
     if args.child:
         return child(args)

@@ -98,7 +98,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--epochs", type=int, default=200, help="PPO epochs per update (a learner longer than the keep-alive)")
+    parser.add_argument("--epochs", type=int, default=200,
+                        help="PPO epochs per update (a learner longer than the keep-alive)")
     parser.add_argument("--keep-alive", type=float, default=0.3, help="runtime.keep_alive_s (s)")
     parser.add_argument("--stability", type=float, default=0.2, help="λ of the monitor (prewarm.stability)")
     parser.add_argument("--start-method", choices=("fork_server", "spawn"), default="fork_server")
@@ -119,7 +120,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nimbus-prewarm-") as tmp:
         for repeat in range(repeats):
             for arm in (("off", "on") if repeat % 2 == 0 else ("on", "off")):  # interleaved, order alternating
-                run = {"repeat": repeat, **one_run(root=Path(tmp) / f"{arm}-{repeat}", arm=arm, args=args, rounds=rounds)}
+                run = {"repeat": repeat,
+                       **one_run(root=Path(tmp) / f"{arm}-{repeat}", arm=arm, args=args, rounds=rounds)}
                 runs.append(run)
                 print(json.dumps(run), flush=True)
     by_arm = {arm: [r["round_s_mean"] for r in runs if r["arm"] == arm] for arm in ("off", "on")}
@@ -153,7 +155,8 @@ def scale_up_main(*, args: argparse.Namespace) -> None:
         print(json.dumps({"workflow": workflow, **summary[workflow]}), flush=True)
     if not args.smoke:
         out = Path(args.output).with_name("prewarm_workflows.json")
-        write_result(path=out, result={"rounds": rounds, "repeats": repeats, "runs": runs, "summary": summary}, indent=1)
+        write_result(path=out, result={"rounds": rounds, "repeats": repeats, "runs": runs, "summary": summary},
+                     indent=1)
 
 
 if __name__ == "__main__":

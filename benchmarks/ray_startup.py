@@ -54,7 +54,8 @@ def child(*, settle_s: float) -> dict:
     stop = time.perf_counter()
     ray.shutdown()
     return {"import_s": import_s, "init_s": start.seconds, "processes": len(pids), "rss_mib": rss / 1024,
-            "pss_mib": pss / 1024, "first_cold_invoke_s": cold_s, "warm_invoke_ms_median": 1e3 * statistics.median(warm),
+            "pss_mib": pss / 1024, "first_cold_invoke_s": cold_s,
+            "warm_invoke_ms_median": 1e3 * statistics.median(warm),
             "shutdown_s": time.perf_counter() - stop}
 
 

@@ -23,6 +23,7 @@ import argparse
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,19 @@ def _step_ma(slot: MultiAgentSlot, steps: int) -> None:
             slot.obs[e] = dict(obs) if env.agents else dict(env.reset()[0])
 
 
+def _timed_round_trip(*, slot, build, capture, restore) -> tuple[dict[str, float], int, object]:
+    """One repeat's timings after ``slot`` was stepped: ``capture`` it, the snapshot through the codec and back, a
+    cold ``build`` and ``restore`` onto it; the snapshot's size in bytes and the freshly built slot."""
+    state, capture_ms = _timed_ms(lambda: capture(slot=slot))
+    frame, encode_ms = _timed_ms(lambda: encode(Message(header={"meta": state.meta}, arrays=state.arrays)))
+    _, decode_ms = _timed_ms(lambda: decode(frame, copy=True))
+    fresh, cold_ms = _timed_ms(build)
+    _, restore_ms = _timed_ms(lambda: restore(slot=fresh, state=state))
+    times = {"cold_build_ms": cold_ms, "capture_ms": capture_ms, "codec_ms": encode_ms + decode_ms,
+             "restore_ms": restore_ms}
+    return times, len(frame), fresh
+
+
 def measure_marless(*, env_id: str, num_envs: int, steps: int, repeats: int) -> dict:
     rows: dict[str, list[float]] = {"cold_build_ms": [], "capture_ms": [], "codec_ms": [], "restore_ms": [],
                                     "fragment_ms": []}
@@ -71,16 +85,12 @@ def measure_marless(*, env_id: str, num_envs: int, steps: int, repeats: int) -> 
     for r in range(repeats):
         slot = build_ma_slot(env_id=env_id, num_envs=num_envs, seed=r)
         _step_ma(slot, steps)
-        _, fragment_ms = _timed_ms(lambda: _step_ma(slot, 25))
-        state, capture_ms = _timed_ms(lambda: capture_ma_slot(slot=slot))
-        frame, encode_ms = _timed_ms(lambda: encode(Message(header={"meta": state.meta}, arrays=state.arrays)))
-        _, decode_ms = _timed_ms(lambda: decode(frame, copy=True))
-        fresh, cold_ms = _timed_ms(lambda: build_ma_slot(env_id=env_id, num_envs=num_envs, seed=10_000 + r))
-        _, restore_ms = _timed_ms(lambda: restore_ma_slot(slot=fresh, state=state))
-        for name, value in (("cold_build_ms", cold_ms), ("capture_ms", capture_ms), ("fragment_ms", fragment_ms),
-                            ("codec_ms", encode_ms + decode_ms), ("restore_ms", restore_ms)):
+        _, fragment_ms = _timed_ms(partial(_step_ma, slot, 25))
+        times, snapshot_bytes, fresh = _timed_round_trip(
+            slot=slot, build=partial(build_ma_slot, env_id=env_id, num_envs=num_envs, seed=10_000 + r),
+            capture=capture_ma_slot, restore=restore_ma_slot)
+        for name, value in {**times, "fragment_ms": fragment_ms}.items():
             rows[name].append(value)
-        snapshot_bytes = len(frame)
         for env in [*slot.envs, *fresh.envs]:
             env.close()
     return {"env_id": env_id, "num_envs": num_envs, "snapshot_bytes": snapshot_bytes, **rows,
@@ -99,16 +109,11 @@ def measure(*, env_id: str, num_envs: int, steps: int, repeats: int) -> dict:
                 _, _, term, trunc, _ = env.step(env.action_space.sample())
                 if term or trunc:
                     env.reset()
-        state, capture_ms = _timed_ms(lambda: capture_slot(slot=slot))
-        frame, encode_ms = _timed_ms(lambda: encode(Message(header={"meta": state.meta}, arrays=state.arrays)))
-        _, decode_ms = _timed_ms(lambda: decode(frame, copy=True))
-        fresh, cold_ms = _timed_ms(lambda: build_slot(env_id=env_id, num_envs=num_envs, seed=10_000 + r))
-        _, restore_ms = _timed_ms(lambda: restore_slot(slot=fresh, state=state))
-        rows["cold_build_ms"].append(cold_ms)
-        rows["capture_ms"].append(capture_ms)
-        rows["codec_ms"].append(encode_ms + decode_ms)
-        rows["restore_ms"].append(restore_ms)
-        snapshot_bytes = len(frame)
+        times, snapshot_bytes, fresh = _timed_round_trip(
+            slot=slot, build=partial(build_slot, env_id=env_id, num_envs=num_envs, seed=10_000 + r),
+            capture=capture_slot, restore=restore_slot)
+        for name, value in times.items():
+            rows[name].append(value)
         for env in [*slot.envs, *fresh.envs]:
             env.close()
     return {"env_id": env_id, "num_envs": num_envs, "snapshot_bytes": snapshot_bytes, **rows,

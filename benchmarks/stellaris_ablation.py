@@ -242,7 +242,8 @@ def add_shared_arguments(*, parser: argparse.ArgumentParser, root: Path, output:
 
 def markdown(summary: dict[str, dict]) -> str:
     lines = ["| arm | eval return IQM [95 %] | learned | reached target | time to target (s) | cost to target (USD) "
-             "| tail variance | optimizer steps (run) | grads/agg | refused | parameter share of wall |", "|" + " --- |" * 11]
+             "| tail variance | optimizer steps (run) | grads/agg | refused | parameter share of wall |",
+             "|" + " --- |" * 11]
     for arm, s in summary.items():
         lines.append(f"| {arm} | {cell(s['eval_return'], '.0f')} | {'yes' if s['learned'] else 'no'} | "
                      f"{s['reached_target']}/{s['seeds']} | {cell(s['time_to_target_s'], '.1f')} | "

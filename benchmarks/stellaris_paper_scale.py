@@ -17,12 +17,12 @@ duration is drawn, its real time does not count, so the aid would only slow the 
 straggler setting.
 
 Cost: the paper's model (§VIII-A): a gradient learner is a quarter of a p3.2xlarge (``learner.function.gpus=0.25``,
-cost/pricing.yaml; the parameter function keeps its 2048 MB CPU spec, Lambda-priced), actors Lambda-priced CPU functions; no pre-warming
-(``runtime.prewarm=false``: the paper excludes pre-warm and keep-alive cost), no worker cap. Each run records both
-bills (docs/artos.md, "Two bills"): billed (each new worker's cold start included, as nimbus's ledger bills
-it) and without cold starts and provisioned idle time (``serverless_cost_excl_cold_usd``, the paper's exclusion),
-the run's total and its cost to the target with each, and the cost to the highest training return that every run of
-stellaris and ppo reached (so the cost to a target is measurable when an arm misses ``--target``).
+cost/pricing.yaml; the parameter function keeps its 2048 MB CPU spec, Lambda-priced), actors Lambda-priced CPU
+functions; no pre-warming (``runtime.prewarm=false``: the paper excludes pre-warm and keep-alive cost), no worker cap.
+Each run records both bills (docs/artos.md, "Two bills"): billed (each new worker's cold start included, as nimbus's
+ledger bills it) and without cold starts and provisioned idle time (``serverless_cost_excl_cold_usd``, the paper's
+exclusion), the run's total and its cost to the target with each, and the cost to the highest training return that every
+run of stellaris and ppo reached (so the cost to a target is measurable when an arm misses ``--target``).
 
 Per run (stellaris_ablation.Run): final evaluation (equal rounds, so equal env steps), the training-return curve
 against simulated time and cost, time and cost to ``--target``, tail variance, staleness. Reward at equal time:
@@ -71,7 +71,8 @@ from stellaris_aggregator import measured as aggregator_figures  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_ARMS = ("ppo", "sync", "softsync", "ssp", "async", "stellaris", "stellaris-no-truncation")
-COST_ARMS = ("stellaris", "ppo")   # the cost claim's arms: the common target is the highest return all their runs reached
+# the cost claim's arms: the common target is the highest return all their runs reached
+COST_ARMS = ("stellaris", "ppo")
 log = logging.getLogger("stellaris_paper_scale")
 
 
@@ -263,8 +264,9 @@ def cost_claims(summary: dict) -> list[str]:
             lines.append(f"  cost to target, {bill}: "
                          f"{_versus(summary, f'cost_to_target{suffix}_usd', ours='stellaris', theirs=theirs)}")
             if common is not None and theirs in COST_ARMS:
-                lines.append(f"  cost to {common:.0f} (the highest return every stellaris and ppo run reached), {bill}: "
-                             + _versus(summary, f"cost_to_common_target{suffix}_usd", ours="stellaris", theirs=theirs))
+                lines.append(f"  cost to {common:.0f} (the highest return every stellaris and ppo run reached), "
+                             f"{bill}: " + _versus(summary, f"cost_to_common_target{suffix}_usd", ours="stellaris",
+                                                   theirs=theirs))
     return lines
 
 

@@ -55,7 +55,7 @@ class Run:
     parameter_share_ledger: float        # Σ ledger duration_s of the parameter function / wall_s
     parameter_s_per_aggregation: float
     aggregations: int
-    recomputed: int                      # members the parameter function recomputed (mixed versions): its costliest work
+    recomputed: int                      # members the parameter function recomputed (mixed versions): costliest work
     gradients_per_aggregation: float
     staleness_mean: float                # over the gradients the rule saw (weighted by each round's count)
     staleness_counts: dict[str, float] = field(default_factory=dict)
@@ -101,8 +101,8 @@ def summary(*, runs: list[Run]) -> dict[str, dict]:
                           "min": float(min(getattr(r, key) for r in mine)),
                           "max": float(max(getattr(r, key) for r in mine))}
                     for key in ("wall_s", "parameter_share_in_function", "parameter_share_ledger",
-                                "parameter_s_per_aggregation", "aggregations", "recomputed", "gradients_per_aggregation",
-                                "staleness_mean")}
+                                "parameter_s_per_aggregation", "aggregations", "recomputed",
+                                "gradients_per_aggregation", "staleness_mean")}
         out[arm]["staleness_counts"] = dict(sorted(counts.items()))
     return out
 
@@ -124,7 +124,8 @@ def main() -> None:
     runs = []
     for seed in seeds:
         for arm in ARMS:   # alternating arms per seed: a change of load hits both
-            run = run_arm(arm=arm, seed=seed, rounds=rounds, root=args.root, straggler_factor=args.straggler_factor, rule=args.rule)
+            run = run_arm(arm=arm, seed=seed, rounds=rounds, root=args.root, straggler_factor=args.straggler_factor,
+                          rule=args.rule)
             log.info("%s seed %d: wall %.1f s, parameter %.1f %% of wall (ledger %.1f %%), %.4f s per aggregation, "
                      "staleness mean %.2f, %d recomputed", arm, seed, run.wall_s, 100 * run.parameter_share_in_function,
                      100 * run.parameter_share_ledger, run.parameter_s_per_aggregation, run.staleness_mean,

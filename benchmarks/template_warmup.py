@@ -111,7 +111,8 @@ def main() -> int:
                 out = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
                                      timeout=600, check=True)
                 results[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
-    summary = {mode: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for mode, runs in results.items()}
+    summary = {mode: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+               for mode, runs in results.items()}
     report = {"repeats": args.repeats, "median": summary, "runs": results}
     text = json.dumps(report, indent=1)
     if args.out is not None:

@@ -86,7 +86,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nimbus-two-workloads-") as tmp:
         for repeat in range(repeats):
             for arm in (("own", "pool") if repeat % 2 == 0 else ("pool", "own")):  # interleaved, order alternating
-                run = {"repeat": repeat, **one_run(root=Path(tmp) / f"{arm}-{repeat}", arm=arm, args=args, rounds=rounds)}
+                run = {"repeat": repeat,
+                       **one_run(root=Path(tmp) / f"{arm}-{repeat}", arm=arm, args=args, rounds=rounds)}
                 runs.append(run)
                 print(json.dumps(run), flush=True)
     ratios = [pool["held_cpu_s"] / own["held_cpu_s"] for pool, own in

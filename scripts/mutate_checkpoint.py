@@ -43,7 +43,8 @@ def main() -> None:
         olds, news = (old, new) if isinstance(old, list) else ([old], [new])
         found = [i for i, o in enumerate(olds) if o in text]
         if not found:
-            print(f"{name}: NOT APPLICABLE (pattern absent)"); continue
+            print(f"{name}: NOT APPLICABLE (pattern absent)")
+            continue
         old, new = olds[found[0]], news[found[0]]
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(WT / "src", Path(tmp) / "src")
@@ -52,7 +53,7 @@ def main() -> None:
                                   env={**os.environ, "PYTHONPATH": f"{tmp}/src"}, capture_output=True,
                                   text=True)
             verdict = "KILLED" if proc.returncode != 0 else "SURVIVED"
-            failed = [l for l in proc.stdout.splitlines() if l.startswith("FAILED")]
+            failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
             print(f"{name}: {verdict} {failed[:1]}", flush=True)
 
 main()
