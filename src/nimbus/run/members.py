@@ -22,22 +22,15 @@ from __future__ import annotations
 
 import logging
 import queue
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from nimbus.config import NimbusConfig
-from nimbus.data.jsonl import cut_rows_from
 from nimbus.errors import FunctionFailed, StoreUnavailable
-from nimbus.report.trackers import RunTrackers
 from nimbus.roles.remote import run_unless_store_lost, store_failure
-from nimbus.run.build import build_shared, pool_config
 from nimbus.run.book import RoundBook
-from nimbus.run.registry import controller_class, workflow_class, workflow_name
-from nimbus.run.rounds import RoundHook, finish
 from nimbus.run.signals import Interrupt
-from nimbus.run.stop import say_nothing_to_train, stop_reason
-from nimbus.run.summary import TrainResult, read_summary
+from nimbus.run.stop import stop_reason
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.types import Shared
 
@@ -199,71 +192,3 @@ class Members:
             log.info("%s: nothing left to run (its env-step budget is spent); it stops", self.configs[i].name)
             active.discard(i)
             gate.on_stopped(i)
-
-
-def train_population(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None) -> TrainResult:
-    """Train every policy of ``config`` over one pool; the summary is the best member's (population.json has all).
-    With ``resume_from`` (the run directory) every member continues from its own newest checkpoint. Each member has
-    its own experiment trackers (``output.loggers`` in ``policies/<name>/``), closed on every exit path after the
-    population's summary.json, population.json and report.png (their artifacts)."""
-    with ExitStack() as trackers:
-        return _train_members(config=config, run_dir=run_dir, resume_from=resume_from, trackers=trackers)
-
-
-def _train_members(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None,
-                   trackers: ExitStack) -> TrainResult:
-    population = controller_class(name="population")(config=config, run_dir=run_dir, resume_from=resume_from)
-    pool = build_shared(config=config, run_dir=run_dir,   # room for every member's actors and learner at once
-                        pool=pool_config(configs=[plan.config for plan in population.plans]))
-    members = Members(configs=[plan.config for plan in population.plans], runtime=pool.runtime)
-    started = members.clock()   # simulated seconds on the simulated backend
-    try:
-        for i, plan in enumerate(population.plans):
-            workflow = workflow_class(name=workflow_name(config=plan.config)).build(
-                config=plan.config, shared=lambda: pool, run_dir=plan.run_dir, policy=plan.name,
-                resume_from=plan.resume_from, rank_base=plan.rank_base)
-            if workflow.progress.rounds > 0:   # resumed: the rounds after its checkpoint run again, written once
-                cut_rows_from(path=plan.run_dir / "metrics.jsonl", key="round", first=workflow.progress.rounds)
-            hook = RoundHook(config=plan.config, workflow=members.get(i), runtime=pool.runtime,
-                             after_round=lambda row, i=i: population.after_round(i, row),
-                             progress_env_steps=workflow.progress.env_steps)   # resumed: its next evaluation mark
-            members.add(workflow=workflow, hook=hook, shared=pool)   # added first: closed by the finally below if trackers fail
-            hook.trackers = trackers.enter_context(RunTrackers.open(
-                output=plan.config.output, run_dir=plan.run_dir, config=plan.config.model_dump(mode="json"),
-                artifacts_from=run_dir))
-        finished = _finished_population(members=members, run_dir=run_dir)
-        if finished is not None:   # before begin(): a finished population pre-warms and publishes nothing either
-            return finished
-        population.begin(workflows=list(members.workflows))
-        for i, workflow in enumerate(members.workflows):
-            population.attach(i, workflow)
-            workflow.publish()
-        population.prewarm(shared=pool)
-        reasons = members.drive_until_stopped(on_failure=population.on_failure, on_replaced=population.attach,
-                                              gate=population)
-        wall_s = members.clock() - started
-        summaries = {plan.name: finish(config=plan.config, workflow=workflow, book=book, shared=pool,
-                                       stopped_by=reason, wall_s=wall_s + workflow.progress.wall_s_before,
-                                       peak_actors=workflow.decision.num_actors * len(members.workflows))
-                     for plan, workflow, book, reason in zip(population.plans, members.workflows, members.books,
-                                                              reasons)}
-    finally:
-        population.close()
-        for workflow in members.workflows:
-            workflow.close()
-        pool.close()
-    best = population.finish(summaries=summaries)
-    population.report()
-    members.raise_if_store_lost(where=run_dir / "policies")
-    return TrainResult(run_dir=run_dir, summary=summaries[best], rows=[])
-
-
-def _finished_population(*, members: Members, run_dir: Path) -> TrainResult | None:
-    """A resumed population whose every member already meets its stop rule trains nothing: it says so (with the
-    limit to raise) and keeps the summary it ended with (None: train on, also when that summary is missing)."""
-    reasons = [members.stopped(i) for i in range(len(members.workflows))]
-    summary = read_summary(run_dir=run_dir)
-    if not all(reasons) or summary is None:
-        return None
-    say_nothing_to_train(run_dir=run_dir, reason=reasons[0], progress=members.workflows[0].progress)
-    return TrainResult(run_dir=run_dir, summary=summary, rows=[])

@@ -15,7 +15,6 @@ checkpoint and summary as any run (run/loop.py).
 from __future__ import annotations
 
 import json
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,14 +23,13 @@ from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import load_pricing
 from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
-from nimbus.errors import ConfigError
-from nimbus.report.trackers import RunTrackers
+from nimbus.errors import ConfigError, FunctionFailed
 from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, make_run_dir, pool_config, run_namespace
-from nimbus.run.members import Members
-from nimbus.run.registry import workflow_class, workflow_name
-from nimbus.run.rounds import RoundHook, finish
-from nimbus.run.summary import TrainResult, write_summary
-from nimbus.runtime.base import runtime_clock
+from nimbus.run.members import UNGATED, Members
+from nimbus.run.registry import workflow_name
+from nimbus.run.rounds import RoundHook
+from nimbus.run.session import Member, run_members
+from nimbus.run.summary import RunSummary, TrainResult, write_summary
 from nimbus.runtime.factory import StampedRuntime, make_runtime
 from nimbus.types import RoundMetrics, Shared
 
@@ -68,27 +66,6 @@ def _workload_view(*, config: NimbusConfig, runtime: Any, store: Any, pool_ledge
                   pricing=load_pricing(path=Path(config.cost.pricing_path) if config.cost.pricing_path else None))
 
 
-def _add_workloads(*, members: Members, runtime: Any, store: Any, pool_ledger: Ledger,
-                   after_round: AfterRound | None, trackers: ExitStack) -> list[Shared]:
-    """Each workload's run directory, view of the pool, workflow (its functions named after it) and experiment
-    trackers (``output.loggers``, closed by ``trackers``); the views."""
-    views = []
-    for i, config in enumerate(members.configs):
-        run_dir = make_run_dir(config=config)
-        views.append(_workload_view(config=config, runtime=runtime, store=store, pool_ledger=pool_ledger,
-                                    run_dir=run_dir))
-        workflow = workflow_class(name=workflow_name(config=config)).build(
-            config=config, shared=lambda view=views[-1]: view, run_dir=run_dir, policy=config.name,
-            resume_from=None, workload=config.name)
-        hook = None if after_round is None else lambda row, i=i: _stop_all_if(after_round(i, row), members=members)
-        round_hook = RoundHook(config=config, workflow=members.get(i), runtime=runtime, after_round=hook)
-        # the workload's own ledger (its bills); added first: closed by the caller if trackers fail
-        members.add(workflow=workflow, hook=round_hook, shared=views[-1])
-        round_hook.trackers = trackers.enter_context(RunTrackers.open(output=config.output, run_dir=run_dir,
-                                                                      config=config.model_dump(mode="json")))
-    return views
-
-
 def _stop_all_if(stop: bool, *, members: Members) -> None:
     if stop:
         for workflow in members.workflows:
@@ -100,60 +77,86 @@ def train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | No
     row)`` sees workload i's rows as they come; when it returns True every workload stops (a sweep's pruner). Each
     workload's trackers close on every exit path, after its summary.json and report.png (their artifacts)."""
     check_workloads(configs=configs)
-    with ExitStack() as trackers:
-        return _train_workloads(configs=configs, after_round=after_round, trackers=trackers)
+    return run_members(shape=WorkloadsRun(configs=configs, after_round=after_round))
 
 
-def _train_workloads(*, configs: list[NimbusConfig], after_round: AfterRound | None,
-                     trackers: ExitStack) -> list[TrainResult]:
-    shm_prefix = claim_run_prefix()  # the pool's own segment prefix, before any worker starts
-    pool_dir = make_run_dir(config=configs[0].model_copy(update={"name": "pool"}))
-    pool_ledger = Ledger(path=pool_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)
-    backend = make_runtime(config=pool_config(configs=configs), ledger=pool_ledger,
-                           worker_env=store_worker_env(config=configs[0].store))
-    backend.set_shares(weights={config.name: config.runtime.share_weight for config in configs})
-    members = Members(configs=configs, runtime=backend)
-    clock = runtime_clock(runtime=backend)   # simulated seconds on the simulated backend
-    started = clock()
-    store = None
-    try:
-        store = driver_store(config=configs[0].store, namespace=run_namespace(run_dir=pool_dir))
-        runtime = StampedRuntime(inner=backend, headers={STORE_HEADER: store_descriptor(store)})
-        views = _add_workloads(members=members, runtime=runtime, store=store, pool_ledger=pool_ledger,
-                               after_round=after_round, trackers=trackers)
+class WorkloadsRun:
+    """Several workloads in run/session.py's skeleton: one pool (the first config's runtime section, CPUs shared by
+    ``runtime.share_weight``), one Store, the pool's ledger with every row and each workload's view with its own."""
+
+    gate = UNGATED
+
+    def __init__(self, *, configs: list[NimbusConfig], after_round: AfterRound | None) -> None:
+        self.configs, self.after = configs, after_round
+        self.pool_dir = make_run_dir(config=configs[0].model_copy(update={"name": "pool"}))
+        self.members = [Member(config=config, run_dir=make_run_dir(config=config), policy=config.name,
+                               workload=config.name) for config in configs]
+        self.shm_prefix = claim_run_prefix()  # the pool's own segment prefix, before any worker starts
+        self.pool_ledger = Ledger(path=self.pool_dir / "ledger.jsonl", keep_in_memory=LEDGER_RECORDS_IN_MEMORY)
+        self.backend: Any = None
+        self.store: Any = None
+        self.views: dict[int, Shared] = {}
+
+    def view(self, i: int) -> Shared:
+        """Workload ``i``'s view of the pool (its own ledger); the pool's runtime and Store are made on the first
+        call (after the first workload's own checks)."""
+        if self.backend is None:
+            configs = self.configs
+            self.backend = make_runtime(config=pool_config(configs=configs), ledger=self.pool_ledger,
+                                        worker_env=store_worker_env(config=configs[0].store))
+            self.backend.set_shares(weights={config.name: config.runtime.share_weight for config in configs})
+            self.store = driver_store(config=configs[0].store, namespace=run_namespace(run_dir=self.pool_dir))
+            self.runtime = StampedRuntime(inner=self.backend, headers={STORE_HEADER: store_descriptor(self.store)})
+        if i not in self.views:
+            member = self.members[i]
+            self.views[i] = _workload_view(config=member.config, runtime=self.runtime, store=self.store,
+                                           pool_ledger=self.pool_ledger, run_dir=member.run_dir)
+        return self.views[i]
+
+    def after_round(self, i: int, members: Members) -> Any:
+        after = self.after
+        return None if after is None else lambda row: _stop_all_if(after(i, row), members=members)
+
+    def rows(self, i: int) -> None:
+        return None
+
+    def finished(self, members: Members) -> None:
+        return None   # a workload never resumes
+
+    def start(self, members: Members) -> None:
         for workflow in members.workflows:
             workflow.publish()
             workflow.prewarm()
-        reasons = members.drive_until_stopped(on_failure=lambda i, error: False)
-        wall_s = clock() - started
-        results = _summaries(configs=configs, members=members, views=views, reasons=reasons,
-                             wall_s=wall_s)
-    finally:
-        for workflow in members.workflows:
-            workflow.close()
-        backend.shutdown()
-        if store is not None:
-            store.close()
-        pool_ledger.close()
-        release_run_prefix(prefix=shm_prefix)
-    (pool_dir / "workloads.json").write_text(json.dumps(
-        {"workloads": {config.name: str(result.run_dir) for config, result in zip(configs, results)},
-         "wall_s": wall_s}, indent=1))
-    for result, config in zip(results, configs):
-        if config.output.report:
-            from nimbus.report.render import render_report
-            render_report(run_dir=result.run_dir)
-    members.raise_if_store_lost(where=pool_dir.parent)
-    return results
 
+    def on_failure(self, i: int, error: FunctionFailed) -> bool:
+        return False
 
-def _summaries(*, configs: list[NimbusConfig], members: Members, views: list[Shared], reasons: list[str],
-               wall_s: float) -> list[TrainResult]:
-    """Each workload's summary (written to its summary.json), with the pool's ``wall_s``."""
-    results = []
-    for config, workflow, book, view, reason in zip(configs, members.workflows, members.books, views, reasons):
-        summary = finish(config=config, workflow=workflow, book=book, shared=view, wall_s=wall_s, stopped_by=reason,
-                         peak_actors=workflow.decision.num_actors)
-        write_summary(run_dir=workflow.system.run_dir, summary=summary)
-        results.append(TrainResult(run_dir=workflow.system.run_dir, summary=summary, rows=[]))
-    return results
+    def on_replaced(self, i: int, workflow: Any) -> None:
+        pass
+
+    def peak_actors(self, i: int, *, workflow: Any, hook: RoundHook, members: Members) -> int:
+        return workflow.decision.num_actors
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.shutdown()
+        if self.store is not None:
+            self.store.close()
+        self.pool_ledger.close()
+        release_run_prefix(prefix=self.shm_prefix)
+
+    def conclude(self, *, summaries: list[RunSummary], members: Members, wall_s: float) -> list[TrainResult]:
+        """Each workload's summary.json, the pool's workloads.json (with the pool's ``wall_s``), each report."""
+        results = []
+        for member, summary in zip(self.members, summaries):
+            write_summary(run_dir=member.run_dir, summary=summary)
+            results.append(TrainResult(run_dir=member.run_dir, summary=summary, rows=[]))
+        (self.pool_dir / "workloads.json").write_text(json.dumps(
+            {"workloads": {member.config.name: str(member.run_dir) for member in self.members}, "wall_s": wall_s},
+            indent=1))
+        for member in self.members:
+            if member.config.output.report:
+                from nimbus.report.render import render_report
+                render_report(run_dir=member.run_dir)
+        members.raise_if_store_lost(where=self.pool_dir.parent)
+        return results
