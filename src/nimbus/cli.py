@@ -141,8 +141,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.video:   # frames are drawn off-screen (rgb_array): SDL needs no display, and says so on stderr without one
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     if is_multiagent_run(path=path):
-        marless = evaluate_marless_run(path=path, episodes=args.episodes, seed=args.seed, explore=not args.deterministic,
-                                 video=args.video)
+        marless = evaluate_marless_run(path=path, episodes=args.episodes, seed=args.seed,
+                                       explore=not args.deterministic, video=args.video)
         versions = ", ".join(f"{policy} v{version}" for policy, version in marless.policy_versions.items())
         console.print(f"{versions}: mean global return {marless.mean_return:.2f} ± {marless.std_return:.2f} over "
                       f"{len(marless.returns)} episodes")
@@ -278,7 +278,8 @@ def _cmd_simulate_fit(args: argparse.Namespace) -> int:
     for kind, model in profile.functions.items():
         print(f"{kind:10s} median {model.median_s:.4f} s  sigma {model.sigma:.3f}  cold {model.cold_start_s:.3f} s  "
               f"first call +{model.first_call_s:.3f} s  per row {model.per_row_s:.2e} s  "
-              f"stragglers {model.straggler_fraction:.3f} x{model.straggler_factor:.2f}  failures {model.failure_fraction:.3f}")
+              f"stragglers {model.straggler_fraction:.3f} x{model.straggler_factor:.2f}  "
+              f"failures {model.failure_fraction:.3f}")
     print(f"wrote {path}")
     return 0
 

@@ -14,8 +14,9 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from nimbus.core import ActorScaler as ActorScaler, Controller as Controller  # the contracts live in core.py
 from nimbus.errors import NimbusError

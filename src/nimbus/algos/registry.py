@@ -36,7 +36,8 @@ AlgoConfig = Annotated[Union[PPOConfig, DQNConfig, ImpalaConfig, SACConfig,  # n
 
 ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ppo": PPOConfig, "dqn": DQNConfig, "impala": ImpalaConfig,
                                             "sac": SACConfig, **MULTIAGENT_ALGO_CONFIGS}
-# the multi-agent ones validate here but are built by nimbus.algos.multiagent.make_multiagent_algo (train.workflow: multiagent)
+# the multi-agent ones validate here but are built by nimbus.algos.multiagent.make_multiagent_algo
+# (train.workflow: multiagent)
 
 _BUILDERS: dict[str, Callable[[Any], Algorithm]] = {
     "ppo": lambda config: PPO(config=config),

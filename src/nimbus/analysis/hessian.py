@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,7 +112,7 @@ def subset_indices(*, batch_size: int, subset_size: int, generator: torch.Genera
 class _HessianOperator:
     """H·v for a fixed objective: one forward and one create_graph backward, then one backward per HVP."""
 
-    def __init__(self, *, loss_fn: Callable[[], torch.Tensor], params: list[torch.Tensor]) -> None:
+    def __init__(self, *, loss_fn: Callable[[], torch.Tensor], params: Sequence[torch.Tensor]) -> None:
         if not params:
             raise ValueError("params is empty")
         self.params = params
@@ -147,7 +147,7 @@ class _HessianOperator:
 
 
 def hessian_vector_product(
-    *, loss_fn: Callable[[], torch.Tensor], params: list[torch.Tensor], vector: torch.Tensor
+    *, loss_fn: Callable[[], torch.Tensor], params: Sequence[torch.Tensor], vector: torch.Tensor
 ) -> torch.Tensor:
     """H·v by double backward, H = ∇²θ loss_fn() over the concatenation of ``params`` (flattened, in order).
 
@@ -161,7 +161,7 @@ def hessian_vector_product(
 def extreme_eigenvalues(
     *,
     loss_fn: Callable[[], torch.Tensor],
-    params: list[torch.Tensor],
+    params: Sequence[torch.Tensor],
     max_iterations: int = 100,
     tolerance: float = 1e-3,
     seed: int = 0,
@@ -312,7 +312,7 @@ class ProbeOverhead:
 def measure_probe_overhead(
     *,
     loss_fn: Callable[[], torch.Tensor],
-    params: list[torch.Tensor],
+    params: Sequence[torch.Tensor],
     max_iterations: int = 100,
     tolerance: float = 1e-3,
     repeats: int = 3,

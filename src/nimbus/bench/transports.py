@@ -149,8 +149,8 @@ class ChannelTransport(ProcessTransport):
         self.expected, self.all_in = 0, threading.Event()
         self.inbox = Inbox(on_message=self._consume)  # the runtime's mode: consumed on the receiver thread
         run_prefix()  # fix the run's segment prefix before the senders inherit the environment
-        super().__init__(kind="channel" if pooled else "channel_segment", sender="nimbus.bench.transports:ChannelSender",
-                         n=n, setup={"path": path, "pooled": pooled})
+        super().__init__(kind="channel" if pooled else "channel_segment",
+                         sender="nimbus.bench.transports:ChannelSender", n=n, setup={"path": path, "pooled": pooled})
         listener.settimeout(60)
         for _ in range(n):
             sock, _ = listener.accept()

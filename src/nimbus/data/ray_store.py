@@ -10,7 +10,8 @@ the directory's reference and Ray frees the object once no reader holds it.
 
 Values are codec frames wrapped in a uint8 array: Ray ships and stores those bytes (its own
 serialisation of a plain byte array), and a reader gets a read-only view of the frame out of shared
-memory (frames under ~100 KiB Ray inlines and copies) and decodes it with the codec. Nothing nimbus reads is unpickled by nimbus.
+memory (frames under ~100 KiB Ray inlines and copies) and decodes it with the codec. Nothing nimbus reads is
+unpickled by nimbus.
 
 Only processes connected to the same Ray cluster can use it (the driver and functions of the ``ray``
 runtime). If the directory dies (its node failed) every value is gone: ``StoreUnavailable``.

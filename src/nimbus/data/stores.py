@@ -140,7 +140,8 @@ def driver_store(*, config: Any, namespace: str) -> Store:
     try:
         from nimbus.data.redis_store import RedisSettings, RedisStore, redact_url
     except ImportError as exc:
-        raise StoreUnavailable(f"store.backend: redis needs the [redis] extra (pip install -e '.[redis]'): {exc}") from None
+        raise StoreUnavailable(
+            f"store.backend: redis needs the [redis] extra (pip install -e '.[redis]'): {exc}") from None
     settings = RedisSettings(url=config.url, namespace=namespace, username=config.username,
                              password=store_password(config=config), max_retries=config.max_retries,
                              backoff_base_s=config.backoff_base_s, backoff_cap_s=config.backoff_cap_s,

@@ -4,10 +4,10 @@ says it is safe, refused with the reason otherwise.
 The multiagent workflow steps every live agent at once (``ParallelEnv``). PettingZoo converts an AEC env with
 ``pettingzoo.utils.conversions.aec_to_parallel`` only when the env says it is safe
 (``metadata["is_parallelizable"]``: it updates once per cycle of all agents, as mpe2's ``env()`` constructors);
-``parallel_from_aec`` does that conversion (logged once per env id and process). A truly turn-based env (chess, tic-tac-toe,
-a card game: no ``is_parallelizable``) cannot run here and is refused. ``parallel_from_aec`` is called where the env
-factory's result is checked (envs/parallel.py ``build_raw_env``), so the refusal reaches the user as a config
-error (exit 2)."""
+``parallel_from_aec`` does that conversion (logged once per env id and process). A truly turn-based env (chess,
+tic-tac-toe, a card game: no ``is_parallelizable``) cannot run here and is refused. ``parallel_from_aec`` is called
+where the env factory's result is checked (envs/parallel.py ``build_raw_env``), so the refusal reaches the user as a
+config error (exit 2)."""
 
 from __future__ import annotations
 

@@ -58,7 +58,8 @@ class ContractChecked(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._episode += 1
         self._step = 0
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
-            raise EnvContractError(f"{self._where('reset')}: reset() returned {_describe(result)}; {OLD_RESET_API_HINT}")
+            raise EnvContractError(
+                f"{self._where('reset')}: reset() returned {_describe(result)}; {OLD_RESET_API_HINT}")
         obs, info = result
         self._check_observation(obs=obs, where=self._where("reset"))
         return obs, info
@@ -70,7 +71,8 @@ class ContractChecked(gym.Wrapper, gym.utils.RecordConstructorArgs):
         where = self._where(f"step {self._step}")
         if not isinstance(result, tuple) or len(result) != 5:
             length = len(result) if isinstance(result, tuple) else None
-            hint = OLD_STEP_API_HINT if length == 4 else "gymnasium's step returns (obs, reward, terminated, truncated, info)"
+            hint = (OLD_STEP_API_HINT if length == 4
+                    else "gymnasium's step returns (obs, reward, terminated, truncated, info)")
             raise EnvContractError(f"{where}: step() returned {_describe(result)}; {hint}")
         obs, reward, terminated, truncated, info = result
         self._check_observation(obs=obs, where=where)

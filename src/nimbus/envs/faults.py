@@ -4,7 +4,8 @@ Each wraps CartPole-v1 and misbehaves in one documented way. Counters that must 
 restarts live in a file (``counter_path``), updated under an exclusive lock (runtime/faults.py, which
 also holds the fault points inside function code).
 
-- ``nimbus/FlakyCartPole-v0``   raises InjectedFault (retried like a dead worker) at step ``fail_at_step`` while the counter < ``failures``
+- ``nimbus/FlakyCartPole-v0``   raises InjectedFault (retried like a dead worker) at step ``fail_at_step`` while the
+  counter < ``failures``
 - ``nimbus/KillerCartPole-v0``  SIGKILLs its own process at step ``fail_at_step`` while the counter < ``failures``
 - ``nimbus/RaisingCartPole-v0`` raises ValueError on every step (the env's own error: not retried by default)
 - ``nimbus/NaNCartPole-v0``     returns NaN in ``field`` ("obs" or "reward") at step ``nan_at_step``

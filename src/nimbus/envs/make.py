@@ -67,7 +67,8 @@ def make_env(*, env_id: str, seed: int, kwargs: dict[str, Any] | None = None, ac
     check_observation_space(space=env.observation_space, env_id=env_id)
     env.action_space.seed(seed)
     env.observation_space.seed(seed)
-    logger.debug("made env %s (seed %d, actor rank %d, max_episode_steps %s)", env_id, seed, actor_rank, max_episode_steps)
+    logger.debug("made env %s (seed %d, actor rank %d, max_episode_steps %s)", env_id, seed, actor_rank,
+                 max_episode_steps)
     return env
 
 

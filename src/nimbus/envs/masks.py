@@ -1,4 +1,5 @@
-"""Action masks of multi-agent envs, in PettingZoo's two conventions, brought to one place: ``infos[agent]["action_mask"]``.
+"""Action masks of multi-agent envs, in PettingZoo's two conventions, brought to one place:
+``infos[agent]["action_mask"]``.
 
 PettingZoo envs give an agent's legal actions either inside a Dict observation, ``{"observation": ...,
 "action_mask": ...}`` (pettingzoo.classic), or in the step's ``infos[agent]["action_mask"]``. `SplitActionMask`

@@ -132,7 +132,8 @@ class ContractCheckedParallel(BaseParallelWrapper):
         self._step = 0
         self._seeded = False
         self.possible_agents = list(env.possible_agents)
-        self._spaces = {agent: (env.observation_space(agent), env.action_space(agent)) for agent in self.possible_agents}
+        self._spaces = {agent: (env.observation_space(agent), env.action_space(agent))
+                        for agent in self.possible_agents}
         self.latest_observations: dict[str, np.ndarray] = {}
         self.mask_agents: frozenset[str] | None = None   # the agents with action masks, from the first reset
         beat()

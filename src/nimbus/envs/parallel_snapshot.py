@@ -127,7 +127,8 @@ def restore_parallel(*, env: Any, arrays: dict[str, np.ndarray], meta: dict[str,
     raw.np_random.bit_generator.state = meta["rng"]
     parallel.agents = list(meta["parallel_agents"])
     order._has_reset, order._has_updated = meta["order"]["has_reset"], meta["order"]["has_updated"]
-    env._episode, env._step, env._seeded = meta["checker"]["episode"], meta["checker"]["step"], meta["checker"]["seeded"]
+    checker = meta["checker"]
+    env._episode, env._step, env._seeded = checker["episode"], checker["step"], checker["seeded"]
     env.latest_observations = {key.split(".", 1)[1]: np.array(value) for key, value in arrays.items()
                                if key.startswith("latest_obs.")}
 

@@ -36,7 +36,8 @@ def layer_init(layer: nn.Linear, *, std: float = math.sqrt(2), bias_const: float
     return layer
 
 
-def mlp(*, in_features: int, hidden_sizes: tuple[int, ...], out_features: int, activation: Activation, head_std: float) -> nn.Sequential:
+def mlp(*, in_features: int, hidden_sizes: tuple[int, ...], out_features: int, activation: Activation,
+        head_std: float) -> nn.Sequential:
     """Linear → activation blocks, then a linear head initialised with gain `head_std`."""
     layers: list[nn.Module] = []
     width = in_features

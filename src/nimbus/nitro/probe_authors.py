@@ -71,7 +71,7 @@ def authors_loss_algo(*, algo: Algorithm) -> Algorithm:
     """``algo`` with advantage normalisation off, when its config has the switch: their estimate batch is copied
     before RLlib standardises the advantages, so ``policy.loss`` sees the raw GAE advantages."""
     config = getattr(algo, "config", None)
-    if not getattr(config, "normalize_advantages", False):
+    if config is None or not getattr(config, "normalize_advantages", False):
         return algo
     return type(algo)(config=config.model_copy(update={"normalize_advantages": False}))  # type: ignore[call-arg]
 

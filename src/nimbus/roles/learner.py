@@ -87,7 +87,8 @@ def learner_state(*, context: FunctionContext, req: LearnerRequest, store: Store
         model = algo.make_model(spaces=spaces)
         cache.clear()
         cache.update(algo_config=req.algo, compile=req.compile, env_id=(req.env_id, list(req.env_wrappers)), algo=algo,
-                     model=model, spaces=spaces, optimizer=algo.make_optimizer(model=model), version=None, store=store, buffers={})
+                     model=model, spaces=spaces, optimizer=algo.make_optimizer(model=model), version=None, store=store,
+                     buffers={})
     cache["device"] = resolve_device(requested=req.device, leased=context.device)
     place(cache=cache, device=cache["device"])  # a warm model left the device at its last lease's end
     if cache["version"] != (req.policy, req.policy_version):  # several policies share learner workers

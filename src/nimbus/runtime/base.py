@@ -26,7 +26,7 @@ import queue
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ContextManager
+from typing import Any
 
 from nimbus.core import Runtime as Runtime  # the contract itself lives in core.py
 from nimbus.data.codec import Message
@@ -108,7 +108,7 @@ def event_queue(*, runtime: Any) -> queue.Queue:
     return make() if make is not None else queue.Queue()
 
 
-def between_calls(*, runtime: Any) -> ContextManager[None]:
+def between_calls(*, runtime: Any) -> contextlib.AbstractContextManager[None]:
     """A block of the driver's own work (an evaluation) during which no function runs in the driver's process: the
     runtime's ``exclusive()`` if it has one (runtime.backend: inline runs functions on a thread of the driver's
     process, which shares torch's global RNG with it: an evaluation's ``torch.manual_seed`` would move a learner's

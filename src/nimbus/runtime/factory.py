@@ -1,8 +1,9 @@
 """Choosing the Runtime backend from ``config.runtime`` — and the rules that tie runtime and store together.
 
 ``make_runtime`` returns a ``LocalRuntime`` (default), a ``RayRuntime``, an ``InlineRuntime``
-(runtime/inline.py) or a ``SimulatedRuntime`` (runtime/simulated.py); ``StampedRuntime`` wraps any of them so that every request carries the headers every function needs (``_store``: the descriptor
-from which a function opens the run's Store, data/stores.py), whichever workflow sends it.
+(runtime/inline.py) or a ``SimulatedRuntime`` (runtime/simulated.py); ``StampedRuntime`` wraps any of them so that
+every request carries the headers every function needs (``_store``: the descriptor from which a function opens the
+run's Store, data/stores.py), whichever workflow sends it.
 
 Rules checked at config load (``nimbus.config.rules.check_cluster``; errors name the keys):
 

@@ -49,7 +49,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, ContextManager
+from typing import Any
 
 import numpy as np
 
@@ -171,7 +171,7 @@ class InlineRuntime(AttemptEndings):
         """A prewarm: nothing sleeps in process."""
         self.prewarm(spec=spec, count=count, wait_s=wait_s)
 
-    def exclusive(self) -> ContextManager[None]:
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
         """Held, no job runs (the one in progress finishes first): for the driver's own work that shares process
         state with functions (an evaluation seeds torch's global RNG; runtime/base.py's ``between_calls``)."""
         return self._calling

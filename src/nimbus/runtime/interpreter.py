@@ -21,7 +21,8 @@ import sys
 from nimbus.data.shm import PREFIX_ENV, streaming_copy_env
 from nimbus.runtime.base import FunctionSpec
 
-_BOOTSTRAP = "import sys; del sys.path[0]; import runpy; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+_BOOTSTRAP = ("import sys; del sys.path[0]; import runpy; "
+              "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
 
 
 def module_command(*, module: str) -> list[str]:

@@ -189,7 +189,8 @@ class RayRuntime(PoolScheduling, AttemptEndings):
                                           invocation.spec.heartbeat_s)
         worker.ref = ref
         self._liveness.watch(worker_id=worker.worker_id, attempt=attempt, heartbeat_s=invocation.spec.heartbeat_s)
-        ref.future().add_done_callback(lambda future, w=worker, r=ref: self._post(lambda: self._on_result(w, r, future)))
+        ref.future().add_done_callback(
+            lambda future, w=worker, r=ref: self._post(lambda: self._on_result(w, r, future)))
         return []
 
     # ---- events (posted by Ray's callback thread, run by the monitor) -------------------------------
@@ -244,7 +245,8 @@ class RayRuntime(PoolScheduling, AttemptEndings):
         try:
             report = read_frame(future.result()).header
         except Exception as exc:  # noqa: BLE001 - the actor died while starting
-            return self._kill_attempt(worker, error_type="WorkerDied", detail=f"{worker.worker_id} died starting: {exc}")
+            return self._kill_attempt(worker, error_type="WorkerDied",
+                                      detail=f"{worker.worker_id} died starting: {exc}")
         worker.init_s, worker.pid, worker.node_id = float(report["init_s"]), report["pid"], report["node_id"]
         self._pool.watch(worker)
         return self._started(worker, error=report.get("error"))

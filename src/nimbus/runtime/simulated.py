@@ -289,8 +289,8 @@ class SimulatedRuntime(AttemptEndings):
             self._schedule(at_s=start_at, kind="end", worker=worker, ending={
                 "outcome": "error", "start_at": start_at, "retire": True, "error": error_report(exc), "after_s": 0.0})
             return
-        context = FunctionContext(worker_id=worker.worker_id, function=spec.name, invocation_id=invocation.invocation_id,
-                                  attempt=attempt.number, cache=worker.cache,
+        context = FunctionContext(worker_id=worker.worker_id, function=spec.name,
+                                  invocation_id=invocation.invocation_id, attempt=attempt.number, cache=worker.cache,
                                   device=attempt.lease.device if attempt.lease is not None else None)
         liveness.install(send=None)
         request = decode(invocation.body, copy=True)
@@ -313,9 +313,9 @@ class SimulatedRuntime(AttemptEndings):
             return {"outcome": "error", "start_at": start_at, "retire": False, "error": report["error"],
                     "after_s": min(draw.duration_s, spec.timeout_s)}
         if draw.dies and draw.dies_after_s < spec.timeout_s:
-            return {"outcome": "worker_died", "start_at": start_at, "retire": True, "after_s": draw.dies_after_s, "error": {
-                "type": "WorkerDied", "retryable": True,
-                "traceback": "simulated worker death (simulation failure_fraction); its reply was lost"}}
+            return {"outcome": "worker_died", "start_at": start_at, "retire": True, "after_s": draw.dies_after_s,
+                    "error": {"type": "WorkerDied", "retryable": True,
+                              "traceback": "simulated worker death (simulation failure_fraction); its reply was lost"}}
         if draw.duration_s > spec.timeout_s:
             return {"outcome": "timeout", "start_at": start_at, "retire": True, "after_s": spec.timeout_s, "error": {
                 "type": "FunctionTimeout", "retryable": True,

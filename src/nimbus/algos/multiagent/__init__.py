@@ -3,9 +3,10 @@
 ``MULTIAGENT_ALGO_CONFIGS`` maps each name to its config class; ``make_multiagent_algo`` builds the algorithm, which
 names the roles (function kinds) a policy's round invokes, in order. ``initial_messages`` gives version 0
 of a policy's networks as Store messages: ``weights`` (the policy network, models/weights.py format;
-IQL/VDN's Q-network with ε and a ``grad_steps`` header) and, for actor-critic algorithms, ``critic`` (critic network + optimizer state, `critic_to_message`); these
-live in ``nimbus.algos.multiagent.messages``; the algorithms' lookup in ``registry``. Both load on first use, so
-importing the configs (``nimbus.algos.multiagent.config``) loads neither torch nor any data code.
+IQL/VDN's Q-network with ε and a ``grad_steps`` header) and, for actor-critic algorithms, ``critic`` (critic network
++ optimizer state, `critic_to_message`); these live in ``nimbus.algos.multiagent.messages``; the algorithms' lookup
+in ``registry``. Both load on first use, so importing the configs (``nimbus.algos.multiagent.config``) loads neither
+torch nor any data code.
 
 Example::
 

@@ -53,7 +53,8 @@ class QPolicy(nn.Module):
 
 
 class ValueAlgorithm:
-    """The MultiAgentAlgorithm protocol (multi-agent contract) for Q-learning policies; subclasses set name and roles."""
+    """The MultiAgentAlgorithm protocol (multi-agent contract) for Q-learning policies; subclasses set name and
+    roles."""
 
     name = "value"
     roles: tuple[str, ...] = ("policy",)

@@ -43,7 +43,8 @@ def load_critic(*, critic: torch.nn.Module, optimizer: torch.optim.Optimizer, me
 
 
 def initial_messages(*, algo: Any, spaces: EnvSpaces, state_dim: int, num_agents: int, seed: int) -> dict[str, Message]:
-    """Version 0 of one policy: ``weights`` and, for actor-critic algorithms, ``critic``; seeded, global RNG untouched."""
+    """Version 0 of one policy: ``weights`` and, for actor-critic algorithms, ``critic``; seeded, global RNG
+    untouched."""
     if not algo.on_policy:   # IQL, VDN: the Q-network (algos/multiagent/iql.py)
         from nimbus.algos.multiagent.iql import initial_messages as value_initial_messages
         return value_initial_messages(algo=algo, spaces=spaces, state_dim=state_dim, num_agents=num_agents, seed=seed)

@@ -98,9 +98,9 @@ def ppo_update(
     ``compile_mode``: the minibatch's forward and loss compiled (algos/compiled.py), the step eager.
 
     No host read inside the minibatch loop: each epoch's order reaches the batch's device without a wait
-    (`epoch_orders`) and the batch is gathered once per epoch (minibatches are slices of it), the statistics stay on the device (`DeviceStats`) and
-    the non-finite guard is decided there (`guarded_step`). The host reads the statistics once at the end, and
-    approx_kl once per epoch when ``target_kl`` is set.
+    (`epoch_orders`) and the batch is gathered once per epoch (minibatches are slices of it), the statistics stay on
+    the device (`DeviceStats`) and the non-finite guard is decided there (`guarded_step`). The host reads the
+    statistics once at the end, and approx_kl once per epoch when ``target_kl`` is set.
     """
     missing = [key for key in REQUIRED_KEYS if key not in batch]
     if missing:
