@@ -59,7 +59,7 @@ def apply_overrides(*, data: dict[str, Any], overrides: list[str]) -> dict[str, 
     return result
 
 
-RENAMED_SECTIONS = {"marl": "marless"}   # old top-level key -> its name now (issue 24 item 7)
+RENAMED_SECTIONS = {"marl": "marless"}   # old top-level key -> its name now (the folder and the paper say MARLess; old configs and resumed runs say marl)
 
 
 def parse_config(*, data: dict[str, Any]) -> NimbusConfig:

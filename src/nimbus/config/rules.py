@@ -114,7 +114,7 @@ def check_workflow(*, config: NimbusConfig) -> None:
         return
     if config.train.exact_resume:
         raise ValueError("train.exact_resume: only the sync workflow can resume bitwise (the async workflow's "
-                         "replay buffer is not checkpointed); drop it, --resume still continues the run")
+                         "draws and actor timing do not repeat; train.checkpoint_replay keeps its buffer); drop it, --resume still continues the run")
     if name not in OFF_POLICY:
         raise ValueError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; algo.name {name} needs sync")
     if config.runtime.backend not in ("local", "inline", "simulated") or config.store.backend != "shm":

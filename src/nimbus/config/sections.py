@@ -153,7 +153,7 @@ class FunctionsConfig(Section):
 class RuntimeConfig(Section):
     backend: Literal["local", "ray", "inline", "simulated"] = "local"
     """where functions run: local worker processes, Ray actors (ray: see docs/cluster.md), inline: in the driver,
-    one call at a time, for tests (no timeouts enforced, no heartbeats, no parallelism; docs/architecture.md), or
+    one call at a time, for tests (no timeouts enforced, no heartbeats, no parallelism; runtime/inline.py), or
     simulated: in the driver on a virtual clock, durations from the simulation section (docs/simulated.md)"""
     address: str = "local"
     """ray only: local (a private, loopback-only Ray), auto (the cluster `ray start` made here), or host:port"""
@@ -285,7 +285,7 @@ class OutputConfig(Section):
     @model_validator(mode="before")
     @classmethod
     def _replaced_tensorboard(cls, data: Any) -> Any:
-        """``output.tensorboard`` (a bool until issue 29) became ``output.loggers``: say how to write it."""
+        """``output.tensorboard`` (once a bool; an old config.yaml may still have it) became ``output.loggers``: say how to write it."""
         if isinstance(data, dict) and "tensorboard" in data:
             raise ValueError("output.tensorboard was replaced by output.loggers: write `loggers: [tensorboard]` "
                              "for TensorBoard, `loggers: []` for none (a resumed run's config.yaml too)")
