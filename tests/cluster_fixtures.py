@@ -66,7 +66,7 @@ class RedisServer:
                     return self
             except OSError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"redis-server exited: {self.log_path.read_text()[-2000:]}")
+                    raise RuntimeError(f"redis-server exited: {self.log_path.read_text()[-2000:]}") from None
                 time.sleep(0.05)
         raise RuntimeError(f"redis-server did not listen on 127.0.0.1:{self.port}")
 

@@ -22,7 +22,8 @@ from nimbus.data.shm import PREFIX_ENV
 def load_benchmark(name: str) -> ModuleType:
     """``benchmarks/<name>.py`` executed as module ``name``, for tests of what a script computes (registered in
     sys.modules first: its dataclasses look their module up)."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name,
+                                                  Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

@@ -100,8 +100,8 @@ def test_dynamic_sharing_switches_on_and_cuts_learner_invocations(make_shipped_c
 
 def test_the_scaling_rule_sets_the_next_rounds_actors(make_shipped_config) -> None:
     config = make_shipped_config("marless-ippo-spread", overrides=[
-        *SMALL, "train.max_rounds=5", "marless.scaling=marless", "marless.i_max=4", "marless.i_min=1", "marless.beta=0.5",
-        INLINE])
+        *SMALL, "train.max_rounds=5", "marless.scaling=marless", "marless.i_max=4", "marless.i_min=1",
+        "marless.beta=0.5", INLINE])
     result = train(config=config)
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
     assert rows[0]["num_actors"] == 1                      # round 0: no evidence, I_min
@@ -120,7 +120,8 @@ def test_a_policy_function_killed_after_its_put_is_retried_and_counted_once(
     counter = tmp_path / "counter"
     monkeypatch.setenv(FAULTS_ENV, json.dumps({"marless.policy.published": {"action": "kill", "after": 1, "times": 1,
                                                                          "counter_path": str(counter)}}))
-    config = make_shipped_config("marless-ippo-spread", overrides=[*SMALL, "train.max_rounds=2", "marless.sharing=static"])
+    config = make_shipped_config("marless-ippo-spread",
+                                 overrides=[*SMALL, "train.max_rounds=2", "marless.sharing=static"])
     result = train(config=config)
     assert read_counter(path=counter) == 2
     policy = [r for r in ledger_rows(result.run_dir) if r["kind"] == "policy"]

@@ -71,7 +71,8 @@ def test_a_resumed_run_goes_on_from_its_round(make_shipped_config, monkeypatch: 
     """Counters, costs, logs and the scaling rule's next actor count go on; the actors' env slots go on from the
     resumed round's sequence (fresh seeds, not round 0's again)."""
     config = make_shipped_config("marless-ippo-spread", overrides=[
-        *SMALL, "train.max_rounds=2", "marless.scaling=marless", "marless.i_max=3", "marless.i_min=1", "marless.beta=0.5"])
+        *SMALL, "train.max_rounds=2", "marless.scaling=marless", "marless.i_max=3", "marless.i_min=1",
+        "marless.beta=0.5"])
     first = train(config=config)
     next_actors = manifest(first.run_dir, "p_agent_0", 2)["extra"]["marless"]["next_actors"]
     requests = []

@@ -37,7 +37,8 @@ def test_same_seed_gives_the_same_rounds_on_local_and_ray(ray_local, make_config
         [(r.return_mean, r.losses["policy_loss"]) for r in on_ray.rows]
     for row in on_ray.rows:  # the framework's share: the round less the slowest actor's work and the gradients
         extras = row.extras
-        assert extras["overhead_s"] == pytest.approx(max(0.0, row.round_s - extras["actor_work_s"] - extras["compute_s"]))
+        assert extras["overhead_s"] == pytest.approx(
+            max(0.0, row.round_s - extras["actor_work_s"] - extras["compute_s"]))
         assert extras["overhead_share"] == pytest.approx(extras["overhead_s"] / row.round_s)
 
 

@@ -170,7 +170,8 @@ def test_unknown_config_key_exits_2_naming_the_path(tmp_path: Path, run_cli) -> 
      ["actors.scaling.num_actors", "less than or equal to 1024"]),
     ("algo: {name: ppo\n", ["not valid YAML"]),
     ("algo: {name: ppo}\nenv: {id: CartPole-v1, num_envs_per_actor: 100000}\n"
-     "actors: {scaling: {kind: fixed, num_actors: 1024}, fragment_steps: 100000}\n", ["shared memory", "actors.scaling", "env.num_envs_per_actor", "actors.fragment_steps"]),
+     "actors: {scaling: {kind: fixed, num_actors: 1024}, fragment_steps: 100000}\n",
+     ["shared memory", "actors.scaling", "env.num_envs_per_actor", "actors.fragment_steps"]),
 ], ids=["wrong-type", "negative-count", "count-beyond-any-quota", "yaml-error", "buffer-beyond-memory"])
 def test_bad_config_exits_2_naming_the_key_before_anything_starts(tmp_path: Path, yaml_text: str,
                                                                    expected: list[str], run_cli, prefix: str) -> None:
@@ -192,7 +193,8 @@ def _start_long_run(tmp_path: Path, prefix: str) -> tuple[subprocess.Popen, Path
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         runs = [p for p in tmp_path.iterdir() if p.is_dir()]
-        if runs and (runs[0] / "metrics.jsonl").exists() and len((runs[0] / "metrics.jsonl").read_text().splitlines()) >= 3:
+        metrics = runs[0] / "metrics.jsonl" if runs else None
+        if metrics is not None and metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
             return proc, runs[0]
         time.sleep(0.2)
     proc.kill()

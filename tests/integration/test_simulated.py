@@ -118,4 +118,5 @@ def test_a_profile_fitted_from_a_real_runs_ledger_drives_a_simulated_run(make_co
                       run_dir=tmp_path / "simulated")
     real_s = sorted(row["round_s"] for row in read_metrics(path=real.run_dir / "metrics.jsonl"))[2]
     simulated_s = sorted(row["round_s"] for row in read_metrics(path=simulated.run_dir / "metrics.jsonl"))[2]
-    assert real_s / 3 < simulated_s < real_s * 3, (real_s, simulated_s)   # medians; the driver's own time is not modelled
+    # medians; the driver's own time is not modelled
+    assert real_s / 3 < simulated_s < real_s * 3, (real_s, simulated_s)

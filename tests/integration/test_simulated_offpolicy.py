@@ -18,7 +18,8 @@ CONSTANT = ["simulation.functions.actor.cold_start_s=0", "simulation.functions.l
 
 
 def _lags(run_dir: Path) -> dict[int, int]:
-    return {int(lag): rows for lag, rows in json.loads((run_dir / "policy_lag.json").read_text())["policy_lag_rows"].items()}
+    lags = json.loads((run_dir / "policy_lag.json").read_text())["policy_lag_rows"]
+    return {int(lag): rows for lag, rows in lags.items()}
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ README_MAX_BYTES = 15 * 1024            # a front page of at most ~15 KB; the re
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 ARCHITECTURE_MAX_BYTES = 20 * 1024      # the tree, the layers, the loop, links; decisions live on the technique pages
 TWO_COMMANDS = ("make run", "make test")
-TECHNIQUE_FOLDERS = ("stellaris", "nitro", "marless", "pbt", "onpolicy", "offpolicy")   # TECHNIQUES, test_architecture.py
+TECHNIQUE_FOLDERS = ("stellaris", "nitro", "marless", "pbt", "onpolicy", "offpolicy")  # test_architecture's TECHNIQUES
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
@@ -71,7 +71,8 @@ def make_recipes(*, makefile: str) -> dict[str, list[str]]:
 
 def test_the_readme_is_a_front_page() -> None:
     size = len(README.read_bytes())
-    assert size <= README_MAX_BYTES, f"README.md is {size} bytes; move how-to detail to docs/ (bound {README_MAX_BYTES})"
+    assert size <= README_MAX_BYTES, \
+        f"README.md is {size} bytes; move how-to detail to docs/ (bound {README_MAX_BYTES})"
 
 
 

@@ -72,7 +72,8 @@ def test_equals_cleanrl_without_truncations() -> None:
     dones = (rng.random((num_steps, num_envs)) < 0.15).astype(np.float64)  # CleanRL: obs at t starts an episode
     next_value, next_done = rng.normal(size=num_envs), (rng.random(num_envs) < 0.5).astype(np.float64)
     expected_adv, expected_ret = cleanrl_gae(
-        rewards=rewards, values=values, dones=dones, next_value=next_value, next_done=next_done, gamma=0.99, gae_lambda=0.95
+        rewards=rewards, values=values, dones=dones, next_value=next_value, next_done=next_done, gamma=0.99,
+        gae_lambda=0.95
     )
     # nimbus rows: each env's run contiguous; terminated_t = CleanRL's done at t+1
     terminated = np.concatenate([dones[1:], next_done[None]])

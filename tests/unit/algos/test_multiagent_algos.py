@@ -33,7 +33,8 @@ def test_registration_and_roles() -> None:
                                        "qmix": QMIXConfig}
     assert all(ALGO_CONFIGS[name] is config for name, config in MULTIAGENT_ALGO_CONFIGS.items())
     iql, vdn = multiagent_algo_from_dict(algo={"name": "iql"}), multiagent_algo_from_dict(algo={"name": "vdn"})
-    assert (iql.roles, iql.on_policy, vdn.roles, vdn.on_policy) == (("policy",), False, ("postprocess", "policy"), False)
+    assert (iql.roles, iql.on_policy) == (("policy",), False)
+    assert (vdn.roles, vdn.on_policy) == (("postprocess", "policy"), False)
     assert isinstance(TypeAdapter(AlgoConfig).validate_python({"name": "mappo", "lr": 1e-3}), MAPPOConfig)
     ippo, mappo = make_multiagent_algo(config=IPPOConfig()), multiagent_algo_from_dict(algo={"name": "mappo"})
     assert (ippo.name, ippo.roles, ippo.centralised, ippo.on_policy) == ("ippo", ("critic", "policy"), False, True)
@@ -95,7 +96,8 @@ def test_initial_messages_are_seeded_and_leave_the_global_rng_alone() -> None:
                               other["weights"].arrays["param.actor.0.weight"])
     policy = algo.make_policy(spaces=DISCRETE)
     load_model(model=policy, message=first["weights"])
-    np.testing.assert_array_equal(policy.actor[0].weight.detach().numpy(), first["weights"].arrays["param.actor.0.weight"])
+    np.testing.assert_array_equal(policy.actor[0].weight.detach().numpy(),
+                                  first["weights"].arrays["param.actor.0.weight"])
     critic = algo.make_critic(spaces=DISCRETE, state_dim=10, num_agents=2)
     assert not load_critic(critic=critic, optimizer=algo.make_optimizer(model=critic, lr=1e-3), message=first["critic"])
 

@@ -63,7 +63,8 @@ def test_act_outputs_match_the_buffer_spec(spaces: EnvSpaces) -> None:
 def test_postprocess_adds_advantages_and_returns_without_mutating() -> None:
     algo = PPO(config=PPOConfig(gamma=0.5, gae_lambda=1.0))
     batch = {
-        "rewards": torch.tensor([1.0, 1.0]), "values": torch.tensor([0.0, 0.0]), "next_values": torch.tensor([0.0, 4.0]),
+        "rewards": torch.tensor([1.0, 1.0]), "values": torch.tensor([0.0, 0.0]),
+        "next_values": torch.tensor([0.0, 4.0]),
         "terminated": torch.tensor([False, False]), "truncated": torch.tensor([False, False]),
         "cut": torch.tensor([False, True]),
     }

@@ -9,7 +9,8 @@ from nimbus.algos.ppo.config import PPOConfig
 def test_defaults() -> None:
     config = PPOConfig()
     assert (config.name, config.gamma, config.gae_lambda, config.clip_coef, config.lr) == ("ppo", 0.99, 0.95, 0.2, 3e-4)
-    assert (config.num_epochs, config.minibatch_size, config.hidden_sizes, config.activation) == (10, 64, (64, 64), "tanh")
+    assert (config.num_epochs, config.minibatch_size) == (10, 64)
+    assert (config.hidden_sizes, config.activation) == ((64, 64), "tanh")
     assert config.vf_clip is None and config.target_kl is None and config.normalize_advantages
     assert config.adam_eps == 1e-5 and config.max_grad_norm == 0.5 and not config.normalize_obs
 

@@ -22,7 +22,8 @@ def make_batch(*, algo: PPO, model: torch.nn.Module, num_rows: int, seed: int = 
     rows = {
         "obs": obs, "actions": torch.as_tensor(out.actions), "log_prob": torch.as_tensor(out.extras["log_prob"]),
         "values": torch.as_tensor(out.extras["values"]), "next_values": torch.randn(num_rows, generator=generator),
-        "rewards": torch.randn(num_rows, generator=generator), "terminated": torch.rand(num_rows, generator=generator) < 0.1,
+        "rewards": torch.randn(num_rows, generator=generator),
+        "terminated": torch.rand(num_rows, generator=generator) < 0.1,
         "truncated": torch.zeros(num_rows, dtype=torch.bool),
     }
     rows["cut"] = rows["terminated"].clone()
@@ -97,4 +98,5 @@ def test_missing_keys_are_named() -> None:
     batch = make_batch(algo=algo, model=model, num_rows=8)
     del batch["advantages"]
     with pytest.raises(KeyError, match="advantages"):
-        ppo_update(model=model, optimizer=optimizer, batch=batch, config=config, progress=0.0, generator=torch.Generator())
+        ppo_update(model=model, optimizer=optimizer, batch=batch, config=config, progress=0.0,
+                   generator=torch.Generator())

@@ -110,7 +110,8 @@ def test_ppo_learns_cartpole_within_60k_env_steps() -> None:
                                         total_env_steps=60_000, seed=1, stop_at_return=150.0)
     wall_s = time.perf_counter() - start
     final = float(np.mean(returns[-20:]))
-    logger.warning("CartPole: mean return of the last 20 episodes %.1f after %d env steps in %.1f s", final, env_steps, wall_s)
+    logger.warning("CartPole: mean return of the last 20 episodes %.1f after %d env steps in %.1f s", final, env_steps,
+                   wall_s)
     assert final >= 150.0, f"mean return {final:.1f} after {env_steps} env steps"
     assert all(stats.num_skipped_steps == 0 for stats in history)
 

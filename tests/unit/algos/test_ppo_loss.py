@@ -53,19 +53,22 @@ def test_policy_loss_at_ratio_one_is_minus_mean_advantage() -> None:
 
 def test_value_loss_unclipped_and_clipped() -> None:
     new, old, returns = torch.tensor([1.0, 3.0]), torch.tensor([0.0, 2.5]), torch.tensor([2.0, 0.0])
-    assert value_loss(new_values=new, old_values=old, returns=returns, vf_clip=None).item() == pytest.approx(0.5 * (1 + 9) / 2)
+    unclipped = value_loss(new_values=new, old_values=old, returns=returns, vf_clip=None)
+    assert unclipped.item() == pytest.approx(0.5 * (1 + 9) / 2)
     # clipped: V = 0 + clip(1, ±0.2) = 0.2 → (0.2 − 2)² = 3.24 > 1; V = 2.5 + 0.2 = 2.7 → 7.29 < 9
-    assert value_loss(new_values=new, old_values=old, returns=returns, vf_clip=0.2).item() == pytest.approx(0.5 * (3.24 + 9) / 2)
+    clipped = value_loss(new_values=new, old_values=old, returns=returns, vf_clip=0.2)
+    assert clipped.item() == pytest.approx(0.5 * (3.24 + 9) / 2)
 
 
 def test_ppo_loss_combines_the_parts() -> None:
     common = dict(new_log_prob=torch.zeros(2), old_log_prob=torch.zeros(2), advantages=torch.tensor([1.0, 3.0]),
-                  new_values=torch.tensor([1.0, 1.0]), old_values=torch.tensor([1.0, 1.0]), returns=torch.tensor([3.0, 1.0]),
-                  clip_coef=0.2, vf_clip=None)
+                  new_values=torch.tensor([1.0, 1.0]), old_values=torch.tensor([1.0, 1.0]),
+                  returns=torch.tensor([3.0, 1.0]), clip_coef=0.2, vf_clip=None)
     out = ppo_loss(**common, entropy=torch.tensor([0.5, 1.5]), ent_coef=0.1, vf_coef=0.5)
     # policy −2, value ½·(4 + 0)/2 = 1, entropy 1 → −2 − 0.1 + 0.5
     assert out.loss.item() == pytest.approx(-1.6)
-    assert out.stats == pytest.approx({"policy_loss": -2.0, "value_loss": 1.0, "entropy": 1.0, "approx_kl": 0.0, "clip_fraction": 0.0})
+    assert out.stats == pytest.approx({"policy_loss": -2.0, "value_loss": 1.0, "entropy": 1.0, "approx_kl": 0.0,
+                                       "clip_fraction": 0.0})
 
 
 def test_normalize_advantages_and_explained_variance() -> None:

@@ -60,14 +60,16 @@ def naive_vtrace(*, log_rhos, rewards, values, bootstrap_value, discounts, rho_b
     T, B = len(rewards), len(rewards[0])
     vs = [[0.0] * B for _ in range(T)]
     adv = [[0.0] * B for _ in range(T)]
-    for b in range(B):
-        def v_next(t):
-            if truncated[t][b]:
-                return next_values[t][b]
-            return values[t + 1][b] if t + 1 < T else bootstrap_value[b]
 
+    def v_next(t, b):
+        if truncated[t][b]:
+            return next_values[t][b]
+        return values[t + 1][b] if t + 1 < T else bootstrap_value[b]
+
+    for b in range(B):
         rho = [math.exp(log_rhos[t][b]) for t in range(T)]
-        delta = [min(rho_bar, rho[t]) * (rewards[t][b] + discounts[t][b] * v_next(t) - values[t][b]) for t in range(T)]
+        delta = [min(rho_bar, rho[t]) * (rewards[t][b] + discounts[t][b] * v_next(t, b) - values[t][b])
+                 for t in range(T)]
         for s in range(T):
             total, coef = 0.0, 1.0
             for t in range(s, T):
@@ -77,7 +79,7 @@ def naive_vtrace(*, log_rhos, rewards, values, bootstrap_value, discounts, rho_b
                 coef *= discounts[t][b] * min(c_bar, rho[t])
             vs[s][b] = values[s][b] + total
         for s in range(T):
-            vs_next = v_next(s) if (truncated[s][b] or s + 1 == T) else vs[s + 1][b]
+            vs_next = v_next(s, b) if (truncated[s][b] or s + 1 == T) else vs[s + 1][b]
             adv[s][b] = min(rho_bar, rho[s]) * (rewards[s][b] + discounts[s][b] * vs_next - values[s][b])
     return np.array(vs), np.array(adv)
 

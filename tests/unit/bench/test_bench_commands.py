@@ -19,7 +19,7 @@ def test_bench_transfer_writes_every_cell_with_its_ratio(tmp_path: Path, capsys:
     report = json.loads(out.read_text())
     rows = {(r["transport"], r["senders"], r["size_bytes"]): r for r in report["results"]}
     assert len(rows) == 4 * 2 * 2
-    for (transport, senders, size), row in rows.items():
+    for (_, senders, size), row in rows.items():
         assert row["mb_s_median"] > 0 and row["repeats"] == 1
         memcpy = rows[("memcpy", senders, size)]["mb_s_median"]
         assert row["ratio_to_memcpy"] == pytest.approx(row["mb_s_median"] / memcpy, rel=1e-3)

@@ -44,7 +44,8 @@ def test_every_actor_count_is_at_most_the_buffers_rank_table(config: Path, overr
 
 def test_a_population_member_has_at_most_rank_stride_actors() -> None:
     pbt = ["pbt={members: 2, hyperparameters: {lr: {low: 1.0e-4, high: 1.0e-2, log: true}}}"]
-    with pytest.raises(ConfigError, match=rf"actors\.scaling: {RANK_STRIDE + 1} actors per member exceed {RANK_STRIDE}"):
+    message = rf"actors\.scaling: {RANK_STRIDE + 1} actors per member exceed {RANK_STRIDE}"
+    with pytest.raises(ConfigError, match=message):
         load_config(path=PPO, overrides=[*pbt, f"actors.scaling.num_actors={RANK_STRIDE + 1}"])
     load_config(path=PPO, overrides=[*pbt, f"actors.scaling.num_actors={RANK_STRIDE}"])
     load_config(path=PPO, overrides=[f"actors.scaling.num_actors={RANK_STRIDE + 1}"])   # one policy: the buffer's bound

@@ -100,7 +100,8 @@ def test_an_oversized_file_is_refused_before_parsing(tmp_path: Path) -> None:
 
 
 def test_exponent_floats_are_floats_as_in_yaml_1_2() -> None:
-    """PyYAML (YAML 1.1) reads 1e-3 as a string; the strict models would refuse it, so the loader reads it as 1.2 does."""
+    """PyYAML (YAML 1.1) reads 1e-3 as a string; the strict models would refuse it, so the loader reads it as 1.2
+    does."""
     config = load_config(path=PPO, overrides=["algo.lr=1e-3", "algo.max_grad_norm=1E+1", "train.target_return=5e2"])
     assert (config.algo.lr, config.algo.max_grad_norm, config.train.target_return) == (1e-3, 10.0, 500.0)
     with pytest.raises(ConfigError, match=r"train\.total_env_steps: Input should be a valid integer"):

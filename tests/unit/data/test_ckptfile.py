@@ -57,7 +57,8 @@ def test_weights_file_opens_with_safetensors_alone_named_by_state_dict_keys(tmp_
         assert "nimbus" in loaded["metadata"]
         if name == "weights":
             state_dict = model.state_dict()
-            assert set(loaded["tensors"]) == set(state_dict) | {"nimbus_extra/obs_rms.mean", "nimbus_extra/obs_rms.count"}
+            extra = {"nimbus_extra/obs_rms.mean", "nimbus_extra/obs_rms.count"}
+            assert set(loaded["tensors"]) == set(state_dict) | extra
             for key, tensor in state_dict.items():
                 np.testing.assert_array_equal(np.array(loaded["tensors"][key], dtype=np.float32), tensor.numpy())
             header = json.loads(loaded["metadata"]["nimbus"])

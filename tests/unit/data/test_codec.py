@@ -141,11 +141,13 @@ def test_layouts_are_reused_across_headers_and_never_mixed_up() -> None:
     shapes or dtypes never do, and the header itself is always read from the frame at hand."""
     first = decode(encode(Message(header={"round": 1}, arrays={"x": np.arange(6, dtype=np.float32)})))
     second = decode(encode(Message(header={"round": 2, "id": "a"}, arrays={"x": np.arange(6, dtype=np.float32)})))
-    other = decode(encode(Message(header={"round": 2, "id": "a"}, arrays={"x": np.arange(6, dtype=np.int64).reshape(2, 3)})))
+    other = decode(encode(Message(header={"round": 2, "id": "a"},
+                                  arrays={"x": np.arange(6, dtype=np.int64).reshape(2, 3)})))
     assert first.header == {"round": 1} and second.header == {"round": 2, "id": "a"}
     assert other.arrays["x"].dtype == np.int64 and other.arrays["x"].shape == (2, 3)
     second.header["round"] = 99  # a caller's edits never leak into the next decode
-    assert decode(encode(Message(header={"round": 2, "id": "a"}, arrays={"x": np.ones(6, np.float32)}))).header["round"] == 2
+    again = decode(encode(Message(header={"round": 2, "id": "a"}, arrays={"x": np.ones(6, np.float32)})))
+    assert again.header["round"] == 2
 
 
 def test_a_header_whose_rest_overrides_the_metadata_is_read_as_json_says() -> None:

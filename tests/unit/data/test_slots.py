@@ -27,6 +27,7 @@ from support import wait_for
 POLL = {"timeout_s": 5.0, "interval_s": 0.005}  # wait_for: up to 5 s, every 5 ms
 
 MiB = 1 << 20
+DEFAULT_LIMITS = ChannelLimits()   # frozen, so one instance may be every call's default
 DTYPES = [np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8,
           np.uint64, np.uint32, np.uint16, np.uint8, np.bool_]
 
@@ -37,7 +38,7 @@ def new_pool(*, num_slots: int = 2, slot_bytes: int = MiB, max_readers: int = 1)
 
 
 @contextlib.contextmanager
-def pooled_pair(*, num_slots: int = 2, slot_bytes: int = MiB, limits: ChannelLimits = ChannelLimits(),
+def pooled_pair(*, num_slots: int = 2, slot_bytes: int = MiB, limits: ChannelLimits = DEFAULT_LIMITS,
                 compress_min_bytes: int | None = None, **inbox_options):
     a, b = socket.socketpair()
     inbox = Inbox(**inbox_options)
@@ -183,7 +184,7 @@ def test_bounded_inbox_blocks_without_losing_anything() -> None:
 def test_broadcast_slot_is_freed_only_by_the_last_reader() -> None:
     pairs = [socket.socketpair() for _ in range(3)]
     inboxes = []
-    for i, (_, b) in enumerate(pairs):
+    for _, b in pairs:
         inbox = Inbox()
         inbox.add_source(source="caster", sock=b, segment_prefix=body_segment_prefix(prefix=run_prefix(),
                                                                                      pid=os.getpid()))
@@ -196,7 +197,7 @@ def test_broadcast_slot_is_freed_only_by_the_last_reader() -> None:
     for envelope in envelopes:
         np.testing.assert_array_equal(envelope.message.arrays["w"], weights)
     del envelope
-    for k in range(3):
+    for _ in range(3):
         assert pool.busy() == 1
         envelopes.pop()
     assert wait_for(lambda: pool.busy() == 0, **POLL)

@@ -81,5 +81,6 @@ def test_store_failures_are_recognised_wherever_they_were_raised() -> None:
                             traceback_text="Traceback...\nnimbus.errors.StoreFull: Redis at redis://h:1/0 is full")
     assert "is full" in str(store_failure(remote))
     assert store_failure(StoreFull("full")) is not None and isinstance(store_failure(StoreFull("x")), StoreUnavailable)
-    other = FunctionFailed(function="actor", invocation_id="i", attempts=4, error_type="RuntimeError", traceback_text="")
+    other = FunctionFailed(function="actor", invocation_id="i", attempts=4, error_type="RuntimeError",
+                           traceback_text="")
     assert store_failure(other) is None and store_failure(ValueError("x")) is None

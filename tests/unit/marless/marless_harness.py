@@ -81,10 +81,11 @@ def assemble_batch(*, results: list[Message], agents: list[str], all_agents: lis
 def learner_request(*, store: ShmStore, algo: dict[str, Any], policy: str, round_: int, agents: dict[str, int],
                     all_agents: list[str], weights_version: int, critic_version: int, probe: Any = False,
                     env_id: str = SPREAD, env_kwargs: dict[str, Any] | None = None, seed: int = 0) -> Message:
-    request = MarlessLearnerRequest(env_id=env_id, env_kwargs=env_kwargs if env_kwargs is not None else {"N": 3, "max_cycles": 25},
-                                 algo=algo, policy=policy, round=round_, agents=agents, all_agents=all_agents,
-                                 batch_key=f"batch/{policy}/r{round_}", weights_version=weights_version,
-                                 critic_version=critic_version, seed=seed, probe=probe)
+    env_kwargs = env_kwargs if env_kwargs is not None else {"N": 3, "max_cycles": 25}
+    request = MarlessLearnerRequest(env_id=env_id, env_kwargs=env_kwargs,
+                                    algo=algo, policy=policy, round=round_, agents=agents, all_agents=all_agents,
+                                    batch_key=f"batch/{policy}/r{round_}", weights_version=weights_version,
+                                    critic_version=critic_version, seed=seed, probe=probe)
     return addressed(request.to_message(), store)
 
 

@@ -78,7 +78,8 @@ def test_the_loss_scores_the_distribution_the_actor_sampled(store, config) -> No
     """One epoch, one minibatch: the surrogate's only step is taken at the actor's weights, so the ratio is 1 on
     every row (approx_kl 0, no clipping). A loss that forgot the mask would see log-probs ~0.7 lower than the stored
     ones (approx_kl ≈ 0.2, most rows clipped)."""
-    algo = config(hidden_sizes=(16,), critic_hidden_sizes=(16,), num_epochs=1, num_minibatches=1).model_dump(mode="json")
+    algo = config(hidden_sizes=(16,), critic_hidden_sizes=(16,), num_epochs=1,
+                  num_minibatches=1).model_dump(mode="json")
     result = _fragment(store, algo=algo, convention="obs", num_envs=2, steps=20)
     batch = assemble_batch(results=[result], agents=["a"], all_agents=list(AGENTS), centralised=config is MAPPOConfig)
     assert batch.arrays["action_mask"].shape == (40, ACTIONS)

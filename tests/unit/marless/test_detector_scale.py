@@ -69,8 +69,9 @@ def test_k_is_the_fitted_slope_in_noise_standard_deviations_per_round() -> None:
 
 def test_on_flat_gaussian_noise_k_has_the_t_statistics_spread() -> None:
     """k · sqrt(Σ(x − x̄)²) ≈ the slope's t statistic: on flat noise P(k < −0.1) ≈ P(Z < −0.91) ≈ 18 %, and the
-    default γ fires on at most 1 % of full windows (≈ 0.6 %: P(T < −2.7), σ measured on 19 differences). Today's slope of normalised noise is
-    within ±0.07, so P(k < −0.1) is 0 there. Two first rounds at ±10 fix each agent's min-max range."""
+    default γ fires on at most 1 % of full windows (≈ 0.6 %: P(T < −2.7), σ measured on 19 differences). Today's slope
+    of normalised noise is within ±0.07, so P(k < −0.1) is 0 there. Two first rounds at ±10 fix each agent's min-max
+    range."""
     rng = np.random.default_rng(1)
     below_tenth, below_default = 0, 0
     runs = 2000

@@ -10,7 +10,8 @@ import numpy as np  # noqa: E402
 
 from nimbus.marless.report import is_marless, plot_agent_returns, plot_marless_costs, plot_policy_map  # noqa: E402
 
-ROWS = [{"round": k, "extras": {"marless/policies": p, "marless/return/agent_0": -30.0 + k, "marless/return/agent_1": -20.0 - k,
+ROWS = [{"round": k, "extras": {"marless/policies": p, "marless/return/agent_0": -30.0 + k,
+                                "marless/return/agent_1": -20.0 - k,
                                 "marless/global_return": -25.0, "marless/learner_cost_usd": 0.01 * (k + 1),
                                 "marless/actor_cost_usd": 0.002 * (k + 1)}}
         for k, p in enumerate((2, 2, 1))]

@@ -93,8 +93,10 @@ def test_align_joins_rows_of_the_same_env_and_step_across_policies_and_actors(st
     # two actors (ranks 0 and 1) with 2 envs × 4 steps each; agent_1's policy is listed first in batch_keys
     per_agent = {agent: [actor_rows(agent=i, num_envs=2, steps=4, rank=rank) for rank in range(2)]
                  for i, agent in enumerate(AGENTS)}
-    store.put(key="batch/p_agent_0/r3", message=driver_batch(per_agent=per_agent, agents=["agent_0"], all_agents=AGENTS))
-    store.put(key="batch/p_agent_1/r3", message=driver_batch(per_agent=per_agent, agents=["agent_1"], all_agents=AGENTS))
+    store.put(key="batch/p_agent_0/r3",
+              message=driver_batch(per_agent=per_agent, agents=["agent_0"], all_agents=AGENTS))
+    store.put(key="batch/p_agent_1/r3",
+              message=driver_batch(per_agent=per_agent, agents=["agent_1"], all_agents=AGENTS))
     request = VDNPostprocessRequest(round=3, all_agents=AGENTS, batch_keys=["batch/p_agent_1/r3", "batch/p_agent_0/r3"],
                                     post_key=team_post_key(round=3))
     result = vdn_postprocess_function(context=ctx("postprocess"), request=on_store(request.to_message(), store))
@@ -202,7 +204,8 @@ def learner_request(*, algo, policy: str, round: int, agent_policy: dict[str, st
                     replay_keys: list[str], progress: float = 0.0,
                     probe: bool | dict | None = False) -> ValueLearnerRequest:
     return ValueLearnerRequest(policy=policy, round=round, algo=algo.config.model_dump(mode="json"),
-                               agents={a: i for i, a in enumerate(AGENTS) if agent_policy[a] == policy}, all_agents=AGENTS,
+                               agents={a: i for i, a in enumerate(AGENTS) if agent_policy[a] == policy},
+                               all_agents=AGENTS,
                                agent_policy=agent_policy, policy_versions=dict(versions), replay_keys=replay_keys,
                                spaces={p: spaces_header(spaces=SPACES) for p in set(agent_policy.values())}, seed=7,
                                progress=progress, probe=probe)
@@ -227,14 +230,16 @@ def put_round(*, store: ShmStore, algo, round: int, rows: dict[str, dict[str, np
                                                 all_agents=AGENTS))
         keys.append(key)
     if algo.joint:
-        request = VDNPostprocessRequest(round=round, all_agents=AGENTS, batch_keys=keys, post_key=team_post_key(round=round))
+        request = VDNPostprocessRequest(round=round, all_agents=AGENTS, batch_keys=keys,
+                                        post_key=team_post_key(round=round))
         vdn_postprocess_function(context=ctx("postprocess"), request=on_store(request.to_message(), store))
     return keys
 
 
 def train_game(*, store: ShmStore, algo, agent_policy: dict[str, str], rounds: int, replay_rounds: int = 4,
                num_envs: int = 32) -> tuple[list[float], list[float]]:
-    """Rounds of act → batches → (post-process) → one policy function per policy; greedy return and mean loss per round."""
+    """Rounds of act → batches → (post-process) → one policy function per policy; greedy return and mean loss per
+    round."""
     setup_policies(store=store, algo=algo, agent_policy=agent_policy)
     versions = {policy: 0 for policy in agent_policy.values()}
     rng = np.random.default_rng(0)
@@ -307,7 +312,8 @@ def run_iql_rounds(*, store: ShmStore, algo, rounds: int) -> list[Message]:
     for round in range(rounds):
         policies = load_policies(store=store, algo=algo, agent_policy={"agent_0": "p0", "agent_1": "p0"},
                                  versions={"p0": round})
-        put_round(store=store, algo=algo, round=round, rows=game_rows(policies=policies, algo=algo, num_envs=4, rng=rng),
+        put_round(store=store, algo=algo, round=round,
+                  rows=game_rows(policies=policies, algo=algo, num_envs=4, rng=rng),
                   agent_policy={"agent_0": "p0", "agent_1": "p0"})
         request = learner_request(algo=algo, policy="p0", round=round, agent_policy={"agent_0": "p0", "agent_1": "p0"},
                                   versions={"p0": round}, replay_keys=[f"batch/p0/r{k}" for k in range(round + 1)])

@@ -60,7 +60,8 @@ def test_the_mixer_trains_and_its_target_is_refreshed_every_period_across_invoca
         put_round(store=store, algo=algo, round=round, agent_policy=OWN,
                   rows=game_rows(policies=policies, algo=algo, num_envs=4, rng=rng))
         request = team_request(algo=algo, round=round, agent_policy=OWN, versions=versions,
-                               replay_keys=[team_post_key(round=k) for k in range(round + 1)], mixer_version=mixer_version)
+                               replay_keys=[team_post_key(round=k) for k in range(round + 1)],
+                               mixer_version=mixer_version)
         result = team_value_function(context=ctx("policy"), request=on_store(request.to_message(), store))
         mixer_version = result.header["mixer_version"]
         versions = {p: stats["policy_version"] for p, stats in result.header["policies"].items()}

@@ -42,7 +42,8 @@ def one_torch_thread() -> None:
 
 
 def joint_rows(store: ShmStore) -> dict[str, torch.Tensor]:
-    return {name: torch.as_tensor(np.array(value)) for name, value in store.get(key=team_post_key(round=0)).arrays.items()}
+    arrays = store.get(key=team_post_key(round=0)).arrays
+    return {name: torch.as_tensor(np.array(value)) for name, value in arrays.items()}
 
 
 def summed_loss(*, nets: dict[str, nn.Module], targets: dict[str, nn.Module], agent_policy: dict[str, str],
@@ -133,7 +134,8 @@ def test_the_first_step_is_the_gradient_of_the_summed_loss(store: ShmStore) -> N
     algo = VDN(config=small(VDNConfig, gradient_steps=1, batch_size=32, double_q=False, max_grad_norm=None,
                             lr=1e-3))
     versions = first_round(store=store, algo=algo, agent_policy=OWN, num_envs=8, seed=5)
-    request = team_request(algo=algo, round=0, agent_policy=OWN, versions=versions, replay_keys=[team_post_key(round=0)])
+    request = team_request(algo=algo, round=0, agent_policy=OWN, versions=versions,
+                           replay_keys=[team_post_key(round=0)])
     result = team_value_function(context=ctx("policy"), request=on_store(request.to_message(), store))
     nets = load_policies(store=store, algo=algo, agent_policy={p: p for p in versions}, versions=versions)
     batch_all = joint_rows(store)

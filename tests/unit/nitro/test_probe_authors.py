@@ -58,7 +58,7 @@ def _their_grid_ratio(eigen_list_full: list[list[float]], weight_list_full: list
         return density, grids
 
     density, grids = density_generate(eigen_list_full, weight_list_full)
-    eigenvalue_list, density_list = grids, density          # estimate_hessian_density returns (grids, density)
+    eigenvalue_list, _density_list = grids, density          # estimate_hessian_density returns (grids, density)
     eigenvalue_list = np.real(eigenvalue_list)
     return - max(eigenvalue_list) / min(eigenvalue_list)
 
@@ -68,7 +68,7 @@ def _group_product(xs, ys):
 
 
 def _group_add(params, update, alpha=1):
-    for i, p in enumerate(params):
+    for i, _p in enumerate(params):
         params[i].data.add_(update[i] * alpha)
     return params
 

@@ -109,7 +109,8 @@ def test_minibatch_pipeline_equals_the_unpipelined_update(dual_stage: bool, load
     batch, stats = update.finish()
     _assert_same(piped, reference)
     torch.testing.assert_close(batch["advantages"], ref_batch["advantages"], atol=1e-6, rtol=0)
-    assert (stats.num_gradient_steps, stats.num_epochs_done) == (ref_stats.num_gradient_steps, ref_stats.num_epochs_done)
+    assert stats.num_gradient_steps == ref_stats.num_gradient_steps
+    assert stats.num_epochs_done == ref_stats.num_epochs_done
     assert stats.value_loss == pytest.approx(ref_stats.value_loss, abs=1e-6)
 
 

@@ -64,7 +64,8 @@ def test_resampling_draws_log_uniformly_inside_the_range() -> None:
 @pytest.mark.parametrize("override, message", [
     ("pbt={hyperparameters: {lrr: {low: 0.1, high: 1}}}", "pbt.hyperparameters.lrr: 'lrr' is not a hyperparameter"),
     ("pbt={hyperparameters: {lr: {low: -1.0, high: 0.1}}}", "pbt.hyperparameters.lr.low: -1.0 is outside the valid"),
-    ("pbt={hyperparameters: {gae_lambda: {low: 0.5, high: 1.5}}}", "pbt.hyperparameters.gae_lambda.high: 1.5 is outside"),
+    ("pbt={hyperparameters: {gae_lambda: {low: 0.5, high: 1.5}}}",
+     "pbt.hyperparameters.gae_lambda.high: 1.5 is outside"),
     ("policies=[{name: a}, {name: a}]", "policies.1.name: duplicate policy name 'a'"),
     ("policies=[{name: a, algo: {lr: 0}}]", "policies.0.algo.lr: 0 is outside the valid range"),
     ("pbt={hyperparameters: {lr: {low: 0.1, high: 0.01}}}", "pbt.hyperparameters.lr"),

@@ -8,6 +8,7 @@ import torch
 
 from nimbus.config.devices import DevicesConfig
 from nimbus.data.codec import Message
+from nimbus.errors import FunctionFailed
 from nimbus.runtime.base import FunctionSpec, Resources
 from nimbus.runtime.devices import PLACED_KEY, DevicePool, device_pool, lease_ended, place, pool_devices, torch_device
 
@@ -59,7 +60,7 @@ def test_more_learners_than_slots_take_turns_while_actors_go_ahead(make_runtime)
     rows = [r for r in ledger.records() if r.outcome == "ok"]
     leases = sorted((r.lease_start_at, r.lease_end_at) for r in rows if r.kind == "learner")
     assert len(leases) == 3 and all(r.device == "cpu:0" for r in rows if r.kind == "learner")
-    for (start, end), (next_start, _) in zip(leases, leases[1:]):
+    for (_, end), (next_start, _) in zip(leases, leases[1:]):
         assert end <= next_start  # one slot: leases never overlap (time multiplexing)
     for row in rows:
         if row.kind == "learner":  # the lease covers the run of the function
@@ -75,7 +76,7 @@ def test_a_failed_attempt_gives_its_device_back(make_runtime) -> None:
     runtime, ledger = make_runtime(capacity_cpus=2, devices=pool)
     failing = FunctionSpec(name="bad", entrypoint="nimbus.runtime.builtin:raise_error", kind="learner",
                            timeout_s=20.0, max_retries=0)
-    with pytest.raises(Exception):
+    with pytest.raises(FunctionFailed):
         runtime.invoke(spec=failing, request=Message(header={})).result(timeout=30)
     ok = runtime.invoke(spec=LEARNER, request=Message(header={"seconds": 0.0})).result(timeout=30)
     assert ok.header["device"] == "cpu:0" and pool.free() == 1

@@ -183,7 +183,8 @@ def test_p3_spent_retries_raise_the_original_error(make_runtime) -> None:
 
 def test_non_retryable_errors_fail_at_once(make_runtime) -> None:
     runtime, ledger = make_runtime()
-    future = runtime.invoke(spec=spec("raise_error", max_retries=3), request=Message(header={"error": "EnvContractError"}))
+    future = runtime.invoke(spec=spec("raise_error", max_retries=3),
+                            request=Message(header={"error": "EnvContractError"}))
     with pytest.raises(FunctionFailed) as info:
         future.result(timeout=30)
     assert info.value.error_type == "EnvContractError" and info.value.attempts == 1

@@ -167,6 +167,7 @@ def test_every_marless_role_is_a_simulated_kind_and_a_policy_function_is_fitted(
 
     roles = make_multiagent_algo(config=MULTIAGENT_ALGO_CONFIGS[algo]()).roles
     assert {"actor", *roles} <= set(KINDS)
-    ledger_from(model=DurationModel(median_s=0.2, cold_start_s=0.0), kind="policy", n=10, path=tmp_path / "ledger.jsonl")
+    ledger_from(model=DurationModel(median_s=0.2, cold_start_s=0.0), kind="policy", n=10,
+                path=tmp_path / "ledger.jsonl")
     assert fit_profile(run_dirs=[tmp_path]).functions["policy"].median_s == pytest.approx(0.2)
     assert SimulationConfig(functions={"policy": DurationModel(median_s=0.5)}).models()["policy"].median_s == 0.5

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[3]
 
 def steady_rows(tmp_path: Path, *, gather: bool) -> list[dict[str, float]]:
     config = load_config(path=REPO / "configs" / "stellaris-cartpole.yaml", overrides=[
-        "runtime.backend=simulated", f"simulation.profile={REPO / 'benchmarks/results/stellaris_paper_scale_profile.yaml'}",
+        "runtime.backend=simulated",
+        f"simulation.profile={REPO / 'benchmarks/results/stellaris_paper_scale_profile.yaml'}",
         "stellaris.learners=16", "actors.scaling.num_actors=8", "train.max_rounds=3", "stellaris.decay=0.96",
         f"stellaris.gather_arrivals={str(gather).lower()}", f"output.root_dir={tmp_path / str(gather)}",
         "output.loggers=[]", "output.report=false", "output.status_line=false", "train.eval_episodes=0"])

@@ -21,7 +21,8 @@ def final_weights(tmp_path: Path, name: str) -> tuple[bytes, float]:
         "output.status_line=false", "train.eval_episodes=0", "runtime.backend=inline"])
     result = train(config=config)
     final = sorted((result.run_dir / "checkpoints").glob("ckpt-*"))[-1]
-    recomputed = sum(row["extras"]["staleness/recomputed"] for row in read_metrics(path=result.run_dir / "metrics.jsonl"))
+    rows = read_metrics(path=result.run_dir / "metrics.jsonl")
+    recomputed = sum(row["extras"]["staleness/recomputed"] for row in rows)
     return (final / "weights.safetensors").read_bytes(), recomputed
 
 

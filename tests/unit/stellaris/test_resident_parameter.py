@@ -111,7 +111,8 @@ def run(store: ShmStore, *, resident: bool, lose_at: tuple[int, ...] = (), monke
 
 
 def weights_bytes(store: ShmStore, version: int) -> dict[str, bytes]:
-    return {k: np.asarray(v).tobytes() for k, v in store.get(key=weights_key(policy="main", version=version)).arrays.items()}
+    arrays = store.get(key=weights_key(policy="main", version=version)).arrays
+    return {k: np.asarray(v).tobytes() for k, v in arrays.items()}
 
 
 def test_a_resident_aggregation_reads_only_gradients_and_writes_only_weights(stores, monkeypatch):

@@ -46,7 +46,8 @@ def test_with_values_sets_dotted_keys_on_a_copy() -> None:
     ({"algo.lr": {"float": [0.0, 0.01], "lgo": True}}, r"space\.algo\.lr: unknown keys \['lgo'\]"),
     ({"env.num_envs_per_actor": {"int": [1.5, 4]}}, r"space\.env\.num_envs_per_actor\.int: give \[low, high\]"),
     ({"seed": {"int": [0, 4]}}, r"space\.seed: the sweep sets seed, name and output itself"),
-    ({"output.root_dir": {"choice": ["/etc", "/tmp"]}}, r"space\.output\.root_dir: the sweep sets seed, name and output"),
+    ({"output.root_dir": {"choice": ["/etc", "/tmp"]}},
+     r"space\.output\.root_dir: the sweep sets seed, name and output"),
     ({"algo.hidden_sizes": {"choice": [[64]]}}, r"space\.algo\.hidden_sizes\.choice: a list of at least two"),
     ([1, 2], r"space: a mapping of config key paths"),
 ])
