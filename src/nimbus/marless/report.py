@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 
 from nimbus.data.jsonl import read_jsonl
-from nimbus.report.panels import no_data, series
-
+from nimbus.report.panels import series, titled
 
 EXTRA_ROWS = 1   # a fourth row of panels: the policy map and the cost by function kind
 
@@ -46,9 +45,8 @@ def read_maps(*, run_dir: Path) -> list[dict[str, Any]]:
 
 def plot_agent_returns(ax: Any, rows: list[dict[str, Any]]) -> None:
     agents = sorted({k.split("/", 2)[2] for r in rows for k in r.get("extras", {}) if k.startswith("marless/return/")})
-    ax.set_title("MARLess: return per agent and global", fontsize=10)
-    if not agents:
-        no_data(ax, "no finished episodes")
+    if not titled(ax, title="MARLess: return per agent and global", has_data=bool(agents),
+                  empty="no finished episodes"):
         return
     for agent in agents:
         ax.plot(*series(rows, f"marless/return/{agent}"), lw=1, alpha=0.6, label=agent)
@@ -59,9 +57,8 @@ def plot_agent_returns(ax: Any, rows: list[dict[str, Any]]) -> None:
 
 
 def plot_policy_map(ax: Any, maps: list[dict[str, Any]]) -> None:
-    ax.set_title("MARLess: agent → policy per round (colour = policy); policies, actors", fontsize=10)
-    if not maps:
-        no_data(ax, "no marless.jsonl")
+    if not titled(ax, title="MARLess: agent → policy per round (colour = policy); policies, actors",
+                  has_data=bool(maps), empty="no marless.jsonl"):
         return
     agents = sorted(maps[0]["agent_policy"])
     policies = sorted({p for m in maps for p in m["agent_policy"].values()})
@@ -79,10 +76,8 @@ def plot_policy_map(ax: Any, maps: list[dict[str, Any]]) -> None:
 
 
 def plot_marless_costs(ax: Any, rows: list[dict[str, Any]]) -> None:
-    ax.set_title("MARLess: cost per round by function kind", fontsize=10)
     rounds, learner = series(rows, "marless/learner_cost_usd")
-    if not rounds:
-        no_data(ax, "no cost rows")
+    if not titled(ax, title="MARLess: cost per round by function kind", has_data=bool(rounds), empty="no cost rows"):
         return
     ax.plot(rounds, learner, lw=1, label="learner functions (policy, critic, postprocess)")
     ax.plot(*series(rows, "marless/actor_cost_usd"), lw=1, label="actor functions")

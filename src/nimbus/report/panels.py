@@ -26,17 +26,21 @@ def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]
     return ([p[0] for p in points], [p[1] for p in points]) if points else ([], [])
 
 
-def no_data(ax: Any, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color="gray")
+def titled(ax: Any, *, title: str, has_data: bool, empty: str) -> bool:
+    """Title a panel; one without data says ``empty`` in its middle instead, so every report keeps its layout.
+    Returns ``has_data``: whether there is anything to draw."""
+    ax.set_title(title, fontsize=10)
+    if not has_data:
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes, fontsize=9, color="gray")
+    return has_data
 
 
 def plot_ratio_and_score(ax: Any, rows: list[dict[str, Any]]) -> None:
     """R per round (left) and the boosting score S (right); a note when the run had no Hessian probe."""
     rounds, ratios = series(rows, "hessian_ratio")
     ax.set_xlabel("round")
-    ax.set_title("Nitro: convexity ratio R and boosting score S", fontsize=10)
-    if not rounds:
-        no_data(ax, "no Hessian probe in this run (actors.scaling.kind is not nitro)")
+    if not titled(ax, title="Nitro: convexity ratio R and boosting score S", has_data=bool(rounds),
+                  empty="no Hessian probe in this run (actors.scaling.kind is not nitro)"):
         return
     ax.plot(rounds, ratios, "o-", ms=3, lw=1, color="tab:purple", label="R = −λmax/λmin")
     ax.set_ylabel("R", color="tab:purple")
@@ -52,9 +56,8 @@ def plot_staleness(ax: Any, rows: list[dict[str, Any]]) -> None:
     """Stellaris: mean and max staleness per round, the threshold β_k, and gradients refused (right axis)."""
     rounds, means = series(rows, "staleness/mean")
     ax.set_xlabel("round")
-    ax.set_title("Stellaris: gradient staleness", fontsize=10)
-    if not rounds:
-        no_data(ax, "no asynchronous learners in this run")
+    if not titled(ax, title="Stellaris: gradient staleness", has_data=bool(rounds),
+                  empty="no asynchronous learners in this run"):
         return
     ax.plot(rounds, means, "o-", ms=3, lw=1, color="tab:blue", label="mean staleness")
     ax.plot(*series(rows, "staleness/max"), lw=1, color="tab:cyan", label="max staleness")
@@ -69,9 +72,7 @@ def plot_staleness(ax: Any, rows: list[dict[str, Any]]) -> None:
 def plot_cost_per_round(ax: Any, rows: list[dict[str, Any]], budget_usd: float | None = None) -> None:
     """Bars of each round's cost (from the ledger's cumulative ``cost_usd``) and the cumulative line."""
     ax.set_xlabel("round")
-    ax.set_title("cost per round (serverless, ledger)", fontsize=10)
-    if not rows:
-        no_data(ax, "no rounds")
+    if not titled(ax, title="cost per round (serverless, ledger)", has_data=bool(rows), empty="no rounds"):
         return
     rounds = [r["round"] for r in rows]
     cumulative = [float(r["cost_usd"]) for r in rows]
