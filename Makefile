@@ -1,9 +1,9 @@
-# nimbus — two commands:  `make run` (set up + train PPO on CartPole)  and  `make test` (set up + tests).
+# nimbus — two commands:  `make run` (set up + train PPO on CartPole)  and  `make test` (set up + lint + tests).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast bench clean
+.PHONY: setup run test test-fast lint bench clean
 
 setup: $(STAMP)
 
@@ -24,11 +24,35 @@ test test-fast: export PYTEST_ADDOPTS := $(PYTEST_ADDOPTS) -n $(TEST_WORKERS) --
 # workers) compiles nimbus again. Collecting the suite: 17 s without, 8 s with (docs/guide.md).
 test test-fast: export PYTHONDONTWRITEBYTECODE :=
 
-test: setup
+test: setup lint
 	$(VENV)/bin/python -m pytest -q
 
 test-fast: setup
 	$(VENV)/bin/python -m pytest -q -m "not slow"
+
+# ruff (pycodestyle, pyflakes, isort, bugbear, pyupgrade; line length 120) and mypy, configured in pyproject.toml
+# (docs/guide.md, "Conventions held by tools"); `make test` runs this first. ruff reads src/, tests/, benchmarks/,
+# scripts/ and examples/; mypy reads core.py, run/ and the technique folders (nitro, onpolicy, offpolicy, stellaris,
+# marless, pbt). Both skip LINT_PENDING, the paths whose findings their owners are fixing while they rewrite them:
+# core.py, run/, onpolicy/, offpolicy/, stellaris/, marless/, pbt/, config/, every section's config.py and the
+# dqn, impala and sac algorithms. Today mypy therefore checks nitro/ without its config.py. `make lint LINT_PENDING=`
+# shows every finding; a path leaves LINT_PENDING once it passes.
+LINT_PENDING := src/nimbus/core.py src/nimbus/run src/nimbus/onpolicy src/nimbus/offpolicy src/nimbus/stellaris \
+	src/nimbus/marless src/nimbus/pbt src/nimbus/config src/nimbus/*/config.py src/nimbus/algos/dqn \
+	src/nimbus/algos/impala src/nimbus/algos/sac
+RUFF_PATHS := src tests benchmarks scripts examples
+MYPY_PATHS := src/nimbus/core.py src/nimbus/run src/nimbus/nitro src/nimbus/onpolicy src/nimbus/offpolicy \
+	src/nimbus/stellaris src/nimbus/marless src/nimbus/pbt
+# The Python files under $(1), less LINT_PENDING's.
+lint_files = $(shell find $(1) -name '*.py' $(foreach path,$(LINT_PENDING),-not -path '$(path)' -not -path '$(path)/*') | sort)
+
+# Both run whatever the first finds, so one call lists every finding.
+lint: setup
+	@echo "ruff check: $(words $(call lint_files,$(RUFF_PATHS))) files under $(RUFF_PATHS), less LINT_PENDING"; \
+	$(VENV)/bin/ruff check --quiet $(call lint_files,$(RUFF_PATHS)); ruff=$$?; \
+	echo "mypy: $(words $(call lint_files,$(MYPY_PATHS))) files under $(MYPY_PATHS), less LINT_PENDING"; \
+	$(VENV)/bin/mypy $(call lint_files,$(MYPY_PATHS)); mypy=$$?; \
+	test $$ruff -eq 0 && test $$mypy -eq 0
 
 clean:
 	rm -rf runs .pytest_cache
