@@ -10,7 +10,9 @@ Results go under ``runs/bench/`` by default, beside a run's directories (``outpu
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -19,6 +21,15 @@ RESULTS_DIR = Path("runs") / "bench"
 
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _show_and_save(*, report: Any, print_table: Callable[..., None], write_json: Callable[..., None], path: str,
+                   note: str = "") -> int:
+    """A benchmark's table printed, its JSON written to ``path`` and where it went said; the command's exit code."""
+    print_table(report=report, console=Console(width=160))
+    write_json(report=report, path=Path(path))
+    Console().print(f"results: {path}{note}")
+    return 0
 
 
 def _cmd_transfer(args: argparse.Namespace) -> int:
@@ -36,10 +47,8 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
         overrides["lz4_sizes"] = ()
     grid = TransferGrid(**{**grid.__dict__, **overrides})
     report = run_transfer(grid=grid)
-    print_table(report=report, console=Console(width=160))
-    write_json(report=report, path=Path(args.json))
-    Console().print(f"results: {args.json} ({report.wall_s:.0f} s)")
-    return 0
+    return _show_and_save(report=report, print_table=print_table, write_json=write_json, path=args.json,
+                          note=f" ({report.wall_s:.0f} s)")
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:
@@ -48,11 +57,8 @@ def _cmd_sample(args: argparse.Namespace) -> int:
     spec = SampleSpec(env_ids=_csv(args.envs), num_actors=args.actors, repeats=args.repeats,
                       num_envs_per_actor=args.num_envs, fragment_steps=args.fragment_steps,
                       fragments=args.fragments)
-    report = run_sample(spec=spec)
-    print_sample_table(report=report, console=Console(width=160))
-    write_sample_json(report=report, path=Path(args.json))
-    Console().print(f"results: {args.json}")
-    return 0
+    return _show_and_save(report=run_sample(spec=spec), print_table=print_sample_table, write_json=write_sample_json,
+                          path=args.json)
 
 
 def add_bench_commands(sub: argparse._SubParsersAction) -> None:
