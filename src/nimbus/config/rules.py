@@ -78,16 +78,20 @@ def check_overlap(*, config: NimbusConfig) -> None:
         raise ValueError("train.overlap runs one policy; policies / pbt switch versions between rounds: drop it")
 
 
+def _ppo_sync_problems(*, config: Any, owner: str = "") -> list[str]:
+    """What keeps ``config`` from PPO in the sync workflow (compiled losses and pipelines need both): ``algo.name is
+    …`` and ``train.workflow is …``; an ``owner`` adds what it needs to each, ``(pipelines: ppo)``."""
+    needs = (("algo.name", config.algo.name, "ppo"), ("train.workflow", config.train.workflow, "sync"))
+    return [f"{key} is {value!r}" + (f" ({owner}: {wanted})" if owner else "")
+            for key, value, wanted in needs if value != wanted]
+
+
 def check_compile(*, config: NimbusConfig) -> None:
     """``learner.compile`` compiles PPO's minibatch loss in the sync workflow's learner (algos/compiled.py)."""
     mode = config.learner.compile
     if mode == "off":
         return
-    problems = []
-    if config.algo.name != "ppo":
-        problems.append(f"algo.name is {config.algo.name!r}")
-    if config.train.workflow != "sync":
-        problems.append(f"train.workflow is {config.train.workflow!r}")
+    problems = _ppo_sync_problems(config=config)
     if config.pipeline.minibatch or config.pipeline.dual_stage:
         problems.append("a pipeline is on (its streaming learner runs eagerly)")
     if problems:
@@ -114,7 +118,8 @@ def check_workflow(*, config: NimbusConfig) -> None:
         return
     if config.train.exact_resume:
         raise ValueError("train.exact_resume: only the sync workflow can resume bitwise (the async workflow's "
-                         "draws and actor timing do not repeat; train.checkpoint_replay keeps its buffer); drop it, --resume still continues the run")
+                         "draws and actor timing do not repeat; train.checkpoint_replay keeps its buffer); drop it, "
+                         "--resume still continues the run")
     if name not in OFF_POLICY:
         raise ValueError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; algo.name {name} needs sync")
     if config.runtime.backend not in ("local", "inline", "simulated") or config.store.backend != "shm":
@@ -204,11 +209,7 @@ def check_pipeline(*, config: Any) -> None:
             raise ValueError("pipeline.loader is used by the pipelined learner: turn on pipeline.minibatch "
                              "or pipeline.dual_stage too")
         return
-    problems = []
-    if config.algo.name != "ppo":
-        problems.append(f"algo.name is {config.algo.name!r} (pipelines: ppo)")
-    if config.train.workflow != "sync":
-        problems.append(f"train.workflow is {config.train.workflow!r} (pipelines: sync)")
+    problems = _ppo_sync_problems(config=config, owner="pipelines")
     if config.runtime.backend != "local":
         problems.append(f"runtime.backend is {config.runtime.backend!r} (pipelines read the local shared buffer)")
     if getattr(config.algo, "normalize_obs", False):
