@@ -24,7 +24,7 @@ from typing import Any
 
 from nimbus.data.codec import Message, encoded_size, frame_plan
 from nimbus.data.frames import slot_header_frame
-from nimbus.data.slots import OnFull, SlotPool, SlotsExhausted, write_message
+from nimbus.data.slots import OnFull, SlotPool, SlotsExhausted, write_or_release
 from nimbus.data.transport import DEFAULT_MAX_FRAME_BYTES, peer_closed, send_frame
 
 log = logging.getLogger(__name__)
@@ -65,13 +65,8 @@ class Broadcaster:
                 self._pool.release(slot=slot, reader=reader)
             if slot is None:
                 raise SlotsExhausted(f"no free slot in {self._pool.name}: a reader still holds every one")
-            try:
-                nbytes, compressed = write_message(pool=self._pool, slot=slot, message=message, plan=plan,
-                                                   compress_min_bytes=self._compress_min_bytes)
-            except BaseException:
-                for reader in readers:
-                    self._pool.release(slot=slot, reader=reader)
-                raise
+            nbytes, compressed = write_or_release(pool=self._pool, slot=slot, readers=readers, message=message,
+                                                  plan=plan, compress_min_bytes=self._compress_min_bytes)
             return sum(self._announce(reader=reader, slot=slot, tag=tag, nbytes=nbytes, compressed=compressed)
                        for reader in readers)
 

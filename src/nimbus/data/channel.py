@@ -58,7 +58,7 @@ from nimbus.data.frames import (
 )
 from nimbus.data.inbox import Inbox, InboxStats
 from nimbus.data.shm import run_prefix
-from nimbus.data.slots import OnFull, SlotPool, SlotsExhausted, SlotStats, write_message
+from nimbus.data.slots import OnFull, SlotPool, SlotsExhausted, SlotStats, write_or_release
 from nimbus.data.transport import DEFAULT_MAX_FRAME_BYTES, peer_closed, send_frames
 from nimbus.errors import CodecError
 
@@ -300,12 +300,8 @@ class Outbox:
             raise BrokenPipeError(f"the receiver of pool {self._pool.name} is gone")
         if slot is None:
             raise SlotsExhausted(f"no free slot in pool {self._pool.name} (on_full={limits.on_full!r})")
-        try:
-            nbytes, compressed = write_message(pool=self._pool, slot=slot, message=message, plan=plan,
-                                               compress_min_bytes=self._compress_min_bytes)
-        except BaseException:
-            self._pool.release(slot=slot, reader=self._reader)
-            raise
+        nbytes, compressed = write_or_release(pool=self._pool, slot=slot, readers=(self._reader,), message=message,
+                                              plan=plan, compress_min_bytes=self._compress_min_bytes)
         return slot, slot_header_frame(tag=tag, pool=self._pool.name, slot=slot, reader=self._reader,
                                        nbytes=nbytes, compressed=compressed)
 

@@ -40,7 +40,7 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -287,6 +287,18 @@ def write_message(*, pool: SlotPool, slot: int, message: Message, plan: FramePla
         return used, False
     view[:len(packed)] = packed
     return len(packed), True
+
+
+def write_or_release(*, pool: SlotPool, slot: int, readers: Iterable[int], message: Message, plan: FramePlan | None,
+                     compress_min_bytes: int | None) -> tuple[int, bool]:
+    """``write_message``; when it fails, ``slot`` is released for each of ``readers`` before the error goes on (their
+    flags would otherwise pin a slot nobody will be told about)."""
+    try:
+        return write_message(pool=pool, slot=slot, message=message, plan=plan, compress_min_bytes=compress_min_bytes)
+    except BaseException:
+        for reader in readers:
+            pool.release(slot=slot, reader=reader)
+        raise
 
 
 def read_message(*, reader: PoolReader, slot: int, reader_index: int, nbytes: int, compressed: bool,
