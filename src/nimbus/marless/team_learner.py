@@ -45,17 +45,16 @@ from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
 from nimbus.data.store import KeyNotFound, Store
-from nimbus.data.stores import function_store, put_all
+from nimbus.data.stores import put_all
 from nimbus.marless.device_loop import StepRows, host_draws
 from nimbus.marless.rows import ALIVE
 from nimbus.marless.value_learner import (DEFAULT_PROBE, TEAM, VALUE_STATS, load_optimizer_if_any, load_replay,
                                           newest_rows, own_networks, replay_rows, spaces_from_header, target_key,
-                                          value_algo)
+                                          value_invocation)
 from nimbus.models.weights import load_model, model_to_message, optim_key, optimizer_to_message, weights_key
 from nimbus.nitro.probe import ProbeRequest, probe_policy
 from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
-from nimbus.runtime.devices import place, torch_device
 
 TEAM_HEADER = "team_learner"
 
@@ -91,11 +90,8 @@ class TrainedNet:
 def team_value_function(*, context: FunctionContext, request: Message) -> Message:
     req = TeamLearnerRequest.from_message(request)
     started = time.perf_counter()
-    torch.set_num_threads(req.torch_threads)
-    store = function_store(header=request.header)
-    algo = value_algo(context=context, config=req.algo, store=store)
-    device = torch_device(leased=context.device, requested="cpu")
-    place(cache=context.cache, device=device)
+    store, algo, device = value_invocation(context=context, request=request, config=req.algo,
+                                           torch_threads=req.torch_threads)
     nets = {policy: load_policy(store=store, algo=algo, req=req, policy=policy, device=device)
             for policy in sorted(set(req.agent_policy.values()))}
     mixer = load_mixer(store=store, algo=algo, req=req, device=device) if algo.name == "qmix" else None

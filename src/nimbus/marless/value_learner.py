@@ -111,14 +111,11 @@ class ValueLearnerRequest(WireRequest, header=VALUE_HEADER, affinity="learner-{p
 def value_policy_function(*, context: FunctionContext, request: Message) -> Message:
     req = ValueLearnerRequest.from_message(request)
     started = time.perf_counter()
-    torch.set_num_threads(req.torch_threads)
-    store = function_store(header=request.header)
-    algo = value_algo(context=context, config=req.algo, store=store)
+    store, algo, device = value_invocation(context=context, request=request, config=req.algo,
+                                           torch_threads=req.torch_threads)
     config = algo.config
     version = req.policy_versions[req.policy]
     spaces = spaces_from_header(req.spaces[req.policy])
-    device = torch_device(leased=context.device, requested="cpu")  # the lease's device; the CPU without a pool
-    place(cache=context.cache, device=device)  # the warm replay and fixed nets left it at the last lease's end
     online, target, grad_steps = own_networks(store=store, algo=algo, spaces=spaces, policy=req.policy,
                                                version=version, device=device)
     optimizer = algo.make_optimizer(model=online)
@@ -152,6 +149,19 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
 
 
 # --- helpers ---
+
+
+def value_invocation(*, context: FunctionContext, request: Message, config: dict[str, Any],
+                     torch_threads: int) -> tuple[Store, ValueAlgorithm, torch.device]:
+    """What a value-learner invocation (one policy's or the team's) starts from: the Store, the algorithm
+    (``value_algo``) and the device, the lease's or the CPU without a pool, with the warm replay and networks moved
+    onto it (they left it at the last lease's end)."""
+    torch.set_num_threads(torch_threads)
+    store = function_store(header=request.header)
+    algo = value_algo(context=context, config=config, store=store)
+    device = torch_device(leased=context.device, requested="cpu")
+    place(cache=context.cache, device=device)
+    return store, algo, device
 
 
 def value_algo(*, context: FunctionContext, config: dict[str, Any], store: Store) -> ValueAlgorithm:
