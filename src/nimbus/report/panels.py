@@ -35,14 +35,24 @@ def titled(ax: Any, *, title: str, has_data: bool, empty: str) -> bool:
     return has_data
 
 
+def lead_series(ax: Any, rows: list[dict[str, Any]], *, key: str, color: str, label: str, title: str,
+                empty: str) -> bool:
+    """A per-round panel led by the series ``key``, drawn as a line with markers (a round without a finite value
+    has none), or the ``empty`` note when no round has one. Whether it drew."""
+    rounds, values = series(rows, key)
+    ax.set_xlabel("round")
+    if not titled(ax, title=title, has_data=bool(rounds), empty=empty):
+        return False
+    ax.plot(rounds, values, "o-", ms=3, lw=1, color=color, label=label)
+    return True
+
+
 def plot_ratio_and_score(ax: Any, rows: list[dict[str, Any]]) -> None:
     """R per round (left) and the boosting score S (right); a note when the run had no Hessian probe."""
-    rounds, ratios = series(rows, "hessian_ratio")
-    ax.set_xlabel("round")
-    if not titled(ax, title="Nitro: convexity ratio R and boosting score S", has_data=bool(rounds),
-                  empty="no Hessian probe in this run (actors.scaling.kind is not nitro)"):
+    if not lead_series(ax, rows, key="hessian_ratio", color="tab:purple", label="R = −λmax/λmin",
+                       title="Nitro: convexity ratio R and boosting score S",
+                       empty="no Hessian probe in this run (actors.scaling.kind is not nitro)"):
         return
-    ax.plot(rounds, ratios, "o-", ms=3, lw=1, color="tab:purple", label="R = −λmax/λmin")
     ax.set_ylabel("R", color="tab:purple")
     score_rounds, scores = series(rows, "score")
     if score_rounds:
@@ -54,12 +64,9 @@ def plot_ratio_and_score(ax: Any, rows: list[dict[str, Any]]) -> None:
 
 def plot_staleness(ax: Any, rows: list[dict[str, Any]]) -> None:
     """Stellaris: mean and max staleness per round, the threshold β_k, and gradients refused (right axis)."""
-    rounds, means = series(rows, "staleness/mean")
-    ax.set_xlabel("round")
-    if not titled(ax, title="Stellaris: gradient staleness", has_data=bool(rounds),
-                  empty="no asynchronous learners in this run"):
+    if not lead_series(ax, rows, key="staleness/mean", color="tab:blue", label="mean staleness",
+                       title="Stellaris: gradient staleness", empty="no asynchronous learners in this run"):
         return
-    ax.plot(rounds, means, "o-", ms=3, lw=1, color="tab:blue", label="mean staleness")
     ax.plot(*series(rows, "staleness/max"), lw=1, color="tab:cyan", label="max staleness")
     ax.plot(*series(rows, "staleness/threshold"), "--", lw=1, color="tab:red", label="threshold β_k")
     ax.set_ylabel("versions")
