@@ -112,10 +112,8 @@ def postprocess_function(*, context: FunctionContext, request: Message) -> Messa
 
 
 def critic_function(*, context: FunctionContext, request: Message) -> Message:
-    req = MarlessLearnerRequest.from_message(request)
     started = time.perf_counter()
-    state = _state(context=context, req=req)
-    store: Store = function_store(header=request.header)
+    req, state, store = _invocation(context=context, request=request)
     algo, critic = state["algo"], state["critic"]
     optimizer = algo.make_optimizer(model=critic, lr=algo.config.critic_lr)
     load_critic(critic=critic, optimizer=optimizer,
@@ -152,10 +150,8 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
 
 
 def policy_function(*, context: FunctionContext, request: Message) -> Message:
-    req = MarlessLearnerRequest.from_message(request)
     started = time.perf_counter()
-    state = _state(context=context, req=req)
-    store: Store = function_store(header=request.header)
+    req, state, store = _invocation(context=context, request=request)
     algo, model = state["algo"], state["policy"]
     optimizer = _load_policy(store=store, req=req, algo=algo, model=model)
     batch, dead_rows = _policy_batch(store=store, req=req, device=state["device"])
@@ -172,6 +168,13 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
                            "probe_rows": float(extras.get("probe_rows", 0.0)),
                            "rows": int(batch["obs"].shape[0]), "dead_rows": dead_rows, "policy_s": time.perf_counter() - started,
                            "device": str(state["device"])})
+
+
+def _invocation(*, context: FunctionContext, request: Message) -> tuple[MarlessLearnerRequest, dict[str, Any], Store]:
+    """What a critic or policy invocation starts from: its request, the warm state for its policy (``_state``) and
+    the Store."""
+    req = MarlessLearnerRequest.from_message(request)
+    return req, _state(context=context, req=req), function_store(header=request.header)
 
 
 def _state(*, context: FunctionContext, req: MarlessLearnerRequest) -> dict[str, Any]:
