@@ -57,7 +57,12 @@ class Runtime(Protocol):
         spec = FunctionSpec(name="echo", entrypoint="nimbus.runtime.builtin:echo")
         result = runtime.invoke(spec=spec, request=Message(header={"x": 1})).result()
         runtime.prewarm(spec=spec, count=2)      # warm workers ahead of need (their cold starts are billed)
+        runtime.now_s(); runtime.event_queue()   # the driver's clock and event queue (simulated: virtual time)
+        with runtime.exclusive(): ...            # no function runs in the driver's process meanwhile (inline)
         runtime.shutdown()
+
+    runtime/base.py ``DriverSide`` gives every runtime the real-time defaults of the driver-side four (``now_s``,
+    ``event_queue``, ``call_later``, ``exclusive``); the simulated and inline runtimes replace some.
     """
 
     def invoke(self, *, spec: FunctionSpec, request: Message) -> Future[Message]: ...
@@ -71,6 +76,14 @@ class Runtime(Protocol):
     def stats(self) -> RuntimeStats: ...
 
     def shutdown(self) -> None: ...
+
+    def now_s(self) -> float: ...
+
+    def event_queue(self) -> Any: ...
+
+    def call_later(self, *, delay_s: float, callback: Callable[[], None]) -> Any: ...
+
+    def exclusive(self) -> Any: ...
 
 
 @runtime_checkable

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from nimbus.config import NimbusConfig
 from nimbus.roles.evaluate import EvalResult
-from nimbus.runtime.base import between_calls
+from nimbus.runtime.base import DriverSide, between_calls
 from nimbus.types import Progress
 
 EVAL_SEED_OFFSET = 20_000   # periodic evaluations: seed + this (the final one uses seed + 10_000)
@@ -44,7 +44,9 @@ class PeriodicEvaluator:
         every = config.train.eval_every_env_steps
         if every is None:
             raise ValueError("PeriodicEvaluator needs train.eval_every_env_steps")
-        self.config, self.every, self.runtime = config, every, runtime   # runtime: no inline call meanwhile
+        # the runtime whose calls wait meanwhile (inline); without one, nothing runs in the driver's process
+        self.config, self.every = config, every
+        self.runtime = runtime if runtime is not None else DriverSide()
         self.next_at = self._mark_after(env_steps)   # a resumed run evaluates at the next multiple
 
     def maybe_evaluate(self, *, evaluate: Callable[..., EvalResult], progress: Progress) -> dict[str, float]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,28 +91,48 @@ class RuntimeStats:
     dropped_results: int
 
 
-OPTIONAL_PARTS = ("now_s", "event_queue",   # what a runtime may add so that a workflow runs on its clock (simulated)
-                  "call_later",             # and sets its timers on it (runtime/prewarm.py's trigger)
-                  "exclusive")              # and the inline runtime's lock on its calls (between_calls)
+def thread_timer(*, delay_s: float, callback: Callable[[], None]) -> threading.Timer:
+    """A daemon ``threading.Timer`` running ``callback`` after ``delay_s`` real seconds (``cancel()`` stops it)."""
+    timer = threading.Timer(delay_s, callback)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
-def runtime_clock(*, runtime: Any, default: Callable[[], float] = time.perf_counter) -> Callable[[], float]:
-    """The clock a workflow times its rounds (and polls its triggers) with: the runtime's ``now_s`` (simulated
-    seconds, runtime/simulated.py) if it has one, else ``default``."""
-    return getattr(runtime, "now_s", default)
+class DriverSide:
+    """What every runtime offers the driver besides running functions, with real-time defaults: the clock a
+    workflow times its rounds and polls its triggers with (``now_s``), the queue its done-callbacks feed and the
+    loop waits on (``event_queue``), a timer (``call_later``, runtime/prewarm.py's trigger) and a block of the
+    driver's own work during which no function runs in the driver's process (``exclusive``). The simulated runtime
+    replaces the first three with its virtual clock (waiting on its queue advances it); the inline runtime replaces
+    ``exclusive`` (its functions run on a thread of the driver's process, sharing torch's global RNG)."""
+
+    def now_s(self) -> float:
+        return time.perf_counter()
+
+    def event_queue(self) -> queue.Queue:
+        return queue.Queue()
+
+    def call_later(self, *, delay_s: float, callback: Callable[[], None]) -> Any:
+        """``callback`` after ``delay_s`` seconds; what it returns has ``cancel()``."""
+        return thread_timer(delay_s=delay_s, callback=callback)
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
 
-def event_queue(*, runtime: Any) -> queue.Queue:
-    """The queue a workflow's done-callbacks feed and its loop waits on: the runtime's own if it has one (waiting on
-    a simulated runtime's advances its clock), else a plain ``queue.Queue``."""
-    make = getattr(runtime, "event_queue", None)
-    return make() if make is not None else queue.Queue()
+def runtime_clock(*, runtime: DriverSide) -> Callable[[], float]:
+    """The clock a workflow times its rounds (and polls its triggers) with: real seconds, or a simulated runtime's."""
+    return runtime.now_s
 
 
-def between_calls(*, runtime: Any) -> contextlib.AbstractContextManager[None]:
-    """A block of the driver's own work (an evaluation) during which no function runs in the driver's process: the
-    runtime's ``exclusive()`` if it has one (runtime.backend: inline runs functions on a thread of the driver's
-    process, which shares torch's global RNG with it: an evaluation's ``torch.manual_seed`` would move a learner's
-    draws, and a learner's draws the evaluation's), else no wait (functions run in processes of their own)."""
-    exclusive = getattr(runtime, "exclusive", None)
-    return exclusive() if exclusive is not None else contextlib.nullcontext()
+def event_queue(*, runtime: DriverSide) -> queue.Queue:
+    """The queue a workflow's done-callbacks feed and its loop waits on (a simulated runtime's advances its clock)."""
+    return runtime.event_queue()
+
+
+def between_calls(*, runtime: DriverSide) -> contextlib.AbstractContextManager[None]:
+    """A block of the driver's own work (an evaluation) during which no function runs in the driver's process
+    (runtime.backend: inline, whose functions share torch's global RNG with the driver: an evaluation's
+    ``torch.manual_seed`` would move a learner's draws, and a learner's draws the evaluation's)."""
+    return runtime.exclusive()

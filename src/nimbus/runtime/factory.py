@@ -23,13 +23,14 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from nimbus.cost.ledger import Ledger
 from nimbus.data.codec import Message
 from nimbus.errors import ClusterError
-from nimbus.runtime.base import OPTIONAL_PARTS, FunctionSpec, Resources, Runtime
+from nimbus.runtime.base import FunctionSpec, Resources, Runtime
 
 if TYPE_CHECKING:
     from nimbus.config import NimbusConfig
@@ -120,11 +121,17 @@ class StampedRuntime:
     def shutdown(self) -> None:
         self.inner.shutdown()
 
-    def __getattr__(self, name: str) -> Any:
-        """The inner runtime's optional parts (a simulated runtime's ``now_s`` and ``event_queue``), if it has them."""
-        if name in OPTIONAL_PARTS:
-            return getattr(self.inner, name)
-        raise AttributeError(name)
+    def now_s(self) -> float:
+        return self.inner.now_s()
+
+    def event_queue(self) -> Any:
+        return self.inner.event_queue()
+
+    def call_later(self, *, delay_s: float, callback: Callable[[], None]) -> Any:
+        return self.inner.call_later(delay_s=delay_s, callback=callback)
+
+    def exclusive(self) -> Any:
+        return self.inner.exclusive()
 
     def _stamp(self, request: Message) -> Message:
         return Message(header={**self.headers, **request.header}, arrays=request.arrays)

@@ -58,7 +58,7 @@ from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import Message, decode, encode
 from nimbus.data.stores import close_function_stores
 from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, resolve
-from nimbus.runtime.base import FunctionContext, FunctionSpec, Resources, RuntimeStats
+from nimbus.runtime.base import DriverSide, FunctionContext, FunctionSpec, Resources, RuntimeStats
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.worker import error_report, invoke_function, load_entrypoint
 
@@ -129,7 +129,7 @@ def slot_threads(slot: InlineSlot) -> Iterator[None]:
         torch.set_num_threads = original
 
 
-class InlineRuntime(AttemptEndings):
+class InlineRuntime(AttemptEndings, DriverSide):
     """The in-process backend of the Runtime protocol (see the module docstring for its rules)."""
 
     def __init__(self, *, ledger: Ledger, devices: DevicePool | None = None) -> None:

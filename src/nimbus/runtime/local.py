@@ -55,7 +55,7 @@ from nimbus.data.shm import run_prefix
 from nimbus.data.transport import send_frame
 from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, new_invocation, resolve
-from nimbus.runtime.base import FunctionSpec, RuntimeStats
+from nimbus.runtime.base import DriverSide, FunctionSpec, RuntimeStats
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.fairshare import next_placeable
 from nimbus.runtime.pool import WorkerHandle, WorkerPool, WorkerSlot, same_pool
@@ -65,7 +65,7 @@ from nimbus.runtime.scheduling import PoolScheduling
 log = logging.getLogger(__name__)
 
 
-class LocalRuntime(PoolScheduling, AttemptEndings):
+class LocalRuntime(PoolScheduling, AttemptEndings, DriverSide):
     """The embedded backend of the Runtime protocol (see the module docstring for its rules)."""
 
     def __init__(self, *, ledger: Ledger, capacity_cpus: float | None = None, max_workers: int | None = None,

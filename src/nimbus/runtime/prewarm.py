@@ -42,9 +42,10 @@ their keep-alive are not subtracted.
 ``prewarm.mode: none`` makes a controller that observes nothing and never fires. Workers are started through
 ``Runtime.prewarm(spec, n)``; pre-warmed workers are billed as provisioned capacity (cost/pricing.py).
 
-**The runtime's clock** (``make_prewarmer``): the controller reads the runtime's clock and sets its trigger with the
-runtime's timer where the runtime has them (the simulated backend's ``now_s`` and ``call_later``: simulated seconds,
-the trigger an event on the virtual clock, docs/simulated.md), else ``time.monotonic`` and a ``threading.Timer``.
+**The runtime's clock** (``make_prewarmer``): the controller reads the runtime's clock (``now_s``) and sets its
+trigger with the runtime's timer (``call_later``): real seconds and a ``threading.Timer`` (runtime/base.py
+``DriverSide``), or on the simulated backend simulated seconds, the trigger an event on the virtual clock
+(docs/simulated.md).
 
 Example::
 
@@ -63,7 +64,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from nimbus.runtime.base import runtime_clock
+from nimbus.runtime.base import thread_timer
 
 log = logging.getLogger(__name__)
 
@@ -166,22 +167,13 @@ class SparesCapped:
 READY_WAIT_S = 30.0   # the longest a round waits for workers pre-warmed for it (a stuck start must not stall a run)
 
 
-def thread_timer(*, delay_s: float, callback: Callable[[], None]) -> threading.Timer:
-    """A daemon ``threading.Timer`` running ``callback`` after ``delay_s`` real seconds (``cancel()`` stops it)."""
-    timer = threading.Timer(delay_s, callback)
-    timer.daemon = True
-    timer.start()
-    return timer
-
-
 def make_prewarmer(*, config: Any, runtime: Any, ledger: Any, actor_spec: Any, workload: str) -> PrewarmController:
     """The controller ``config.prewarm`` asks for (``mode: none``: a disabled one), pre-warming ``actor_spec``'s
     workers on ``runtime`` and reading start-up times from ``ledger``; on the runtime's clock and timer where it has
     them (module docstring)."""
     cfg = config.prewarm
     return PrewarmController(
-        clock=runtime_clock(runtime=runtime, default=time.monotonic),
-        call_later=getattr(runtime, "call_later", thread_timer),
+        clock=runtime.now_s, call_later=runtime.call_later,
         workload=workload, actor_function=actor_spec.name,
         monitor=WorkloadMonitor(window=cfg.window, stability=cfg.stability),
         keep_alive_s=config.runtime.keep_alive_s, enabled=cfg.mode == "monitor",

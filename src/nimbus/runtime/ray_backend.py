@@ -59,7 +59,7 @@ from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import DEFAULT_COMPRESS_MIN_BYTES, Message
 from nimbus.liveness import SILENT_BEATS
 from nimbus.runtime.attempts import Action, Attempt, AttemptEndings, Invocation, new_invocation, resolve
-from nimbus.runtime.base import FunctionSpec, Resources, RuntimeStats
+from nimbus.runtime.base import DriverSide, FunctionSpec, Resources, RuntimeStats
 from nimbus.runtime.prewarm import SparesCapped
 from nimbus.runtime.ray_cluster import connect_ray
 from nimbus.runtime.ray_liveness import RayLiveness
@@ -70,7 +70,7 @@ from nimbus.runtime.scheduling import PoolScheduling
 log = logging.getLogger(__name__)
 
 
-class RayRuntime(PoolScheduling, AttemptEndings):
+class RayRuntime(PoolScheduling, AttemptEndings, DriverSide):
     """The ``ray`` backend of the Runtime protocol (see the module docstring for its rules)."""
 
     def __init__(self, *, ledger: Ledger, address: str = "local", capacity_cpus: float | None = None,

@@ -61,7 +61,7 @@ from nimbus.cost.ledger import Ledger, Tally
 from nimbus.data.codec import Message, decode, encode
 from nimbus.data.stores import close_function_stores
 from nimbus.runtime.attempts import AFFINITY_KEY, Attempt, AttemptEndings, Invocation
-from nimbus.runtime.base import FunctionContext, FunctionSpec, RuntimeStats
+from nimbus.runtime.base import DriverSide, FunctionContext, FunctionSpec, RuntimeStats
 from nimbus.runtime.devices import DevicePool
 from nimbus.runtime.fairshare import next_placeable
 from nimbus.runtime.inline import driver_state_kept
@@ -84,7 +84,7 @@ class _Event:
     timer: SimTimer | None = field(compare=False, default=None)
 
 
-class SimulatedRuntime(AttemptEndings):
+class SimulatedRuntime(AttemptEndings, DriverSide):
     """The simulated backend of the Runtime protocol (module docstring)."""
 
     def __init__(self, *, ledger: Ledger, simulation: SimulationConfig, capacity_cpus: float | None,

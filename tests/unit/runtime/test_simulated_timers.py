@@ -45,8 +45,11 @@ def test_a_timer_runs_when_the_clock_reaches_it_and_a_cancelled_one_does_not_mov
     with pytest.raises(queue.Empty):
         events.get(timeout=1.5)           # the timer runs at 6.0, the wait times out at 6.5
     assert fired == [0.7, 6.0] and runtime.now_s() == 6.5
-    stamped = StampedRuntime(inner=runtime, headers={})
-    assert stamped.call_later == runtime.call_later      # a workflow's wrapped runtime passes the timer through
+    stamped = StampedRuntime(inner=runtime, headers={})   # a workflow's wrapped runtime: the same clock and timer
+    stamped.call_later(delay_s=1.0, callback=lambda: fired.append(stamped.now_s()))
+    with pytest.raises(queue.Empty):
+        stamped.event_queue().get(timeout=2.0)   # the timer runs at 7.5 on the simulated clock, the wait ends at 8.5
+    assert fired == [0.7, 6.0, 7.5] and stamped.now_s() == 8.5
     runtime.shutdown()
 
 
