@@ -34,10 +34,9 @@ import itertools
 import logging
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable
 
-import numpy as np
 
 from nimbus.config import NimbusConfig
 from nimbus.config.rules import OFF_POLICY
@@ -48,31 +47,20 @@ from nimbus.onpolicy.policy import ACTOR_ENTRYPOINT, PolicyFunctions
 from nimbus.onpolicy.sync import SyncWorkflow
 from nimbus.onpolicy.system import System
 from nimbus.roles.specs import role_spec
-from nimbus.stellaris.learner import GradientRequest
+from nimbus.stellaris.flights import InFlight, gradient_request, model_fields, recompute_fields
 from nimbus.stellaris.parameter import ParameterRequest
 from nimbus.stellaris.persistence import StellarisCheckpoint
 from nimbus.stellaris.resident_log import ResidentLog
 from nimbus.stellaris.filling import SliceFilling
 from nimbus.stellaris.slices import Slice
 from nimbus.stellaris.round_stats import Batch, FlightMeter, mean_stats, round_extras
-from nimbus.stellaris.rules import Aggregation, Arrival, Rejection, Verdict, make_rule
+from nimbus.stellaris.rules import Aggregation, Rejection, Verdict, make_rule
 from nimbus.types import Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
 PARAMETER_ENTRYPOINT = "nimbus.stellaris.parameter:parameter_function"
 GRADIENT_LEARNER_ENTRYPOINT = "nimbus.stellaris.learner:gradient_learner_function"
 TRANSITIONS_ACTOR_ENTRYPOINT = "nimbus.offpolicy.actor:offpolicy_actor_function"   # IMPACT: rows (s, a, r, s')
-
-
-@dataclass(frozen=True)
-class InFlight:
-    slot: int
-    batch: Batch
-    read_version: int
-    grad_key: str
-    data_key: str                  # its slice's Store key: all it reads of the batch
-    positions: np.ndarray          # its task (the parameter function recomputes it with its co-members' truncation)
-    progress: float                # the schedules' fraction at launch
 
 
 class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
@@ -164,8 +152,8 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
         # no truncation peers: the learners aggregated together are not known yet (issue 26 item 9); alone, Eq. 2
         # is min(r_self, ρ), and the parameter function recomputes a member aggregated with other versions
-        request = self._gradient_request(
-            version=version, batch_key=piece.key, grad_key=grad_key, peer_versions=(),
+        request = gradient_request(
+            config=cfg, policy=self.policy, version=version, batch_key=piece.key, grad_key=grad_key, peer_versions=(),
             truncation=cfg.stellaris.truncation_form(), rho=cfg.stellaris.rho, progress=progress,
             slowdown=cfg.stellaris.slowdown(slot=slot))
         flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, data_key=piece.key,
@@ -181,22 +169,11 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
                                             request=request.to_message(positions=piece.positions))
         self._watch(kind="gradient", future=future, meta=flight)
 
-    def _gradient_request(self, *, version: int, batch_key: str, grad_key: str, peer_versions: list[int] | tuple,
-                          truncation: str, rho: float, progress: float, slowdown: float = 1.0) -> GradientRequest:
-        """A learner's request; the parameter function reuses its env, algo and device fields for its model."""
-        cfg = self.system.config
-        return GradientRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), algo=cfg.algo.model_dump(mode="json"),
-                               policy=self.policy, policy_version=version, batch_key=batch_key, grad_key=grad_key,
-                               peer_versions=peer_versions, truncation=truncation, rho=rho, progress=progress,
-                               device=cfg.learner.device, torch_threads=cfg.learner.torch_threads,
-                               env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
-                               slowdown=slowdown)
-
     def _aggregate(self, *, aggregation: Aggregation, batch: Batch) -> None:
         cfg = self.system.config
         version = self.progress.policy_version
         flights = [self.held[m.key] for m in aggregation.members]
-        recompute = [self._recompute(flight=f, together=flights) for f in flights]
+        recompute = [recompute_fields(cfg=self.cfg, flight=f, together=flights) for f in flights]
         resident = self.resident.request_fields(version=version) if self.resident is not None else \
             {"has_optimizer_state": version > 0, "run_key": self.run_key}
         request = ParameterRequest(model=self._model_fields(version=version), policy_version=version,
@@ -213,20 +190,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         self._watch(kind="parameter", future=future, meta=(aggregation, batch, request))
 
     def _model_fields(self, *, version: int) -> dict[str, Any]:
-        """The parameter function's model fields: a learner request's env, algo, policy and device."""
-        return dict(vars(self._gradient_request(version=version, batch_key="", grad_key="", peer_versions=(),
-                                                truncation="none", rho=1.0, progress=0.0)))
-
-    def _recompute(self, *, flight: InFlight, together: list[InFlight]) -> dict[str, Any] | None:
-        """Eq. 2 truncates a gradient by the policies of the learners aggregated with it: their versions other than
-        its own (a learner of the same version has its ratio). None when there are none (its learner computed it
-        so, with ρ alone) or the truncation is off; else what the parameter function needs to recompute it."""
-        truncation = self.cfg.truncation_form()
-        peers = sorted({f.read_version for f in together} - {flight.read_version})
-        if not peers or truncation == "none":
-            return None
-        return {"batch_key": flight.data_key, "read_version": flight.read_version, "peer_versions": peers,
-                "truncation": truncation, "rho": self.cfg.rho, "progress": flight.progress}
+        return model_fields(config=self.system.config, policy=self.policy, version=version)
 
     # -------------------------------------------------------------------------------- events
     def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
@@ -256,7 +220,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
             flight.batch.refused += 1
             flight.batch.refused_nonfinite += 1
             flight.batch.outstanding -= 1
-            self.rule.lost(arrival=_arrival(flight), reason="non-finite loss or gradient")   # sync may relaunch
+            self.rule.lost(arrival=flight.arrival(), reason="non-finite loss or gradient")   # sync may relaunch
             return
         if self.gathering:   # the learner is done: its slot computes again while its gradient waits to be offered
             del self.in_flight[flight.slot]
@@ -268,14 +232,14 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
             if self.arrivals and not self.parameter_busy:
                 flights, self.arrivals = [flight for flight, _ in self.arrivals], []
                 self.held.update((flight.grad_key, flight) for flight in flights)
-                self._settle(verdict=self.rule.offer_many(arrivals=[_arrival(f) for f in flights]))
+                self._settle(verdict=self.rule.offer_many(arrivals=[f.arrival() for f in flights]))
             return
         while self.arrivals and not self.parameter_busy:
             flight, _ = self.arrivals.pop(0)
             del self.in_flight[flight.slot]   # the slot holds its gradient until the rule has taken it (back-pressure)
             self._flight_changed()
             self.held[flight.grad_key] = flight
-            self._settle(verdict=self.rule.offer(arrival=_arrival(flight)))
+            self._settle(verdict=self.rule.offer(arrival=flight.arrival()))
 
     def _settle(self, *, verdict: Verdict) -> None:
         self._refuse(rejections=verdict.rejected)
@@ -408,7 +372,3 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         """The first round's actors start at once (no trigger waits for a version: see ``_take_batch``)."""
         self._invoke_actors()
         super().begin()
-
-
-def _arrival(flight: InFlight) -> Arrival:
-    return Arrival(key=flight.grad_key, slot=flight.slot, read_version=flight.read_version)
