@@ -1,5 +1,6 @@
-"""The Workflow contract's lifecycle for every workflow over one System (core.Workflow): sync, pipelined,
-async (off-policy) and async_learners (Stellaris) inherit it; each adds only its rounds.
+"""The Workflow contract's lifecycle for every workflow over one System (core.Workflow): sync (pipelined too),
+async (off-policy) and async_learners (Stellaris) have ``SystemWorkflow`` as their one base and add only their rounds;
+what their rounds share they hold as parts (onpolicy/actor_round.py), never by subclassing another workflow.
 
     build     the policy's data (spaces, algorithm, scaler, buffer: exit 2 before any worker), then the
               shared pool (``shared()``), then the functions ``functions`` names (onpolicy/policy.py); a resumed
@@ -23,29 +24,36 @@ Example (what run/loop.py does)::
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
 from nimbus.config import NimbusConfig, parse_config
+from nimbus.core import Book
 from nimbus.data.checkpoint import CheckpointState
 from nimbus.data.resume import load_resume_state, progress_extra, resume_notice, schedule_horizon
 from nimbus.envs.slot_state import slots_from_message, slots_to_message
 from nimbus.errors import CheckpointError
 from nimbus.models.weights import load_model, model_to_message, optim_key, weights_key
-from nimbus.onpolicy.replay_checkpoint import (FILE_KEY as REPLAY_FILE_KEY, checkpoints_dir, load_replay,
-                                               prune_replays, replay_message, restore_scaler, save_replay)
-from nimbus.roles.evaluate import EvalResult, evaluate_policy
+from nimbus.onpolicy.policy import BufferPlan, PolicyFunctions, build_policy, peak_actors, policy_data, probe_spaces
+from nimbus.onpolicy.replay_checkpoint import (
+    FILE_KEY as REPLAY_FILE_KEY,
+    checkpoints_dir,
+    load_replay,
+    prune_replays,
+    replay_message,
+    restore_scaler,
+    save_replay,
+)
 from nimbus.onpolicy.system import System
-from nimbus.onpolicy.policy import (BufferPlan, PolicyFunctions, build_policy, peak_actors, policy_data,
-                                    probe_spaces)
+from nimbus.roles.evaluate import EvalResult, evaluate_policy
 
 if TYPE_CHECKING:
     from nimbus.runtime.base import FunctionSpec
-    from nimbus.types import Progress
-    from nimbus.types import Shared
+    from nimbus.types import Progress, Shared
 
 log = logging.getLogger(__name__)
 PREWARM_WAIT_S = 120.0
@@ -63,22 +71,33 @@ def prewarm_round_zero(*, runtime: Any, learner_spec: FunctionSpec, learners: in
 
 
 class SystemWorkflow:
-    """build/publish/start/checkpoint/evaluate/close of a workflow over one System; subclasses set ``progress``
-    and ``stop_requested`` in ``__init__(*, system, progress)`` and implement ``run``."""
+    """build/publish/start/checkpoint/evaluate/close, attach and renewed of a workflow over one System; a workflow
+    sets ``progress``, ``stop_requested``, ``events`` and ``book`` in ``__init__(*, system, progress)`` and adds its
+    rounds (begin, handle, poll, exhausted).
+
+    A base rather than a part: the loop calls these methods on the workflow itself, and ``build`` constructs the
+    class it is called on, so a part would leave every workflow a dozen forwarding methods."""
 
     system: System
-    progress: "Progress"
+    progress: Progress
     progress_type: type   # onpolicy/sync.py's Progress (set by SyncWorkflow and AsyncWorkflow: it is defined there)
     stop_requested: bool
+    events: Any           # anything with ``put``: the workflow's own queue until the loop attaches its tagged one
+    book: Book            # core.UNBOOKED until the loop attaches its RoundBook
     resumed: CheckpointState | None = None   # the checkpoint ``publish`` puts back; None: version 0
 
+    def __init__(self, *, system: System, progress: Progress) -> None:
+        """The constructor ``build`` and ``renewed`` call; each workflow writes its own."""
+        raise NotImplementedError(f"{type(self).__name__} over one System defines __init__(*, system, progress)")
+
     @classmethod
-    def build(cls: type[W], *, config: NimbusConfig, shared: Callable[[], "Shared"], run_dir: Path, policy: str,
+    def build(cls: type[W], *, config: NimbusConfig, shared: Callable[[], Shared], run_dir: Path, policy: str,
               resume_from: Path | None, rank_base: int = 0, workload: str | None = None) -> W:
         """The System (``workload``: its functions are named ``<workload>/actor``...), the progress to continue
         from, and the workflow over them."""
         resumed = load_resume_state(path=resume_from) if resume_from is not None else None
-        data = policy_data(config=config, replay_for=cls.buffer_plan)   # a buffer that shared memory cannot hold: exit 2 before any worker
+        # a buffer that shared memory cannot hold: exit 2 before any worker
+        data = policy_data(config=config, replay_for=cls.buffer_plan)
         try:
             pool = shared()
         except BaseException:
@@ -89,7 +108,8 @@ class SystemWorkflow:
         if workload is not None:   # several workloads on one pool: each its own warm workers and ledger rows
             system.actor_spec = replace(system.actor_spec, name=f"{workload}/actor", workload=workload)
             system.learner_spec = replace(system.learner_spec, name=f"{workload}/learner", workload=workload)
-        progress = cls.progress_type() if resumed is None else progress_from(state=resumed, progress_type=cls.progress_type)
+        progress = cls.progress_type() if resumed is None else \
+            progress_from(state=resumed, progress_type=cls.progress_type)
         replay_state = load_replay(checkpoint_dir=checkpoints_dir(path=resume_from), extra=resumed.extra) \
             if resumed is not None and config.train.checkpoint_replay else None
         if replay_state is not None:   # the scaler's window now; the buffer when the async workflow starts
@@ -146,6 +166,15 @@ class SystemWorkflow:
         if config.actors.preregister:
             self.system.runtime.preregister(spec=self.system.actor_spec, count=config.actors.preregister,
                                             wait_s=PREWARM_WAIT_S)
+
+    def attach(self, *, events: Any, book: Book) -> None:
+        """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue) and its
+        rounds' facts in ``book`` (run/book.py)."""
+        self.events, self.book = events, book
+
+    def renewed(self: W) -> W:
+        """A new workflow over this one's System and progress (a population member re-seeded after a failure)."""
+        return type(self)(system=self.system, progress=self.progress)
 
     def request_stop(self) -> None:
         """Stop at the next event (safe in a signal handler: it sets a flag)."""
@@ -205,16 +234,17 @@ def check_compatible(*, state: CheckpointState, system: System) -> None:
     if state.actors is not None and (saved_env.get("id"), saved_env.get("num_envs_per_actor")) != \
             (system.config.env.id, system.config.env.num_envs_per_actor):
         raise CheckpointError(f"the checkpoint's env slots are {saved_env.get('num_envs_per_actor')} × "
-                              f"{saved_env.get('id')} per actor; this config runs {system.config.env.num_envs_per_actor}"
-                              f" × {system.config.env.id} (an exact resume needs the same envs)")
+                              f"{saved_env.get('id')} per actor; this config runs "
+                              f"{system.config.env.num_envs_per_actor} × {system.config.env.id} (an exact resume "
+                              "needs the same envs)")
     if state.policy_version > 0 and state.optimizer is None:
         raise CheckpointError(f"the checkpoint of policy version {state.policy_version} has no optimizer state")
     model = system.algo.make_model(spaces=system.spaces)
     differences = network_differences(state=state, model=model)
     if differences:
         differences = env_differences(state=state, system=system) + differences
-        shown = "; ".join(differences[:MAX_DIFFERENCES_SHOWN]) + (
-            f"; and {len(differences) - MAX_DIFFERENCES_SHOWN} more" if len(differences) > MAX_DIFFERENCES_SHOWN else "")
+        more = len(differences) - MAX_DIFFERENCES_SHOWN
+        shown = "; ".join(differences[:MAX_DIFFERENCES_SHOWN]) + (f"; and {more} more" if more > 0 else "")
         raise CheckpointError(f"the checkpoint's weights do not fit the network this config builds: {shown}")
     load_model(model=model, message=state.weights)
 
@@ -251,7 +281,7 @@ def publish_checkpoint(*, state: CheckpointState, system: System) -> None:
         system.store.put(key=optim_key(policy=system.policy, version=state.policy_version), message=state.optimizer)
 
 
-def progress_from(*, state: CheckpointState, progress_type: type) -> "Progress":
+def progress_from(*, state: CheckpointState, progress_type: type) -> Progress:
     """The counters to continue from; with the actors' env slots (``train.exact_resume``) each rank's first
     request rebuilds its envs exactly, otherwise envs start fresh episodes from seeds of the resumed round."""
     extra = state.extra

@@ -1,8 +1,10 @@
-"""The sync workflow with ARTOS's on-policy pipelines switched on (``pipeline:`` in the config).
+"""ARTOS's on-policy pipelines (``pipeline:`` in the config): the sync workflow's learner launch that starts the
+learner on the first actor's rows (onpolicy/sync.py holds it in place of ``FullBatch``; the run registry names the
+sync workflow with a pipeline flag on ``pipelined``).
 
 Bindings (ARTOS Table 3, "Pipeline Training")::
 
-    ObjectKeyTrigger(weights/<policy>/*)            → invoke N actor functions (as SyncWorkflow)
+    ObjectKeyTrigger(weights/<policy>/*)            → invoke N actor functions (as the sync round)
     DataKeyTrigger(n=1, size=one actor's rows)      → invoke the learner once per round, at the FIRST
                                                       actor's rows; it streams the rest from the buffer
     learner result                                  → consume the round's rows, end of round
@@ -18,60 +20,49 @@ Example (config)::
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import Future
+from collections.abc import Callable
 from dataclasses import asdict
 
 import numpy as np
 
+from nimbus.onpolicy.actor_round import LearnerBatch, RoundState
 from nimbus.onpolicy.pipeline_learner import PIPELINE_KEY, StreamRequest
-from nimbus.onpolicy.sync import SyncWorkflow
-from nimbus.roles.learner import LearnerRequest
-from nimbus.types import schedule_fraction
+from nimbus.onpolicy.system import System
 
 
-class PipelinedSyncWorkflow(SyncWorkflow):
-    """SyncWorkflow whose learner starts on the first actor's rows (see the module docstring)."""
+class Streaming:
+    """The learner starts on the first actor's rows and streams the round's other ranks from the Buffer."""
 
-    def _round_rows(self) -> int:
+    def __init__(self, *, system: System, clock: Callable[[], float]) -> None:
+        self.system, self.clock = system, clock
+        self.from_seq = 0              # the Buffer's row count when the round's actors started
+        self.ranks: list[int] = []     # the round's actor ranks, the rows the learner waits for
+        self.learner_invoked = False
+
+    def _rows_per_actor(self) -> int:
         cfg = self.system.config
         return cfg.env.num_envs_per_actor * cfg.actors.fragment_steps
 
-    def _invoke_actors(self) -> None:
-        from_seq = self.system.buffer.total_rows_ingested
-        super()._invoke_actors()
-        self.round_stream = {"from_seq": from_seq, "ranks": list(range(self.decision.num_actors)),
-                             "learner_invoked": False}
-        self.data_trigger.n_actors = 1
-        self.data_trigger.size_rows = self._round_rows()
-        self.data_trigger.reset()
+    def trigger_actors(self, *, num_actors: int) -> int:
+        return 1
 
-    def _invoke_learner(self) -> None:
-        if self.round_stream["learner_invoked"]:
-            return  # the trigger fires again as later actors land; the learner is already streaming them
-        self.round_stream["learner_invoked"] = True
-        cfg, version = self.system.config, self.progress.policy_version
-        progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
-        request = LearnerRequest(env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs),
-                                 env_imports=list(cfg.env.imports), env_wrappers=list(cfg.env.wrappers),
-                                 algo=cfg.algo.model_dump(mode="json"), policy=self.policy, policy_version=version,
-                                 has_optimizer_state=version > 0, buffer=self.system.buffer.descriptor(),
-                                 progress=progress, seed=cfg.seed, device=cfg.learner.device,
-                                 torch_threads=cfg.learner.torch_threads,
-                                 probe=self.system.probe.to_header() if self.system.probe else None)
-        stream = StreamRequest(ranks=self.round_stream["ranks"], rows_per_actor=self._round_rows(),
-                               from_seq=self.round_stream["from_seq"], minibatch=cfg.pipeline.minibatch,
-                               dual_stage=cfg.pipeline.dual_stage, loader=cfg.pipeline.loader,
-                               wait_s=cfg.learner.function.timeout_s)
-        message = request.to_message(indices=np.zeros(0, np.int64), obs_moments=None)
-        message.header[PIPELINE_KEY] = asdict(stream)
-        future = self.system.runtime.invoke(spec=self.system.learner_spec, request=message)
-        self._watch(kind="learner", future=future, meta=version)
+    def actors_started(self, *, num_actors: int) -> None:
+        # no row lands before the loop hands an actor's event back, so the count read now is where the round begins
+        self.from_seq = self.system.buffer.total_rows_ingested
+        self.ranks, self.learner_invoked = list(range(num_actors)), False
 
-    def _on_learner(self, *, future: Future, version: int) -> None:
+    def take(self, *, state: RoundState, version: int) -> LearnerBatch | None:
+        if self.learner_invoked:
+            return None  # the trigger fires again as later actors land; the learner is already streaming them
+        self.learner_invoked = True
+        cfg = self.system.config
+        stream = StreamRequest(ranks=self.ranks, rows_per_actor=self._rows_per_actor(), from_seq=self.from_seq,
+                               minibatch=cfg.pipeline.minibatch, dual_stage=cfg.pipeline.dual_stage,
+                               loader=cfg.pipeline.loader, wait_s=cfg.learner.function.timeout_s)
+        return LearnerBatch(indices=np.zeros(0, np.int64), header={PIPELINE_KEY: asdict(stream)})
+
+    def learner_done(self, *, state: RoundState) -> None:
         indices = self.system.replay.select(buffer=self.system.buffer)  # every actor delivered: the round's rows
         if indices is not None:
             self.system.replay.consumed(indices=indices)
-        self.round.actors_done_s = self.round.actors_done_s or time.perf_counter()
-        super()._on_learner(future=future, version=version)
-
+        state.actors_done_s = state.actors_done_s or self.clock()

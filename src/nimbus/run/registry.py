@@ -1,7 +1,9 @@
 """Workflows found by name, so the run loop imports none (the ``config/algo.py`` ALGO_SECTIONS pattern).
 
 Each entry is ``module:Class`` of a class that implements core.Workflow; it is imported when a run uses it.
-``train.workflow`` names it, except that the sync workflow with an ARTOS pipeline flag on runs as ``pipelined``.
+``train.workflow`` names it, except that the sync workflow with an ARTOS pipeline flag on runs as ``pipelined``: the
+same class, which holds the pipelined learner launch (onpolicy/pipelined.py) when ``pipeline:`` asks for it. No class
+here inherits from another (tests/unit/test_workflow_shapes.py).
 
 Example::
 
@@ -16,7 +18,7 @@ from nimbus.config import NimbusConfig
 
 WORKFLOWS: dict[str, str] = {
     "sync": "nimbus.onpolicy.sync:SyncWorkflow",
-    "pipelined": "nimbus.onpolicy.pipelined:PipelinedSyncWorkflow",        # ARTOS pipelines (pipeline:)
+    "pipelined": "nimbus.onpolicy.sync:SyncWorkflow",                       # ARTOS pipelines (pipeline:)
     "async": "nimbus.offpolicy.workflow:AsyncWorkflow",                     # off-policy (XingTian, ARTOS)
     "async_learners": "nimbus.stellaris.workflow:AsyncLearnersWorkflow",    # Stellaris
     "multiagent": "nimbus.marless.workflow:MultiAgentWorkflow",             # MARLess

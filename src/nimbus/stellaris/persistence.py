@@ -1,48 +1,61 @@
-"""What the ``async_learners`` workflow adds to a checkpoint (stellaris/workflow.py mixes it in before SyncWorkflow).
+"""What the ``async_learners`` workflow adds to a checkpoint: ``StellarisCheckpoint``, a part that
+stellaris/workflow.py's AsyncLearnersWorkflow holds and calls from its ``checkpoint_extra``, ``checkpoint`` and
+``publish`` (the lifecycle's, onpolicy/lifecycle.py, does the rest).
 
 The aggregation rule's state travels in the checkpoint's ``extra`` and is restored on resume;
 with a resident parameter function (stellaris/resident.py) the newest version's optimizer state is exported to
 the Store before the checkpoint reads it (resident_log.ResidentLog.export).
+
+Example::
+
+    persistence = StellarisCheckpoint(rule=rule, resident=resident, store=system.store, invoke=invoke_parameter)
+    extra = persistence.extra()                           # {"stellaris_rule": rule.state()}
+    gone = persistence.export(version=7, model=model_fields, parameter_busy=False)   # gradient keys to delete
+    persistence.restore(resumed=checkpoint_state)         # on resume, after the weights are published
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
+
+from nimbus.data.checkpoint import CheckpointState
+from nimbus.data.codec import Message
+from nimbus.data.store import Store
+from nimbus.stellaris.resident_log import ResidentLog
+from nimbus.stellaris.rule_base import Rule
 
 log = logging.getLogger(__name__)
 RULE_STATE_KEY = "stellaris_rule"   # the checkpoint manifest's extra: the aggregation rule's state
 
 
 class StellarisCheckpoint:
-    """Mixed into AsyncLearnersWorkflow: uses its ``rule``, ``resident``, ``parameter_spec``, ``parameter_busy``,
-    ``_model_fields`` and ``_delete``, and the lifecycle's ``checkpoint``/``publish`` after it in the MRO."""
+    """The rule's state in and out of a checkpoint; the resident parameter function's export before one.
+    ``invoke`` runs one parameter function request (the workflow's parameter spec on its runtime)."""
 
-    rule: Any
-    resident: Any
+    def __init__(self, *, rule: Rule, resident: ResidentLog | None, store: Store,
+                 invoke: Callable[[Message], Future]) -> None:
+        self.rule, self.resident, self.store, self.invoke = rule, resident, store, invoke
 
-    def checkpoint_extra(self) -> dict:
+    def extra(self) -> dict[str, Any]:
         """The rule's state (δmax and its measurement, round, counters: rule_base.Rule.state) goes in the checkpoint,
         so a resumed run continues β_k instead of measuring δmax again."""
         return {RULE_STATE_KEY: self.rule.state()}
 
-    def checkpoint(self) -> Path:
+    def export(self, *, version: int, model: dict[str, Any], parameter_busy: bool) -> list[str]:
         """With a resident parameter function the newest version's optimizer state is put only for checkpoints:
-        exported first (stellaris/resident.py), then saved as every workflow's."""
-        version = self.progress.policy_version
-        if self.resident is not None:
-            self._delete(keys=self.resident.export(
-                version=version, model=self._model_fields(version=version), store=self.system.store,
-                invoke=lambda message: self.system.runtime.invoke(spec=self.parameter_spec, request=message),
-                parameter_busy=self.parameter_busy))
-        return super().checkpoint()
+        exported now (stellaris/resident.py). The gradient keys the Store may drop (none without one)."""
+        if self.resident is None:
+            return []
+        return self.resident.export(version=version, model=model, store=self.store, invoke=self.invoke,
+                                    parameter_busy=parameter_busy)
 
-    def publish(self) -> None:
-        """The checkpoint's version (lifecycle.py), and the rule's state saved with it. A resume under another
-        rule (``--set stellaris.rule=...``) starts that rule fresh."""
-        super().publish()
-        saved = self.resumed.extra.get(RULE_STATE_KEY) if self.resumed is not None else None
+    def restore(self, *, resumed: CheckpointState | None) -> None:
+        """The rule's state saved with the checkpoint. A resume under another rule (``--set stellaris.rule=...``)
+        starts that rule fresh."""
+        saved = resumed.extra.get(RULE_STATE_KEY) if resumed is not None else None
         if saved is None:
             return
         if saved.get("rule") != self.rule.name:

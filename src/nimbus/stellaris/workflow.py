@@ -1,4 +1,4 @@
-"""The ``async_learners`` workflow (Stellaris §IV, Fig. 4) as trigger → action bindings over the sync parts.
+"""The ``async_learners`` workflow (Stellaris §IV, Fig. 4) as trigger → action bindings over parts it holds.
 
     an actor delivers                       → its rows, post-processed once (PPO: GAE), fill the round's
                                               buffer; each full slice goes to the Store
@@ -19,43 +19,53 @@ One parameter function runs at a time; gradients that land meanwhile are offered
 slot stays taken until the rule has taken its gradient (back-pressure: else a backlog, and staleness, grow without
 bound), except with ``stellaris.gather_arrivals`` under a rule that decides over its queue: the slot frees when its
 gradient lands and the landed gradients are offered together (``rule.offer_many``). Passes of a slice never share
-a version (stellaris/filling.py). Versions no reader needs are deleted after each aggregation. A round is one batch; its row is written when every gradient computed on it is applied or refused. The
-next round's actors start once every task of the earlier batches is launched. Progress (issue 26 item 6): ``rule.lost``,
-``rule.applied(refused_keys=)``, ``rule.unpublished`` and a watchdog (``rule.stalled()``); the rule's state
-travels in the checkpoint (item 8); the parameter function truncates a member by its co-members (item 9); with
-``stellaris.resident_parameter`` its state stays in its worker (stellaris/resident.py, resident_log.py). A
-learner reads the newest *published* version, never waits for one being produced; its staleness counts from it.
+a version (stellaris/filling.py). Versions no reader needs are deleted after each aggregation. A round is one batch;
+its row is written when every gradient computed on it is applied or refused. The next round's actors start once every
+task of the earlier batches is launched. No rule waits forever: ``rule.lost``, ``rule.applied(refused_keys=)``,
+``rule.unpublished`` and a watchdog (``rule.stalled()``); the rule's state travels in the checkpoint; the parameter
+function truncates a member by its co-members (Eq. 2); with ``stellaris.resident_parameter`` its state stays in its
+worker (stellaris/resident.py, resident_log.py). A learner reads the newest *published* version, never waits for one
+being produced; its staleness counts from it.
 Details: docs/stellaris.md. Round metrics: stellaris/round_stats.py.
+
+Parts it holds: the actor half of the round (onpolicy/actor_round.py ``ActorRound``: requests, rows into the Buffer,
+the round's row), the filling buffer (stellaris/filling.py ``SliceFilling``) and what a checkpoint adds
+(stellaris/persistence.py ``StellarisCheckpoint``); the lifecycle is onpolicy/lifecycle.py's ``SystemWorkflow``.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import queue
 import uuid
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 
 from nimbus.config import NimbusConfig
 from nimbus.config.rules import OFF_POLICY
+from nimbus.core import UNBOOKED, Book
 from nimbus.data.triggers import TriggerTable
-from nimbus.errors import NimbusError
 from nimbus.models.weights import optim_key, weights_key
+from nimbus.onpolicy.actor_round import ActorRound, RoundState
+from nimbus.onpolicy.lifecycle import SystemWorkflow
 from nimbus.onpolicy.policy import ACTOR_ENTRYPOINT, PolicyFunctions
-from nimbus.onpolicy.sync import SyncWorkflow
 from nimbus.onpolicy.system import System
 from nimbus.roles.specs import role_spec
+from nimbus.runtime.base import event_queue, runtime_clock
+from nimbus.stellaris.filling import SliceFilling
 from nimbus.stellaris.flights import InFlight, gradient_request, model_fields, recompute_fields
 from nimbus.stellaris.parameter import ParameterRequest
 from nimbus.stellaris.persistence import StellarisCheckpoint
 from nimbus.stellaris.resident_log import ResidentLog
-from nimbus.stellaris.filling import SliceFilling
-from nimbus.stellaris.slices import Slice
 from nimbus.stellaris.round_stats import Batch, FlightMeter, mean_stats, round_extras
 from nimbus.stellaris.rules import Aggregation, Rejection, Verdict, make_rule
-from nimbus.types import Progress, RoundMetrics, schedule_fraction
+from nimbus.stellaris.slices import Slice
+from nimbus.types import Progress, ScalingDecision, schedule_fraction
 
 log = logging.getLogger(__name__)
 PARAMETER_ENTRYPOINT = "nimbus.stellaris.parameter:parameter_function"
@@ -63,8 +73,12 @@ GRADIENT_LEARNER_ENTRYPOINT = "nimbus.stellaris.learner:gradient_learner_functio
 TRANSITIONS_ACTOR_ENTRYPOINT = "nimbus.offpolicy.actor:offpolicy_actor_function"   # IMPACT: rows (s, a, r, s')
 
 
-class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
-    """Stellaris: several learner functions in flight, a parameter function aggregates by a rule."""
+class AsyncLearnersWorkflow(SystemWorkflow):
+    """Stellaris: several learner functions in flight, a parameter function aggregates by a rule. Holds an
+    ``ActorRound`` (``actors``), a ``SliceFilling`` (``slices``) and a ``StellarisCheckpoint`` (``persistence``)."""
+
+    progress_type = Progress
+    poll_period_s = 0.5   # no trigger of its own runs on the clock: a poll only follows an event
 
     @classmethod
     def functions(cls, *, config: NimbusConfig) -> PolicyFunctions:
@@ -74,7 +88,13 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
                                learner_role="gradient_learner")
 
     def __init__(self, *, system: System, progress: Progress) -> None:
-        super().__init__(system=system, progress=progress)
+        self.system, self.progress = system, progress
+        self.book: Book = UNBOOKED   # the run loop's (attach)
+        self.policy = system.policy
+        self.events: queue.Queue[tuple[str, Future, Any]] = event_queue(runtime=system.runtime)
+        self.clock = runtime_clock(runtime=system.runtime)   # rounds and triggers; simulated seconds when simulated
+        self.actors = ActorRound(system=system, progress=progress, clock=self.clock, watch=self._watch)
+        self.stop_requested = False
         cfg = system.config.stellaris
         self.cfg = cfg
         self.rule = make_rule(name=cfg.rule, learners=cfg.learners, decay=cfg.decay, root=cfg.root,
@@ -86,9 +106,11 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         if workload:
             self.parameter_spec = replace(self.parameter_spec, name=f"{workload}/parameter", workload=workload)
         self.table = TriggerTable()   # no ObjectKeyTrigger: actors start when a batch is taken, not per version
-        self.table.bind(name="take_batch", trigger=self.data_trigger, action=self._take_batch)
+        self.table.bind(name="take_batch", trigger=self.actors.data_trigger, action=self._take_batch)
         self.batches: list[Batch] = []
-        self._start_filling()   # the filling buffer and its slices (stellaris/filling.py)
+        self.meter = FlightMeter(now_s=self.clock())   # learners in flight over time (round_stats.py)
+        self.slices = SliceFilling(system=system, batch_rows=self.actors.rows(self.decision.num_actors),
+                                   batches=self.batches, meter=self.meter, clock=self.clock)
         self.in_flight: dict[int, InFlight] = {}
         self.arrivals: list[tuple[InFlight, dict[str, Any]]] = []   # landed while a parameter function ran
         self.parameter_busy = False
@@ -98,40 +120,75 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         self.task_ids = itertools.count()
         self.next_round = progress.rounds
         self.watchdog_fired = 0
-        self.meter = FlightMeter(now_s=self.clock())   # learners in flight over time (round_stats.py)
         self.stored_versions = {progress.policy_version}   # versions whose weights this run put in the Store
-        self.slice_read: dict[str, int] = {}       # slice key → the version its last launched pass read
         # the resident parameter function's anchor and replay log (stellaris/resident_log.py)
         # a slot frees when its gradient lands and the landed gradients are offered together (rules that gather)
         self.gathering = cfg.gather_arrivals and self.rule.gathers
         self.run_key = uuid.uuid4().hex   # names this run's state in the parameter function's warm worker
         self.resident = ResidentLog(run_key=self.run_key, anchor=progress.policy_version) \
             if cfg.resident_parameter else None
+        self.persistence = StellarisCheckpoint(
+            rule=self.rule, resident=self.resident, store=system.store,
+            invoke=lambda message: system.runtime.invoke(spec=self.parameter_spec, request=message))
+
+    @property
+    def round(self) -> RoundState:
+        """The round whose actors sample now (or last sampled)."""
+        return self.actors.sampling
 
     # ------------------------------------------------------------------------------- actions
     def _take_batch(self) -> None:
         """Every actor of the sampling round delivered: its remainder is its last slice, and the next round's actors
         start (once every task of the earlier batches is launched: they may not run further ahead)."""
-        if any(b.tasks for b in self.batches if b is not self.filling):
+        if any(b.tasks for b in self.batches if b is not self.slices.filling):
             self.batch_ready = True
             return
-        self.prewarmer.round_finished()   # the actors are needed again now (runtime/prewarm.py)
+        self.actors.prewarmer.round_finished()   # the actors are needed again now (runtime/prewarm.py)
         self.round.actors_done_s = self.clock()
         batch = self._filling_batch()
-        rest = self.cutter.rest()
+        rest = self.slices.cutter.rest()
         if rest is not None:
             self._add_slice(batch=batch, arrays=rest)
-        batch.complete, self.filling = True, None
+        self.slices.complete(batch=batch)
         self._invoke_actors()     # the next round samples with the newest weights while this one is learned
         self._launch_learners()
 
     def _invoke_actors(self) -> None:
-        super()._invoke_actors()
-        self.round.index = self.next_round   # rounds overlap: the next one starts before this one's row
+        """The next round's actors sample with the newest weights (rounds overlap: it starts before this one's row)."""
+        self.actors.start(index=self.next_round, policy_version=self.progress.policy_version)
         self.next_round += 1
 
+    def _watch(self, *, kind: str, future: Future, meta: Any) -> None:
+        future.add_done_callback(lambda f: self.events.put((kind, f, meta)))
+
+    def _on_rows(self) -> None:
+        """An actor delivered: its rows, post-processed once (PPO: GAE), go to the round's filling buffer; every
+        full slice is put in the Store and its learners may start at once (stellaris/filling.py, slices.py)."""
+        rows = self.slices.arrived_rows()
+        if rows is None:   # a duplicate delivery (the buffer dropped it)
+            return
+        batch = self._filling_batch()
+        for arrays in self.slices.cut(rows=rows, batch=batch, round_index=self.round.index):
+            self._add_slice(batch=batch, arrays=arrays)
+        self._launch_learners()
+
+    def _filling_batch(self) -> Batch:
+        return self.slices.filling_batch(state=self.round, in_flight=len(self.in_flight))
+
+    def _add_slice(self, *, batch: Batch, arrays: dict[str, np.ndarray]) -> None:
+        self.slices.add(batch=batch, arrays=arrays)
+
+    def _start_learning(self, *, batch: Batch) -> None:
+        """Its first learner launches: the rule's training round k starts (β_k, stellaris/rules.py) and the round's
+        learning time counts from here. Batches start in order: a batch's tasks launch only once the earlier
+        batches' are all launched, so round k starts as it did before slices, when its learning starts."""
+        now_s = self.clock()
+        self.rule.start_round(index=batch.round.index)
+        batch.threshold = self.rule.threshold
+        batch.learning_started_s, batch.flight_integral_start = now_s, self.meter.integral(now_s=now_s)
+
     def _launch_learners(self) -> None:
-        if self.batch_ready and not any(b.tasks for b in self.batches if b is not self.filling):
+        if self.batch_ready and not any(b.tasks for b in self.batches if b is not self.slices.filling):
             self.batch_ready = False      # every task of the earlier batches launched: the next round starts
             self._take_batch()
             return
@@ -139,7 +196,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
             for slot in range(self.cfg.learners):
                 if slot in self.in_flight or not self.rule.may_launch(slot=slot):
                     continue
-                index = self._next_task(batch=batch)
+                index = self.slices.next_task(batch=batch, version=self.progress.policy_version)
                 if index is None:
                     break
                 self._launch(slot=slot, batch=batch, piece=batch.tasks.pop(index)[2])
@@ -150,7 +207,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         cfg, version = self.system.config, self.progress.policy_version
         grad_key = f"grad/{self.policy}/{next(self.task_ids)}"
         progress = schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps)
-        # no truncation peers: the learners aggregated together are not known yet (issue 26 item 9); alone, Eq. 2
+        # no truncation peers: the learners aggregated together are not known yet; alone, Eq. 2
         # is min(r_self, ρ), and the parameter function recomputes a member aggregated with other versions
         request = gradient_request(
             config=cfg, policy=self.policy, version=version, batch_key=piece.key, grad_key=grad_key, peer_versions=(),
@@ -158,7 +215,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
             slowdown=cfg.stellaris.slowdown(slot=slot))
         flight = InFlight(slot=slot, batch=batch, read_version=version, grad_key=grad_key, data_key=piece.key,
                           positions=piece.positions, progress=progress)
-        self.slice_read[piece.key] = version
+        self.slices.record_read(piece=piece, version=version)
         self.in_flight[slot] = flight
         self._flight_changed()
         self.owner[grad_key] = batch
@@ -193,6 +250,9 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         return model_fields(config=self.system.config, policy=self.policy, version=version)
 
     # -------------------------------------------------------------------------------- events
+    def _on_actor(self, *, future: Future, rank: int) -> None:
+        self.actors.ingest(future=future, rank=rank)
+
     def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
         if kind == "actor":
             self._on_actor(future=future, rank=meta)
@@ -247,7 +307,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
             self._aggregate(aggregation=verdict.aggregation, batch=self.owner[verdict.aggregation.members[-1].key])
 
     def _watchdog(self) -> None:
-        """No rule waits forever (issue 26 item 6): when no learner is in flight, no gradient waits to be offered,
+        """No rule waits forever: when no learner is in flight, no gradient waits to be offered,
         no parameter function runs and a batch still has tasks that no free slot may launch, nothing can change
         the rule's mind; it settles what it holds and re-opens launches (rule_base.Rule.stalled)."""
         if self.in_flight or self.arrivals or self.parameter_busy or not any(b.tasks for b in self.batches):
@@ -260,7 +320,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         if not (self.in_flight or self.parameter_busy) and self.batch_ready:
             # only repeated passes are left, and no actor samples (the next round waits for them): no newer version
             # can come, so they are dropped
-            self._drop_repeated_passes()
+            self.slices.drop_repeated_passes(version=self.progress.policy_version)
             self._launch_learners()
 
     def _refuse(self, *, rejections: tuple[Rejection, ...]) -> None:
@@ -320,8 +380,7 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
                 and not self.batches[0].tasks:
             batch = self.batches.pop(0)
             self._delete(keys=batch.slice_keys)
-            for key in batch.slice_keys:
-                self.slice_read.pop(key, None)
+            self.slices.forget(keys=batch.slice_keys)
             self._finish_batch(batch=batch)
             ended = True
         return ended
@@ -331,14 +390,10 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
         header = {"policy_version": self.progress.policy_version, "stats": stats,
                   "transfer_s": 0.0, "learning_s": self.clock() - batch.learning_started_s,
                   "compute_s": batch.compute_s, "extras": {}}
-        self.round, current = batch.round, self.round
-        try:
-            self._finish_round(header=header, extras={
-                **round_extras(batch=batch, now_s=self.clock(), meter=self.meter, learners=self.cfg.learners),
-                "staleness/watchdog": float(self.watchdog_fired)},   # times the watchdog acted so far (run total)
-                num_learners=self.cfg.learners)
-        finally:
-            self.round = current
+        extras = {**round_extras(batch=batch, now_s=self.clock(), meter=self.meter, learners=self.cfg.learners),
+                  "staleness/watchdog": float(self.watchdog_fired)}   # times the watchdog acted so far (run total)
+        self.actors.finish(state=batch.round, header=header, book=self.book, extras=extras,
+                           num_learners=self.cfg.learners)
 
     def _flight_changed(self) -> None:
         self.meter.change(in_flight=len(self.in_flight), now_s=self.clock(), open_batches=self.batches)
@@ -369,6 +424,36 @@ class AsyncLearnersWorkflow(SliceFilling, StellarisCheckpoint, SyncWorkflow):
 
     # -------------------------------------------------------------------------------- the run loop's contract
     def begin(self) -> None:
-        """The first round's actors start at once (no trigger waits for a version: see ``_take_batch``)."""
+        """The first round's actors start at once (no trigger waits for a version: see ``_take_batch``); the
+        current version is announced and the triggers polled."""
         self._invoke_actors()
-        super().begin()
+        self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
+        self.table.poll(now_s=self.clock())
+
+    def poll(self, *, now_s: float) -> None:
+        self.table.poll(now_s=now_s)
+
+    @property
+    def decision(self) -> ScalingDecision:
+        """The scaler's decision the next round's actors follow."""
+        return self.actors.decision
+
+    def exhausted(self) -> bool:
+        """Never: the next round's actors start when a batch is taken (the run stops by its stop rules)."""
+        return False
+
+    def checkpoint_extra(self) -> dict:
+        return self.persistence.extra()
+
+    def checkpoint(self) -> Path:
+        """A resident parameter function's optimizer state exported first (stellaris/persistence.py), then the
+        checkpoint every workflow over one System saves."""
+        version = self.progress.policy_version
+        self._delete(keys=self.persistence.export(version=version, model=self._model_fields(version=version),
+                                                  parameter_busy=self.parameter_busy))
+        return super().checkpoint()
+
+    def publish(self) -> None:
+        """The checkpoint's version (onpolicy/lifecycle.py), and the rule's state saved with it."""
+        super().publish()
+        self.persistence.restore(resumed=self.resumed)
