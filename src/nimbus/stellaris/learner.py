@@ -216,7 +216,8 @@ def _batch(*, state: dict[str, Any], store: Any, key: str) -> dict[str, torch.Te
     not (``postprocessed`` in its header: PPO's GAE is the driver's, once per row; IMPACT's layout is the learner's)."""
     if state["batch"] is None or state["batch"][0] != key:
         message = store.get(key=key)
-        rows = {name: torch.as_tensor(np.array(value), device=state["device"]) for name, value in message.arrays.items()}
+        rows = {name: torch.as_tensor(np.array(value), device=state["device"])
+                for name, value in message.arrays.items()}
         state["batch"] = (key, rows if message.header.get("postprocessed") else state["algo"].postprocess(batch=rows))
     return state["batch"][1]
 

@@ -46,8 +46,14 @@ from nimbus.data.stores import function_store
 from nimbus.models.weights import load_optimizer, optim_key
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.faults import fault_point
-from nimbus.stellaris.learner import GRAD_PREFIX, GradientRequest, compute_gradient, gradient_arrays, gradient_state, \
-    model_at
+from nimbus.stellaris.learner import (
+    GRAD_PREFIX,
+    GradientRequest,
+    compute_gradient,
+    gradient_arrays,
+    gradient_state,
+    model_at,
+)
 from nimbus.stellaris.recompute import CachedSources, recompute_cache, remember_version
 from nimbus.stellaris.resident import Held, has_key, keep_resident, publish, recomputed_key, resident_at, take_resident
 from nimbus.stellaris.steps import apply_aggregation, stored_gradient, usable_gradients

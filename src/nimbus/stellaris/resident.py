@@ -28,8 +28,14 @@ from nimbus.data.codec import Message
 from nimbus.data.store import Store
 from nimbus.data.stores import put_all
 from nimbus.envs.obsnorm import rms_to_extras
-from nimbus.models.weights import load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message, \
-    weights_key
+from nimbus.models.weights import (
+    load_model,
+    load_optimizer,
+    model_to_message,
+    optim_key,
+    optimizer_to_message,
+    weights_key,
+)
 from nimbus.roles.learner import cpu_copy
 from nimbus.stellaris.steps import apply_aggregation, stored_gradient, usable_gradients
 

@@ -10,10 +10,10 @@ exports it while no parameter call is in flight (one in flight still reads the o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from nimbus.data.codec import Message
 from nimbus.data.store import Store

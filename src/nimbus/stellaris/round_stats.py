@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from nimbus.onpolicy.actor_round import RoundState
+
 HISTOGRAM_BINS = 8   # staleness/count_0 … count_7, then count_8plus
 
 
@@ -51,7 +53,7 @@ class FlightMeter:
     def integral(self, *, now_s: float) -> float:
         return self._integral + self.in_flight * (now_s - self._changed_s)
 
-    def change(self, *, in_flight: int, now_s: float, open_batches: Iterable["Batch"]) -> None:
+    def change(self, *, in_flight: int, now_s: float, open_batches: Iterable[Batch]) -> None:
         self._integral = self.integral(now_s=now_s)
         self.in_flight, self._changed_s = in_flight, now_s
         for batch in open_batches:
@@ -62,7 +64,7 @@ class FlightMeter:
 class Batch:
     """One round's batch while its gradients are computed and aggregated."""
 
-    round: Any                      # onpolicy/sync.py RoundState
+    round: RoundState               # its round's actors and counters (onpolicy/actor_round.py)
     key: str                        # the prefix of its slices' Store keys (``<key>/s<i>``)
     tasks: list[Any]                # (pass, slice index, slices.Slice) not launched yet, in that order
     outstanding: int                # gradients launched or to launch and not yet settled

@@ -61,8 +61,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from nimbus.stellaris.rule_base import (Aggregation, Arrival, Member, QueueRule, Rejection, Rule, Verdict,
-                                        staleness_scale)
+from nimbus.stellaris.rule_base import (
+    Aggregation,
+    Arrival,
+    Member,
+    QueueRule,
+    Rejection,
+    Rule,
+    Verdict,
+    staleness_scale,
+)
 
 __all__ = ["Aggregation", "Arrival", "Member", "Rejection", "Rule", "Verdict", "RULES", "make_rule",
            "staleness_scale"]
