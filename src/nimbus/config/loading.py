@@ -59,7 +59,8 @@ def apply_overrides(*, data: dict[str, Any], overrides: list[str]) -> dict[str, 
     return result
 
 
-RENAMED_SECTIONS = {"marl": "marless"}   # old top-level key -> its name now (the folder and the paper say MARLess; old configs and resumed runs say marl)
+# old top-level key -> its name now (the folder and the paper say MARLess; old configs and resumed runs say marl)
+RENAMED_SECTIONS = {"marl": "marless"}
 
 
 def parse_config(*, data: dict[str, Any]) -> NimbusConfig:

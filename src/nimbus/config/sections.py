@@ -285,7 +285,8 @@ class OutputConfig(Section):
     @model_validator(mode="before")
     @classmethod
     def _replaced_tensorboard(cls, data: Any) -> Any:
-        """``output.tensorboard`` (once a bool; an old config.yaml may still have it) became ``output.loggers``: say how to write it."""
+        """``output.tensorboard`` (once a bool; an old config.yaml may still have it) became ``output.loggers``: say
+        how to write it."""
         if isinstance(data, dict) and "tensorboard" in data:
             raise ValueError("output.tensorboard was replaced by output.loggers: write `loggers: [tensorboard]` "
                              "for TensorBoard, `loggers: []` for none (a resumed run's config.yaml too)")

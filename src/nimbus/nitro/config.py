@@ -55,7 +55,8 @@ class HessianProbeConfig(_Frozen):
 
 
 class NitroScalingConfig(_Frozen):
-    """Nitro (paper 002, §5.3). ``variant="authors_code"`` reproduces the public code (nimbus implements the paper and offers the code's behaviour as a named option)."""
+    """Nitro (paper 002, §5.3). ``variant="authors_code"`` reproduces the public code (nimbus implements the paper and
+    offers the code's behaviour as a named option)."""
 
     kind: Literal["nitro"] = "nitro"
     """the scaler: nitro"""

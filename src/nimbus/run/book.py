@@ -21,7 +21,8 @@ Example (what a workflow's round end does)::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from nimbus.config import NimbusConfig
 from nimbus.cost.meter import CostMeter
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 class RoundBook:
     """One workflow's books (module docstring); the loop makes it and hands it over in ``Workflow.attach``."""
 
-    def __init__(self, *, config: NimbusConfig, progress: Progress, shared: "Shared",
+    def __init__(self, *, config: NimbusConfig, progress: Progress, shared: Shared,
                  on_round: Callable[[RoundMetrics], None] = lambda row: None) -> None:
         """``shared``: the workflow's ledger, pricing and runtime; ``on_round``: the loop's RoundHook. A resumed
         run's bills continue from the figures its checkpoint saved (``progress.cost_usd_before``...)."""

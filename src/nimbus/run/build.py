@@ -10,11 +10,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
-import logging
 import time
 from pathlib import Path
+from typing import Any
 
 from nimbus.config import NimbusConfig, dump_config
 from nimbus.config.rules import peak_actors
@@ -53,7 +54,7 @@ def make_run_dir(*, config: NimbusConfig, root: Path | None = None) -> Path:
 def build(*, config: NimbusConfig, run_dir: Path) -> System:
     """A one-policy run: the policy ``main``'s data, the shared parts, then the functions its workflow class
     names (``train.workflow``; a population: pbt/population.py)."""
-    workflow = workflow_class(name=workflow_name(config=config))
+    workflow: Any = workflow_class(name=workflow_name(config=config))
     shm_prefix = claim_run_prefix()  # this run's own, before any segment or worker exists (workers inherit it)
     try:
         data = policy_data(config=config, replay_for=workflow.buffer_plan)

@@ -21,8 +21,10 @@ import contextlib
 import io
 import re
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from functools import partial
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -131,12 +133,15 @@ def single_agent_algos(*, env: gym.Env, env_id: str) -> list[Finding]:
 
     spaces = EnvSpaces(observation=env.observation_space, action=env.action_space)
     findings = [Finding("spaces", OK, f"observation {env.observation_space}, action {env.action_space}")]
-    results = {name: attempt(f"algo.name: {name}", lambda name=name: make_algorithm(
-        config=ALGO_CONFIGS[name]()).make_model(spaces=spaces))[0] for name in SINGLE_AGENT_ALGOS}
+
+    def model_of(name: str) -> Any:
+        return make_algorithm(config=ALGO_CONFIGS[name]()).make_model(spaces=spaces)
+
+    results = {name: attempt(f"algo.name: {name}", partial(model_of, name))[0] for name in SINGLE_AGENT_ALGOS}
     accepted = [name for name, found in results.items() if found.status == OK]
     fix = f"; with this env use algo.name: {' or '.join(accepted)}" if accepted else \
         "; no algorithm accepts these spaces: adapt the action space with a gymnasium.ActionWrapper in env.wrappers"
-    for name, found in results.items():
+    for found in results.values():
         findings.append(found if found.status == OK else Finding(found.check, found.status, found.detail + fix))
     return findings
 

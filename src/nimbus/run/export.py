@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -50,6 +51,12 @@ _CLIP = 10.0      # envs/normalize.py's default clip
 class DeployedPolicy(nn.Module):
     """observation → (normalise) → greedy action → clip, for one algorithm's model."""
 
+    model: Any   # the algorithm's model class (its q, actor or distribution heads)
+    obs_mean: torch.Tensor   # registered buffers
+    obs_var: torch.Tensor
+    low: torch.Tensor
+    high: torch.Tensor
+
     def __init__(self, *, policy: LoadedPolicy) -> None:
         super().__init__()
         self.model, self.algo_name = policy.model, policy.algo.name
@@ -59,8 +66,9 @@ class DeployedPolicy(nn.Module):
         self.register_buffer("obs_var", torch.as_tensor(rms.var if rms else np.ones(1), dtype=torch.float64))
         action = policy.spaces.action
         self.box = isinstance(action, gym.spaces.Box)
-        self.register_buffer("low", torch.as_tensor(action.low if self.box else np.zeros(1), dtype=torch.float32))
-        self.register_buffer("high", torch.as_tensor(action.high if self.box else np.zeros(1), dtype=torch.float32))
+        low, high = (action.low, action.high) if isinstance(action, gym.spaces.Box) else (np.zeros(1), np.zeros(1))
+        self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32))
+        self.register_buffer("high", torch.as_tensor(high, dtype=torch.float32))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs
@@ -101,8 +109,8 @@ def export_marless_run(*, run_dir: Path, output_dir: Path | None = None, fmt: st
     each (``<output_dir>/<policy>.pt|.onnx``, default ``RUN_DIR/export``); the metadata names its agents."""
     from nimbus.algos.multiagent import make_multiagent_algo
     from nimbus.marless.agent_id import uses_agent_id, with_agent_id
-    from nimbus.marless.parts import probe_agents
     from nimbus.marless.checkpoint import load_run
+    from nimbus.marless.parts import probe_agents
 
     _check_format(fmt=fmt)
     run = load_run(path=run_dir)
@@ -135,15 +143,15 @@ def _check_format(*, fmt: str) -> None:
 def _write(*, deployed: DeployedPolicy, spaces: EnvSpaces, output: Path, fmt: str, meta: dict) -> None:
     example = torch.as_tensor(np.stack([spaces.observation.sample() for _ in range(2)]))
     output.parent.mkdir(parents=True, exist_ok=True)
-    meta = json.dumps({**meta, "observation_shape": list(spaces.observation.shape), "action_space": str(spaces.action),
-                       "normalized_obs": deployed.normalize})
+    meta_json = json.dumps({**meta, "observation_shape": list(spaces.observation.shape or ()),
+                            "action_space": str(spaces.action), "normalized_obs": deployed.normalize})
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # torch.jit's and the TorchScript-based ONNX exporter's deprecation notices
         if fmt == "onnx":
-            _write_onnx(deployed=deployed, example=example, output=output, meta=meta)
+            _write_onnx(deployed=deployed, example=example, output=output, meta=meta_json)
         else:
             traced = torch.jit.trace(deployed, example, check_trace=False)
-            torch.jit.save(traced, str(output), _extra_files={"nimbus.json": meta})
+            torch.jit.save(traced, str(output), _extra_files={"nimbus.json": meta_json})
 
 
 def _write_onnx(*, deployed: DeployedPolicy, example: torch.Tensor, output: Path, meta: str) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 from nimbus.config import NimbusConfig
 from nimbus.errors import CheckpointError, FunctionFailed, StoreUnavailable
 from nimbus.run.build import build_shared, make_run_dir
-from nimbus.run.members import UNGATED, Members
+from nimbus.run.members import UNGATED, Gate, Members
 from nimbus.run.population import train_population
 from nimbus.run.ray_slots import keep_slots_on_ray
 from nimbus.run.rounds import RoundHook
@@ -50,7 +50,10 @@ def train(*, config: NimbusConfig, run_dir: Path | None = None, resume_from: Pat
         raise CheckpointError(f"cannot resume from {resume_from}: no such directory")
     in_place = resume_from is not None and _is_run_directory(path=Path(resume_from)) and \
         (run_dir is None or Path(run_dir).resolve() == Path(resume_from).resolve())
-    run_dir = Path(resume_from) if in_place else Path(run_dir) if run_dir is not None else make_run_dir(config=config)
+    if in_place and resume_from is not None:
+        run_dir = Path(resume_from)
+    else:
+        run_dir = Path(run_dir) if run_dir is not None else make_run_dir(config=config)
     with claim_run_dir(run_dir=run_dir, resuming=in_place):
         if config.policies or config.pbt is not None:  # several policies over one pool: a population
             return train_population(config=config, run_dir=run_dir, resume_from=resume_from)
@@ -78,7 +81,7 @@ class SingleRun:
     when the workflow asks for it; its rows come back in the TrainResult; summary.json and report.png are written
     before its trackers close (their artifacts)."""
 
-    gate = UNGATED
+    gate: Gate = UNGATED
 
     def __init__(self, *, config: NimbusConfig, run_dir: Path, resume_from: Path | None) -> None:
         config = keep_slots_on_ray(config=config)   # a Ray actor's envs go on in its next worker (run/ray_slots.py)

@@ -2,13 +2,14 @@
 a population's members (``policies:``, ``pbt:``; the controller is pbt/population.py) and several workloads on one
 pool (run/workloads.py). No workflow has a loop of its own.
 
-Each member's events go to one queue, tagged (member index, generation); ``drive`` moves them: a member runs
-rounds until its stop rule holds after one of them, or until nothing could send it an event (``exhausted``); an event of an older generation (a replaced member's
-unfinished round) is dropped; a ``Gate`` may hold a member between rounds (its triggers are not polled until the
-gate releases it: synchronous PBT). Every round goes through the same ``RoundHook`` as a single run's. The queue is the
-runtime's own (runtime/base.py ``event_queue``) and the members' triggers are polled on its clock
-(``runtime_clock``): on the simulated backend, waiting on it advances the virtual clock, so every member's
-functions run and end in one simulated-time order (docs/simulated.md, "Several workloads on one pool").
+Each member's events go to one queue, tagged (member index, generation); ``drive`` moves them: a member runs rounds
+until its stop rule holds after one of them, or until nothing could send it an event (``exhausted``); an event of an
+older generation (a replaced member's unfinished round) is dropped; a ``Gate`` may hold a member between rounds (its
+triggers are not polled until the gate releases it: synchronous PBT). Every round goes through the same
+``RoundHook`` as a single run's. The queue is the runtime's own (runtime/base.py ``event_queue``) and the members'
+triggers are polled on its clock (``runtime_clock``): on the simulated backend, waiting on it advances the virtual
+clock, so every member's functions run and end in one simulated-time order (docs/simulated.md, "Several workloads on
+one pool").
 
 Example::
 
@@ -22,8 +23,9 @@ from __future__ import annotations
 
 import logging
 import queue
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from nimbus.config import NimbusConfig
 from nimbus.errors import FunctionFailed, StoreUnavailable
@@ -40,7 +42,7 @@ log = logging.getLogger(__name__)
 class Tagged:
     """A member's event queue: tags each event with (member index, generation) on the shared queue."""
 
-    def __init__(self, *, shared: "queue.Queue[Any]", tag: tuple[int, int]) -> None:
+    def __init__(self, *, shared: queue.Queue[Any], tag: tuple[int, int]) -> None:
         self.shared, self.tag = shared, tag
 
     def put(self, item: Any) -> None:

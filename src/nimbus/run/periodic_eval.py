@@ -27,7 +27,8 @@ Example::
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from nimbus.config import NimbusConfig
 from nimbus.roles.evaluate import EvalResult
@@ -68,10 +69,10 @@ class PeriodicEvaluator:
         return (env_steps // self.every + 1) * self.every
 
 
-def _versions(*, result: object) -> dict[str, float]:
+def _versions(*, result: Any) -> dict[str, float]:
     """``eval/policy_version``; a multi-agent evaluation (marless/evaluate.py) one per policy it played,
     ``eval/policy_version/<policy>``."""
     per_policy = getattr(result, "policy_versions", None)
     if per_policy is not None:
         return {f"eval/policy_version/{policy}": float(version) for policy, version in sorted(per_policy.items())}
-    return {"eval/policy_version": float(getattr(result, "policy_version"))}
+    return {"eval/policy_version": float(result.policy_version)}

@@ -21,7 +21,7 @@ from nimbus.run.rounds import RoundHook
 from nimbus.run.session import Member, SharedOnce, run_members
 from nimbus.run.stop import say_nothing_to_train
 from nimbus.run.summary import RunSummary, TrainResult, read_summary
-from nimbus.types import RoundMetrics, Shared
+from nimbus.types import Shared
 
 
 def train_population(*, config: NimbusConfig, run_dir: Path, resume_from: Path | None) -> TrainResult:
@@ -59,9 +59,9 @@ class PopulationRun:
     def finished(self, members: Members) -> list[TrainResult] | None:
         """Every member already meets its stop rule (a resume): it says so (with the limit to raise) and keeps the
         summary it ended with (None: train on, also when that summary is missing)."""
-        reasons = [members.stopped(i) for i in range(len(members.workflows))]
+        reasons = [reason for i in range(len(members.workflows)) if (reason := members.stopped(i)) is not None]
         summary = read_summary(run_dir=self.run_dir)
-        if not all(reasons) or summary is None:
+        if len(reasons) < len(members.workflows) or summary is None:
             return None
         say_nothing_to_train(run_dir=self.run_dir, reason=reasons[0], progress=members.workflows[0].progress)
         return [TrainResult(run_dir=self.run_dir, summary=summary, rows=[])]

@@ -1,10 +1,10 @@
 """What the run loop does after every round and at the end, for every workflow: the same order everywhere.
 
 After a round (``RoundHook``, called by the workflow's book, run/book.py, which has put both bills in the row) →
-periodic evaluation
-(``train.eval_every_env_steps``) → metrics.jsonl → the experiment trackers (``output.loggers``: the same row,
-report/trackers.py) → the member controller (a population's ``after_round``) → a checkpoint when one is due. At the end (``finish``): the final checkpoint, the final
-evaluation (not after SIGINT/SIGTERM) and the summary.
+periodic evaluation (``train.eval_every_env_steps``) → metrics.jsonl → the experiment trackers (``output.loggers``:
+the same row, report/trackers.py) → the member controller (a population's ``after_round``) → a checkpoint when one
+is due. At the end (``finish``): the final checkpoint, the final evaluation (not after SIGINT/SIGTERM) and the
+summary.
 
 Example::
 
@@ -16,20 +16,21 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from nimbus.config import NimbusConfig
 from nimbus.run.periodic_eval import PeriodicEvaluator
-from nimbus.runtime.base import between_calls
 from nimbus.run.stop import SIGNALS
 from nimbus.run.summary import RunSummary, runtime_scalars, summarise
+from nimbus.runtime.base import between_calls
 from nimbus.types import RoundMetrics
 
 if TYPE_CHECKING:
     from nimbus.core import Book, Workflow
     from nimbus.report.trackers import RunTrackers
-    from nimbus.types import Shared
     from nimbus.runtime.base import Runtime
+    from nimbus.types import Shared
 
 FINAL_EVAL_SEED_OFFSET = 10_000   # the final evaluation's seeds: seed + this (periodic ones: + 20_000)
 
@@ -37,9 +38,9 @@ FINAL_EVAL_SEED_OFFSET = 10_000   # the final evaluation's seeds: seed + this (p
 class RoundHook:
     """``on_round`` of one workflow (``workflow``: a callable, since a replaced member gets a new one)."""
 
-    def __init__(self, *, config: NimbusConfig, workflow: Callable[[], "Workflow"], rows: Any = None,
-                 runtime: "Runtime | None" = None, after_round: Callable[[RoundMetrics], None] | None = None,
-                 progress_env_steps: int = 0, trackers: "RunTrackers | None" = None) -> None:
+    def __init__(self, *, config: NimbusConfig, workflow: Callable[[], Workflow], rows: Any = None,
+                 runtime: Runtime | None = None, after_round: Callable[[RoundMetrics], None] | None = None,
+                 progress_env_steps: int = 0, trackers: RunTrackers | None = None) -> None:
         self.config, self.workflow, self.rows, self.runtime, self.after_round, self.trackers = \
             config, workflow, rows, runtime, after_round, trackers
         self.peak_actors = 1   # the most actors any round used (the serverful baseline reserves them for the run)
@@ -64,7 +65,7 @@ class RoundHook:
             workflow.checkpoint()
 
 
-def finish(*, config: NimbusConfig, workflow: "Workflow", book: "Book", shared: "Shared", wall_s: float,
+def finish(*, config: NimbusConfig, workflow: Workflow, book: Book, shared: Shared, wall_s: float,
            stopped_by: str, peak_actors: int) -> RunSummary:
     """The final checkpoint, the final evaluation unless a signal stopped the run, and the summary."""
     workflow.checkpoint()

@@ -20,10 +20,11 @@ Example (run/loop.py)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from nimbus.config import NimbusConfig
 from nimbus.data.jsonl import cut_rows_from
@@ -56,7 +57,8 @@ class SharedOnce:
 
     def __init__(self, *, make: Callable[[str], Shared]) -> None:
         self.prefix = claim_run_prefix()   # this run's own, before any segment or worker exists (workers inherit it)
-        self.make, self.shared = make, None
+        self.make = make
+        self.shared: Shared | None = None
 
     def __call__(self) -> Shared:
         if self.shared is None:
@@ -129,7 +131,8 @@ def _run(*, shape: RunShape, trackers: ExitStack) -> list[TrainResult]:
     members: Members | None = None
     try:
         for i, member in enumerate(shape.members):
-            built.append(workflow_class(name=workflow_name(config=member.config)).build(
+            workflow: Any = workflow_class(name=workflow_name(config=member.config))
+            built.append(workflow.build(
                 config=member.config, shared=lambda i=i: shape.view(i), run_dir=member.run_dir, policy=member.policy,
                 resume_from=member.resume_from, rank_base=member.rank_base, workload=member.workload))
         runtime = shape.view(0).runtime

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 
 class Stoppable(Protocol):
@@ -27,7 +28,7 @@ class Interrupt:
         self.received: str | None = None
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> "Interrupt":
+    def __enter__(self) -> Interrupt:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)

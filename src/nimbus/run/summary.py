@@ -3,8 +3,8 @@
 Example::
 
     summary = summarise(config=config, shared=shared, progress=workflow.progress, wall_s=12.5,
-                        stopped_by="max_rounds", cost_usd=book.cost_usd(), cost_excl_cold_usd=book.meter.excl_cold_usd(),
-                        peak_actors=4, eval_return=None)
+                        stopped_by="max_rounds", cost_usd=book.cost_usd(),
+                        cost_excl_cold_usd=book.meter.excl_cold_usd(), peak_actors=4, eval_return=None)
     write_summary(run_dir=run_dir, summary=summary)
 """
 
@@ -22,9 +22,8 @@ from nimbus.cost.ledger import Ledger, LedgerTotals, totals_of
 from nimbus.types import RoundMetrics
 
 if TYPE_CHECKING:
-    from nimbus.types import Progress
-    from nimbus.types import Shared
     from nimbus.runtime.base import Runtime
+    from nimbus.types import Progress, Shared
 
 ROWS_IN_MEMORY = 10_000  # rounds kept in TrainResult.rows (metrics.jsonl has them all)
 
@@ -59,7 +58,7 @@ class TrainResult:
     rows: list[RoundMetrics]    # the newest ROWS_IN_MEMORY rounds of this call; metrics.jsonl has every round
 
 
-def summarise(*, config: NimbusConfig, shared: "Shared", progress: "Progress", wall_s: float, stopped_by: str,
+def summarise(*, config: NimbusConfig, shared: Shared, progress: Progress, wall_s: float, stopped_by: str,
               cost_usd: float, cost_excl_cold_usd: float, peak_actors: int, eval_return: float | None) -> RunSummary:
     """The summary of one policy's (or one MARLess run's) progress, over the whole run (a resumed run's sessions
     together); the serverful baseline reserves the peak actors and the learner's GPUs for the whole wall time.
@@ -77,7 +76,7 @@ def summarise(*, config: NimbusConfig, shared: "Shared", progress: "Progress", w
         serverless_cost_excl_cold_usd=cost_excl_cold_usd)
 
 
-def run_totals(*, ledger: "Ledger", resumed: bool) -> "LedgerTotals":
+def run_totals(*, ledger: Ledger, resumed: bool) -> LedgerTotals:
     """The ledger's counts over the whole run, as the summary's rounds, cost and wall time are: a resumed run's
     ledger file also holds the sessions before this one (this session's records alone when it has no file)."""
     if not resumed or ledger.path is None or not Path(ledger.path).is_file():
@@ -98,7 +97,7 @@ def read_summary(*, run_dir: Path) -> RunSummary | None:
         return None
 
 
-def runtime_scalars(*, runtime: "Runtime") -> dict[str, float]:
+def runtime_scalars(*, runtime: Runtime) -> dict[str, float]:
     """The pool's counters (warm workers, cold starts...) for a metrics row's ``runtime`` part."""
     stats = runtime.stats()
     return {k: float(v) for k, v in asdict(stats).items() if isinstance(v, (int, float))}

@@ -1,22 +1,23 @@
 """Several independent workloads on one pool of workers (ARTOS 3.3, 6.2): ``nimbus train a.yaml b.yaml``.
 
-One driver, one runtime (the first config's ``runtime`` section is the pool's: backend, capacity,
-workers); each workload keeps its own run directory, Store, buffer, metrics, checkpoints, summary and
-cost (its policy is named after it, in the pool's one Store). Its functions are named ``<workload>/actor`` and ``<workload>/learner`` (its own warm workers) and
-carry ``workload`` into every ledger row; the pool's ledger (``<root>/pool-<stamp>/ledger.jsonl``) has
-every row, and each workload's ``ledger.jsonl`` its own, so their costs sum to the pool's. The pool
-divides CPUs between workloads by ``runtime.share_weight`` (fair share, runtime/fairshare.py), and a
-``devices: {pool: on_demand}`` pool (the first config's) its devices. The local, Ray and simulated backends run it
-(simulated: every workload's functions in one virtual-time order, wall_s in simulated seconds). The workloads are
-members of one driver loop (run/members.py): the same rounds, stop rules, signals, store-loss handling, final
-checkpoint and summary as any run (run/loop.py).
+One driver, one runtime (the first config's ``runtime`` section is the pool's: backend, capacity, workers); each
+workload keeps its own run directory, Store, buffer, metrics, checkpoints, summary and cost (its policy is named
+after it, in the pool's one Store). Its functions are named ``<workload>/actor`` and ``<workload>/learner`` (its own
+warm workers) and carry ``workload`` into every ledger row; the pool's ledger (``<root>/pool-<stamp>/ledger.jsonl``)
+has every row, and each workload's ``ledger.jsonl`` its own, so their costs sum to the pool's. The pool divides CPUs
+between workloads by ``runtime.share_weight`` (fair share, runtime/fairshare.py), and a ``devices: {pool:
+on_demand}`` pool (the first config's) its devices. The local, Ray and simulated backends run it (simulated: every
+workload's functions in one virtual-time order, wall_s in simulated seconds). The workloads are members of one
+driver loop (run/members.py): the same rounds, stop rules, signals, store-loss handling, final checkpoint and
+summary as any run (run/loop.py).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from nimbus.config import NimbusConfig, dump_config
 from nimbus.cost.ledger import Ledger
@@ -25,14 +26,13 @@ from nimbus.data.shm import claim_run_prefix, release_run_prefix
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
 from nimbus.errors import ConfigError, FunctionFailed
 from nimbus.run.build import LEDGER_RECORDS_IN_MEMORY, make_run_dir, pool_config, run_namespace
-from nimbus.run.members import UNGATED, Members
+from nimbus.run.members import UNGATED, Gate, Members
 from nimbus.run.registry import workflow_name
 from nimbus.run.rounds import RoundHook
 from nimbus.run.session import Member, run_members
 from nimbus.run.summary import RunSummary, TrainResult, write_summary
 from nimbus.runtime.factory import StampedRuntime, make_runtime
 from nimbus.types import RoundMetrics, Shared
-
 
 AfterRound = Callable[[int, RoundMetrics], bool]
 
@@ -84,7 +84,7 @@ class WorkloadsRun:
     """Several workloads in run/session.py's skeleton: one pool (the first config's runtime section, CPUs shared by
     ``runtime.share_weight``), one Store, the pool's ledger with every row and each workload's view with its own."""
 
-    gate = UNGATED
+    gate: Gate = UNGATED
 
     def __init__(self, *, configs: list[NimbusConfig], after_round: AfterRound | None) -> None:
         self.configs, self.after = configs, after_round

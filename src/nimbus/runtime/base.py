@@ -121,17 +121,17 @@ class DriverSide:
         return contextlib.nullcontext()
 
 
-def runtime_clock(*, runtime: DriverSide) -> Callable[[], float]:
+def runtime_clock(*, runtime: Runtime | DriverSide) -> Callable[[], float]:
     """The clock a workflow times its rounds (and polls its triggers) with: real seconds, or a simulated runtime's."""
     return runtime.now_s
 
 
-def event_queue(*, runtime: DriverSide) -> queue.Queue:
+def event_queue(*, runtime: Runtime | DriverSide) -> queue.Queue:
     """The queue a workflow's done-callbacks feed and its loop waits on (a simulated runtime's advances its clock)."""
     return runtime.event_queue()
 
 
-def between_calls(*, runtime: DriverSide) -> contextlib.AbstractContextManager[None]:
+def between_calls(*, runtime: Runtime | DriverSide) -> contextlib.AbstractContextManager[None]:
     """A block of the driver's own work (an evaluation) during which no function runs in the driver's process
     (runtime.backend: inline, whose functions share torch's global RNG with the driver: an evaluation's
     ``torch.manual_seed`` would move a learner's draws, and a learner's draws the evaluation's)."""
