@@ -26,6 +26,7 @@ from nimbus.algos.base import Algorithm
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
+from nimbus.data.result import WireResult
 from nimbus.envs.make import make_env
 from nimbus.envs.obsnorm import rms_from_extras
 from nimbus.envs.slot_state import SLOT_META, SlotState, capture_slot, restore_slot
@@ -56,6 +57,21 @@ class ActorRequest(WireRequest, header="actor", affinity="actor-{actor_rank}"):
         if restore is None:
             return self.wire_message()
         return self.wire_message(extra_header={SLOT_META: restore.meta}, arrays=restore.arrays)
+
+
+@dataclass(frozen=True)
+class ActorResult(WireResult):
+    """What an actor function returns besides its rows (the arrays): the fragment's bookkeeping and timings."""
+
+    actor_rank: int
+    policy_version: int          # the version that acted (the rows' behaviour policy)
+    env_steps: int
+    episode_returns: list[float]  # the episodes that ended in this fragment
+    episode_lengths: list[int]
+    sampling_s: float            # the whole call
+    env_s: float                 # stepping the envs
+    inference_s: float           # the policy's forward passes
+    random_actions: bool = False  # off-policy warm-up: uniform actions, no policy
 
 
 @dataclass

@@ -25,6 +25,7 @@ import torch
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
+from nimbus.data.result import WireResult
 from nimbus.data.store import Store
 from nimbus.data.stores import put_all
 from nimbus.envs.obsnorm import rms_from_extras, rms_to_extras
@@ -64,6 +65,23 @@ class LearnerRequest(WireRequest, header="learner", affinity="learner-{policy}")
     def to_message(self, *, indices: np.ndarray, obs_moments: dict[str, np.ndarray] | None = None) -> Message:
         """``obs_moments``: the round's raw-observation moments (``algo.normalize_obs``), see envs/obsnorm.py."""
         return self.wire_message(arrays={"indices": indices.astype(np.int64), **(obs_moments or {})})
+
+
+@dataclass(frozen=True)
+class LearnerResult(WireResult):
+    """What a learner function returns: the new version, the update's statistics and timings (the off-policy
+    learner adds ``stale_rows``; its TD errors and kept rows travel as arrays)."""
+
+    policy_version: int             # the version the update published
+    stats: dict[str, float]         # the loss terms and diagnostics (the metrics row's losses)
+    nonfinite: bool                 # the update was non-finite: skipped, the weights kept (train.max_nonfinite_losses)
+    extras: dict[str, float]        # Nitro's probe (nitro/probe.py), when the request asked for it
+    transfer_s: float               # reading the batch
+    learning_s: float               # the rest of the call
+    compute_s: float                # the update's arithmetic
+    device: str
+    rows: int
+    stale_rows: int = 0             # off-policy: rows dropped as too old for the learner's version
 
 
 def resolve_device(*, requested: str, leased: str | None = None) -> torch.device:

@@ -23,11 +23,12 @@ from typing import Any
 from nimbus.cost.ledger import Ledger, Tally, attempt_record, provisioned_record
 from nimbus.data.codec import Message
 from nimbus.data.request import AFFINITY_KEY  # request header key: route to the idle worker that last served it
+from nimbus.data.result import INVOCATION_ID_KEY
 from nimbus.errors import FunctionFailed
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.faults import APPLICATION, FATAL, INFRASTRUCTURE
 
-INVOCATION_ID_KEY = "_invocation_id"  # result header keys naming the accepted attempt
+# INVOCATION_ID_KEY (data/result.py) and ATTEMPT_KEY: the result header keys naming the accepted attempt
 ATTEMPT_KEY = "_attempt"
 Action = Callable[[], None]  # work to do after the runtime's lock is released (resolving futures)
 
