@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -56,13 +57,37 @@ def all_finite(*, tensors: Iterable[torch.Tensor]) -> torch.Tensor:
     return torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool)
 
 
+class StepState(Protocol):
+    """A parameter's optimizer state by lookup (an optimizer's ``state``)."""
+
+    def get(self, param: torch.Tensor, default: Any = None, /) -> Any: ...
+
+
+class Stepped(Protocol):
+    """What `guarded_step` reads and calls of an optimizer: a torch one, or several stepped as one (MARLess's
+    team update, marless/team_learner.py)."""
+
+    @property
+    def defaults(self) -> dict[str, Any]: ...
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def state(self) -> StepState: ...
+
+    def zero_grad(self, set_to_none: bool = True) -> None: ...
+
+    def step(self) -> Any: ...
+
+
 @dataclass(frozen=True)
 class StepOutcome:
     grad_norm: torch.Tensor  # 0-dim, before clipping (NaN or inf when not finite)
     finite: torch.Tensor     # 0-dim bool: the step was applied
 
 
-def guarded_step(*, optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor], loss: torch.Tensor,
+def guarded_step(*, optimizer: Stepped, params: Sequence[torch.Tensor], loss: torch.Tensor,
                  max_grad_norm: float | None) -> StepOutcome:
     """Backward, clip ``params``' gradient norm to ``max_grad_norm`` (None: measure only), step; a step whose loss
     or gradient norm is not finite changes neither the parameters nor the optimizer's state. No host read on an
@@ -99,7 +124,7 @@ def decides_on_host(*, device: torch.device) -> bool:
 
 
 @torch.no_grad()
-def _step_or_restore(*, optimizer: torch.optim.Optimizer, finite: torch.Tensor) -> None:
+def _step_or_restore(*, optimizer: Stepped, finite: torch.Tensor) -> None:
     """Step, then put every tensor the step touched back where ``finite`` is false: ``lerp`` with weight 0 or 1
     returns its start or its end exactly, so a finite step is bitwise the plain step."""
     params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
@@ -124,7 +149,7 @@ def _flags(*, flag: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Te
     return [cache.setdefault((t.device, t.dtype), flag.to(device=t.device, dtype=t.dtype)) for t in like]
 
 
-def _state_tensors(*, optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def _state_tensors(*, optimizer: Stepped, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [value for p in params for value in optimizer.state.get(p, {}).values()
             if isinstance(value, torch.Tensor) and value.is_floating_point()]
 

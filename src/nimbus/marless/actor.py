@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -75,7 +76,7 @@ class MultiAgentActorRequest(WireRequest, header="marless_actor", affinity="acto
         return self.wire_message(extra_header={SLOT_META: restore.meta}, arrays=dict(restore.arrays))
 
     @classmethod
-    def from_message(cls, message: Message) -> "MultiAgentActorRequest":
+    def from_message(cls, message: Message) -> MultiAgentActorRequest:
         fields = dict(message.header[cls.HEADER])
         fields["env_imports"] = tuple(fields.get("env_imports", ()))
         return cls(**fields)
@@ -116,7 +117,8 @@ def _algo(*, context: FunctionContext, req: MultiAgentActorRequest) -> tuple[Any
         spaces = agent_spaces(env=probe)
         probe.close()
         slots = cache.get("marless_slots", {}) if cache.get("marless_env") == env_key else {}
-        cache.update(marless_algo_config=req.algo, marless_env=env_key, marless_algo=multiagent_algo_from_dict(algo=req.algo),
+        cache.update(marless_algo_config=req.algo, marless_env=env_key,
+                     marless_algo=multiagent_algo_from_dict(algo=req.algo),
                      marless_spaces=spaces, marless_models={}, marless_slots=slots)
         torch.set_num_threads(1)
     return cache["marless_algo"], cache["marless_spaces"]
@@ -190,17 +192,20 @@ def _rollout(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentS
 
 def _agent_buffers(*, space: EnvSpaces, num_envs: int, steps: int, masked: bool) -> dict[str, np.ndarray]:
     """The agent's row columns; ``masked``: also ``action_mask`` (all allowed in padding rows)."""
-    obs_shape = tuple(space.observation.shape)
-    discrete = not space.action.shape
-    action_shape = () if discrete else tuple(space.action.shape)
+    obs, action = space.observation, space.action
+    if not isinstance(obs, gym.spaces.Box) or not isinstance(action, (gym.spaces.Discrete, gym.spaces.Box)):
+        # marless/checks.py refuses any other space before a worker starts
+        raise TypeError(f"a MARLess agent observes a Box and acts in a Discrete or Box space, got {obs} and {action}")
     lead = (num_envs, steps)
-    buffers = {"obs": np.zeros(lead + obs_shape, np.float32), "next_obs": np.zeros(lead + obs_shape, np.float32),
-               "actions": np.zeros(lead + action_shape, np.int64 if discrete else np.float32),
+    actions = np.zeros(lead, np.int64) if isinstance(action, gym.spaces.Discrete) else \
+        np.zeros(lead + action.shape, np.float32)
+    buffers = {"obs": np.zeros(lead + obs.shape, np.float32), "next_obs": np.zeros(lead + obs.shape, np.float32),
+               "actions": actions,
                "logp": np.zeros(lead, np.float32), "rewards": np.zeros(lead, np.float32),
                "terminated": np.zeros(lead, bool), "truncated": np.zeros(lead, bool), "alive": np.zeros(lead, bool)}
-    if masked:
-        buffers[ACTION_MASK] = np.ones(lead + (int(space.action.n),), bool)
-        buffers[NEXT_ACTION_MASK] = np.ones(lead + (int(space.action.n),), bool)
+    if masked and isinstance(action, gym.spaces.Discrete):   # the env's checker allows no mask on other actions
+        buffers[ACTION_MASK] = np.ones(lead + (int(action.n),), bool)
+        buffers[NEXT_ACTION_MASK] = np.ones(lead + (int(action.n),), bool)
     return buffers
 
 
@@ -219,7 +224,8 @@ def _act_all(*, algo: Any, models: dict[str, torch.nn.Module], slot: MultiAgentS
                                  num_agents=len(order)) if req.agent_id else batch
         masks = _masks(slot=slot, pairs=pairs, buffers=buffers)
         out = algo.act(model=models[policy], obs=torch.as_tensor(inputs), explore=True) if masks is None else \
-            algo.act(model=models[policy], obs=torch.as_tensor(inputs), explore=True, action_mask=torch.as_tensor(masks))
+            algo.act(model=models[policy], obs=torch.as_tensor(inputs), explore=True,
+                     action_mask=torch.as_tensor(masks))
         logp = out.extras.get("logp")
         for j, (e, agent) in enumerate(pairs):
             columns = buffers[agent]
@@ -245,10 +251,11 @@ def _masks(*, slot: MultiAgentSlot, pairs: list[tuple[int, str]],
 
 def _step_env(*, env: Any, e: int, t: int, slot: MultiAgentSlot, actions: dict[str, Any],
               buffers: dict[str, dict[str, np.ndarray]], states: dict[str, np.ndarray] | None,
-              spaces: dict[str, EnvSpaces], episode_returns: dict[str, list[float]], episode_lengths: list[int]) -> None:
+              spaces: dict[str, EnvSpaces], episode_returns: dict[str, list[float]],
+              episode_lengths: list[int]) -> None:
     """One step of env ``e``: fill row t for every agent, then reset the env when no agent is live."""
     env_actions = {agent: _env_action(action=a, space=spaces[agent].action) for agent, a in actions.items()}
-    if states is not None:
+    if states is not None and slot.states is not None:   # both or neither: a centralised algorithm's rollout
         states["state"][e, t] = slot.states[e]
     obs, rewards, terminations, truncations, infos = env.step(env_actions)
     next_masks = masks_from(infos={agent: infos.get(agent) for agent in actions}) if slot.masked else {}
@@ -274,7 +281,7 @@ def _step_env(*, env: Any, e: int, t: int, slot: MultiAgentSlot, actions: dict[s
         slot.obs[e] = live
         if slot.masked:
             slot.masks[e] = masks_from(infos={agent: infos.get(agent) for agent in live})
-        if states is not None:
+        if states is not None and slot.states is not None:
             slot.states[e] = states["next_state"][e, t]
         return
     for agent in episode_returns:
@@ -286,7 +293,7 @@ def _step_env(*, env: Any, e: int, t: int, slot: MultiAgentSlot, actions: dict[s
     slot.obs[e] = dict(reset_obs)
     if slot.masked:
         slot.masks[e] = masks_from(infos=reset_infos)
-    if states is not None:
+    if states is not None and slot.states is not None:
         slot.states[e] = global_state(env=env)
 
 

@@ -35,6 +35,8 @@ def uses_agent_id(*, marless: Any) -> bool:
 def with_agent_id(*, spaces: EnvSpaces, num_agents: int) -> EnvSpaces:
     """The spaces a conditioned policy reads: the flattened observation ⊕ one-hot, float32."""
     obs = spaces.observation
+    if not isinstance(obs, gym.spaces.Box):   # marless/checks.py refuses any other observation before a worker starts
+        raise TypeError(f"agent-id conditioning needs a Box observation, got {obs}")
     low = np.concatenate([np.broadcast_to(obs.low, obs.shape).reshape(-1), np.zeros(num_agents)]).astype(np.float32)
     high = np.concatenate([np.broadcast_to(obs.high, obs.shape).reshape(-1), np.ones(num_agents)]).astype(np.float32)
     return EnvSpaces(observation=gym.spaces.Box(low, high, dtype=np.float32), action=spaces.action)

@@ -88,7 +88,9 @@ def _greedy_actions(*, slots: list[_Episode], algo: Any, models: dict[str, torch
                 inputs = append_agent_id(obs=inputs, agent_index=np.array([agent_order.index(agent)
                                                                           for _, agent, _ in members]),
                                          num_agents=len(agent_order))
-            extra = {"action_mask": torch.as_tensor(np.stack([mask for _, _, mask in members]))} if masked else {}
+            # every member of a masked group has a mask (the group key says so); the filter narrows the type
+            extra = {"action_mask": torch.as_tensor(np.stack([mask for _, _, mask in members if mask is not None]))} \
+                if masked else {}
             out = algo.act(model=models[policy], explore=False, obs=torch.as_tensor(inputs), **extra)
             for (position, agent, _), action in zip(members, out.actions):
                 actions[position][agent] = action.item() if np.ndim(action) == 0 else action

@@ -37,17 +37,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nimbus.algos.multiagent.qmix import mixer_key
 from nimbus.config import NimbusConfig, parse_config
-from nimbus.data.checkpoint import CheckpointState, Checkpointer, load_checkpoint, saved_policies
+from nimbus.data.checkpoint import Checkpointer, CheckpointState, load_checkpoint, saved_policies
 from nimbus.data.codec import Message
+from nimbus.data.resume import progress_extra, resume_notice, schedule_horizon
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.envs.slot_state import slots_from_message, slots_to_message
 from nimbus.errors import CheckpointError
-from nimbus.algos.multiagent.qmix import mixer_key
-from nimbus.marless.value_learner import target_key
 from nimbus.marless.parts import MarlessParts, MarlessProgress, critic_key
+from nimbus.marless.value_learner import target_key
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.data.resume import progress_extra, resume_notice, schedule_horizon
 
 log = logging.getLogger(__name__)
 MARLESS_KEY = "marless"   # the manifest's extra["marless"]

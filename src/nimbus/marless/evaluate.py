@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,7 +54,8 @@ class MarlessEvalResult:
 
 
 def evaluate_agents(*, config: NimbusConfig, algo: Any, weights: dict[str, Message], agent_policy: dict[str, str],
-                    episodes: int, seed: int, explore: bool = False, video_dir: Path | None = None) -> MarlessEvalResult:
+                    episodes: int, seed: int, explore: bool = False,
+                    video_dir: Path | None = None) -> MarlessEvalResult:
     """``episodes`` episodes on seeds ``seed``, ``seed + 1``...; ``weights``: each policy in use, by name;
     ``video_dir``: record each episode there as ``eval-episode-<k>.mp4``. Greedy without video, the episodes are
     played many at once (marless/batched_eval.py: the same episodes); otherwise one at a time."""

@@ -58,11 +58,17 @@ from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.spaces import EnvSpaces
-from nimbus.models.weights import load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message, \
-    weights_key
 from nimbus.marless.agent_id import with_agent_id
 from nimbus.marless.device_loop import StepRows, host_draws
 from nimbus.marless.rows import live_index
+from nimbus.models.weights import (
+    load_model,
+    load_optimizer,
+    model_to_message,
+    optim_key,
+    optimizer_to_message,
+    weights_key,
+)
 from nimbus.nitro.probe import ProbeRequest, probe_policy
 from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
@@ -138,7 +144,8 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
     if algo.config.value_norm:
         critic.return_norm.update(returns)
     fit, skipped = _fit_critic(algo=algo, critic=critic, optimizer=optimizer, inputs=inputs, req=req,
-                               values=critic.return_norm.normalize(values), returns=critic.return_norm.normalize(returns))
+                               values=critic.return_norm.normalize(values),
+                               returns=critic.return_norm.normalize(returns))
     new_version = req.critic_version + 1
     store.put(key=f"critic/{req.policy}/{new_version}", writer=context.invocation_id,
               message=critic_to_message(critic=critic, optimizer=optimizer, version=new_version))
@@ -166,8 +173,8 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
     convexity = extras.get(HESSIAN_RATIO_KEY, math.nan)
     return Message(header={"policy_version": new_version, **stats, "convexity": convexity, "extras": extras,
                            "probe_rows": float(extras.get("probe_rows", 0.0)),
-                           "rows": int(batch["obs"].shape[0]), "dead_rows": dead_rows, "policy_s": time.perf_counter() - started,
-                           "device": str(state["device"])})
+                           "rows": int(batch["obs"].shape[0]), "dead_rows": dead_rows,
+                           "policy_s": time.perf_counter() - started, "device": str(state["device"])})
 
 
 def _invocation(*, context: FunctionContext, request: Message) -> tuple[MarlessLearnerRequest, dict[str, Any], Store]:
@@ -181,18 +188,18 @@ def _state(*, context: FunctionContext, req: MarlessLearnerRequest) -> dict[str,
     """The algorithm and a policy and critic network shaped for this policy's agents, cached per (algo, env, policy
     shape); the weights are loaded from the Store by each invocation."""
     cache = context.cache
-    agent = next(iter(sorted(req.agents, key=req.agents.get)))
+    agent = next(iter(sorted(req.agents, key=req.agents.__getitem__)))
     env_key = (req.env_id, dict(req.env_kwargs), list(req.env_imports))
     if cache.get("marless_algo") != req.algo or cache.get("marless_env") != env_key:
         torch.set_num_threads(1)
         env = make_parallel_env(env_id=req.env_id, seed=0, kwargs=req.env_kwargs, imports=req.env_imports)
         env.reset()
-        spaces = agent_spaces(env=env)
+        env_spaces = agent_spaces(env=env)
         state_dim = int(global_state(env=env).shape[0])
         env.close()
         cache.clear()
         cache.update(marless_algo=req.algo, marless_env=env_key, algo=multiagent_algo_from_dict(algo=req.algo),
-                     spaces=spaces, state_dim=state_dim, nets={})
+                     spaces=env_spaces, state_dim=state_dim, nets={})
     spaces: dict[str, EnvSpaces] = dict(cache["spaces"])
     if req.agent_id:
         spaces[agent] = with_agent_id(spaces=spaces[agent], num_agents=len(req.all_agents))
@@ -214,7 +221,9 @@ def _critic_inputs(*, algo: Any, store: Store, req: MarlessLearnerRequest, batch
                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     arrays, names = (store.get(key=req.key(prefix="post")).arrays, ("critic_obs", "next_critic_obs")) \
         if algo.centralised else (batch, ("obs", "next_obs"))
-    return tuple(torch.as_tensor(np.array(arrays[name], np.float32), device=device) for name in names)
+    name, next_name = names
+    return (torch.as_tensor(np.array(arrays[name], np.float32), device=device),
+            torch.as_tensor(np.array(arrays[next_name], np.float32), device=device))
 
 
 def _minibatches(*, rows: int, num_minibatches: int, generator: torch.Generator, num_epochs: int,
@@ -304,10 +313,11 @@ def _set_lr(*, optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def _probe(*, algo: Any, model: nn.Module, batch: dict[str, torch.Tensor], req: MarlessLearnerRequest) -> dict[str, float]:
+def _probe(*, algo: Any, model: nn.Module, batch: dict[str, torch.Tensor],
+           req: MarlessLearnerRequest) -> dict[str, float]:
     """The convexity probe of the updated policy when the request asks; {} otherwise."""
     if not req.probe:
         return {}
-    request = DEFAULT_PROBE if req.probe is True else ProbeRequest.from_header(req.probe)
+    request = DEFAULT_PROBE if req.probe is True else ProbeRequest(**req.probe)
     return probe_policy(algo=algo, model=model, batch=batch, request=request,
                         seed=derive_seed(req.seed, req.round, 6))

@@ -196,6 +196,6 @@ class ValueLearning(_Learning):
             seed=cfg.seed + round, progress=self._progress_fraction(), probe=self.probe)
 
 
-def make_learning(*, parts: Any, progress: Any) -> _Learning:
+def make_learning(*, parts: Any, progress: Any) -> OnPolicyLearning | ValueLearning:
     return OnPolicyLearning(parts=parts, progress=progress) if parts.algo.on_policy else \
         ValueLearning(parts=parts, progress=progress)

@@ -17,18 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nimbus.envs.spaces import EnvSpaces
 from nimbus.config import NimbusConfig
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.parallel_snapshot import check_parallel_snapshot
 from nimbus.envs.snapshot import require_snapshot
+from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
 from nimbus.marless.agent_id import with_agent_id
 from nimbus.marless.checks import check_agent_spaces
-from nimbus.types import Progress
 from nimbus.roles.specs import function_spec, role_spec
+from nimbus.types import Progress
 
 if TYPE_CHECKING:
+    from nimbus.algos.multiagent.registry import MultiAgentAlgorithm
+    from nimbus.runtime.base import FunctionSpec
     from nimbus.types import Shared
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,7 @@ def require_env_state(*, env: Any, env_id: str) -> None:
                           "state() method") from exc
 
 
-def function_specs(*, config: NimbusConfig, algo: object) -> dict[str, object]:
+def function_specs(*, config: NimbusConfig, algo: MultiAgentAlgorithm) -> dict[str, FunctionSpec]:
     """The actor and the algorithm's learner roles; the policy function takes the ``learner`` resources."""
     entrypoints = ROLE_ENTRYPOINTS if algo.on_policy else VALUE_ROLE_ENTRYPOINTS
     if getattr(algo, "joint", False):
@@ -116,7 +118,8 @@ def check_agent_policy(*, config: NimbusConfig, agents: tuple[str, ...]) -> None
             raise ConfigError(f"marless.agent_policy.{agent}: {config.env.id} has no agent {agent!r} "
                               f"(agents: {', '.join(agents)})")
         if policy not in known:
-            raise ConfigError(f"marless.agent_policy.{agent}: unknown policy {policy!r} (policies: {', '.join(sorted(known))})")
+            raise ConfigError(f"marless.agent_policy.{agent}: unknown policy {policy!r} "
+                              f"(policies: {', '.join(sorted(known))})")
 
 
 def critic_key(*, policy: str, version: int) -> str:

@@ -71,7 +71,7 @@ class Episodes:
     dead_rows: dict[str, float] = field(default_factory=dict)   # agent → share of its rows that are padding
 
     @classmethod
-    def collect(cls, *, results: list[Message], agents: list[str]) -> "Episodes":
+    def collect(cls, *, results: list[Message], agents: list[str]) -> Episodes:
         per_agent: dict[str, list[float]] = {agent: [] for agent in agents}
         global_returns: list[float] = []
         for result in results:

@@ -18,8 +18,8 @@ it), and the first Z = ``DEAD_ZONE_SDS`` = 2 σ below the window's best are the 
 beyond its noise gives S ≈ the paper's; noise alone gives S ≈ 0.
 
 No evidence gives I_min: a policy whose window has fewer than four finite values (σ needs three before the
-newest), no spread, or whose newest probe failed (NaN). The first rounds use I_min for the same reason. ``fixed`` always uses
-``actors.scaling``'s count (the ablation's "no scaling" arm).
+newest), no spread, or whose newest probe failed (NaN). The first rounds use I_min for the same reason. ``fixed``
+always uses ``actors.scaling``'s count (the ablation's "no scaling" arm).
 """
 
 from __future__ import annotations

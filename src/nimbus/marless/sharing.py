@@ -18,9 +18,9 @@ agents behave, group them, and pick each group's base model.
 * ``SharingController``: ``none`` (one policy per agent, or ``marless.policy_mapping``'s map of free names),
   ``static`` (one policy per space class from round 0), ``full`` (one policy, the first agent's, for all; the
   agents need identical spaces) or ``marless`` (the detector toggles; enabling groups the agents, disabling gives
-  every agent its own policy back). Policies are named ``p_<agent>``; a group uses its base agent's policy. An initial map
-  (``marless.agent_policy``) that puts an agent on a policy built for other spaces is refused when the controller
-  is built, before any worker starts (marless/checks.py).
+  every agent its own policy back). Policies are named ``p_<agent>``; a group uses its base agent's policy. An
+  initial map (``marless.agent_policy``) that puts an agent on a policy built for other spaces is refused when the
+  controller is built, before any worker starts (marless/checks.py).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ none, builds fresh envs seeded from (seed, rank, slot_seq): unfinished episodes 
 twice. Restoring makes a run independent of which worker serves a rank, so a seeded run repeats.
 
 A slot state travels as envs/slot_state.py's ``SlotState``: arrays ``slot.obs.<env>.<agent>`` (the live
-agents' current observations), ``slot.mask.<env>.<agent>`` (their action masks, for an env that gives them), ``slot.lengths`` and ``slot.env.<env>.<key>`` (envs/parallel_snapshot.py); per
-env, meta holds the env's snapshot and the running per-agent returns. The global state is recomputed from the
+agents' current observations), ``slot.mask.<env>.<agent>`` (their action masks, for an env that gives them),
+``slot.lengths`` and ``slot.env.<env>.<key>`` (envs/parallel_snapshot.py); per env, meta holds the env's
+snapshot and the running per-agent returns. The global state is recomputed from the
 restored env. Nothing is pickled.
 """
 

@@ -30,15 +30,14 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-import numpy as np
 import torch
 from torch import nn
 
 from nimbus.algos.base import LossOutput
-from nimbus.algos.multiagent.iql import NEXT_ACTION_MASK, ValueAlgorithm, next_values
-from nimbus.algos.multiagent.qmix import mixer_key
+from nimbus.algos.multiagent.iql import NEXT_ACTION_MASK, QPolicy, ValueAlgorithm, next_values
+from nimbus.algos.multiagent.qmix import QMixer, mixer_key
 from nimbus.algos.multiagent.vdn import vdn_q_tot, vdn_targets
 from nimbus.algos.step import guarded_step
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
@@ -48,15 +47,26 @@ from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import put_all
 from nimbus.marless.device_loop import StepRows, host_draws
 from nimbus.marless.rows import ALIVE
-from nimbus.marless.value_learner import (DEFAULT_PROBE, TEAM, VALUE_STATS, load_optimizer_if_any, load_replay,
-                                          newest_rows, own_networks, replay_rows, spaces_from_header, target_key,
-                                          value_invocation)
+from nimbus.marless.value_learner import (
+    DEFAULT_PROBE,
+    TEAM,
+    VALUE_STATS,
+    load_optimizer_if_any,
+    load_replay,
+    newest_rows,
+    own_networks,
+    replay_rows,
+    spaces_from_header,
+    target_key,
+    value_invocation,
+)
 from nimbus.models.weights import load_model, model_to_message, optim_key, optimizer_to_message, weights_key
 from nimbus.nitro.probe import ProbeRequest, probe_policy
 from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
 
 TEAM_HEADER = "team_learner"
+Net = TypeVar("Net", bound=nn.Module)   # a policy's QPolicy or QMIX's mixer
 
 
 @dataclass(frozen=True)
@@ -77,11 +87,11 @@ class TeamLearnerRequest(WireRequest, header=TEAM_HEADER, affinity=f"learner-{TE
 
 
 @dataclass
-class TrainedNet:
+class TrainedNet(Generic[Net]):
     """One network the team update trains: online, target, its Adam and its gradient-step count."""
 
-    online: nn.Module
-    target: nn.Module
+    online: Net
+    target: Net
     optimizer: torch.optim.Optimizer
     grad_steps: int
     refreshes: int = field(default=0)
@@ -117,7 +127,7 @@ def team_value_function(*, context: FunctionContext, request: Message) -> Messag
 
 
 def load_policy(*, store: Store, algo: ValueAlgorithm, req: TeamLearnerRequest, policy: str,
-                device: torch.device) -> TrainedNet:
+                device: torch.device) -> TrainedNet[QPolicy]:
     version = req.policy_versions[policy]
     online, target, grad_steps = own_networks(store=store, algo=algo, spaces=spaces_from_header(req.spaces[policy]),
                                               policy=policy, version=version, device=device)
@@ -126,7 +136,7 @@ def load_policy(*, store: Store, algo: ValueAlgorithm, req: TeamLearnerRequest, 
     return TrainedNet(online=online, target=target, optimizer=optimizer, grad_steps=grad_steps)
 
 
-def load_mixer(*, store: Store, algo: Any, req: TeamLearnerRequest, device: torch.device) -> TrainedNet:
+def load_mixer(*, store: Store, algo: Any, req: TeamLearnerRequest, device: torch.device) -> TrainedNet[QMixer]:
     """QMIX's mixer at ``req.mixer_version`` (its target: the weights themselves at version 0)."""
     message = store.get(key=mixer_key(part="weights", version=req.mixer_version))
     online = algo.make_mixer(state_dim=req.state_dim, num_agents=len(req.all_agents)).to(device)
@@ -147,19 +157,19 @@ class TeamObjective:
     ``replace`` maps a policy to the module to use in its place (the Hessian probe's parameters)."""
 
     def __init__(self, *, config: Any, agent_policy: dict[str, str], agents: Sequence[str],
-                 nets: dict[str, TrainedNet], mixer: TrainedNet | None) -> None:
+                 nets: dict[str, TrainedNet[QPolicy]], mixer: TrainedNet[QMixer] | None) -> None:
         self.config, self.agent_policy, self.agents, self.nets, self.mixer = config, agent_policy, agents, nets, mixer
 
     def parameters(self) -> list[nn.Parameter]:
         modules = [net.online for net in self.nets.values()] + ([self.mixer.online] if self.mixer else [])
         return [p for module in modules for p in module.parameters()]
 
-    def loss(self, *, batch: dict[str, torch.Tensor], replace: dict[str, nn.Module] | None = None) -> LossOutput:
+    def loss(self, *, batch: dict[str, torch.Tensor], replace: dict[str, QPolicy] | None = None) -> LossOutput:
         loss, stats = self.terms(batch=batch, replace=replace)
         return LossOutput(loss=loss, stats=dict(zip(VALUE_STATS[1:], stats[1:].tolist(), strict=True)))
 
     def terms(self, *, batch: dict[str, torch.Tensor],
-              replace: dict[str, nn.Module] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+              replace: dict[str, QPolicy] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss and its statistics (``VALUE_STATS`` order, detached), on the device: no host read."""
         c, replace = self.config, replace or {}
         taken, following, terminated, alive = [], [], [], []
@@ -262,7 +272,7 @@ class _States:
         return default
 
 
-def publish_items(*, req: TeamLearnerRequest, nets: dict[str, TrainedNet], mixer: TrainedNet | None,
+def publish_items(*, req: TeamLearnerRequest, nets: dict[str, TrainedNet[QPolicy]], mixer: TrainedNet[QMixer] | None,
                   epsilon: float) -> dict[str, Message]:
     """Every policy's (and the mixer's) next version: weights with ε and ``grad_steps``, optimizer, target."""
     items: dict[str, Message] = {}
@@ -292,7 +302,7 @@ class _PolicyView:
     def __init__(self, *, objective: TeamObjective, policy: str) -> None:
         self.objective, self.policy = objective, policy
 
-    def loss(self, *, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
+    def loss(self, *, model: QPolicy, batch: dict[str, torch.Tensor]) -> LossOutput:
         return self.objective.loss(batch=batch, replace={self.policy: model})
 
 
@@ -301,7 +311,7 @@ def probe_stats(*, objective: TeamObjective, policy: str, replay: dict[str, torc
     """``convexity`` (NaN unless probed), ``probe_rows`` and the probe's extras for ``policy``."""
     extras: dict[str, float] = {}
     if req.probe and replay_rows(replay) > 0:
-        request = DEFAULT_PROBE if req.probe is True else ProbeRequest.from_header(req.probe)
+        request = DEFAULT_PROBE if req.probe is True else ProbeRequest(**req.probe)
         seed = derive_seed(req.seed, zlib.crc32(policy.encode()), req.policy_versions[policy], 3)
         extras = probe_policy(algo=_PolicyView(objective=objective, policy=policy),  # type: ignore[arg-type]
                               model=objective.nets[policy].online, batch=replay, request=request, seed=seed)

@@ -17,10 +17,10 @@
   every put tagged with the invocation id, and samples with a generator seeded from (seed, policy,
   version, round): a retried attempt recomputes the same values and replaces its own puts.
 
-With ``probe`` (True, or a ProbeRequest header) in the request, the convexity C = −λmax/λmin of the Hessian of the TD objective (the
-negated loss) w.r.t. the policy's parameters is probed after the update on the newest round's rows of the replay
-(the round's whole batch, nitro/probe.py); else ``convexity`` is NaN. The driver asks only on rounds a controller
-reads it (marless/learning.py).
+With ``probe`` (True, or a ProbeRequest header) in the request, the convexity C = −λmax/λmin of the Hessian of
+the TD objective (the negated loss) w.r.t. the policy's parameters is probed after the update on the newest round's
+rows of the replay (the round's whole batch, nitro/probe.py); else ``convexity`` is NaN. The driver asks only on
+rounds a controller reads it (marless/learning.py).
 """
 
 from __future__ import annotations
@@ -36,11 +36,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
 from nimbus.algos.base import LossOutput
 from nimbus.algos.dqn.loss import td_loss
-from nimbus.algos.multiagent.config import IQLConfig, QMIXConfig, VDNConfig
+from nimbus.algos.multiagent.config import IQLConfig, QMIXConfig, ValueConfigBase, VDNConfig
 from nimbus.algos.multiagent.iql import IQL, NEXT_ACTION_MASK, QPolicy, ValueAlgorithm, iql_targets
 from nimbus.algos.multiagent.qmix import QMIX
 from nimbus.algos.multiagent.vdn import VDN
@@ -53,8 +52,14 @@ from nimbus.data.stores import function_store, put_all
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.device_loop import StepRows, host_draws
 from nimbus.marless.rows import live_index
-from nimbus.models.weights import (load_model, load_optimizer, model_to_message, optim_key, optimizer_to_message,
-                                      weights_key)
+from nimbus.models.weights import (
+    load_model,
+    load_optimizer,
+    model_to_message,
+    optim_key,
+    optimizer_to_message,
+    weights_key,
+)
 from nimbus.nitro.probe import ProbeRequest, probe_policy
 from nimbus.roles.actor import derive_seed
 from nimbus.runtime.base import FunctionContext
@@ -80,8 +85,10 @@ def replay_rounds(*, capacity_rows: int, rows_per_round: int) -> int:
 
 def spaces_header(*, spaces: EnvSpaces) -> dict[str, Any]:
     """An agent's observation and (Discrete) action space as JSON-able fields for a request header."""
-    return {"obs_shape": list(spaces.observation.shape), "obs_dtype": np.dtype(spaces.observation.dtype).name,
-            "num_actions": int(spaces.action.n)}
+    obs, action = spaces.observation, spaces.action
+    if not isinstance(obs, gym.spaces.Box) or not isinstance(action, gym.spaces.Discrete):
+        raise TypeError(f"a value learner reads a Box observation and a Discrete action, got {obs} and {action}")
+    return {"obs_shape": list(obs.shape), "obs_dtype": np.dtype(obs.dtype).name, "num_actions": int(action.n)}
 
 
 def spaces_from_header(header: dict[str, Any]) -> EnvSpaces:
@@ -123,7 +130,8 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
     replay = load_replay(context=context, store=store, keys=req.replay_keys, capacity=config.replay_capacity,
                      device=device)
     if algo.joint:
-        raise ValueError(f"value_policy_function runs iql; {algo.name} trains the team jointly (marless/team_learner.py)")
+        raise ValueError(f"value_policy_function runs iql; {algo.name} trains the team jointly "
+                         "(marless/team_learner.py)")
     objective = _Objective(config=config, target=target)
     generator = torch.Generator().manual_seed(derive_seed(req.seed, zlib.crc32(req.policy.encode()), version,
                                                           req.round))
@@ -169,7 +177,8 @@ def value_algo(*, context: FunctionContext, config: dict[str, Any], store: Store
     if context.cache.get("value_algo_config") != config or context.cache.get("value_store") is not store:
         for key in ("value_replay_keys", "value_replay_parts", "value_replay"):
             context.cache.pop(key, None)
-        builders = {"iql": (IQL, IQLConfig), "vdn": (VDN, VDNConfig), "qmix": (QMIX, QMIXConfig)}
+        builders: dict[str, tuple[type[ValueAlgorithm], type[ValueConfigBase]]] = {
+            "iql": (IQL, IQLConfig), "vdn": (VDN, VDNConfig), "qmix": (QMIX, QMIXConfig)}
         if config["name"] not in builders:
             raise ValueError(f"the value learners run {', '.join(builders)}, not {config['name']!r}")
         algo_cls, config_cls = builders[config["name"]]
@@ -250,11 +259,11 @@ class _Objective:
     def __init__(self, *, config: Any, target: QPolicy) -> None:
         self.config, self.target = config, target
 
-    def loss(self, *, model: nn.Module, batch: dict[str, torch.Tensor]) -> LossOutput:
+    def loss(self, *, model: QPolicy, batch: dict[str, torch.Tensor]) -> LossOutput:
         loss, stats = self.terms(model=model, batch=batch)
         return LossOutput(loss=loss, stats=dict(zip(VALUE_STATS[1:], stats[1:].tolist(), strict=True)))
 
-    def terms(self, *, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def terms(self, *, model: QPolicy, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss and its statistics (``VALUE_STATS`` order, detached), on the device: no host read."""
         c = self.config
         with torch.no_grad():
@@ -271,8 +280,9 @@ def _train(*, online: QPolicy, target: QPolicy, optimizer: torch.optim.Optimizer
            replay: dict[str, torch.Tensor], config: Any, grad_steps: int, generator: torch.Generator) -> dict[str, Any]:
     """``gradient_steps`` uniform-minibatch steps (none while the replay is below ``learning_starts``), without a
     host read inside the loop: the rows' indices reach the device without a wait (``host_draws``), the non-finite
-    guard is decided there (a skipped step keeps the weights and Adam's state), the statistics are read once. ``grad_steps`` counts the steps taken or skipped, the
-    clock of the target's refresh (so the refresh needs no read either)."""
+    guard is decided there (a skipped step keeps the weights and Adam's state), the statistics are read once.
+    ``grad_steps`` counts the steps taken or skipped, the clock of the target's refresh (so the refresh needs no read
+    either)."""
     rows, refreshes = replay_rows(replay), 0
     steps, params = StepRows(keys=VALUE_STATS), list(online.q.parameters())
     if rows >= max(config.learning_starts, 1):
@@ -294,6 +304,6 @@ def _probe(*, objective: _Objective, online: QPolicy, replay: dict[str, torch.Te
            version: int) -> dict[str, float]:
     if not req.probe or replay_rows(replay) == 0:
         return {}
-    request = DEFAULT_PROBE if req.probe is True else ProbeRequest.from_header(req.probe)
+    request = DEFAULT_PROBE if req.probe is True else ProbeRequest(**req.probe)
     return probe_policy(algo=objective, model=online, batch=replay, request=request,  # type: ignore[arg-type]
                         seed=derive_seed(req.seed, zlib.crc32(req.policy.encode()), version, 3))

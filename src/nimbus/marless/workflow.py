@@ -21,37 +21,46 @@ from __future__ import annotations
 import json
 import logging
 import queue
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from nimbus.algos.multiagent import initial_messages, make_multiagent_algo
 from nimbus.algos.multiagent.qmix import initial_mixer_message, mixer_key, mixer_keys
 from nimbus.config import NimbusConfig
+from nimbus.core import UNBOOKED, Book
 from nimbus.data.checkpoint import Checkpointer
 from nimbus.data.codec import Message
 from nimbus.envs.slot_state import pop_slot_state
 from nimbus.errors import CheckpointError
 from nimbus.marless.actor import MultiAgentActorRequest
-from nimbus.marless.checkpoint import check_policies, load_policies, policy_directory, publish_policies, \
-    save_policies
+from nimbus.marless.agent_id import uses_agent_id
+from nimbus.marless.checkpoint import check_policies, load_policies, policy_directory, publish_policies, save_policies
 from nimbus.marless.evaluate import MarlessEvalResult, evaluate_agents
 from nimbus.marless.learning import batch_key, make_learning, nonfinite_round, results_of
+from nimbus.marless.parts import (
+    MarlessParts,
+    MarlessProgress,
+    check_agent_policy,
+    critic_key,
+    fixed_actors,
+    function_specs,
+    policy_spaces,
+    probe_agents,
+)
 from nimbus.marless.rows import Episodes, dead_fraction, live_samples, policy_batch
-from nimbus.marless.agent_id import uses_agent_id
-from nimbus.marless.parts import (MarlessParts, MarlessProgress, check_agent_policy, critic_key, fixed_actors,
-                                  function_specs, policy_spaces, probe_agents)
 from nimbus.marless.scaling import MarlessActorScaler
 from nimbus.marless.sharing import SharingController, space_signature
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.report.metrics import MetricsSink
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.runtime.prewarm import make_prewarmer
-from nimbus.core import UNBOOKED, Book
-from nimbus.types import Progress, RoundMetrics, Shared
+from nimbus.types import RoundMetrics, Shared
 
 log = logging.getLogger(__name__)
 LEARNER_ROLES = ("postprocess", "critic", "policy")
@@ -77,6 +86,7 @@ class MultiAgentWorkflow:
     learning and actor count are made from it; ``start`` has nothing left to do (no pre-warm)."""
 
     poll_period_s = 0.5   # no trigger runs on the clock: a poll only follows an event
+    checkpointers: dict[str, Checkpointer]   # policy → its checkpoints' directory (set by ``build``)
 
     def __init__(self, *, parts: MarlessParts, progress: MarlessProgress) -> None:
         self.parts = parts
@@ -91,13 +101,13 @@ class MultiAgentWorkflow:
         self.prewarmer = make_prewarmer(config=parts.config, runtime=parts.shared.runtime, ledger=parts.shared.ledger,
                                         actor_spec=parts.specs["actor"], workload=parts.config.name)  # prewarm.mode
         self._map_log = open(parts.run_dir / "marless.jsonl", "a", buffering=1)
-        self.events: "queue.Queue[tuple[str, Future, Any]]" = event_queue(runtime=parts.shared.runtime)
+        self.events: queue.Queue[tuple[str, Future, Any]] = event_queue(runtime=parts.shared.runtime)
         self.sampling: Sampling | None = None   # the round whose actors sample now
 
     # ---------------------------------------------------------------------------- core.Workflow
     @classmethod
     def build(cls, *, config: NimbusConfig, shared: Callable[[], Shared], run_dir: Path, policy: str,
-              resume_from: Path | None, rank_base: int = 0, workload: str | None = None) -> "MultiAgentWorkflow":
+              resume_from: Path | None, rank_base: int = 0, workload: str | None = None) -> MultiAgentWorkflow:
         """The env's agents and the controllers (exit 2 on a bad ``marless.agent_policy`` before any worker), the pool,
         then every policy's version 0 or (``resume_from``, a run directory) the newest round every policy has a
         checkpoint of (marless/checkpoint.py says what comes back). ``policy``, ``rank_base`` and ``workload``
@@ -109,7 +119,8 @@ class MultiAgentWorkflow:
         algo = make_multiagent_algo(config=config.algo)
         sharing = SharingController(config=config.marless, agents=list(agents), seed=config.seed,
                                     compatible={a: space_signature(spaces=spaces[a]) for a in agents})
-        scaler = MarlessActorScaler(config=config.marless, num_agents=len(agents), fixed_actors=fixed_actors(config=config))
+        scaler = MarlessActorScaler(config=config.marless, num_agents=len(agents),
+                                    fixed_actors=fixed_actors(config=config))
         pool = shared()
         metrics = MetricsSink(run_dir=run_dir,
                               status_line=config.output.status_line)
@@ -117,7 +128,8 @@ class MultiAgentWorkflow:
         parts = MarlessParts(config=config, shared=pool, run_dir=run_dir, agents=agents, spaces=spaces, algo=algo,
                              specs=function_specs(config=config, algo=algo), sharing=sharing, scaler=scaler,
                              metrics=metrics, agent_id=agent_id, state_dim=state_dim,
-                             policy_spaces=policy_spaces(config=config, agents=agents, spaces=spaces, agent_id=agent_id))
+                             policy_spaces=policy_spaces(config=config, agents=agents, spaces=spaces,
+                                                         agent_id=agent_id))
         try:
             progress = _publish(parts=parts, state_dim=state_dim, resume_from=resume_from)
         except BaseException:
@@ -184,6 +196,8 @@ class MultiAgentWorkflow:
     def handle(self, *, kind: str, future: Future, meta: Any) -> bool:
         """An actor's result; True when it was the round's last and the round ended (its row written)."""
         sampling = self.sampling
+        if sampling is None:   # actors run only inside a round, which ends with its last actor's result
+            raise RuntimeError(f"an actor result (rank {meta}) arrived with no round sampling")
         sampling.futures[meta] = future
         if len(sampling.futures) < sampling.num_actors:
             return False
@@ -194,7 +208,7 @@ class MultiAgentWorkflow:
     def exhausted(self) -> bool:
         return False
 
-    def renewed(self) -> "MultiAgentWorkflow":
+    def renewed(self) -> MultiAgentWorkflow:
         raise NotImplementedError("a MARLess run is not a population member")
 
     def _start_round(self) -> None:
@@ -202,7 +216,7 @@ class MultiAgentWorkflow:
                                  agent_policy=dict(self.progress.agent_policy), num_actors=self.num_actors)
         self._invoke_actors(agent_policy=self.sampling.agent_policy, num_actors=self.num_actors)
 
-    def _end_round(self, *, sampling: "Sampling") -> RoundMetrics:
+    def _end_round(self, *, sampling: Sampling) -> RoundMetrics:
         index, started, agent_policy = sampling.index, sampling.started_s, sampling.agent_policy
         active = sorted(set(agent_policy.values()))
         results = self._sampled(futures=[sampling.futures[rank] for rank in range(sampling.num_actors)])
@@ -250,9 +264,10 @@ class MultiAgentWorkflow:
                 snapshot=cfg.actors.restore_slots, agent_id=self.parts.agent_id)
             future = self.parts.shared.runtime.invoke(
                 spec=self.parts.specs["actor"], request=request.to_message(restore=self.progress.slot_states.get(rank)))
-            future.add_done_callback(lambda f, rank=rank: self._actor_done(future=f, rank=rank))
+            future.add_done_callback(partial(self._actor_done, rank=rank))
 
-    def _actor_done(self, *, future: Future, rank: int) -> None:
+    def _actor_done(self, future: Future, *, rank: int) -> None:
+        """The actor's future is done: its event goes to the run loop (a done callback, so the future is positional)."""
         self.prewarmer.actor_finished()
         self.events.put(("actor", future, rank))
 
@@ -271,7 +286,7 @@ class MultiAgentWorkflow:
         return results
 
     def _ingest(self, *, results: list[Message], agent_policy: dict[str, str], active: list[str],
-                round: int) -> "Episodes":
+                round: int) -> Episodes:
         """Each active policy's batch into the Store; per-agent returns and similarity samples."""
         agents = list(self.parts.agents)
         episodes = Episodes.collect(results=results, agents=agents)
@@ -333,12 +348,13 @@ class MultiAgentWorkflow:
 
     # ----------------------------------------------------------------------------------- the row
     def _row(self, *, index: int, started: float, sampled: float, ingested: float, learned: float,
-             episodes: "Episodes", stats: dict[str, dict[str, float]], active: list[str],
+             episodes: Episodes, stats: dict[str, dict[str, float]], active: list[str],
              agent_policy: dict[str, str], num_actors: int, invocations: int) -> RoundMetrics:
         progress, now = self.progress, self.clock()
         progress.rounds += 1
         progress.episodes += len(episodes.global_returns)
-        progress.recent_returns = (progress.recent_returns + episodes.global_returns)[-self.parts.config.train.return_window:]
+        window = self.parts.config.train.return_window
+        progress.recent_returns = (progress.recent_returns + episodes.global_returns)[-window:]
         cost_usd = self.book.bill_round()
         costs = self._round_cost_by_kind()
         extras: dict[str, float] = {

@@ -155,9 +155,9 @@ class Population:
     def attach(self, i: int, workflow: SyncWorkflow) -> None:
         """Member ``i``'s (new) workflow: its next version may be an exploit's copy."""
         self.workflows[i] = workflow
-        workflow.adopt_version = lambda version, i=i: self._adopt(i, version)
+        workflow.adopt_version = lambda version: self._adopt(i, version)
 
-    def prewarm(self, *, shared: "Shared") -> None:
+    def prewarm(self, *, shared: Shared) -> None:
         """A learner for each member and every member's peak actors, ready before round 0 (``runtime.prewarm``):
         the members run their rounds side by side, so with one warm learner the second member's first round
         waited for a cold start (on Ray, ~6 s against 0.05 s rounds: the first member ended before the second
@@ -224,7 +224,7 @@ class Population:
         """Each of ``members`` (in order) in the bottom fraction copies a top member and explores; ``current``'s
         copy waits for its learner's version (``_adopt``), the others' (held between rounds) are made now."""
         scores, pbt = self.scores(), self.config.pbt
-        if len(scores) < len(self.names):   # every member needs returns to be ranked by
+        if pbt is None or len(scores) < len(self.names):   # PBT ranks; every member needs returns to be ranked by
             return
         for i in members:
             source = exploit_source(member=self.names[i], scores=scores, fraction=pbt.fraction, rng=self.rng)

@@ -43,6 +43,8 @@ NEXT_ACTION_MASK = "next_action_mask"   # the batch column of the legal actions 
 class QPolicy(nn.Module):
     """A policy of a value-based MARL algorithm: the Q-network ``q`` and the exploration rate ``epsilon``."""
 
+    epsilon: torch.Tensor   # a buffer: it travels with the weights
+
     def __init__(self, *, q: nn.Module, epsilon: float) -> None:
         super().__init__()
         self.q = q
