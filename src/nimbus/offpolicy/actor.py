@@ -26,8 +26,16 @@ from nimbus.data.codec import Message
 from nimbus.data.stores import function_store
 from nimbus.envs.slot_state import slot_state_from
 from nimbus.models.distributions import clip_action
-from nimbus.roles.actor import (ActorRequest, EnvSlot, derive_seed, env_slot, policy_at, spaces_of, step_all,
-                                with_snapshot)
+from nimbus.roles.actor import (
+    ActorRequest,
+    EnvSlot,
+    derive_seed,
+    env_slot,
+    policy_at,
+    spaces_of,
+    step_all,
+    with_snapshot,
+)
 from nimbus.runtime.base import FunctionContext
 
 Episodes = tuple[list[float], list[int]]

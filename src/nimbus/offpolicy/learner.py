@@ -45,6 +45,8 @@ class OffPolicyLearnerRequest(LearnerRequest):
     def to_batch_message(self, *, batch: ReplayBatch) -> Message:
         arrays = {"indices": batch.indices.astype(np.int64), "seqs": batch.seqs.astype(np.int64)}
         if batch.next_indices is not None:
+            if batch.next_seqs is None:
+                raise ValueError("an n-step ReplayBatch names next_indices without their next_seqs")
             arrays["next_indices"] = batch.next_indices.astype(np.int64)
             arrays["next_seqs"] = batch.next_seqs.astype(np.int64)
         arrays.update({COLUMN_PREFIX + key: np.asarray(value) for key, value in batch.columns.items()})

@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from nimbus.algos.dqn.config import DQNConfig
 from nimbus.algos.impala.config import ImpalaConfig
@@ -65,7 +65,7 @@ def plan_for(*, config: NimbusConfig) -> ReplayPlan:
     steps = config.actors.fragment_steps
     fragment_rows = config.env.num_envs_per_actor * steps
     if isinstance(algo, (DQNConfig, SACConfig)):
-        extra = {}
+        extra: dict[str, Any] = {}   # DQN's PER and n-step fields
         if isinstance(algo, DQNConfig):
             extra = dict(prioritized=algo.prioritized, per_alpha=algo.per_alpha, per_beta0=algo.per_beta0,
                          per_eps=algo.per_eps, n_step=algo.n_step)

@@ -22,14 +22,15 @@ import queue
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from nimbus.config import NimbusConfig
+from nimbus.core import UNBOOKED, Book
 from nimbus.data.codec import Message
 from nimbus.data.fragment_replay import FIFO, Circular
-from nimbus.data.replay import ReplayBatch
+from nimbus.data.replay import ReplayBatch, SampledReplay
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TimeTrigger, TriggerTable
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.nitro.probe import round_probe_extras
@@ -43,7 +44,6 @@ from nimbus.onpolicy.replay_checkpoint import restore_replay
 from nimbus.onpolicy.system import System
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.runtime.prewarm import make_prewarmer
-from nimbus.core import UNBOOKED, Book
 from nimbus.types import Progress, RoundMetrics, schedule_fraction
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,8 @@ class AsyncWorkflow(SystemWorkflow):
     @classmethod
     def functions(cls, *, config: NimbusConfig) -> PolicyFunctions:
         """Actors that write transitions, learners that sample a replay (offpolicy/actor.py, offpolicy/learner.py)."""
-        return PolicyFunctions(actor_entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT, learner_entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT)
+        return PolicyFunctions(actor_entrypoint=OFFPOLICY_ACTOR_ENTRYPOINT,
+                               learner_entrypoint=OFFPOLICY_LEARNER_ENTRYPOINT)
 
     @classmethod
     def buffer_plan(cls, *, config: NimbusConfig, guard_rows: int) -> BufferPlan:
@@ -103,7 +104,9 @@ class AsyncWorkflow(SystemWorkflow):
         self.book: Book = UNBOOKED   # the run loop's (attach)
         self.wf = cfg.async_workflow
         self.plan = plan_for(config=cfg)
-        self.replay = system.replay
+        if not isinstance(system.replay, SampledReplay):   # buffer_plan's make_replay: each one samples
+            raise TypeError(f"the async workflow samples its replay, got {type(system.replay).__name__}")
+        self.replay: SampledReplay = system.replay
         self.decision = system.scaler.initial()
         self.pacer = Pacer(plan=self.plan, max_steps_ahead=self.wf.max_steps_ahead,
                            max_steps_per_call=self.wf.max_gradient_steps_per_call,
@@ -217,8 +220,8 @@ class AsyncWorkflow(SystemWorkflow):
             env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), env_imports=list(cfg.env.imports),
             env_wrappers=list(cfg.env.wrappers), algo=cfg.algo.model_dump(mode="json"),
             policy=self.policy, policy_version=version, has_optimizer_state=version > 0, buffer=buffer.descriptor(),
-            progress=schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps), seed=cfg.seed,
-            device=cfg.learner.device, torch_threads=cfg.learner.torch_threads,
+            progress=schedule_fraction(progress=self.progress, total_env_steps=cfg.train.total_env_steps),
+            seed=cfg.seed, device=cfg.learner.device, torch_threads=cfg.learner.torch_threads,
             return_td_errors=self.plan.prioritized, row_group=self.plan.row_group,
             probe=self.system.probe.to_header() if self.system.probe else None)  # Nitro (nitro/probe.py)
         future = self.system.runtime.invoke(spec=self.system.learner_spec,
@@ -227,13 +230,14 @@ class AsyncWorkflow(SystemWorkflow):
                                    heard_from=tuple(sorted({int(r) for r in meta["actor_rank"]})),
                                    lags=version - meta["policy_version"], started_s=self.clock())
         self.pacer.steps_started += steps
-        self.pacer.rows_taken = self.replay.taken_rows if self.plan.kind == "fifo" else 0   # IMPACT's reuses: once
+        # the rows a "fifo" plan's replay (FIFO, Circular) took; IMPACT's reuses count once
+        self.pacer.rows_taken = self.replay.taken_rows if isinstance(self.replay, (FIFO, Circular)) else 0
         self.learner_due = self.wf.learner_trigger == "data" and self._more_work()
         future.add_done_callback(lambda f: self.events.put(("learner", f, None)))
 
     def _more_work(self) -> bool:
         """Data that fired the trigger while the learner was busy is still owed a call."""
-        if self.plan.kind == "fifo":
+        if isinstance(self.replay, (FIFO, Circular)):   # the "fifo" plan's replay
             return self.replay.pending_fragments(buffer=self.system.buffer) >= self.plan.fragments_per_batch
         return self.pacer.owed_steps() >= 1
 
@@ -279,6 +283,8 @@ class AsyncWorkflow(SystemWorkflow):
 
     def _on_learner(self, *, future: Future) -> None:
         call, self.learner = self.learner, None
+        if call is None:
+            raise RuntimeError("a learner result arrived with no learner call in flight")
         result: Message = future.result()
         self.prewarmer.round_finished()
         header = result.header
@@ -385,7 +391,7 @@ class AsyncWorkflow(SystemWorkflow):
         """The env-step budget is spent (collected or in flight) and nothing is left to learn: no event will come."""
         return not self.running and self.learner is None and not self._can_progress()
 
-    def renewed(self) -> "AsyncWorkflow":
+    def renewed(self) -> AsyncWorkflow:
         return type(self)(system=self.system, progress=self.progress)
 
     def close(self) -> None:

@@ -19,8 +19,9 @@ Request header: see ``ActorRequest``. Result: a Message whose arrays follow the 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,8 +34,17 @@ from nimbus.envs.obsnorm import fragment_moments, normalize
 from nimbus.envs.slot_state import SlotState, restore_slot, slot_state_from
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.distributions import clip_action
-from nimbus.roles.actor import (ActorRequest, EnvSlot, derive_seed, env_slot, policy_at, spaces_of, step_all,
-                                with_snapshot)
+from nimbus.models.mlp import PolicyValueModel
+from nimbus.roles.actor import (
+    ActorRequest,
+    EnvSlot,
+    derive_seed,
+    env_slot,
+    policy_at,
+    spaces_of,
+    step_all,
+    with_snapshot,
+)
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.faults import fault_point
 
@@ -161,13 +171,15 @@ def _rollout(*, algo: Algorithm, model: torch.nn.Module, slot: EnvSlot, req: Act
 def _next_values(*, algo: Algorithm, model: torch.nn.Module, arrays: dict[str, np.ndarray],
                  last_obs: np.ndarray, truncated_final: dict[tuple[int, int], np.ndarray]) -> np.ndarray:
     """V(s_{t+1}) per row; on truncation V(final observation), at the fragment's end V(next obs)."""
+    if not isinstance(model, PolicyValueModel):   # every on-policy algorithm's make_model builds one (algos/ppo)
+        raise TypeError(f"the on-policy actor needs a policy-value model, got {type(model).__name__}")
     values = arrays["values"]
     next_values = np.empty_like(values)
     next_values[:, :-1] = values[:, 1:]
     extra_obs = [last_obs] + ([np.stack(list(truncated_final.values()))] if truncated_final else [])
     with torch.no_grad():
-        extra = model.value(torch.as_tensor(np.concatenate(extra_obs), dtype=torch.float32))
-    extra = extra.reshape(-1).numpy().astype(values.dtype)
+        extra_values = model.value(torch.as_tensor(np.concatenate(extra_obs), dtype=torch.float32))
+    extra = extra_values.reshape(-1).numpy().astype(values.dtype)
     next_values[:, -1] = extra[:len(last_obs)]
     for j, (t, i) in enumerate(truncated_final):
         next_values[i, t] = extra[len(last_obs) + j]

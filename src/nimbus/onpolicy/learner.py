@@ -19,6 +19,7 @@ the round completes); the driver stops the run after ``max_nonfinite_losses`` in
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import asdict
 
 import numpy as np
@@ -79,11 +80,14 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
     return Message(header=header)
 
 
+_STEP_FAULT_HOOKED: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()   # each hooked once
+
+
 def _arm_step_fault(*, optimizer: torch.optim.Optimizer) -> None:
     """With ``learner.optimizer_step`` armed (runtime/faults.py), fire it inside ``optimizer.step()`` (P8 tests)."""
-    if armed(name="learner.optimizer_step") is not None and not getattr(optimizer, "_nimbus_fault_hook", False):
+    if armed(name="learner.optimizer_step") is not None and optimizer not in _STEP_FAULT_HOOKED:
         optimizer.register_step_pre_hook(_fire_optimizer_step_fault)
-        optimizer._nimbus_fault_hook = True  # type: ignore[attr-defined]
+        _STEP_FAULT_HOOKED.add(optimizer)
 
 
 def _read_batch(*, context: FunctionContext, req: LearnerRequest, indices: np.ndarray,

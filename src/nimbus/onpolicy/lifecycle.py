@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
@@ -59,6 +59,19 @@ log = logging.getLogger(__name__)
 PREWARM_WAIT_S = 120.0
 MAX_DIFFERENCES_SHOWN = 8
 W = TypeVar("W", bound="SystemWorkflow")
+
+
+@runtime_checkable
+class Preregistering(Protocol):
+    """A runtime that can start stopped spare workers: the local one (and StampedRuntime over it); the config
+    allows ``actors.preregister`` on no other backend (config/root.py), so core.Runtime does not promise it.
+
+    Example::
+
+        runtime.preregister(spec=actor_spec, count=4, wait_s=PREWARM_WAIT_S)   # 4 spares, asleep once ready
+    """
+
+    def preregister(self, *, spec: FunctionSpec, count: int, wait_s: float | None = None) -> None: ...
 
 
 def prewarm_round_zero(*, runtime: Any, learner_spec: FunctionSpec, learners: int, actor_spec: FunctionSpec,
@@ -111,7 +124,7 @@ class SystemWorkflow:
         progress = cls.progress_type() if resumed is None else \
             progress_from(state=resumed, progress_type=cls.progress_type)
         replay_state = load_replay(checkpoint_dir=checkpoints_dir(path=resume_from), extra=resumed.extra) \
-            if resumed is not None and config.train.checkpoint_replay else None
+            if resume_from is not None and resumed is not None and config.train.checkpoint_replay else None
         if replay_state is not None:   # the scaler's window now; the buffer when the async workflow starts
             restore_scaler(message=replay_state, scaler=system.scaler)
             progress.restore_replay = replay_state
@@ -162,10 +175,11 @@ class SystemWorkflow:
         """publish, prewarm, and the stopped spares that scaling up wakes before any cold start."""
         self.publish()
         self.prewarm()
-        config = self.system.config
+        config, runtime = self.system.config, self.system.runtime
         if config.actors.preregister:
-            self.system.runtime.preregister(spec=self.system.actor_spec, count=config.actors.preregister,
-                                            wait_s=PREWARM_WAIT_S)
+            if not isinstance(runtime, Preregistering):
+                raise TypeError(f"actors.preregister: {type(runtime).__name__} cannot preregister workers")
+            runtime.preregister(spec=self.system.actor_spec, count=config.actors.preregister, wait_s=PREWARM_WAIT_S)
 
     def attach(self, *, events: Any, book: Book) -> None:
         """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue) and its

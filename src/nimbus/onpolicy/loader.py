@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -76,7 +76,7 @@ class DeviceLoader:
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
             self._put(exc)
 
-    def _stage(self, *, rows: torch.Tensor, stream: "torch.cuda.Stream | None") -> tuple[dict, object]:
+    def _stage(self, *, rows: torch.Tensor, stream: torch.cuda.Stream | None) -> tuple[dict, object]:
         gathered = {key: value[rows] for key, value in self.batch.items()}
         if stream is None:
             return {key: value.to(self.device) for key, value in gathered.items()}, None

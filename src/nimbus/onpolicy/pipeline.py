@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import torch
 
@@ -49,6 +49,7 @@ from nimbus.algos.gae import compute_gae
 from nimbus.algos.ppo.learner import REQUIRED_KEYS, UpdateStats, minibatch_terms, scheduled
 from nimbus.algos.ppo.loss import LOSS_STATS, explained_variance_tensor
 from nimbus.algos.step import DeviceStats, guarded_step, param_device
+from nimbus.models.mlp import PolicyValueModel
 from nimbus.onpolicy.loader import DeviceLoader
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def epoch_orders(*, block_rows: list[int], num_epochs: int, minibatch: bool,
 class StreamingPPOUpdate:
     """One PPO update over a batch that arrives block by block (see the module docstring)."""
 
-    def __init__(self, *, algo, model: torch.nn.Module, optimizer: torch.optim.Optimizer, block_rows: list[int],
+    def __init__(self, *, algo, model: PolicyValueModel, optimizer: torch.optim.Optimizer, block_rows: list[int],
                  options: PipelineOptions, progress: float, generator: torch.Generator, eager: bool = True) -> None:
         """``eager=False`` takes no step before ``finish`` (the unpipelined reference of the same schedule)."""
         cfg = algo.config
@@ -205,7 +206,7 @@ class StreamingPPOUpdate:
                            num_skipped_steps=self.attempts - steps)
 
 
-def run_unpipelined(*, algo, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+def run_unpipelined(*, algo, model: PolicyValueModel, optimizer: torch.optim.Optimizer,
                     blocks: Iterable[dict[str, torch.Tensor]], options: PipelineOptions, progress: float,
                     generator: torch.Generator) -> tuple[dict[str, torch.Tensor], UpdateStats]:
     """The same update with every block present before it starts (the reference the pipelines must equal)."""

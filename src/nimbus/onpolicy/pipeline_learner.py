@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch

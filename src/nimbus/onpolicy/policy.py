@@ -14,16 +14,15 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from nimbus.algos.base import Algorithm
 from nimbus.algos.registry import make_algorithm
 from nimbus.config import NimbusConfig
-from nimbus.schema.bounds import MAX_ACTORS
 from nimbus.config.rules import peak_actors as configured_peak_actors
 from nimbus.data.buffer import Buffer
 from nimbus.data.checkpoint import Checkpointer
@@ -39,6 +38,7 @@ from nimbus.nitro.scalers import make_scaler
 from nimbus.onpolicy.system import System
 from nimbus.report.metrics import MetricsSink
 from nimbus.roles.specs import check_devices, role_spec
+from nimbus.schema.bounds import MAX_ACTORS
 from nimbus.types import ActorScaler, Shared
 
 ACTOR_ENTRYPOINT = "nimbus.onpolicy.actor:actor_function"

@@ -18,6 +18,9 @@ from pydantic import Field, model_validator
 
 from nimbus.schema.base import ConfigSection
 
+# the IS truncation forms of algos/truncation.py, and none (off)
+TruncationForm = Literal["paper", "paper_ratio", "code", "none"]
+
 
 class StragglersConfig(ConfigSection):
     """A benchmark aid, not a technique: the chosen learner slots compute ``factor`` times slower (each of their
@@ -51,7 +54,7 @@ class StellarisConfig(ConfigSection):
     """ssp: a learner slot this many applied gradients ahead of the slowest waits"""
     max_queue: int | None = Field(default=None, ge=1)
     """stellaris: the queue sheds its stalest gradient beyond this length (null: 2 × learners)"""
-    truncation: Literal["paper", "paper_ratio", "code", "none"] | None = None
+    truncation: TruncationForm | None = None
     """IS truncation across learners (algos/truncation.py): paper (Eq. 2 as a weight R/r on PPO's clipped
     surrogate, PPO's clip kept), paper_ratio (R in place of PPO's ratio: the upper clip never acts at ρ ≤ 1 + ε),
     code (the authors' form, exact), none; null: code for stellaris_code, paper for every other rule"""
@@ -81,7 +84,7 @@ class StellarisConfig(ConfigSection):
         """How many times slower learner slot ``slot`` computes (stragglers)."""
         return self.stragglers.factor if slot in self.stragglers.learners else 1.0
 
-    def truncation_form(self) -> str:
+    def truncation_form(self) -> TruncationForm:
         if self.truncation is not None:
             return self.truncation
         return "code" if self.rule == "stellaris_code" else "paper"

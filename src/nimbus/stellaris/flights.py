@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from nimbus.config import NimbusConfig
-from nimbus.stellaris.config import StellarisConfig
+from nimbus.stellaris.config import StellarisConfig, TruncationForm
 from nimbus.stellaris.learner import GradientRequest
 from nimbus.stellaris.round_stats import Batch
 from nimbus.stellaris.rule_base import Arrival
@@ -45,8 +45,8 @@ class InFlight:
 
 
 def gradient_request(*, config: NimbusConfig, policy: str, version: int, batch_key: str, grad_key: str,
-                     progress: float, peer_versions: Sequence[int] = (), truncation: str = "none", rho: float = 1.0,
-                     slowdown: float = 1.0) -> GradientRequest:
+                     progress: float, peer_versions: Sequence[int] = (), truncation: TruncationForm = "none",
+                     rho: float = 1.0, slowdown: float = 1.0) -> GradientRequest:
     """A learner's request; the parameter function reuses its env, algo and device fields for its model."""
     return GradientRequest(env_id=config.env.id, env_kwargs=dict(config.env.kwargs),
                            algo=config.algo.model_dump(mode="json"), policy=policy, policy_version=version,

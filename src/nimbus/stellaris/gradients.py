@@ -32,8 +32,10 @@ import torch
 from nimbus.algos.base import LossOutput
 from nimbus.algos.impala.learner import advance_target
 from nimbus.algos.impala.loss import batch_loss, time_major_log_prob
+from nimbus.algos.impala.model import ImpalaModel
 from nimbus.algos.ppo.learner import minibatch_loss, scheduled
 from nimbus.algos.truncation import Truncation
+from nimbus.models.mlp import PolicyValueModel
 
 
 class GradientAlgo(Protocol):
@@ -84,11 +86,11 @@ class PPOGradients:
     def loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor], config: Any, progress: float,
              truncation: Truncation | None) -> LossOutput:
         clip_coef = scheduled(value=config.clip_coef, schedule=config.clip_schedule, progress=progress)
-        return minibatch_loss(model=model, batch=batch, config=config, clip_coef=clip_coef,  # type: ignore[arg-type]
+        return minibatch_loss(model=_policy_value(model), batch=batch, config=config, clip_coef=clip_coef,
                               truncation=truncation)
 
     def log_prob(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        log_prob, _, _ = model.evaluate(batch["obs"], actions=batch["actions"])  # type: ignore[operator]
+        log_prob, _, _ = _policy_value(model).evaluate(batch["obs"], actions=batch["actions"])
         return log_prob
 
     def learning_rate(self, *, config: Any, progress: float) -> float:
@@ -122,17 +124,31 @@ class ImpactGradients:
 
     def loss(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor], config: Any, progress: float,
              truncation: Truncation | None) -> LossOutput:
-        out = batch_loss(model=model, batch=batch, config=config, truncation=truncation)  # type: ignore[arg-type]
+        out = batch_loss(model=_impala(model), batch=batch, config=config, truncation=truncation)
         return LossOutput(loss=out.loss, stats=out.stats)
 
     def log_prob(self, *, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return time_major_log_prob(net=model.net, batch=batch)  # type: ignore[arg-type]
+        return time_major_log_prob(net=_impala(model).net, batch=batch)
 
     def learning_rate(self, *, config: Any, progress: float) -> float:
         return config.lr
 
     def after_step(self, *, model: torch.nn.Module, config: Any) -> None:
-        advance_target(model=model, config=config)  # type: ignore[arg-type]
+        advance_target(model=_impala(model), config=config)
+
+
+def _policy_value(model: torch.nn.Module) -> PolicyValueModel:
+    """PPO's model (its make_model builds a PolicyValueModel), typed as one."""
+    if not isinstance(model, PolicyValueModel):
+        raise TypeError(f"PPO's gradient needs a PolicyValueModel, got {type(model).__name__}")
+    return model
+
+
+def _impala(model: torch.nn.Module) -> ImpalaModel:
+    """IMPACT's model (its make_model builds an ImpalaModel), typed as one."""
+    if not isinstance(model, ImpalaModel):
+        raise TypeError(f"IMPACT's gradient needs an ImpalaModel, got {type(model).__name__}")
+    return model
 
 
 GRADIENT_ALGOS: dict[str, GradientAlgo] = {"ppo": PPOGradients(), "impala": ImpactGradients()}

@@ -23,13 +23,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
 
 from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
-from nimbus.algos.truncation import Truncation
+from nimbus.algos.truncation import Form, Truncation
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
 from nimbus.data.stores import function_store
@@ -54,7 +54,7 @@ class GradientRequest(WireRequest, header="gradient", affinity="gradient-{policy
     batch_key: str                 # the round's rows in the Store
     grad_key: str                  # where the gradient goes (one key per gradient task)
     peer_versions: Sequence[int]   # the other learners' versions, for the IS truncation
-    truncation: str                # paper | code | none
+    truncation: Form | Literal["none"]   # paper | paper_ratio | code | none
     rho: float
     progress: float
     device: str
@@ -63,7 +63,8 @@ class GradientRequest(WireRequest, header="gradient", affinity="gradient-{policy
     env_wrappers: Sequence[str] = ()
     slowdown: float = 1.0          # stellaris.stragglers: sleep (slowdown − 1) × the compute time (a benchmark aid)
 
-    def to_message(self, *, positions: np.ndarray) -> Message:
+    def to_task_message(self, *, positions: np.ndarray) -> Message:
+        """The request with its task's ``positions`` (a gradient request never travels without one)."""
         return self.wire_message(arrays={"positions": positions.astype(np.int64)})
 
 

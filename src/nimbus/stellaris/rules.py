@@ -193,12 +193,13 @@ class StellarisRule(QueueRule):
         for arrival in arrivals:
             staleness = self.version - arrival.read_version
             member = self._member(arrival=arrival, scale=staleness_scale(staleness=staleness, root=self.root))
-            if self.seed is None:   # warm-up and measurement rounds
+            threshold = self.threshold
+            if threshold is None:   # warm-up and measurement rounds: no seed yet
                 self._measure(member=member, read_version=arrival.read_version)
-            elif self._never_admissible(staleness=member.staleness):
+            elif self._never_admissible(staleness=member.staleness, threshold=threshold):
                 rejected.append(Rejection(
                     key=member.key, staleness=member.staleness,
-                    reason=f"staler than β·max_queue = {self.threshold * self.max_queue:g}: never admissible"))
+                    reason=f"staler than β·max_queue = {threshold * self.max_queue:g}: never admissible"))
                 continue
             self.queue.append(member)
             if self.seed is not None:
@@ -208,8 +209,10 @@ class StellarisRule(QueueRule):
         return Verdict(aggregation=None, rejected=tuple(rejected))
 
     def _admissible(self) -> bool:
+        """The queue's mean staleness ≤ β_k (always, before δmax is measured)."""
+        threshold = self.threshold
         mean = sum(m.staleness for m in self.queue) / len(self.queue)
-        return mean <= self.threshold
+        return threshold is None or mean <= threshold
 
     def stalled(self) -> Verdict:
         """The watchdog refuses what the queue holds: its bound is the point of this rule (Rule.stalled)."""
@@ -220,9 +223,9 @@ class StellarisRule(QueueRule):
         self.queue = []
         return Verdict(aggregation=None, rejected=rejected)
 
-    def _never_admissible(self, *, staleness: int) -> bool:
-        """Even a full queue of fresh gradients could not bring the mean to β_k."""
-        return staleness > self.threshold * self.max_queue
+    def _never_admissible(self, *, staleness: int, threshold: float) -> bool:
+        """Even a full queue of fresh gradients could not bring the mean to β_k (``threshold``)."""
+        return staleness > threshold * self.max_queue
 
     def _shed(self) -> tuple[Rejection, ...]:
         shed = []
@@ -286,7 +289,8 @@ class StellarisCodeRule(QueueRule):
         if not self.queue:
             return Verdict(aggregation=None)
         mean = sum(m.staleness for m in self.queue) / len(self.queue)
-        if self.seed is None or mean <= self.threshold or len(self.queue) >= self.learners:
+        threshold = self.threshold   # None: no seed yet
+        if threshold is None or mean <= threshold or len(self.queue) >= self.learners:
             return self._flush(separate_steps=True)
         return Verdict(aggregation=None)
 

@@ -20,9 +20,13 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from nimbus.algos.base import Algorithm
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,10 @@ class SliceCutter:
         return rest
 
 
-def postprocess_rows(*, algorithm: object, rows: dict[str, np.ndarray], needed: bool) -> dict[str, np.ndarray]:
+def postprocess_rows(*, algorithm: Algorithm, rows: dict[str, np.ndarray], needed: bool) -> dict[str, np.ndarray]:
     """One actor's rows post-processed once by the driver (PPO: + ``advantages``, ``returns``), as numpy."""
     if not needed:
         return rows
     tensors = {key: torch.as_tensor(np.asarray(value)) for key, value in rows.items()}
-    done = algorithm.postprocess(batch=tensors)  # type: ignore[attr-defined]
+    done = algorithm.postprocess(batch=tensors)
     return {key: value.numpy() for key, value in done.items()}

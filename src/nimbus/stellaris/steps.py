@@ -80,7 +80,10 @@ def _step(*, model: nn.Module, optimizer: torch.optim.Optimizer,
     total = sum(scale for _, scale in gradients)
     weights = [scale / total for _, scale in gradients] if total > 0 else [1.0 / len(gradients)] * len(gradients)
     for name, param in params:
-        param.grad = sum(w * g[name] for w, (g, _) in zip(weights, gradients)).to(param.device, param.dtype)
+        grad = sum(w * g[name] for w, (g, _) in zip(weights, gradients))
+        if not isinstance(grad, torch.Tensor):   # sum() of no gradients is 0
+            raise ValueError("a step needs at least one gradient")
+        param.grad = grad.to(param.device, param.dtype)
     nn.utils.clip_grad_norm_([p for _, p in params], max_grad_norm if max_grad_norm is not None else float("inf"))
     for group in optimizer.param_groups:
         group["lr"] = base_lr * total / len(gradients)

@@ -223,7 +223,7 @@ class AsyncLearnersWorkflow(SystemWorkflow):
         batch.learners_invoked += 1
         batch.learners_early += not batch.complete
         future = self.system.runtime.invoke(spec=self.gradient_spec,
-                                            request=request.to_message(positions=piece.positions))
+                                            request=request.to_task_message(positions=piece.positions))
         self._watch(kind="gradient", future=future, meta=flight)
 
     def _aggregate(self, *, aggregation: Aggregation, batch: Batch) -> None:

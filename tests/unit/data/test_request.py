@@ -80,7 +80,7 @@ CASES: dict[str, tuple[Any, Any]] = {
     "gradient": (GradientRequest(**ENV, algo=ALGO, policy="default", policy_version=4, batch_key="batch/r3",
                                  grad_key="grad/r3/0", peer_versions=[3, 4], truncation="paper", rho=1.0,
                                  progress=0.5, device="cpu", torch_threads=1, env_imports=[], env_wrappers=[],
-                                 slowdown=2.0), lambda r: r.to_message(positions=np.arange(4, dtype=np.int32))),
+                                 slowdown=2.0), lambda r: r.to_task_message(positions=np.arange(4, dtype=np.int32))),
     "parameter": (ParameterRequest(model={"policy": "default", "device": "cpu"}, policy_version=4,
                                    has_optimizer_state=True, keys=["grad/r3/0", "grad/r3/1"], scales=[0.5, 0.5],
                                    separate_steps=False, progress=0.5, recompute=[None, {"batch_key": "b"}],

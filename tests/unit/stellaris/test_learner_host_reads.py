@@ -39,7 +39,7 @@ def prepared(store: ShmStore, *, hidden: tuple[int, ...]) -> Message:
                               policy="main", policy_version=0, batch_key="batch/main/r0/s0", grad_key="grad/main/0",
                               peer_versions=[0], truncation="paper", rho=1.0, progress=0.0, device="cpu",
                               torch_threads=1)
-    return on_store(request.to_message(positions=np.arange(ROWS)), store)
+    return on_store(request.to_task_message(positions=np.arange(ROWS)), store)
 
 
 @pytest.mark.parametrize("hidden", [(16,), (16, 16, 16, 16)], ids=["2-layers", "5-layers"])

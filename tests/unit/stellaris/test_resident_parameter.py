@@ -37,7 +37,7 @@ def algo() -> PPO:
 def grad_request(store: ShmStore, *, version: int, key: str) -> Message:
     request = GradientRequest(**{**model_fields(), "policy_version": version, "batch_key": "batch/main/r0",
                                  "grad_key": key, "truncation": "paper"})
-    return on_store(request.to_message(positions=np.arange(ROWS)), store)
+    return on_store(request.to_task_message(positions=np.arange(ROWS)), store)
 
 
 class CountingStore:

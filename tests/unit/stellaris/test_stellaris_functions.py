@@ -41,7 +41,7 @@ def grad_request(store: ShmStore, *, version: int, key: str, peers=(), truncatio
                               policy="main", policy_version=version, batch_key="batch/main/r0", grad_key=key,
                               peer_versions=list(peers), truncation=truncation, rho=1.0, progress=0.0, device="cpu",
                               torch_threads=1)
-    return on_store(request.to_message(positions=np.arange(ROWS)), store)
+    return on_store(request.to_task_message(positions=np.arange(ROWS)), store)
 
 
 def param_request(store: ShmStore, *, version: int, keys, scales, separate=False) -> Message:

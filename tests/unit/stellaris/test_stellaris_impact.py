@@ -32,7 +32,7 @@ def model_fields(*, version: int, peers=(), truncation: str = "none", key: str =
 def grad(store: ShmStore, *, version: int, key: str, columns, peers=(), truncation: str = "none") -> Message:
     request = model_fields(version=version, peers=peers, truncation=truncation, key=key)
     return gradient_learner_function(context=ctx("gradient_learner"),
-                                     request=on_store(request.to_message(positions=np.asarray(columns)), store))
+                                     request=on_store(request.to_task_message(positions=np.asarray(columns)), store))
 
 
 def apply(store: ShmStore, *, version: int, keys) -> Message:

@@ -82,10 +82,10 @@ def test_in_a_run_learners_get_no_peers_and_each_aggregation_truncates_by_its_me
     carries no peers, and every recomputed member's peers are the other versions of its aggregation. Fails on the
     code before: learners were given the versions in flight at their launch."""
     learners, aggregations = {}, []
-    to_message = learner_module.GradientRequest.to_message
-    monkeypatch.setattr(learner_module.GradientRequest, "to_message",
+    to_task_message = learner_module.GradientRequest.to_task_message
+    monkeypatch.setattr(learner_module.GradientRequest, "to_task_message",
                         lambda self, *, positions: learners.__setitem__(self.grad_key, self)
-                        or to_message(self, positions=positions))
+                        or to_task_message(self, positions=positions))
     param_to_message = parameter_module.ParameterRequest.to_message
     monkeypatch.setattr(parameter_module.ParameterRequest, "to_message",
                         lambda self, *, positions=(): aggregations.append(self)

@@ -27,7 +27,7 @@ from nimbus.algos.ppo.config import PPOConfig, Schedule
 from nimbus.algos.ppo.loss import LOSS_STATS, explained_variance_tensor, normalize_advantages, ppo_loss, ppo_loss_terms
 from nimbus.algos.step import DeviceStats, guarded_step
 from nimbus.algos.truncation import Truncation
-from nimbus.models.mlp import ActorCritic
+from nimbus.models.mlp import ActorCritic, PolicyValueModel
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def scheduled(*, value: float, schedule: Schedule, progress: float) -> float:
     return value * (1.0 - min(max(progress, 0.0), 1.0))
 
 
-def minibatch_loss(*, model: ActorCritic, batch: dict[str, torch.Tensor], config: PPOConfig, clip_coef: float,
+def minibatch_loss(*, model: PolicyValueModel, batch: dict[str, torch.Tensor], config: PPOConfig, clip_coef: float,
                    truncation: Truncation | None = None) -> LossOutput:
     """The PPO loss of `model` on one (mini)batch, advantages normalised first if configured."""
     new_log_prob, entropy, new_values = model.evaluate(batch["obs"], actions=batch["actions"])
@@ -66,7 +66,7 @@ def minibatch_loss(*, model: ActorCritic, batch: dict[str, torch.Tensor], config
                     ent_coef=config.ent_coef, vf_coef=config.vf_coef, truncation=truncation)
 
 
-def minibatch_terms(*, model: ActorCritic, batch: dict[str, torch.Tensor], config: PPOConfig,
+def minibatch_terms(*, model: PolicyValueModel, batch: dict[str, torch.Tensor], config: PPOConfig,
                     clip_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
     """`minibatch_loss` without a host read: (loss, the LOSS_STATS parts stacked on the device)."""
     new_log_prob, entropy, new_values = model.evaluate(batch["obs"], actions=batch["actions"])
