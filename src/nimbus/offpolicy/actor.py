@@ -28,6 +28,7 @@ from nimbus.envs.slot_state import slot_state_from
 from nimbus.models.distributions import clip_action
 from nimbus.roles.actor import (
     ActorRequest,
+    ActorResult,
     EnvSlot,
     derive_seed,
     env_slot,
@@ -60,11 +61,12 @@ def offpolicy_actor_function(*, context: FunctionContext, request: Message) -> M
         context.cache.get("slots", {}).pop(req.actor_rank, None)  # env state is now unknown
         raise
     slot.seq += 1
-    header = {"actor_rank": req.actor_rank, "policy_version": req.policy_version,
-              "env_steps": req.num_envs * req.fragment_steps, "episode_returns": returns,
-              "episode_lengths": lengths, "random_actions": req.random_actions,
-              "sampling_s": time.perf_counter() - started, **timers}
-    return with_snapshot(req=req, slot=slot, result=Message(header=header, arrays=arrays))
+    result = ActorResult(actor_rank=req.actor_rank, policy_version=req.policy_version,
+                         env_steps=req.num_envs * req.fragment_steps, episode_returns=returns,
+                         episode_lengths=lengths, random_actions=req.random_actions,
+                         sampling_s=time.perf_counter() - started, env_s=timers["env_s"],
+                         inference_s=timers["inference_s"])
+    return with_snapshot(req=req, slot=slot, result=result.wire_message(arrays=arrays))
 
 
 def _obs_tensor(obs: np.ndarray) -> torch.Tensor:

@@ -30,7 +30,7 @@ from nimbus.data.stores import function_store, put_all
 from nimbus.models.weights import model_to_message, optim_key, optimizer_to_message, weights_key
 from nimbus.nitro.probe import probe_after_update, probe_not_run
 from nimbus.roles.actor import derive_seed
-from nimbus.roles.learner import LearnerRequest, cpu_copy, learner_state, restore_state
+from nimbus.roles.learner import LearnerRequest, LearnerResult, cpu_copy, learner_state, restore_state
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.faults import fault_point
 
@@ -80,15 +80,14 @@ def offpolicy_learner_function(*, context: FunctionContext, request: Message) ->
     state["version"] = (req.policy, new_version)
     fault_point(name="learner.published")
     extras = _probe_updated(algo=algo, model=model, batch=batch, kept=kept, req=req)
-    header = {"policy_version": new_version, "stats": stats, "nonfinite": nonfinite, "transfer_s": transfer_s,
-              "extras": extras,
-              "learning_s": time.perf_counter() - started - transfer_s, "compute_s": compute_s,
-              "device": str(state["device"]),
-              "rows": int(kept.sum()), "stale_rows": int((~kept).sum())}
+    result = LearnerResult(policy_version=new_version, stats=stats, nonfinite=nonfinite, extras=extras,
+                           transfer_s=transfer_s, learning_s=time.perf_counter() - started - transfer_s,
+                           compute_s=compute_s, device=str(state["device"]), rows=int(kept.sum()),
+                           stale_rows=int((~kept).sum()))
     arrays = {"kept": kept} if req.return_td_errors else {}
     if td_errors is not None and not nonfinite:
         arrays["td_errors"] = td_errors
-    return Message(header=header, arrays=arrays)
+    return result.wire_message(arrays=arrays)
 
 
 def _update(*, algo: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -31,6 +31,7 @@ from nimbus.core import UNBOOKED, Book
 from nimbus.data.codec import Message
 from nimbus.data.fragment_replay import FIFO, Circular
 from nimbus.data.replay import ReplayBatch, SampledReplay
+from nimbus.data.result import invocation_id
 from nimbus.data.triggers import DataKeyTrigger, ObjectKeyTrigger, TimeTrigger, TriggerTable
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.nitro.probe import round_probe_extras
@@ -42,6 +43,8 @@ from nimbus.onpolicy.lifecycle import SystemWorkflow
 from nimbus.onpolicy.policy import BufferPlan, PolicyFunctions
 from nimbus.onpolicy.replay_checkpoint import restore_replay
 from nimbus.onpolicy.system import System
+from nimbus.roles.actor import ActorResult
+from nimbus.roles.learner import LearnerResult
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.runtime.prewarm import make_prewarmer
 from nimbus.types import Progress, RoundMetrics, schedule_fraction
@@ -265,20 +268,21 @@ class AsyncWorkflow(SystemWorkflow):
         self.running.pop(rank, None)
         self.pacer.rows_in_flight -= self.plan.fragment_rows
         result: Message = future.result()  # raises FunctionFailed when retries are spent
-        started, header = self.clock(), result.header
-        accepted = self.system.buffer.ingest(invocation_id=header["_invocation_id"], actor_rank=rank,
-                                             policy_version=header["policy_version"], arrays=result.arrays)
+        started, done = self.clock(), ActorResult.from_message(result)
+        accepted = self.system.buffer.ingest(invocation_id=invocation_id(result) or f"{rank}-{self.slot_seq.get(rank)}",
+                                             actor_rank=rank, policy_version=done.policy_version,
+                                             arrays=result.arrays)
         if accepted:
             self.slot_seq[rank] = self.slot_seq.get(rank, self.progress.slot_seq_base) + 1
             self.pacer.rows_ingested += self.plan.fragment_rows
             progress, window = self.progress, self.window
-            progress.env_steps += header["env_steps"]
-            progress.episodes += len(header["episode_returns"])
+            progress.env_steps += done.env_steps
+            progress.episodes += len(done.episode_returns)
             returns_window = self.system.config.train.return_window
-            progress.recent_returns = (progress.recent_returns + header["episode_returns"])[-returns_window:]
-            window.episode_returns.extend(header["episode_returns"])
-            window.sampling_s += header["sampling_s"]
-            window.actor_work_s += header["env_s"] + header["inference_s"]
+            progress.recent_returns = (progress.recent_returns + done.episode_returns)[-returns_window:]
+            window.episode_returns.extend(done.episode_returns)
+            window.sampling_s += done.sampling_s
+            window.actor_work_s += done.env_s + done.inference_s
         self.window.ingest_s += self.clock() - started
 
     def _on_learner(self, *, future: Future) -> None:
@@ -287,22 +291,22 @@ class AsyncWorkflow(SystemWorkflow):
             raise RuntimeError("a learner result arrived with no learner call in flight")
         result: Message = future.result()
         self.prewarmer.round_finished()
-        header = result.header
-        self.book.count_nonfinite(nonfinite=header["nonfinite"])
+        learned = LearnerResult.from_message(result)
+        self.book.count_nonfinite(nonfinite=learned.nonfinite)
         if "td_errors" in result.arrays:
             kept = result.arrays["kept"]
             batch = ReplayBatch(indices=call.batch.indices[kept], seqs=call.batch.seqs[kept])
             self.replay.update_priorities(buffer=self.system.buffer, batch=batch, td_errors=result.arrays["td_errors"])
-        new_version = header["policy_version"]
+        new_version = learned.policy_version
         self.progress.policy_version = new_version
         self.published.add(new_version)
         self.last_heard_from = call.heard_from
         self.lag_counts.update(int(lag) for lag in call.lags)
         self.system.store_events.notify(key=weights_key(policy=self.policy, version=new_version))
-        self._finish_round(call=call, header=header)
+        self._finish_round(call=call, learned=learned)
         self._forget_old_versions()
 
-    def _finish_round(self, *, call: LearnerCall, header: dict[str, Any]) -> None:
+    def _finish_round(self, *, call: LearnerCall, learned: LearnerResult) -> None:
         now, progress, window = self.clock(), self.progress, self.window
         round_s = now - (self.last_result_s if self.last_result_s is not None else call.started_s)
         self.last_result_s = now
@@ -312,22 +316,22 @@ class AsyncWorkflow(SystemWorkflow):
             "recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns else float("nan"),
             "policy_lag_mean": float(np.mean(call.lags)), "policy_lag_max": float(np.max(call.lags)),
             "gradient_steps": float(call.gradient_steps), "learner_call_s": now - call.started_s,
-            "compute_s": header["compute_s"], "stale_rows": float(header["stale_rows"]),
+            "compute_s": learned.compute_s, "stale_rows": float(learned.stale_rows),
             "actor_work_s": window.actor_work_s, "actor_parked_s": window.parked_s,
             "buffer_rows": float(self.system.buffer.size_rows), "actors_running": float(len(self.running)),
             "actors_heard_from": float(len(call.heard_from)), "actors_decided": float(self.decision.num_actors),
             **self.prewarmer.extras(),
-            **round_probe_extras(extras=header.get("extras", {}), round_s=round_s)}
+            **round_probe_extras(extras=learned.extras, round_s=round_s)}
         row = RoundMetrics(
             round=progress.rounds, env_steps=progress.env_steps, episodes=progress.episodes,
             return_mean=float(np.mean(returns)) if returns else None,
             return_min=float(np.min(returns)) if returns else None,
             return_max=float(np.max(returns)) if returns else None,
             num_actors=len(window.ranks_ran),   # the actors that ran this window, not the decision
-            num_learners=1, policy_version=header["policy_version"],
-            sampling_s=window.sampling_s, transfer_s=window.ingest_s + header["transfer_s"],
-            learning_s=header["learning_s"], round_s=round_s, wall_s=now - self.started_s + progress.wall_s_before,
-            cost_usd=cost_usd, losses=header["stats"], extras=extras)
+            num_learners=1, policy_version=learned.policy_version,
+            sampling_s=window.sampling_s, transfer_s=window.ingest_s + learned.transfer_s,
+            learning_s=learned.learning_s, round_s=round_s, wall_s=now - self.started_s + progress.wall_s_before,
+            cost_usd=cost_usd, losses=learned.stats, extras=extras)
         progress.rounds += 1
         self.window = Window(started_s=now, ranks_ran=set(self.running))
         before = self.decision.num_actors   # Nitro reads this update's probe; boosted ranks start warm

@@ -37,6 +37,7 @@ from nimbus.models.distributions import clip_action
 from nimbus.models.mlp import PolicyValueModel
 from nimbus.roles.actor import (
     ActorRequest,
+    ActorResult,
     EnvSlot,
     derive_seed,
     env_slot,
@@ -67,10 +68,11 @@ def actor_function(*, context: FunctionContext, request: Message) -> Message:
         context.cache.get("slots", {}).pop(req.actor_rank, None)  # env state is now unknown
         raise
     slot.seq += 1
-    header = {"actor_rank": req.actor_rank, "policy_version": req.policy_version,
-              "env_steps": req.num_envs * req.fragment_steps, "episode_returns": episodes[0],
-              "episode_lengths": episodes[1], "sampling_s": time.perf_counter() - started, **episodes[2]}
-    return with_snapshot(req=req, slot=slot, result=Message(header=header, arrays=arrays))
+    result = ActorResult(actor_rank=req.actor_rank, policy_version=req.policy_version,
+                         env_steps=req.num_envs * req.fragment_steps, episode_returns=episodes[0],
+                         episode_lengths=episodes[1], sampling_s=time.perf_counter() - started,
+                         env_s=episodes[2]["env_s"], inference_s=episodes[2]["inference_s"])
+    return with_snapshot(req=req, slot=slot, result=result.wire_message(arrays=arrays))
 
 
 @dataclass

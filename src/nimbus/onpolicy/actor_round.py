@@ -17,7 +17,7 @@ Example::
     table.bind(name="invoke_learner", trigger=actors.data_trigger, action=invoke_learner)
     state = actors.start(index=progress.rounds, policy_version=progress.policy_version)
     actors.ingest(future=future, rank=rank)                  # each actor's event
-    actors.finish(state=state, header=learner_header, book=book)
+    actors.finish(state=state, learned=LearnerResult.from_message(message), book=book)
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from nimbus.core import Book
 from nimbus.data.codec import Message
+from nimbus.data.result import invocation_id
 from nimbus.data.triggers import DataKeyTrigger
 from nimbus.envs.batched import resolve_backend
 from nimbus.envs.obsnorm import merge, pop_moments
@@ -38,9 +39,39 @@ from nimbus.envs.slot_state import SlotState, pop_slot_state
 from nimbus.models.weights import weights_key
 from nimbus.nitro.probe import round_probe_extras
 from nimbus.onpolicy.system import System
-from nimbus.roles.actor import ActorRequest
+from nimbus.roles.actor import ActorRequest, ActorResult
 from nimbus.runtime.prewarm import PrewarmController, make_prewarmer
 from nimbus.types import Progress, RoundMetrics, ScalingDecision
+
+
+class Learned(Protocol):
+    """What a round's learning tells its row: a learner function's ``LearnerResult`` (roles/learner.py), or
+    Stellaris's aggregate over the gradients computed on the round's batch (``RoundLearning``)."""
+
+    @property
+    def policy_version(self) -> int: ...
+    @property
+    def stats(self) -> dict[str, float]: ...
+    @property
+    def transfer_s(self) -> float: ...
+    @property
+    def learning_s(self) -> float: ...
+    @property
+    def compute_s(self) -> float: ...
+    @property
+    def extras(self) -> dict[str, float]: ...
+
+
+@dataclass(frozen=True)
+class RoundLearning:
+    """A round's learning that no single learner function reported (Stellaris: its gradients' mean statistics)."""
+
+    policy_version: int
+    stats: dict[str, float]
+    learning_s: float
+    compute_s: float
+    transfer_s: float = 0.0
+    extras: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -147,26 +178,26 @@ class ActorRound:
         result: Message = future.result()  # raises FunctionFailed when retries are spent
         self.prewarmer.actor_finished()
         state, started = self.sampling, self.clock()
-        header = result.header
+        done = ActorResult.from_message(result)
         moments = pop_moments(arrays=result.arrays)  # not a buffer column
-        slot_state = pop_slot_state(header=header, arrays=result.arrays)  # nor is the env slot (exact resume)
-        accepted = self.system.buffer.ingest(invocation_id=header.get("_invocation_id", f"{state.index}-{rank}"),
-                                             actor_rank=rank, policy_version=header["policy_version"],
+        slot_state = pop_slot_state(header=result.header, arrays=result.arrays)  # nor is the env slot (exact resume)
+        accepted = self.system.buffer.ingest(invocation_id=invocation_id(result) or f"{state.index}-{rank}",
+                                             actor_rank=rank, policy_version=done.policy_version,
                                              arrays=result.arrays)
         if accepted:
             self.slot_seq[rank] = self.slot_seq.get(rank, self.progress.slot_seq_base) + 1
             if slot_state is not None:
                 self.slot_states[rank] = slot_state
             state.obs_moments = merge(into=state.obs_moments, other=moments)
-            state.episode_returns.extend(header["episode_returns"])
-            state.env_steps += header["env_steps"]
-            state.sampling_s = max(state.sampling_s, header["sampling_s"])
-            state.work_s = max(state.work_s, header["env_s"] + header["inference_s"])
+            state.episode_returns.extend(done.episode_returns)
+            state.env_steps += done.env_steps
+            state.sampling_s = max(state.sampling_s, done.sampling_s)
+            state.work_s = max(state.work_s, done.env_s + done.inference_s)
         state.ingest_s += self.clock() - started
 
-    def finish(self, *, state: RoundState, header: dict[str, Any], book: Book,
+    def finish(self, *, state: RoundState, learned: Learned, book: Book,
                extras: dict[str, float] | None = None, num_learners: int = 1) -> None:
-        """Round ``state`` ended with its learners' ``header``: the progress counters (and the slots a checkpoint
+        """Round ``state`` ended with its learning ``learned``: the progress counters (and the slots a checkpoint
         saves), its metrics row, the scaler's decision for the next round's actors, the row closed in ``book``."""
         now, progress = self.clock(), self.progress
         progress.rounds += 1
@@ -182,15 +213,15 @@ class ActorRound:
             return_mean=float(np.mean(returns)) if returns else None,
             return_min=float(np.min(returns)) if returns else None,
             return_max=float(np.max(returns)) if returns else None,
-            num_actors=state.decision.num_actors, num_learners=num_learners, policy_version=header["policy_version"],
-            sampling_s=state.sampling_s, transfer_s=state.ingest_s + header["transfer_s"],
-            learning_s=header["learning_s"], round_s=now - state.started_s,
+            num_actors=state.decision.num_actors, num_learners=num_learners, policy_version=learned.policy_version,
+            sampling_s=state.sampling_s, transfer_s=state.ingest_s + learned.transfer_s,
+            learning_s=learned.learning_s, round_s=now - state.started_s,
             wall_s=now - self.started_s + progress.wall_s_before,
-            cost_usd=cost_usd, losses=header["stats"],
+            cost_usd=cost_usd, losses=learned.stats,
             extras={"recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns
                     else float("nan"), **_overhead(round_s=now - state.started_s, actor_work_s=state.work_s,
-                                                   compute_s=header["compute_s"]),
-                    **round_probe_extras(extras=header.get("extras", {}), round_s=now - state.started_s),
+                                                   compute_s=learned.compute_s),
+                    **round_probe_extras(extras=learned.extras, round_s=now - state.started_s),
                     **self.prewarmer.extras(), **(extras or {})})
         # the actors now running or last run (async_learners: the next round's); Nitro reads this round's probe
         row, self.decision = book.decide(row=row, scaler=self.system.scaler, prewarmer=self.prewarmer,

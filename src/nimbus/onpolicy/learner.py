@@ -32,7 +32,7 @@ from nimbus.data.stores import function_store
 from nimbus.envs.obsnorm import merge, pop_moments
 from nimbus.nitro.probe import probe_after_update
 from nimbus.roles.actor import derive_seed
-from nimbus.roles.learner import LearnerRequest, learner_state, publish_version, restore_state
+from nimbus.roles.learner import LearnerRequest, LearnerResult, learner_state, publish_version, restore_state
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.faults import armed, fault_point
 
@@ -73,11 +73,10 @@ def learner_function(*, context: FunctionContext, request: Message) -> Message:
                     writer=context.invocation_id)
     extras = probe_after_update(algo=algo, model=model, batch=batch, probe=req.probe, seed=req.seed,
                                 policy_version=req.policy_version)
-    header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
-              "transfer_s": transfer_s, "learning_s": time.perf_counter() - started - transfer_s,
-              "compute_s": compute_s, "device": str(state["device"]),
-              "rows": int(len(request.arrays["indices"]))}
-    return Message(header=header)
+    return LearnerResult(policy_version=new_version, stats=stats_dict, nonfinite=nonfinite, extras=extras,
+                         transfer_s=transfer_s, learning_s=time.perf_counter() - started - transfer_s,
+                         compute_s=compute_s, device=str(state["device"]),
+                         rows=int(len(request.arrays["indices"]))).wire_message()
 
 
 _STEP_FAULT_HOOKED: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()   # each hooked once

@@ -32,7 +32,7 @@ from nimbus.envs.obsnorm import merge, pop_moments
 from nimbus.nitro.probe import probe_after_update
 from nimbus.onpolicy.pipeline import GAE_KEYS, TRAIN_KEYS, PipelineOptions, StreamingPPOUpdate
 from nimbus.roles.actor import derive_seed
-from nimbus.roles.learner import LearnerRequest, learner_state, publish_version, restore_state
+from nimbus.roles.learner import LearnerRequest, LearnerResult, learner_state, publish_version, restore_state
 from nimbus.runtime.base import FunctionContext
 
 PIPELINE_KEY = "pipeline"  # request header key; its presence routes learner_function here
@@ -132,7 +132,7 @@ def pipelined_learner_function(*, context: FunctionContext, request: Message) ->
                     writer=context.invocation_id)
     extras = {**probe_after_update(algo=state["algo"], model=model, batch=batch, probe=req.probe, seed=req.seed,
                                    policy_version=req.policy_version), "pipeline_wait_s": waited_s}
-    header = {"policy_version": new_version, "stats": stats_dict, "nonfinite": nonfinite, "extras": extras,
-              "transfer_s": 0.0, "learning_s": time.perf_counter() - started, "compute_s": compute_s,
-              "rows": stream.rows_per_actor * len(stream.ranks)}
-    return Message(header=header)
+    result = LearnerResult(policy_version=new_version, stats=stats_dict, nonfinite=nonfinite, extras=extras,
+                           transfer_s=0.0, learning_s=time.perf_counter() - started, compute_s=compute_s,
+                           device="cpu", rows=stream.rows_per_actor * len(stream.ranks))
+    return result.wire_message()

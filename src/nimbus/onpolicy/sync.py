@@ -34,7 +34,7 @@ from nimbus.onpolicy.actor_round import ActorRound, LearnerBatch, RoundState
 from nimbus.onpolicy.lifecycle import SystemWorkflow
 from nimbus.onpolicy.pipelined import Streaming
 from nimbus.onpolicy.system import System
-from nimbus.roles.learner import LearnerRequest
+from nimbus.roles.learner import LearnerRequest, LearnerResult
 from nimbus.roles.remote import finish_learner_round, ship_batch
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.types import Progress, ScalingDecision, schedule_fraction
@@ -170,13 +170,13 @@ class SyncWorkflow(SystemWorkflow):
         self.launch.learner_done(state=self.round)
         result = future.result()
         self.actors.prewarmer.round_finished()
-        header = result.header
-        new_version = header["policy_version"]
-        self.book.count_nonfinite(nonfinite=header["nonfinite"])
+        learned = LearnerResult.from_message(result)
+        new_version = learned.policy_version
+        self.book.count_nonfinite(nonfinite=learned.nonfinite)
         finish_learner_round(system=self.system, policy=self.policy, version=version, new_version=new_version)
         self.progress.policy_version = new_version  # before on_round: a checkpoint there holds this round's version
         state, self.learning_round = self.learning_round or self.round, None
-        self.actors.finish(state=state, header=header, book=self.book)
+        self.actors.finish(state=state, learned=learned, book=self.book)
         self.switch_version(version=self.adopt_version(new_version))  # a controller may replace it (PBT exploit)
         if self.learner_due:   # train.overlap: the next round's rows arrived while this learner ran
             self.learner_due = False

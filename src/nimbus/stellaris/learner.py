@@ -32,6 +32,7 @@ from nimbus.algos.registry import ALGO_CONFIGS, make_algorithm
 from nimbus.algos.truncation import Form, Truncation
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
+from nimbus.data.result import WireResult
 from nimbus.data.stores import function_store
 from nimbus.models.weights import load_model, weights_key
 from nimbus.roles.actor import request_spaces
@@ -42,6 +43,19 @@ from nimbus.runtime.faults import fault_point
 from nimbus.stellaris.gradients import GradientAlgo, gradient_algo_for
 
 GRAD_PREFIX = "grad."
+
+
+@dataclass(frozen=True)
+class GradientResult(WireResult):
+    """What a gradient learner returns (its gradient itself is in the Store under ``grad_key``)."""
+
+    grad_key: str
+    read_version: int           # the version it computed at (its staleness counts from it)
+    stats: dict[str, float]
+    nonfinite: bool             # a non-finite loss or gradient: nothing was put in the Store
+    compute_s: float
+    device: str
+    rows: int
 
 
 @dataclass(frozen=True)
@@ -168,9 +182,9 @@ def gradient_learner_function(*, context: FunctionContext, request: Message) -> 
         store.put(key=req.grad_key, message=gradient_to_message(model=model, read_version=req.policy_version),
                   writer=context.invocation_id)
         fault_point(name="gradient.published")
-    return Message(header={"grad_key": req.grad_key, "read_version": req.policy_version, "stats": computed.stats,
-                           "nonfinite": not finite, "compute_s": time.perf_counter() - started,
-                           "device": str(state["device"]), "rows": computed.rows})
+    return GradientResult(grad_key=req.grad_key, read_version=req.policy_version, stats=computed.stats,
+                          nonfinite=not finite, compute_s=time.perf_counter() - started, device=str(state["device"]),
+                          rows=computed.rows).wire_message()
 
 
 def _poison_if_armed(*, model: torch.nn.Module, point: str) -> bool:

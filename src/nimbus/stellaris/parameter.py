@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,7 @@ from torch import nn
 
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
+from nimbus.data.result import WireResult
 from nimbus.data.store import Store
 from nimbus.data.stores import function_store
 from nimbus.models.weights import load_optimizer, optim_key
@@ -57,6 +58,21 @@ from nimbus.stellaris.learner import (
 from nimbus.stellaris.recompute import CachedSources, recompute_cache, remember_version
 from nimbus.stellaris.resident import Held, has_key, keep_resident, publish, recomputed_key, resident_at, take_resident
 from nimbus.stellaris.steps import apply_aggregation, stored_gradient, usable_gradients
+
+
+@dataclass(frozen=True)
+class ParameterResult(WireResult):
+    """What the parameter function returns: whether it published a version, and the members it refused."""
+
+    published: bool
+    policy_version: int          # the published version, or the one it held when it published none
+    parameter_s: float
+    rebuilt: bool = False        # the resident state was rebuilt from the anchor and the replay log
+    refused: list[dict[str, Any]] = field(default_factory=list)   # {"key", "reason"} per refused member
+    applied: int = 0             # members aggregated into the step
+    recomputed: int = 0          # members whose truncation was recomputed with their co-members (Eq. 2)
+    exported: bool = False       # the state was only exported to the Store (a checkpoint's optimizer state)
+    device: str = ""
 
 
 @dataclass(frozen=True)
@@ -105,8 +121,8 @@ def parameter_function(*, context: FunctionContext, request: Message) -> Message
         if req.resident:   # nothing stepped: the state still holds policy_version
             keep_resident(state=state, run_key=req.run_key, policy=model_req.policy, version=req.policy_version,
                           held=held)
-        return Message(header={"published": False, "policy_version": req.policy_version, "refused": refused,
-                               "applied": 0, "parameter_s": time.perf_counter() - started, "rebuilt": rebuilt})
+        return ParameterResult(published=False, policy_version=req.policy_version, refused=refused, applied=0,
+                               parameter_s=time.perf_counter() - started, rebuilt=rebuilt).wire_message()
     apply_aggregation(state=state, model=model, optimizer=optimizer, gradients=gradients,
                       separate_steps=req.separate_steps, progress=req.progress)
     new_version = req.policy_version + 1
@@ -119,10 +135,10 @@ def parameter_function(*, context: FunctionContext, request: Message) -> Message
     else:
         state["models"]["param"] = ((model_req.policy, new_version), model)
         state["param_optimizer"] = ((model_req.policy, new_version), optimizer)
-    return Message(header={"published": True, "policy_version": new_version, "refused": refused,
-                           "applied": len(gradients), "parameter_s": time.perf_counter() - started,
-                           "recomputed": sum(r is not None for r in req.recompute), "rebuilt": rebuilt,
-                           "device": str(state["device"])})
+    return ParameterResult(published=True, policy_version=new_version, refused=refused, applied=len(gradients),
+                           parameter_s=time.perf_counter() - started,
+                           recomputed=sum(r is not None for r in req.recompute), rebuilt=rebuilt,
+                           device=str(state["device"])).wire_message()
 
 
 def _held(*, state: dict[str, Any], store: Store, req: ParameterRequest, policy: str) -> tuple[Held, bool]:
@@ -145,8 +161,8 @@ def _export(*, state: dict[str, Any], store: Store, req: ParameterRequest, polic
     if not has_key(store=store, key=optim_key(policy=policy, version=req.policy_version)):   # else put meanwhile
         publish(store=store, state=state, policy=policy, version=req.policy_version, held=held, weights=False,
                 optimizer=True, writer=writer)
-    return Message(header={"published": False, "exported": True, "policy_version": req.policy_version,
-                           "rebuilt": rebuilt, "parameter_s": time.perf_counter() - started})
+    return ParameterResult(published=False, exported=True, policy_version=req.policy_version, rebuilt=rebuilt,
+                           parameter_s=time.perf_counter() - started).wire_message()
 
 
 def _member_gradients(*, state: dict[str, Any], store: Store, req: ParameterRequest, model_req: GradientRequest,

@@ -51,7 +51,7 @@ from nimbus.config.rules import OFF_POLICY
 from nimbus.core import UNBOOKED, Book
 from nimbus.data.triggers import TriggerTable
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.onpolicy.actor_round import ActorRound, RoundState
+from nimbus.onpolicy.actor_round import ActorRound, RoundLearning, RoundState
 from nimbus.onpolicy.lifecycle import SystemWorkflow
 from nimbus.onpolicy.policy import ACTOR_ENTRYPOINT, PolicyFunctions
 from nimbus.onpolicy.system import System
@@ -59,7 +59,8 @@ from nimbus.roles.specs import role_spec
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.stellaris.filling import SliceFilling
 from nimbus.stellaris.flights import InFlight, gradient_request, model_fields, recompute_fields
-from nimbus.stellaris.parameter import ParameterRequest
+from nimbus.stellaris.learner import GradientResult
+from nimbus.stellaris.parameter import ParameterRequest, ParameterResult
 from nimbus.stellaris.persistence import StellarisCheckpoint
 from nimbus.stellaris.resident_log import ResidentLog
 from nimbus.stellaris.round_stats import Batch, FlightMeter, mean_stats, round_extras
@@ -112,7 +113,7 @@ class AsyncLearnersWorkflow(SystemWorkflow):
         self.slices = SliceFilling(system=system, batch_rows=self.actors.rows(self.decision.num_actors),
                                    batches=self.batches, meter=self.meter, clock=self.clock)
         self.in_flight: dict[int, InFlight] = {}
-        self.arrivals: list[tuple[InFlight, dict[str, Any]]] = []   # landed while a parameter function ran
+        self.arrivals: list[tuple[InFlight, GradientResult]] = []   # landed while a parameter function ran
         self.parameter_busy = False
         self.batch_ready = False                  # the next batch arrived while this one is still learned
         self.owner: dict[str, Batch] = {}         # gradient key → the batch it was computed on
@@ -269,10 +270,10 @@ class AsyncLearnersWorkflow(SystemWorkflow):
         return self._finish_settled_batches() or ended
 
     def _on_gradient(self, *, future: Future, flight: InFlight) -> None:
-        header = future.result().header   # raises FunctionFailed when retries are spent
-        flight.batch.stats.append(header["stats"])
-        flight.batch.compute_s += header["compute_s"]
-        if header["nonfinite"]:
+        done = GradientResult.from_message(future.result())   # raises FunctionFailed when retries are spent
+        flight.batch.stats.append(done.stats)
+        flight.batch.compute_s += done.compute_s
+        if done.nonfinite:
             self._count_nonfinite(nonfinite=True)
             del self.in_flight[flight.slot]
             self._flight_changed()
@@ -285,7 +286,7 @@ class AsyncLearnersWorkflow(SystemWorkflow):
         if self.gathering:   # the learner is done: its slot computes again while its gradient waits to be offered
             del self.in_flight[flight.slot]
             self._flight_changed()
-        self.arrivals.append((flight, header))
+        self.arrivals.append((flight, done))
 
     def _offer_waiting(self) -> None:
         if self.gathering:
@@ -335,9 +336,9 @@ class AsyncLearnersWorkflow(SystemWorkflow):
 
     def _on_parameter(self, *, future: Future, aggregation: Aggregation, batch: Batch,
                       request: ParameterRequest) -> None:
-        header = future.result().header
+        done = ParameterResult.from_message(future.result())
         self.parameter_busy = False
-        refused_keys = {r["key"] for r in header["refused"]}
+        refused_keys = {r["key"] for r in done.refused}
         for member in aggregation.members:
             self.held.pop(member.key, None)
             owner = self._batch_of(key=member.key)
@@ -351,16 +352,16 @@ class AsyncLearnersWorkflow(SystemWorkflow):
             else:
                 owner.admitted += 1
         batch.aggregations += 1
-        batch.parameter_s += header["parameter_s"]
-        if header.get("rebuilt") and request.replay:   # (a cold first call with nothing to replay is not logged)
+        batch.parameter_s += done.parameter_s
+        if done.rebuilt and request.replay:   # (a cold first call with nothing to replay is not logged)
             log.info("stellaris: the parameter function rebuilt its state at version %d (%d aggregations replayed)",
                      request.policy_version, len(request.replay))
         self._delete(keys=list(request.keys) if self.resident is None else
-                     self.resident.done_with(request=request, published=header["published"]))
+                     self.resident.done_with(request=request, published=done.published))
         self._count_nonfinite(nonfinite=bool(refused_keys))
-        if header["published"]:
+        if done.published:
             self.rule.applied(aggregation=aggregation, refused_keys=refused_keys)
-            self.progress.policy_version = header["policy_version"]
+            self.progress.policy_version = done.policy_version
             self.stored_versions.add(self.progress.policy_version)
             self._forget_unused_versions()
         else:   # every member refused: the version stays, and sync may launch for it again
@@ -387,12 +388,11 @@ class AsyncLearnersWorkflow(SystemWorkflow):
 
     def _finish_batch(self, *, batch: Batch) -> None:
         stats = mean_stats(stats=batch.stats)
-        header = {"policy_version": self.progress.policy_version, "stats": stats,
-                  "transfer_s": 0.0, "learning_s": self.clock() - batch.learning_started_s,
-                  "compute_s": batch.compute_s, "extras": {}}
+        learned = RoundLearning(policy_version=self.progress.policy_version, stats=stats,
+                                learning_s=self.clock() - batch.learning_started_s, compute_s=batch.compute_s)
         extras = {**round_extras(batch=batch, now_s=self.clock(), meter=self.meter, learners=self.cfg.learners),
                   "staleness/watchdog": float(self.watchdog_fired)}   # times the watchdog acted so far (run total)
-        self.actors.finish(state=batch.round, header=header, book=self.book, extras=extras,
+        self.actors.finish(state=batch.round, learned=learned, book=self.book, extras=extras,
                            num_learners=self.cfg.learners)
 
     def _flight_changed(self) -> None:
