@@ -235,8 +235,9 @@ class Book(Protocol):
 
     Example::
 
-        row = RoundMetrics(..., cost_usd=book.bill_round(), ...)
         book.count_nonfinite(nonfinite=True)            # train.max_nonfinite_losses in a row stop the run
+        book.add_episodes(returns=[21.0])               # the episodes that ended
+        row = book.row(index=3, returns=[21.0], ...)    # the metrics row from the round's facts, its bill
         row, decision = book.decide(row=row, scaler=scaler, prewarmer=prewarmer, actors_before=4)
         book.close(row=row)                             # progress.last_row, then the loop's round hook
     """
@@ -244,6 +245,12 @@ class Book(Protocol):
     meter: Any
 
     def bill_round(self) -> float: ...
+
+    def add_episodes(self, *, returns: list[float]) -> None: ...
+
+    def row(self, *, index: int, returns: list[float], num_actors: int, num_learners: int, policy_version: int,
+            now_s: float, sampling_s: float, transfer_s: float, learning_s: float, round_s: float,
+            losses: dict[str, float], extras: dict[str, float]) -> RoundMetrics: ...
 
     def count_nonfinite(self, *, nonfinite: bool, what: str = ..., outcome: str = ...) -> None: ...
 

@@ -95,7 +95,6 @@ class MultiAgentWorkflow:
         self._usd_by_kind: dict[str, float] = {}   # the book's per-kind dollars at the last round's end
         self.stop_requested = False
         self.clock = runtime_clock(runtime=parts.shared.runtime)   # simulated seconds on runtime.backend: simulated
-        self.started_s = self.clock()
         self.num_actors = progress.next_actors or parts.scaler.initial()
         self.learning = make_learning(parts=parts, progress=progress)
         self.prewarmer = make_prewarmer(config=parts.config, runtime=parts.shared.runtime, ledger=parts.shared.ledger,
@@ -352,10 +351,8 @@ class MultiAgentWorkflow:
              agent_policy: dict[str, str], num_actors: int, invocations: int) -> RoundMetrics:
         progress, now = self.progress, self.clock()
         progress.rounds += 1
-        progress.episodes += len(episodes.global_returns)
-        window = self.parts.config.train.return_window
-        progress.recent_returns = (progress.recent_returns + episodes.global_returns)[-window:]
-        cost_usd = self.book.bill_round()
+        self.book.add_episodes(returns=episodes.global_returns)
+        self.parts.shared.runtime.bill_provisioned()   # the round's provisioned time, before its cost per kind
         costs = self._round_cost_by_kind()
         extras: dict[str, float] = {
             "marless/policies": float(len(active)), "marless/actors": float(num_actors),
@@ -373,16 +370,10 @@ class MultiAgentWorkflow:
         losses = {f"{policy}/{k}": v for policy in active for k, v in stats[policy].items()}
         self._map_log.write(json.dumps({"round": index, "agent_policy": agent_policy, "actors": num_actors,
                                         "policies": active}) + "\n")
-        returns = episodes.global_returns
-        return RoundMetrics(
-            round=index, env_steps=progress.env_steps, episodes=progress.episodes,
-            return_mean=float(np.mean(returns)) if returns else None,
-            return_min=float(np.min(returns)) if returns else None,
-            return_max=float(np.max(returns)) if returns else None,
-            num_actors=num_actors, num_learners=len(active), policy_version=progress.policy_version,
-            sampling_s=sampled - started, transfer_s=ingested - sampled, learning_s=learned - ingested,
-            round_s=now - started, wall_s=now - self.started_s + progress.wall_s_before, cost_usd=cost_usd,
-            losses=losses,
+        return self.book.row(
+            index=index, returns=episodes.global_returns, num_actors=num_actors, num_learners=len(active),
+            policy_version=progress.policy_version, now_s=now, sampling_s=sampled - started,
+            transfer_s=ingested - sampled, learning_s=learned - ingested, round_s=now - started, losses=losses,
             extras=extras)
 
     def _round_cost_by_kind(self) -> dict[str, float]:

@@ -47,7 +47,7 @@ from nimbus.roles.actor import ActorResult
 from nimbus.roles.learner import LearnerResult
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.runtime.prewarm import make_prewarmer
-from nimbus.types import Progress, RoundMetrics, schedule_fraction
+from nimbus.types import Progress, schedule_fraction
 
 log = logging.getLogger(__name__)
 POLL_S = 0.02
@@ -119,7 +119,6 @@ class AsyncWorkflow(SystemWorkflow):
             restore_replay(message=progress.restore_replay, buffer=system.buffer, replay=self.replay, pacer=self.pacer)
         self.events: queue.Queue[tuple[str, Future, Any]] = event_queue(runtime=system.runtime)
         self.clock = runtime_clock(runtime=system.runtime)   # rounds and triggers; simulated seconds when simulated
-        self.started_s = self.clock()
         self.stop_requested = False
         self.running: dict[int, tuple[Future, int]] = {}     # actor rank → (future, policy_version)
         self.idle_since: dict[int, float] = {}               # actor ranks held back, since when
@@ -277,9 +276,7 @@ class AsyncWorkflow(SystemWorkflow):
             self.pacer.rows_ingested += self.plan.fragment_rows
             progress, window = self.progress, self.window
             progress.env_steps += done.env_steps
-            progress.episodes += len(done.episode_returns)
-            returns_window = self.system.config.train.return_window
-            progress.recent_returns = (progress.recent_returns + done.episode_returns)[-returns_window:]
+            self.book.add_episodes(returns=done.episode_returns)
             window.episode_returns.extend(done.episode_returns)
             window.sampling_s += done.sampling_s
             window.actor_work_s += done.env_s + done.inference_s
@@ -310,8 +307,6 @@ class AsyncWorkflow(SystemWorkflow):
         now, progress, window = self.clock(), self.progress, self.window
         round_s = now - (self.last_result_s if self.last_result_s is not None else call.started_s)
         self.last_result_s = now
-        returns = window.episode_returns
-        cost_usd = self.book.bill_round()
         extras = {
             "recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns else float("nan"),
             "policy_lag_mean": float(np.mean(call.lags)), "policy_lag_max": float(np.max(call.lags)),
@@ -322,16 +317,12 @@ class AsyncWorkflow(SystemWorkflow):
             "actors_heard_from": float(len(call.heard_from)), "actors_decided": float(self.decision.num_actors),
             **self.prewarmer.extras(),
             **round_probe_extras(extras=learned.extras, round_s=round_s)}
-        row = RoundMetrics(
-            round=progress.rounds, env_steps=progress.env_steps, episodes=progress.episodes,
-            return_mean=float(np.mean(returns)) if returns else None,
-            return_min=float(np.min(returns)) if returns else None,
-            return_max=float(np.max(returns)) if returns else None,
+        row = self.book.row(
+            index=progress.rounds, returns=window.episode_returns,
             num_actors=len(window.ranks_ran),   # the actors that ran this window, not the decision
-            num_learners=1, policy_version=learned.policy_version,
+            num_learners=1, policy_version=learned.policy_version, now_s=now,
             sampling_s=window.sampling_s, transfer_s=window.ingest_s + learned.transfer_s,
-            learning_s=learned.learning_s, round_s=round_s, wall_s=now - self.started_s + progress.wall_s_before,
-            cost_usd=cost_usd, losses=learned.stats, extras=extras)
+            learning_s=learned.learning_s, round_s=round_s, losses=learned.stats, extras=extras)
         progress.rounds += 1
         self.window = Window(started_s=now, ranks_ran=set(self.running))
         before = self.decision.num_actors   # Nitro reads this update's probe; boosted ranks start warm

@@ -41,7 +41,7 @@ from nimbus.nitro.probe import round_probe_extras
 from nimbus.onpolicy.system import System
 from nimbus.roles.actor import ActorRequest, ActorResult
 from nimbus.runtime.prewarm import PrewarmController, make_prewarmer
-from nimbus.types import Progress, RoundMetrics, ScalingDecision
+from nimbus.types import Progress, ScalingDecision
 
 
 class Learned(Protocol):
@@ -110,7 +110,6 @@ class ActorRound:
                  watch: Callable[..., None]) -> None:
         self.system, self.progress, self.clock, self.watch = system, progress, clock, watch
         self.rank_base = system.rank_base  # population members' actor ranks are disjoint (env slots, affinity, seeds)
-        self.started_s = clock()
         self.decision = system.scaler.initial()
         self.round: RoundState | None = None   # the round whose actors sample now (or last sampled)
         self.slot_seq: dict[int, int] = dict(progress.slot_seq)
@@ -203,21 +202,12 @@ class ActorRound:
         progress.rounds += 1
         progress.slot_seq, progress.slot_states = dict(self.slot_seq), dict(self.slot_states)  # what a checkpoint saves
         progress.env_steps += state.env_steps
-        progress.episodes += len(state.episode_returns)
-        window = self.system.config.train.return_window
-        progress.recent_returns = (progress.recent_returns + state.episode_returns)[-window:]
-        returns = state.episode_returns
-        cost_usd = book.bill_round()
-        row = RoundMetrics(
-            round=state.index, env_steps=progress.env_steps, episodes=progress.episodes,
-            return_mean=float(np.mean(returns)) if returns else None,
-            return_min=float(np.min(returns)) if returns else None,
-            return_max=float(np.max(returns)) if returns else None,
-            num_actors=state.decision.num_actors, num_learners=num_learners, policy_version=learned.policy_version,
+        book.add_episodes(returns=state.episode_returns)
+        row = book.row(
+            index=state.index, returns=state.episode_returns, num_actors=state.decision.num_actors,
+            num_learners=num_learners, policy_version=learned.policy_version, now_s=now,
             sampling_s=state.sampling_s, transfer_s=state.ingest_s + learned.transfer_s,
-            learning_s=learned.learning_s, round_s=now - state.started_s,
-            wall_s=now - self.started_s + progress.wall_s_before,
-            cost_usd=cost_usd, losses=learned.stats,
+            learning_s=learned.learning_s, round_s=now - state.started_s, losses=learned.stats,
             extras={"recent_return_mean": float(np.mean(progress.recent_returns)) if progress.recent_returns
                     else float("nan"), **_overhead(round_s=now - state.started_s, actor_work_s=state.work_s,
                                                    compute_s=learned.compute_s),
