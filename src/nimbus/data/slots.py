@@ -3,7 +3,8 @@
 A fresh segment per message pays shm_open + ftruncate + mmap + the first touch of every page
 (~1.5 GB/s here, against ~20 GB/s for a warm copy). A ``SlotPool`` pays that once: the *sender*
 creates one segment of ``num_slots`` slots of ``slot_bytes``, writes every page at creation, and from
-then on moves only slot indices (TorchBeast's free/full queues, CONVENTIONS.md 4). Layout::
+then on moves only slot indices (TorchBeast's free/full queues: the data plane moves slot ids and headers, not
+payloads). Layout::
 
     head (magic "NSLT", version, num_slots, max_readers, slot_bytes, data_offset)
     flags  uint8[num_slots, max_readers]   1 = reader r still holds slot s
