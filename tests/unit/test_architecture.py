@@ -237,7 +237,7 @@ def test_every_allowed_entry_says_what_removes_it() -> None:
 
 def test_the_checks_see_lazy_imports_type_checking_ones_and_package_doors() -> None:
     edges, typing_only, _ = import_graph()
-    assert "nimbus.report.render" in edges["nimbus.run.loop"]              # lazy, inside _train_one()
+    assert "nimbus.report.render" in edges["nimbus.run.loop"]              # lazy, inside SingleRun.conclude()
     assert "nimbus.config.root" in typing_only["nimbus.config.rules"]      # under TYPE_CHECKING only
     assert "nimbus.config.root" not in edges["nimbus.config.rules"]
     assert circles(edges={"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {frozenset("abc")}
