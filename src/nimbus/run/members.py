@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nimbus.config import NimbusConfig
+from nimbus.core import Workflow
 from nimbus.errors import FunctionFailed, StoreUnavailable
 from nimbus.roles.remote import run_unless_store_lost, store_failure
 from nimbus.run.book import RoundBook
 from nimbus.run.signals import Interrupt
 from nimbus.run.stop import stop_reason
 from nimbus.runtime.base import event_queue, runtime_clock
-from nimbus.types import Shared
+from nimbus.types import RoundMetrics, Shared
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +88,14 @@ class Members:
     def __init__(self, *, configs: list[NimbusConfig], runtime: Any) -> None:
         """``runtime``: the pool every member invokes on; its event queue and clock drive the loop."""
         self.configs = configs
-        self.workflows: list[Any] = []
+        self.workflows: list[Workflow] = []
         self.books: list[RoundBook] = []
         self.generation: list[int] = []
         self.events: queue.Queue[Any] = event_queue(runtime=runtime)
         self.clock = runtime_clock(runtime=runtime)   # the workflows' own clock: their TimeTriggers compare with it
         self.lost_store: StoreUnavailable | None = None
 
-    def add(self, *, workflow: Any, hook: Callable[[Any], None], shared: Shared) -> None:
+    def add(self, *, workflow: Workflow, hook: Callable[[RoundMetrics], None], shared: Shared) -> None:
         """Member ``workflow``, its round hook (run/rounds.py) and its book over ``shared``'s ledger (run/book.py)."""
         i = len(self.workflows)
         self.workflows.append(workflow)
@@ -106,11 +107,11 @@ class Members:
         """Member ``i``'s workflow as of now (a replaced member has a new one)."""
         return lambda: self.workflows[i]
 
-    def _attach(self, *, i: int, workflow: Any) -> None:
+    def _attach(self, *, i: int, workflow: Workflow) -> None:
         self.workflows[i] = workflow
         workflow.attach(events=Tagged(shared=self.events, tag=(i, self.generation[i])), book=self.books[i])
 
-    def replace(self, i: int) -> Any:
+    def replace(self, i: int) -> Workflow:
         """A new workflow for member ``i`` over its System and progress, events of a new generation; started."""
         old = self.workflows[i]
         self.generation[i] += 1   # events of the failed round's other functions are ignored from now on
