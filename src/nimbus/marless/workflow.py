@@ -352,13 +352,9 @@ class MultiAgentWorkflow:
         progress, now = self.progress, self.clock()
         progress.rounds += 1
         self.book.add_episodes(returns=episodes.global_returns)
-        self.parts.shared.runtime.bill_provisioned()   # the round's provisioned time, before its cost per kind
-        costs = self._round_cost_by_kind()
         extras: dict[str, float] = {
             "marless/policies": float(len(active)), "marless/actors": float(num_actors),
             "marless/learner_invocations": float(invocations),   # the learner functions this round invoked
-            "marless/actor_cost_usd": costs.get("actor", 0.0),
-            "marless/learner_cost_usd": sum(v for k, v in costs.items() if k in LEARNER_ROLES),
             **{f"marless/return/{agent}": value for agent, value in episodes.agent_means.items()},
             **{f"marless/dead_rows/{agent}": value for agent, value in episodes.dead_rows.items()},
             **{f"marless/{k}": float(v) for k, v in self.parts.sharing.state().items()},
@@ -370,11 +366,15 @@ class MultiAgentWorkflow:
         losses = {f"{policy}/{k}": v for policy in active for k, v in stats[policy].items()}
         self._map_log.write(json.dumps({"round": index, "agent_policy": agent_policy, "actors": num_actors,
                                         "policies": active}) + "\n")
-        return self.book.row(
+        row = self.book.row(   # bills the round (its provisioned time first), so the split below is this round's
             index=index, returns=episodes.global_returns, num_actors=num_actors, num_learners=len(active),
             policy_version=progress.policy_version, now_s=now, sampling_s=sampled - started,
             transfer_s=ingested - sampled, learning_s=learned - ingested, round_s=now - started, losses=losses,
             extras=extras)
+        costs = self._round_cost_by_kind()
+        row.extras.update({"marless/actor_cost_usd": costs.get("actor", 0.0),
+                           "marless/learner_cost_usd": sum(v for k, v in costs.items() if k in LEARNER_ROLES)})
+        return row
 
     def _round_cost_by_kind(self) -> dict[str, float]:
         """This round's dollars per function kind (the book's running figures since the last round's end)."""
