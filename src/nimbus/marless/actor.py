@@ -20,8 +20,8 @@ centralised: ``state``, ``next_state``. An env ends its episode when no agent is
 before the others gets padding rows (its last observation, action 0, reward 0, terminated, ``alive`` False)
 until the env resets, which every learner masks out (marless/rows.py).
 
-Header: actor_rank, env_steps, agents (sorted possible agents), episode_returns {agent: [...]},
-episode_lengths [...], sampling_s, env_s, inference_s, policy_versions {policy: v}.
+The header is a `MultiAgentActorResult`, and the env slot's state beside it when the request asks
+(``snapshot``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from nimbus.algos.multiagent.iql import NEXT_ACTION_MASK
 from nimbus.algos.multiagent.ppo import ACTION_MASK
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
+from nimbus.data.result import WireResult
 from nimbus.data.stores import function_store
 from nimbus.envs.masks import masks_from
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
@@ -82,6 +83,22 @@ class MultiAgentActorRequest(WireRequest, header="marless_actor", affinity="acto
         return cls(**fields)
 
 
+@dataclass(frozen=True)
+class MultiAgentActorResult(WireResult):
+    """What a multi-agent actor function returns besides its rows (the arrays): the fragment's bookkeeping and
+    timings."""
+
+    actor_rank: int
+    env_steps: int                          # num_envs × fragment_steps: every env steps whatever its agents do
+    agents: list[str]                       # the env's possible agents, sorted
+    episode_returns: dict[str, list[float]]  # agent → the returns of its episodes that ended in this fragment
+    episode_lengths: list[int]              # those episodes' lengths, one per env episode
+    sampling_s: float                       # the whole call
+    env_s: float                            # stepping the envs
+    inference_s: float                      # the policies' forward passes
+    policy_versions: dict[str, int]         # policy → the version that acted (the rows' behaviour policy)
+
+
 def marless_actor_function(*, context: FunctionContext, request: Message) -> Message:
     req = MultiAgentActorRequest.from_message(request)
     started = time.perf_counter()
@@ -97,15 +114,15 @@ def marless_actor_function(*, context: FunctionContext, request: Message) -> Mes
         context.cache.get("marless_slots", {}).pop(req.actor_rank, None)  # env state is now unknown
         raise
     slot.seq += 1
-    header = {"actor_rank": req.actor_rank, "env_steps": req.num_envs * req.fragment_steps,
-              "agents": sorted(spaces), "episode_returns": episodes[0], "episode_lengths": episodes[1],
-              "sampling_s": time.perf_counter() - started, **timers,
-              "policy_versions": {policy: int(key.rsplit("/", 1)[1]) for policy, key in req.weights_keys.items()}}
-    state = capture_ma_slot(slot=slot) if req.snapshot else None
-    if state is not None:
-        header[SLOT_META] = state.meta
-        arrays.update(state.arrays)
-    return Message(header=header, arrays=arrays)
+    result = MultiAgentActorResult(
+        actor_rank=req.actor_rank, env_steps=req.num_envs * req.fragment_steps, agents=sorted(spaces),
+        episode_returns=episodes[0], episode_lengths=episodes[1], sampling_s=time.perf_counter() - started,
+        env_s=timers["env_s"], inference_s=timers["inference_s"],
+        policy_versions={policy: int(key.rsplit("/", 1)[1]) for policy, key in req.weights_keys.items()})
+    state = capture_ma_slot(slot=slot) if req.snapshot else None   # None also for an env it cannot snapshot
+    if state is None:
+        return result.wire_message(arrays=arrays)
+    return result.wire_message(arrays={**arrays, **state.arrays}, extra_header={SLOT_META: state.meta})
 
 
 def _algo(*, context: FunctionContext, req: MultiAgentActorRequest) -> tuple[Any, dict[str, EnvSpaces]]:

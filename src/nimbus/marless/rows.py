@@ -17,12 +17,15 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nimbus.data.codec import Message
 from nimbus.marless.agent_id import append_agent_id
+
+if TYPE_CHECKING:   # the actor function's module (torch, the envs): only its result's type is read here
+    from nimbus.marless.actor import MultiAgentActorResult
 
 ALIVE = "alive"
 SAMPLES_PER_AGENT = 512  # (obs, action) rows per agent kept for the similarity measure (marless/sharing.py)
@@ -71,11 +74,11 @@ class Episodes:
     dead_rows: dict[str, float] = field(default_factory=dict)   # agent → share of its rows that are padding
 
     @classmethod
-    def collect(cls, *, results: list[Message], agents: list[str]) -> Episodes:
+    def collect(cls, *, results: list[MultiAgentActorResult], agents: list[str]) -> Episodes:
         per_agent: dict[str, list[float]] = {agent: [] for agent in agents}
         global_returns: list[float] = []
         for result in results:
-            returns = result.header["episode_returns"]
+            returns = result.episode_returns
             for agent in agents:
                 per_agent[agent] += [float(x) for x in returns.get(agent, [])]
             counts = {len(returns.get(agent, [])) for agent in agents}

@@ -38,7 +38,7 @@ from nimbus.data.checkpoint import Checkpointer
 from nimbus.data.codec import Message
 from nimbus.envs.slot_state import pop_slot_state
 from nimbus.errors import CheckpointError
-from nimbus.marless.actor import MultiAgentActorRequest
+from nimbus.marless.actor import MultiAgentActorRequest, MultiAgentActorResult
 from nimbus.marless.agent_id import uses_agent_id
 from nimbus.marless.checkpoint import check_policies, load_policies, policy_directory, publish_policies, save_policies
 from nimbus.marless.evaluate import MarlessEvalResult, evaluate_agents
@@ -288,8 +288,9 @@ class MultiAgentWorkflow:
                 round: int) -> Episodes:
         """Each active policy's batch into the Store; per-agent returns and similarity samples."""
         agents = list(self.parts.agents)
-        episodes = Episodes.collect(results=results, agents=agents)
-        self.progress.env_steps += sum(int(r.header["env_steps"]) for r in results)
+        actor_results = [MultiAgentActorResult.from_message(result) for result in results]
+        episodes = Episodes.collect(results=actor_results, agents=agents)
+        self.progress.env_steps += sum(result.env_steps for result in actor_results)
         for policy in active:
             members = [a for a in agents if agent_policy[a] == policy]
             self.parts.shared.store.put(key=batch_key(policy=policy, round=round),
