@@ -5,19 +5,18 @@ in the ledger): MAPPO ``postprocess`` → ``critic`` → ``policy``; IPPO ``crit
 one request (`MarlessLearnerRequest`) and talk through the Store:
 
 - ``postprocess_function`` (MAPPO) reads ``batch/<policy>/r<k>`` and puts ``post/<policy>/r<k>``:
-  ``critic_obs`` = state ⊕ one-hot(agent_index) and ``next_critic_obs`` = next_state ⊕ one-hot.
+  ``critic_obs`` = state ⊕ one-hot(agent_index) and ``next_critic_obs`` = next_state ⊕ one-hot; returns a
+  `PostprocessResult`.
 - ``critic_function`` computes V(x) and V(x') with critic version v (x = own obs for IPPO, the post-processed
   input for MAPPO), GAE per agent segment (``cut`` ends a segment; ``terminated`` bootstraps 0, a truncation
   bootstraps V(next_obs)), puts ``adv/<policy>/r<k>`` (advantages, returns), then fits the critic on the
-  returns (epochs × minibatches) and puts ``critic/<policy>/<v+1>`` (network + optimizer state).
-  Header: value_loss, critic_nonfinite_steps, explained_variance, rows, dead_rows, critic_s, critic_version.
+  returns (epochs × minibatches) and puts ``critic/<policy>/<v+1>`` (network + optimizer state); returns a
+  `CriticResult`.
 - ``policy_function`` runs PPO's clipped surrogate on the advantages (epochs × minibatches), puts
   ``weights/<policy>/<v+1>`` and ``optim/<policy>/<v+1>``, and, when the request asks (``probe``), measures
   the convexity C = −λmax/λmin of the policy objective's Hessian on the whole batch's live rows (nitro/probe.py,
-  analysis/hessian.py); the driver asks only on rounds a controller reads it (marless/learning.py).
-  Header: policy_loss, entropy, approx_kl, clip_fraction, nonfinite_steps, convexity (NaN unprobed), probe_rows (0
-  unprobed),
-  rows, dead_rows, policy_s, policy_version.
+  analysis/hessian.py); the driver asks only on rounds a controller reads it (marless/learning.py). Returns a
+  `PolicyResult`.
 
 With an env that gives action masks, the batch's ``action_mask`` column goes into the surrogate and the probe: the
 log-prob and entropy are those of the masked distribution the actor sampled from (models/distributions.py).
@@ -27,7 +26,7 @@ advantages and returns are 0, and neither the value fit, the value normalisation
 sees them.
 
 Every put is tagged with the invocation id, so a retried invocation may redo its puts (data/store.py).
-A non-finite loss or gradient skips that minibatch (the weights are kept), as ppo_update does; the headers count the
+A non-finite loss or gradient skips that minibatch (the weights are kept), as ppo_update does; the results count the
 skipped steps (``critic_nonfinite_steps``, ``nonfinite_steps``), which the driver's ``train.max_nonfinite_losses``
 guard reads (marless/workflow.py).
 """
@@ -38,7 +37,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -60,6 +59,7 @@ from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.agent_id import with_agent_id
 from nimbus.marless.device_loop import StepRows, host_draws
+from nimbus.marless.results import MarlessResult
 from nimbus.marless.rows import live_index
 from nimbus.models.weights import (
     load_model,
@@ -102,6 +102,52 @@ class MarlessLearnerRequest(WireRequest, header="marless_learner", affinity="lea
         return f"{prefix}/{self.policy}/r{self.round}"
 
 
+@dataclass(frozen=True)
+class PostprocessResult(MarlessResult):
+    """What MAPPO's post-processing function returns (the critic inputs themselves are in the Store)."""
+
+    post_key: str            # post/<policy>/r<k>: critic_obs, next_critic_obs
+    rows: int
+    postprocess_s: float
+
+
+@dataclass(frozen=True)
+class CriticResult(MarlessResult):
+    """What a critic function returns (the advantages are in the Store under ``adv_key``, the fitted critic under
+    ``critic/<policy>/<critic_version>``)."""
+
+    critic_version: int            # the version the fit published
+    value_loss: float              # the mean over the steps taken (NaN if none)
+    critic_nonfinite_steps: int    # steps a non-finite loss or gradient skipped (train.max_nonfinite_losses)
+    explained_variance: float
+    adv_key: str
+    rows: int                      # the live rows the critic fitted
+    dead_rows: int                 # padding rows left out (marless/rows.py)
+    device: str
+    critic_s: float
+
+
+@dataclass(frozen=True)
+class PolicyResult(MarlessResult):
+    """What a policy function returns (the weights are in the Store under ``weights/<policy>/<policy_version>``)."""
+
+    STATS: ClassVar[tuple[str, ...]] = POLICY_STATS   # each the mean over the steps taken (NaN if none)
+    policy_version: int         # the version the update published
+    stats: dict[str, float]
+    nonfinite_steps: int        # steps a non-finite loss or gradient skipped (train.max_nonfinite_losses)
+    convexity: float            # C = −λmax/λmin of the updated policy's objective; NaN unprobed
+    extras: dict[str, float]    # the probe's readings (nitro/probe.py); {} unprobed
+    probe_rows: float           # the rows the probe read; 0 unprobed
+    rows: int                   # the live rows the surrogate read
+    dead_rows: int              # padding rows left out (marless/rows.py)
+    policy_s: float
+    device: str
+
+
+ROLE_RESULTS: dict[str, type[MarlessResult]] = {   # what each role's function returns (marless/learning.py reads it)
+    "postprocess": PostprocessResult, "critic": CriticResult, "policy": PolicyResult}
+
+
 def postprocess_function(*, context: FunctionContext, request: Message) -> Message:
     req = MarlessLearnerRequest.from_message(request)
     started = time.perf_counter()
@@ -113,8 +159,8 @@ def postprocess_function(*, context: FunctionContext, request: Message) -> Messa
             "next_critic_obs": centralised_inputs(state=batch["next_state"], agent_index=index, num_agents=num_agents)}
     store.put(key=req.key(prefix="post"), message=Message(header={"round": req.round}, arrays=post),
               writer=context.invocation_id)
-    return Message(header={"post_key": req.key(prefix="post"), "rows": int(len(index)),
-                           "postprocess_s": time.perf_counter() - started})
+    return PostprocessResult(post_key=req.key(prefix="post"), rows=int(len(index)),
+                             postprocess_s=time.perf_counter() - started).wire_message()
 
 
 def critic_function(*, context: FunctionContext, request: Message) -> Message:
@@ -149,11 +195,11 @@ def critic_function(*, context: FunctionContext, request: Message) -> Message:
     new_version = req.critic_version + 1
     store.put(key=f"critic/{req.policy}/{new_version}", writer=context.invocation_id,
               message=critic_to_message(critic=critic, optimizer=optimizer, version=new_version))
-    return Message(header={"critic_version": new_version, "value_loss": fit, "critic_nonfinite_steps": skipped,
-                           "explained_variance": explained_variance(values=values, returns=returns),
-                           "adv_key": req.key(prefix="adv"), "rows": int(len(returns)),
-                           "dead_rows": int(len(batch["rewards"]) - len(returns)), "device": str(device),
-                           "critic_s": time.perf_counter() - started})
+    return CriticResult(critic_version=new_version, value_loss=fit, critic_nonfinite_steps=skipped,
+                        explained_variance=explained_variance(values=values, returns=returns),
+                        adv_key=req.key(prefix="adv"), rows=int(len(returns)),
+                        dead_rows=int(len(batch["rewards"]) - len(returns)), device=str(device),
+                        critic_s=time.perf_counter() - started).wire_message()
 
 
 def policy_function(*, context: FunctionContext, request: Message) -> Message:
@@ -162,7 +208,7 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
     algo, model = state["algo"], state["policy"]
     optimizer = _load_policy(store=store, req=req, algo=algo, model=model)
     batch, dead_rows = _policy_batch(store=store, req=req, device=state["device"])
-    stats = _fit_policy(algo=algo, model=model, optimizer=optimizer, batch=batch, req=req)
+    stats, skipped = _fit_policy(algo=algo, model=model, optimizer=optimizer, batch=batch, req=req)
     new_version = req.weights_version + 1
     put_all(store=store, writer=context.invocation_id, items={
         weights_key(policy=req.policy, version=new_version): model_to_message(model=model, version=new_version),
@@ -170,11 +216,11 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
                                                                                 version=new_version)})
     fault_point(name="marless.policy.published")
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
-    convexity = extras.get(HESSIAN_RATIO_KEY, math.nan)
-    return Message(header={"policy_version": new_version, **stats, "convexity": convexity, "extras": extras,
-                           "probe_rows": float(extras.get("probe_rows", 0.0)),
-                           "rows": int(batch["obs"].shape[0]), "dead_rows": dead_rows,
-                           "policy_s": time.perf_counter() - started, "device": str(state["device"])})
+    return PolicyResult(policy_version=new_version, stats=stats, nonfinite_steps=skipped,
+                        convexity=extras.get(HESSIAN_RATIO_KEY, math.nan), extras=extras,
+                        probe_rows=float(extras.get("probe_rows", 0.0)), rows=int(batch["obs"].shape[0]),
+                        dead_rows=dead_rows, policy_s=time.perf_counter() - started,
+                        device=str(state["device"])).wire_message()
 
 
 def _invocation(*, context: FunctionContext, request: Message) -> tuple[MarlessLearnerRequest, dict[str, Any], Store]:
@@ -291,9 +337,9 @@ def _zero_dead(values: torch.Tensor, *, live: np.ndarray) -> torch.Tensor:
 
 
 def _fit_policy(*, algo: Any, model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
-                req: MarlessLearnerRequest) -> dict[str, float]:
-    """PPO epochs × minibatches; the mean of each loss statistic over the steps taken (NaN if none) and
-    ``nonfinite_steps``, the steps a non-finite loss or gradient skipped. No host read inside the loop."""
+                req: MarlessLearnerRequest) -> tuple[dict[str, float], int]:
+    """PPO epochs × minibatches; the mean of each loss statistic over the steps taken (NaN if none) and how many
+    steps a non-finite loss or gradient skipped. No host read inside the loop."""
     config = algo.config
     _set_lr(optimizer=optimizer, lr=scheduled(value=config.lr, schedule=config.lr_schedule, progress=req.progress))
     generator = torch.Generator().manual_seed(derive_seed(req.seed, req.round, 5))
@@ -304,8 +350,7 @@ def _fit_policy(*, algo: Any, model: nn.Module, optimizer: torch.optim.Optimizer
                                         clip_coef=config.clip_coef)
         outcome = guarded_step(optimizer=optimizer, params=params, loss=loss, max_grad_norm=config.max_grad_norm)
         steps.add(row=stats, applied=outcome.finite)
-    means, skipped = steps.read()
-    return {**means, "nonfinite_steps": skipped}
+    return steps.read()
 
 
 def _set_lr(*, optimizer: torch.optim.Optimizer, lr: float) -> None:

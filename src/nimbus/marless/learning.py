@@ -10,8 +10,8 @@ which Store keys the round leaves behind.
   (marless/team_learner.py) reads the last rounds of those and updates every active policy (and QMIX's mixer)
   jointly: two learner invocations a round however many policies. A key that leaves every replay is deleted.
 
-Both return each active policy's scalar stats (loss parts, ``convexity``...) and advance the versions in
-``progress``.
+Both read each function's typed result (marless/results.py), return each active policy's row statistics (loss
+parts, ``convexity``...: the results' ``row_stats()``) and advance the versions in ``progress``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from nimbus.data.codec import Message
 from nimbus.errors import NimbusError
-from nimbus.marless.learner import MarlessLearnerRequest
+from nimbus.marless.learner import ROLE_RESULTS, MarlessLearnerRequest
 from nimbus.types import schedule_fraction
 
 TEAM = "team"   # VDN's joint rows: post/team/r<k>
@@ -46,12 +46,6 @@ def results_of(*, futures: list[Future], what: str) -> list[Message]:
         except Exception as exc:
             raise NimbusError(f"a {what} function failed after its retries: {exc}") from exc
     return out
-
-
-def scalar_stats(*, header: dict[str, Any]) -> dict[str, float]:
-    """A learner result's numeric fields, bookkeeping (versions, row counts, ``_``-private) left out."""
-    return {k: float(v) for k, v in header.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-            and not k.endswith("_version") and k != "rows" and not k.startswith("_")}
 
 
 def nonfinite_round(*, stats: dict[str, dict[str, float]]) -> bool:
@@ -95,8 +89,8 @@ class OnPolicyLearning(_Learning):
         stats: dict[str, dict[str, float]] = {policy: {} for policy in active}
         for role in self.parts.algo.roles:
             requests = [self.request(policy=p, agent_policy=agent_policy, round=round).to_message() for p in active]
-            for policy, result in zip(active, self._invoke(role=role, requests=requests)):
-                stats[policy].update(scalar_stats(header=result.header))
+            for policy, message in zip(active, self._invoke(role=role, requests=requests)):
+                stats[policy].update(ROLE_RESULTS[role].from_message(message).row_stats())
                 if role == "policy":
                     self.progress.versions[policy] += 1
                 elif role == "critic":
@@ -125,6 +119,7 @@ class ValueLearning(_Learning):
     def run(self, *, active: list[str], agent_policy: dict[str, str], round: int, rows_per_agent: int
             ) -> tuple[dict[str, dict[str, float]], list[str]]:
         from nimbus.marless.team_rows import VDNPostprocessRequest
+        from nimbus.marless.value_learner import ValuePolicyResult
 
         stale: list[str] = []
         if "postprocess" in self.parts.algo.roles:   # VDN: the team's joint rows, once per round
@@ -143,14 +138,14 @@ class ValueLearning(_Learning):
             return self._joint(agent_policy=agent_policy, round=round), stale
         requests = [self.request(policy=p, agent_policy=agent_policy, round=round).to_message() for p in active]
         stats = {}
-        for policy, result in zip(active, self._invoke(role="policy", requests=requests)):
-            stats[policy] = scalar_stats(header=result.header)
+        for policy, message in zip(active, self._invoke(role="policy", requests=requests)):
+            stats[policy] = ValuePolicyResult.from_message(message).row_stats()
             self.progress.versions[policy] += 1
         return stats, stale
 
     def _joint(self, *, agent_policy: dict[str, str], round: int) -> dict[str, dict[str, float]]:
         """VDN, QMIX: one team policy function updates every policy in ``agent_policy`` (and the mixer)."""
-        from nimbus.marless.team_learner import TeamLearnerRequest
+        from nimbus.marless.team_learner import TeamLearnerRequest, TeamResult
         from nimbus.marless.value_learner import spaces_header
 
         cfg, in_use = self.parts.config, sorted(set(agent_policy.values()))
@@ -161,11 +156,11 @@ class ValueLearning(_Learning):
             spaces={p: spaces_header(spaces=self.parts.policy_spaces[p]) for p in in_use}, seed=cfg.seed + round,
             progress=self._progress_fraction(), mixer_version=self.progress.mixer_version,
             state_dim=self.parts.state_dim, probe=self.probe)
-        result = self._invoke(role="policy", requests=[request.to_message()])[0]
-        self.progress.mixer_version = int(result.header["mixer_version"])
+        result = TeamResult.from_message(self._invoke(role="policy", requests=[request.to_message()])[0])
+        self.progress.mixer_version = result.mixer_version
         stats = {}
         for policy in in_use:
-            stats[policy] = scalar_stats(header=result.header["policies"][policy])
+            stats[policy] = result.policies[policy].row_stats()
             self.progress.versions[policy] += 1
         return stats
 

@@ -20,7 +20,7 @@ policy's ``weights/<p>/<v+1>`` (ε from the run's progress), ``optim/<p>/<v+1>``
 QMIX's ``mixer/{weights,optim,target}/<m+1>``, all tagged with the invocation id, and samples with a generator
 seeded from (seed, round): a retry recomputes the same values. With ``probe`` it probes each policy's convexity
 on the newest round's joint rows: the Hessian of the joint objective with respect to that policy's parameters,
-the others held at their updated values.
+the others held at their updated values. It returns a `TeamResult`: a `TeamPolicyResult` per policy it trained.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -46,6 +46,7 @@ from nimbus.data.request import WireRequest
 from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import put_all
 from nimbus.marless.device_loop import StepRows, host_draws
+from nimbus.marless.results import MarlessResult
 from nimbus.marless.rows import ALIVE
 from nimbus.marless.value_learner import (
     DEFAULT_PROBE,
@@ -86,6 +87,49 @@ class TeamLearnerRequest(WireRequest, header=TEAM_HEADER, affinity=f"learner-{TE
     probe: bool | dict[str, Any] | None = False   # True (DEFAULT_PROBE) or a ProbeRequest header: convexity
 
 
+@dataclass(frozen=True)
+class TeamPolicyResult(MarlessResult):
+    """One policy's part of the team update's result (``TeamResult.policies``; its weights, optimizer and target are
+    in the Store under version ``policy_version``)."""
+
+    STATS: ClassVar[tuple[str, ...]] = VALUE_STATS   # the joint TD loss's: each the mean over the steps taken
+    policy_version: int         # the version the update published
+    stats: dict[str, float]
+    gradient_steps_run: int     # this update's joint steps taken
+    nonfinite_steps: int        # joint steps a non-finite loss or gradient skipped (train.max_nonfinite_losses)
+    nonfinite: bool             # nonfinite_steps > 0
+    grad_steps: int             # the policy's gradient steps so far, across rounds: its target's refresh clock
+    target_refreshes: int       # this update's target copies
+    replay_rows: int
+    convexity: float            # C = −λmax/λmin of the joint objective w.r.t. this policy; NaN unprobed
+    extras: dict[str, float]    # the probe's readings (nitro/probe.py); {} unprobed
+    probe_rows: float           # the rows the probe read; 0 unprobed
+    epsilon: float              # the published weights' exploration rate
+    policy_s: float             # the one team invocation's time, under each policy it trained
+
+
+@dataclass(frozen=True)
+class TeamResult(MarlessResult):
+    """What the team's policy function returns: each policy's part as a nested table of the header (the simulated
+    runtime's timings and the row read only the top level and ``extras`` of each, as before the class)."""
+
+    policies: dict[str, TeamPolicyResult]   # every policy the update trained
+    mixer_version: int                      # QMIX: the version published; VDN: the request's, unchanged
+    policy_s: float
+    device: str
+
+    def wire_header(self) -> dict[str, Any]:
+        return {**vars(self), "policies": {policy: part.wire_header() for policy, part in self.policies.items()}}
+
+    @classmethod
+    def from_message(cls, message: Message) -> TeamResult:
+        header = dict(message.header)
+        if isinstance(header.get("policies"), dict):
+            header["policies"] = {policy: TeamPolicyResult.from_message(Message(header=table))
+                                  for policy, table in header["policies"].items()}
+        return super().from_message(Message(header=header, arrays=message.arrays))
+
+
 @dataclass
 class TrainedNet(Generic[Net]):
     """One network the team update trains: online, target, its Adam and its gradient-step count."""
@@ -114,16 +158,15 @@ def team_value_function(*, context: FunctionContext, request: Message) -> Messag
     puts = publish_items(req=req, nets=nets, mixer=mixer, epsilon=algo.epsilon_at(progress=req.progress))
     put_all(store=store, writer=context.invocation_id, items=puts)
     newest = newest_rows(context=context, keys=req.replay_keys, device=device) if req.probe else {}
-    policies = {policy: {"policy_version": req.policy_versions[policy] + 1, **stats,
-                         "grad_steps": net.grad_steps, "target_refreshes": net.refreshes,
-                         "replay_rows": replay_rows(replay),
-                         **probe_stats(objective=objective, policy=policy, replay=newest, req=req)}
-                for policy, net in nets.items()}
+    probes = {policy: probe_stats(objective=objective, policy=policy, replay=newest, req=req) for policy in nets}
     elapsed_s = time.perf_counter() - started
-    for policy_stats in policies.values():
-        policy_stats["policy_s"] = elapsed_s   # the one team invocation's time, under each policy it trained
-    return Message(header={"policies": policies, "mixer_version": req.mixer_version + (mixer is not None),
-                           "policy_s": elapsed_s, "device": str(device)})
+    policies = {policy: TeamPolicyResult(
+        policy_version=req.policy_versions[policy] + 1, stats={name: stats[name] for name in VALUE_STATS},
+        gradient_steps_run=stats["gradient_steps_run"], nonfinite_steps=stats["nonfinite_steps"],
+        nonfinite=stats["nonfinite"], grad_steps=net.grad_steps, target_refreshes=net.refreshes,
+        replay_rows=replay_rows(replay), **probes[policy], policy_s=elapsed_s) for policy, net in nets.items()}
+    return TeamResult(policies=policies, mixer_version=req.mixer_version + (mixer is not None), policy_s=elapsed_s,
+                      device=str(device)).wire_message()
 
 
 def load_policy(*, store: Store, algo: ValueAlgorithm, req: TeamLearnerRequest, policy: str,

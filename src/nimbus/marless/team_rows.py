@@ -12,7 +12,8 @@
   (terminated, reward 0, ``alive`` False) for an agent that finished before the others; unequal row counts
   raise EnvContractError. The team's ``terminated`` holds once every agent has terminated; until then the
   finished agents' terminated flags mask their next values out of the target and their ``alive`` flags
-  their Q values out of Q_tot (marless/rows.py). IQL's replay drops padding rows.
+  their Q values out of Q_tot (marless/rows.py). IQL's replay drops padding rows. It returns a
+  `VDNPostprocessResult`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
+from nimbus.data.result import WireResult
 from nimbus.data.stores import function_store
 from nimbus.errors import EnvContractError
 from nimbus.marless.rows import ALIVE
@@ -42,6 +44,16 @@ class VDNPostprocessRequest(WireRequest, header=POSTPROCESS_HEADER, affinity="po
     all_agents: Sequence[str]          # every agent, sorted (``agent_index`` indexes this list)
     batch_keys: Sequence[str]          # this round's batch/<policy>/r<k> of every policy with agents
     post_key: str                      # where the joint rows go: post/team/r<k>
+
+
+@dataclass(frozen=True)
+class VDNPostprocessResult(WireResult):
+    """What the team's post-processing function returns (the joint rows themselves are in the Store)."""
+
+    post_key: str               # post/team/r<k>
+    rows: int                   # joint rows: one per (actor, env, t)
+    team_reward_mean: float     # the mean of the joint rows' team reward
+    postprocess_s: float
 
 
 # --- joint rows for VDN (the TD targets are in algos/multiagent/iql.py and vdn.py) ---
@@ -94,6 +106,6 @@ def vdn_postprocess_function(*, context: FunctionContext, request: Message) -> M
     joint = align_team_rows(parts=parts, all_agents=req.all_agents)
     store.put(key=req.post_key, message=Message(header={"round": req.round, "agents": list(req.all_agents)},
                                                 arrays=joint), writer=context.invocation_id)
-    return Message(header={"post_key": req.post_key, "rows": int(joint["rewards"].shape[0]),
-                           "team_reward_mean": float(joint["rewards"].mean()),
-                           "postprocess_s": time.perf_counter() - started})
+    return VDNPostprocessResult(post_key=req.post_key, rows=int(joint["rewards"].shape[0]),
+                                team_reward_mean=float(joint["rewards"].mean()),
+                                postprocess_s=time.perf_counter() - started).wire_message()

@@ -15,7 +15,8 @@
   invocations by the weights header's ``grad_steps``. The function publishes ``weights/<p>/<v+1>``
   (ε set from the run's progress, header ``grad_steps``), ``optim/<p>/<v+1>`` and ``target/<p>/<v+1>``,
   every put tagged with the invocation id, and samples with a generator seeded from (seed, policy,
-  version, round): a retried attempt recomputes the same values and replaces its own puts.
+  version, round): a retried attempt recomputes the same values and replaces its own puts. It returns a
+  `ValuePolicyResult`.
 
 With ``probe`` (True, or a ProbeRequest header) in the request, the convexity C = −λmax/λmin of the Hessian of
 the TD objective (the negated loss) w.r.t. the policy's parameters is probed after the update on the newest round's
@@ -31,7 +32,7 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -51,6 +52,7 @@ from nimbus.data.store import KeyNotFound, Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.device_loop import StepRows, host_draws
+from nimbus.marless.results import MarlessResult
 from nimbus.marless.rows import live_index
 from nimbus.models.weights import (
     load_model,
@@ -68,6 +70,7 @@ from nimbus.runtime.devices import place, torch_device
 VALUE_HEADER = "value_learner"
 TEAM = "team"
 DEFAULT_PROBE = ProbeRequest(subset_size=None, max_iterations=30, tolerance=1e-3)   # as marless/learner.py
+VALUE_STATS = ("policy_loss", "q_mean", "td_abs")   # a TD step's statistics, in the order ``terms`` gives them
 
 
 def target_key(*, policy: str, version: int) -> str:
@@ -115,6 +118,29 @@ class ValueLearnerRequest(WireRequest, header=VALUE_HEADER, affinity="learner-{p
     probe: bool | dict[str, Any] | None = False   # True (DEFAULT_PROBE) or a ProbeRequest header: convexity
 
 
+@dataclass(frozen=True)
+class ValuePolicyResult(MarlessResult):
+    """What IQL's policy function returns (the weights, optimizer and target are in the Store under version
+    ``policy_version``)."""
+
+    STATS: ClassVar[tuple[str, ...]] = VALUE_STATS   # each the mean over the steps taken (NaN if none)
+    policy: str
+    policy_version: int         # the version the update published
+    stats: dict[str, float]
+    grad_steps: int             # the policy's gradient steps so far, across rounds: the target's refresh clock
+    gradient_steps_run: int     # this update's steps taken
+    target_refreshes: int       # this update's target copies
+    nonfinite_steps: int        # steps a non-finite loss or gradient skipped (train.max_nonfinite_losses)
+    nonfinite: bool             # nonfinite_steps > 0
+    epsilon: float              # the published weights' exploration rate
+    replay_rows: int
+    convexity: float            # C = −λmax/λmin of the TD objective after the update; NaN unprobed
+    extras: dict[str, float]    # the probe's readings (nitro/probe.py); {} unprobed
+    probe_rows: float           # the rows the probe read; 0 unprobed
+    policy_s: float
+    device: str
+
+
 def value_policy_function(*, context: FunctionContext, request: Message) -> Message:
     req = ValueLearnerRequest.from_message(request)
     started = time.perf_counter()
@@ -149,11 +175,14 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
     })
     newest = newest_rows(context=context, keys=req.replay_keys, device=device) if req.probe else {}
     extras = _probe(objective=objective, online=online, replay=newest, req=req, version=version)
-    return Message(header={"policy": req.policy, "policy_version": new_version, **stats,
-                           "epsilon": float(online.epsilon), "replay_rows": replay_rows(replay),
-                           "convexity": float(extras.get(HESSIAN_RATIO_KEY, math.nan)), "extras": extras,
-                           "probe_rows": float(extras.get("probe_rows", 0.0)),
-                           "policy_s": time.perf_counter() - started, "device": str(device)})
+    return ValuePolicyResult(
+        policy=req.policy, policy_version=new_version, stats={name: stats[name] for name in VALUE_STATS},
+        grad_steps=stats["grad_steps"], gradient_steps_run=stats["gradient_steps_run"],
+        target_refreshes=stats["target_refreshes"], nonfinite_steps=stats["nonfinite_steps"],
+        nonfinite=stats["nonfinite"], epsilon=float(online.epsilon), replay_rows=replay_rows(replay),
+        convexity=float(extras.get(HESSIAN_RATIO_KEY, math.nan)), extras=extras,
+        probe_rows=float(extras.get("probe_rows", 0.0)), policy_s=time.perf_counter() - started,
+        device=str(device)).wire_message()
 
 
 # --- helpers ---
@@ -247,9 +276,6 @@ def newest_rows(*, context: FunctionContext, keys: Sequence[str], device: torch.
 
 def replay_rows(replay: dict[str, torch.Tensor]) -> int:
     return int(replay["rewards"].shape[0]) if "rewards" in replay else 0
-
-
-VALUE_STATS = ("policy_loss", "q_mean", "td_abs")   # a TD step's statistics, in the order ``terms`` gives them
 
 
 class _Objective:
