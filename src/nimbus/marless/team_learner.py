@@ -123,11 +123,11 @@ class TeamResult(MarlessResult):
 
     @classmethod
     def from_message(cls, message: Message) -> TeamResult:
-        header = dict(message.header)
-        if isinstance(header.get("policies"), dict):
-            header["policies"] = {policy: TeamPolicyResult.from_message(Message(header=table))
-                                  for policy, table in header["policies"].items()}
-        return super().from_message(Message(header=header, arrays=message.arrays))
+        tables: dict[str, dict[str, Any]] | None = message.header.get("policies")
+        if tables is None:   # WireResult names the missing field
+            return super().from_message(message)
+        parts = {policy: TeamPolicyResult.from_message(Message(header=table)) for policy, table in tables.items()}
+        return super().from_message(Message(header={**message.header, "policies": parts}, arrays=message.arrays))
 
 
 @dataclass
