@@ -19,8 +19,8 @@ from nimbus.data.shm import release_run_prefix
 from nimbus.data.store import Store
 from nimbus.data.triggers import StoreEvents
 from nimbus.envs.spaces import EnvSpaces
-from nimbus.nitro.probe import ProbeRequest
 from nimbus.report.metrics import MetricsSink
+from nimbus.roles.probe import ProbeRequest
 from nimbus.runtime.base import FunctionSpec, Runtime
 
 
