@@ -28,13 +28,14 @@ PACKAGE = Path(nimbus.__file__).resolve().parent
 # protocols) and types.py (the plain data they name) import nothing above them. schema < config: every config section
 # is built on schema/, and config/ imports the sections that live in technique and algorithm folders. data < cost
 # (cost.ledger writes through data.jsonl, nothing in data imports cost) and analysis < runtime (hessian imports only
-# liveness; runtime.builtin runs it) follow the code. roles/ (what every technique's functions share) and report/ sit
-# below the technique folders; run/ (the run loop) above them.
+# liveness; runtime.builtin runs it) follow the code. roles/ (what every technique's functions share), report/ and
+# policy/ (one policy's plumbing, which every workflow over one System builds on) sit below the technique folders;
+# run/ (the run loop) above them.
 TECHNIQUES = ("nitro", "onpolicy", "offpolicy", "stellaris", "marless", "pbt")
 LAYERS: list[tuple[str, ...]] = [
     ("", "core", "types", "errors", "liveness"), ("schema",), ("config",), ("data",), ("cost",), ("analysis",),
-    ("runtime",), ("envs",), ("models",), ("algos",), ("roles",), ("report",), TECHNIQUES, ("run",), ("sweep",),
-    ("bench",), ("cli",),
+    ("runtime",), ("envs",), ("models",), ("algos",), ("roles",), ("report",), ("policy",), TECHNIQUES, ("run",),
+    ("sweep",), ("bench",), ("cli",),
 ]
 # Technique folders share one layer; one imports another only along these edges (docs/architecture.md): every
 # learner calls Nitro's probe, Stellaris's workflow extends the on-policy one, PBT members are on-policy workflows.

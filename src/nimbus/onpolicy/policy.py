@@ -33,8 +33,8 @@ from nimbus.envs.make import make_env
 from nimbus.envs.snapshot import check_snapshot, require_snapshot
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
-from nimbus.nitro.scalers import make_scaler
 from nimbus.onpolicy.system import System
+from nimbus.policy.scaling import make_scaler
 from nimbus.report.metrics import MetricsSink
 from nimbus.roles.probe import probe_request
 from nimbus.roles.specs import check_devices, role_spec

@@ -37,7 +37,7 @@ from nimbus.data.buffer import Buffer
 from nimbus.data.checkpoint import DISK_FULL
 from nimbus.data.codec import MAGIC, PREFIX, VERSION, Message, decode, encode
 from nimbus.errors import CheckpointError
-from nimbus.nitro.scaler import WindowedScaler
+from nimbus.policy.scaling import StatefulScaler
 
 FILE_KEY, SHA_KEY = "replay_file", "replay_sha256"
 PACER_FIELDS = ("rows_ingested", "steps_started", "rows_taken")
@@ -57,7 +57,7 @@ def replay_message(*, scaler: Any, buffer: Buffer | None = None, replay: Any = N
     """What ``checkpoint_replay`` keeps: the scaler's state, and for the async workflow the buffer's rows,
     the replay strategy's state and the pacer's counters."""
     arrays: dict[str, np.ndarray] = {}
-    if isinstance(scaler, WindowedScaler):       # Nitro keeps a window; fixed/max/hydrozoa have no state
+    if isinstance(scaler, StatefulScaler):       # Nitro keeps a window; fixed/max/hydrozoa have no state
         arrays.update(_prefixed("scaler", scaler.state_dict()))
     if buffer is not None:
         columns, meta = buffer.held_rows()
