@@ -30,7 +30,7 @@ from nimbus.data.store import ShmStore
 from nimbus.models.weights import load_model, weights_key
 from nimbus.nitro.probe import probe_policy
 from nimbus.onpolicy.actor import actor_function
-from nimbus.onpolicy.policy import probe_spaces
+from nimbus.policy.build import probe_spaces
 from nimbus.roles.actor import ActorRequest
 from nimbus.roles.probe import ProbeRequest
 from nimbus.runtime.base import FunctionContext

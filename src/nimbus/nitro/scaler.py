@@ -34,7 +34,7 @@ Decisions, each with its reason:
   is skipped).
 - A missing ``hessian_ratio`` key raises :class:`MissingSignalError`: it is a wiring bug, not a signal.
 - ``state_dict()`` / ``load_state_dict()`` carry the window, counters and budget flag as arrays, so a
-  checkpoint can hold them (``train.checkpoint_replay``, onpolicy/replay_checkpoint.py): a policy/scaling.py
+  checkpoint can hold them (``train.checkpoint_replay``, policy/replay_checkpoint.py): a policy/scaling.py
   ``StatefulScaler``.
 """
 

@@ -11,8 +11,8 @@ codec frame's body, uncompressed, header in ``__metadata__["nimbus"]``; never pi
   held batches);
 * ``pacer``: the async workflow's counters (rows ingested, gradient steps started, rows taken), so the
   replay ratio and back-pressure continue where they stopped;
-* ``scaler.<name>``: the actor scaler's state (Nitro's window, skipped probes, budget flag), in either
-  workflow.
+* ``scaler.<name>``: the actor scaler's state when it keeps one (policy/scaling.py ``StatefulScaler``: Nitro's
+  window, skipped probes, budget flag), in either workflow.
 
 The file is written under a temporary name, fsynced and renamed before the checkpoint itself, and the
 checkpoint's manifest names it with its SHA-256 (``extra["replay_file"]``, ``extra["replay_sha256"]``), so

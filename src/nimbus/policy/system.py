@@ -1,5 +1,6 @@
 """``System``: every connected part of one policy's run, what the on-policy, off-policy and Stellaris workflows
-receive (built by onpolicy/policy.py ``build_policy``; a population builds one per member).
+receive (built by policy/build.py ``build_policy``; a population builds one per member). Its probe is the request's
+plain data (roles/probe.py), so the System names no technique.
 """
 
 from __future__ import annotations
