@@ -26,7 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nimbus.config import load_config  # noqa: E402
-from nimbus.nitro.probe import ProbeRequest, probe_policy  # noqa: E402
+from nimbus.nitro.probe import probe_policy  # noqa: E402
+from nimbus.roles.probe import ProbeRequest  # noqa: E402
 from nimbus.run.loop import train  # noqa: E402
 from nitro_probe_sweep import rollout_batch  # noqa: E402
 

@@ -28,10 +28,11 @@ from nimbus.config import parse_config
 from nimbus.data.checkpoint import load_checkpoint
 from nimbus.data.store import ShmStore
 from nimbus.models.weights import load_model, weights_key
-from nimbus.nitro.probe import ProbeRequest, probe_policy
+from nimbus.nitro.probe import probe_policy
 from nimbus.onpolicy.actor import actor_function
-from nimbus.onpolicy.policy import probe_spaces
+from nimbus.policy.build import probe_spaces
 from nimbus.roles.actor import ActorRequest
+from nimbus.roles.probe import ProbeRequest
 from nimbus.runtime.base import FunctionContext
 
 log = logging.getLogger("nitro_probe_sweep")

@@ -279,7 +279,7 @@ class Workflow(Protocol):
     its events) decides when anything happens: every workflow is driven the same way, alone or beside others (a
     population's members, several workloads on one pool). Implemented by SyncWorkflow (onpolicy/; ``pipelined`` is
     SyncWorkflow with onpolicy/pipelined.py's streaming learner launch), AsyncWorkflow (offpolicy/),
-    AsyncLearnersWorkflow (stellaris/) — the three over one System share onpolicy/lifecycle.py's
+    AsyncLearnersWorkflow (stellaris/) — the three over one System share policy/lifecycle.py's
     build/start/checkpoint/evaluate/close — and MultiAgentWorkflow (marless/). The loop finds the class by name
     (run/registry.py WORKFLOWS) and imports none.
 

@@ -83,7 +83,7 @@ class Progress:
     slot_seq: dict[int, int] = field(default_factory=dict)      # per actor rank, as of the last finished round
     slot_states: dict[int, Any] = field(default_factory=dict)   # train.exact_resume: SlotState per rank, ditto
     restore_slots: dict[int, Any] = field(default_factory=dict)  # exact resume: each rank's first request rebuilds
-    restore_replay: Any = None     # train.checkpoint_replay: the replay file's Message (onpolicy/replay_checkpoint.py)
+    restore_replay: Any = None     # train.checkpoint_replay: the replay file's Message (policy/replay_checkpoint.py)
     eval_return: float | None = None   # the last periodic evaluation's mean return (run/periodic_eval.py)
     schedule_env_steps: int | None = None   # a resumed run: its original horizon, which schedules keep (data/resume.py)
 

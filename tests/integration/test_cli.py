@@ -146,7 +146,7 @@ def test_export_runs_without_nimbus_and_acts_as_eval(run_dir: Path, tmp_path: Pa
     from nimbus.config import parse_config
     from nimbus.data.checkpoint import load_checkpoint
     from nimbus.envs.spaces import EnvSpaces
-    from nimbus.onpolicy.policy import probe_spaces
+    from nimbus.policy.build import probe_spaces
     from nimbus.roles.evaluate import load_policy
 
     state = load_checkpoint(path=run_dir)
@@ -177,7 +177,7 @@ def test_eval_video_without_gl_warns_once_and_evaluates(tmp_path: Path) -> None:
         from pathlib import Path
         from nimbus.algos.registry import make_algorithm
         from nimbus.config import parse_config
-        from nimbus.onpolicy.policy import probe_spaces
+        from nimbus.policy.build import probe_spaces
         from nimbus.data.checkpoint import Checkpointer, CheckpointState
         from nimbus.models.weights import model_to_message
         config = parse_config(data={{"env": {{"id": "Hopper-v5"}}, "algo": {{"name": "ppo"}}}})

@@ -28,19 +28,22 @@ PACKAGE = Path(nimbus.__file__).resolve().parent
 # protocols) and types.py (the plain data they name) import nothing above them. schema < config: every config section
 # is built on schema/, and config/ imports the sections that live in technique and algorithm folders. data < cost
 # (cost.ledger writes through data.jsonl, nothing in data imports cost) and analysis < runtime (hessian imports only
-# liveness; runtime.builtin runs it) follow the code. roles/ (what every technique's functions share) and report/ sit
-# below the technique folders; run/ (the run loop) above them.
+# liveness; runtime.builtin runs it) follow the code. roles/ (what every technique's functions share), report/ and
+# policy/ (one policy's plumbing, which every workflow over one System builds on) sit below the technique folders;
+# run/ (the run loop) above them.
 TECHNIQUES = ("nitro", "onpolicy", "offpolicy", "stellaris", "marless", "pbt")
 LAYERS: list[tuple[str, ...]] = [
     ("", "core", "types", "errors", "liveness"), ("schema",), ("config",), ("data",), ("cost",), ("analysis",),
-    ("runtime",), ("envs",), ("models",), ("algos",), ("roles",), ("report",), TECHNIQUES, ("run",), ("sweep",),
-    ("bench",), ("cli",),
+    ("runtime",), ("envs",), ("models",), ("algos",), ("roles",), ("report",), ("policy",), TECHNIQUES, ("run",),
+    ("sweep",), ("bench",), ("cli",),
 ]
-# Technique folders share one layer; one imports another only along these edges (docs/architecture.md): every
-# learner calls Nitro's probe, Stellaris's workflow extends the on-policy one, PBT members are on-policy workflows.
+# Technique folders share one layer; one imports another only along these edges (docs/architecture.md), each of them
+# used (an edge no import takes is deleted): the on-policy, off-policy and multi-agent learners call Nitro's probe,
+# Stellaris's rounds hold the on-policy ActorRound, PBT's members are sync workflows. What every workflow over one
+# System shares (its build, lifecycle and checkpoints) is policy/, a layer below, not a technique's.
 TECHNIQUE_EDGES: dict[str, set[str]] = {
-    "nitro": set(), "onpolicy": {"nitro"}, "offpolicy": {"onpolicy", "nitro"}, "stellaris": {"onpolicy", "nitro"},
-    "pbt": {"onpolicy", "nitro"}, "marless": {"nitro"},
+    "nitro": set(), "onpolicy": {"nitro"}, "offpolicy": {"nitro"}, "stellaris": {"onpolicy"}, "pbt": {"onpolicy"},
+    "marless": {"nitro"},
 }
 # Config sections that live beside their technique belong to the config layer, since reading a config must load
 # none of the technique's code: every ``nimbus.<...>.config`` module, plus these.
@@ -183,19 +186,32 @@ def test_no_module_imports_a_higher_layer() -> None:
     assert gone == [], f"no longer imported: delete them from ALLOWED_UPWARD: {gone}"
 
 
-def technique_imports() -> set[str]:
-    """Imports between two technique folders (their config sections aside) that TECHNIQUE_EDGES does not allow."""
+def imports_between_techniques() -> set[tuple[str, str]]:
+    """(importer, imported) for every import from one technique folder into another, config sections aside."""
     edges, _, _ = import_graph()
     folder = {m: m.split(".")[1] for m in edges if m.count(".") >= 2}
-    return {f"{a} -> {b}" for a, targets in edges.items() for b in targets
+    return {(a, b) for a, targets in edges.items() for b in targets
             if folder.get(a) in TECHNIQUES and folder.get(b) in TECHNIQUES and folder[a] != folder[b]
-            and not b.endswith(".config") and folder[b] not in TECHNIQUE_EDGES[folder[a]]}
+            and not b.endswith(".config")}
+
+
+def technique_imports() -> set[str]:
+    """Imports between two technique folders (their config sections aside) that TECHNIQUE_EDGES does not allow."""
+    return {f"{a} -> {b}" for a, b in imports_between_techniques()
+            if b.split(".")[1] not in TECHNIQUE_EDGES[a.split(".")[1]]}
 
 
 def test_technique_folders_import_one_another_only_along_the_allowed_edges() -> None:
     new, gone = _unexpected(found=technique_imports(), allowed=ALLOWED_TECHNIQUE)
     assert new == [], f"imports between technique folders off TECHNIQUE_EDGES: {new}"
     assert gone == [], f"no longer imported: delete them from ALLOWED_TECHNIQUE: {gone}"
+
+
+def test_every_allowed_technique_edge_is_taken_by_an_import() -> None:
+    """TECHNIQUE_EDGES says which technique builds on which; an edge no module takes any more says too much."""
+    taken = {(a.split(".")[1], b.split(".")[1]) for a, b in imports_between_techniques()}
+    unused = sorted(f"{a} -> {b}" for a, targets in TECHNIQUE_EDGES.items() for b in targets if (a, b) not in taken)
+    assert unused == [], f"no module imports along these edges: delete them from TECHNIQUE_EDGES: {unused}"
 
 
 def test_no_import_circle_between_modules() -> None:

@@ -3,7 +3,7 @@
 A workflow that subclasses another inherits methods it never reaches and state it must override (Stellaris built the
 sync trigger table and threw it away); the parts they share (onpolicy/actor_round.py's ActorRound, the learner
 launch, stellaris/filling.py's SliceFilling) are objects a workflow holds. The one base a workflow may have is the
-lifecycle over one System (onpolicy/lifecycle.py SystemWorkflow), which is no workflow of its own.
+lifecycle over one System (policy/lifecycle.py SystemWorkflow), which is no workflow of its own.
 """
 
 from __future__ import annotations

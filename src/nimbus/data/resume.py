@@ -13,12 +13,12 @@ What else comes back depends on ``train.exact_resume``:
 * off: episodes that were in flight restart as fresh episodes, from seeds derived from the resumed round,
   so two resumes of one checkpoint are identical.
 With ``train.checkpoint_replay`` the async workflow's replay buffer and the Nitro scaler's window come back
-too (onpolicy/replay_checkpoint.py); without it the buffer refills from ``learning_starts`` and a scaler
+too (policy/replay_checkpoint.py); without it the buffer refills from ``learning_starts`` and a scaler
 starts from its initial decision.
 
 This module holds the parts every workflow uses (finding the checkpoint, the manifest's ``extra``, the
 schedules' horizon, the notice of what a resume changes); a one-policy run's checks and publishing are in
-onpolicy/lifecycle.py, MARLess's in marless/checkpoint.py.
+policy/lifecycle.py, MARLess's in marless/checkpoint.py.
 
 Example::
 

@@ -69,8 +69,9 @@ from nimbus.models.weights import (
     optimizer_to_message,
     weights_key,
 )
-from nimbus.nitro.probe import ProbeRequest, probe_policy
+from nimbus.nitro.probe import probe_policy
 from nimbus.roles.actor import derive_seed
+from nimbus.roles.probe import ProbeRequest
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import PLACED_KEY, place, torch_device
 from nimbus.runtime.faults import fault_point

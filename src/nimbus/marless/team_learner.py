@@ -62,8 +62,9 @@ from nimbus.marless.value_learner import (
     value_invocation,
 )
 from nimbus.models.weights import load_model, model_to_message, optim_key, optimizer_to_message, weights_key
-from nimbus.nitro.probe import ProbeRequest, probe_policy
+from nimbus.nitro.probe import probe_policy
 from nimbus.roles.actor import derive_seed
+from nimbus.roles.probe import ProbeRequest
 from nimbus.runtime.base import FunctionContext
 
 TEAM_HEADER = "team_learner"

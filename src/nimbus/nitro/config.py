@@ -1,4 +1,4 @@
-"""Actor-scaling configs (frozen, unknown keys rejected); nitro/scalers.py ``make_scaler`` turns one into a scaler.
+"""Actor-scaling configs (frozen, unknown keys rejected); policy/scaling.py ``make_scaler`` turns one into a scaler.
 
 The section is a discriminated union on ``kind``; one config line switches the scaler::
 

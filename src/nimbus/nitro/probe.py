@@ -1,7 +1,7 @@
 """Nitro's boosting detector inside the learner function: probe the Hessian after the update.
 
 When the actor scaler needs it (``actors.scaling.kind: nitro``), the driver puts a ``probe`` block in
-every learner request (:func:`probe_request`). After the update, the learner function calls
+every learner request (:func:`probe_request`, roles/probe.py). After the update, the learner function calls
 :func:`probe_policy`, which evaluates the surrogate *objective* of the updated policy on a random subset
 of the round's (post-processed) batch and returns, for the learner result header::
 
@@ -42,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -55,39 +54,13 @@ from nimbus.analysis.hessian import (
     extreme_eigenvalues,
     subset_indices,
 )
-from nimbus.nitro.config import NitroScalingConfig, ScalingConfig
 from nimbus.nitro.probe_authors import probe_authors
 from nimbus.roles.actor import derive_seed
+from nimbus.roles.probe import ProbeRequest
 from nimbus.types import PROBE_SECONDS_KEY, RoundMetrics, ScalingDecision
 
 #: Sub-modules whose parameters are not the policy's (separate value network, frozen target copy).
 NON_POLICY_MODULES = ("critic", "target_net")
-
-
-@dataclass(frozen=True)
-class ProbeRequest:
-    """The ``probe`` block of a learner request (from ``NitroScalingConfig.hessian``)."""
-
-    subset_size: int | None   # None: the whole batch
-    max_iterations: int
-    tolerance: float
-    signal: str = "paper"     # "authors_code": the authors' signal instead (nitro/probe_authors.py)
-
-    def to_header(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_header(cls, header: dict[str, Any] | None) -> ProbeRequest | None:
-        return None if header is None else cls(**header)
-
-
-def probe_request(*, scaling: ScalingConfig) -> ProbeRequest | None:
-    """The probe the actor scaler needs each round, or None when it reads no Hessian signal (driver side)."""
-    if isinstance(scaling, NitroScalingConfig):
-        hessian = scaling.hessian
-        return ProbeRequest(subset_size=hessian.subset_size, max_iterations=hessian.max_iterations,
-                            tolerance=hessian.tolerance, signal=scaling.variant)
-    return None
 
 
 def policy_parameters(*, model: torch.nn.Module) -> list[torch.nn.Parameter]:

@@ -34,7 +34,8 @@ Decisions, each with its reason:
   is skipped).
 - A missing ``hessian_ratio`` key raises :class:`MissingSignalError`: it is a wiring bug, not a signal.
 - ``state_dict()`` / ``load_state_dict()`` carry the window, counters and budget flag as arrays, so a
-  checkpoint can hold them (``train.checkpoint_replay``, onpolicy/replay_checkpoint.py).
+  checkpoint can hold them (``train.checkpoint_replay``, policy/replay_checkpoint.py): a policy/scaling.py
+  ``StatefulScaler``.
 """
 
 from __future__ import annotations

@@ -39,10 +39,10 @@ from nimbus.offpolicy.actor import OffPolicyActorRequest
 from nimbus.offpolicy.heard_from import HeardFromVersions
 from nimbus.offpolicy.learner import OffPolicyLearnerRequest
 from nimbus.offpolicy.plan import Pacer, make_replay, plan_for
-from nimbus.onpolicy.lifecycle import SystemWorkflow
-from nimbus.onpolicy.policy import BufferPlan, PolicyFunctions
-from nimbus.onpolicy.replay_checkpoint import restore_replay
-from nimbus.onpolicy.system import System
+from nimbus.policy.build import BufferPlan, PolicyFunctions
+from nimbus.policy.lifecycle import SystemWorkflow
+from nimbus.policy.replay_checkpoint import restore_replay
+from nimbus.policy.system import System
 from nimbus.roles.actor import ActorResult
 from nimbus.roles.learner import LearnerResult
 from nimbus.runtime.base import event_queue, runtime_clock
@@ -82,7 +82,7 @@ class Window:
 class AsyncWorkflow(SystemWorkflow):
     """Actors and one learner as trigger → action bindings; the run loop (run/members.py) hands it each finished
     function's event and polls its triggers (the stop rules are checked after every event). ``on_round`` gets each
-    row. The rest of core.Workflow (build, start, checkpoint, evaluate, close) is onpolicy/lifecycle.py's."""
+    row. The rest of core.Workflow (build, start, checkpoint, evaluate, close) is policy/lifecycle.py's."""
 
     progress_type = Progress
     poll_period_s = POLL_S   # TimeTriggers (learner_period_s, weight_sync_period_s) fire on polls, events or not

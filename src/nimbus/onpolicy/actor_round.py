@@ -38,7 +38,7 @@ from nimbus.envs.obsnorm import merge, pop_moments
 from nimbus.envs.slot_state import SlotState, pop_slot_state
 from nimbus.models.weights import weights_key
 from nimbus.nitro.probe import round_probe_extras
-from nimbus.onpolicy.system import System
+from nimbus.policy.system import System
 from nimbus.roles.actor import ActorRequest, ActorResult
 from nimbus.runtime.prewarm import PrewarmController, make_prewarmer
 from nimbus.types import Progress, ScalingDecision

@@ -27,7 +27,7 @@ import numpy as np
 
 from nimbus.onpolicy.actor_round import LearnerBatch, RoundState
 from nimbus.onpolicy.pipeline_learner import PIPELINE_KEY, StreamRequest
-from nimbus.onpolicy.system import System
+from nimbus.policy.system import System
 
 
 class Streaming:

@@ -8,7 +8,7 @@ The workflow holds its parts: the actor half of the round (onpolicy/actor_round.
 requests, their rows into the Buffer, the round's row) and the learner's launch, chosen from ``pipeline:``:
 ``FullBatch`` below, or ARTOS's pipelines (onpolicy/pipelined.py ``Streaming``: the learner starts on the first
 actor's rows and streams the rest; the run registry names that variant ``pipelined``). The lifecycle (build, start,
-checkpoint, evaluate, close) is onpolicy/lifecycle.py's. The driver's event loop only moves events: a finished
+checkpoint, evaluate, close) is policy/lifecycle.py's. The driver's event loop only moves events: a finished
 actor's rollout is ingested into the Buffer (idempotent per invocation id), a finished learner's new version is
 announced on StoreEvents, and the trigger table is polled. No algorithm-specific control code lives here.
 
@@ -31,9 +31,9 @@ from nimbus.data.triggers import ObjectKeyTrigger, TriggerTable
 from nimbus.envs.obsnorm import moments_arrays
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.onpolicy.actor_round import ActorRound, LearnerBatch, RoundState
-from nimbus.onpolicy.lifecycle import SystemWorkflow
 from nimbus.onpolicy.pipelined import Streaming
-from nimbus.onpolicy.system import System
+from nimbus.policy.lifecycle import SystemWorkflow
+from nimbus.policy.system import System
 from nimbus.roles.learner import LearnerRequest, LearnerResult
 from nimbus.roles.remote import finish_learner_round, ship_batch
 from nimbus.runtime.base import event_queue, runtime_clock
@@ -96,7 +96,7 @@ class SyncWorkflow(SystemWorkflow):
     """Rounds as trigger → action bindings; the run loop (run/members.py) hands it each finished function's event
     (``handle``) and polls its triggers; each finished round's row goes to the loop's book (``attach``). Holds an
     ``ActorRound`` (``actors``) and a ``LearnerLaunch`` (``launch``); the rest of core.Workflow (build, start,
-    checkpoint, evaluate, close) is onpolicy/lifecycle.py's."""
+    checkpoint, evaluate, close) is policy/lifecycle.py's."""
 
     progress_type = Progress
     poll_period_s = 0.5   # no trigger of its own runs on the clock: a poll only follows an event

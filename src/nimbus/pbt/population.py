@@ -41,9 +41,9 @@ from nimbus.data.replay import FullBatch
 from nimbus.data.resume import load_resume_state
 from nimbus.errors import CheckpointError, FunctionFailed
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.onpolicy.lifecycle import prewarm_round_zero
 from nimbus.onpolicy.sync import SyncWorkflow
 from nimbus.pbt.explore import exploit_source, explore, initial_values, ranked
+from nimbus.policy.lifecycle import prewarm_round_zero
 from nimbus.schema.bounds import RANK_STRIDE  # member i's actor ranks start at i·RANK_STRIDE (own env slots, seeds)
 from nimbus.types import RoundMetrics
 

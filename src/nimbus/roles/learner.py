@@ -56,7 +56,7 @@ class LearnerRequest(WireRequest, header="learner", affinity="learner-{policy}")
     seed: int
     device: str
     torch_threads: int
-    probe: dict[str, Any] | None = None  # nitro/probe.py ProbeRequest: Hessian probe after the update (Nitro)
+    probe: dict[str, Any] | None = None  # roles/probe.py ProbeRequest: Hessian probe after the update (Nitro)
     batch_key: str | None = None  # the batch is this Store key (ray: the buffer may be on another node), not rows
     env_imports: Sequence[str] = ()    # env.imports: modules that register the user's env ids
     env_wrappers: Sequence[str] = ()   # env.wrappers: gymnasium wrappers, applied in order

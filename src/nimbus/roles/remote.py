@@ -33,7 +33,7 @@ from nimbus.errors import FunctionFailed, StoreUnavailable
 from nimbus.models.weights import optim_key, weights_key
 
 if TYPE_CHECKING:
-    from nimbus.onpolicy.system import System
+    from nimbus.policy.system import System
 
 log = logging.getLogger(__name__)
 STORE_FAILURES = frozenset({"StoreUnavailable", "StoreAuthError", "StoreFull"})

@@ -23,8 +23,8 @@ from nimbus.cost.ledger import Ledger
 from nimbus.cost.pricing import load_pricing
 from nimbus.data.shm import claim_run_prefix, release_run_prefix, sweep_orphans
 from nimbus.data.stores import STORE_HEADER, driver_store, store_descriptor, store_worker_env
-from nimbus.onpolicy.policy import build_policy, policy_data
-from nimbus.onpolicy.system import System
+from nimbus.policy.build import build_policy, policy_data
+from nimbus.policy.system import System
 from nimbus.roles.specs import check_devices
 from nimbus.run.registry import workflow_class, workflow_name
 from nimbus.run.rundir import RunDirError

@@ -39,7 +39,7 @@ from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import CheckpointError, ConfigError
 from nimbus.models import distributions
 from nimbus.models.weights import load_model
-from nimbus.onpolicy.policy import probe_spaces
+from nimbus.policy.build import probe_spaces
 from nimbus.roles.evaluate import LoadedPolicy, load_policy
 
 FORMATS = ("torchscript", "onnx")

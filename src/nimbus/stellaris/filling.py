@@ -30,7 +30,7 @@ import torch
 from nimbus.algos.registry import make_algorithm
 from nimbus.data.codec import Message
 from nimbus.onpolicy.actor_round import RoundState
-from nimbus.onpolicy.system import System
+from nimbus.policy.system import System
 from nimbus.stellaris.gradients import gradient_algo_for
 from nimbus.stellaris.round_stats import Batch, FlightMeter
 from nimbus.stellaris.slices import Slice, SliceCutter, postprocess_rows

@@ -1,6 +1,6 @@
 """What the ``async_learners`` workflow adds to a checkpoint: ``StellarisCheckpoint``, a part that
 stellaris/workflow.py's AsyncLearnersWorkflow holds and calls from its ``checkpoint_extra``, ``checkpoint`` and
-``publish`` (the lifecycle's, onpolicy/lifecycle.py, does the rest).
+``publish`` (the lifecycle's, policy/lifecycle.py, does the rest).
 
 The aggregation rule's state travels in the checkpoint's ``extra`` and is restored on resume;
 with a resident parameter function (stellaris/resident.py) the newest version's optimizer state is exported to

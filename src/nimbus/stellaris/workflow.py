@@ -30,7 +30,7 @@ Details: docs/stellaris.md. Round metrics: stellaris/round_stats.py.
 
 Parts it holds: the actor half of the round (onpolicy/actor_round.py ``ActorRound``: requests, rows into the Buffer,
 the round's row), the filling buffer (stellaris/filling.py ``SliceFilling``) and what a checkpoint adds
-(stellaris/persistence.py ``StellarisCheckpoint``); the lifecycle is onpolicy/lifecycle.py's ``SystemWorkflow``.
+(stellaris/persistence.py ``StellarisCheckpoint``); the lifecycle is policy/lifecycle.py's ``SystemWorkflow``.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ from nimbus.core import UNBOOKED, Book
 from nimbus.data.triggers import TriggerTable
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.onpolicy.actor_round import ActorRound, RoundLearning, RoundState
-from nimbus.onpolicy.lifecycle import SystemWorkflow
-from nimbus.onpolicy.policy import ACTOR_ENTRYPOINT, PolicyFunctions
-from nimbus.onpolicy.system import System
+from nimbus.policy.build import ACTOR_ENTRYPOINT, PolicyFunctions
+from nimbus.policy.lifecycle import SystemWorkflow
+from nimbus.policy.system import System
 from nimbus.roles.specs import role_spec
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.stellaris.filling import SliceFilling
@@ -454,6 +454,6 @@ class AsyncLearnersWorkflow(SystemWorkflow):
         return super().checkpoint()
 
     def publish(self) -> None:
-        """The checkpoint's version (onpolicy/lifecycle.py), and the rule's state saved with it."""
+        """The checkpoint's version (policy/lifecycle.py), and the rule's state saved with it."""
         super().publish()
         self.persistence.restore(resumed=self.resumed)

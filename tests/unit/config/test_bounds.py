@@ -75,7 +75,7 @@ def test_learning_starts_fits_in_the_replay(algo: str, capacity: str) -> None:
 
 
 def test_the_buffer_is_built_with_the_bound_the_config_checks() -> None:
-    from nimbus.onpolicy.policy import policy_data
+    from nimbus.policy.build import policy_data
 
     config = load_config(path=PPO, overrides=[f"actors.scaling.num_actors={MAX_ACTORS}", "actors.fragment_steps=1",
                                               "env.num_envs_per_actor=1", "algo.minibatch_size=64"])

@@ -15,7 +15,7 @@ import torch
 from nimbus.config import load_config
 from nimbus.envs.make import make_env
 from nimbus.errors import ConfigError
-from nimbus.onpolicy.policy import probe_spaces
+from nimbus.policy.build import probe_spaces
 from nimbus.roles.specs import check_devices
 
 REPO = Path(__file__).resolve().parents[3]

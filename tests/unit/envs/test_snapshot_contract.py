@@ -15,7 +15,7 @@ from nimbus.config import load_config
 from nimbus.envs.make import make_env
 from nimbus.envs.snapshot import SnapshotUnsupported, capture, check_snapshot, restore
 from nimbus.errors import ConfigError
-from nimbus.onpolicy.policy import check_snapshots
+from nimbus.policy.build import check_snapshots
 from nimbus.run.build import build
 from tests.unit.envs.env_helpers import assert_continue_alike
 

@@ -1,4 +1,5 @@
-"""Nitro's probe in the learner: which request, which parameters, which rows, which objective, which row."""
+"""Nitro's probe in the learner: which parameters, which rows, which objective, which row (the request it reads:
+tests/unit/roles/test_probe_request.py)."""
 
 from __future__ import annotations
 
@@ -14,18 +15,16 @@ from nimbus.algos.impala.config import ImpalaConfig
 from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.envs.spaces import EnvSpaces
-from nimbus.nitro.config import FixedScalingConfig, HessianProbeConfig, NitroScalingConfig
 from nimbus.nitro.probe import (
-    ProbeRequest,
     policy_parameters,
     probe_not_run,
     probe_policy,
-    probe_request,
     round_probe_extras,
     select_subset,
     with_decision,
 )
 from nimbus.nitro.scaler import NitroScaler
+from nimbus.roles.probe import ProbeRequest
 from nimbus.types import RoundMetrics, ScalingDecision
 
 SPACES = EnvSpaces(observation=gym.spaces.Box(-1.0, 1.0, (3,), np.float32), action=gym.spaces.Discrete(2))
@@ -43,14 +42,6 @@ def _ppo_batch(*, rows: int = 48, seed: int = 0) -> tuple[PPO, torch.nn.Module, 
              "values": values, "advantages": torch.randn(rows, ),
              "returns": torch.randn(rows, ), "rewards": torch.randn(rows, )}
     return algo, model, batch
-
-
-def test_probe_request_only_for_nitro() -> None:
-    nitro = NitroScalingConfig(hessian=HessianProbeConfig(subset_size=128, max_iterations=20, tolerance=1e-2))
-    assert probe_request(scaling=nitro) == ProbeRequest(subset_size=128, max_iterations=20, tolerance=1e-2)
-    assert probe_request(scaling=FixedScalingConfig(num_actors=2)) is None
-    request = probe_request(scaling=nitro)
-    assert ProbeRequest.from_header(request.to_header()) == request and ProbeRequest.from_header(None) is None
 
 
 def test_policy_parameters_leave_out_critic_and_target_network() -> None:

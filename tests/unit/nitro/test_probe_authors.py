@@ -25,8 +25,9 @@ from nimbus.algos.ppo.algorithm import PPO
 from nimbus.algos.ppo.config import PPOConfig
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.nitro.config import HessianProbeConfig, NitroScalingConfig
-from nimbus.nitro.probe import ProbeRequest, probe_after_update, probe_request
+from nimbus.nitro.probe import probe_after_update
 from nimbus.nitro.probe_authors import AUTHORS_SIGNAL_KEY, authors_parameters, lanczos_ritz_values, padded_grid_ratio
+from nimbus.roles.probe import ProbeRequest
 
 SPACES = EnvSpaces(observation=gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
                    action=gym.spaces.Box(-1.0, 1.0, (1,), np.float32))
@@ -276,13 +277,6 @@ def test_paper_request_still_runs_the_paper_probe() -> None:
     header = ProbeRequest(subset_size=None, max_iterations=30, tolerance=1e-3).to_header()
     extras = probe_after_update(algo=algo, model=model, batch=batch, probe=header, seed=3, policy_version=0)
     assert AUTHORS_SIGNAL_KEY not in extras and "hessian_converged" in extras
-
-
-def test_probe_request_carries_the_variant() -> None:
-    authors = probe_request(scaling=NitroScalingConfig(variant="authors_code"))
-    assert authors.signal == "authors_code" and authors.subset_size is None
-    assert ProbeRequest.from_header(authors.to_header()) == authors
-    assert probe_request(scaling=NitroScalingConfig()).signal == "paper"
 
 
 def test_authors_code_refuses_a_subset() -> None:

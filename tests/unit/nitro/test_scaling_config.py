@@ -1,4 +1,5 @@
-"""Scaling configs: defaults, the kind discriminator, field-named validation errors, make_scaler."""
+"""Scaling configs: defaults, the kind discriminator, field-named validation errors (the scalers they make:
+tests/unit/policy/test_scaling.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import pydantic
 import pytest
 from pydantic import TypeAdapter
 
-from nimbus.nitro.baselines import FixedScaler, HydrozoaScaler, MaxScaler
 from nimbus.nitro.config import (
     FixedScalingConfig,
     HydrozoaScalingConfig,
@@ -14,9 +14,6 @@ from nimbus.nitro.config import (
     NitroScalingConfig,
     ScalingConfig,
 )
-from nimbus.nitro.scaler import NitroScaler
-from nimbus.nitro.scaler_authors import AuthorsCodeNitroScaler
-from nimbus.nitro.scalers import make_scaler
 
 ADAPTER = TypeAdapter(ScalingConfig)
 
@@ -78,17 +75,3 @@ def test_configs_are_frozen() -> None:
     config = NitroScalingConfig()
     with pytest.raises(pydantic.ValidationError):
         config.max_actors = 10  # type: ignore[misc]
-
-
-def test_make_scaler_builds_each_kind() -> None:
-    nitro = make_scaler(config=NitroScalingConfig(min_actors=2, max_actors=16, budget_usd=3.0, variant="authors_code",
-                                                  on_budget="min"))
-    assert isinstance(nitro, AuthorsCodeNitroScaler)
-    assert (nitro.min_actors, nitro.max_actors, nitro.budget_usd, nitro.variant) == (2, 16, 3.0, "authors_code")
-    assert nitro.budget.on_budget == "min"
-    paper = make_scaler(config=NitroScalingConfig())
-    assert isinstance(paper, NitroScaler) and paper.budget.on_budget == "stop"   # the documented default
-    assert isinstance(make_scaler(config=FixedScalingConfig(num_actors=3)), FixedScaler)
-    assert isinstance(make_scaler(config=MaxScalingConfig(max_actors=3)), MaxScaler)
-    hydrozoa = make_scaler(config=HydrozoaScalingConfig(initial_actors=1, max_actors=8, double_every_rounds=2))
-    assert isinstance(hydrozoa, HydrozoaScaler) and hydrozoa.initial().num_actors == 1

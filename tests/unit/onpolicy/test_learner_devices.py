@@ -23,10 +23,10 @@ from nimbus.data.store import ShmStore
 from nimbus.data.stores import STORE_HEADER
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.models.weights import model_to_message, optim_key, weights_key
-from nimbus.nitro.probe import ProbeRequest
 from nimbus.offpolicy.learner import OffPolicyLearnerRequest, offpolicy_learner_function
 from nimbus.onpolicy.learner import learner_function
 from nimbus.roles.learner import LearnerRequest
+from nimbus.roles.probe import ProbeRequest
 from nimbus.runtime.base import FunctionContext
 from tests.algo_batches import host_batch
 from tests.device_audit import DeviceAudit

@@ -11,8 +11,8 @@ codec frame's body, uncompressed, header in ``__metadata__["nimbus"]``; never pi
   held batches);
 * ``pacer``: the async workflow's counters (rows ingested, gradient steps started, rows taken), so the
   replay ratio and back-pressure continue where they stopped;
-* ``scaler.<name>``: the actor scaler's state (Nitro's window, skipped probes, budget flag), in either
-  workflow.
+* ``scaler.<name>``: the actor scaler's state when it keeps one (policy/scaling.py ``StatefulScaler``: Nitro's
+  window, skipped probes, budget flag), in either workflow.
 
 The file is written under a temporary name, fsynced and renamed before the checkpoint itself, and the
 checkpoint's manifest names it with its SHA-256 (``extra["replay_file"]``, ``extra["replay_sha256"]``), so
@@ -37,7 +37,7 @@ from nimbus.data.buffer import Buffer
 from nimbus.data.checkpoint import DISK_FULL
 from nimbus.data.codec import MAGIC, PREFIX, VERSION, Message, decode, encode
 from nimbus.errors import CheckpointError
-from nimbus.nitro.scaler import WindowedScaler
+from nimbus.policy.scaling import StatefulScaler
 
 FILE_KEY, SHA_KEY = "replay_file", "replay_sha256"
 PACER_FIELDS = ("rows_ingested", "steps_started", "rows_taken")
@@ -57,7 +57,7 @@ def replay_message(*, scaler: Any, buffer: Buffer | None = None, replay: Any = N
     """What ``checkpoint_replay`` keeps: the scaler's state, and for the async workflow the buffer's rows,
     the replay strategy's state and the pacer's counters."""
     arrays: dict[str, np.ndarray] = {}
-    if isinstance(scaler, WindowedScaler):       # Nitro keeps a window; fixed/max/hydrozoa have no state
+    if isinstance(scaler, StatefulScaler):       # Nitro keeps a window; fixed/max/hydrozoa have no state
         arrays.update(_prefixed("scaler", scaler.state_dict()))
     if buffer is not None:
         columns, meta = buffer.held_rows()

@@ -5,6 +5,11 @@ The workflow class names what differs between workflows, so nothing here knows a
 ``SystemWorkflow.buffer_plan(config=, guard_rows=)`` the replay it samples from (None: the whole round's batch,
 ``FullBatch``). The pool those parts run on (runtime, ledger, Store) is ``run/build.py``'s ``build_shared``.
 
+It imports no technique folder either, since every workflow over one System builds on it: the scaler is found by
+its ``actors.scaling.kind`` (policy/scaling.py), the probe block its learners receive is plain request data
+(roles/probe.py), and functions are ``module:function`` names like every entrypoint (the on-policy actor and learner
+when a workflow names none).
+
 Example::
 
     data = policy_data(config=config, replay_for=AsyncWorkflow.buffer_plan)   # exit 2 here, before any worker
@@ -33,15 +38,15 @@ from nimbus.envs.make import make_env
 from nimbus.envs.snapshot import check_snapshot, require_snapshot
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.errors import ConfigError
-from nimbus.nitro.probe import probe_request
-from nimbus.nitro.scalers import make_scaler
-from nimbus.onpolicy.system import System
+from nimbus.policy.scaling import make_scaler
+from nimbus.policy.system import System
 from nimbus.report.metrics import MetricsSink
+from nimbus.roles.probe import probe_request
 from nimbus.roles.specs import check_devices, role_spec
 from nimbus.schema.bounds import MAX_ACTORS
 from nimbus.types import ActorScaler, Shared
 
-ACTOR_ENTRYPOINT = "nimbus.onpolicy.actor:actor_function"
+ACTOR_ENTRYPOINT = "nimbus.onpolicy.actor:actor_function"        # the sync workflow's, and Stellaris's actors
 LEARNER_ENTRYPOINT = "nimbus.onpolicy.learner:learner_function"
 
 

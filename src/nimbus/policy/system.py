@@ -1,5 +1,6 @@
 """``System``: every connected part of one policy's run, what the on-policy, off-policy and Stellaris workflows
-receive (built by onpolicy/policy.py ``build_policy``; a population builds one per member).
+receive (built by policy/build.py ``build_policy``; a population builds one per member). Its probe is the request's
+plain data (roles/probe.py), so the System names no technique.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from nimbus.data.shm import release_run_prefix
 from nimbus.data.store import Store
 from nimbus.data.triggers import StoreEvents
 from nimbus.envs.spaces import EnvSpaces
-from nimbus.nitro.probe import ProbeRequest
 from nimbus.report.metrics import MetricsSink
+from nimbus.roles.probe import ProbeRequest
 from nimbus.runtime.base import FunctionSpec, Runtime
 
 

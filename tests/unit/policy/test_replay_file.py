@@ -1,4 +1,4 @@
-"""onpolicy/replay_checkpoint.py's file under a full disk (#28.6): no temporary file left, one CheckpointError that
+"""policy/replay_checkpoint.py's file under a full disk: no temporary file left, one CheckpointError that
 says so, the previous replay file kept."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from nimbus.data.codec import Message
 from nimbus.errors import CheckpointError
-from nimbus.onpolicy import replay_checkpoint
-from nimbus.onpolicy.replay_checkpoint import save_replay
+from nimbus.policy import replay_checkpoint
+from nimbus.policy.replay_checkpoint import save_replay
 
 
 def test_a_full_disk_leaves_no_temp_file_and_keeps_the_previous(tmp_path: Path,

@@ -1,14 +1,15 @@
 """The Workflow contract's lifecycle for every workflow over one System (core.Workflow): sync (pipelined too),
 async (off-policy) and async_learners (Stellaris) have ``SystemWorkflow`` as their one base and add only their rounds;
-what their rounds share they hold as parts (onpolicy/actor_round.py), never by subclassing another workflow.
+what their rounds share they hold as parts (onpolicy/actor_round.py), never by subclassing another workflow. It lives
+in policy/, below the technique folders, so that a workflow builds on it without importing another technique's.
 
     build     the policy's data (spaces, algorithm, scaler, buffer: exit 2 before any worker), then the
-              shared pool (``shared()``), then the functions ``functions`` names (onpolicy/policy.py); a resumed
+              shared pool (``shared()``), then the functions ``functions`` names (policy/build.py); a resumed
               run reads its checkpoint (and train.checkpoint_replay's file) first
     publish   version 0 (seeded) or the checkpoint's weights and optimizer state, checked against this config
     start     publish, then pre-warm and pre-register (runtime.prewarm, actors.preregister)
     checkpoint  the newest version's weights and optimizer state, the counters and, with checkpoint_replay,
-              the replay file beside it (onpolicy/replay_checkpoint.py)
+              the replay file beside it (policy/replay_checkpoint.py)
     evaluate  episodes of the newest version (roles/evaluate.py)
 
 Example (what run/loop.py does)::
@@ -38,8 +39,8 @@ from nimbus.data.resume import load_resume_state, progress_extra, resume_notice,
 from nimbus.envs.slot_state import slots_from_message, slots_to_message
 from nimbus.errors import CheckpointError
 from nimbus.models.weights import load_model, model_to_message, optim_key, weights_key
-from nimbus.onpolicy.policy import BufferPlan, PolicyFunctions, build_policy, peak_actors, policy_data, probe_spaces
-from nimbus.onpolicy.replay_checkpoint import (
+from nimbus.policy.build import BufferPlan, PolicyFunctions, build_policy, peak_actors, policy_data, probe_spaces
+from nimbus.policy.replay_checkpoint import (
     FILE_KEY as REPLAY_FILE_KEY,
     checkpoints_dir,
     load_replay,
@@ -48,7 +49,7 @@ from nimbus.onpolicy.replay_checkpoint import (
     restore_scaler,
     save_replay,
 )
-from nimbus.onpolicy.system import System
+from nimbus.policy.system import System
 from nimbus.roles.evaluate import EvalResult, evaluate_policy
 
 if TYPE_CHECKING:
