@@ -5,7 +5,7 @@ profile fitted on real runs of the same config (``--take-profile``), with no cap
 has a CPU per actor, as ARTOS's worker nodes do) and no worker cap.
 
 ``--experiment lockstep`` (ARTOS §6.2, Fig. 13b: SAC's average update time −38 % against Ray's alternating loop).
-Arms ``async`` and ``lockstep`` (``async_workflow.lockstep``: actors held while the learner updates, the learner
+Arms ``async`` and ``lockstep`` (``offpolicy.lockstep``: actors held while the learner updates, the learner
 waiting for every fragment in flight: RLlib's and CleanRL's loop), per config, as benchmarks/offpolicy_update_time.py
 does on real runs. Settings (``PAPER``): sac-pendulum with the paper's 4 actors and 512-step fragments ("transfer to
 the head node every 512 steps"), batch 256 (the paper's 1024 would quadruple the gradients computed here for the
@@ -17,7 +17,7 @@ wave of fragments lands, and the time before its first learner result (the first
 is in no counted round: with W waves the update time covers W − 2 actor phases, so a run needs ``MIN_WAVES`` or
 more (a warning says so; with 2 waves it measures the learner alone).
 
-``--experiment prewarm`` (ARTOS §6.3, Table 5: PPO's average update time −7.7 % with pre-warming). PPO CartPole sync
+``--experiment prewarm`` (ARTOS §6.3, Table 5: PPO's average update time −7.7 % with pre-warming). PPO CartPole onpolicy
 rounds with the paper's 16 actors (4 envs × 32 steps each: 2,048 rows a round), ``prewarm.mode`` none vs monitor
 (window 5, λ 0.2). ARTOS checkpoints an actor after each sampling phase and shuts it down, so every round restores
 its actors; here the keep-alive is ``--keep-alive-share`` (0.5) × the profile's learner median at the round's batch:
@@ -105,7 +105,7 @@ def arm_overrides(*, experiment: str, arm: str, name: str, args: argparse.Namesp
             log.warning("%s: %d env steps are %.1f waves of %d actors' fragments: the update time (rounds after the "
                         "first, the run stopping when the last wave lands) misses most actor phases; use at least %d",
                         name, steps, steps / ahead, actors, MIN_WAVES * ahead)
-        base += [f"async_workflow.max_steps_ahead={ahead}", f"async_workflow.lockstep={str(arm == 'lockstep').lower()}"]
+        base += [f"offpolicy.max_steps_ahead={ahead}", f"offpolicy.lockstep={str(arm == 'lockstep').lower()}"]
     else:
         rows = actors * fragment_rows(name=name, sets=sets)
         keep_alive = args.keep_alive_share * learner_median_s(profile=profile, rows=rows)

@@ -83,7 +83,7 @@ def offpolicy_learner(*, run_dir: Path) -> DurationModel | None:
     rows = read_metrics(path=run_dir / "metrics.jsonl")
     if len(accepted) != len(rows):
         raise ValueError(f"{run_dir}: {len(accepted)} accepted learner calls but {len(rows)} metrics rows")
-    per_step = env["num_envs_per_actor"] * actors["fragment_steps"] * config["async_workflow"]["fragments_per_batch"] \
+    per_step = env["num_envs_per_actor"] * actors["fragment_steps"] * config["offpolicy"]["fragments_per_batch"] \
         if algo["name"] == "impala" else algo["batch_size"]
     batch = [0] * len(records)
     for i, row in zip(accepted, rows):
@@ -97,7 +97,7 @@ def take_profiles(*, root: Path, out_dir: Path) -> dict:
     record: dict = {"profiles": {}}
     for name, (steps, sets) in OFFPOLICY_RUNS.items():
         run_dir = real_run(name=name, run_dir=root / f"{name}-lockstep", overrides=[
-            *sets, "actors.scaling.num_actors=2", f"train.total_env_steps={steps}", "async_workflow.lockstep=true"])
+            *sets, "actors.scaling.num_actors=2", f"train.total_env_steps={steps}", "offpolicy.lockstep=true"])
         profile = fit_profile(run_dirs=[run_dir])
         learner = offpolicy_learner(run_dir=run_dir)
         functions = {**profile.functions, **({"learner": learner} if learner is not None else {})}

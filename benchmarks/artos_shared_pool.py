@@ -5,9 +5,10 @@ GPU pool of limited size time-multiplexed between their learners ("2x the worklo
 GPUs"); each workload holds 55 % of the CPU time and 46 % of the GPU time Ray's reservation holds.
 
 Here on ``runtime.backend: simulated`` (docs/simulated.md, "Several workloads on one pool"): K PPO CartPole workloads
-with the paper's 16 actors (4 envs x 32 steps: 2,048 rows a round), ``--rounds`` sync rounds each, durations from the
-profile benchmarks/artos_paper_scale.py ``--take-profile`` fitted (benchmarks/results/artos_ppo-cartpole_profile.yaml),
-the learner resident (no cold start: ARTOS's learner processes live on the head node). Arms:
+with the paper's 16 actors (4 envs x 32 steps: 2,048 rows a round), ``--rounds`` onpolicy rounds each, durations from
+the profile benchmarks/artos_paper_scale.py ``--take-profile`` fitted
+(benchmarks/results/artos_ppo-cartpole_profile.yaml), the learner resident (no cold start: ARTOS's learner processes
+live on the head node). Arms:
 
 * ``own``: each workload alone on a pool of its own: ``actors + 1`` CPUs (a CPU per actor and the learner's) and one
   device (``devices: {pool: on_demand, cpu_slots: 1}``), Ray-style: held for the workload's whole run. The K pools
@@ -158,7 +159,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--workloads", type=int, default=2, help="K workloads")
     parser.add_argument("--shared-devices", nargs="+", type=int, default=[1, 2], help="G devices of the shared pool")
     parser.add_argument("--actors", type=int, default=16, help="actors per workload (the paper's 16)")
-    parser.add_argument("--rounds", type=int, default=20, help="sync rounds per workload")
+    parser.add_argument("--rounds", type=int, default=20, help="onpolicy rounds per workload")
     parser.add_argument("--profile", type=Path, default=RESULTS / PROFILES[CONFIG],
                         help="the PPO profile (artos_paper_scale.py --take-profile); 'none': the default model")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more overrides, every run")

@@ -1,6 +1,6 @@
 """Framework overhead per round: everything but env stepping, policy inference and gradient computation.
 
-From each run's metrics rows (sync workflow, local backend, 2 actor functions):
+From each run's metrics rows (onpolicy workflow, local backend, 2 actor functions):
 
 * **in-round** (the rows' own ``overhead_share``): ``round_s`` (actors dispatched -> learner result
   handled) minus ``actor_work_s`` (the slowest actor's env stepping + inference) minus ``compute_s``

@@ -1,7 +1,7 @@
-"""Policy-lag distribution of IMPALA on the ``async`` workflow with 2 and 4 actors.
+"""Policy-lag distribution of IMPALA on the ``offpolicy`` workflow with 2 and 4 actors.
 
 Policy lag of a consumed row = the learner's policy_version when it takes the batch − the version
-the actor collected the row with (the ``async`` workflow records it for every row of every batch:
+the actor collected the row with (the ``offpolicy`` workflow records it for every row of every batch:
 ``policy_lag.json`` in the run directory, and ``policy_lag_mean`` / ``policy_lag_max`` per metrics row).
 
 Setting: configs/impala-cartpole.yaml as shipped (XingTian's IMPALA pattern: FIFO batches of one
@@ -39,7 +39,7 @@ def run_once(*, actors: int, steps: int, ahead: str, seed: int, out_dir: Path) -
     config = load_config(path=REPO / "configs" / "impala-cartpole.yaml", overrides=[
         f"seed={seed}", f"actors.scaling.num_actors={actors}", f"runtime.max_workers={actors + 1}",
         f"train.total_env_steps={steps}", "train.target_return=null", "train.eval_episodes=0",
-        f"async_workflow.max_steps_ahead={ahead_value}", "output.report=false", "output.status_line=false",
+        f"offpolicy.max_steps_ahead={ahead_value}", "output.report=false", "output.status_line=false",
         "output.loggers=[]", f"output.root_dir={out_dir}"])
     result = train(config=config)
     lag_file = json.loads((result.run_dir / "policy_lag.json").read_text())

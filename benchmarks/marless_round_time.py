@@ -1,4 +1,4 @@
-"""Seconds per training round: nimbus's multiagent workflow vs a single-process PettingZoo + torch IPPO loop.
+"""Seconds per training round: nimbus's marless workflow vs a single-process PettingZoo + torch IPPO loop.
 
 The work of a round is the same on both sides (configs/marless-ippo-spread.yaml, mpe2 simple_spread with
 3 agents, no sharing, fixed actors): 16 env copies × 25 steps with every agent acting on its own policy

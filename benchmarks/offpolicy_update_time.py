@@ -1,8 +1,8 @@
-"""ARTOS's claim (Fig. 13b: -38 % average update time vs Ray for SAC): the ``async`` workflow vs a
+"""ARTOS's claim (Fig. 13b: -38 % average update time vs Ray for SAC): the ``offpolicy`` workflow vs a
 sync-style off-policy loop in which actors and the learner alternate (RLlib, CleanRL).
 
-Both modes are the same ``train.workflow: async`` run — same config, seed, env steps and
-hyperparameters — except ``async_workflow.lockstep``: false, actors keep sampling (and the learner
+Both modes are the same ``train.workflow: offpolicy`` run — same config, seed, env steps and
+hyperparameters — except ``offpolicy.lockstep``: false, actors keep sampling (and the learner
 keeps updating) while the other side works; true, actors are held while the learner updates and the
 learner waits until every actor fragment is in. ARTOS's *average update time* for SAC is "a full round
 for the learner to fetch and use experience data from the replay buffer": here the wall clock from
@@ -42,7 +42,7 @@ def run_once(*, config_name: str, lockstep: bool, steps: int, seed: int, out_dir
     config = load_config(path=REPO / "configs" / f"{config_name}.yaml", overrides=[
         f"seed={seed}", f"train.total_env_steps={steps}", "train.target_return=null", "train.eval_episodes=0",
         "output.report=false", "output.status_line=false", "output.loggers=[]",
-        f"output.root_dir={out_dir}", f"async_workflow.lockstep={'true' if lockstep else 'false'}"])
+        f"output.root_dir={out_dir}", f"offpolicy.lockstep={'true' if lockstep else 'false'}"])
     result = train(config=config)
     rows = result.rows[1:]  # the first round's clock includes start-up
     steps_done = sum(r.extras["gradient_steps"] for r in rows)

@@ -12,7 +12,7 @@ median over the rounds after the monitor's first full window), the actor attempt
 and the workers pre-warmed (from the ledger). ARTOS: −7.71 % update time with pre-warming.
 
 Per workflow (``--scenario scale-up``, issue 25.7): each workflow's shipped config with an actor scaler that
-scales up (Hydrozoa 1 → 2 → 4 every 2 rounds; MARLess scaling i_min 1, i_max 4 in the multiagent workflow),
+scales up (Hydrozoa 1 → 2 → 4 every 2 rounds; MARLess scaling i_min 1, i_max 4 in the marless workflow),
 start-up pre-warming off, the default keep-alive: without pre-warming each scale-up's added actors start cold;
 with it they are pre-warmed when the scaler decides (runtime/prewarm.py). Reported per run: cold actor attempts,
 workers pre-warmed, mean round time and the run's cost (the pre-warmed workers' provisioned time included).
@@ -54,13 +54,13 @@ def config(*, root: Path, arm: str, args: argparse.Namespace, rounds: int) -> Ni
 
 
 SCALE_UP = {   # workflow → (shipped config, overrides that make it scale up)
-    "sync": ("ppo-cartpole", ["actors.scaling={kind: hydrozoa, initial_actors: 1, max_actors: 4, "
+    "onpolicy": ("ppo-cartpole", ["actors.scaling={kind: hydrozoa, initial_actors: 1, max_actors: 4, "
                               "double_every_rounds: 2}", "algo.minibatch_size=64"]),   # 1 actor: 128 rows
-    "async": ("impala-cartpole", ["actors.scaling={kind: hydrozoa, initial_actors: 1, max_actors: 4, "
+    "offpolicy": ("impala-cartpole", ["actors.scaling={kind: hydrozoa, initial_actors: 1, max_actors: 4, "
                                   "double_every_rounds: 2}"]),
-    "async_learners": ("stellaris-cartpole", ["actors.scaling={kind: hydrozoa, initial_actors: 1, max_actors: 4, "
+    "stellaris": ("stellaris-cartpole", ["actors.scaling={kind: hydrozoa, initial_actors: 1, max_actors: 4, "
                                               "double_every_rounds: 2}"]),
-    "multiagent": ("marless-ippo-spread", ["marless.scaling=marless", "marless.i_min=1", "marless.i_max=4",
+    "marless": ("marless-ippo-spread", ["marless.scaling=marless", "marless.i_min=1", "marless.i_max=4",
                                           "marless.scaling_window=4"]),
 }
 
@@ -73,7 +73,7 @@ def scale_up_config(*, root: Path, arm: str, workflow: str, rounds: int) -> Nimb
     overrides = [*extra, f"name=prewarm-{workflow}-{arm}", "runtime.prewarm=false", "runtime.max_workers=12",
                  f"train.max_rounds={rounds}", "train.total_env_steps=10000000", "train.target_return=100000",
                  f"prewarm.mode={'monitor' if arm == 'on' else 'none'}"]
-    if workflow == "multiagent":
+    if workflow == "marless":
         overrides.remove("train.target_return=100000")
     return parse_config(data=apply_overrides(data=base, overrides=overrides))
 
@@ -86,7 +86,7 @@ def one_run(*, root: Path, arm: str, args: argparse.Namespace, rounds: int, work
     round_s = [row["round_s"] for row in rows[SKIP_ROUNDS:]] or [row["round_s"] for row in rows]
     ledger = Ledger.load(path=result.run_dir / "ledger.jsonl")
     actors = [r for r in ledger if r.function == "actor" and r.outcome == "ok"]
-    return {"arm": arm, "workflow": workflow or "sync", "rounds": len(rows),
+    return {"arm": arm, "workflow": workflow or "onpolicy", "rounds": len(rows),
             "round_s_mean": statistics.mean(round_s), "round_s_median": statistics.median(round_s),
             "cold_actor_attempts": sum(r.cold for r in actors), "actor_attempts": len(actors),
             "prewarmed_workers": sum(r.outcome == "prewarm" and r.cold for r in ledger),
@@ -105,8 +105,8 @@ def main() -> None:
     parser.add_argument("--start-method", choices=("fork_server", "spawn"), default="fork_server")
     parser.add_argument("--smoke", action="store_true", help="one repeat of 8 rounds per arm (< 60 s)")
     parser.add_argument("--scenario", choices=("keep-alive", "scale-up"), default="keep-alive",
-                        help="keep-alive: the sync monitor (above); scale-up: every workflow, on/off")
-    parser.add_argument("--workflows", default="sync,async,async_learners,multiagent", help="for --scenario scale-up")
+                        help="keep-alive: the onpolicy monitor (above); scale-up: every workflow, on/off")
+    parser.add_argument("--workflows", default="onpolicy,offpolicy,stellaris,marless", help="for --scenario scale-up")
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "prewarm.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -4,7 +4,7 @@ Both sides use rl-baselines3-zoo's Pendulum-v1 SAC hyperparameters (hyperparams/
 20k steps) over Stable-Baselines3's SAC defaults (batch 256, buffer 1M, learning_starts 100, tau
 0.005, gamma 0.99, train_freq 1, gradient_steps 1, automatic entropy, net [256, 256]).
 
-* nimbus: ``train()`` on configs/sac-pendulum.yaml as shipped (``train.workflow: async``: 2 actor
+* nimbus: ``train()`` on configs/sac-pendulum.yaml as shipped (``train.workflow: offpolicy``: 2 actor
   functions x 1 env, the learner owes one gradient step per env step, back-pressure 256 steps),
   ``train.target_return=-200``, ``train.return_window=10``; tensorboard on, no report, no final
   evaluation. The clock (``summary.wall_s``) starts just before the system is built (worker spawn and

@@ -14,9 +14,9 @@ Per (actors, seed), real vs simulated:
 * **round time**: the median ``round_s`` over rounds after ``--warmup``; error = simulated / real - 1;
 * **cost**: ``summary.serverless_cost_usd`` per round (the ledger priced by cost/pricing.yaml); error as above;
 * **total time**: ``summary.wall_s`` (a tail the median hides shows here and in the cost); error as above;
-* **return curve**: ``recent_return_mean`` at each round (same env steps on both: sync PPO rounds are fixed
+* **return curve**: ``recent_return_mean`` at each round (same env steps on both: onpolicy PPO rounds are fixed
   size); error = the largest absolute difference over the rounds, and whether the curves are identical
-  (the learning is the same computation on both backends: sync PPO on CPU is deterministic for a seed).
+  (the learning is the same computation on both backends: onpolicy PPO on CPU is deterministic for a seed).
 
 Then the error's median over seeds for each actor count. Writes benchmarks/results/simulated_vs_real.json.
 

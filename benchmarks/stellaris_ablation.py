@@ -1,7 +1,7 @@
 """Stellaris's ablation where staleness matters (issue 26, "Show the effect"): the paper's arms, with stragglers.
 
 PPO on CartPole-v1 (configs/stellaris-cartpole.yaml: 512 env steps and 16 minibatch gradients a round), every
-arm the same number of rounds (so the same env steps) on the async_learners workflow. Staleness is made real
+arm the same number of rounds (so the same env steps) on the stellaris workflow. Staleness is made real
 with ``stellaris.stragglers`` (a benchmark aid: learner slot 0 computes ``--straggler-factor`` times slower).
 
 Arms (``stellaris.learners`` 4 and the straggler, except ``ppo``):

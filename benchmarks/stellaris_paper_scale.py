@@ -110,7 +110,7 @@ def tailed_profile(*, profile: Path, fraction: float | None, factor: float | Non
     fitted), written to ``out``."""
     loaded = load_profile(path=profile)
     if "gradient_learner" not in loaded.functions:
-        raise ValueError(f"{profile}: functions.gradient_learner: missing (fit the profile from an async_learners run)")
+        raise ValueError(f"{profile}: functions.gradient_learner: missing (fit the profile from a stellaris run)")
     fitted = loaded.functions["gradient_learner"]
     fraction = fitted.straggler_fraction if fraction is None else fraction
     factor = fitted.straggler_factor if factor is None else factor

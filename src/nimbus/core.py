@@ -13,7 +13,7 @@ tests/unit/test_core.py checks every implementation against its protocol, method
     Buffer      rows actors ingest and learners read   data/buffer.py
     Trigger     a condition that fires an action       data/triggers.py
     Controller  a per-round decision from metrics      nitro/baselines.py, scaler.py, scaler_authors.py
-    Workflow    rounds of one technique, driven by the loop onpolicy/sync.py (its streaming launch: pipelined.py),
+    Workflow    rounds of one technique, driven by the loop onpolicy/workflow.py (its streaming launch: pipelined.py),
                                                        lifecycle.py, offpolicy/workflow.py, stellaris/workflow.py,
                                                        marless/workflow.py (found by run/registry.py)
 """
@@ -277,10 +277,10 @@ UNBOOKED = cast(Book, _Unbooked())
 class Workflow(Protocol):
     """Rounds of one technique. The run loop (run/loop.py builds and starts it; run/members.py's ``drive`` moves
     its events) decides when anything happens: every workflow is driven the same way, alone or beside others (a
-    population's members, several workloads on one pool). Implemented by SyncWorkflow (onpolicy/; ``pipelined`` is
-    SyncWorkflow with onpolicy/pipelined.py's streaming learner launch), AsyncWorkflow (offpolicy/),
-    AsyncLearnersWorkflow (stellaris/) — the three over one System share policy/lifecycle.py's
-    build/start/checkpoint/evaluate/close — and MultiAgentWorkflow (marless/). The loop finds the class by name
+    population's members, several workloads on one pool). Implemented by OnPolicyWorkflow (onpolicy/; ``pipelined`` is
+    OnPolicyWorkflow with onpolicy/pipelined.py's streaming learner launch), OffPolicyWorkflow (offpolicy/),
+    StellarisWorkflow (stellaris/) — the three over one System share policy/lifecycle.py's
+    build/start/checkpoint/evaluate/close — and MarlessWorkflow (marless/). The loop finds the class by name
     (run/registry.py WORKFLOWS) and imports none.
 
     * ``build`` takes ``shared`` as a callable: a workflow checks its own input first (a buffer shared memory

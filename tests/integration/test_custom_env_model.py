@@ -1,5 +1,5 @@
 """A user's env (env.imports + FlattenObservation) and a user's network (algo.model) train end to end: PPO on
-forked workers (the user's modules must import there), DQN's Q-network on the async workflow inline
+forked workers (the user's modules must import there), DQN's Q-network on the offpolicy workflow inline
 (runtime/inline.py: what is tested is that the network trains, not where)."""
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ def test_custom_env_via_imports_with_a_custom_ppo_model_learns(user_code, tmp_pa
     assert "param.net.pi.weight" in weights.arrays and weights.arrays["param.net.body.0.weight"].shape == (32, 16)
 
 
-def test_custom_dqn_q_network_trains_on_the_async_workflow(user_code, tmp_path: Path) -> None:
+def test_custom_dqn_q_network_trains_on_the_offpolicy_workflow(user_code, tmp_path: Path) -> None:
     config = load_config(path=EXAMPLES / "corridor.yaml", overrides=[
         "algo={name: dqn, model: 'usernets:QNet', learning_starts: 256, train_freq: 64, gradient_steps: 64, gamma: 0.9,"
         " target_update_interval: 64, exploration_fraction: 0.2}",
-        "train.workflow=async", "train.total_env_steps=6000", "train.target_return=null",
-        "async_workflow.max_steps_ahead=512", "actors.fragment_steps=64", "env.num_envs_per_actor=1",
+        "train.workflow=offpolicy", "train.total_env_steps=6000", "train.target_return=null",
+        "offpolicy.max_steps_ahead=512", "actors.fragment_steps=64", "env.num_envs_per_actor=1",
         f"output.root_dir={tmp_path}", "output.report=false", "output.loggers=[]",
         "output.status_line=false", "train.eval_episodes=10", "runtime.backend=inline"])
     result = train(config=config)

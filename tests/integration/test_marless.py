@@ -141,8 +141,8 @@ def test_a_map_naming_an_unknown_policy_is_a_config_error(make_shipped_config) -
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("algo={name: ppo}", "train.workflow: multiagent runs"),
-    ("train.workflow=sync", "needs train.workflow: multiagent"),
+    ("algo={name: ppo}", "train.workflow: marless runs"),
+    ("train.workflow=onpolicy", "needs train.workflow: marless"),
     ("marless.i_min=9", "i_min"),
 ])
 def test_config_errors_name_the_key(make_shipped_config, override: str, message: str) -> None:

@@ -68,8 +68,8 @@ def test_impala_cartpole_nitro_off_policy_boosting(tmp_path) -> None:
             "actors": {"fragment_steps": 16, "scaling": {"kind": "nitro", "min_actors": 1, "max_actors": 3,
                                                          "hessian": {"subset_size": 64, "max_iterations": 20}}},
             # back-pressure keeps each update's FIFO fragments from being overwritten before it reads them
-            "async_workflow": {"max_steps_ahead": 128},
-            "train": {"workflow": "async", "max_rounds": 12, "total_env_steps": 100_000, "eval_episodes": 0},
+            "offpolicy": {"max_steps_ahead": 128},
+            "train": {"workflow": "offpolicy", "max_rounds": 12, "total_env_steps": 100_000, "eval_episodes": 0},
             "runtime": {"backend": "inline"},
             "output": {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}}
     result = train(config=parse_config(data=data))
@@ -113,8 +113,8 @@ def test_impala_cartpole_authors_code_probes_every_update(tmp_path) -> None:
             "algo": {"name": "impala", "rollout_length": 16, "hidden_sizes": [32, 32]},
             "actors": {"fragment_steps": 16, "scaling": {"kind": "nitro", "min_actors": 1, "max_actors": 3,
                                                          "variant": "authors_code", "hessian": {"max_iterations": 20}}},
-            "async_workflow": {"max_steps_ahead": 128},
-            "train": {"workflow": "async", "max_rounds": 6, "total_env_steps": 100_000, "eval_episodes": 0},
+            "offpolicy": {"max_steps_ahead": 128},
+            "train": {"workflow": "offpolicy", "max_rounds": 6, "total_env_steps": 100_000, "eval_episodes": 0},
             "runtime": {"backend": "inline"},
             "output": {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}}
     rows = train(config=parse_config(data=data)).rows

@@ -1,4 +1,4 @@
-"""The ``async`` off-policy workflow end to end: DQN, SAC, IMPALA learn; the bindings, policy lag, back-pressure,
+"""The ``offpolicy`` workflow end to end: DQN, SAC, IMPALA learn; the bindings, policy lag, back-pressure,
 lockstep and the Atari config work. IMPALA's learning, the overlap of actors and learner, lockstep and
 back-pressure run on forked workers. DQN's and SAC's learning and IMPACT's heard-from weights run inline
 (runtime/inline.py: invocations in submission order, so a run repeats; on workers under CI load SAC's run ran
@@ -85,13 +85,13 @@ def test_async_rows_carry_policy_lag_and_actors_run_while_the_learner_learns(mak
     ledger = ledger_rows(result.run_dir)
     learners = [r for r in ledger if r["function"] == "learner" and r["outcome"] == "ok"]
     actors = [r for r in ledger if r["function"] == "actor" and r["outcome"] == "ok"]
-    assert _overlaps(actors, learners), "async: actors should run while the learner updates"
+    assert _overlaps(actors, learners), "offpolicy: actors should run while the learner updates"
     assert list_segments(prefix=run_prefix()) == []
 
 
 def test_lockstep_alternates_actors_and_learner(make_shipped_config) -> None:
     config = make_shipped_config("dqn-cartpole", overrides=["train.max_rounds=3", "algo.learning_starts=256",
-                                                            "algo.hidden_sizes=[32]", "async_workflow.lockstep=true"])
+                                                            "algo.hidden_sizes=[32]", "offpolicy.lockstep=true"])
     result = train(config=config)
     ledger = ledger_rows(result.run_dir)
     learners = [r for r in ledger if r["function"] == "learner" and r["outcome"] == "ok"]
@@ -130,8 +130,8 @@ def test_impact_sends_new_weights_to_the_actors_it_heard_from(make_shipped_confi
 
 def test_back_pressure_holds_actors_within_max_steps_ahead(make_shipped_config) -> None:
     config = make_shipped_config("sac-pendulum", overrides=["train.max_rounds=6", "algo.hidden_sizes=[32]",
-                                                            "async_workflow.max_steps_ahead=64",
-                                                            "async_workflow.max_gradient_steps_per_call=32"])
+                                                            "offpolicy.max_steps_ahead=64",
+                                                            "offpolicy.max_gradient_steps_per_call=32"])
     result = train(config=config)
     for row in result.rows:  # collected ≤ learning_starts + gradient steps started + ahead (+ one call's worth)
         assert row.env_steps <= 256 + row.policy_version * 32 + 64 + 2 * 32
@@ -139,19 +139,19 @@ def test_back_pressure_holds_actors_within_max_steps_ahead(make_shipped_config) 
 
 # --------------------------------------------------------------------------------------- configs
 def test_workflow_and_algorithm_must_match() -> None:
-    with pytest.raises(ConfigError, match="needs train.workflow: async"):
-        load_config(path=REPO / "configs" / "dqn-cartpole.yaml", overrides=["train.workflow=sync"])
-    with pytest.raises(ConfigError, match="needs sync"):
-        load_config(path=REPO / "configs" / "ppo-cartpole.yaml", overrides=["train.workflow=async"])
+    with pytest.raises(ConfigError, match="needs train.workflow: offpolicy"):
+        load_config(path=REPO / "configs" / "dqn-cartpole.yaml", overrides=["train.workflow=onpolicy"])
+    with pytest.raises(ConfigError, match="needs onpolicy"):
+        load_config(path=REPO / "configs" / "ppo-cartpole.yaml", overrides=["train.workflow=offpolicy"])
     with pytest.raises(ConfigError, match="rollout_length"):
         load_config(path=REPO / "configs" / "impala-cartpole.yaml", overrides=["actors.fragment_steps=7"])
     with pytest.raises(ConfigError, match="algo.target_update_interval"):   # IMPACT that would be IMPALA
         load_config(path=REPO / "configs" / "impala-cartpole.yaml",
                     overrides=["algo.variant=impact", "algo.target_update_interval=1"])
-    with pytest.raises(ConfigError, match="async_workflow.nonsense"):
-        load_config(path=REPO / "configs" / "sac-pendulum.yaml", overrides=["async_workflow.nonsense=1"])
+    with pytest.raises(ConfigError, match="offpolicy.nonsense"):
+        load_config(path=REPO / "configs" / "sac-pendulum.yaml", overrides=["offpolicy.nonsense=1"])
     for name in ("dqn-cartpole", "impala-cartpole", "sac-pendulum", "sac-hopper", "dqn-pong"):
-        assert load_config(path=REPO / "configs" / f"{name}.yaml").train.workflow == "async"
+        assert load_config(path=REPO / "configs" / f"{name}.yaml").train.workflow == "offpolicy"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ale_py") is None or importlib.util.find_spec("cv2") is None,
@@ -160,7 +160,7 @@ def test_pong_config_runs_two_rounds(make_shipped_config) -> None:
     config = make_shipped_config("dqn-pong", overrides=[
         "train.max_rounds=2", "algo.buffer_capacity=2048", "algo.learning_starts=256", "env.num_envs_per_actor=2",
         "actors.scaling.num_actors=2", "actors.fragment_steps=32", "actors.function.cpus=0.5",
-        "async_workflow.max_gradient_steps_per_call=4", "async_workflow.max_steps_ahead=256"])
+        "offpolicy.max_gradient_steps_per_call=4", "offpolicy.max_steps_ahead=256"])
     result = train(config=config)
     assert len(result.rows) == 2 and result.summary.policy_version == 2
     assert result.rows[-1].losses["num_gradient_steps"] == 4

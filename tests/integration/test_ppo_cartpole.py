@@ -1,4 +1,4 @@
-"""Whole sync PPO runs: learning happens, runs are deterministic, checkpoints evaluate. Learning, the run directory,
+"""Whole onpolicy PPO runs: learning happens, runs are deterministic, checkpoints evaluate. Learning, the run directory,
 the observation statistics and the bounded rows are the workflow's and the driver's and run inline
 (runtime/inline.py: the functions' own code in the driver, the local backend's numbers bit for bit, as
 tests/unit/run/test_inline_workflows.py checks); determinism runs on forked workers. `make run` learning on the
@@ -34,7 +34,7 @@ def test_ppo_cartpole_reaches_195_within_60k_steps(make_config, seed: int) -> No
 
 
 def test_same_seed_gives_identical_rounds(make_config) -> None:
-    """P16: same seed and config → identical per-round returns and losses on CPU in sync mode."""
+    """P16: same seed and config → identical per-round returns and losses on CPU in the onpolicy workflow."""
     runs = [train(config=make_config(overrides=["train.max_rounds=3"])) for _ in range(2)]
     a, b = ([(r.return_mean, r.losses.get("policy_loss")) for r in run.rows] for run in runs)
     assert len(a) == 3 and a == b

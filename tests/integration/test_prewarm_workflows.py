@@ -54,14 +54,14 @@ def _data(tmp_path: Any, **sections: Any) -> dict[str, Any]:
             "output": {"root_dir": str(tmp_path), "loggers": [], "report": False, "status_line": False}}
 
 
-def test_async_workflow_boosted_ranks_start_warm(tmp_path) -> None:
+def test_offpolicy_workflow_boosted_ranks_start_warm(tmp_path) -> None:
     torch.set_num_threads(1)
     data = _data(tmp_path, name="impala-prewarm", env={"id": "CartPole-v1", "num_envs_per_actor": 2},
                  algo={"name": "impala", "rollout_length": 16, "hidden_sizes": [32, 32]},
                  actors={"fragment_steps": 16, "scaling": {"kind": "hydrozoa", "initial_actors": 1, "max_actors": 3,
                                                             "double_every_rounds": 2}},
-                 async_workflow={"max_steps_ahead": 128},
-                 train={"workflow": "async", "max_rounds": 8, "total_env_steps": 100_000, "eval_episodes": 0})
+                 offpolicy={"max_steps_ahead": 128},
+                 train={"workflow": "offpolicy", "max_rounds": 8, "total_env_steps": 100_000, "eval_episodes": 0})
     result = train(config=parse_config(data=data))
     decided = [1] + [int(row.extras["next_num_actors"]) for row in result.rows]
     assert max(decided) == 3, decided
@@ -72,12 +72,12 @@ def test_async_workflow_boosted_ranks_start_warm(tmp_path) -> None:
     assert [r.queued_at for r in cold] == [first]        # only rank 0's very first fragment started a worker
 
 
-def test_async_learners_scale_up_finds_warm_workers(make_shipped_config) -> None:
+def test_stellaris_scale_up_finds_warm_workers(make_shipped_config) -> None:
     torch.set_num_threads(1)
     config = make_shipped_config("stellaris-cartpole", overrides=[
         *QUIET, "actors.scaling={kind: hydrozoa, initial_actors: 1, max_actors: 3, double_every_rounds: 1}",
         "train.max_rounds=10", "algo.num_epochs=1"])
-    # async_learners overlaps rounds: the next round's actors start before this round's row (and the scaler's
+    # stellaris overlaps rounds: the next round's actors start before this round's row (and the scaler's
     # decision) exists, so a decision lands one or more rounds later, more under load (two full-suite runs saw
     # [1] * 6 with 6 rounds and a doubling every 2). Doubling every round with 10 rounds leaves room for that lag.
     result = train(config=config)

@@ -24,8 +24,8 @@ def _dqn(tmp_path: Path, *overrides: str):
     base["train"]["eval_episodes"] = 0
     return parse_config(data=apply_overrides(data=base, overrides=[
         "algo.learning_starts=512", "algo.hidden_sizes=[32]", "algo.buffer_capacity=4096", "algo.train_freq=128",
-        "algo.gradient_steps=8", "async_workflow.max_gradient_steps_per_call=8", "algo.prioritized=true",
-        "async_workflow.max_steps_ahead=128",  # actors run <= 128 rows past the learner: well under 512 new rows
+        "algo.gradient_steps=8", "offpolicy.max_gradient_steps_per_call=8", "algo.prioritized=true",
+        "offpolicy.max_steps_ahead=128",  # actors run <= 128 rows past the learner: well under 512 new rows
         "train.checkpoint_every_rounds=1000", "runtime.backend=inline", *overrides]))
 
 

@@ -117,7 +117,7 @@ def test_a_resumed_policy_plays_as_well_as_the_one_that_was_saved(inline_config,
     assert returns and np.mean(returns) >= 100, returns
 
 
-def test_the_async_workflow_resumes_its_policy_version_and_counters(make_shipped_config, tmp_path: Path) -> None:
+def test_the_offpolicy_workflow_resumes_its_policy_version_and_counters(make_shipped_config, tmp_path: Path) -> None:
     def config(rounds: int):
         return make_shipped_config("dqn-cartpole", [f"train.max_rounds={rounds}", "train.checkpoint_every_rounds=3",
                                                     INLINE])
@@ -137,7 +137,7 @@ def _row_key(row) -> tuple:
 @pytest.mark.parametrize("env", ["CartPole-v1", "Hopper-v5"])
 def test_exact_resume_is_bitwise_2n_steps_equal_n_plus_save_load_plus_n(make_config, tmp_path: Path, env: str) -> None:
     """P9: with train.exact_resume, N rounds + checkpoint + a new process's --resume + N rounds give the very
-    rounds and weights of 2N rounds straight through (CPU, sync workflow)."""
+    rounds and weights of 2N rounds straight through (CPU, onpolicy workflow)."""
     over = ["train.exact_resume=true", "train.checkpoint_every_rounds=3", f"env.id={env}"]
     if env == "Hopper-v5":   # MuJoCo's snapshot is the env's, not the worker's: inline (CartPole runs on workers)
         over += ["actors.fragment_steps=64", "algo.minibatch_size=64", INLINE]

@@ -1,4 +1,4 @@
-"""``runtime.backend: simulated`` on real workflows: PPO on CartPole and Stellaris's async_learners learn in seconds
+"""``runtime.backend: simulated`` on real workflows: PPO on CartPole and the stellaris workflow learn in seconds
 of real time, two runs give the same metrics bitwise, injected deaths are retried without counting data twice,
 the rows' time keys are simulated seconds, and a malformed ``simulation:`` section exits 2 naming its key."""
 

@@ -1,4 +1,4 @@
-"""``train.workflow: multiagent`` on ``runtime.backend: simulated`` (issue 30, MARLess at paper scale): the learning is
+"""``train.workflow: marless`` on ``runtime.backend: simulated`` (issue 30, MARLess at paper scale): the learning is
 the inline run's exactly, the rounds take the simulated durations' critical path, per-policy actor scaling changes
 the simulated actor cost as the ledger bills it, a seed repeats bitwise, and a real run's ledger fits a profile with
 every MARLess function kind.

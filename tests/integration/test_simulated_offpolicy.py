@@ -1,4 +1,4 @@
-"""The off-policy ``async`` workflow (DQN, IMPALA) on ``runtime.backend: simulated``: it learns, two runs give the
+"""The ``offpolicy`` workflow (DQN, IMPALA) on ``runtime.backend: simulated``: it learns, two runs give the
 same metrics bitwise, the policy lag follows the simulated duration model (the clock orders fragments and updates),
 and injected deaths count each fragment once (docs/simulated.md, "Off-policy")."""
 
@@ -47,7 +47,7 @@ def test_two_simulated_async_runs_give_the_same_rows_bitwise(make_shipped_config
 def _lag_run(make_shipped_config, *, actors: int, run_dir: Path) -> tuple[list[dict], int]:
     config = make_shipped_config("impala-cartpole", overrides=[
         *SIM, *CONSTANT, "train.max_rounds=30", "env.num_envs_per_actor=1", f"actors.scaling.num_actors={actors}",
-        "async_workflow.sync_to=all", "async_workflow.max_steps_ahead=null",
+        "offpolicy.sync_to=all", "offpolicy.max_steps_ahead=null",
         "simulation.functions.actor.distribution=lognormal", "simulation.functions.actor.sigma=0.3",
         "simulation.functions.actor.median_s=1.0", "simulation.functions.learner.median_s=0.5"])
     result = train(config=config, run_dir=run_dir)
@@ -94,7 +94,7 @@ def test_a_time_triggered_learner_fires_every_period_of_simulated_time(make_ship
     fragment's delivery."""
     config = make_shipped_config("dqn-cartpole", overrides=[
         *SIM, *CONSTANT, "train.max_rounds=8", "algo.learning_starts=256", "algo.hidden_sizes=[32]",
-        "async_workflow.learner_trigger=time", "async_workflow.learner_period_s=0.3",
+        "offpolicy.learner_trigger=time", "offpolicy.learner_period_s=0.3",
         "simulation.functions.actor.median_s=1.0", "simulation.functions.learner.median_s=0.1"])
     result = train(config=config)
     starts = [r["start_at"] for r in ledger_rows(result.run_dir) if r["function"] == "learner" and r["outcome"] == "ok"]
@@ -108,7 +108,7 @@ def test_sac_impact_heard_from_and_lockstep_run_on_the_simulated_clock(make_ship
         "sac": ("sac-pendulum", 4, ["algo.hidden_sizes=[32, 32]"]),
         "impact": ("impala-cartpole", 6, ["algo.variant=impact", "actors.scaling.num_actors=3"]),
         "lockstep": ("dqn-cartpole", 3, ["algo.learning_starts=256", "algo.hidden_sizes=[32]",
-                                         "async_workflow.lockstep=true"]),
+                                         "offpolicy.lockstep=true"]),
     }[variant]
     result = train(config=make_shipped_config(name, overrides=[*SIM, f"train.max_rounds={rounds}", *overrides]))
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")

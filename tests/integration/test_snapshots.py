@@ -43,7 +43,7 @@ CASES: dict[str, tuple[str, list[str]]] = {   # case → (shipped config, overri
     # async, made deterministic: one actor (no arrival order), lockstep, weights sent on publication
     "async_sac_pendulum": ("sac-pendulum", ["train.max_rounds=4", "algo.hidden_sizes=[32, 32]",
                                             "algo.learning_starts=32", "actors.scaling={kind: fixed, num_actors: 1}",
-                                            "async_workflow.lockstep=true", "async_workflow.sync_to=heard_from"]),
+                                            "offpolicy.lockstep=true", "offpolicy.sync_to=heard_from"]),
     "nitro_ppo_cartpole": ("ppo-cartpole", ["train.max_rounds=5", "algo.minibatch_size=64", NITRO]),
     "pipelined_ppo_cartpole": ("ppo-cartpole", ["train.max_rounds=5", "pipeline.dual_stage=true",
                                                 "pipeline.loader=true"]),

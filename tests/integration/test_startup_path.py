@@ -25,16 +25,16 @@ _SPY = r"""
 import json, sys, tempfile
 from pathlib import Path
 from nimbus.config import load_config
-from nimbus.onpolicy.sync import SyncWorkflow
+from nimbus.onpolicy.workflow import OnPolicyWorkflow
 
 seen = {}
-invoke_actors = SyncWorkflow._invoke_actors
+invoke_actors = OnPolicyWorkflow._invoke_actors
 
 def spy(self):
     seen.setdefault("packages", sorted({name.split(".")[0] for name in sys.modules}))
     return invoke_actors(self)
 
-SyncWorkflow._invoke_actors = spy
+OnPolicyWorkflow._invoke_actors = spy
 from nimbus.run.loop import train
 
 with tempfile.TemporaryDirectory() as tmp:

@@ -1,4 +1,4 @@
-"""Stellaris's async_learners workflow: learning with learners in flight, staleness in the rows, a killed
+"""The stellaris workflow: learning with learners in flight, staleness in the rows, a killed
 learner's gradient applied once (P1), the same config on a local Ray instance, and the config errors."""
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def test_a_parameter_function_killed_after_its_put_is_retried_and_rebuilds_its_r
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("algo={name: dqn}", "async_learners runs ppo or impala"),
+    ("algo={name: dqn}", "stellaris runs ppo or impala"),
     ("algo={name: impala, variant: impala}", "variant impact"),
     ("algo={name: impala, variant: impact, rollout_length: 20}", "must equal algo.rollout_length"),
     ("stellaris.rule=bogus", "stellaris.rule"),
@@ -140,7 +140,7 @@ def test_the_same_config_runs_on_ray(ray_local, make_shipped_config, name: str, 
     (not 3) changed: learners in flight, gradients aggregated by the parameter function, every task settled once.
     2 actors x 0.5 + 2 learners x 0.25 + the parameter function's 0.25 leave room on the 2 CPUs; with a third learner
     they asked for all of them and the full instance evicted idle workers to start others (measured: 19 Ray workers
-    started for 3 rounds, 121 s, against 5 and 22 s at load 17). One run proves the async_learners workflow on Ray
+    started for 3 rounds, 121 s, against 5 and 22 s at load 17). One run proves the stellaris workflow on Ray
     (the Ray group is the suite's long pole); IMPACT's learners are the same functions on another loss: its learning
     in flight is test_impact_learners_in_flight_learn_cartpole's, inline."""
     config = make_shipped_config(name, overrides=[

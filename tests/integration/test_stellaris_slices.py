@@ -14,7 +14,7 @@ from nimbus.algos.ppo.algorithm import PPO
 from nimbus.report.metrics import read_metrics
 from nimbus.run.loop import train
 from nimbus.stellaris import filling as filling_module, learner as learner_module
-from nimbus.stellaris.workflow import AsyncLearnersWorkflow
+from nimbus.stellaris.workflow import StellarisWorkflow
 
 SIM = ["runtime.backend=simulated", "simulation.functions.actor.distribution=lognormal",
        "simulation.functions.actor.sigma=0.5", "train.total_env_steps=100000"]
@@ -26,8 +26,8 @@ def spied(monkeypatch: pytest.MonkeyPatch) -> dict:
     driver's post-processing, the slices put, the keys learners read and every PPO post-processing call."""
     seen: dict = {"delivered": defaultdict(list), "launched": defaultdict(list), "arrivals": [],
                   "slices": defaultdict(dict), "read": [], "postprocessed_rows": 0}
-    on_actor, launch, add_slice = (AsyncLearnersWorkflow._on_actor, AsyncLearnersWorkflow._launch,
-                                   getattr(AsyncLearnersWorkflow, "_add_slice", None))
+    on_actor, launch, add_slice = (StellarisWorkflow._on_actor, StellarisWorkflow._launch,
+                                   getattr(StellarisWorkflow, "_add_slice", None))
     postprocess_rows, batch_of, postprocess = (getattr(filling_module, "postprocess_rows", None), learner_module._batch,
                                                PPO.postprocess)
 
@@ -58,9 +58,9 @@ def spied(monkeypatch: pytest.MonkeyPatch) -> dict:
         seen["postprocessed_rows"] += len(batch["rewards"])
         return postprocess(self, batch=batch)
 
-    monkeypatch.setattr(AsyncLearnersWorkflow, "_on_actor", on_actor_spy)
-    monkeypatch.setattr(AsyncLearnersWorkflow, "_launch", launch_spy)
-    monkeypatch.setattr(AsyncLearnersWorkflow, "_add_slice", add_slice_spy, raising=False)
+    monkeypatch.setattr(StellarisWorkflow, "_on_actor", on_actor_spy)
+    monkeypatch.setattr(StellarisWorkflow, "_launch", launch_spy)
+    monkeypatch.setattr(StellarisWorkflow, "_add_slice", add_slice_spy, raising=False)
     monkeypatch.setattr(filling_module, "postprocess_rows", rows_spy, raising=False)
     monkeypatch.setattr(learner_module, "_batch", batch_spy)
     monkeypatch.setattr(PPO, "postprocess", postprocess_spy)

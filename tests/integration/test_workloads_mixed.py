@@ -1,6 +1,6 @@
 """Several workloads on one pool run any one-policy workflow, since the one run loop (run/members.py) drives every
 workflow the same way: an off-policy DQN workload beside an on-policy PPO one, each under its own policy name in
-the pool's one Store (before the one loop, the pool took sync workloads only, and the off-policy workflow wrote
+the pool's one Store (before the one loop, the pool took onpolicy workloads only, and the off-policy workflow wrote
 its weights under a global name whatever policy it was built for)."""
 
 from __future__ import annotations
@@ -29,5 +29,5 @@ def test_an_off_policy_workload_runs_beside_an_on_policy_one_each_under_its_own_
 def test_a_multi_agent_workload_is_refused_with_the_reason(make_config, make_shipped_config) -> None:
     ppo = make_config(overrides=["name=cartA"])
     marless = make_shipped_config("marless-ippo-spread", ["name=spread"])
-    with pytest.raises(ConfigError, match="train.workflow: workload 2 .spread.: .* multiagent"):
+    with pytest.raises(ConfigError, match="train.workflow: workload 2 .spread.: .* marless"):
         train_workloads(configs=[ppo, marless])

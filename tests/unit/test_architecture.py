@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 # Technique folders share one layer; one imports another only along these edges (docs/architecture.md), each of them
 # used (an edge no import takes is deleted): the on-policy, off-policy and multi-agent learners call Nitro's probe,
-# Stellaris's rounds hold the on-policy ActorRound, PBT's members are sync workflows. What every workflow over one
+# Stellaris's rounds hold the on-policy ActorRound, PBT's members are onpolicy workflows. What every workflow over one
 # System shares (its build, lifecycle and checkpoints) is policy/, a layer below, not a technique's.
 TECHNIQUE_EDGES: dict[str, set[str]] = {
     "nitro": set(), "onpolicy": {"nitro"}, "offpolicy": {"nitro"}, "stellaris": {"onpolicy"}, "pbt": {"onpolicy"},
@@ -301,8 +301,8 @@ def test_the_config_finds_every_registered_algorithm_by_name() -> None:
 
     assert {name: algo_section(name=name) for name in ALGO_SECTIONS} == ALGO_CONFIGS
     for name, cls in ALGO_CONFIGS.items():
-        workflow = {"dqn": "async", "sac": "async", "impala": "async"}.get(name, "multiagent" if name in (
-            "ippo", "mappo", "iql", "vdn", "qmix") else "sync")
+        workflow = {"dqn": "offpolicy", "sac": "offpolicy", "impala": "offpolicy"}.get(name, "marless" if name in (
+            "ippo", "mappo", "iql", "vdn", "qmix") else "onpolicy")
         config = parse_config(data={"algo": {"name": name}, "train": {"workflow": workflow},
                                     "actors": {"fragment_steps": 50 if name == "impala" else 128}})
         assert type(config.algo) is cls

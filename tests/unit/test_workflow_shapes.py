@@ -1,7 +1,7 @@
 """Workflows reuse by composition: no registered workflow class inherits from another.
 
 A workflow that subclasses another inherits methods it never reaches and state it must override (Stellaris built the
-sync trigger table and threw it away); the parts they share (onpolicy/actor_round.py's ActorRound, the learner
+onpolicy trigger table and threw it away); the parts they share (onpolicy/actor_round.py's ActorRound, the learner
 launch, stellaris/filling.py's SliceFilling) are objects a workflow holds. The one base a workflow may have is the
 lifecycle over one System (policy/lifecycle.py SystemWorkflow), which is no workflow of its own.
 """

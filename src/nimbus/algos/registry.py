@@ -37,11 +37,11 @@ AlgoConfig = Annotated[Union[PPOConfig, DQNConfig, ImpalaConfig, SACConfig,  # n
 ALGO_CONFIGS: dict[str, type[BaseModel]] = {"ppo": PPOConfig, "dqn": DQNConfig, "impala": ImpalaConfig,
                                             "sac": SACConfig, **MULTIAGENT_ALGO_CONFIGS}
 # the multi-agent ones validate here but are built by nimbus.algos.multiagent.make_multiagent_algo
-# (train.workflow: multiagent)
+# (train.workflow: marless)
 
 _BUILDERS: dict[str, Callable[[Any], Algorithm]] = {
     "ppo": lambda config: PPO(config=config),
-    "dqn": lambda config: DQN(config=config),        # off-policy ones run on train.workflow: async
+    "dqn": lambda config: DQN(config=config),        # off-policy ones run on train.workflow: offpolicy
     "impala": lambda config: Impala(config=config),
     "sac": lambda config: SAC(config=config),
 }
@@ -52,7 +52,7 @@ def make_algorithm(*, config: BaseModel, compile_mode: CompileMode = "off") -> A
     PPO's: the config rules refuse it for the others."""
     name = getattr(config, "name", None)
     if name in MULTIAGENT_ALGO_CONFIGS:
-        raise ConfigError(f"algo.name: {name!r} is a multi-agent algorithm; it needs train.workflow: multiagent "
+        raise ConfigError(f"algo.name: {name!r} is a multi-agent algorithm; it needs train.workflow: marless "
                           "(and a PettingZoo Parallel env)")
     if compile_mode != "off":
         if name != "ppo":

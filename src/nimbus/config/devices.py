@@ -42,7 +42,7 @@ class DevicesConfig(ConfigSection):
 class PrewarmConfig(ConfigSection):
     mode: Literal["none", "monitor"] = "none"
     """monitor: pre-warm actor workers during the learner's update once the workload is stable, and the actors a
-    scaler adds at its decision (every workflow: sync, async, async_learners, multiagent)"""
+    scaler adds at its decision (every workflow: onpolicy, offpolicy, stellaris, marless)"""
     window: int = Field(default=5, ge=2)
     """sliding-window length of actor start-up times and learner finish times (paper: 5)"""
     stability: float = Field(default=0.2, gt=0)

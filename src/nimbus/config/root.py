@@ -30,7 +30,7 @@ from nimbus.config.sections import (
 )
 from nimbus.config.simulation import SimulationConfig, check_simulated
 from nimbus.marless.config import MarlessConfig
-from nimbus.offpolicy.config import AsyncWorkflowConfig
+from nimbus.offpolicy.config import OffPolicyConfig
 from nimbus.pbt.config import PBTConfig, PolicyConfig, check_population
 from nimbus.schema.bounds import MAX_SEED, RANK_STRIDE
 from nimbus.stellaris.config import StellarisConfig
@@ -40,7 +40,7 @@ class NimbusConfig(Section):
     name: str = Field(default="run", pattern=r"^[A-Za-z0-9_.-]+$")
     """run name, the prefix of the run directory"""
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
-    """seeds envs, policy sampling and minibatch order (same seed: same run, on CPU in sync mode); 32-bit"""
+    """seeds envs, policy sampling and minibatch order (same seed: same run, on CPU in the onpolicy workflow); 32-bit"""
     env: EnvConfig = Field(default_factory=EnvConfig)
     """the environment every actor builds"""
     algo: AlgoSection
@@ -61,18 +61,18 @@ class NimbusConfig(Section):
     """the prices each function invocation is billed at"""
     output: OutputConfig = Field(default_factory=OutputConfig)
     """the run directory, experiment trackers (loggers: TensorBoard, W&B, MLflow), report and status line"""
-    async_workflow: AsyncWorkflowConfig = Field(default_factory=AsyncWorkflowConfig)
-    """triggers, weight sync and back-pressure of ``train.workflow: async`` (ignored otherwise)"""
+    offpolicy: OffPolicyConfig = Field(default_factory=OffPolicyConfig)
+    """triggers, weight sync and back-pressure of ``train.workflow: offpolicy`` (ignored otherwise)"""
     stellaris: StellarisConfig = Field(default_factory=StellarisConfig)
     """Stellaris's asynchronous learners, staleness-aware aggregation and IS truncation (docs/stellaris.md)"""
     marless: MarlessConfig = Field(default_factory=MarlessConfig)
-    """MARLess learner sharing and actor scaling (``train.workflow: multiagent``; docs/marless.md)"""
+    """MARLess learner sharing and actor scaling (``train.workflow: marless``; docs/marless.md)"""
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
     """ARTOS's on-demand device pool for learner-side functions (config/devices.py)"""
     prewarm: PrewarmConfig = Field(default_factory=PrewarmConfig)
     """ARTOS's workload monitor: pre-warm actors during the learner's update (config/devices.py)"""
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
-    """ARTOS's pipelines and Stellaris's loader for sync PPO, off by default (onpolicy/pipeline.py,
+    """ARTOS's pipelines and Stellaris's loader for onpolicy PPO, off by default (onpolicy/pipeline.py,
     docs/dataplane.md)"""
     simulation: SimulationConfig = Field(default_factory=SimulationConfig)
     """simulated durations, cold starts, stragglers and failures of ``runtime.backend: simulated``

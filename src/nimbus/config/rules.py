@@ -4,8 +4,8 @@ They read only config values (no runtime, workflow or function code), so ``nimbu
 lowest layer: a rule that names a workflow's, the pipelines' or a backend's constraints lives here,
 and the module it describes imports it from here.
 
-* ``check_workflow``: which algorithms run in which workflow, and the async workflow's limits;
-* ``check_pipeline``: ARTOS pipelines are for on-policy PPO in sync mode on one machine's shared buffer;
+* ``check_workflow``: which algorithms run in which workflow, and the offpolicy workflow's limits;
+* ``check_pipeline``: ARTOS pipelines are for on-policy PPO in the onpolicy workflow on one machine's shared buffer;
 * ``check_cluster``: runtime/store combinations that cannot work (docs/cluster.md);
 * ``check_evaluation``: periodic evaluation's keys, and the trainers that run it.
 
@@ -42,9 +42,9 @@ def check_env_backend(*, config: NimbusConfig) -> None:
     backend = config.actors.env_backend
     if backend in ("gymnasium", "auto"):
         return
-    if config.train.workflow not in ("sync", "async_learners"):
-        raise ValueError(f"actors.env_backend: {backend} is read by the on-policy actor (train.workflow: sync or "
-                         f"async_learners); {config.train.workflow} steps its envs one by one: drop it")
+    if config.train.workflow not in ("onpolicy", "stellaris"):
+        raise ValueError(f"actors.env_backend: {backend} is read by the on-policy actor (train.workflow: onpolicy or "
+                         f"stellaris); {config.train.workflow} steps its envs one by one: drop it")
     if backend != "envpool":
         return
     if config.train.exact_resume or config.actors.restore_slots:
@@ -62,12 +62,12 @@ def check_env_backend(*, config: NimbusConfig) -> None:
 
 
 def check_overlap(*, config: NimbusConfig) -> None:
-    """``train.overlap`` is the plain sync workflow's: one policy, no pipelines, no bitwise resume (the round in
+    """``train.overlap`` is the plain onpolicy workflow's: one policy, no pipelines, no bitwise resume (the round in
     flight at a checkpoint is sampled but not learned)."""
     if not config.train.overlap:
         return
-    if config.train.workflow != "sync":
-        raise ValueError(f"train.overlap overlaps the sync workflow's actors and learner; {config.train.workflow} "
+    if config.train.workflow != "onpolicy":
+        raise ValueError(f"train.overlap overlaps the onpolicy workflow's actors and learner; {config.train.workflow} "
                          "schedules its own: drop it")
     if config.pipeline.minibatch or config.pipeline.dual_stage:
         raise ValueError("train.overlap and pipeline.minibatch / dual_stage both move the learner's start: pick one")
@@ -78,25 +78,25 @@ def check_overlap(*, config: NimbusConfig) -> None:
         raise ValueError("train.overlap runs one policy; policies / pbt switch versions between rounds: drop it")
 
 
-def _ppo_sync_problems(*, config: Any, owner: str = "") -> list[str]:
-    """What keeps ``config`` from PPO in the sync workflow (compiled losses and pipelines need both): ``algo.name is
+def _ppo_onpolicy_problems(*, config: Any, owner: str = "") -> list[str]:
+    """What keeps ``config`` from PPO in the onpolicy workflow (compiled losses and pipelines need both): ``algo.name is
     …`` and ``train.workflow is …``; an ``owner`` adds what it needs to each, ``(pipelines: ppo)``."""
-    needs = (("algo.name", config.algo.name, "ppo"), ("train.workflow", config.train.workflow, "sync"))
+    needs = (("algo.name", config.algo.name, "ppo"), ("train.workflow", config.train.workflow, "onpolicy"))
     return [f"{key} is {value!r}" + (f" ({owner}: {wanted})" if owner else "")
             for key, value, wanted in needs if value != wanted]
 
 
 def check_compile(*, config: NimbusConfig) -> None:
-    """``learner.compile`` compiles PPO's minibatch loss in the sync workflow's learner (algos/compiled.py)."""
+    """``learner.compile`` compiles PPO's minibatch loss in the onpolicy workflow's learner (algos/compiled.py)."""
     mode = config.learner.compile
     if mode == "off":
         return
-    problems = _ppo_sync_problems(config=config)
+    problems = _ppo_onpolicy_problems(config=config)
     if config.pipeline.minibatch or config.pipeline.dual_stage:
         problems.append("a pipeline is on (its streaming learner runs eagerly)")
     if problems:
-        raise ValueError(f"learner.compile: {mode} compiles PPO's update in train.workflow: sync without pipelines; "
-                         + "; ".join(problems))
+        raise ValueError(f"learner.compile: {mode} compiles PPO\'s update in train.workflow: onpolicy without "
+                         "pipelines; " + "; ".join(problems))
 
 
 def check_workflow(*, config: NimbusConfig) -> None:
@@ -106,24 +106,24 @@ def check_workflow(*, config: NimbusConfig) -> None:
     check_overlap(config=config)
     check_compile(config=config)
     _check_learning_starts(algo=config.algo)
-    if workflow == "sync" and name in OFF_POLICY:
-        raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: async")
-    if workflow == "async_learners":
-        _check_async_learners(config=config)
-    if workflow == "multiagent":
-        _check_multiagent(config=config)
+    if workflow == "onpolicy" and name in OFF_POLICY:
+        raise ValueError(f"algo.name: {name} is off-policy; it needs train.workflow: offpolicy")
+    if workflow == "stellaris":
+        _check_stellaris(config=config)
+    if workflow == "marless":
+        _check_marless(config=config)
     elif name in MULTI_AGENT:
-        raise ValueError(f"algo.name: {name} is a multi-agent algorithm; it needs train.workflow: multiagent")
-    if workflow != "async":
+        raise ValueError(f"algo.name: {name} is a multi-agent algorithm; it needs train.workflow: marless")
+    if workflow != "offpolicy":
         return
     if config.train.exact_resume:
-        raise ValueError("train.exact_resume: only the sync workflow can resume bitwise (the async workflow's "
+        raise ValueError("train.exact_resume: only the onpolicy workflow can resume bitwise (the offpolicy workflow's "
                          "draws and actor timing do not repeat; train.checkpoint_replay keeps its buffer); drop it, "
                          "--resume still continues the run")
     if name not in OFF_POLICY:
-        raise ValueError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; algo.name {name} needs sync")
+        raise ValueError(f"train.workflow: offpolicy runs {', '.join(OFF_POLICY)}; algo.name {name} needs onpolicy")
     if config.runtime.backend not in ("local", "inline", "simulated") or config.store.backend != "shm":
-        raise ValueError("train.workflow: async runs on runtime.backend: local, inline or simulated with "
+        raise ValueError("train.workflow: offpolicy runs on runtime.backend: local, inline or simulated with "
                          "store.backend: shm for now "
                          "(its learner reads the shared-memory buffer in place); got "
                          f"{config.runtime.backend} / {config.store.backend}")
@@ -147,16 +147,16 @@ def _check_learning_starts(*, algo: Any) -> None:
                          "the replay never holds that many rows, so no gradient step would run")
 
 
-def _check_async_learners(*, config: NimbusConfig) -> None:
+def _check_stellaris(*, config: NimbusConfig) -> None:
     """Stellaris's learner functions compute PPO or IMPACT gradients (IMPALA has no ratio for the truncation to
     act on); the actors' per-round observation moments and exact resume assume one learner per round."""
     algo = config.algo
     if algo.name not in ("ppo", "impala"):
-        raise ValueError(f"train.workflow: async_learners runs ppo or impala (variant impact); algo.name {algo.name} "
-                         f"needs {'async' if algo.name in OFF_POLICY else 'sync'}")
+        raise ValueError(f"train.workflow: stellaris runs ppo or impala (variant impact); algo.name {algo.name} "
+                         f"needs {'offpolicy' if algo.name in OFF_POLICY else 'onpolicy'}")
     if algo.name == "impala":
         if algo.variant != "impact":
-            raise ValueError("algo.variant: async_learners runs impala as variant impact (Stellaris's truncation acts "
+            raise ValueError("algo.variant: stellaris runs impala as variant impact (Stellaris's truncation acts "
                              "on IMPACT's ratio; plain IMPALA has none)")
         if config.actors.fragment_steps != algo.rollout_length:
             raise ValueError(f"actors.fragment_steps ({config.actors.fragment_steps}) must equal algo.rollout_length "
@@ -165,23 +165,23 @@ def _check_async_learners(*, config: NimbusConfig) -> None:
             raise ValueError(f"stellaris.slice_rows ({config.stellaris.slice_rows}) must be a multiple of "
                              f"algo.rollout_length ({algo.rollout_length}): a slice is whole env columns")
     if getattr(config.algo, "normalize_obs", False):
-        raise ValueError("algo.normalize_obs: not with train.workflow: async_learners (the observation statistics "
-                         "are folded by the one learner of a sync round)")
+        raise ValueError("algo.normalize_obs: not with train.workflow: stellaris (the observation statistics "
+                         "are folded by the one learner of an onpolicy round)")
     if config.train.exact_resume:
-        raise ValueError("train.exact_resume: only the sync workflow can resume bitwise; drop it for async_learners")
+        raise ValueError("train.exact_resume: only the onpolicy workflow can resume bitwise; drop it for stellaris")
 
 
-def _check_multiagent(*, config: NimbusConfig) -> None:
+def _check_marless(*, config: NimbusConfig) -> None:
     """MARLess runs its own policies (one per agent, shared by the sharing controller), from version 0."""
     check_multiagent_env(env=config.env)
     if config.algo.name not in MULTI_AGENT:
-        raise ValueError(f"train.workflow: multiagent runs {', '.join(MULTI_AGENT)}; algo.name {config.algo.name} "
+        raise ValueError(f"train.workflow: marless runs {', '.join(MULTI_AGENT)}; algo.name {config.algo.name} "
                          "is single-agent")
     if config.policies or config.pbt is not None:
-        raise ValueError("policies / pbt: not with train.workflow: multiagent (its policies are the agents', "
+        raise ValueError("policies / pbt: not with train.workflow: marless (its policies are the agents', "
                          "mapped by marless.sharing)")
     if config.train.exact_resume:
-        raise ValueError("train.exact_resume is the sync workflow's; drop it for multiagent, where "
+        raise ValueError("train.exact_resume is the onpolicy workflow's; drop it for marless, where "
                          "actors.restore_slots saves each rank's env slot with the checkpoint (IPPO and MAPPO then "
                          "resume bitwise)")
     if config.train.checkpoint_replay and config.algo.name in ("ippo", "mappo"):
@@ -202,14 +202,14 @@ def check_evaluation(*, config: NimbusConfig) -> None:
 
 
 def check_pipeline(*, config: Any) -> None:
-    """Config rules: pipelines are for on-policy PPO in sync mode on one machine's shared buffer."""
+    """Config rules: pipelines are for on-policy PPO in the onpolicy workflow on one machine's shared buffer."""
     pipeline = config.pipeline
     if not (pipeline.minibatch or pipeline.dual_stage):
         if pipeline.loader:
             raise ValueError("pipeline.loader is used by the pipelined learner: turn on pipeline.minibatch "
                              "or pipeline.dual_stage too")
         return
-    problems = _ppo_sync_problems(config=config, owner="pipelines")
+    problems = _ppo_onpolicy_problems(config=config, owner="pipelines")
     if config.runtime.backend != "local":
         problems.append(f"runtime.backend is {config.runtime.backend!r} (pipelines read the local shared buffer)")
     if getattr(config.algo, "normalize_obs", False):

@@ -118,7 +118,7 @@ class LearnerConfig(Section):
     """torch intra-op threads in the learner function (set on every invocation; at most function.cpus)"""
     compile: Annotated[Literal["off", "compile", "graphs"], BeforeValidator(_yaml_off)] = "off"
     """PPO's minibatch forward and loss: eager (off), torch.compile (compile), or compiled with CUDA graphs
-    (graphs: compile's reduce-overhead; on a CPU the same as compile); sync PPO without pipelines only. The optimizer
+    (graphs: compile's reduce-overhead; on a CPU the same as compile); onpolicy PPO only, no pipelines. The optimizer
     step stays eager (fused on CUDA). Compiled once per warm worker (docs/benchmarks.md has its first-call cost)"""
     function: FunctionConfig = Field(
         default_factory=lambda: FunctionConfig(cpus=1.0, gpus=0.25, memory_mb=4096, timeout_s=600.0))
@@ -215,7 +215,7 @@ class ChannelConfig(Section):
 
 
 class PipelineConfig(Section):
-    """ARTOS's on-policy pipelines and Stellaris's loader (onpolicy/pipeline.py, docs/dataplane.md); PPO, sync."""
+    """ARTOS's on-policy pipelines and Stellaris's loader (onpolicy/pipeline.py, docs/dataplane.md); PPO, onpolicy."""
 
     minibatch: bool = False
     """mini-batch pipeline: the learner starts at the first actor's rows; epoch 1 steps as blocks arrive"""
@@ -226,9 +226,9 @@ class PipelineConfig(Section):
 
 
 class TrainConfig(Section):
-    workflow: Literal["sync", "async", "async_learners", "multiagent"] = "sync"
-    """sync: on-policy rounds (actors, then learner); async: off-policy DQN/SAC/IMPALA, see async_workflow;
-    async_learners: Stellaris's asynchronous learner functions (PPO or IMPACT), see stellaris; multiagent: MARLess
+    workflow: Literal["onpolicy", "offpolicy", "stellaris", "marless"] = "onpolicy"
+    """onpolicy: on-policy rounds (actors, then learner); offpolicy: off-policy DQN/SAC/IMPALA, see offpolicy;
+    stellaris: Stellaris's asynchronous learner functions (PPO or IMPACT), see stellaris; marless: MARLess
     (IPPO, MAPPO, IQL, VDN on PettingZoo Parallel envs), see marless"""
     total_env_steps: int = Field(default=100_000, ge=1)
     """stop after this many env steps"""
@@ -256,10 +256,10 @@ class TrainConfig(Section):
     """checkpoints also keep the replay buffer and the scaler's window (a safetensors file beside each), or IQL's and
     VDN's replay of the last rounds; --resume restores them"""
     exact_resume: bool = False
-    """checkpoints also hold every actor's envs mid-episode, so --resume continues bitwise (sync workflow;
+    """checkpoints also hold every actor's envs mid-episode, so --resume continues bitwise (onpolicy workflow;
     MuJoCo and classic-control envs)"""
     overlap: bool = False
-    """sync workflow: the next round's actors sample with the current weights while the learner trains (one version
+    """onpolicy workflow: the next round's actors sample with the current weights while the learner trains (one version
     of lag; PPO weighs each row by the policy that sampled it): actors and learner never wait for each other"""
 
 

@@ -181,13 +181,13 @@ class SimulationConfig(ConfigSection):
         return models.get(kind, self.default)
 
 
-SIMULATED_WORKFLOWS = ("sync", "async", "async_learners", "multiagent")   # a new workflow is refused until it
+SIMULATED_WORKFLOWS = ("onpolicy", "offpolicy", "stellaris", "marless")   # a new workflow is refused until it
 # waits on the runtime's event queue and reads the runtime's clock (runtime/base.py event_queue, runtime_clock)
 
 
 def check_simulated(*, config: Any) -> None:
-    """``runtime.backend: simulated`` runs what only the driver's thread and the virtual clock drive: the sync,
-    async, async_learners and multiagent workflows, populations (``policies``, ``pbt``: run/members.py drives the
+    """``runtime.backend: simulated`` runs what only the driver's thread and the virtual clock drive: the onpolicy,
+    offpolicy, stellaris and marless workflows, populations (``policies``, ``pbt``: run/members.py drives the
     members on the runtime's event queue and clock) and several workloads on one pool (run/workloads.py); no
     pipelines (real polling threads). The pre-warm monitor runs: its trigger is a timer on
     the virtual clock (runtime/prewarm.py). The on-demand device pool runs as ``devices.cpu_slots`` simulated

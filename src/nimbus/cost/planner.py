@@ -2,7 +2,7 @@
 
 ``nimbus plan RUN_DIR [RUN_DIR ...] --actors 1000 --learners 16 [--capacity-cpus C] [--pricing FILE]``
 
-Profile (``profile_runs``), from each run's ledger.jsonl and metrics.jsonl (sync workflow rounds):
+Profile (``profile_runs``), from each run's ledger.jsonl and metrics.jsonl (onpolicy workflow rounds):
 
 * actor attempt durations (accepted ones, warm) and cold-start init times, pooled: an empirical distribution;
   the cold fraction of actor attempts after round 0 (keep-alive reclaims, retries);
@@ -28,7 +28,7 @@ This timing-only model stays the default: it needs only ledgers and answers at o
 
 Bad input is a ConfigError (exit 2) naming what is wrong: a count below 1 (``--actors``, ``--learners``,
 ``--rounds``, ``--capacity-cpus``), a run directory without its files, a file that is not JSON lines or YAML (read by
-the configs' guarded loader), or a run with no sync-workflow round to profile (an empty ledger; a Stellaris, MARLess
+the configs' guarded loader), or a run with no onpolicy round to profile (an empty ledger; a Stellaris, MARLess
 or off-policy run, whose functions are not one actor phase and one learner: plan those with ``--simulate``).
 """
 
@@ -113,14 +113,14 @@ def _rows_per_actor(*, run_dir: Path, config: dict) -> int:
         return int(config["env"]["num_envs_per_actor"]) * int(config["actors"]["fragment_steps"])
     except (KeyError, TypeError, ValueError):
         raise ConfigError(f"plan: {run_dir}/config.yaml lacks env.num_envs_per_actor or actors.fragment_steps "
-                          "(the timing-only model profiles sync-workflow runs; plan others with --simulate)") from None
+                          "(the timing-only model profiles onpolicy runs; plan others with --simulate)") from None
 
 
 def _first_of(*, records: list[LedgerRecord], kind: str, run_dir: Path) -> LedgerRecord:
     found = next((r for r in records if r.kind == kind and r.outcome == "ok"), None)
     if found is None:
         raise ConfigError(f"plan: {run_dir}/ledger.jsonl has no finished {kind} attempt: the timing-only model "
-                          "profiles sync-workflow runs (one actor phase, one learner a round); an empty ledger, a "
+                          "profiles onpolicy runs (one actor phase, one learner a round); an empty ledger, a "
                           "Stellaris, MARLess or off-policy run: plan it with --simulate --config")
     return found
 

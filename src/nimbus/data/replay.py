@@ -5,7 +5,7 @@ A strategy looks at a ``Buffer`` and returns row *positions* for the next learne
 state; the buffer owns the rows. FullBatch (PPO), Uniform and Prioritized (sum tree) replay (DQN,
 SAC), NStep (wraps either), and FIFO (IMPALA) and Circular (IMPACT) in data/fragment_replay.py all follow
 this Protocol. The off-policy ones (``SampledReplay``) also ``sample`` a ``ReplayBatch`` (positions plus
-per-row columns: PER weights, n-step targets), which the ``async`` workflow sends to its learner, and take
+per-row columns: PER weights, n-step targets), which the ``offpolicy`` workflow sends to its learner, and take
 TD errors back (``update_priorities``).
 """
 
@@ -182,8 +182,8 @@ class Prioritized(Uniform):
     ``beta_anneal_rows`` ingested rows (the run's env steps). ``eps`` must be > 0: a zero-priority row
     would never be drawn again and break the weights. With ``guard_rows`` the oldest rows that ingests in
     flight would overwrite are not drawn (their priority mass is left out of the draw; as ``Uniform``).
-    Schaul et al. draw each gradient step's minibatch from the current priorities; the async workflow
-    bounds the gradient steps per draw (``async_workflow.prioritized_steps_per_call``).
+    Schaul et al. draw each gradient step's minibatch from the current priorities; the offpolicy workflow
+    bounds the gradient steps per draw (``offpolicy.prioritized_steps_per_call``).
 
     Example::
 

@@ -6,13 +6,13 @@ of recent returns that ``train.target_return`` reads, and the wall time and cost
 TensorBoard steps, learning-rate schedules and the stopping rule continue where they stopped.
 
 What else comes back depends on ``train.exact_resume``:
-* on (sync workflow, MuJoCo and classic-control envs): every actor rank's env slot — its envs mid-episode,
+* on (onpolicy workflow, MuJoCo and classic-control envs): every actor rank's env slot — its envs mid-episode,
   wrapper counters, random generators, running episode returns (envs/slot_state.py) — and its slot
   sequence, so the resumed rounds are bitwise the rounds the run would have made without stopping
   (P9, docs/reliability.md; tests/integration/test_resume.py);
 * off: episodes that were in flight restart as fresh episodes, from seeds derived from the resumed round,
   so two resumes of one checkpoint are identical.
-With ``train.checkpoint_replay`` the async workflow's replay buffer and the Nitro scaler's window come back
+With ``train.checkpoint_replay`` the offpolicy workflow's replay buffer and the Nitro scaler's window come back
 too (policy/replay_checkpoint.py); without it the buffer refills from ``learning_starts`` and a scaler
 starts from its initial decision.
 

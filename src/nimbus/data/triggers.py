@@ -6,7 +6,7 @@ ObjectKeyTrigger remembers the key it saw), so one condition fires once. ``reset
 firing. Triggers own no threads and block on nothing: the driver's event loop (or a buffer listener)
 calls ``TriggerTable.poll``, which runs the action of every trigger that fires, in binding order.
 
-The sync on-policy workflow (PPO) as bindings::
+The onpolicy workflow (PPO) as bindings::
 
     events = StoreEvents()                                   # whoever puts weights calls events.notify(key=...)
     weights = ObjectKeyTrigger(store_events=events, key_prefix="weights/main")
@@ -16,7 +16,7 @@ The sync on-policy workflow (PPO) as bindings::
                action=invoke_learner)
     buf.subscribe(callback=lambda event: table.poll(now_s=time.monotonic()))
 
-and the async one adds ``TimeTrigger(period_s=5.0)`` → weight sync.
+and the offpolicy one adds ``TimeTrigger(period_s=5.0)`` → weight sync.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A turn-based (AEC) PettingZoo env where the multi-agent workflow needs a Parallel one: converted where PettingZoo
 says it is safe, refused with the reason otherwise.
 
-The multiagent workflow steps every live agent at once (``ParallelEnv``). PettingZoo converts an AEC env with
+The marless workflow steps every live agent at once (``ParallelEnv``). PettingZoo converts an AEC env with
 ``pettingzoo.utils.conversions.aec_to_parallel`` only when the env says it is safe
 (``metadata["is_parallelizable"]``: it updates once per cycle of all agents, as mpe2's ``env()`` constructors);
 ``parallel_from_aec`` does that conversion (logged once per env id and process). A truly turn-based env (chess,
@@ -36,7 +36,7 @@ def parallel_from_aec(*, env: Any, env_id: str) -> Any:
                      "converted with pettingzoo.utils.conversions.aec_to_parallel", env_id, name)
         return aec_to_parallel(env)
     raise ConfigError(f"env.id: {env_id!r} returned {name}, a turn-based (AEC) PettingZoo env whose metadata does "
-                      "not declare is_parallelizable: its agents act one after another, which the multiagent "
+                      "not declare is_parallelizable: its agents act one after another, which the marless "
                       "workflow (all agents step together, a ParallelEnv) cannot run, and PettingZoo's "
                       "aec_to_parallel conversion applies only to envs that declare it. Use the package's "
                       "parallel_env() if it has one")

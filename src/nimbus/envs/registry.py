@@ -30,7 +30,7 @@ class EnvInfo:
     action_kind: ActionKind
     extra: str | None  # the nimbus-rl extra it needs, None for core gymnasium
     available: bool  # the extra's modules import on this machine
-    multi_agent: bool = False  # a PettingZoo Parallel env, for train.workflow: multiagent
+    multi_agent: bool = False  # a PettingZoo Parallel env, for train.workflow: marless
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ _CATALOGUE: tuple[_Entry, ...] = (
     _Entry(env_id="Hopper-v5", family="mujoco", action_kind="continuous", extra="mujoco"),
     _Entry(env_id="HalfCheetah-v5", family="mujoco", action_kind="continuous", extra="mujoco"),
     _Entry(env_id="nimbus/AtariPong-v5", family="atari", action_kind="discrete", extra="atari"),
-    # multi-agent (train.workflow: multiagent), a PettingZoo Parallel env
+    # multi-agent (train.workflow: marless), a PettingZoo Parallel env
     _Entry(env_id="mpe2:simple_spread_v3", family="mpe", action_kind="discrete", extra="mpe", multi_agent=True),
 )
 

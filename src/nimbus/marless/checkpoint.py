@@ -54,8 +54,8 @@ MARLESS_KEY = "marless"   # the manifest's extra["marless"]
 
 
 def is_multiagent(*, config: dict[str, Any]) -> bool:
-    """Whether a checkpoint's saved config (a plain dict) is a ``train.workflow: multiagent`` run's."""
-    return config.get("train", {}).get("workflow") == "multiagent"
+    """Whether a checkpoint's saved config (a plain dict) is a ``train.workflow: marless`` run's."""
+    return config.get("train", {}).get("workflow") == "marless"
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def load_policies(*, path: Path, policies: list[str]) -> dict[str, CheckpointSta
     directories = {policy: policy_directory(run_dir=path, policy=policy) for policy in policies}
     missing = [policy for policy, directory in directories.items() if not _rounds(directory=directory)]
     if missing:
-        raise CheckpointError(f"cannot resume {path} as a multiagent run: no checkpoint of "
+        raise CheckpointError(f"cannot resume {path} as a marless run: no checkpoint of "
                               f"{', '.join(missing)} under {path}/policies")
     common = set.intersection(*(_rounds(directory=directory) for directory in directories.values()))
     for round in sorted(common, reverse=True):

@@ -1,13 +1,13 @@
 """The ``marless:`` config section: MARLess's dynamic learner sharing and per-policy actor scaling (MARLess §4.3-4.4).
 
-Read only when ``train.workflow: multiagent`` (marless/workflow.py, docs/marless.md). Policies are named
+Read only when ``train.workflow: marless`` (marless/workflow.py, docs/marless.md). Policies are named
 after agents (``p_<agent>``); ``sharing`` maps agents onto fewer of them, ``scaling`` sets the actor count.
 Each ablation arm is one line: ``sharing: none | static | full | marless`` and ``scaling: fixed | marless``;
 ``policy_mapping`` maps agents onto policies of any name, ``agent_id`` conditions shared policies on the agent.
 
 Example (YAML)::
 
-    train: {workflow: multiagent}
+    train: {workflow: marless}
     algo: {name: ippo}
     env: {id: "mpe2:simple_spread_v3", kwargs: {N: 6}}
     marless: {sharing: marless, gamma: -0.3, scaling: marless, i_max: 8}
@@ -81,11 +81,11 @@ class MarlessConfig(ConfigSection):
 
 
 def check_multiagent_env(*, env: Any) -> None:
-    """The ``env:`` keys a multi-agent run cannot honour (called from config/rules.py's multiagent check, so a
+    """The ``env:`` keys a multi-agent run cannot honour (called from config/rules.py's marless check, so a
     config is refused when it loads, exit 2): ``env.wrappers`` are gymnasium wrappers, which the PettingZoo
     actors do not apply."""
     if env.wrappers:
         raise ValueError(f"env.wrappers: {list(env.wrappers)} are gymnasium wrappers, for single-agent envs; "
-                         "train.workflow: multiagent does not apply them. Wrap the PettingZoo env inside your own "
+                         "train.workflow: marless does not apply them. Wrap the PettingZoo env inside your own "
                          "factory (env.id: pkg.module:factory, e.g. with pettingzoo.utils.wrappers or supersuit) "
                          "and drop env.wrappers")

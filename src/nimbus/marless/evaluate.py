@@ -1,4 +1,4 @@
-"""Evaluate a multi-agent run's policies together: at the end of ``train.workflow: multiagent`` and for
+"""Evaluate a multi-agent run's policies together: at the end of ``train.workflow: marless`` and for
 ``nimbus eval RUN_DIR`` of such a run.
 
 Every agent acts with the policy the agent→policy map gives it, on a PettingZoo parallel env, for whole episodes,
@@ -187,7 +187,7 @@ def _recorder(*, env: Any, video_dir: Path) -> Callable[..., None] | None:
 
 
 def is_multiagent_run(*, path: Path) -> bool:
-    """Whether ``path`` is the directory of a ``train.workflow: multiagent`` run (its checkpoints' config)."""
+    """Whether ``path`` is the directory of a ``train.workflow: marless`` run (its checkpoints' config)."""
     for manifest in sorted((Path(path) / "policies").glob("*/checkpoints/ckpt-*/manifest.json"))[:1]:
         try:
             return is_multiagent(config=json.loads(manifest.read_text())["config"])

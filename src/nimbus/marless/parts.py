@@ -1,5 +1,5 @@
-"""What a MARLess run is made of (``train.workflow: multiagent``): its progress, its parts, the env's agents and
-spaces, and the functions by role. marless/workflow.py builds them (``MultiAgentWorkflow.build``).
+"""What a MARLess run is made of (``train.workflow: marless``): its progress, its parts, the env's agents and
+spaces, and the functions by role. marless/workflow.py builds them (``MarlessWorkflow.build``).
 
 Policies are named after agents (``p_<agent>``); the sharing controller maps agents onto a subset of them
 (marless/sharing.py). Each policy's checkpoints go to ``<run_dir>/policies/<policy>/checkpoints`` (its

@@ -1,4 +1,4 @@
-"""The MARLess panels of ``report.png`` (``train.workflow: multiagent``), drawn from ``metrics.jsonl`` and
+"""The MARLess panels of ``report.png`` (``train.workflow: marless``), drawn from ``metrics.jsonl`` and
 ``marless.jsonl`` (the agent→policy map of every round).
 
 * :func:`plot_agent_returns`: each agent's mean episode return per round and the global return (their mean).

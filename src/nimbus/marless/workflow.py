@@ -1,4 +1,4 @@
-"""The ``multiagent`` workflow (MARLess §4, Fig. 4): rounds of multi-agent actors, then each policy's learner
+"""The ``marless`` workflow (MARLess §4, Fig. 4): rounds of multi-agent actors, then each policy's learner
 functions, then the sharing and actor-scaling controllers.
 
     round k:  I actor functions            each runs env copies with ALL agents; an agent acts with the policy
@@ -78,7 +78,7 @@ class Sampling:
     futures: dict[int, Future] = field(default_factory=dict)
 
 
-class MultiAgentWorkflow:
+class MarlessWorkflow:
     """MARLess rounds, driven by the run loop (run/members.py); ``on_round`` receives each round's row (core.Workflow).
 
     ``build`` publishes every policy's version 0 or the checkpoint's versions itself: the progress it continues
@@ -106,13 +106,13 @@ class MultiAgentWorkflow:
     # ---------------------------------------------------------------------------- core.Workflow
     @classmethod
     def build(cls, *, config: NimbusConfig, shared: Callable[[], Shared], run_dir: Path, policy: str,
-              resume_from: Path | None, rank_base: int = 0, workload: str | None = None) -> MultiAgentWorkflow:
+              resume_from: Path | None, rank_base: int = 0, workload: str | None = None) -> MarlessWorkflow:
         """The env's agents and the controllers (exit 2 on a bad ``marless.agent_policy`` before any worker), the pool,
         then every policy's version 0 or (``resume_from``, a run directory) the newest round every policy has a
         checkpoint of (marless/checkpoint.py says what comes back). ``policy``, ``rank_base`` and ``workload``
         do not apply: the policies are named after the agents."""
         if resume_from is not None and not (Path(resume_from) / "policies").is_dir():
-            raise CheckpointError(f"cannot resume {resume_from} as a multiagent run: it has no policies/ directory")
+            raise CheckpointError(f"cannot resume {resume_from} as a marless run: it has no policies/ directory")
         agents, spaces, state_dim = probe_agents(config=config)
         check_agent_policy(config=config, agents=agents)
         algo = make_multiagent_algo(config=config.algo)
@@ -207,7 +207,7 @@ class MultiAgentWorkflow:
     def exhausted(self) -> bool:
         return False
 
-    def renewed(self) -> MultiAgentWorkflow:
+    def renewed(self) -> MarlessWorkflow:
         raise NotImplementedError("a MARLess run is not a population member")
 
     def _start_round(self) -> None:

@@ -10,7 +10,7 @@ its model (the learner sets it from the run's progress, so it travels with the w
 Rows are env-major: each env's ``fragment_steps`` rows are contiguous and in time order (n-step
 segments, IMPALA's [T, B] columns). With ``snapshot`` the result carries the env slot and a request may carry one to
 restore (``actors.restore_slots``, as the on-policy actor does; used when IMPACT runs under
-``async_learners``).
+``stellaris``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
-"""The ``async_workflow:`` config section: how the ``async`` off-policy workflow fires and syncs.
+"""The ``offpolicy:`` config section: how the ``offpolicy`` workflow fires and syncs.
 
-Read only when ``train.workflow: async`` (offpolicy/workflow.py). Defaults follow the papers:
+Read only when ``train.workflow: offpolicy`` (offpolicy/workflow.py). Defaults follow the papers:
 the learner fires from a DataKeyTrigger (ARTOS Table 3: off-policy training on data), weights reach
 the actors by a TimeTrigger (ARTOS: off-policy sync), and actors never wait for the learner
 (``max_steps_ahead: null``). See docs/offpolicy.md.
 
 Example (YAML)::
 
-    train: {workflow: async}
-    async_workflow: {learner_trigger: data, weight_sync_period_s: 0.25, max_steps_ahead: 2048}
+    train: {workflow: offpolicy}
+    offpolicy: {learner_trigger: data, weight_sync_period_s: 0.25, max_steps_ahead: 2048}
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pydantic import Field
 from nimbus.schema.base import ConfigSection
 
 
-class AsyncWorkflowConfig(ConfigSection):
+class OffPolicyConfig(ConfigSection):
     learner_trigger: Literal["data", "time"] = "data"
     """data: the learner fires when train_rows new rows arrived (DataKeyTrigger); time: every learner_period_s"""
     train_rows: int | None = Field(default=None, ge=1)

@@ -1,8 +1,8 @@
-"""What the ``async`` workflow needs to know about an off-policy algorithm, read from its config once.
+"""What the ``offpolicy`` workflow needs to know about an off-policy algorithm, read from its config once.
 
 ``plan_for(config)`` turns the algorithm's own hyperparameters (SB3-style ``train_freq`` /
 ``gradient_steps`` / ``batch_size`` / ``learning_starts`` for DQN and SAC, ``rollout_length`` for
-IMPALA) and the ``async_workflow`` section into a frozen ``ReplayPlan``; ``make_replay(plan=...)``
+IMPALA) and the ``offpolicy`` section into a frozen ``ReplayPlan``; ``make_replay(plan=...)``
 builds the matching replay strategy (Uniform, Prioritized, NStep over either, or FIFO). This is the
 one place that dispatches on the algorithm's config type, so the workflow itself has no
 algorithm-specific code. The config rules of the two workflows are ``config.rules.check_workflow``.
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ReplayPlan:
-    """How the async workflow feeds one off-policy learner."""
+    """How the offpolicy workflow feeds one off-policy learner."""
 
     kind: Literal["replay", "fifo"]
     capacity_rows: int           # buffer rows
@@ -61,7 +61,7 @@ class ReplayPlan:
 
 def plan_for(*, config: NimbusConfig) -> ReplayPlan:
     """The ReplayPlan of the configured off-policy algorithm (ConfigError for any other)."""
-    algo, wf = config.algo, config.async_workflow
+    algo, wf = config.algo, config.offpolicy
     steps = config.actors.fragment_steps
     fragment_rows = config.env.num_envs_per_actor * steps
     if isinstance(algo, (DQNConfig, SACConfig)):
@@ -86,7 +86,7 @@ def plan_for(*, config: NimbusConfig) -> ReplayPlan:
                           updates_per_row=0.0, fixed_gradient_steps=1, train_rows=wf.train_rows or batch_rows,
                           learning_starts=batch_rows, random_warmup=False, gamma=algo.gamma,
                           fragments_per_batch=wf.fragments_per_batch, row_group=algo.rollout_length)
-    raise ConfigError(f"train.workflow: async runs {', '.join(OFF_POLICY)}; got algo.name: {algo.name}")
+    raise ConfigError(f"train.workflow: offpolicy runs {', '.join(OFF_POLICY)}; got algo.name: {algo.name}")
 
 
 def make_replay(*, plan: ReplayPlan, seed: int, guard_rows: int = 0) -> Uniform | NStep | FIFO | Circular:
@@ -120,7 +120,7 @@ def _max_actors(*, config: NimbusConfig) -> int:
 
 
 class Pacer:
-    """The async workflow's bookkeeping in rows: what the learner owes and how far actors may run ahead.
+    """The offpolicy workflow's bookkeeping in rows: what the learner owes and how far actors may run ahead.
 
     Replay (DQN, SAC): gradient steps owed = (rows ingested − learning_starts) × updates_per_row − steps
     already started, as SB3's ``train_freq`` / ``gradient_steps`` would do them; a call takes at most

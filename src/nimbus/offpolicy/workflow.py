@@ -1,4 +1,4 @@
-"""The ``async`` off-policy workflow (DQN, SAC, IMPALA) as ARTOS trigger → action bindings (Table 3).
+"""The ``offpolicy`` workflow (DQN, SAC, IMPALA) as ARTOS trigger → action bindings (Table 3).
 
     actor result                               → ingest (idempotent per invocation id), re-invoke that
                                                  actor at once with the newest version it was sent
@@ -79,7 +79,7 @@ class Window:
     ranks_ran: set[int] = field(default_factory=set)   # ranks running at the start or started since
 
 
-class AsyncWorkflow(SystemWorkflow):
+class OffPolicyWorkflow(SystemWorkflow):
     """Actors and one learner as trigger → action bindings; the run loop (run/members.py) hands it each finished
     function's event and polls its triggers (the stop rules are checked after every event). ``on_round`` gets each
     row. The rest of core.Workflow (build, start, checkpoint, evaluate, close) is policy/lifecycle.py's."""
@@ -105,10 +105,10 @@ class AsyncWorkflow(SystemWorkflow):
         self.system, self.progress = system, progress
         self.policy = system.policy   # its Store keys: a population member's or a workload's own name, else "main"
         self.book: Book = UNBOOKED   # the run loop's (attach)
-        self.wf = cfg.async_workflow
+        self.wf = cfg.offpolicy
         self.plan = plan_for(config=cfg)
         if not isinstance(system.replay, SampledReplay):   # buffer_plan's make_replay: each one samples
-            raise TypeError(f"the async workflow samples its replay, got {type(system.replay).__name__}")
+            raise TypeError(f"the offpolicy workflow samples its replay, got {type(system.replay).__name__}")
         self.replay: SampledReplay = system.replay
         self.decision = system.scaler.initial()
         self.pacer = Pacer(plan=self.plan, max_steps_ahead=self.wf.max_steps_ahead,
@@ -386,7 +386,7 @@ class AsyncWorkflow(SystemWorkflow):
         """The env-step budget is spent (collected or in flight) and nothing is left to learn: no event will come."""
         return not self.running and self.learner is None and not self._can_progress()
 
-    def renewed(self) -> AsyncWorkflow:
+    def renewed(self) -> OffPolicyWorkflow:
         return type(self)(system=self.system, progress=self.progress)
 
     def close(self) -> None:

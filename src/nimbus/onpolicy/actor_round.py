@@ -1,4 +1,4 @@
-"""The actor half of an on-policy round: a part that the sync workflow (onpolicy/sync.py, with or without ARTOS
+"""The actor half of an on-policy round: a part that the onpolicy workflow (onpolicy/workflow.py, with or without ARTOS
 pipelines) and Stellaris's (stellaris/workflow.py) hold.
 
     start    a RoundState; the pre-warmer's ``await_warm`` and ``round_started``; the DataKeyTrigger sized for the
@@ -9,7 +9,7 @@ pipelines) and Stellaris's (stellaris/workflow.py) hold.
     finish   the round's end: the progress counters, the metrics row, the scaler's decision, the row's close
 
 The row's bills, the non-finite guard and the scaler call are the run loop's book's (run/book.py); this part hands it
-the facts of the round. ``LearnerBatch`` is what a round hands its learner (onpolicy/sync.py's launches).
+the facts of the round. ``LearnerBatch`` is what a round hands its learner (onpolicy/workflow.py's launches).
 
 Example::
 
@@ -213,7 +213,7 @@ class ActorRound:
                                                    compute_s=learned.compute_s),
                     **round_probe_extras(extras=learned.extras, round_s=now - state.started_s),
                     **self.prewarmer.extras(), **(extras or {})})
-        # the actors now running or last run (async_learners: the next round's); Nitro reads this round's probe
+        # the actors now running or last run (stellaris: the next round's); Nitro reads this round's probe
         row, self.decision = book.decide(row=row, scaler=self.system.scaler, prewarmer=self.prewarmer,
                                          actors_before=self.decision.num_actors)
         book.close(row=row)

@@ -1,4 +1,4 @@
-"""The learner function in pipelined mode (``pipeline.minibatch`` / ``pipeline.dual_stage``, PPO, sync).
+"""The learner function in pipelined mode (``pipeline.minibatch`` / ``pipeline.dual_stage``, PPO, onpolicy).
 
 The driver invokes it as soon as the first actor's rows are in the shared ARTOS buffer (a
 ``DataKeyTrigger`` with n = 1, onpolicy/pipelined.py), with the round's actor ranks and the

@@ -1,10 +1,10 @@
-"""ARTOS's on-policy pipelines (``pipeline:`` in the config): the sync workflow's learner launch that starts the
-learner on the first actor's rows (onpolicy/sync.py holds it in place of ``FullBatch``; the run registry names the
-sync workflow with a pipeline flag on ``pipelined``).
+"""ARTOS's on-policy pipelines (``pipeline:`` in the config): the onpolicy workflow's learner launch that starts the
+learner on the first actor's rows (onpolicy/workflow.py holds it in place of ``FullBatch``; the run registry names the
+onpolicy workflow with a pipeline flag on ``pipelined``).
 
 Bindings (ARTOS Table 3, "Pipeline Training")::
 
-    ObjectKeyTrigger(weights/<policy>/*)            → invoke N actor functions (as the sync round)
+    ObjectKeyTrigger(weights/<policy>/*)            → invoke N actor functions (as the onpolicy round)
     DataKeyTrigger(n=1, size=one actor's rows)      → invoke the learner once per round, at the FIRST
                                                       actor's rows; it streams the rest from the buffer
     learner result                                  → consume the round's rows, end of round

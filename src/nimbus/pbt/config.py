@@ -78,8 +78,8 @@ def check_population(*, algo: BaseModel, policies: list[PolicyConfig], pbt: PBTC
         return
     if policies and pbt is not None:
         raise ValueError("policies and pbt are exclusive: pbt generates its members")
-    if workflow != "sync" or pipelined or exact_resume:
-        raise ValueError("policies / pbt run the sync workflow without pipelines or train.exact_resume")
+    if workflow != "onpolicy" or pipelined or exact_resume:
+        raise ValueError("policies / pbt run the onpolicy workflow without pipelines or train.exact_resume")
     seen: set[str] = set()
     for i, policy in enumerate(policies):
         if policy.name in seen:

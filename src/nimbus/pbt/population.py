@@ -1,6 +1,6 @@
 """Several named policies over one pool of workers (``policies:``), and population-based training (``pbt:``).
 
-Each policy is a member: a sync workflow over a System of its own (``SyncWorkflow.build``): its weights and
+Each policy is a member: an onpolicy workflow over a System of its own (``OnPolicyWorkflow.build``): its weights and
 optimizer versions under ``weights/<name>/`` in the shared Store, its buffer, replay strategy, triggers,
 actor-scaling controller, function specs, metrics and checkpoints in ``<run_dir>/policies/<name>/``. The run
 loop (run/loop.py, run/members.py) builds the members this controller plans, moves every member's events in one
@@ -41,7 +41,7 @@ from nimbus.data.replay import FullBatch
 from nimbus.data.resume import load_resume_state
 from nimbus.errors import CheckpointError, FunctionFailed
 from nimbus.models.weights import optim_key, weights_key
-from nimbus.onpolicy.sync import SyncWorkflow
+from nimbus.onpolicy.workflow import OnPolicyWorkflow
 from nimbus.pbt.explore import exploit_source, explore, initial_values, ranked
 from nimbus.policy.lifecycle import prewarm_round_zero
 from nimbus.schema.bounds import RANK_STRIDE  # member i's actor ranks start at i·RANK_STRIDE (own env slots, seeds)
@@ -128,7 +128,7 @@ class Population:
             self.plans.append(MemberPlan(name=name, config=member_config, run_dir=member_dir,
                                          resume_from=member_resume, rank_base=i * RANK_STRIDE))
         self.names = [plan.name for plan in self.plans]
-        self.workflows: list[SyncWorkflow] = []
+        self.workflows: list[OnPolicyWorkflow] = []
         self.pending: dict[int, tuple[str, dict[str, Any]]] = {}   # member → (its source, its explored values)
         self.held: set[int] = set()       # synchronous: members that ended a ranking round and wait for the others
         self.finished: set[int] = set()   # members whose stop rule held: ranked, never waited for
@@ -136,7 +136,7 @@ class Population:
         self.lineage: Any = None      # lineage.jsonl and hyperparameters.jsonl, open from ``begin`` on
         self.hyper_log: Any = None
 
-    def begin(self, *, workflows: list[SyncWorkflow]) -> None:
+    def begin(self, *, workflows: list[OnPolicyWorkflow]) -> None:
         """The members are built: PBT's generator (re-seeded by the rounds done on a resume), the logs."""
         self.workflows = workflows
         rounds_done = sum(workflow.progress.rounds for workflow in workflows)
@@ -152,7 +152,7 @@ class Population:
         """The Store every member shares (one pool)."""
         return self.workflows[0].system.store
 
-    def attach(self, i: int, workflow: SyncWorkflow) -> None:
+    def attach(self, i: int, workflow: OnPolicyWorkflow) -> None:
         """Member ``i``'s (new) workflow: its next version may be an exploit's copy."""
         self.workflows[i] = workflow
         workflow.adopt_version = lambda version: self._adopt(i, version)

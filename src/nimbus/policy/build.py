@@ -12,9 +12,9 @@ when a workflow names none).
 
 Example::
 
-    data = policy_data(config=config, replay_for=AsyncWorkflow.buffer_plan)   # exit 2 here, before any worker
+    data = policy_data(config=config, replay_for=OffPolicyWorkflow.buffer_plan)   # exit 2 here, before any worker
     system = build_policy(config=config, shared=pool, run_dir=run_dir, policy="main", owns_shared=False,
-                          functions=AsyncWorkflow.functions(config=config), data=data)
+                          functions=OffPolicyWorkflow.functions(config=config), data=data)
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from nimbus.roles.specs import check_devices, role_spec
 from nimbus.schema.bounds import MAX_ACTORS
 from nimbus.types import ActorScaler, Shared
 
-ACTOR_ENTRYPOINT = "nimbus.onpolicy.actor:actor_function"        # the sync workflow's, and Stellaris's actors
+ACTOR_ENTRYPOINT = "nimbus.onpolicy.actor:actor_function"        # the onpolicy workflow's, and Stellaris's actors
 LEARNER_ENTRYPOINT = "nimbus.onpolicy.learner:learner_function"
 
 

@@ -1,5 +1,5 @@
-"""The Workflow contract's lifecycle for every workflow over one System (core.Workflow): sync (pipelined too),
-async (off-policy) and async_learners (Stellaris) have ``SystemWorkflow`` as their one base and add only their rounds;
+"""The Workflow contract's lifecycle for every workflow over one System (core.Workflow): onpolicy (pipelined too),
+offpolicy and stellaris have ``SystemWorkflow`` as their one base and add only their rounds;
 what their rounds share they hold as parts (onpolicy/actor_round.py), never by subclassing another workflow. It lives
 in policy/, below the technique folders, so that a workflow builds on it without importing another technique's.
 
@@ -14,7 +14,7 @@ in policy/, below the technique folders, so that a workflow builds on it without
 
 Example (what run/loop.py does)::
 
-    workflow = SyncWorkflow.build(config=config, shared=lambda: shared, run_dir=run_dir, policy="main",
+    workflow = OnPolicyWorkflow.build(config=config, shared=lambda: shared, run_dir=run_dir, policy="main",
                                   resume_from=None)
     workflow.start()
     ...                                          # rounds: run/members.py's drive hands it events
@@ -94,7 +94,7 @@ class SystemWorkflow:
 
     system: System
     progress: Progress
-    progress_type: type   # onpolicy/sync.py's Progress (set by SyncWorkflow and AsyncWorkflow: it is defined there)
+    progress_type: type   # onpolicy/workflow.py's Progress (OnPolicyWorkflow and OffPolicyWorkflow set it)
     stop_requested: bool
     events: Any           # anything with ``put``: the workflow's own queue until the loop attaches its tagged one
     book: Book            # core.UNBOOKED until the loop attaches its RoundBook
@@ -126,7 +126,7 @@ class SystemWorkflow:
             progress_from(state=resumed, progress_type=cls.progress_type)
         replay_state = load_replay(checkpoint_dir=checkpoints_dir(path=resume_from), extra=resumed.extra) \
             if resume_from is not None and resumed is not None and config.train.checkpoint_replay else None
-        if replay_state is not None:   # the scaler's window now; the buffer when the async workflow starts
+        if replay_state is not None:   # the scaler's window now; the buffer when the offpolicy workflow starts
             restore_scaler(message=replay_state, scaler=system.scaler)
             progress.restore_replay = replay_state
         workflow = cls(system=system, progress=progress)
@@ -196,11 +196,11 @@ class SystemWorkflow:
         self.stop_requested = True
 
     def replay_parts(self) -> dict:
-        """What ``train.checkpoint_replay`` keeps besides the scaler (the async workflow: its buffer)."""
+        """What ``train.checkpoint_replay`` keeps besides the scaler (the offpolicy workflow: its buffer)."""
         return {}
 
     def checkpoint_extra(self) -> dict:
-        """What this workflow adds to the checkpoint's ``extra`` (async_learners: its aggregation rule's state);
+        """What this workflow adds to the checkpoint's ``extra`` (stellaris: its aggregation rule's state);
         it reads it back from ``self.resumed.extra`` when it starts."""
         return {}
 

@@ -9,7 +9,7 @@ codec frame's body, uncompressed, header in ``__metadata__["nimbus"]``; never pi
   with its actor rank, policy version, ingest sequence number and read flag;
 * ``replay.<name>``: the replay strategy's state (PER priorities and max priority, FIFO position, IMPACT's
   held batches);
-* ``pacer``: the async workflow's counters (rows ingested, gradient steps started, rows taken), so the
+* ``pacer``: the offpolicy workflow's counters (rows ingested, gradient steps started, rows taken), so the
   replay ratio and back-pressure continue where they stopped;
 * ``scaler.<name>``: the actor scaler's state when it keeps one (policy/scaling.py ``StatefulScaler``: Nitro's
   window, skipped probes, budget flag), in either workflow.
@@ -54,7 +54,7 @@ def _section(prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray
 
 def replay_message(*, scaler: Any, buffer: Buffer | None = None, replay: Any = None,
                    pacer: Any = None) -> Message:
-    """What ``checkpoint_replay`` keeps: the scaler's state, and for the async workflow the buffer's rows,
+    """What ``checkpoint_replay`` keeps: the scaler's state, and for the offpolicy workflow the buffer's rows,
     the replay strategy's state and the pacer's counters."""
     arrays: dict[str, np.ndarray] = {}
     if isinstance(scaler, StatefulScaler):       # Nitro keeps a window; fixed/max/hydrozoa have no state
@@ -78,7 +78,7 @@ def restore_scaler(*, message: Message, scaler: Any) -> None:
 def restore_replay(*, message: Message, buffer: Buffer, replay: Any, pacer: Any) -> None:
     """Refill an empty buffer, its replay strategy and the pacer from ``replay_message``'s arrays."""
     if "pacer" not in message.arrays:
-        return                                   # saved by the sync workflow: scaler only
+        return                                   # saved by the onpolicy workflow: scaler only
     if message.header["capacity_rows"] != buffer.capacity_rows:
         raise CheckpointError(f"the checkpoint's replay buffer holds {message.header['capacity_rows']} rows; this "
                               f"config builds {buffer.capacity_rows} (keep the buffer size to resume its replay)")

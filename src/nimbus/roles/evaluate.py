@@ -169,7 +169,7 @@ def evaluate_checkpoint(*, path: Path, episodes: int, seed: int = 12345, explore
     """Load the newest verified checkpoint under ``path`` (a run dir, checkpoints dir, or ckpt dir);
     ``video``: record the episodes into ``<run dir>/videos``."""
     state = load_checkpoint(path=path)
-    if state.config.get("train", {}).get("workflow") == "multiagent":   # marless/checkpoint.py is_multiagent
+    if state.config.get("train", {}).get("workflow") == "marless":   # marless/checkpoint.py is_multiagent
         raise CheckpointError(f"{path} holds one policy of a multi-agent run: evaluate the run directory, whose "
                               "agents act together (marless/evaluate.py)")
     config = parse_config(data=state.config)

@@ -5,7 +5,7 @@
            ─▶ Buffer (algorithm's buffer spec) + replay strategy
            ─▶ actor-scaling controller (+ the Hessian probe it needs from the learner, nitro/probe.py)
            ─▶ Checkpointer, MetricsSink
-    and the workflow binds triggers to actions over these parts (onpolicy/sync.py).
+    and the workflow binds triggers to actions over these parts (onpolicy/workflow.py).
 """
 
 from __future__ import annotations

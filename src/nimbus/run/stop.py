@@ -1,4 +1,4 @@
-"""Why a run stops: the stop rules every workflow shares, checked after each round (and by async after every event).
+"""Why a run stops: the stop rules every workflow shares, checked after each round (and by offpolicy after every event).
 
 Example::
 

@@ -49,9 +49,9 @@ def check_workloads(*, configs: list[NimbusConfig]) -> None:
         if config.policies or config.pbt is not None:
             raise ConfigError(f"policies: {where}: a workload on a shared pool trains one policy (a population has a "
                               "pool of its own: run it alone)")
-        if workflow_name(config=config) == "multiagent":
+        if workflow_name(config=config) == "marless":
             raise ConfigError(f"train.workflow: {where}: a workload on a shared pool trains one policy named after "
-                              "it; a multiagent run names its policies after its agents (run it alone)")
+                              "it; a marless run names its policies after its agents (run it alone)")
         if (config.runtime.backend, config.runtime.address) != (configs[0].runtime.backend, configs[0].runtime.address):
             raise ConfigError(f"runtime.backend: {where}: every workload runs on the first one's pool "
                               f"({configs[0].runtime.backend}, address {configs[0].runtime.address!r})")

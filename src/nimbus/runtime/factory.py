@@ -80,8 +80,8 @@ def resident_resources(*, config: NimbusConfig) -> Resources:
     post-processing function, else one learner."""
     from nimbus.config.rules import peak_actors
 
-    roles = {"async_learners": [("gradient_learner", config.stellaris.learners), ("parameter", 1)],
-             "multiagent": [("learner", 1), ("critic", 1), ("postprocess", 1)]}.get(
+    roles = {"stellaris": [("gradient_learner", config.stellaris.learners), ("parameter", 1)],
+             "marless": [("learner", 1), ("critic", 1), ("postprocess", 1)]}.get(
         config.train.workflow, [("learner", 1)])
     roles.append(("actor", peak_actors(scaling=config.actors.scaling)))
     functions = [(config.role_function(role=role), count) for role, count in roles]

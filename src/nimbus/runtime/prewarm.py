@@ -16,7 +16,7 @@ earlier would sit idle past its keep-alive and be reclaimed before the round it 
 every pre-warmed worker was reclaimed unused). When it fires, the controller asks the runtime to
 pre-warm as many actor workers as will have been reclaimed by then: actors that finished more than
 ``keep_alive_s`` before the round's latest expected end (``max(learner_fins)``) lose their warm worker. A
-trigger that fires while actors are still running waits for the last of them (sync rounds: the learner's
+trigger that fires while actors are still running waits for the last of them (onpolicy rounds: the learner's
 update is what pre-warming overlaps).
 
 **Ahead of a scale-up.** An actor scaler (Nitro, Hydrozoa, MARLess) decides the next round's count K at the end
@@ -29,12 +29,12 @@ their keep-alive are not subtracted.
 
 **Every workflow** (``make_prewarmer`` builds the controller from the config):
 
-* ``sync`` and ``multiagent``: a round is actors then learner(s); ``round_started`` when the actors are invoked,
+* ``onpolicy`` and ``marless``: a round is actors then learner(s); ``round_started`` when the actors are invoked,
   ``actor_finished`` per actor result, ``round_finished`` when the learning ends;
-* ``async_learners`` (Stellaris): a round ends when its batch is taken (``round_finished``), which is when the
+* ``stellaris``: a round ends when its batch is taken (``round_finished``), which is when the
   next round's actors are invoked (``round_started``): the learner finish that matters is the moment the actors
   are needed again;
-* ``async``: actors run continuously and only ranks the pacer parks go idle. A round is one learner call:
+* ``offpolicy``: actors run continuously and only ranks the pacer parks go idle. A round is one learner call:
   ``round_started(num_actors=parked ranks, idle_s=how long each has been parked)`` when it starts, so the
   trigger warms the parked ranks' workers the keep-alive will have reclaimed by the learner's expected finish
   (when the pacer releases them); ``round_finished`` at its result.
@@ -216,7 +216,7 @@ class PrewarmController:
 
     def round_started(self, *, num_actors: int, idle_s: Sequence[float] = ()) -> None:
         """Actors are being invoked: arm the trigger if the workload is stable. ``idle_s``: actors of this round
-        that are already idle (the async workflow's parked ranks), each with how long it has been."""
+        that are already idle (the offpolicy workflow's parked ranks), each with how long it has been."""
         if not self.enabled:
             return
         with self._lock:

@@ -9,7 +9,7 @@ Per function kind, from the ledger's attempts (``ledger.jsonl``; prewarm and can
   least 0): a once-per-worker term, not an i.i.d. straggler;
 * **per_row_s** (learners only, from several runs): the ledger has no row counts, so a learner's rows come from
   its run's ``config.yaml`` (a fixed scaler's ``num_actors`` × ``env.num_envs_per_actor`` ×
-  ``actors.fragment_steps``: the batch a sync learner gets, the leading dimension of its ``indices``). With runs of
+  ``actors.fragment_steps``: the batch an onpolicy learner gets, the leading dimension of its ``indices``). With runs of
   at least two batch sizes, a line through the median duration per batch size (least squares, slope at least 0,
   intercept at least ``MIN_INTERCEPT_SHARE`` of the smallest median) gives the median at each batch size;
 * the rest is fitted on each success's **ratio** to that median (``distribution: lognormal`` multiplies the
@@ -117,7 +117,7 @@ def _affine(steady: list[tuple[float, int]]) -> tuple[float, float]:
 
 
 def learner_rows(*, run_dir: Path) -> int:
-    """The batch a sync learner of this run gets (module docstring); 0 when the run's config does not say."""
+    """The batch an onpolicy learner of this run gets (module docstring); 0 when the run's config does not say."""
     path = Path(run_dir) / "config.yaml"
     try:
         config = parse_yaml(text=path.read_text(encoding="utf-8"), source=str(path))   # guarded: exit 2 on a bomb

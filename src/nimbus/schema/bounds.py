@@ -25,7 +25,7 @@ fault that 100 retries did not get past is not transient, and a larger number on
 its back-off) by hours."""
 
 MAX_SEED = 2**32 - 1
-"""``seed``: the async_learners workflow seeds torch with seed × 1,000,003 + round, which must fit torch's
+"""``seed``: the stellaris workflow seeds torch with seed × 1,000,003 + round, which must fit torch's
 64-bit seed (a seed above ~9·10¹² overflows it mid-run); 32 bits is also what numpy's legacy generators
 and many envs take."""
 

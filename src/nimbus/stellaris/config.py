@@ -1,12 +1,12 @@
 """The ``stellaris:`` config section: asynchronous learner functions and how their gradients aggregate.
 
-Read only when ``train.workflow: async_learners`` (stellaris/workflow.py, docs/stellaris.md). The
+Read only when ``train.workflow: stellaris`` (stellaris/workflow.py, docs/stellaris.md). The
 defaults are the paper's (Stellaris §VIII-A): rule ``stellaris``, d 0.96, v 3, IS truncation at ρ 1.0.
 ``rule`` is the ablation's one line: ``stellaris | stellaris_code | sync | softsync | ssp | async``.
 
 Example (YAML)::
 
-    train: {workflow: async_learners}
+    train: {workflow: stellaris}
     stellaris: {rule: stellaris, learners: 3, decay: 0.96}
 """
 

@@ -1,4 +1,4 @@
-"""The filling buffer in the ``async_learners`` workflow (Stellaris §IV step ②, §V-B): each actor's rows, post-processed
+"""The filling buffer in the ``stellaris`` workflow (Stellaris §IV step ②, §V-B): each actor's rows, post-processed
 once by the driver (PPO: GAE), are cut into slices as they arrive (stellaris/slices.py); each full slice is put under
 its own Store key and its learners (one per pass) may start at once, before the round's last actor delivers.
 
@@ -6,7 +6,7 @@ A slice's passes never share a version: a pass waits for a version no other pass
 one version compute the same gradient bit for bit, and both would be applied), ``next_task``; when no newer version
 can come the watchdog drops such passes, ``drop_repeated_passes``.
 
-``SliceFilling`` is a part that stellaris/workflow.py's AsyncLearnersWorkflow holds: it keeps the sampling round's
+``SliceFilling`` is a part that stellaris/workflow.py's StellarisWorkflow holds: it keeps the sampling round's
 batch (``filling``), the cutter and which version each slice's last pass read, and appends each new batch to the
 workflow's open ``batches``.
 

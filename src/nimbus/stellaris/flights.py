@@ -1,4 +1,4 @@
-"""A learner task in flight in the ``async_learners`` workflow (``InFlight``) and the requests the workflow builds
+"""A learner task in flight in the ``stellaris`` workflow (``InFlight``) and the requests the workflow builds
 for its functions: a gradient learner's (stellaris/learner.py), the model fields the parameter function reuses from
 it (stellaris/parameter.py), and what the parameter function needs to recompute a member aggregated with learners of
 other versions (Eq. 2's peers, stellaris/recompute.py). Pure functions of the config and the flights.

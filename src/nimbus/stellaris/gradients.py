@@ -1,6 +1,6 @@
 """What Stellaris's learner and parameter functions need to know of an algorithm: PPO and IMPACT.
 
-``train.workflow: async_learners`` cuts each round's batch into gradient tasks, has learner functions
+``train.workflow: stellaris`` cuts each round's batch into gradient tasks, has learner functions
 compute one gradient per task (stellaris/learner.py) and a parameter function step the
 optimizer (stellaris/parameter.py). The parts that differ per algorithm live here:
 
@@ -155,5 +155,5 @@ GRADIENT_ALGOS: dict[str, GradientAlgo] = {"ppo": PPOGradients(), "impala": Impa
 
 
 def gradient_algo_for(*, name: str) -> GradientAlgo:
-    """The gradient-task parts of ``algo.name`` (the config rules admit only these to async_learners)."""
+    """The gradient-task parts of ``algo.name`` (the config rules admit only these to stellaris)."""
     return GRADIENT_ALGOS[name]

@@ -1,5 +1,5 @@
-"""What the ``async_learners`` workflow adds to a checkpoint: ``StellarisCheckpoint``, a part that
-stellaris/workflow.py's AsyncLearnersWorkflow holds and calls from its ``checkpoint_extra``, ``checkpoint`` and
+"""What the ``stellaris`` workflow adds to a checkpoint: ``StellarisCheckpoint``, a part that
+stellaris/workflow.py's StellarisWorkflow holds and calls from its ``checkpoint_extra``, ``checkpoint`` and
 ``publish`` (the lifecycle's, policy/lifecycle.py, does the rest).
 
 The aggregation rule's state travels in the checkpoint's ``extra`` and is restored on resume;

@@ -1,4 +1,4 @@
-"""What the ``async_learners`` workflow counts per round (one batch) and the round's ``staleness/*`` metrics.
+"""What the ``stellaris`` workflow counts per round (one batch) and the round's ``staleness/*`` metrics.
 
 A round's row (docs/stellaris.md, "Metrics") carries, over the gradients computed on its batch:
 

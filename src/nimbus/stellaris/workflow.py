@@ -1,4 +1,4 @@
-"""The ``async_learners`` workflow (Stellaris §IV, Fig. 4) as trigger → action bindings over parts it holds.
+"""The ``stellaris`` workflow (Stellaris §IV, Fig. 4) as trigger → action bindings over parts it holds.
 
     an actor delivers                       → its rows, post-processed once (PPO: GAE), fill the round's
                                               buffer; each full slice goes to the Store
@@ -74,7 +74,7 @@ GRADIENT_LEARNER_ENTRYPOINT = "nimbus.stellaris.learner:gradient_learner_functio
 TRANSITIONS_ACTOR_ENTRYPOINT = "nimbus.offpolicy.actor:offpolicy_actor_function"   # IMPACT: rows (s, a, r, s')
 
 
-class AsyncLearnersWorkflow(SystemWorkflow):
+class StellarisWorkflow(SystemWorkflow):
     """Stellaris: several learner functions in flight, a parameter function aggregates by a rule. Holds an
     ``ActorRound`` (``actors``), a ``SliceFilling`` (``slices``) and a ``StellarisCheckpoint`` (``persistence``)."""
 

@@ -1,5 +1,5 @@
-"""learner.compile (algos/compiled.py): the config accepts it for sync PPO only, the learner builds PPO with it, and a
-compiled update equals the eager one within float32 round-off (``slow``: the first call compiles, tens of seconds)."""
+"""learner.compile (algos/compiled.py): the config accepts it for onpolicy PPO only, the learner builds PPO with it, and
+a compiled update equals the eager one within float32 round-off (``slow``: the first call compiles, tens of seconds)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ CARTPOLE = "configs/ppo-cartpole.yaml"
 
 
 @pytest.mark.parametrize(("overrides", "named"), [
-    (["algo={name: dqn}", "train.workflow=async"], "algo.name is 'dqn'"),
+    (["algo={name: dqn}", "train.workflow=offpolicy"], "algo.name is 'dqn'"),
     (["pipeline.minibatch=true"], "a pipeline is on"),
     (["learner.compile=fastest"], "learner.compile"),
 ])

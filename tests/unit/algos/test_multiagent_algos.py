@@ -43,7 +43,7 @@ def test_registration_and_roles() -> None:
 
 def test_single_agent_workflows_refuse_them() -> None:
     for config in (IPPOConfig(), MAPPOConfig()):
-        with pytest.raises(ConfigError, match="train.workflow: multiagent"):
+        with pytest.raises(ConfigError, match="train.workflow: marless"):
             make_algorithm(config=config)
 
 

@@ -68,7 +68,7 @@ def test_inline_bodies_are_at_most_what_the_workers_outbox_takes() -> None:
 @pytest.mark.parametrize("algo,capacity", [("dqn", "buffer_capacity"), ("sac", "buffer_capacity"),
                                            ("iql", "replay_capacity"), ("vdn", "replay_capacity")])
 def test_learning_starts_fits_in_the_replay(algo: str, capacity: str) -> None:
-    workflow = "multiagent" if algo in ("iql", "vdn") else "async"
+    workflow = "marless" if algo in ("iql", "vdn") else "offpolicy"
     data = {"algo": {"name": algo, capacity: 10_000, "learning_starts": 10_001}, "train": {"workflow": workflow}}
     with pytest.raises(ConfigError, match=rf"algo\.learning_starts \(10001\) exceeds algo\.{capacity} \(10000\)"):
         parse_config(data=data)

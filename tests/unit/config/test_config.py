@@ -105,14 +105,14 @@ def test_resolved_config_round_trips(tmp_path: Path) -> None:
     assert load_config(path=path) == config
 
 
-def test_exact_resume_is_refused_for_the_async_workflow() -> None:
+def test_exact_resume_is_refused_for_the_offpolicy_workflow() -> None:
     data = load_config(path=REPO / "configs" / "dqn-cartpole.yaml").model_dump(mode="json")
-    with pytest.raises(ConfigError, match="train.exact_resume: only the sync workflow"):
+    with pytest.raises(ConfigError, match="train.exact_resume: only the onpolicy workflow"):
         parse_config(data=apply_overrides(data=data, overrides=["train.exact_resume=true"]))
 
 
 def test_exact_resume_is_refused_for_multiagent_runs_naming_what_resumes_them() -> None:
-    with pytest.raises(ConfigError, match="drop it for multiagent, where actors.restore_slots saves"):
+    with pytest.raises(ConfigError, match="drop it for marless, where actors.restore_slots saves"):
         load_config(path=REPO / "configs" / "marless-ippo-spread.yaml", overrides=["train.exact_resume=true"])
 
 

@@ -42,7 +42,8 @@ def test_vector_keeps_snapshots() -> None:
 
 
 def test_a_workflow_whose_actor_does_not_batch_refuses_it() -> None:
-    data = {"name": "t", "algo": {"name": "dqn"}, "train": {"workflow": "async"}, "actors": {"env_backend": "vector"}}
+    data = {"name": "t", "algo": {"name": "dqn"}, "train": {"workflow": "offpolicy"},
+            "actors": {"env_backend": "vector"}}
     with pytest.raises(ConfigError, match="actors.env_backend: vector is read by the on-policy actor"):
         parse_config(data=data)
 

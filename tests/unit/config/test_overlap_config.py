@@ -1,4 +1,4 @@
-"""train.overlap's config rules: the plain sync workflow's option, refused where another part moves the learner."""
+"""train.overlap's config rules: the plain onpolicy workflow's option, refused where another part moves the learner."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_off_by_default_and_accepted_for_sync_ppo() -> None:
 @pytest.mark.parametrize(("data", "message"), [
     (_data(exact_resume=True), "cannot continue bitwise"),
     ({**_data(), "pipeline": {"minibatch": True}}, "pick one"),
-    ({**_data(workflow="async"), "algo": {"name": "dqn"}}, "train.overlap overlaps the sync workflow"),
+    ({**_data(workflow="offpolicy"), "algo": {"name": "dqn"}}, "train.overlap overlaps the onpolicy workflow"),
 ])
 def test_refused_where_it_cannot_hold(data: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -60,7 +60,7 @@ def test_the_walk_reaches_every_section() -> None:
     names = {model.__name__ for model in every_model()}
     assert {"NimbusConfig", "TrainConfig", "FunctionConfig", "StoreConfig", "PPOConfig", "VDNConfig",
             "NitroScalingConfig", "HessianProbeConfig", "PBTConfig", "MutationConfig", "MarlessConfig",
-            "StellarisConfig", "AsyncWorkflowConfig", "PrewarmConfig"} <= names
+            "StellarisConfig", "OffPolicyConfig", "PrewarmConfig"} <= names
     assert len(CASES) > 150
 
 

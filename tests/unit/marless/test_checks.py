@@ -96,7 +96,7 @@ def test_a_multiagent_config_with_env_wrappers_exits_2_at_parse() -> None:
     """Wired: the config's multi-agent rules call check_multiagent_env (config/rules.py)."""
     from nimbus.config import parse_config
 
-    data = {"algo": {"name": "ippo"}, "train": {"workflow": "multiagent"},
+    data = {"algo": {"name": "ippo"}, "train": {"workflow": "marless"},
             "env": {"id": "mpe2:simple_spread_v3", "wrappers": ["gymnasium.wrappers.FlattenObservation"]}}
     with pytest.raises(ConfigError, match=r"env\.wrappers"):
         parse_config(data=data)

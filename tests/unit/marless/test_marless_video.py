@@ -54,7 +54,7 @@ class Corridor(ParallelEnv):
 
 def _config():
     return parse_config(data={"env": {"id": f"{__name__}:Corridor"}, "algo": {"name": "ippo"},
-                              "train": {"workflow": "multiagent"}})
+                              "train": {"workflow": "marless"}})
 
 
 def test_an_env_that_cannot_render_is_evaluated_without_video(tmp_path: Path,

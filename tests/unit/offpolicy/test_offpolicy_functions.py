@@ -68,7 +68,7 @@ def test_actor_writes_the_true_final_observation_on_truncation(store: ShmStore) 
 
 
 def test_a_fresh_worker_restores_the_slot_and_its_episodes_continue(store: ShmStore) -> None:
-    """actors.restore_slots for transition actors (IMPACT under async_learners): fragment 1 on a worker that never
+    """actors.restore_slots for transition actors (IMPACT under stellaris): fragment 1 on a worker that never
     saw the rank, given fragment 0's slot, is the fragment 1 the first worker samples."""
     algo = Impala(config=ImpalaConfig(variant="impact", hidden_sizes=(8,), rollout_length=40))
     store.put(key=weights_key(policy="main", version=0),

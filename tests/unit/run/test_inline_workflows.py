@@ -38,7 +38,7 @@ def ok_counts(result: TrainResult, *, field: str = "function") -> dict[str, int]
     return counts
 
 
-# ------------------------------------------------------------------------------------------------ sync (on-policy)
+# -------------------------------------------------------------------------------------------------------- onpolicy
 def test_sync_rounds_collect_actors_x_envs_x_steps_and_a_seeded_run_repeats(tmp_path: Path) -> None:
     overrides = ["actors.scaling={kind: fixed, num_actors: 3}", "env.num_envs_per_actor=2", "actors.fragment_steps=16",
                  "algo.num_epochs=2", "algo.minibatch_size=32", "train.max_rounds=3"]
@@ -56,7 +56,7 @@ def test_sync_rounds_collect_actors_x_envs_x_steps_and_a_seeded_run_repeats(tmp_
 
 def test_a_seeded_sync_run_inline_equals_the_same_run_on_forked_workers(tmp_path: Path) -> None:
     """Inline runs the functions' own code through the codec, with the driver's RNGs and threads kept apart: the
-    numbers a sync run produces are the local backend's, bit for bit (the one test here that forks workers)."""
+    numbers an onpolicy run produces are the local backend's, bit for bit (the one test here that forks workers)."""
     overrides = ["actors.scaling={kind: fixed, num_actors: 2}", "env.num_envs_per_actor=2", "actors.fragment_steps=16",
                  "algo.num_epochs=2", "algo.minibatch_size=32", "train.max_rounds=2"]
     runs = {backend: train(config=inline_config(name="ppo-cartpole", run_root=tmp_path / backend,
@@ -66,7 +66,7 @@ def test_a_seeded_sync_run_inline_equals_the_same_run_on_forked_workers(tmp_path
     assert len(inline) == 2 and inline == local
 
 
-# ---------------------------------------------------------------------------------------------- async (off-policy)
+# ------------------------------------------------------------------------------------------------------- offpolicy
 def test_async_rows_carry_the_policy_lag_of_the_rows_the_learner_read(tmp_path: Path) -> None:
     config = inline_config(name="dqn-cartpole", run_root=tmp_path, overrides=[
         "train.max_rounds=4", "algo.learning_starts=256", "algo.hidden_sizes=[32]"])
@@ -104,7 +104,7 @@ def test_heard_from_sends_a_new_version_only_to_the_actor_whose_fragment_was_rea
     monkeypatch.setattr(InlineRuntime, "invoke", spy)
     config = inline_config(name="impala-cartpole", run_root=tmp_path, overrides=[
         "train.max_rounds=8", "actors.scaling.num_actors=3", "algo.variant=impact"])
-    assert config.async_workflow.sync_to == "heard_from"
+    assert config.offpolicy.sync_to == "heard_from"
     result = train(config=config)
     rows = result.rows
     assert len(rows) == 8 and all(r.extras["actors_heard_from"] == 1 for r in rows)

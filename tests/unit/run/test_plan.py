@@ -67,7 +67,7 @@ def test_plan_without_simulate_needs_run_dirs_and_actors(run_cli) -> None:
 
 
 def test_plan_simulate_runs_a_marless_config(run_cli, tmp_path: Path) -> None:
-    """The multiagent workflow on the simulated backend (issue 30: MARLess at the paper's actor counts)."""
+    """The marless workflow on the simulated backend (issue 30: MARLess at the paper's actor counts)."""
     pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
     code, said = run_cli("plan", "--simulate", "--config", str(REPO / "configs" / "marless-ippo-spread.yaml"),
                          "--set", "actors.scaling.num_actors=2", "--set", "env.num_envs_per_actor=2",

@@ -1,4 +1,4 @@
-"""run/ray_slots.py: on Ray, a sync run whose env snapshots exactly keeps an evicted actor's episodes
+"""run/ray_slots.py: on Ray, an onpolicy run whose env snapshots exactly keeps an evicted actor's episodes
 (``actors.restore_slots`` on), unless the config says otherwise."""
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def test_the_names_cover_the_configs_train_workflow_literal() -> None:
 
 def test_a_pipeline_flag_picks_the_pipelined_workflow() -> None:
     config = load_config(path=REPO / "configs" / "ppo-cartpole.yaml")
-    assert workflow_name(config=config) == "sync"
+    assert workflow_name(config=config) == "onpolicy"
     piped = config.model_copy(update={"pipeline": config.pipeline.model_copy(update={"dual_stage": True})})
     assert workflow_name(config=piped) == "pipelined"
 

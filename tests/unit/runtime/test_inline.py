@@ -230,7 +230,7 @@ def test_inline_with_the_ray_store_is_refused_naming_store_backend() -> None:
     with pytest.raises(ConfigError, match="store.backend: ray needs runtime.backend: ray"):
         parse_config(data={"algo": {"name": "ppo"}, "runtime": {"backend": "inline"}, "store": {"backend": "ray"}})
     parsed = parse_config(data={"algo": {"name": "dqn"}, "runtime": {"backend": "inline"},
-                                "train": {"workflow": "async"}})
+                                "train": {"workflow": "offpolicy"}})
     assert parsed.runtime.backend == "inline"
 
 

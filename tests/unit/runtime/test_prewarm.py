@@ -167,7 +167,7 @@ def test_a_scale_up_prewarms_the_actors_it_adds_and_the_next_round_waits_for_the
 
 
 def test_parked_actors_count_as_idle_since_they_were_parked() -> None:
-    """The async workflow: a learner call is a round whose actors are the ranks parked when it starts."""
+    """The offpolicy workflow: a learner call is a round whose actors are the ranks parked when it starts."""
     clock, warmed = _Clock(), []
     monitor = _fed(starts=[0.5] * 5, fins=[4.0] * 5)
     controller = PrewarmController(workload="w", actor_function="actor", monitor=monitor, keep_alive_s=2.0,

@@ -291,7 +291,7 @@ def test_first_call_s_is_paid_once_per_worker_and_per_row_time_is_inside_the_log
 
 
 def test_a_learner_pays_its_cold_start_once_over_many_sync_rounds_under_keep_alive() -> None:
-    """Alternating actor and learner calls, as sync rounds do: one cold start each, billed once."""
+    """Alternating actor and learner calls, as onpolicy rounds do: one cold start each, billed once."""
     ledger = Ledger()
     runtime = sim(models={"actor": DurationModel(median_s=0.1, cold_start_s=0.2),
                           "learner": DurationModel(median_s=0.3, cold_start_s=1.04)}, keep_alive_s=600.0, ledger=ledger)

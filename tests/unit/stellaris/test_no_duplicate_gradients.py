@@ -10,7 +10,7 @@ import pytest
 
 from nimbus.config import load_config
 from nimbus.run.loop import train
-from nimbus.stellaris.workflow import AsyncLearnersWorkflow
+from nimbus.stellaris.workflow import StellarisWorkflow
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "stellaris-cartpole.yaml"
 SIMULATED = ["runtime.backend=simulated", "simulation.functions.actor.distribution=lognormal",
@@ -20,7 +20,7 @@ SIMULATED = ["runtime.backend=simulated", "simulation.functions.actor.distributi
 def applied_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overrides: list[str]) -> list[tuple[str, int]]:
     """(slice key, read version) of every gradient the parameter function applied in a run."""
     applied: list[tuple[str, int]] = []
-    on_parameter = AsyncLearnersWorkflow._on_parameter
+    on_parameter = StellarisWorkflow._on_parameter
 
     def recording(self, *, future, aggregation, batch, request):
         refused = {r["key"] for r in future.result().header["refused"]}
@@ -29,7 +29,7 @@ def applied_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overrides: 
                            for m in aggregation.members if m.key not in refused)
         on_parameter(self, future=future, aggregation=aggregation, batch=batch, request=request)
 
-    monkeypatch.setattr(AsyncLearnersWorkflow, "_on_parameter", recording)
+    monkeypatch.setattr(StellarisWorkflow, "_on_parameter", recording)
     train(config=load_config(path=CONFIG, overrides=[
         f"output.root_dir={tmp_path}", "output.loggers=[]", "output.report=false", "output.status_line=false",
         "train.eval_episodes=0", *overrides]))

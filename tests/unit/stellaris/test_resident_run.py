@@ -67,9 +67,9 @@ def test_a_learner_launched_while_a_version_is_produced_reads_the_published_one_
     """The read policy (docs/stellaris.md): a learner launched while the parameter function produces v+1 does not
     wait; it reads v, the newest published version, and when its gradient is aggregated after v+1 is published its
     staleness counts that version (≥ 1)."""
-    from nimbus.stellaris.workflow import AsyncLearnersWorkflow
+    from nimbus.stellaris.workflow import StellarisWorkflow
     launched, members = {}, {}
-    launch, on_parameter = AsyncLearnersWorkflow._launch, AsyncLearnersWorkflow._on_parameter
+    launch, on_parameter = StellarisWorkflow._launch, StellarisWorkflow._on_parameter
 
     def recording_launch(self, *, slot, batch, piece):
         busy, published = self.parameter_busy, self.progress.policy_version
@@ -80,8 +80,8 @@ def test_a_learner_launched_while_a_version_is_produced_reads_the_published_one_
         members.update({m.key: m.staleness for m in aggregation.members})
         on_parameter(self, future=future, aggregation=aggregation, batch=batch, request=request)
 
-    monkeypatch.setattr(AsyncLearnersWorkflow, "_launch", recording_launch)
-    monkeypatch.setattr(AsyncLearnersWorkflow, "_on_parameter", recording_on_parameter)
+    monkeypatch.setattr(StellarisWorkflow, "_launch", recording_launch)
+    monkeypatch.setattr(StellarisWorkflow, "_on_parameter", recording_on_parameter)
     train_inline(tmp_path, name="policy", resident=True)
     during = {key: read for key, (busy, published, read) in launched.items() if busy}
     assert during, "no learner was launched while the parameter function ran"

@@ -11,7 +11,7 @@ import pytest
 from nimbus.config import load_config
 from nimbus.run.loop import train
 from nimbus.stellaris import resident_log
-from nimbus.stellaris.workflow import AsyncLearnersWorkflow
+from nimbus.stellaris.workflow import StellarisWorkflow
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "stellaris-cartpole.yaml"
 
@@ -26,14 +26,14 @@ def test_weights_keys_stay_under_a_bound_that_does_not_grow_with_the_run(tmp_pat
     (2 more versions a move here, 10 with the shipped 50) and version 0 stayed."""
     monkeypatch.setattr(resident_log, "FULL_STATE_EVERY", 14)
     counts: list[tuple[int, int, bool]] = []
-    on_parameter = AsyncLearnersWorkflow._on_parameter
+    on_parameter = StellarisWorkflow._on_parameter
 
     def counting(self, *, future, aggregation, batch, request):
         on_parameter(self, future=future, aggregation=aggregation, batch=batch, request=request)
         keys = self.system.store.keys(prefix=f"weights/{self.policy}")
         counts.append((self.progress.policy_version, len(keys), f"weights/{self.policy}/0" in keys))
 
-    monkeypatch.setattr(AsyncLearnersWorkflow, "_on_parameter", counting)
+    monkeypatch.setattr(StellarisWorkflow, "_on_parameter", counting)
     config = load_config(path=CONFIG, overrides=[
         "train.max_rounds=12", f"output.root_dir={tmp_path}", "output.loggers=[]", "output.report=false",
         "output.status_line=false", "train.eval_episodes=0", "runtime.backend=inline",

@@ -6,7 +6,7 @@ entropy bonus; V-trace's target policy is the current policy.
 IMPACT (Luo et al. 2020), as RLlib's APPO implements it (the code Stellaris ran): V-trace's target
 policy is a *target network* π_tgt refreshed every few updates; the policy loss is PPO's clipped
 surrogate over the ratio r = clip(μ/π_tgt, 0, 2) · π/μ (≈ π/π_tgt with a bounded IS correction).
-With Stellaris's cross-learner truncation (Eq. 2, algos/truncation.py; ``train.workflow: async_learners``),
+With Stellaris's cross-learner truncation (Eq. 2, algos/truncation.py; ``train.workflow: stellaris``),
 R = min(|min(π/μ, min_i π_i/μ)|, ρ) over the other learners' policies π_i: form ``paper`` weighs each row of the
 clipped surrogate by R/(π/μ) (the clip still acts on clip(μ/π_tgt, 0, 2) · π/μ); ``paper_ratio`` and ``code``
 put R in place of π/μ.

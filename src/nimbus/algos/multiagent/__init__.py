@@ -1,4 +1,4 @@
-"""Multi-agent algorithms for the ``multiagent`` workflow (MARLess §4.2): configs, lookup, version-0 messages.
+"""Multi-agent algorithms for the ``marless`` workflow (MARLess §4.2): configs, lookup, version-0 messages.
 
 ``MULTIAGENT_ALGO_CONFIGS`` maps each name to its config class; ``make_multiagent_algo`` builds the algorithm, which
 names the roles (function kinds) a policy's round invokes, in order. ``initial_messages`` gives version 0

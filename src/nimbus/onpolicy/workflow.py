@@ -1,4 +1,4 @@
-"""The ``sync`` on-policy workflow as ARTOS trigger → action bindings (ARTOS Table 3).
+"""The ``onpolicy`` workflow as ARTOS trigger → action bindings (ARTOS Table 3).
 
     ObjectKeyTrigger(weights/<policy>/*)      → invoke N actor functions with the new policy_version
     DataKeyTrigger(n=N actors, size=N·E·T)    → invoke the learner function on the FullBatch rows
@@ -92,7 +92,7 @@ def learner_launch(*, system: System, clock: Callable[[], float]) -> LearnerLaun
     return FullBatch(system=system, clock=clock)
 
 
-class SyncWorkflow(SystemWorkflow):
+class OnPolicyWorkflow(SystemWorkflow):
     """Rounds as trigger → action bindings; the run loop (run/members.py) hands it each finished function's event
     (``handle``) and polls its triggers; each finished round's row goes to the loop's book (``attach``). Holds an
     ``ActorRound`` (``actors``) and a ``LearnerLaunch`` (``launch``); the rest of core.Workflow (build, start,
