@@ -25,6 +25,7 @@ import yaml
 
 import _artos  # (beside this file: the scripts that import this one put the folder on sys.path)
 from nimbus.config import load_config
+from nimbus.config.renamed import renamed_config
 from nimbus.config.simulation import DurationModel, ProfileFile, SimulationConfig, load_profile
 from nimbus.cost.ledger import Ledger
 from nimbus.report.metrics import read_metrics
@@ -76,7 +77,7 @@ def real_run(*, name: str, run_dir: Path, overrides: list[str]) -> Path:
 
 def offpolicy_learner(*, run_dir: Path) -> DurationModel | None:
     """The learner's model with each call's rows (gradient steps × rows per step) from the metrics rows."""
-    config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    config = renamed_config(data=yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")), warn=False)
     algo, env, actors = config["algo"], config["env"], config["actors"]
     records = [r for r in Ledger.load(path=run_dir / "ledger.jsonl") if r.kind == "learner"]
     accepted = sorted((i for i, r in enumerate(records) if r.outcome == "ok"), key=lambda i: records[i].end_at)

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from nimbus.config.renamed import renamed_config, renamed_path
 from nimbus.config.root import NimbusConfig
 from nimbus.config.yaml_loader import parse_yaml
 from nimbus.errors import ConfigError
@@ -42,12 +43,15 @@ def format_validation_error(error: ValidationError) -> str:
 
 
 def apply_overrides(*, data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``key.path=value`` overrides (values parsed as YAML) to a nested dict, returning a copy."""
-    result = copy.deepcopy(data) or {}
+    """Apply ``key.path=value`` overrides (values parsed as YAML) to a nested dict, returning a copy. Old section keys,
+    in ``data`` or in a path, are renamed first (config/renamed.py), so a path by the new name also overrides a
+    resumed run's section saved under its old name."""
+    result = renamed_config(data=copy.deepcopy(data) or {})
     for override in overrides:
         if "=" not in override:
             raise ConfigError(f"override {override!r}: expected key.path=value")
         path, raw = override.split("=", 1)
+        path = renamed_path(path=path)
         keys = path.strip().split(".")
         node = result
         for key in keys[:-1]:

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from nimbus.config.algo import AlgoSection
 from nimbus.config.devices import DevicesConfig, PrewarmConfig
+from nimbus.config.renamed import renamed_config
 from nimbus.config.rules import check_cluster, check_evaluation, check_pipeline, check_workflow, peak_actors
 from nimbus.config.sections import (
     ROLES,
@@ -62,7 +63,8 @@ class NimbusConfig(Section):
     output: OutputConfig = Field(default_factory=OutputConfig)
     """the run directory, experiment trackers (loggers: TensorBoard, W&B, MLflow), report and status line"""
     offpolicy: OffPolicyConfig = Field(default_factory=OffPolicyConfig)
-    """triggers, weight sync and back-pressure of ``train.workflow: offpolicy`` (ignored otherwise)"""
+    """triggers, weight sync and back-pressure of ``train.workflow: offpolicy`` (ignored otherwise); the old key
+    async_workflow is still read, with a warning"""
     stellaris: StellarisConfig = Field(default_factory=StellarisConfig)
     """Stellaris's asynchronous learners, staleness-aware aggregation and IS truncation (docs/stellaris.md)"""
     marless: MarlessConfig = Field(default_factory=MarlessConfig)
@@ -92,6 +94,13 @@ class NimbusConfig(Section):
         if configured is not None:
             return configured
         return self.actors.function if role == "actor" else self.learner.function
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        """A config written before the workflows took their folders' names reads as the same config with the new
+        names (config/renamed.py)."""
+        return renamed_config(data=data)
 
     @model_validator(mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, Field, SecretStr, model_validator
 from pydantic_core import PydanticUndefined
 
+from nimbus.config.renamed import workflow_value
 from nimbus.config.trackers import Logger, MlflowConfig, WandbConfig, check_loggers
 from nimbus.nitro.config import FixedScalingConfig, ScalingConfig
 from nimbus.schema.base import ConfigSection
@@ -226,10 +227,12 @@ class PipelineConfig(Section):
 
 
 class TrainConfig(Section):
-    workflow: Literal["onpolicy", "offpolicy", "stellaris", "marless"] = "onpolicy"
+    workflow: Annotated[Literal["onpolicy", "offpolicy", "stellaris", "marless"],
+                        BeforeValidator(workflow_value)] = "onpolicy"
     """onpolicy: on-policy rounds (actors, then learner); offpolicy: off-policy DQN/SAC/IMPALA, see offpolicy;
     stellaris: Stellaris's asynchronous learner functions (PPO or IMPACT), see stellaris; marless: MARLess
-    (IPPO, MAPPO, IQL, VDN on PettingZoo Parallel envs), see marless"""
+    (IPPO, MAPPO, IQL, VDN on PettingZoo Parallel envs), see marless. The old names sync, async, async_learners and
+    multiagent are still read, with a warning (config/renamed.py)"""
     total_env_steps: int = Field(default=100_000, ge=1)
     """stop after this many env steps"""
     max_rounds: int | None = Field(default=None, ge=1)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from nimbus.config.renamed import renamed_config
 from nimbus.data.checkpoint import CheckpointState, load_checkpoint
 from nimbus.errors import CheckpointError
 
@@ -75,7 +76,7 @@ def config_changes(*, saved: dict, current: dict, prefix: str = "") -> list[str]
 def resume_notice(*, state: CheckpointState, current: dict) -> str | None:
     """What a resume changes (a warning): the config keys whose values differ from the checkpoint's run, and
     the horizon the schedules keep; None when nothing changed."""
-    changes = config_changes(saved=state.config, current=current)
+    changes = config_changes(saved=renamed_config(data=state.config, warn=False), current=current)   # old names too
     if not changes:
         return None
     shown = "; ".join(changes[:MAX_DIFFERENCES_SHOWN]) + (

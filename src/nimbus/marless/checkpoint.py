@@ -39,6 +39,7 @@ from typing import Any
 
 from nimbus.algos.multiagent.qmix import mixer_key
 from nimbus.config import NimbusConfig, parse_config
+from nimbus.config.renamed import workflow_value
 from nimbus.data.checkpoint import Checkpointer, CheckpointState, load_checkpoint, saved_policies
 from nimbus.data.codec import Message
 from nimbus.data.resume import progress_extra, resume_notice, schedule_horizon
@@ -54,8 +55,9 @@ MARLESS_KEY = "marless"   # the manifest's extra["marless"]
 
 
 def is_multiagent(*, config: dict[str, Any]) -> bool:
-    """Whether a checkpoint's saved config (a plain dict) is a ``train.workflow: marless`` run's."""
-    return config.get("train", {}).get("workflow") == "marless"
+    """Whether a checkpoint's saved config (a plain dict) is a ``train.workflow: marless`` run's (``multiagent``, its
+    old name, in a run written before)."""
+    return workflow_value(config.get("train", {}).get("workflow"), warn=False) == "marless"
 
 
 @dataclass(frozen=True)

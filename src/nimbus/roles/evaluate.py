@@ -25,6 +25,7 @@ import torch
 from nimbus.algos.base import Algorithm
 from nimbus.algos.registry import make_algorithm
 from nimbus.config import NimbusConfig, parse_config
+from nimbus.config.renamed import workflow_value
 from nimbus.data.checkpoint import load_checkpoint, saved_policies
 from nimbus.data.codec import Message
 from nimbus.envs.make import make_env
@@ -169,7 +170,7 @@ def evaluate_checkpoint(*, path: Path, episodes: int, seed: int = 12345, explore
     """Load the newest verified checkpoint under ``path`` (a run dir, checkpoints dir, or ckpt dir);
     ``video``: record the episodes into ``<run dir>/videos``."""
     state = load_checkpoint(path=path)
-    if state.config.get("train", {}).get("workflow") == "marless":   # marless/checkpoint.py is_multiagent
+    if workflow_value(state.config.get("train", {}).get("workflow"), warn=False) == "marless":   # or multiagent
         raise CheckpointError(f"{path} holds one policy of a multi-agent run: evaluate the run directory, whose "
                               "agents act together (marless/evaluate.py)")
     config = parse_config(data=state.config)
