@@ -37,7 +37,7 @@ import numpy as np
 from _common import record, write_result
 from nimbus.cost.ledger import Ledger, LedgerRecord
 from nimbus.data.codec import Message
-from nimbus.policy.build import ACTOR_ENTRYPOINT
+from nimbus.onpolicy.workflow import ACTOR_ENTRYPOINT
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.forkserver import TRAINING_PRELOAD
 from nimbus.runtime.local import LocalRuntime

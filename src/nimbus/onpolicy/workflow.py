@@ -26,12 +26,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
+from nimbus.config import NimbusConfig
 from nimbus.core import UNBOOKED, Book
 from nimbus.data.triggers import ObjectKeyTrigger, TriggerTable
 from nimbus.envs.obsnorm import moments_arrays
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.onpolicy.actor_round import ActorRound, LearnerBatch, RoundState
 from nimbus.onpolicy.pipelined import Streaming
+from nimbus.policy.build import PolicyFunctions
 from nimbus.policy.lifecycle import SystemWorkflow
 from nimbus.policy.system import System
 from nimbus.roles.learner import LearnerRequest, LearnerResult
@@ -40,6 +42,8 @@ from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.types import Progress, ScalingDecision, schedule_fraction
 
 log = logging.getLogger(__name__)
+ACTOR_ENTRYPOINT = "nimbus.onpolicy.actor:actor_function"        # this workflow's actors, and Stellaris's
+LEARNER_ENTRYPOINT = "nimbus.onpolicy.learner:learner_function"
 
 
 class LearnerLaunch(Protocol):
@@ -100,6 +104,11 @@ class OnPolicyWorkflow(SystemWorkflow):
 
     progress_type = Progress
     poll_period_s = 0.5   # no trigger of its own runs on the clock: a poll only follows an event
+
+    @classmethod
+    def functions(cls, *, config: NimbusConfig) -> PolicyFunctions:
+        """onpolicy/actor.py's rollouts and onpolicy/learner.py's update, whatever the config."""
+        return PolicyFunctions(actor_entrypoint=ACTOR_ENTRYPOINT, learner_entrypoint=LEARNER_ENTRYPOINT)
 
     def __init__(self, *, system: System, progress: Progress) -> None:
         self.system = system

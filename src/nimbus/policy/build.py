@@ -7,8 +7,7 @@ The workflow class names what differs between workflows, so nothing here knows a
 
 It imports no technique folder either, since every workflow over one System builds on it: the scaler is found by
 its ``actors.scaling.kind`` (policy/scaling.py), the probe block its learners receive is plain request data
-(roles/probe.py), and functions are ``module:function`` names like every entrypoint (the on-policy actor and learner
-when a workflow names none).
+(roles/probe.py), and functions are ``module:function`` names like every entrypoint, which each workflow gives.
 
 Example::
 
@@ -46,17 +45,15 @@ from nimbus.roles.specs import check_devices, role_spec
 from nimbus.schema.bounds import MAX_ACTORS
 from nimbus.types import ActorScaler, Shared
 
-ACTOR_ENTRYPOINT = "nimbus.onpolicy.actor:actor_function"        # the onpolicy workflow's, and Stellaris's actors
-LEARNER_ENTRYPOINT = "nimbus.onpolicy.learner:learner_function"
-
 
 @dataclass(frozen=True)
 class PolicyFunctions:
     """The functions a workflow invokes for one policy: ``module:function`` entry points and the learner's role
-    (its ``learner.*`` resources and its ledger name)."""
+    (its ``learner.*`` resources and its ledger name). Each workflow names its own (``SystemWorkflow.functions``):
+    this layer sits below the technique folders and knows none of their functions."""
 
-    actor_entrypoint: str = ACTOR_ENTRYPOINT
-    learner_entrypoint: str = LEARNER_ENTRYPOINT
+    actor_entrypoint: str
+    learner_entrypoint: str
     learner_role: str = "learner"
 
 

@@ -135,8 +135,8 @@ class SystemWorkflow:
 
     @classmethod
     def functions(cls, *, config: NimbusConfig) -> PolicyFunctions:
-        """The actor and learner functions this workflow invokes (on-policy: onpolicy/actor.py, onpolicy/learner.py)."""
-        return PolicyFunctions()
+        """The actor and learner functions this workflow invokes; each workflow names its own."""
+        raise NotImplementedError(f"{cls.__name__} names the functions it invokes (functions(*, config))")
 
     @classmethod
     def buffer_plan(cls, *, config: NimbusConfig, guard_rows: int) -> BufferPlan | None:

@@ -52,7 +52,8 @@ from nimbus.core import UNBOOKED, Book
 from nimbus.data.triggers import TriggerTable
 from nimbus.models.weights import optim_key, weights_key
 from nimbus.onpolicy.actor_round import ActorRound, RoundLearning, RoundState
-from nimbus.policy.build import ACTOR_ENTRYPOINT, PolicyFunctions
+from nimbus.onpolicy.workflow import ACTOR_ENTRYPOINT
+from nimbus.policy.build import PolicyFunctions
 from nimbus.policy.lifecycle import SystemWorkflow
 from nimbus.policy.system import System
 from nimbus.roles.specs import role_spec
