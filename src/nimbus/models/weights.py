@@ -1,19 +1,27 @@
 """Model and optimizer state as codec Messages (safetensors frames), never pickles.
 
+A policy version is two Store values, ``weights/<policy>/<v>`` and ``optim/<policy>/<v>``; every learner reads
+and writes them through ``load_version`` and ``version_items``.
+
 Example::
 
     store.put(key=weights_key(policy="main", version=3), message=model_to_message(model=m, version=3))
     load_model(model=m, message=store.get(key=weights_key(policy="main", version=3)))
+    put_all(store=store, items=version_items(policy="main", version=4, model=m, optimizer=opt), writer="w")
+    load_version(store=store, policy="main", version=4, model=m, optimizer=opt)
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from nimbus.data.codec import Message
+from nimbus.data.store import KeyNotFound, Store
 
 
 def weights_key(*, policy: str, version: int) -> str:
@@ -22,6 +30,50 @@ def weights_key(*, policy: str, version: int) -> str:
 
 def optim_key(*, policy: str, version: int) -> str:
     return f"optim/{policy}/{version}"
+
+
+@dataclass(frozen=True)
+class LoadedVersion:
+    """What ``load_version`` read besides the tensors it copied."""
+
+    header: dict[str, Any]          # the weights message's: ``policy_version``, a value learner's ``grad_steps``
+    extras: dict[str, np.ndarray]   # the weights message's extra arrays (e.g. obs-normaliser state)
+
+
+def load_version(*, store: Store, policy: str, version: int, model: torch.nn.Module,
+                 optimizer: torch.optim.Optimizer | None = None,
+                 optimizer_may_be_missing: bool = False) -> LoadedVersion:
+    """``policy``'s ``version`` from ``store`` into ``model`` and, when given, ``optimizer``. Without
+    ``optimizer_may_be_missing`` a missing optimizer state raises ``KeyNotFound`` (the caller said there is one);
+    with it the optimizer stays fresh (version 0, or a policy just split off or copied by sharing)."""
+    message = store.get(key=weights_key(policy=policy, version=version))
+    loaded = LoadedVersion(header=message.header, extras=load_model(model=model, message=message))
+    if optimizer is None:
+        return loaded
+    try:
+        optim = store.get(key=optim_key(policy=policy, version=version))
+    except KeyNotFound:
+        if optimizer_may_be_missing:
+            return loaded
+        raise
+    load_optimizer(optimizer=optimizer, message=optim)
+    return loaded
+
+
+def version_items(*, policy: str, version: int, model: torch.nn.Module | None,
+                  optimizer: torch.optim.Optimizer | None, extra: dict[str, np.ndarray] | None = None,
+                  weights_header: Mapping[str, Any] | None = None) -> dict[str, Message]:
+    """The Store items of ``policy``'s ``version``, for one ``put_all``: the weights (with ``extra`` arrays and
+    ``weights_header``'s fields after ``policy_version``) and the optimizer state. ``model`` or ``optimizer`` None
+    leaves that item out: Stellaris's resident parameter function publishes the optimizer state only now and then."""
+    items: dict[str, Message] = {}
+    if model is not None:
+        weights = model_to_message(model=model, version=version, extra=extra)
+        weights.header.update(weights_header or {})
+        items[weights_key(policy=policy, version=version)] = weights
+    if optimizer is not None:
+        items[optim_key(policy=policy, version=version)] = optimizer_to_message(optimizer=optimizer, version=version)
+    return items
 
 
 def model_to_message(*, model: torch.nn.Module, version: int, extra: dict[str, np.ndarray] | None = None) -> Message:

@@ -1,8 +1,19 @@
+import numpy as np
 import pytest
 import torch
 
-from nimbus.data.codec import decode, encode
-from nimbus.models.weights import load_model, load_optimizer, model_to_message, optimizer_to_message
+from nimbus.data.codec import Message, decode, encode
+from nimbus.data.store import KeyNotFound
+from nimbus.models.weights import (
+    load_model,
+    load_optimizer,
+    load_version,
+    model_to_message,
+    optim_key,
+    optimizer_to_message,
+    version_items,
+    weights_key,
+)
 
 
 def test_model_and_adam_state_round_trip_through_the_codec() -> None:
@@ -92,3 +103,83 @@ def test_a_fused_adam_loaded_from_a_foreach_state_still_skips_a_nan_step() -> No
     assert not bool(outcome.finite)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))   # the NaN step was not applied
     assert all(torch.equal(a, state["exp_avg"]) for a, state in zip(moments, loader.state.values()))
+
+
+class DictStore:
+    """The Store's get and put over a dict, each value through the codec as a real Store would."""
+
+    def __init__(self) -> None:
+        self.encoded: dict[str, bytes] = {}
+
+    def get(self, *, key: str) -> Message:
+        if key not in self.encoded:
+            raise KeyNotFound(key)
+        return decode(self.encoded[key], copy=True)
+
+    def put(self, *, key: str, message: Message) -> None:
+        self.encoded[key] = encode(message)
+
+
+def _stepped_model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def _fresh_model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(1)
+    model = torch.nn.Linear(3, 2)
+    return model, torch.optim.Adam(model.parameters(), lr=1e-3)
+
+
+def test_version_items_are_the_weights_and_optimizer_state_under_their_keys() -> None:
+    model, optimizer = _stepped_model()
+    extra = {"obs_rms.mean": np.arange(3, dtype=np.float32)}
+    items = version_items(policy="main", version=4, model=model, optimizer=optimizer, extra=extra,
+                          weights_header={"grad_steps": 12})
+    assert list(items) == [weights_key(policy="main", version=4), optim_key(policy="main", version=4)]
+    weights, optim = items.values()
+    expected = model_to_message(model=model, version=4, extra=extra)
+    assert weights.header == {"policy_version": 4, "grad_steps": 12}
+    assert list(weights.header) == ["policy_version", "grad_steps"]   # the bytes of a stored version keep their order
+    assert encode(Message(header=expected.header, arrays=weights.arrays)) == encode(expected)
+    assert encode(optim) == encode(optimizer_to_message(optimizer=optimizer, version=4))
+    assert list(version_items(policy="main", version=4, model=None, optimizer=optimizer)) == [
+        optim_key(policy="main", version=4)]
+    assert list(version_items(policy="main", version=4, model=model, optimizer=None)) == [
+        weights_key(policy="main", version=4)]
+
+
+def test_load_version_reads_weights_extras_header_and_optimizer_state() -> None:
+    model, optimizer = _stepped_model()
+    store = DictStore()
+    for key, message in version_items(policy="main", version=4, model=model, optimizer=optimizer,
+                                      extra={"k": np.ones(2, np.float32)}, weights_header={"grad_steps": 3}).items():
+        store.put(key=key, message=message)
+    clone, clone_opt = _fresh_model()
+    loaded = load_version(store=store, policy="main", version=4, model=clone, optimizer=clone_opt)
+    assert loaded.header == {"policy_version": 4, "grad_steps": 3}
+    assert list(loaded.extras) == ["k"] and np.array_equal(loaded.extras["k"], np.ones(2, np.float32))
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), clone.parameters()))
+    assert encode(optimizer_to_message(optimizer=clone_opt, version=4)) == \
+        encode(optimizer_to_message(optimizer=optimizer, version=4))
+    with pytest.raises(KeyNotFound):   # another version: nothing stored
+        load_version(store=store, policy="main", version=5, model=clone)
+
+
+def test_load_version_without_optimizer_state_raises_unless_it_may_be_missing() -> None:
+    model, _ = _stepped_model()
+    store = DictStore()
+    for key, message in version_items(policy="main", version=0, model=model, optimizer=None).items():
+        store.put(key=key, message=message)
+    clone, clone_opt = _fresh_model()
+    with pytest.raises(KeyNotFound):
+        load_version(store=store, policy="main", version=0, model=clone, optimizer=clone_opt)
+    load_version(store=store, policy="main", version=0, model=clone, optimizer=clone_opt,
+                 optimizer_may_be_missing=True)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), clone.parameters()))
+    assert not clone_opt.state   # fresh
+    load_version(store=store, policy="main", version=0, model=clone)   # no optimizer asked for: no optim read
