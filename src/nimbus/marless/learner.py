@@ -53,7 +53,7 @@ from nimbus.algos.step import guarded_step
 from nimbus.analysis.hessian import HESSIAN_RATIO_KEY
 from nimbus.data.codec import Message
 from nimbus.data.request import WireRequest
-from nimbus.data.store import KeyNotFound, Store
+from nimbus.data.store import Store
 from nimbus.data.stores import function_store, put_all
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
 from nimbus.envs.spaces import EnvSpaces
@@ -61,14 +61,7 @@ from nimbus.marless.agent_id import with_agent_id
 from nimbus.marless.device_loop import StepRows, host_draws
 from nimbus.marless.results import MarlessResult
 from nimbus.marless.rows import live_index
-from nimbus.models.weights import (
-    load_model,
-    load_optimizer,
-    model_to_message,
-    optim_key,
-    optimizer_to_message,
-    weights_key,
-)
+from nimbus.models.weights import load_version, version_items
 from nimbus.nitro.probe import probe_policy
 from nimbus.roles.actor import derive_seed
 from nimbus.roles.probe import ProbeRequest
@@ -211,10 +204,8 @@ def policy_function(*, context: FunctionContext, request: Message) -> Message:
     batch, dead_rows = _policy_batch(store=store, req=req, device=state["device"])
     stats, skipped = _fit_policy(algo=algo, model=model, optimizer=optimizer, batch=batch, req=req)
     new_version = req.weights_version + 1
-    put_all(store=store, writer=context.invocation_id, items={
-        weights_key(policy=req.policy, version=new_version): model_to_message(model=model, version=new_version),
-        optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
-                                                                                version=new_version)})
+    put_all(store=store, writer=context.invocation_id,
+            items=version_items(policy=req.policy, version=new_version, model=model, optimizer=optimizer))
     fault_point(name="marless.policy.published")
     extras = _probe(algo=algo, model=model, batch=batch, req=req)
     return PolicyResult(policy_version=new_version, stats=stats, nonfinite_steps=skipped,
@@ -303,13 +294,10 @@ def _fit_critic(*, algo: Any, critic: nn.Module, optimizer: torch.optim.Optimize
 
 
 def _load_policy(*, store: Store, req: MarlessLearnerRequest, algo: Any, model: nn.Module) -> torch.optim.Optimizer:
-    load_model(model=model, message=store.get(key=weights_key(policy=req.policy, version=req.weights_version)))
     optimizer = algo.make_optimizer(model=model, lr=algo.config.lr)
-    try:
-        message = store.get(key=optim_key(policy=req.policy, version=req.weights_version))
-    except KeyNotFound:  # version 0, or a policy just split off its group: a fresh optimizer
-        return optimizer
-    load_optimizer(optimizer=optimizer, message=message)
+    # version 0, or a policy just split off its group, has no optimizer state: a fresh optimizer
+    load_version(store=store, policy=req.policy, version=req.weights_version, model=model, optimizer=optimizer,
+                 optimizer_may_be_missing=True)
     return optimizer
 
 

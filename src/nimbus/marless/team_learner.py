@@ -61,7 +61,7 @@ from nimbus.marless.value_learner import (
     target_key,
     value_invocation,
 )
-from nimbus.models.weights import load_model, model_to_message, optim_key, optimizer_to_message, weights_key
+from nimbus.models.weights import load_model, model_to_message, optimizer_to_message, version_items
 from nimbus.nitro.probe import probe_policy
 from nimbus.roles.actor import derive_seed
 from nimbus.roles.probe import ProbeRequest
@@ -173,10 +173,9 @@ def team_value_function(*, context: FunctionContext, request: Message) -> Messag
 def load_policy(*, store: Store, algo: ValueAlgorithm, req: TeamLearnerRequest, policy: str,
                 device: torch.device) -> TrainedNet[QPolicy]:
     version = req.policy_versions[policy]
-    online, target, grad_steps = own_networks(store=store, algo=algo, spaces=spaces_from_header(req.spaces[policy]),
-                                              policy=policy, version=version, device=device)
-    optimizer = algo.make_optimizer(model=online)
-    load_optimizer_if_any(store=store, optimizer=optimizer, key=optim_key(policy=policy, version=version))
+    online, target, optimizer, grad_steps = own_networks(
+        store=store, algo=algo, spaces=spaces_from_header(req.spaces[policy]), policy=policy, version=version,
+        device=device)
     return TrainedNet(online=online, target=target, optimizer=optimizer, grad_steps=grad_steps)
 
 
@@ -323,11 +322,8 @@ def publish_items(*, req: TeamLearnerRequest, nets: dict[str, TrainedNet[QPolicy
     for policy, net in nets.items():
         version = req.policy_versions[policy] + 1
         net.online.epsilon.fill_(epsilon)
-        weights = model_to_message(model=net.online, version=version)
-        weights.header["grad_steps"] = net.grad_steps
-        items[weights_key(policy=policy, version=version)] = weights
-        items[optim_key(policy=policy, version=version)] = optimizer_to_message(optimizer=net.optimizer,
-                                                                                version=version)
+        items.update(version_items(policy=policy, version=version, model=net.online, optimizer=net.optimizer,
+                                   weights_header={"grad_steps": net.grad_steps}))
         items[target_key(policy=policy, version=version)] = model_to_message(model=net.target, version=version)
     if mixer is not None:
         version = req.mixer_version + 1

@@ -54,14 +54,7 @@ from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.device_loop import StepRows, host_draws
 from nimbus.marless.results import MarlessResult
 from nimbus.marless.rows import live_index
-from nimbus.models.weights import (
-    load_model,
-    load_optimizer,
-    model_to_message,
-    optim_key,
-    optimizer_to_message,
-    weights_key,
-)
+from nimbus.models.weights import load_model, load_optimizer, load_version, model_to_message, version_items
 from nimbus.nitro.probe import probe_policy
 from nimbus.roles.actor import derive_seed
 from nimbus.roles.probe import ProbeRequest
@@ -150,10 +143,8 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
     config = algo.config
     version = req.policy_versions[req.policy]
     spaces = spaces_from_header(req.spaces[req.policy])
-    online, target, grad_steps = own_networks(store=store, algo=algo, spaces=spaces, policy=req.policy,
-                                               version=version, device=device)
-    optimizer = algo.make_optimizer(model=online)
-    load_optimizer_if_any(store=store, optimizer=optimizer, key=optim_key(policy=req.policy, version=version))
+    online, target, optimizer, grad_steps = own_networks(store=store, algo=algo, spaces=spaces, policy=req.policy,
+                                                          version=version, device=device)
     replay = load_replay(context=context, store=store, keys=req.replay_keys, capacity=config.replay_capacity,
                      device=device)
     if algo.joint:
@@ -166,12 +157,9 @@ def value_policy_function(*, context: FunctionContext, request: Message) -> Mess
                    config=config, grad_steps=grad_steps, generator=generator)
     online.epsilon.fill_(algo.epsilon_at(progress=req.progress))
     new_version = version + 1
-    weights = model_to_message(model=online, version=new_version)
-    weights.header["grad_steps"] = stats["grad_steps"]
     put_all(store=store, writer=context.invocation_id, items={
-        weights_key(policy=req.policy, version=new_version): weights,
-        optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
-                                                                                version=new_version),
+        **version_items(policy=req.policy, version=new_version, model=online, optimizer=optimizer,
+                        weights_header={"grad_steps": stats["grad_steps"]}),
         target_key(policy=req.policy, version=new_version): model_to_message(model=target, version=new_version),
     })
     newest = newest_rows(context=context, keys=req.replay_keys, device=device) if req.probe else {}
@@ -218,18 +206,20 @@ def value_algo(*, context: FunctionContext, config: dict[str, Any], store: Store
 
 
 def own_networks(*, store: Store, algo: ValueAlgorithm, spaces: EnvSpaces, policy: str, version: int,
-                  device: torch.device) -> tuple[QPolicy, QPolicy, int]:
-    """(online, target, grad_steps) of ``policy`` at ``version``, fresh modules on ``device`` (the update mutates
-    them)."""
-    message = store.get(key=weights_key(policy=policy, version=version))
+                  device: torch.device) -> tuple[QPolicy, QPolicy, torch.optim.Optimizer, int]:
+    """(online, target, optimizer, grad_steps) of ``policy`` at ``version``, fresh modules on ``device`` (the update
+    mutates them). Version 0, or a policy copied by sharing, has no optimizer state (a fresh Adam) and no target
+    (the target starts as the weights)."""
     online = algo.make_policy(spaces=spaces).to(device)
-    load_model(model=online, message=message)
+    optimizer = algo.make_optimizer(model=online)
+    loaded = load_version(store=store, policy=policy, version=version, model=online, optimizer=optimizer,
+                          optimizer_may_be_missing=True)
     target = copy.deepcopy(online).requires_grad_(False)
     try:
         load_model(model=target, message=store.get(key=target_key(policy=policy, version=version)))
     except KeyNotFound:
-        pass   # version 0, or a policy copied by sharing: the target starts as the weights
-    return online, target, int(message.header.get("grad_steps", 0))
+        pass
+    return online, target, optimizer, int(loaded.header.get("grad_steps", 0))
 
 
 def load_optimizer_if_any(*, store: Store, optimizer: torch.optim.Optimizer, key: str) -> None:

@@ -27,7 +27,7 @@ from nimbus.data.buffer import Buffer
 from nimbus.data.codec import Message
 from nimbus.data.replay import ReplayBatch
 from nimbus.data.stores import function_store, put_all
-from nimbus.models.weights import model_to_message, optim_key, optimizer_to_message, weights_key
+from nimbus.models.weights import version_items
 from nimbus.nitro.probe import probe_after_update, probe_not_run
 from nimbus.roles.actor import derive_seed
 from nimbus.roles.learner import LearnerRequest, LearnerResult, cpu_copy, learner_state, restore_state
@@ -71,11 +71,9 @@ def offpolicy_learner_function(*, context: FunctionContext, request: Message) ->
     if nonfinite:
         restore_state(model=model, optimizer=optimizer, snapshot=snapshot, context=context, req=req)
     new_version = req.policy_version + 1
-    put_all(store=state["store"], items={  # one round trip where the backend batches
-        weights_key(policy=req.policy, version=new_version): model_to_message(model=cpu_copy(model=model),
-                                                                              version=new_version),
-        optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
-                                                                                version=new_version)},
+    put_all(store=state["store"],  # one round trip where the backend batches
+            items=version_items(policy=req.policy, version=new_version, model=cpu_copy(model=model),
+                                optimizer=optimizer),
             writer=context.invocation_id)  # a retry of this invocation may redo the puts (data/store.py)
     state["version"] = (req.policy, new_version)
     fault_point(name="learner.published")

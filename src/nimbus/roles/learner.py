@@ -29,14 +29,7 @@ from nimbus.data.result import WireResult
 from nimbus.data.store import Store
 from nimbus.data.stores import put_all
 from nimbus.envs.obsnorm import rms_from_extras, rms_to_extras
-from nimbus.models.weights import (
-    load_model,
-    load_optimizer,
-    model_to_message,
-    optim_key,
-    optimizer_to_message,
-    weights_key,
-)
+from nimbus.models.weights import load_optimizer, load_version, optim_key, version_items
 from nimbus.roles.actor import request_spaces
 from nimbus.runtime.base import FunctionContext
 from nimbus.runtime.devices import place, torch_device
@@ -110,15 +103,11 @@ def learner_state(*, context: FunctionContext, req: LearnerRequest, store: Store
     cache["device"] = resolve_device(requested=req.device, leased=context.device)
     place(cache=cache, device=cache["device"])  # a warm model left the device at its last lease's end
     if cache["version"] != (req.policy, req.policy_version):  # several policies share learner workers
-        store: Store = cache["store"]
-        extras = load_model(model=cache["model"], message=store.get(key=weights_key(policy=req.policy,
-                                                                                     version=req.policy_version)))
-        cache["obs_rms"] = rms_from_extras(extras=extras, shape=cache["spaces"].observation.shape) \
-            if req.algo.get("normalize_obs") else None
         cache["optimizer"] = cache["algo"].make_optimizer(model=cache["model"])
-        if req.has_optimizer_state:
-            load_optimizer(optimizer=cache["optimizer"],
-                           message=store.get(key=optim_key(policy=req.policy, version=req.policy_version)))
+        loaded = load_version(store=cache["store"], policy=req.policy, version=req.policy_version,
+                              model=cache["model"], optimizer=cache["optimizer"] if req.has_optimizer_state else None)
+        cache["obs_rms"] = rms_from_extras(extras=loaded.extras, shape=cache["spaces"].observation.shape) \
+            if req.algo.get("normalize_obs") else None
         cache["version"] = (req.policy, req.policy_version)
     return cache
 
@@ -143,12 +132,9 @@ def publish_version(*, store: Store, state: dict[str, Any], req: LearnerRequest,
     in one round trip where the backend batches, tagged with ``writer`` (the invocation id: a retry of this
     invocation may redo the puts, data/store.py), and remember the version in the warm cache."""
     new_version = req.policy_version + 1
-    put_all(store=store, items={
-        weights_key(policy=req.policy, version=new_version): model_to_message(
-            model=cpu_copy(model=model), version=new_version, extra=rms_to_extras(rms=state.get("obs_rms"))),
-        optim_key(policy=req.policy, version=new_version): optimizer_to_message(optimizer=optimizer,
-                                                                                version=new_version)},
-            writer=writer)
+    put_all(store=store, writer=writer, items=version_items(
+        policy=req.policy, version=new_version, model=cpu_copy(model=model), optimizer=optimizer,
+        extra=rms_to_extras(rms=state.get("obs_rms"))))
     state["version"] = (req.policy, new_version)
     fault_point(name="learner.published")
 

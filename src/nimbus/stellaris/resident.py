@@ -24,18 +24,10 @@ from typing import Any
 
 import torch
 
-from nimbus.data.codec import Message
 from nimbus.data.store import Store
 from nimbus.data.stores import put_all
 from nimbus.envs.obsnorm import rms_to_extras
-from nimbus.models.weights import (
-    load_model,
-    load_optimizer,
-    model_to_message,
-    optim_key,
-    optimizer_to_message,
-    weights_key,
-)
+from nimbus.models.weights import load_version, version_items
 from nimbus.roles.learner import cpu_copy
 from nimbus.stellaris.steps import apply_aggregation, stored_gradient, usable_gradients
 
@@ -80,10 +72,10 @@ def rebuild(*, state: dict[str, Any], store: Store, policy: str, version: int, r
     """The anchor's full state (version − len(replay)), then each logged aggregation applied again."""
     anchor = version - len(replay)
     model = state["algo"].make_model(spaces=state["spaces"]).to(state["device"])
-    load_model(model=model, message=store.get(key=weights_key(policy=policy, version=anchor)))
     optimizer = state["algo"].make_optimizer(model=model)
+    load_version(store=store, policy=policy, version=anchor, model=model,
+                 optimizer=optimizer if has_optimizer_state else None)
     if has_optimizer_state:
-        load_optimizer(optimizer=optimizer, message=store.get(key=optim_key(policy=policy, version=anchor)))
         _state_in_parameter_order(optimizer=optimizer)
     for entry in replay:
         keys = list(entry["keys"])
@@ -104,13 +96,9 @@ def publish(*, store: Store, state: dict[str, Any], policy: str, version: int, h
             optimizer: bool, writer: str) -> None:
     """Put the weights and/or the optimizer state of ``version`` (tagged with ``writer``: a retry redoes its puts)."""
     model, optim = held
-    items: dict[str, Message] = {}
-    if weights:
-        items[weights_key(policy=policy, version=version)] = model_to_message(
-            model=cpu_copy(model=model), version=version, extra=rms_to_extras(rms=state.get("obs_rms")))
-    if optimizer:
-        items[optim_key(policy=policy, version=version)] = optimizer_to_message(optimizer=optim, version=version)
-    put_all(store=store, items=items, writer=writer)
+    put_all(store=store, writer=writer, items=version_items(
+        policy=policy, version=version, model=cpu_copy(model=model) if weights else None,
+        optimizer=optim if optimizer else None, extra=rms_to_extras(rms=state.get("obs_rms"))))
 
 
 def _state_in_parameter_order(*, optimizer: torch.optim.Optimizer) -> None:
