@@ -39,42 +39,28 @@ from nimbus.algos.multiagent import multiagent_algo_from_dict
 from nimbus.algos.multiagent.iql import NEXT_ACTION_MASK
 from nimbus.algos.multiagent.ppo import ACTION_MASK
 from nimbus.data.codec import Message
-from nimbus.data.request import WireRequest
 from nimbus.data.result import WireResult
 from nimbus.data.stores import function_store
 from nimbus.envs.masks import masks_from
 from nimbus.envs.parallel import agent_spaces, global_state, make_parallel_env
-from nimbus.envs.slot_state import SLOT_META, SlotState, slot_state_from
+from nimbus.envs.slot_state import SLOT_META, slot_state_from
 from nimbus.envs.spaces import EnvSpaces
 from nimbus.marless.agent_id import append_agent_id, with_agent_id
 from nimbus.marless.slot import MultiAgentSlot, capture_ma_slot, env_slot
 from nimbus.models.distributions import clip_action
 from nimbus.models.weights import load_model
-from nimbus.roles.actor import derive_seed
+from nimbus.roles.actor import FragmentRequest, derive_seed
 from nimbus.runtime.base import FunctionContext
 
 
 @dataclass(frozen=True)
-class MultiAgentActorRequest(WireRequest, header="marless_actor", affinity="actor-{actor_rank}"):
-    env_id: str
-    env_kwargs: dict[str, Any]
-    num_envs: int
-    fragment_steps: int
-    seed: int
-    actor_rank: int
-    slot_seq: int
+class MultiAgentActorRequest(FragmentRequest, header="marless_actor", affinity="actor-{actor_rank}"):
     agent_policy: dict[str, str]    # agent → policy
     weights_keys: dict[str, str]    # policy → weights/<policy>/<v>
     algo: dict[str, Any]
     env_imports: Sequence[str] = ()
     snapshot: bool = False          # actors.restore_slots: the result carries the slot (marless/slot.py)
     agent_id: bool = False          # policies read obs ⊕ one-hot(agent index) (marless/agent_id.py)
-
-    def to_message(self, *, restore: SlotState | None = None) -> Message:
-        """``restore``: the rank's newest slot, for a worker that does not hold it."""
-        if restore is None:
-            return self.wire_message()
-        return self.wire_message(extra_header={SLOT_META: restore.meta}, arrays=dict(restore.arrays))
 
     @classmethod
     def from_message(cls, message: Message) -> MultiAgentActorRequest:

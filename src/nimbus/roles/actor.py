@@ -36,14 +36,29 @@ from nimbus.runtime.base import FunctionContext
 
 
 @dataclass(frozen=True)
-class ActorRequest(WireRequest, header="actor", affinity="actor-{actor_rank}"):
+class FragmentRequest(WireRequest):
+    """What every actor request (``ActorRequest``, MARLess's ``MultiAgentActorRequest``) starts with: the envs of
+    rank ``actor_rank``'s slot and the fragment to step them for. Its fields come first in the header, in this
+    order, then the subclass's."""
+
     env_id: str
     env_kwargs: dict[str, Any]
     num_envs: int
     fragment_steps: int
     seed: int
     actor_rank: int
-    slot_seq: int
+    slot_seq: int            # fragments this rank has produced: a cached slot of another sequence is reset
+
+    def to_message(self, *, restore: SlotState | None = None) -> Message:
+        """The request; ``restore``: the env slot to rebuild (a resumed run's first fragment of this rank, or a
+        worker that does not hold the rank's newest slot)."""
+        if restore is None:
+            return self.wire_message()
+        return self.wire_message(extra_header={SLOT_META: restore.meta}, arrays=dict(restore.arrays))
+
+
+@dataclass(frozen=True)
+class ActorRequest(FragmentRequest, header="actor", affinity="actor-{actor_rank}"):
     policy_version: int
     weights_key: str
     algo: dict[str, Any]
@@ -51,12 +66,6 @@ class ActorRequest(WireRequest, header="actor", affinity="actor-{actor_rank}"):
     env_imports: Sequence[str] = ()    # env.imports: modules that register the user's env ids
     env_wrappers: Sequence[str] = ()   # env.wrappers: gymnasium wrappers, applied in order
     env_backend: str = "gymnasium"     # actors.env_backend, resolved (envs/batched.py): gymnasium, vector, envpool
-
-    def to_message(self, *, restore: SlotState | None = None) -> Message:
-        """The request; ``restore``: the env slot to rebuild (a resumed run's first fragment of this rank)."""
-        if restore is None:
-            return self.wire_message()
-        return self.wire_message(extra_header={SLOT_META: restore.meta}, arrays=restore.arrays)
 
 
 @dataclass(frozen=True)

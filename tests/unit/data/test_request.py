@@ -15,7 +15,7 @@ import pytest
 from nimbus.data.codec import Message, decode, encode
 from nimbus.data.replay import ReplayBatch
 from nimbus.data.request import WireRequest
-from nimbus.envs.slot_state import SlotState
+from nimbus.envs.slot_state import SLOT_META, SlotState
 from nimbus.marless.actor import MultiAgentActorRequest
 from nimbus.marless.learner import MarlessLearnerRequest
 from nimbus.marless.team_learner import TeamLearnerRequest
@@ -23,7 +23,7 @@ from nimbus.marless.team_rows import VDNPostprocessRequest
 from nimbus.marless.value_learner import ValueLearnerRequest
 from nimbus.offpolicy.actor import OffPolicyActorRequest
 from nimbus.offpolicy.learner import OffPolicyLearnerRequest
-from nimbus.roles.actor import ActorRequest
+from nimbus.roles.actor import ActorRequest, FragmentRequest
 from nimbus.roles.learner import LearnerRequest
 from nimbus.stellaris.learner import GradientRequest
 from nimbus.stellaris.parameter import ParameterRequest
@@ -138,3 +138,16 @@ def test_request_round_trips_and_encodes_to_todays_bytes(name: str):
     assert type(back) is type(request) and _jsonable(back) == _jsonable(request)
     assert encode(make(back)) == frame   # what came back sends the same bytes again
     assert hashlib.sha256(frame).hexdigest()[:16] == DIGESTS[name]
+
+
+@pytest.mark.parametrize("name", ["actor+restore", "marless_actor"])
+def test_every_actor_request_leads_with_the_fragment_fields_and_carries_a_restored_slot(name: str):
+    request, make = CASES[name]
+    message: Message = make(request)
+    leading = [field for field in FragmentRequest.__dataclass_fields__]
+    assert leading == ["env_id", "env_kwargs", "num_envs", "fragment_steps", "seed", "actor_rank", "slot_seq"]
+    assert list(message.header[request.HEADER])[:len(leading)] == leading
+    assert message.header["_affinity"] == f"actor-{request.actor_rank}"
+    assert message.header[SLOT_META] == SLOT.meta and list(message.arrays) == list(SLOT.arrays)
+    assert message.arrays is not SLOT.arrays   # the slot's own dict is never handed to the message
+    assert request.to_message().arrays == {} and SLOT_META not in request.to_message().header
