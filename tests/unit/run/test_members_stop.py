@@ -38,13 +38,22 @@ def test_a_signal_stops_every_member_with_a_final_checkpoint(tmp_path: Path, mon
     monkeypatch.setattr(Population, "after_round", signal_after_round_one)
     config = inline_config(name="ppo-cartpole", run_root=tmp_path, overrides=[
         "train.max_rounds=50", "train.eval_episodes=2", *TWO])
-    result = train(config=config)
+    # A handler of the caller's own, which the run must put back: whatever the test process inherited (a shell's
+    # background job starts with SIGINT ignored) cannot tell a restored handler from one never touched.
+    def callers_handler(signum, frame) -> None: ...
+    outer = {s: signal.signal(s, callers_handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        result = train(config=config)
+        restored = {s: signal.getsignal(s) for s in outer}
+    finally:
+        for s, handler in outer.items():
+            signal.signal(s, handler)
     members = json.loads((result.run_dir / "population.json").read_text())["members"]
     assert {m["stopped_by"] for m in members.values()} == {sig.name}
     assert all(m["rounds"] < 50 and m["eval_return"] is None for m in members.values())
     for name in ("a", "b"):
         assert list((result.run_dir / "policies" / name / "checkpoints").glob("ckpt-*"))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # the handlers are restored
+    assert restored == {signal.SIGINT: callers_handler, signal.SIGTERM: callers_handler}   # the handlers are restored
 
 
 def _runtime_parts(path: Path) -> list[dict]:
