@@ -13,7 +13,7 @@ functions, then the sharing and actor-scaling controllers.
 
 A frozen policy (its agents share another's) is neither sampled with nor trained. Switching sharing off
 gives every agent its own policy again, whose next version is a copy of its group policy's newest weights
-(and critic and optimizer states), so no agent starts over.
+(and critic and optimizer states), so no agent starts over (marless/versions.py).
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from nimbus.algos.multiagent import initial_messages, make_multiagent_algo
-from nimbus.algos.multiagent.qmix import initial_mixer_message, mixer_key, mixer_keys
+from nimbus.algos.multiagent import make_multiagent_algo
 from nimbus.config import NimbusConfig
 from nimbus.core import UNBOOKED, Book
 from nimbus.data.checkpoint import Checkpointer
@@ -40,14 +39,13 @@ from nimbus.envs.slot_state import pop_slot_state
 from nimbus.errors import CheckpointError
 from nimbus.marless.actor import MultiAgentActorRequest, MultiAgentActorResult
 from nimbus.marless.agent_id import uses_agent_id
-from nimbus.marless.checkpoint import check_policies, load_policies, policy_directory, publish_policies, save_policies
+from nimbus.marless.checkpoint import policy_directory, save_policies
 from nimbus.marless.evaluate import MarlessEvalResult, evaluate_agents
 from nimbus.marless.learning import batch_key, make_learning, nonfinite_round, results_of
 from nimbus.marless.parts import (
     MarlessParts,
     MarlessProgress,
     check_agent_policy,
-    critic_key,
     fixed_actors,
     function_specs,
     policy_spaces,
@@ -56,7 +54,8 @@ from nimbus.marless.parts import (
 from nimbus.marless.rows import Episodes, dead_fraction, live_samples, policy_batch
 from nimbus.marless.scaling import MarlessActorScaler
 from nimbus.marless.sharing import SharingController, space_signature
-from nimbus.models.weights import optim_key, weights_key
+from nimbus.marless.versions import adopt_map, forget_versions, publish_versions
+from nimbus.models.weights import weights_key
 from nimbus.report.metrics import MetricsSink
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.runtime.prewarm import make_prewarmer
@@ -64,7 +63,6 @@ from nimbus.types import RoundMetrics, Shared
 
 log = logging.getLogger(__name__)
 LEARNER_ROLES = ("postprocess", "critic", "policy")
-VERSIONED_KEYS = ("weights/{policy}/{version}", "optim/{policy}/{version}", "target/{policy}/{version}")
 
 
 @dataclass
@@ -130,7 +128,7 @@ class MarlessWorkflow:
                              policy_spaces=policy_spaces(config=config, agents=agents, spaces=spaces,
                                                          agent_id=agent_id))
         try:
-            progress = _publish(parts=parts, state_dim=state_dim, resume_from=resume_from)
+            progress = publish_versions(parts=parts, resume_from=resume_from)
         except BaseException:
             metrics.close()
             raise
@@ -232,13 +230,13 @@ class MarlessWorkflow:
         self.book.count_nonfinite(nonfinite=nonfinite_round(stats=stats), what="rounds of learners")
         self.progress.policy_version = sum(self.progress.versions.values())
         learned = self.clock()
-        self._forget(active=active, stale=stale)
+        forget_versions(parts=self.parts, progress=self.progress, active=active, stale=stale)
         convexity = {policy: stats[policy].get("convexity", float("nan")) for policy in active}
         new_map = self.parts.sharing.decide(round=index, agent_returns=episodes.agent_means,
                                             samples=episodes.samples,
                                             convexity={agent: convexity[agent_policy[agent]] for agent in agent_policy})
         if new_map is not None and new_map != agent_policy:
-            self._apply_map(old=agent_policy, new=new_map)
+            adopt_map(parts=self.parts, progress=self.progress, old=agent_policy, new=new_map)
         self.parts.scaler.observe(convexity=convexity)
         used_actors, self.num_actors = self.num_actors, self.parts.scaler.decide()
         self.prewarmer.scale_up(from_actors=used_actors, to_actors=self.num_actors)  # warm when the next round starts
@@ -301,51 +299,6 @@ class MarlessWorkflow:
             episodes.dead_rows[agent] = dead_fraction(results=results, agent=agent)
         return episodes
 
-    def _forget(self, *, active: list[str], stale: list[str]) -> None:
-        """The keys the learners are done with, and versions older than ``store.keep_versions`` (every policy
-        keeps its newest, trained or frozen)."""
-        store, keep = self.parts.shared.store, self.parts.config.store.keep_versions
-        stale = list(stale) + mixer_keys(version=self.progress.mixer_version - keep)   # QMIX's mixer
-        for policy in active:
-            version = self.progress.versions[policy] - keep
-            if version >= 0:
-                stale += [key.format(policy=policy, version=version) for key in VERSIONED_KEYS]
-            critic = self.progress.critic_versions.get(policy, -1) - keep
-            if critic >= 0:
-                stale.append(critic_key(policy=policy, version=critic))
-            for key in stale:
-                try:
-                    store.delete(key=key)
-                except KeyError:
-                    pass
-
-    # ----------------------------------------------------------------------------------- sharing
-    def _apply_map(self, *, old: dict[str, str], new: dict[str, str]) -> None:
-        """Adopt a new agent→policy map. A policy that comes back into use continues from the weights its first
-        agent trained with until now (copied as a new version, so no worker's cache holds a stale one)."""
-        returning = sorted(set(new.values()) - set(old.values()))
-        for policy in returning:
-            first = min(agent for agent, p in new.items() if p == policy)
-            self._copy_policy(source=old[first], target=policy)
-        self.progress.agent_policy = dict(new)
-        log.info("agent→policy map: %s", new)
-
-    def _copy_policy(self, *, source: str, target: str) -> None:
-        store, progress = self.parts.shared.store, self.progress
-        version = progress.versions[target] + 1
-        source_version = progress.versions[source]
-        store.put(key=weights_key(policy=target, version=version),
-                  message=store.get(key=weights_key(policy=source, version=source_version)))
-        if source_version > 0:
-            store.put(key=optim_key(policy=target, version=version),
-                      message=store.get(key=optim_key(policy=source, version=source_version)))
-        progress.versions[target] = version
-        if source in progress.critic_versions:
-            critic_version = progress.critic_versions[target] + 1
-            store.put(key=critic_key(policy=target, version=critic_version),
-                      message=store.get(key=critic_key(policy=source, version=progress.critic_versions[source])))
-            progress.critic_versions[target] = critic_version
-
     # ----------------------------------------------------------------------------------- the row
     def _row(self, *, index: int, started: float, sampled: float, ingested: float, learned: float,
              episodes: Episodes, stats: dict[str, dict[str, float]], active: list[str],
@@ -383,36 +336,3 @@ class MarlessWorkflow:
         round_usd = {kind: usd - self._usd_by_kind.get(kind, 0.0) for kind, usd in by_kind.items()}
         self._usd_by_kind = by_kind
         return round_usd
-
-
-def _publish(*, parts: MarlessParts, state_dim: int, resume_from: Path | None) -> MarlessProgress:
-    """Version 0 of every policy, or (``resume_from``) the checkpointed versions; the progress to go on from."""
-    initial = {policy: initial_messages(algo=parts.algo, spaces=spaces, state_dim=state_dim,
-                                        num_agents=len(parts.agents), seed=parts.config.seed + index)
-               for index, (policy, spaces) in enumerate(parts.policy_spaces.items())}
-    if resume_from is None:
-        progress = MarlessProgress(agent_policy=parts.sharing.initial_map())
-        _publish_initial(parts=parts, progress=progress, initial=initial)
-        return progress
-    states = load_policies(path=Path(resume_from), policies=list(initial))
-    check_policies(states=states, parts=parts, expected=initial)
-    progress = publish_policies(states=states, parts=parts)
-    log.warning("resuming from round %d (policy versions %s, %d env steps)", progress.rounds,
-                progress.versions, progress.env_steps)
-    return progress
-
-
-def _publish_initial(*, parts: MarlessParts, progress: MarlessProgress, initial: dict[str, dict[str, Message]]) -> None:
-    """Version 0 of every agent's policy (and critic), seeded per agent; all of them, so that sharing can later
-    hand any agent its own policy."""
-    store = parts.shared.store
-    if parts.algo.name == "qmix":   # the mixer's version 0, seeded after the policies'
-        store.put(key=mixer_key(part="weights", version=0), message=initial_mixer_message(
-            algo=parts.algo, state_dim=parts.state_dim, num_agents=len(parts.agents),
-            seed=parts.config.seed + len(initial)))
-    for policy, messages in initial.items():
-        store.put(key=weights_key(policy=policy, version=0), message=messages["weights"])
-        progress.versions[policy] = 0
-        if "critic" in messages:
-            store.put(key=critic_key(policy=policy, version=0), message=messages["critic"])
-            progress.critic_versions[policy] = 0
