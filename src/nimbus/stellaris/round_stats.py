@@ -90,6 +90,31 @@ class Batch:
     rows: int = 0                   # rows cut into its slices
     learners_early: int = 0         # learners launched before its round's last actor delivered
 
+    def lost(self) -> None:
+        """A gradient non-finite at its learner: refused before the rule saw it (no staleness)."""
+        self.refused += 1
+        self.refused_nonfinite += 1
+        self.outstanding -= 1
+
+    def refused_by_rule(self, *, staleness: int) -> None:
+        """A gradient the rule refused (P7, sync): the rule saw it, so its staleness counts."""
+        self.refused += 1
+        self.staleness.append(staleness)
+        self.outstanding -= 1
+
+    def aggregated_member(self, *, staleness: int, size: int, refused: bool) -> None:
+        """A gradient in an aggregation of ``size`` members, applied or (``refused``) refused by the parameter
+        function; its share of the aggregation feeds ``gradients_per_aggregation``."""
+        self.outstanding -= 1
+        self.staleness.append(staleness)
+        self.aggregated += 1
+        self.aggregation_share += 1.0 / size
+        if refused:
+            self.refused += 1
+            self.refused_parameter += 1
+        else:
+            self.admitted += 1
+
 
 def staleness_histogram(*, staleness: list[int]) -> dict[str, float]:
     counts = np.bincount(np.minimum(np.asarray(staleness, dtype=np.int64), HISTOGRAM_BINS),

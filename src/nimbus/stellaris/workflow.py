@@ -22,14 +22,13 @@ gradient lands and the landed gradients are offered together (``rule.offer_many`
 a version (stellaris/filling.py). Versions no reader needs are deleted after each aggregation. A round is one batch;
 its row is written when every gradient computed on it is applied or refused. The next round's actors start once every
 task of the earlier batches is launched. No rule waits forever: ``rule.lost``, ``rule.applied(refused_keys=)``,
-``rule.unpublished`` and a watchdog (``rule.stalled()``); the rule's state travels in the checkpoint; the parameter
-function truncates a member by its co-members (Eq. 2); with ``stellaris.resident_parameter`` its state stays in its
-worker (stellaris/resident.py, resident_log.py). A learner reads the newest *published* version, never waits for one
-being produced; its staleness counts from it.
+``rule.unpublished`` and a watchdog (``rule.stalled()``); the rule's state travels in the checkpoint. A learner reads
+the newest *published* version, never waits for one being produced; its staleness counts from it.
 Details: docs/stellaris.md. Round metrics: stellaris/round_stats.py.
 
 Parts it holds: the actor half of the round (onpolicy/actor_round.py ``ActorRound``: requests, rows into the Buffer,
-the round's row), the filling buffer (stellaris/filling.py ``SliceFilling``) and what a checkpoint adds
+the round's row), the filling buffer (stellaris/filling.py ``SliceFilling``), the parameter function's calls and the
+versions they publish (stellaris/parameter_calls.py ``ParameterCalls``) and what a checkpoint adds
 (stellaris/persistence.py ``StellarisCheckpoint``); the lifecycle is policy/lifecycle.py's ``SystemWorkflow``.
 """
 
@@ -38,9 +37,7 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
-import uuid
 from concurrent.futures import Future
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,34 +47,33 @@ from nimbus.config import NimbusConfig
 from nimbus.config.rules import OFF_POLICY
 from nimbus.core import UNBOOKED, Book
 from nimbus.data.triggers import TriggerTable
-from nimbus.models.weights import optim_key, weights_key
+from nimbus.models.weights import weights_key
 from nimbus.onpolicy.actor_round import ActorRound, RoundLearning, RoundState
 from nimbus.onpolicy.workflow import ACTOR_ENTRYPOINT
 from nimbus.policy.build import PolicyFunctions
 from nimbus.policy.lifecycle import SystemWorkflow
 from nimbus.policy.system import System
-from nimbus.roles.specs import role_spec
 from nimbus.runtime.base import event_queue, runtime_clock
 from nimbus.stellaris.filling import SliceFilling
-from nimbus.stellaris.flights import InFlight, gradient_request, model_fields, recompute_fields
+from nimbus.stellaris.flights import InFlight, gradient_request
 from nimbus.stellaris.learner import GradientResult
 from nimbus.stellaris.parameter import ParameterRequest, ParameterResult
+from nimbus.stellaris.parameter_calls import ParameterCalls, delete_keys
 from nimbus.stellaris.persistence import StellarisCheckpoint
-from nimbus.stellaris.resident_log import ResidentLog
 from nimbus.stellaris.round_stats import Batch, FlightMeter, mean_stats, round_extras
 from nimbus.stellaris.rules import Aggregation, Rejection, Verdict, make_rule
 from nimbus.stellaris.slices import Slice
 from nimbus.types import Progress, ScalingDecision, schedule_fraction
 
 log = logging.getLogger(__name__)
-PARAMETER_ENTRYPOINT = "nimbus.stellaris.parameter:parameter_function"
 GRADIENT_LEARNER_ENTRYPOINT = "nimbus.stellaris.learner:gradient_learner_function"
 TRANSITIONS_ACTOR_ENTRYPOINT = "nimbus.offpolicy.actor:offpolicy_actor_function"   # IMPACT: rows (s, a, r, s')
 
 
 class StellarisWorkflow(SystemWorkflow):
     """Stellaris: several learner functions in flight, a parameter function aggregates by a rule. Holds an
-    ``ActorRound`` (``actors``), a ``SliceFilling`` (``slices``) and a ``StellarisCheckpoint`` (``persistence``)."""
+    ``ActorRound`` (``actors``), a ``SliceFilling`` (``slices``), ``ParameterCalls`` (``parameter``) and a
+    ``StellarisCheckpoint`` (``persistence``)."""
 
     progress_type = Progress
     poll_period_s = 0.5   # no trigger of its own runs on the clock: a poll only follows an event
@@ -103,10 +99,7 @@ class StellarisWorkflow(SystemWorkflow):
                               softsync_k=cfg.softsync_k, ssp_bound=cfg.ssp_bound, max_queue=cfg.max_queue)
         self.rule.version = progress.policy_version
         self.gradient_spec = system.learner_spec
-        self.parameter_spec = role_spec(config=system.config, role="parameter", entrypoint=PARAMETER_ENTRYPOINT)
-        workload = system.actor_spec.workload   # a workload on a shared pool: its own warm workers and ledger rows
-        if workload:
-            self.parameter_spec = replace(self.parameter_spec, name=f"{workload}/parameter", workload=workload)
+        self.parameter = ParameterCalls(system=system, progress=progress)
         self.table = TriggerTable()   # no ObjectKeyTrigger: actors start when a batch is taken, not per version
         self.table.bind(name="take_batch", trigger=self.actors.data_trigger, action=self._take_batch)
         self.batches: list[Batch] = []
@@ -122,16 +115,10 @@ class StellarisWorkflow(SystemWorkflow):
         self.task_ids = itertools.count()
         self.next_round = progress.rounds
         self.watchdog_fired = 0
-        self.stored_versions = {progress.policy_version}   # versions whose weights this run put in the Store
-        # the resident parameter function's anchor and replay log (stellaris/resident_log.py)
         # a slot frees when its gradient lands and the landed gradients are offered together (rules that gather)
         self.gathering = cfg.gather_arrivals and self.rule.gathers
-        self.run_key = uuid.uuid4().hex   # names this run's state in the parameter function's warm worker
-        self.resident = ResidentLog(run_key=self.run_key, anchor=progress.policy_version) \
-            if cfg.resident_parameter else None
-        self.persistence = StellarisCheckpoint(
-            rule=self.rule, resident=self.resident, store=system.store,
-            invoke=lambda message: system.runtime.invoke(spec=self.parameter_spec, request=message))
+        self.persistence = StellarisCheckpoint(rule=self.rule, resident=self.parameter.resident, store=system.store,
+                                               invoke=lambda message: self.parameter.invoke(message=message))
 
     @property
     def round(self) -> RoundState:
@@ -229,27 +216,13 @@ class StellarisWorkflow(SystemWorkflow):
         self._watch(kind="gradient", future=future, meta=flight)
 
     def _aggregate(self, *, aggregation: Aggregation, batch: Batch) -> None:
-        cfg = self.system.config
-        version = self.progress.policy_version
-        flights = [self.held[m.key] for m in aggregation.members]
-        recompute = [recompute_fields(cfg=self.cfg, flight=f, together=flights) for f in flights]
-        resident = self.resident.request_fields(version=version) if self.resident is not None else \
-            {"has_optimizer_state": version > 0, "run_key": self.run_key}
-        request = ParameterRequest(model=self._model_fields(version=version), policy_version=version,
-                                   keys=[m.key for m in aggregation.members],
-                                   scales=[m.scale for m in aggregation.members],
-                                   separate_steps=aggregation.separate_steps,
-                                   progress=schedule_fraction(progress=self.progress,
-                                                              total_env_steps=cfg.train.total_env_steps),
-                                   recompute=recompute, **resident)
-        batch.recomputed += sum(r is not None for r in recompute)
+        """The rule aggregated: one parameter function call applies it (stellaris/parameter_calls.py)."""
+        request, message = self.parameter.request(aggregation=aggregation, progress=self.progress,
+                                                  flights=[self.held[m.key] for m in aggregation.members])
+        batch.recomputed += sum(r is not None for r in request.recompute)
         self.parameter_busy = True
-        future = self.system.runtime.invoke(spec=self.parameter_spec, request=request.to_message(
-            positions=[f.positions if r is not None else None for f, r in zip(flights, recompute)]))
+        future = self.parameter.invoke(message=message)
         self._watch(kind="parameter", future=future, meta=(aggregation, batch, request))
-
-    def _model_fields(self, *, version: int) -> dict[str, Any]:
-        return model_fields(config=self.system.config, policy=self.policy, version=version)
 
     # -------------------------------------------------------------------------------- events
     def _on_actor(self, *, future: Future, rank: int) -> None:
@@ -279,9 +252,7 @@ class StellarisWorkflow(SystemWorkflow):
             del self.in_flight[flight.slot]
             self._flight_changed()
             self.owner.pop(flight.grad_key)
-            flight.batch.refused += 1
-            flight.batch.refused_nonfinite += 1
-            flight.batch.outstanding -= 1
+            flight.batch.lost()
             self.rule.lost(arrival=flight.arrival(), reason="non-finite loss or gradient")   # sync may relaunch
             return
         if self.gathering:   # the learner is done: its slot computes again while its gradient waits to be offered
@@ -328,11 +299,8 @@ class StellarisWorkflow(SystemWorkflow):
     def _refuse(self, *, rejections: tuple[Rejection, ...]) -> None:
         for rejection in rejections:
             self.held.pop(rejection.key, None)
-            batch = self._batch_of(key=rejection.key)
-            batch.refused += 1
-            batch.staleness.append(rejection.staleness)
-            batch.outstanding -= 1
-            self._delete(keys=[rejection.key])
+            self.owner.pop(rejection.key).refused_by_rule(staleness=rejection.staleness)
+            delete_keys(store=self.system.store, keys=[rejection.key])
             log.debug("gradient %s refused: %s", rejection.key, rejection.reason)
 
     def _on_parameter(self, *, future: Future, aggregation: Aggregation, batch: Batch,
@@ -342,29 +310,19 @@ class StellarisWorkflow(SystemWorkflow):
         refused_keys = {r["key"] for r in done.refused}
         for member in aggregation.members:
             self.held.pop(member.key, None)
-            owner = self._batch_of(key=member.key)
-            owner.outstanding -= 1
-            owner.staleness.append(member.staleness)
-            owner.aggregated += 1
-            owner.aggregation_share += 1.0 / len(aggregation.members)
-            if member.key in refused_keys:
-                owner.refused += 1
-                owner.refused_parameter += 1
-            else:
-                owner.admitted += 1
+            self.owner.pop(member.key).aggregated_member(staleness=member.staleness, size=len(aggregation.members),
+                                                         refused=member.key in refused_keys)
         batch.aggregations += 1
         batch.parameter_s += done.parameter_s
         if done.rebuilt and request.replay:   # (a cold first call with nothing to replay is not logged)
             log.info("stellaris: the parameter function rebuilt its state at version %d (%d aggregations replayed)",
                      request.policy_version, len(request.replay))
-        self._delete(keys=list(request.keys) if self.resident is None else
-                     self.resident.done_with(request=request, published=done.published))
+        self.parameter.returned(request=request, done=done)
         self._count_nonfinite(nonfinite=bool(refused_keys))
         if done.published:
             self.rule.applied(aggregation=aggregation, refused_keys=refused_keys)
             self.progress.policy_version = done.policy_version
-            self.stored_versions.add(self.progress.policy_version)
-            self._forget_unused_versions()
+            self.parameter.published(version=done.policy_version, needed=self._read_versions())
         else:   # every member refused: the version stays, and sync may launch for it again
             self.rule.unpublished(aggregation=aggregation)
 
@@ -372,16 +330,13 @@ class StellarisWorkflow(SystemWorkflow):
         self.book.count_nonfinite(nonfinite=nonfinite, what="gradients",
                                   outcome="were non-finite or refused by the parameter function")
 
-    def _batch_of(self, *, key: str) -> Batch:
-        return self.owner.pop(key)
-
     # ------------------------------------------------------------------------------ rounds
     def _finish_settled_batches(self) -> bool:
         ended = False
         while self.batches and self.batches[0].complete and self.batches[0].outstanding == 0 \
                 and not self.batches[0].tasks:
             batch = self.batches.pop(0)
-            self._delete(keys=batch.slice_keys)
+            delete_keys(store=self.system.store, keys=batch.slice_keys)
             self.slices.forget(keys=batch.slice_keys)
             self._finish_batch(batch=batch)
             ended = True
@@ -399,29 +354,13 @@ class StellarisWorkflow(SystemWorkflow):
     def _flight_changed(self) -> None:
         self.meter.change(in_flight=len(self.in_flight), now_s=self.clock(), open_batches=self.batches)
 
-    def _forget_unused_versions(self) -> None:
-        """Delete versions older than ``store.keep_versions`` that neither a learner in flight nor the sampling
-        round's actors (a retry re-reads its weights) still read."""
-        keep = self.system.config.store.keep_versions
+    def _read_versions(self) -> set[int]:
+        """The versions still read: by learners in flight, held or waiting gradients and the sampling round's actors
+        (a retry re-reads its weights); retention keeps them (stellaris/parameter_calls.py)."""
         needed = {f.read_version for f in (*self.in_flight.values(), *self.held.values(),
                                            *(flight for flight, _ in self.arrivals))}
         needed.add(self.round.policy_version)
-        if self.resident is not None:   # the anchor's full state rebuilds a lost resident state
-            needed.add(self.resident.anchor)
-        newest_kept = self.progress.policy_version - keep + 1
-        # every stored version, not a window below the floor: the anchor pins the floor for many aggregations, and
-        # when it moves the floor jumps past versions that a fixed window would never reach again
-        for version in sorted(v for v in self.stored_versions if v < newest_kept and v not in needed):
-            self._delete(keys=[weights_key(policy=self.policy, version=version),
-                               optim_key(policy=self.policy, version=version)])
-            self.stored_versions.discard(version)
-
-    def _delete(self, *, keys: list[str]) -> None:
-        for key in keys:
-            try:
-                self.system.store.delete(key=key)
-            except KeyError:
-                pass
+        return needed
 
     # -------------------------------------------------------------------------------- the run loop's contract
     def begin(self) -> None:
@@ -450,8 +389,9 @@ class StellarisWorkflow(SystemWorkflow):
         """A resident parameter function's optimizer state exported first (stellaris/persistence.py), then the
         checkpoint every workflow over one System saves."""
         version = self.progress.policy_version
-        self._delete(keys=self.persistence.export(version=version, model=self._model_fields(version=version),
-                                                  parameter_busy=self.parameter_busy))
+        gone = self.persistence.export(version=version, model=self.parameter.model_fields(version=version),
+                                       parameter_busy=self.parameter_busy)
+        delete_keys(store=self.system.store, keys=gone)
         return super().checkpoint()
 
     def publish(self) -> None:
