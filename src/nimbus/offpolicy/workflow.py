@@ -358,12 +358,7 @@ class OffPolicyWorkflow(SystemWorkflow):
         """``train.checkpoint_replay``: the buffer's rows, the replay strategy's state and the pacer's counters."""
         return dict(buffer=self.system.buffer, replay=self.system.replay, pacer=self.pacer)
 
-    # ------------------------------------------- the run loop's contract (run/members.py drives every workflow)
-    def attach(self, *, events: Any, book: Book) -> None:
-        """Put this workflow's events on ``events`` (anything with ``put``: the driver's tagged queue) and its
-        rounds' facts in ``book`` (run/book.py)."""
-        self.events, self.book = events, book
-
+    # ------- the run loop's contract (run/members.py drives every workflow; attach, renewed: policy/lifecycle.py)
     def begin(self) -> None:
         """Announce the current version, then start the learner and every actor that may run."""
         self.system.store_events.notify(key=weights_key(policy=self.policy, version=self.progress.policy_version))
@@ -385,9 +380,6 @@ class OffPolicyWorkflow(SystemWorkflow):
     def exhausted(self) -> bool:
         """The env-step budget is spent (collected or in flight) and nothing is left to learn: no event will come."""
         return not self.running and self.learner is None and not self._can_progress()
-
-    def renewed(self) -> OffPolicyWorkflow:
-        return type(self)(system=self.system, progress=self.progress)
 
     def close(self) -> None:
         """The pre-warmer, the policy-lag histogram (policy_lag.json), then the System."""
