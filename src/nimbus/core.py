@@ -107,7 +107,8 @@ class Store(Protocol):
 
     def keys(self, *, prefix: str) -> list[str]: ...
 
-    def delete(self, *, key: str) -> None: ...
+    def delete(self, *, key: str) -> None:
+        """Remove ``key``; an absent key is a no-op on every backend (a version forgotten twice, a retried cleanup)."""
 
     def close(self) -> None: ...
 

@@ -93,10 +93,7 @@ def _publish_weights(*, store: ShmStore, env_id: str) -> None:
     model = algo.make_model(spaces=EnvSpaces(observation=env.observation_space, action=env.action_space))
     env.close()
     key = weights_key(policy="bench", version=0)
-    try:
-        store.delete(key=key)
-    except KeyError:
-        pass
+    store.delete(key=key)
     store.put(key=key, message=model_to_message(model=model, version=0))
 
 

@@ -104,7 +104,4 @@ def forget_versions(*, parts: MarlessParts, progress: MarlessProgress, active: l
         if critic >= 0:
             stale.append(critic_key(policy=policy, version=critic))
         for key in stale:
-            try:
-                store.delete(key=key)
-            except KeyError:
-                pass
+            store.delete(key=key)

@@ -344,10 +344,7 @@ class OffPolicyWorkflow(SystemWorkflow):
                 keys.append(weights_key(policy=self.policy, version=version))
                 self.published.discard(version)
             for key in keys:
-                try:
-                    self.system.store.delete(key=key)
-                except KeyError:
-                    pass
+                self.system.store.delete(key=key)
 
     def policy_lag_histogram(self) -> dict[int, int]:
         """Rows consumed per policy lag (learner version − the version that collected the row)."""

@@ -204,10 +204,7 @@ class OnPolicyWorkflow(SystemWorkflow):
         stale = current - keep
         if stale >= 0:
             for key in (weights_key(policy=self.policy, version=stale), optim_key(policy=self.policy, version=stale)):
-                try:
-                    self.system.store.delete(key=key)
-                except KeyError:
-                    pass
+                self.system.store.delete(key=key)
 
     # ------------------------------------------- the run loop's contract (run/members.py drives every workflow)
     def begin(self) -> None:

@@ -41,12 +41,9 @@ PARAMETER_ENTRYPOINT = "nimbus.stellaris.parameter:parameter_function"
 
 
 def delete_keys(*, store: Store, keys: Iterable[str]) -> None:
-    """Delete ``keys`` from ``store``; a key already gone is no error: deleting only frees the Store."""
+    """Delete ``keys`` from ``store`` (a key already gone is a no-op, core.Store.delete)."""
     for key in keys:
-        try:
-            store.delete(key=key)
-        except KeyError:
-            pass
+        store.delete(key=key)
 
 
 class ParameterCalls:

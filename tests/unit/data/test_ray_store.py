@@ -50,6 +50,7 @@ def test_values_outlive_their_writer_and_are_addressed_by_key(ray_local) -> None
         store.delete(key="weights/main/1")
         with pytest.raises(KeyNotFound):
             store.get(key="weights/main/1")
+        store.delete(key="weights/main/1")   # absent now: a no-op (core.Store.delete)
         assert store.keys(prefix="") == ["weights/main/0"]
     finally:
         store.close()

@@ -49,6 +49,7 @@ def test_key_scheme_pipelines_and_purge(redis_server) -> None:
     assert store.latest(prefix="weights/main") == "weights/main/2"
     with pytest.raises(KeyNotFound):
         store.get(key="weights/main/10")
+    store.delete(key="weights/main/10")   # absent now: a no-op (core.Store.delete)
     raw = redis.Redis.from_url(server.url)
     assert raw.get("nimbus:t:v:optim/main/2").startswith(b"NMBF")  # a codec frame under the documented key
     store.close()
