@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 
+from nimbus.data.shm import streaming_copy_env
 from nimbus.errors import ConfigError, NimbusError
 from nimbus.run.rundir import RunDirError
 
@@ -27,15 +28,16 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)   # a full disk or quota, wherev
 
 
 def _start_fork_server_early(*, configs: list[NimbusConfig]) -> None:
-    """Start the local backend's fork server before the driver imports torch (nimbus.run.loop), so the two imports
-    overlap (runtime/spare_server.py ``start_early``): only when every config runs on the local backend's fork
+    """Start the local backend's fork server as a fork of this process once it has imported torch and gymnasium
+    (runtime/spare_server.py ``start_early``), so that the template imports nothing again and warms torch's
+    optimizer while the driver imports and builds the rest: only when every config runs on the local backend's fork
     server. Called after the configs validated (which imports no torch), so a refused config exits 2 at once."""
     if not all((c.runtime.backend, c.runtime.start_method) == ("local", "fork_server") for c in configs):
         return
     from nimbus.runtime.forkserver import TRAINING_PRELOAD
     from nimbus.runtime.spare_server import start_early
 
-    start_early(preload=TRAINING_PRELOAD)
+    start_early(preload=TRAINING_PRELOAD, fork_driver=True)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -374,8 +376,20 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _restart_with_streaming_copies() -> None:
+    """``nimbus train`` as a program starts itself once more with glibc's streaming-copy tunable set when it is missing
+    (data/shm.py ``streaming_copy_env``: read only when a process starts): its workers are forks of this process
+    (``_start_fork_server_early``), and large bodies copied into shared memory need it."""
+    env = streaming_copy_env(dict(os.environ))
+    if env != os.environ:
+        os.execve(sys.executable, sys.orig_argv, env)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line ``argv``, or this process's own (``sys.argv``) when None: the program."""
     args = make_parser().parse_args(argv)
+    if argv is None and args.func is _cmd_train:
+        _restart_with_streaming_copies()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

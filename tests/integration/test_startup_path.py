@@ -1,6 +1,8 @@
 """What the driver of `nimbus train configs/ppo-cartpole.yaml` (the README's first command) has imported when round 0
-starts: the third-party packages are pinned, so the start-up path cannot grow silently. Checked in a fresh
-interpreter (a test process has imported everything already), with the local backend's forked workers as shipped."""
+starts: the third-party packages are pinned, so the start-up path cannot grow silently; and that its fork server is a
+fork of the driver, which imports torch once (runtime/spare_server.py ``start_early(fork_driver=True)``). Checked in
+a fresh interpreter (a test process has imported everything already) running the command line's ``main``, with the
+local backend's forked workers as shipped."""
 
 from __future__ import annotations
 
@@ -23,11 +25,18 @@ HEAVY = {"scipy", "matplotlib", "sklearn", "PIL", "envpool", "ray", "redis", "op
 
 _SPY = r"""
 import json, sys, tempfile
-from pathlib import Path
-from nimbus.config import load_config
+from nimbus.cli import main
 from nimbus.onpolicy.workflow import OnPolicyWorkflow
+from nimbus.runtime.forkserver import ForkServer
 
-seen = {}
+seen = {"templates": []}
+start_server = ForkServer._start
+
+def start_spy(self, **kwargs):
+    start_server(self, **kwargs)
+    seen["templates"].append(type(self._proc).__name__)
+
+ForkServer._start = start_spy
 invoke_actors = OnPolicyWorkflow._invoke_actors
 
 def spy(self):
@@ -35,22 +44,22 @@ def spy(self):
     return invoke_actors(self)
 
 OnPolicyWorkflow._invoke_actors = spy
-from nimbus.run.loop import train
-
 with tempfile.TemporaryDirectory() as tmp:
-    config = load_config(path=Path("configs/ppo-cartpole.yaml"),
-                         overrides=["train.max_rounds=1", "train.eval_episodes=0", "output.report=false",
-                                    "output.status_line=false", f"output.root_dir={tmp}"])
-    train(config=config)
-print("PACKAGES " + json.dumps(seen["packages"]))
+    overrides = ["train.max_rounds=1", "train.eval_episodes=0", "output.report=false", "output.status_line=false"]
+    code = main(["train", "configs/ppo-cartpole.yaml", "--run-dir", f"{tmp}/run",
+                 *[arg for override in overrides for arg in ("--set", override)]])
+print("SEEN " + json.dumps(seen))
+sys.exit(code)
 """
 
 
 def test_the_driver_imports_only_the_pinned_packages_before_round_0() -> None:
     done = subprocess.run([sys.executable, "-c", _SPY], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("PACKAGES "))
-    imported = set(json.loads(line.removeprefix("PACKAGES ")))
+    line = next(line for line in done.stdout.splitlines() if line.startswith("SEEN "))
+    seen = json.loads(line.removeprefix("SEEN "))
+    assert seen["templates"] == ["TemplateProcess"], "the fork server is a fresh interpreter importing torch again"
+    imported = set(seen["packages"])
     third_party = {name for name in imported - set(sys.stdlib_module_names) - {"nimbus"} if not name.startswith("_")}
     assert not third_party & HEAVY, f"heavy packages on the start-up path: {sorted(third_party & HEAVY)}"
     assert third_party == EXPECTED, (

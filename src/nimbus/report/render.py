@@ -10,19 +10,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+from rich.console import Console
+from rich.table import Table
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from nimbus.config.yaml_loader import parse_yaml  # noqa: E402
-from nimbus.cost.ledger import Ledger  # noqa: E402
-from nimbus.cost.pricing import load_pricing  # noqa: E402
-from nimbus.report.metrics import read_metrics  # noqa: E402
-from nimbus.report.panels import plot_cost_per_round, plot_ratio_and_score, plot_staleness, scaling_budget  # noqa: E402
-from nimbus.report.techniques import technique_panels  # noqa: E402
+from nimbus.config.yaml_loader import parse_yaml
+from nimbus.cost.ledger import Ledger
+from nimbus.cost.pricing import load_pricing
+from nimbus.report.metrics import read_metrics
+from nimbus.report.panels import plot_cost_per_round, plot_ratio_and_score, plot_staleness, scaling_budget
+from nimbus.report.techniques import technique_panels
 
 
 def run_config(*, run_dir: Path) -> dict[str, Any]:
@@ -76,6 +72,18 @@ def _plot_returns(ax: Any, rows: list[dict[str, Any]], x_key: str, label: str) -
     ax.legend(loc="lower right", fontsize=8)
 
 
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, imported when a figure is drawn: ``nimbus train`` imports this module
+    for its summary table, and matplotlib (~0.5 s) has no place on the way to round 0 (tests/integration/
+    test_startup_path.py)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def render_report(*, run_dir: Path) -> Path:
     """Write ``report.png`` into the run directory and return its path."""
     run_dir = Path(run_dir)
@@ -83,6 +91,7 @@ def render_report(*, run_dir: Path) -> Path:
     costs = cost_by_kind(run_dir=run_dir)
     panels = technique_panels(rows=rows)   # a technique's own panels (MARLess: a fourth row), report/techniques.py
     extra_rows = panels.EXTRA_ROWS if panels is not None else 0
+    plt = _pyplot()
     fig, axes = plt.subplots(3 + extra_rows, 2, figsize=(12, 12 + 4 * extra_rows))
     _plot_returns(axes[0, 0], rows, "env_steps", "env steps")
     config = run_config(run_dir=run_dir)

@@ -54,10 +54,12 @@ def counter(*, context: FunctionContext, request: Message) -> Message:
 
 
 def introspect(*, context: FunctionContext, request: Message) -> Message:
-    """Report the worker's environment: thread limit, segment prefix, and whether torch got imported."""
+    """Report the worker's environment: thread limit, segment prefix, whether torch got imported, its import path,
+    and the variables ``header["variables"]`` names."""
     return Message(header=_who(context, torch_loaded="torch" in sys.modules,
                                omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
-                               shm_prefix=os.environ.get("NIMBUS_SHM_PREFIX")))
+                               shm_prefix=os.environ.get("NIMBUS_SHM_PREFIX"), sys_path=list(sys.path),
+                               variables={name: os.environ.get(name) for name in request.header.get("variables", [])}))
 
 
 def sleep(*, context: FunctionContext, request: Message) -> Message:

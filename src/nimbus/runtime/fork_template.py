@@ -8,8 +8,9 @@ imports the entrypoint's module the first time it sees it, forks, and answers ``
 pidfd attached; the child closes the server's socket, takes its thread limits, reseeds numpy and torch as a fresh
 process would have them (``_reseed``) and runs ``worker.run``. The server reaps its children.
 
-Started by ``ForkServer`` as ``python -P -m nimbus.runtime.fork_template --fd N --parent-pid P --preload m1,m2``;
-it dies with the thread that started it (``PR_SET_PDEATHSIG``).
+Started by ``ForkServer`` as ``python -P -m nimbus.runtime.fork_template --fd N --parent-pid P --preload m1,m2``, or,
+for ``nimbus train`` (``ForkServer(fork_driver=True)``), forked from the driver once it has imported the preload
+itself (``run_forked``: no second import of torch); it dies with the thread that started it (``PR_SET_PDEATHSIG``).
 
 Example (in the template process)::
 
@@ -184,13 +185,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--preload", default="")
     args = parser.parse_args(argv)
+    return _run(fd=args.fd, parent_pid=args.parent_pid, preload=tuple(filter(None, args.preload.split(","))))
+
+
+def _run(*, fd: int, parent_pid: int, preload: tuple[str, ...]) -> int:
     set_pdeathsig()
-    if os.getppid() != args.parent_pid:
+    if os.getppid() != parent_pid:
         return 0
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    prepare_template(preload=tuple(filter(None, args.preload.split(","))))
-    return serve(sock=socket.socket(fileno=args.fd))
+    prepare_template(preload=preload)
+    return serve(sock=socket.socket(fileno=fd))
+
+
+def run_forked(*, fd: int, parent_pid: int, env: dict[str, str], preload: tuple[str, ...]) -> int:
+    """The template as a fork of the driver (``ForkServer(fork_driver=True)``: a single-threaded driver that has
+    imported ``preload`` itself), first made what ``main``'s fresh interpreter would be: its own session, stdin from
+    /dev/null, no file descriptor but stdout, stderr and ``fd`` (Popen's ``close_fds``), the server's environment,
+    nothing of the current directory on the path (``-P``, runtime/interpreter.py) and no signal handler of the
+    driver's. Then it serves as ``main`` does. Returns the exit status; the caller ``os._exit``s with it."""
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.closerange(3, fd)
+    os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
+    os.environ.clear()
+    os.environ.update(env)
+    if not sys.flags.safe_path and sys.path:
+        del sys.path[0]   # what the interpreter put first: the script's folder, or the current directory for -m/-c
+    for sig in signal.valid_signals():
+        if callable(signal.getsignal(sig)):   # a Python handler the driver installed (SIGINT's is replaced in _run)
+            signal.signal(sig, signal.SIG_DFL)
+    return _run(fd=fd, parent_pid=parent_pid, preload=preload)
 
 
 def prepare_template(*, preload: tuple[str, ...]) -> None:

@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import select
@@ -36,13 +37,14 @@ import socket
 import subprocess
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict
 
 from nimbus.data.codec import Message, decode, encode
 from nimbus.errors import CodecError
 from nimbus.runtime.base import FunctionSpec
-from nimbus.runtime.fork_template import MAX_MESSAGE_BYTES, SpawnRequest
+from nimbus.runtime.fork_template import MAX_MESSAGE_BYTES, SpawnRequest, run_forked
 from nimbus.runtime.interpreter import module_command
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,65 @@ class ForkedProcess:
         os.close(self._pidfd)
 
 
+def may_fork_driver() -> bool:
+    """Whether this process may become the template by forking itself: on the main thread with no other Python
+    thread (a lock another thread holds would stay held in the child). Native threads are not counted: numpy's
+    OpenBLAS starts its pool at import, and a template started afresh forks its workers with that pool too."""
+    return threading.current_thread() is threading.main_thread() and threading.active_count() == 1
+
+
+class TemplateProcess:
+    """A template forked from this process (``fork_driver``): the subset of Popen the server uses. This process is
+    its parent, so it reaps it."""
+
+    def __init__(self, *, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._reap(os.WNOHANG)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            self._reap(0)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _reap(self, options: int) -> None:
+        try:
+            pid, status = os.waitpid(self.pid, options)
+        except ChildProcessError:   # reaped elsewhere: gone all the same
+            self.returncode = FORKED_EXIT_STATUS
+            return
+        if pid == self.pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
+
+
+def _fork_template(*, ours: socket.socket, theirs: socket.socket, env: dict[str, str],
+                   preload: tuple[str, ...]) -> TemplateProcess:
+    """Fork this process into a template (fork_template.py ``run_forked``); the child never returns from here."""
+    parent_pid = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ours.close()
+            code = run_forked(fd=theirs.fileno(), parent_pid=parent_pid, env=env, preload=preload)
+        except BaseException:  # noqa: BLE001 - a forked template must never return into the driver's code
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return TemplateProcess(pid=pid)
+
+
 class ForkServer:
     """The driver's end. ``spawn`` is serialized (one request in flight); a server that died is restarted
     once per request. ``janitor_track(pid)`` is told the server's pid each time one starts.
@@ -93,13 +154,14 @@ class ForkServer:
     """
 
     def __init__(self, *, prefix: str, preload: tuple[str, ...], env: dict[str, str],
-                 janitor_track: Callable[[int], None]) -> None:
+                 janitor_track: Callable[[int], None], fork_driver: bool = False) -> None:
         self._prefix, self._preload, self._env, self._track = prefix, preload, env, janitor_track
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen | TemplateProcess | None = None
         self._sock: socket.socket | None = None
         self._closing = False   # set by interrupt(): no request is sent and no server is started any more
-        self._start()   # also sets _owner (the thread whose end kills the server) and _cwd (its workers')
+        # also sets _owner (the thread whose end kills the server) and _cwd (its workers'); a restart is a fresh one
+        self._start(fork_driver=fork_driver and may_fork_driver())
 
     @property
     def pid(self) -> int | None:
@@ -137,15 +199,21 @@ class ForkServer:
             janitor_track(self._proc.pid)
             return True
 
-    def _start(self) -> None:
+    def _start(self, *, fork_driver: bool = False) -> None:
+        if fork_driver:   # the template inherits them instead of importing them again
+            for module in self._preload:
+                importlib.import_module(module)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = [*module_command(module="nimbus.runtime.fork_template"), "--fd", str(theirs.fileno()),
-                "--parent-pid", str(os.getpid()), "--preload", ",".join(self._preload)]
         try:
             # its own session: a SIGTERM to the driver's process group is the driver's to handle (it stops the
             # run and then its workers), as Ctrl-C is; the server and its workers die with the driver regardless
-            self._proc = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), env=self._env, stdin=subprocess.DEVNULL,
-                                          start_new_session=True)
+            if fork_driver and may_fork_driver():
+                self._proc = _fork_template(ours=ours, theirs=theirs, env=self._env, preload=self._preload)
+            else:
+                argv = [*module_command(module="nimbus.runtime.fork_template"), "--fd", str(theirs.fileno()),
+                        "--parent-pid", str(os.getpid()), "--preload", ",".join(self._preload)]
+                self._proc = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), env=self._env,
+                                              stdin=subprocess.DEVNULL, start_new_session=True)
         except BaseException:
             ours.close()
             raise

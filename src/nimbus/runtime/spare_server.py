@@ -44,21 +44,24 @@ def _fits(server: ForkServer, *, preload: tuple[str, ...]) -> bool:
             and server.cwd == os.getcwd() and server.reusable)
 
 
-def start_early(*, preload: tuple[str, ...]) -> None:
+def start_early(*, preload: tuple[str, ...], fork_driver: bool = False) -> None:
     """Have a fork server on the main thread for the next run: the one a previous run of this process parked
     (``park``) if it fits (``_fits``), else a new one, started now, so that its template's imports (torch,
     gymnasium: seconds) overlap the driver's own imports and set-up (``nimbus train``; a local runtime built on
     the main thread calls it too). The first fork-server Spawner with the same ``preload`` adopts it
     (``ForkServer.adopt``: the run's prefix goes to each worker with its request, the run's janitor learns the
     pid); one nobody adopts is closed at exit. Started on the calling thread, whose end would kill it
-    (PR_SET_PDEATHSIG): call it from the main thread."""
+    (PR_SET_PDEATHSIG): call it from the main thread. ``fork_driver`` (``nimbus train``, before it starts any
+    thread): this process imports ``preload`` and forks itself into the template, instead of a fresh interpreter
+    importing it all again (``ForkServer``; the fresh one when another thread runs)."""
     with _early_lock:
         old = _early.get("server")
         if old is not None and _fits(old, preload=preload):
             return
         if old is not None:
             _early.pop("server").close()
-        _early["server"] = ForkServer(prefix="", preload=preload, env=_server_env(), janitor_track=lambda pid: None)
+        _early["server"] = ForkServer(prefix="", preload=preload, env=_server_env(), janitor_track=lambda pid: None,
+                                      fork_driver=fork_driver)
 
 
 def take_early(*, preload: tuple[str, ...]) -> ForkServer | None:

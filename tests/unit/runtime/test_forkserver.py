@@ -14,7 +14,7 @@ import pytest
 
 from nimbus.data.codec import Message
 from nimbus.runtime.base import FunctionSpec
-from nimbus.runtime.forkserver import ForkServer
+from nimbus.runtime.forkserver import TRAINING_PRELOAD, ForkServer
 from runtime_helpers import evil_pickle, pid_alive, wait_for
 
 INTROSPECT = FunctionSpec(name="introspect", entrypoint="nimbus.runtime.builtin:introspect", timeout_s=20.0)
@@ -209,15 +209,16 @@ def test_nimbus_train_starts_the_server_early_only_for_the_local_fork_server(mon
     from nimbus.config import parse_config
     from nimbus.runtime import spare_server
 
-    started: list[tuple[str, ...]] = []
-    monkeypatch.setattr(spare_server, "start_early", lambda *, preload: started.append(preload))
+    started: list[tuple[tuple[str, ...], bool]] = []
+    monkeypatch.setattr(spare_server, "start_early",
+                        lambda *, preload, fork_driver: started.append((preload, fork_driver)))
     local, spawn, ray = (parse_config(data={"algo": {"name": "ppo"}, **data}) for data in (
         {}, {"runtime": {"start_method": "spawn"}}, {"runtime": {"backend": "ray"}}))
     for configs, expected in (([local], True), ([spawn], False), ([ray], False), ([local, local], True),
                               ([local, ray], False)):   # several workloads: every one must be local
         started.clear()
         cli._start_fork_server_early(configs=configs)
-        assert bool(started) == expected, configs
+        assert started == ([(TRAINING_PRELOAD, True)] if expected else []), configs   # a fork of the driver
 
 
 def test_a_refused_config_exits_2_before_torch_or_a_fork_server_loads() -> None:
