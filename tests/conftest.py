@@ -72,7 +72,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """``gpu`` tests skip without CUDA. Groups for pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``; a
     group's tests run on one worker, one at a time): every ``ray`` test in one group (each module starts its own
     local Ray instance with num_cpus=2, the whole machine; two at once would share it), and the tests of one
-    module-scoped fixture in one (test_cli's trained run is trained once, not once per worker)."""
+    module-scoped fixture in one (test_cli's trained run is trained once, not once per worker). Under xdist the
+    long work goes out first (``long_work_first``)."""
     skip = None if torch.cuda.is_available() else pytest.mark.skip(reason="no CUDA device on this machine")
     # pytest-xdist 3.8's worker names a test's group by a suffix on its node id (item._nodeid = "<id>@<group>"), but
     # pytest 9 derives nodeid from item._id and ignores _nodeid: every group was split across the workers (the ray
@@ -87,6 +88,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if loadgroup and groups and "@" not in item.nodeid:
             item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(sorted(groups))}")
     items[:] = two_node_tests_last(items)
+    if loadgroup:
+        items[:] = long_work_first(items)
 
 
 def two_node_tests_last(items: list[pytest.Item]) -> list[pytest.Item]:
@@ -97,6 +100,17 @@ def two_node_tests_last(items: list[pytest.Item]) -> list[pytest.Item]:
     rest = [item for item in items if item not in two_nodes]
     ray = [index for index, item in enumerate(rest) if "ray" in item.keywords]
     return rest[:ray[-1] + 1] + two_nodes + rest[ray[-1] + 1:] if two_nodes and ray else items
+
+
+def long_work_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """For pytest-xdist, which hands work out in the order of each group's (or lone test's) first item: the ray group
+    (one worker's ~4 minutes) first, then every module holding a ``slow`` test, then the rest, each in collection
+    order. A long piece handed out last kept one worker busy while the other had finished (longest first is the usual
+    cure). Whole modules move, so a module's tests stay together with its module-scoped fixtures."""
+    slow_modules = {item.module for item in items if "slow" in item.keywords and "ray" not in item.keywords}
+    ray = [item for item in items if "ray" in item.keywords]
+    slow = [item for item in items if "ray" not in item.keywords and item.module in slow_modules]
+    return ray + slow + [item for item in items if "ray" not in item.keywords and item.module not in slow_modules]
 
 
 def xdist_groups(item: pytest.Item) -> list[str]:
