@@ -2,7 +2,8 @@
 sends): the driver stops, writes its final checkpoint and exits 0 within seconds. The group's signal is the
 driver's to handle: workers and the fork server run in their own session, so none is killed by it, retried,
 or replaced by a new fork server while the driver shuts down (#28.9: 23.5 s, the driver started a new fork
-server during shutdown)."""
+server during shutdown). The driver's handling of SIGTERM is this test's too (test_reliability.py has SIGINT's):
+final checkpoint, summary, exit 0, no segment and no worker left."""
 
 from __future__ import annotations
 

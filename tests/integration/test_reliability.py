@@ -201,16 +201,17 @@ def _start_long_run(tmp_path: Path, prefix: str) -> tuple[subprocess.Popen, Path
     raise AssertionError(f"run did not start: {proc.communicate()[1][-2000:]}")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_an_interrupt_writes_a_final_checkpoint_and_exits_0(tmp_path: Path, sig: signal.Signals) -> None:
-    prefix = f"nimbus_{sig.name.lower()}{os.getpid()}_"
+def test_an_interrupt_writes_a_final_checkpoint_and_exits_0(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT). SIGTERM is test_group_sigterm.py's: sent to the driver's whole process group, as a container
+    stop sends it, with all of this asserted too (a driver started here for it would prove nothing more)."""
+    prefix = f"nimbus_sigint{os.getpid()}_"
     proc, run_dir = _start_long_run(tmp_path, prefix)
     workers = _child_pids(proc.pid)
-    proc.send_signal(sig)
+    proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["stopped_by"] == sig.name
+    assert summary["stopped_by"] == "SIGINT"
     checkpoints = sorted((run_dir / "checkpoints").glob("ckpt-*"))
     assert checkpoints and json.loads((checkpoints[-1] / "manifest.json").read_text())["round"] == summary["rounds"]
     assert list_segments(prefix=prefix) == []

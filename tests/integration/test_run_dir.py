@@ -1,7 +1,9 @@
 """A run directory belongs to one ``nimbus train`` at a time and is never reused as a new run (#28.4); torn
 JSON-lines files (a killed driver, a full disk) are skipped by readers and cut before a resume appends (#28.6).
-Real ``nimbus train`` subprocesses with tiny step counts, inline (runtime/inline.py): the subject is the run directory,
-which the driver writes whatever backend computes the rounds; a forked pool cost each run ~3 s of start-up."""
+Tiny step counts, inline (runtime/inline.py): the subject is the run directory, which the driver writes whatever
+backend computes the rounds; a forked pool cost each run ~3 s of start-up. The commands run in this process
+(nimbus.cli.main, tests/conftest.py's ``run_cli``: no interpreter and torch to start, ~5 s a command) except the
+holder of a run directory in use, which must be another process."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from nimbus.cli import main
 from nimbus.data import checkpoint as ckpt_mod
 from nimbus.data.checkpoint import Checkpointer
 from nimbus.errors import CheckpointError
@@ -24,11 +27,6 @@ from nimbus.run.loop import train
 REPO = Path(__file__).resolve().parents[2]
 QUIET = ["--set", "output.status_line=false", "--set", "train.eval_episodes=0", "--set", "output.report=false",
          "--set", "runtime.backend=inline"]
-
-
-def nimbus(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nimbus.cli", *args], capture_output=True, text=True,
-                          timeout=timeout_s, cwd=REPO)
 
 
 def _digests(run_dir: Path) -> dict[str, str]:
@@ -40,10 +38,9 @@ def _digests(run_dir: Path) -> dict[str, str]:
 def base_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Four rounds of CartPole (256 env steps a round), a checkpoint every 2."""
     run_dir = tmp_path_factory.mktemp("rundir") / "run"
-    proc = nimbus("train", str(REPO / "configs" / "ppo-cartpole.yaml"), "--run-dir", str(run_dir), *QUIET,
-                  "--set", "train.total_env_steps=1024", "--set", "train.target_return=null",
-                  "--set", "train.checkpoint_every_rounds=2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert main(["train", str(REPO / "configs" / "ppo-cartpole.yaml"), "--run-dir", str(run_dir), *QUIET,
+                 "--set", "train.total_env_steps=1024", "--set", "train.target_return=null",
+                 "--set", "train.checkpoint_every_rounds=2"]) == 0
     return run_dir
 
 
@@ -93,13 +90,14 @@ def test_a_run_directory_holding_a_run_is_never_reused_as_a_new_run(base_run: Pa
     code, message = run_cli("train", "--resume", str(run_dir), "--run-dir", str(other), *QUIET)
     assert code == 2 and f"{other} already holds a run" in message, message[-3000:]
     (tmp_path / "empty").mkdir()         # an empty directory is a new run's
-    proc = nimbus("train", "--resume", str(run_dir), "--run-dir", str(tmp_path / "empty"), *QUIET,
-                  "--set", "train.total_env_steps=1280")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, said = run_cli("train", "--resume", str(run_dir), "--run-dir", str(tmp_path / "empty"), *QUIET,
+                         "--set", "train.total_env_steps=1280")
+    assert code == 0, said[-3000:]
     assert _rounds(tmp_path / "empty") == [4]
 
 
-def test_torn_last_lines_are_skipped_by_report_and_cut_by_resume(base_run: Path, tmp_path: Path) -> None:
+def test_torn_last_lines_are_skipped_by_report_and_cut_by_resume(base_run: Path, tmp_path: Path, run_cli,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
     """A driver killed mid-write (or a full disk) leaves a row without its end: ``nimbus report`` skips it with a
     warning, ``--resume`` cuts it before appending (with a warning) and its new rows parse."""
     run_dir = tmp_path / "run"
@@ -107,14 +105,17 @@ def test_torn_last_lines_are_skipped_by_report_and_cut_by_resume(base_run: Path,
     for name in ("metrics.jsonl", "ledger.jsonl"):
         with open(run_dir / name, "a") as handle:
             handle.write('{"round": 4, "env_steps": 12')
-    report = nimbus("report", str(run_dir))
-    assert report.returncode == 0, report.stderr[-3000:]
-    assert "metrics.jsonl line 5 is not JSON (a torn last line); skipped" in report.stderr
-    assert "ledger.jsonl line" in report.stderr and (run_dir / "report.png").is_file()
-    proc = nimbus("train", "--resume", str(run_dir), *QUIET, "--set", "train.total_env_steps=1536",
-                  "--set", "output.report=true")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "metrics.jsonl ended in a torn line" in proc.stderr and "ledger.jsonl ended in a torn line" in proc.stderr
+    with caplog.at_level("WARNING"):   # the console script's stderr (logging.basicConfig), pytest's handler here
+        code, said = run_cli("report", str(run_dir))
+    assert code == 0, said[-3000:]
+    assert "metrics.jsonl line 5 is not JSON (a torn last line); skipped" in caplog.text
+    assert "ledger.jsonl line" in caplog.text and (run_dir / "report.png").is_file()
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        code, said = run_cli("train", "--resume", str(run_dir), *QUIET, "--set", "train.total_env_steps=1536",
+                             "--set", "output.report=true")
+    assert code == 0, said[-3000:]
+    assert "metrics.jsonl ended in a torn line" in caplog.text and "ledger.jsonl ended in a torn line" in caplog.text
     assert _rounds(run_dir) == [0, 1, 2, 3, 4, 5]   # every line parses: nothing glued onto the torn row
     for line in (run_dir / "ledger.jsonl").read_text().splitlines():
         json.loads(line)

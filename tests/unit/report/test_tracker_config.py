@@ -5,8 +5,6 @@ before any run directory exists."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -60,27 +58,24 @@ def test_a_logger_whose_package_is_missing_names_its_extra(logger: str, monkeypa
     assert _load("output.loggers=[tensorboard]").output.loggers == ("tensorboard",)   # not named: not needed
 
 
-def _train(*, tmp_path: Path, overrides: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _train(run_cli, *, tmp_path: Path, overrides: list[str]) -> tuple[int, str]:
+    """``nimbus train`` in this process (tests/conftest.py's ``run_cli``): its exit code and what it printed."""
     sets = [item for override in [f"output.root_dir={tmp_path / 'runs'}", *overrides] for item in ("--set", override)]
-    return subprocess.run([sys.executable, "-m", "nimbus.cli", "train", str(CARTPOLE), *sets], capture_output=True,
-                          text=True, timeout=120, env=env or os.environ.copy())
+    return run_cli("train", str(CARTPOLE), *sets)
 
 
-def test_the_old_tensorboard_key_exits_2_before_anything_starts(tmp_path: Path) -> None:
-    done = _train(tmp_path=tmp_path, overrides=["output.tensorboard=false"])
-    assert done.returncode == 2, done.stderr
-    assert "output.tensorboard was replaced by output.loggers" in done.stderr
-    assert "loggers: [tensorboard]" in done.stderr   # the fix, printed as written (not eaten as markup)
+def test_the_old_tensorboard_key_exits_2_before_anything_starts(tmp_path: Path, run_cli) -> None:
+    code, said = _train(run_cli, tmp_path=tmp_path, overrides=["output.tensorboard=false"])
+    assert code == 2, said
+    assert "output.tensorboard was replaced by output.loggers" in said
+    assert "loggers: [tensorboard]" in said   # the fix, printed as written (not eaten as markup)
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_missing_tracker_package_exits_2_before_anything_starts(tmp_path: Path) -> None:
-    hide = tmp_path / "hide"
-    hide.mkdir()
-    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['wandb'] = None   # as if not installed\n")
-    env = os.environ.copy()
-    env["PYTHONPATH"] = os.pathsep.join([str(hide), env.get("PYTHONPATH", "")])
-    done = _train(tmp_path=tmp_path, overrides=["output.loggers=[wandb]"], env=env)
-    assert done.returncode == 2, done.stderr
-    assert "output.loggers: wandb needs the wandb extra" in done.stderr and "nimbus-rl[wandb]" in done.stderr
+def test_a_missing_tracker_package_exits_2_before_anything_starts(tmp_path: Path, run_cli,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)   # what importlib sees when the package is not installed
+    code, said = _train(run_cli, tmp_path=tmp_path, overrides=["output.loggers=[wandb]"])
+    assert code == 2, said
+    assert "output.loggers: wandb needs the wandb extra" in said and "nimbus-rl[wandb]" in said
     assert not (tmp_path / "runs").exists()
