@@ -34,6 +34,7 @@ import errno
 import json
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -105,6 +106,24 @@ def _save_id(run_dir: Path, *, tracker: str, value: dict[str, Any]) -> None:
     os.replace(tmp, run_dir / IDS_FILE)
 
 
+def _quiet_event_writer_threads() -> None:
+    """TensorBoard's writer thread keeps an exception (a full disk, say) for the driver's next write, flush or close,
+    where nimbus reports it (a full disk: one line, cli.py), and also lets it escape the thread, which printed a
+    thread traceback before that line. ``threading.excepthook`` skips it for those threads alone; installed once."""
+    from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+
+    previous = threading.excepthook
+    if getattr(previous, "skips", None) is _AsyncWriterThread:
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not isinstance(args.thread, _AsyncWriterThread):
+            previous(args)
+
+    hook.skips = _AsyncWriterThread  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
 class TensorBoardTracker:
     """Event files in the run directory: one Summary per round (one event, not one per scalar: ~2.5 ms a round)."""
 
@@ -112,6 +131,7 @@ class TensorBoardTracker:
         from tensorboard.compat.proto.summary_pb2 import Summary
         from torch.utils.tensorboard.writer import FileWriter
 
+        _quiet_event_writer_threads()
         self._summary = Summary
         self._writer = FileWriter(log_dir=str(run_dir))
 
