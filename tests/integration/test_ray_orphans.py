@@ -13,6 +13,7 @@ import pytest
 
 from nimbus.data.shm import list_segments
 from nimbus.runtime.ray_cluster import descendants
+from support import wait_for
 
 pytestmark = pytest.mark.ray
 
@@ -27,7 +28,7 @@ runtime = RayRuntime(ledger=Ledger(), address="local", capacity_cpus=2)
 Segment.create(name=run_prefix() + "bk_test", size_bytes=4096)     # stands for the buffer
 spec = FunctionSpec(name="sleep", entrypoint="nimbus.runtime.builtin:sleep", resources=Resources(cpus=0.5))
 runtime.invoke(spec=spec, request=Message(header={"seconds": 0.0})).result(timeout=120)
-runtime.invoke(spec=spec, request=Message(header={"seconds": 3600}))
+runtime.invoke(spec=spec, request=Message(header={"seconds": 3600, "pid_path": sys.argv[1]}))
 print("READY", run_prefix(), flush=True)
 time.sleep(3600)
 """
@@ -35,14 +36,16 @@ time.sleep(3600)
 
 def test_killed_driver_leaves_no_ray_process_and_no_segment(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "NIMBUS_SHM_PREFIX"}
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True, env=env)
+    pid_path = tmp_path / "sleeper.pid"
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(pid_path)], stdout=subprocess.PIPE, text=True,
+                              env=env)
     try:
         line = driver.stdout.readline()
         assert line.startswith("READY"), line
         prefix = line.split()[1]
-        time.sleep(1.0)  # the sleeping attempt is running
+        assert wait_for(pid_path.exists, timeout_s=30)   # the sleeping attempt is running
         spawned = descendants(root=driver.pid)
-        assert spawned and list_segments(prefix=prefix)
+        assert int(pid_path.read_text()) in spawned and list_segments(prefix=prefix)
     finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=10)

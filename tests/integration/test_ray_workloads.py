@@ -12,7 +12,7 @@ from nimbus.run.workloads import train_workloads
 from support import pool_ledger
 
 pytestmark = pytest.mark.ray
-ON_RAY = ["runtime.backend=ray", "actors.function.cpus=0.5", "learner.function.cpus=0.5", "train.max_rounds=3",
+ON_RAY = ["runtime.backend=ray", "actors.function.cpus=0.5", "learner.function.cpus=0.5", "train.max_rounds=2",
           "algo.minibatch_size=64",
           "actors.scaling={kind: fixed, num_actors: 1}"]
 
@@ -21,7 +21,7 @@ def test_two_workloads_share_one_ray_pool_with_their_own_ledgers(ray_local, make
     configs = [make_config(overrides=[f"name={name}", f"seed={seed}", *ON_RAY])
                for name, seed in (("rayA", 0), ("rayB", 1))]
     results = train_workloads(configs=configs)
-    assert [r.summary.rounds for r in results] == [3, 3]
+    assert [r.summary.rounds for r in results] == [2, 2]
     pool = pool_ledger(tmp_path)
     assert {r.function for r in pool if r.outcome == "ok"} == {"rayA/actor", "rayA/learner", "rayB/actor",
                                                                 "rayB/learner"}
