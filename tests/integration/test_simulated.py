@@ -39,7 +39,9 @@ def test_two_simulated_ppo_runs_give_the_same_rows_bitwise_in_simulated_seconds(
 
 @pytest.mark.slow
 def test_simulated_ppo_learns_cartpole(make_config) -> None:
-    config = make_config(overrides=[*SIM, "train.total_env_steps=20480"])
+    # stops where the assertion's bar is first met (round 43 of the budget's 80, measured) instead of at 475,
+    # which the budget never reaches
+    config = make_config(overrides=[*SIM, "train.total_env_steps=20480", "train.target_return=100"])
     result = train(config=config)
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
     recent = [row["extras"]["recent_return_mean"] for row in rows]

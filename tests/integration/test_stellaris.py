@@ -145,12 +145,12 @@ def test_the_same_config_runs_on_ray(ray_local, make_shipped_config, name: str, 
     in flight is test_impact_learners_in_flight_learn_cartpole's, inline."""
     config = make_shipped_config(name, overrides=[
         "runtime.backend=ray", "actors.function.cpus=0.5", "functions.gradient_learner.cpus=0.25",
-        "functions.parameter.cpus=0.25", "train.max_rounds=3", "train.eval_episodes=0",
+        "functions.parameter.cpus=0.25", "train.max_rounds=2", "train.eval_episodes=0",
         "stellaris.learners=2"])
     result = train(config=config)
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
-    # the stop is seen after round 3; a batch already taken then is finished and written (3 or 4 rows)
-    assert len(rows) == result.summary.rounds and result.summary.rounds in (3, 4)
+    # the stop is seen after round 2; a batch already taken then is finished and written (2 or 3 rows)
+    assert len(rows) == result.summary.rounds and result.summary.rounds in (2, 3)
     assert [row["extras"]["staleness/admitted"] + row["extras"]["staleness/rejected"] for row in rows] == \
         [tasks] * len(rows)
     assert max(row["extras"]["staleness/max"] for row in rows) > 0

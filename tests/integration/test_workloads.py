@@ -25,10 +25,12 @@ def test_duplicate_workload_names_are_refused_before_anything_starts(make_config
 
 @pytest.mark.slow
 def test_two_cartpole_workloads_on_one_pool_both_learn_and_bill_separately(make_two_workloads, tmp_path: Path) -> None:
-    configs = make_two_workloads(["train.total_env_steps=60000", "train.target_return=195", "train.return_window=20",
+    # learning: a 20-episode mean of 100, where random play scores about 22 (measured: 4 352 and 4 864 env steps;
+    # 195 took 14 336 and 11 776, twice the test's time for no other claim)
+    configs = make_two_workloads(["train.total_env_steps=60000", "train.target_return=100", "train.return_window=20",
                                   "runtime.backend=inline"])
     results = train_workloads(configs=configs)
-    assert [r.summary.final_return >= 195 for r in results] == [True, True], [r.summary for r in results]
+    assert [r.summary.final_return >= 100 for r in results] == [True, True], [r.summary for r in results]
     pool_dir = next(tmp_path.glob("pool-*"))
     pool = pool_ledger(tmp_path)
     assert {r.workload for r in pool} == {"cartA", "cartB"}
