@@ -114,8 +114,11 @@ def test_a_simulated_multiagent_run_repeats_bitwise_for_a_seed(make_shipped_conf
 
 def test_a_profile_fitted_from_a_real_multiagent_run_names_every_marless_kind(make_shipped_config,
                                                                                  tmp_path: Path) -> None:
+    """Real: the functions ran and their durations were measured. Inline (runtime/inline.py): the fit reads only the
+    ledger, whose rows every backend writes alike, so a local run's worker processes (one per actor rank, critic,
+    policy and post-processing function) are not its subject."""
     real = train(config=make_shipped_config("marless-ippo-spread", overrides=[
-        *SMALL, "train.max_rounds=4", "algo={name: mappo}"]), run_dir=tmp_path / "real")
+        *SMALL, "train.max_rounds=4", "algo={name: mappo}", "runtime.backend=inline"]), run_dir=tmp_path / "real")
     assert main(["simulate", "fit", str(real.run_dir)]) == 0
     profile_path = real.run_dir / "simulation-profile.yaml"
     profile = load_profile(path=profile_path)
