@@ -19,7 +19,9 @@ from nimbus.runtime.faults import FAULTS_ENV, read_counter
 from support import ledger_rows
 
 pytest.importorskip("mpe2", reason="the MARLess tests need the [mpe] extra")
-RANDOM_FLOOR = -27.6   # uniform-random per-agent episode return, simple_spread N=3, max_cycles 25 (docs/marless.md)
+# uniform-random play averages -27.0 per agent and episode (simple_spread N=3, max_cycles 25; docs/marless.md), sd
+# 0.7 over 100-episode means: the bar is 3.4 of them above it
+BAR = -24.6
 SMALL = ["env.num_envs_per_actor=2", "actors.scaling={kind: fixed, num_actors: 1}", "algo.num_epochs=2",
          "train.eval_episodes=0"]
 INLINE = "runtime.backend=inline"   # logic-only tests: functions run in the driver (runtime/inline.py), no forks
@@ -45,10 +47,10 @@ def test_ippo_learns_simple_spread(make_shipped_config) -> None:
     docs/marless.md."""
     config = make_shipped_config("marless-ippo-spread", overrides=[
         "train.total_env_steps=60000", "train.eval_every_env_steps=12000", "train.eval_episodes=100",
-        f"train.target_eval_return={RANDOM_FLOOR + 3.0}", INLINE])
+        f"train.target_eval_return={BAR}", INLINE])
     result = train(config=config)
     assert result.summary.stopped_by == "target_eval_return", result.summary
-    assert result.summary.eval_return is not None and result.summary.eval_return > RANDOM_FLOOR + 3.0, result.summary
+    assert result.summary.eval_return is not None and result.summary.eval_return > BAR, result.summary
     rows = read_metrics(path=result.run_dir / "metrics.jsonl")
     assert {row["num_learners"] for row in rows} == {3}
 
