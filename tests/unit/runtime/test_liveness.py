@@ -53,8 +53,8 @@ def test_optimizer_steps_beat_for_a_learner(make_runtime) -> None:
     """The worker's torch hook turns every optimizer step into progress: a learner that never calls beat()."""
     runtime, ledger = make_runtime(start_method="fork_server", preload=("torch",))  # torch there at start, as a learner
     spec = FunctionSpec(name="learner", entrypoint=B + "optimizer_steps", timeout_s=60, max_retries=0,
-                        heartbeat_s=0.3, kind="learner")
-    header = runtime.invoke(spec=spec, request=Message(header={"seconds": 2.0})).result(timeout=60).header
+                        heartbeat_s=0.2, kind="learner")   # silent for 0.6 s: stalled, well within the 1.2 s run
+    header = runtime.invoke(spec=spec, request=Message(header={"seconds": 1.2})).result(timeout=60).header
     assert header["steps"] > 10 and [r.outcome for r in ledger.records()] == ["ok"]
 
 
