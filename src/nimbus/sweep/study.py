@@ -57,6 +57,7 @@ class SweepOptions:
     objective: Objective = "return"
     warmup_rounds: int = 2           # the pruner judges no trial before this many rounds
     startup_trials: int = 2          # ... nor before this many trials have finished
+    lock_wait_s: float = 5.0         # how long a read or write of study.db waits for another program's lock
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ class Sweep:
         database = self.database = sweep_dir / "study.db"
         try:
             storage = optuna.storages.RDBStorage(url=f"sqlite:///{database.resolve()}",
-                                                 engine_kwargs={"connect_args": {"timeout": 5.0}})
+                                                 engine_kwargs={"connect_args": {"timeout": options.lock_wait_s}})
             self.study = optuna.create_study(
                 study_name="nimbus", storage=storage, load_if_exists=True, direction="maximize",
                 pruner=optuna.pruners.MedianPruner(n_startup_trials=options.startup_trials,

@@ -33,6 +33,11 @@ def test_the_scan_finds_every_technique_s_functions() -> None:
 LOAD_EACH = """
 import os, sys, traceback
 import gymnasium, numpy, torch   # the fork server's preload (runtime/forkserver.py); nothing of nimbus
+import pydantic   # and pydantic's first model built once here, not in each child (every entrypoint loads the config)
+class Warm(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, strict=True)
+    steps: int = pydantic.Field(default=1, gt=0)
+    '''a field with a docstring'''
 assert not any(name == "nimbus" or name.startswith("nimbus.") for name in sys.modules)
 for entrypoint in sys.argv[1:]:
     pid = os.fork()

@@ -53,8 +53,8 @@ def test_optimizer_steps_beat_for_a_learner(make_runtime) -> None:
     """The worker's torch hook turns every optimizer step into progress: a learner that never calls beat()."""
     runtime, ledger = make_runtime(start_method="fork_server", preload=("torch",))  # torch there at start, as a learner
     spec = FunctionSpec(name="learner", entrypoint=B + "optimizer_steps", timeout_s=60, max_retries=0,
-                        heartbeat_s=0.3, kind="learner")
-    header = runtime.invoke(spec=spec, request=Message(header={"seconds": 2.0})).result(timeout=60).header
+                        heartbeat_s=0.2, kind="learner")   # silent for 0.6 s: stalled, well within the 1.2 s run
+    header = runtime.invoke(spec=spec, request=Message(header={"seconds": 1.2})).result(timeout=60).header
     assert header["steps"] > 10 and [r.outcome for r in ledger.records()] == ["ok"]
 
 
@@ -128,14 +128,15 @@ def test_beat_forwards_at_most_one_per_interval_and_nothing_outside_a_worker(mon
 
 def test_a_hessian_probe_far_longer_than_three_intervals_completes(make_runtime) -> None:
     """#25.6: Nitro's probe beats once per Hessian-vector product, so a probe of seconds on a forked worker
-    with heartbeat_s=0.3 (stalled after 0.9 s of silence) runs to its end instead of being killed. The probe's
-    modules are preloaded, as a learner's are imported at its worker's start."""
+    with heartbeat_s=0.2 (stalled after 0.6 s of silence) runs to its end instead of being killed. Each HVP waits
+    2 x 0.03 s, a tenth of the silence that stalls. The probe's modules are preloaded, as a learner's are imported
+    at its worker's start."""
     runtime, ledger = make_runtime(start_method="fork_server", preload=("torch", "nimbus.analysis.hessian"))
     spec = FunctionSpec(name="learner", entrypoint=B + "hessian_probe", timeout_s=120, max_retries=0,
-                        heartbeat_s=0.3, kind="learner")
-    request = Message(header={"num_params": 60, "max_iterations": 40, "hvp_delay_s": 0.05})
+                        heartbeat_s=0.2, kind="learner")
+    request = Message(header={"num_params": 60, "max_iterations": 40, "hvp_delay_s": 0.03})
     header = runtime.invoke(spec=spec, request=request).result(timeout=120).header
-    assert header["probe_s"] > 3 * 3 * 0.3 and header["num_hvps"] >= 30
+    assert header["probe_s"] > 3 * 3 * 0.2 and header["num_hvps"] >= 30
     assert abs(header["lambda_max"] - 4.0) < 1e-3 and abs(header["lambda_min"] + 2.0) < 1e-3  # 2 x scale's ends
     assert [r.outcome for r in ledger.records()] == ["ok"]
 

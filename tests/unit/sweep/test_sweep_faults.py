@@ -43,9 +43,10 @@ class FakeTraining:
             final_return=100 * lr, eval_return=None, serverless_cost_usd=0.01, stopped_by=stopped)) for _ in configs]
 
 
-def _sweep(tmp_path: Path, *, trials: int, training, space: Path | None = None):
+def _sweep(tmp_path: Path, *, trials: int, training, space: Path | None = None,
+           lock_wait_s: float = SweepOptions.lock_wait_s):
     return run_sweep(config_path=CONFIG, space_path=space or _space(tmp_path), sweep_dir=tmp_path / "sweep",
-                     options=SweepOptions(trials=trials, seeds=2), train_seeds=training)
+                     options=SweepOptions(trials=trials, seeds=2, lock_wait_s=lock_wait_s), train_seeds=training)
 
 
 def _states(tmp_path: Path) -> list[str]:
@@ -183,7 +184,8 @@ def test_a_study_locked_when_a_trial_s_result_is_recorded_is_a_clear_error_and_t
     try:
         with pytest.raises(ConfigError, match=r"study\.db: the sweep's study could not be read or written "
                                               r"\(OperationalError: .*database is locked.*runs again"):
-            _sweep(tmp_path, trials=2, training=lock_while_training)
+            # the lock is held until the error, so any wait ends in "database is locked": a short one will do
+            _sweep(tmp_path, trials=2, training=lock_while_training, lock_wait_s=0.2)
     finally:
         holder[0].rollback()
         holder[0].close()
