@@ -25,8 +25,7 @@ HEAVY = {"scipy", "matplotlib", "sklearn", "PIL", "envpool", "ray", "redis", "op
 
 _SPY = r"""
 import json, sys, tempfile
-from nimbus.cli import main
-from nimbus.onpolicy.workflow import OnPolicyWorkflow
+import nimbus.cli as cli
 from nimbus.runtime.forkserver import ForkServer
 
 seen = {"templates": []}
@@ -36,18 +35,28 @@ def start_spy(self, **kwargs):
     start_server(self, **kwargs)
     seen["templates"].append(type(self._proc).__name__)
 
+def spy_on_round_0():   # imported only once the server started, as the command line does (nothing earlier may
+    from nimbus.onpolicy.workflow import OnPolicyWorkflow   # change what the server was started with)
+    invoke_actors = OnPolicyWorkflow._invoke_actors
+
+    def spy(self):
+        seen.setdefault("packages", sorted({name.split(".")[0] for name in sys.modules}))
+        return invoke_actors(self)
+
+    OnPolicyWorkflow._invoke_actors = spy
+
+start_early = cli._start_fork_server_early
+
+def start_early_spy(**kwargs):
+    start_early(**kwargs)
+    spy_on_round_0()
+
 ForkServer._start = start_spy
-invoke_actors = OnPolicyWorkflow._invoke_actors
-
-def spy(self):
-    seen.setdefault("packages", sorted({name.split(".")[0] for name in sys.modules}))
-    return invoke_actors(self)
-
-OnPolicyWorkflow._invoke_actors = spy
+cli._start_fork_server_early = start_early_spy
 with tempfile.TemporaryDirectory() as tmp:
     overrides = ["train.max_rounds=1", "train.eval_episodes=0", "output.report=false", "output.status_line=false"]
-    code = main(["train", "configs/ppo-cartpole.yaml", "--run-dir", f"{tmp}/run",
-                 *[arg for override in overrides for arg in ("--set", override)]])
+    code = cli.main(["train", "configs/ppo-cartpole.yaml", "--run-dir", f"{tmp}/run",
+                     *[arg for override in overrides for arg in ("--set", override)]])
 print("SEEN " + json.dumps(seen))
 sys.exit(code)
 """
@@ -58,7 +67,9 @@ def test_the_driver_imports_only_the_pinned_packages_before_round_0() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("SEEN "))
     seen = json.loads(line.removeprefix("SEEN "))
-    assert seen["templates"] == ["TemplateProcess"], "the fork server is a fresh interpreter importing torch again"
+    # one server, the driver's fork, adopted by the run (a second: the run did not take it, as when an import after
+    # its start changed the environment, and started a fresh interpreter importing torch again)
+    assert seen["templates"] == ["TemplateProcess"], seen["templates"]
     imported = set(seen["packages"])
     third_party = {name for name in imported - set(sys.stdlib_module_names) - {"nimbus"} if not name.startswith("_")}
     assert not third_party & HEAVY, f"heavy packages on the start-up path: {sorted(third_party & HEAVY)}"

@@ -17,6 +17,11 @@ import atexit
 import os
 import threading
 
+# Sets KMP_DUPLICATE_LIB_OK on import (os.environ.setdefault); the driver imports it later anyway (its workers' thread
+# caps), so without this a server started before that import never fit the run's environment (``_fits``), and every
+# `nimbus train` started a second template. Imported here, the variable is in every server's environment from the start.
+import threadpoolctl  # noqa: F401
+
 from nimbus.data.shm import PREFIX_ENV
 from nimbus.runtime.base import FunctionSpec
 from nimbus.runtime.forkserver import ForkServer
