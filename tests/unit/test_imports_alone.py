@@ -64,8 +64,7 @@ def _build_a_model_like_nimbus_config() -> None:
     import pydantic
 
     class _Warm(pydantic.BaseModel):
-        model_config = pydantic.ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, strict=True,
-                                           allow_inf_nan=False)
+        model_config = pydantic.ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
         steps: int = pydantic.Field(default=1, gt=0)
         """a field with a docstring and a bound"""
 

@@ -29,8 +29,9 @@ def _is_tuple(annotation: Any) -> bool:
 
 
 class ConfigSection(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, strict=True,
-                              allow_inf_nan=False)
+    # A key's docstring (the string under it) documents it in docs/config.md; config/reference.py reads it from the
+    # source there, so importing the models does not (pydantic's use_attribute_docstrings did, in every process).
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
