@@ -34,14 +34,14 @@ def time_label(*, config: dict[str, Any]) -> str:
     return "simulated time (s)" if simulated else "wall time (s)"
 
 
-def cost_by_kind(*, run_dir: Path, excl_cold: bool = False) -> dict[str, float]:
-    """Dollars per function kind from the run's ledger; ``excl_cold``: without cold starts and provisioned idle
-    time (cost/pricing.py)."""
-    config = run_config(run_dir=run_dir)
+def cost_by_kind(*, run_dir: Path, config: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """Dollars per function kind from the run's ledger, priced by ``config``'s pricing file: as billed, and without
+    cold starts and provisioned idle time (cost/pricing.py). The ledger and the pricing file are read once."""
     pricing_path = (config.get("cost") or {}).get("pricing_path")
     pricing = load_pricing(path=Path(pricing_path) if pricing_path else None)
     records = Ledger.load(path=run_dir / "ledger.jsonl")
-    return pricing.cost_breakdown(records=records, excl_cold=excl_cold)
+    return (pricing.cost_breakdown(records=records, excl_cold=False),
+            pricing.cost_breakdown(records=records, excl_cold=True))
 
 
 def _plot_cost_by_kind(ax: Any, *, costs: dict[str, float], warm: dict[str, float]) -> None:
@@ -88,13 +88,13 @@ def render_report(*, run_dir: Path) -> Path:
     """Write ``report.png`` into the run directory and return its path."""
     run_dir = Path(run_dir)
     rows = read_metrics(path=run_dir / "metrics.jsonl")
-    costs = cost_by_kind(run_dir=run_dir)
+    config = run_config(run_dir=run_dir)
+    costs, warm_costs = cost_by_kind(run_dir=run_dir, config=config)
     panels = technique_panels(rows=rows)   # a technique's own panels (MARLess: a fourth row), report/techniques.py
     extra_rows = panels.EXTRA_ROWS if panels is not None else 0
     plt = _pyplot()
     fig, axes = plt.subplots(3 + extra_rows, 2, figsize=(12, 12 + 4 * extra_rows))
     _plot_returns(axes[0, 0], rows, "env_steps", "env steps")
-    config = run_config(run_dir=run_dir)
     _plot_returns(axes[0, 1], rows, "wall_s", time_label(config=config))
     rounds = [r["round"] for r in rows]
     axes[1, 0].step(rounds, [r["num_actors"] for r in rows], where="post", label="actors")
@@ -102,7 +102,7 @@ def render_report(*, run_dir: Path) -> Path:
     axes[1, 0].set_xlabel("round")
     axes[1, 0].set_ylabel("functions")
     axes[1, 0].legend(fontsize=8)
-    _plot_cost_by_kind(axes[1, 1], costs=costs, warm=cost_by_kind(run_dir=run_dir, excl_cold=True))
+    _plot_cost_by_kind(axes[1, 1], costs=costs, warm=warm_costs)
     if panels is not None:
         panels.draw(axes=axes, rows=rows, run_dir=run_dir)
     elif any("staleness/mean" in r.get("extras", {}) for r in rows):   # Stellaris runs: the staleness panel
