@@ -5,15 +5,16 @@ A host read (``item()``, ``tolist()``, ``float(t)``) makes the host wait for the
 it stops the host from queueing the next minibatch's kernels while the device works, which on a GPU costs more
 than the arithmetic of a small network. So:
 
-- `guarded_step` clips and steps; a step whose loss or gradient norm is not finite changes nothing: the fused
-  optimizer (CUDA) skips it inside its kernel (``found_inf``, as ``GradScaler`` does); on the CPU the flag is read
-  and the step skipped (a CPU read waits for no device, and is cheaper than the restore below); any other
-  optimizer on an accelerator steps unconditionally and has its parameters and state put back from a copy taken
-  before the step (the gradients are zeroed first so the throw-away step stays finite). Adam's moments and step
-  count are therefore never polluted by a NaN minibatch.
+- `guarded_step` clips and steps; a step whose loss or gradient norm is not finite changes nothing: a fused
+  optimizer (nimbus's Adam on CUDA and on the CPU) skips it inside its kernel (``found_inf``, as ``GradScaler``
+  does); a non-fused one on the CPU has the flag read and the step skipped (a CPU read waits for no device, and is
+  cheaper than the restore below); any other optimizer on an accelerator steps unconditionally and has its
+  parameters and state put back from a copy taken before the step (the gradients are zeroed first so the throw-away
+  step stays finite). Adam's moments and step count are therefore never polluted by a NaN minibatch.
 - `DeviceStats` sums named scalars in float64 on the device (the same sums as Python floats of the float32
   values) and `read()` fetches them in one transfer.
-- `make_adam`: fused on CUDA, multi-tensor (foreach) elsewhere; capturable where the step is captured in a graph.
+- `make_adam`: fused on CUDA and the CPU, multi-tensor (foreach) elsewhere; capturable where the step is
+  captured in a graph (CUDA).
 
 Example::
 
@@ -37,11 +38,15 @@ from nimbus.liveness import beat
 
 def make_adam(*, params: Iterable, lr: float, eps: float = 1e-8, device: torch.device,
               capturable: bool = False) -> torch.optim.Adam:
-    """Adam over ``params`` (tensors or param groups): fused on CUDA (one kernel for every tensor), foreach
-    elsewhere (on the CPU bitwise equal to the per-tensor loop); ``capturable`` keeps its step on the device so
-    the step can be captured in a CUDA graph."""
+    """Adam over ``params`` (tensors or param groups): fused on CUDA and on the CPU (one kernel for every tensor; it
+    skips a non-finite step itself and reads no step count on the host), foreach elsewhere; ``capturable`` keeps a
+    CUDA Adam's step on the device so the step can be captured in a CUDA graph. On the CPU the fused step is ~0.11 ms
+    cheaper than foreach's for a 64x64 or 256x256 network (60 against 170 us here: ~7 % of a PPO or DQN minibatch
+    step) and agrees with it to float32 round-off, not bitwise."""
     if device.type == "cuda":
         return torch.optim.Adam(params, lr=lr, eps=eps, fused=True, capturable=capturable)
+    if device.type == "cpu":
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
     return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
 
 
@@ -116,8 +121,8 @@ def guarded_step(*, optimizer: Stepped, params: Sequence[torch.Tensor], loss: to
 
 
 def decides_on_host(*, device: torch.device) -> bool:
-    """Whether `guarded_step` reads its finite flag to skip a step rather than stepping and restoring on the device.
-    True on the CPU: the read waits for nothing there, and the backup and restore of a non-fused optimizer cost more
+    """Whether `guarded_step` reads a non-fused optimizer's finite flag to skip a step rather than stepping and
+    restoring on the device. True on the CPU: the read waits for nothing there, and the backup and restore cost more
     than a small network's step (+0.3 ms, +30 % of a 64x64 PPO minibatch step on this project's CPU benchmark box;
     docs/benchmarks.md, "The learner update"). An accelerator decides on the device."""
     return device.type == "cpu"

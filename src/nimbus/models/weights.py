@@ -127,7 +127,8 @@ def optimizer_to_message(*, optimizer: torch.optim.Optimizer, version: int) -> M
                    arrays=arrays)
 
 
-# How an optimizer steps, chosen for the device its worker runs on (fused on CUDA, foreach elsewhere): never the saver's
+# How an optimizer steps, chosen for the device its worker runs on (fused on CUDA and the CPU, foreach elsewhere):
+# never the saver's
 IMPLEMENTATION_FLAGS = ("fused", "foreach", "capturable")
 
 

@@ -12,9 +12,21 @@ from nimbus.algos.step import DeviceStats, guarded_step, make_adam
 from tests.host_reads import count_host_reads, decide_on_the_device
 
 OPTIMIZERS = {
-    "foreach": lambda params: make_adam(params=params, lr=1e-2, device=torch.device("cpu")),
-    "fused": lambda params: torch.optim.Adam(params, lr=1e-2, fused=True),  # the CUDA form, run by torch on the CPU
+    "foreach": lambda params: torch.optim.Adam(params, lr=1e-2, foreach=True),   # an accelerator's other than CUDA
+    "fused": lambda params: make_adam(params=params, lr=1e-2, device=torch.device("cpu")),   # nimbus's on CPU and CUDA
 }
+
+
+def test_nimbus_adam_is_fused_on_the_cpu_and_steps_with_no_host_read() -> None:
+    """The fused form reads no step count on the host (foreach reads each parameter's with ``item()`` every step)."""
+    net = _net()
+    optimizer = make_adam(params=list(net.parameters()), lr=1e-2, device=torch.device("cpu"))
+    assert optimizer.defaults["fused"]
+    _loss(net, scale=1.0).backward()
+    optimizer.step()
+    with count_host_reads(optimizers=[optimizer]) as reads:
+        optimizer.step()
+    assert reads.total == 0 and reads.host_counters == 0, (reads.by_kind, reads.host_counters)
 
 
 @pytest.fixture(params=["host", "device"])

@@ -75,7 +75,7 @@ class ValueAlgorithm:
         return QPolicy(q=q, epsilon=self.config.exploration_initial_eps)
 
     def make_optimizer(self, *, model: QPolicy) -> torch.optim.Optimizer:
-        """Adam over the Q-network: fused on CUDA, foreach elsewhere (algos/step.py ``make_adam``)."""
+        """Adam over the Q-network: fused on CUDA and the CPU, foreach elsewhere (algos/step.py ``make_adam``)."""
         return make_adam(params=model.q.parameters(), lr=self.config.lr, device=param_device(model))
 
     def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool,

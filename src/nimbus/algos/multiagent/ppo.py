@@ -55,7 +55,7 @@ class MultiAgentPPO:
                         hidden_sizes=self.config.critic_hidden_sizes, activation=self.config.activation)
 
     def make_optimizer(self, *, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
-        """Adam: fused on CUDA, foreach elsewhere (algos/step.py ``make_adam``)."""
+        """Adam: fused on CUDA and the CPU, foreach elsewhere (algos/step.py ``make_adam``)."""
         return make_adam(params=model.parameters(), lr=lr, eps=self.config.adam_eps, device=param_device(model))
 
     def act(self, *, model: torch.nn.Module, obs: torch.Tensor, explore: bool,

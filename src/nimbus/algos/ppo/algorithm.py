@@ -49,8 +49,8 @@ class PPO:
         )
 
     def make_optimizer(self, *, model: torch.nn.Module) -> torch.optim.Optimizer:
-        """Adam at the configured lr and eps (ppo_update re-sets lr from the schedule on each update): fused on CUDA,
-        foreach elsewhere (`make_adam`)."""
+        """Adam at the configured lr and eps (ppo_update re-sets lr from the schedule on each update): fused on CUDA
+        and the CPU, foreach elsewhere (`make_adam`)."""
         return make_adam(params=model.parameters(), lr=self.config.lr, eps=self.config.adam_eps,
                          device=param_device(model))
 
