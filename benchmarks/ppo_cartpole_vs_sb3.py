@@ -63,11 +63,14 @@ def run_nimbus(*, seed: int, cap_steps: int, out_dir: Path, overrides: list[str]
     ledger = [json.loads(line) for line in (result.run_dir / "ledger.jsonl").read_text().splitlines()]
     first_dispatch = min(r["queued_at"] for r in ledger if r["kind"] == "actor" and r["outcome"] != "prewarm")
     startup_s = first_dispatch - called_wall          # build + spawn + prewarm, until round 0 is dispatched
-    rows = result.rows
-    # row.wall_s counts from the workflow's start, which is round 0's dispatch (within a millisecond)
+    # Each round ends with its learner's result, and the run stops at the round that reached the target: the clock
+    # reads the ledger's (epoch) end times against the call's. (Not the rows' wall_s, whose zero is wherever the run's
+    # book started: it moved from round 0's dispatch to before the start-up on 2026-12-07, which counted the start-up
+    # twice in this sum.)
+    learned = sorted(r["end_at"] for r in ledger if r["kind"] == "learner" and r["outcome"] == "ok")
     return {"framework": "nimbus", "seed": seed, "reached": result.summary.stopped_by == "target_return",
-            "time_to_target_s": startup_s + rows[-1].wall_s, "startup_s": startup_s,
-            "first_round_done_s": startup_s + rows[0].wall_s, "train_call_s": returned_s,
+            "time_to_target_s": learned[-1] - called_wall, "startup_s": startup_s,
+            "first_round_done_s": learned[0] - called_wall, "train_call_s": returned_s,
             "env_steps": result.summary.env_steps, "rounds": result.summary.rounds,
             "final_return": result.summary.final_return}
 
